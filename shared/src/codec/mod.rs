@@ -1,0 +1,91 @@
+//! The byte layout of a trace: a fixed header, then self-delimiting, checksummed chunks of
+//! tagged, length-prefixed records. `FORMAT.md` beside this crate documents it byte by byte;
+//! the constants here are the single source of truth for the numbers it quotes.
+//!
+//! Why chunks: the recorder flushes a chunk at least every [`writer::WriterOptions::flush_interval_us`],
+//! so a process killed at any moment leaves a file readable up to its last flush, and a damaged
+//! chunk costs only itself (the reader resynchronises on the next chunk's sync word).
+//!
+//! Why tags and lengths on every record: a reader skips kinds it does not know, so the format
+//! grows by adding record kinds, never by editing old ones.
+
+pub mod reader;
+pub mod writer;
+
+/// First 8 bytes of every trace. Like PNG's, it catches text-mode mangling (CR/LF, high bit).
+pub const MAGIC: [u8; 8] = *b"\x89OOM\r\n\x1a\n";
+/// Format major version written by this crate; readers refuse a larger major.
+pub const FORMAT_MAJOR: u16 = 1;
+/// Format minor version written by this crate; a larger minor only adds record kinds.
+pub const FORMAT_MINOR: u16 = 0;
+/// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
+pub const HEADER_LEN: usize = 16;
+/// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
+/// after a damaged one.
+pub const CHUNK_SYNC: [u8; 4] = *b"CHNK";
+/// Chunk header: sync (4), payload length (u32 LE), CRC-32C of the payload (u32 LE).
+pub const CHUNK_HEADER_LEN: usize = 12;
+/// Largest payload a reader accepts; a larger length field is treated as damage.
+pub const MAX_CHUNK_PAYLOAD: usize = 4 << 20;
+/// Most rows in one sample block.
+pub const MAX_BLOCK_ROWS: usize = 8192;
+/// Most counters one trace may declare.
+pub const MAX_COUNTERS: usize = 4096;
+
+/// CRC-32C (Castagnoli), table-driven with 16 tables: ~GB/s, so checksums cost little next to
+/// varint decoding.
+pub(crate) const CRC32C: crc::Crc<u32, crc::Table<16>> =
+    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
+
+/// Record tags. Append new kinds with new numbers; never reuse or renumber one.
+pub mod tag {
+    /// Run metadata; the first record of a trace.
+    pub const METADATA: u8 = 0x01;
+    /// An interned string definition.
+    pub const STRING: u8 = 0x02;
+    /// A counter declaration.
+    pub const COUNTER: u8 = 0x03;
+    /// A block of counter samples, column-encoded.
+    pub const SAMPLES: u8 = 0x04;
+    /// A stage mark, optionally with an allocator snapshot.
+    pub const MARK: u8 = 0x05;
+    /// A component breakdown.
+    pub const COMPONENTS: u8 = 0x06;
+    /// A gradient summary.
+    pub const GRADIENTS: u8 = 0x07;
+    /// Tensor statistics.
+    pub const TENSOR: u8 = 0x08;
+    /// An out-of-memory event.
+    pub const OOM: u8 = 0x09;
+    /// A batch-size trial.
+    pub const BATCH_TRIAL: u8 = 0x0A;
+    /// The watched process's exit.
+    pub const EXIT: u8 = 0x0B;
+    /// A free-text note.
+    pub const NOTE: u8 = 0x0C;
+    /// Count of records the recorder dropped.
+    pub const DROPPED: u8 = 0x0D;
+    /// The recorder finished cleanly.
+    pub const END: u8 = 0x0E;
+
+    /// A human name for a tag (used in warnings and drop accounting).
+    pub fn name(tag: u8) -> &'static str {
+        match tag {
+            METADATA => "metadata",
+            STRING => "string",
+            COUNTER => "counter",
+            SAMPLES => "samples",
+            MARK => "mark",
+            COMPONENTS => "components",
+            GRADIENTS => "gradients",
+            TENSOR => "tensor",
+            OOM => "oom",
+            BATCH_TRIAL => "batch_trial",
+            EXIT => "exit",
+            NOTE => "note",
+            DROPPED => "dropped",
+            END => "end",
+            _ => "unknown",
+        }
+    }
+}

@@ -1,0 +1,670 @@
+//! The hardened trace reader.
+//!
+//! Traces arrive attached to bug tickets, cut off by crashes, or damaged on disk, so the reader
+//! treats every byte as untrusted:
+//! - it works on a byte slice (so it runs in WASM) and never reads past a bound it checked;
+//! - every length or count is checked against the bytes that remain before anything is allocated
+//!   for it, and the total of decoded sample cells is capped ([`DecodeOptions::max_cells`]), so
+//!   memory stays proportional to the input;
+//! - every loop advances through the input, so it always terminates, and resynchronising after a
+//!   damaged chunk has a budget of checksum work;
+//! - damage inside the body never fails the decode: the reader keeps what it could read and says
+//!   what it could not in [`Warning`]s. Only a file that is not a trace, or one from a newer major
+//!   version, is an error.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::{
+    CHUNK_HEADER_LEN, CHUNK_SYNC, CRC32C, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_BLOCK_ROWS,
+    MAX_CHUNK_PAYLOAD, MAX_COUNTERS, tag,
+};
+use crate::error::DecodeError;
+use crate::model::{
+    AllocatorSnapshot, BatchTrial, ComponentBreakdown, Counter, CounterId, CounterKind, Dropped,
+    ExitStatus, GpuInfo, GradientSummary, Metadata, NamedBytes, Note, OomEvent, OomSource, Phase,
+    ProcessExit, StageMark, StringId, TensorStats, Trace, TrialOutcome,
+};
+use crate::varint::{Cursor, ReadError};
+
+/// Most warnings kept; further ones are counted in a last summary warning.
+const MAX_WARNINGS: usize = 64;
+/// How far past the strings seen so far a string id may jump (ids lost with a damaged chunk).
+const MAX_STRING_GAP: usize = 1 << 16;
+
+/// Limits for decoding untrusted input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeOptions {
+    /// Most sample cells (rows × counters) to materialise. `None` picks
+    /// `max(4 Mi, 64 × input length)`: a genuine trace never needs more (a constant counter costs
+    /// ~0 bytes per row, a timestamp at least 1), while a hostile one cannot make the reader
+    /// allocate more than ~512 bytes per input byte.
+    pub max_cells: Option<usize>,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> DecodeOptions {
+        DecodeOptions { max_cells: None }
+    }
+}
+
+/// Something the reader could not read, next to everything it could.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Where in the file the problem starts.
+    pub byte_offset: u64,
+    /// What happened and what it cost, in one sentence.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (at byte {})", self.message, self.byte_offset)
+    }
+}
+
+/// A decoded trace and what could not be decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// Everything that could be read.
+    pub trace: Trace,
+    /// Problems, in file order; empty for a complete, undamaged trace.
+    pub warnings: Vec<Warning>,
+}
+
+/// Decodes a trace with default limits.
+pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
+    decode_with(bytes, &DecodeOptions::default())
+}
+
+/// Decodes a trace.
+///
+/// Errors only when `bytes` is not a trace at all or comes from a newer major format version;
+/// anything else yields the decodable prefix (and any later undamaged chunks) plus warnings.
+pub fn decode_with(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, DecodeError> {
+    if bytes.len() < HEADER_LEN {
+        if bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        return Err(DecodeError::TooShort { len: bytes.len() });
+    }
+    if bytes[..MAGIC.len()] != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let major = u16::from_le_bytes([bytes[8], bytes[9]]);
+    let minor = u16::from_le_bytes([bytes[10], bytes[11]]);
+    if major > FORMAT_MAJOR {
+        return Err(DecodeError::NewerVersion {
+            found_major: major,
+            found_minor: minor,
+            supported_major: FORMAT_MAJOR,
+        });
+    }
+    let max_cells = options
+        .max_cells
+        .unwrap_or_else(|| (bytes.len().saturating_mul(64)).max(4 << 20));
+    let mut state = State {
+        trace: Trace {
+            format_version: (major, minor),
+            ..Trace::default()
+        },
+        warnings: Vec::new(),
+        extra_warnings: 0,
+        unknown_tags: BTreeMap::new(),
+        max_cells,
+        samples_capped: false,
+        saw_metadata: false,
+        block: BlockScratch::default(),
+    };
+    let truncated_at = read_chunks(bytes, &mut state);
+    Ok(state.finish(truncated_at))
+}
+
+/// Walks the chunks; returns `Some((offset, have, need))` when the file ends inside a chunk.
+fn read_chunks(bytes: &[u8], state: &mut State) -> Option<(usize, usize, usize)> {
+    // Checksum work allowed while hunting for the next chunk after damage.
+    let mut resync_budget = bytes.len().saturating_mul(4).max(1 << 20);
+    let mut pos = HEADER_LEN;
+    while pos < bytes.len() {
+        match check_chunk(bytes, pos) {
+            ChunkCheck::Ok(payload) => {
+                state.read_payload(payload, pos + CHUNK_HEADER_LEN);
+                pos += CHUNK_HEADER_LEN + payload.len();
+            }
+            ChunkCheck::Incomplete { have, need } => {
+                // The end of a file cut off mid-write, unless a valid chunk follows (then the
+                // length field itself was damaged).
+                match find_next_chunk(bytes, pos + 1, &mut resync_budget) {
+                    Some(next) => {
+                        state.warn(pos, "damaged chunk header: skipped to the next chunk".into());
+                        pos = next;
+                    }
+                    None => return Some((pos, have, need)),
+                }
+            }
+            ChunkCheck::Damaged(what) => {
+                let next = find_next_chunk(bytes, pos + 1, &mut resync_budget);
+                let lost = next.unwrap_or(bytes.len()) - pos;
+                state.warn(
+                    pos,
+                    format!("{what}: {lost} bytes skipped, reading resumed at the next chunk"),
+                );
+                match next {
+                    Some(next) => pos = next,
+                    None => break,
+                }
+            }
+        }
+    }
+    None
+}
+
+enum ChunkCheck<'a> {
+    Ok(&'a [u8]),
+    Incomplete { have: usize, need: usize },
+    Damaged(&'static str),
+}
+
+fn check_chunk(bytes: &[u8], pos: usize) -> ChunkCheck<'_> {
+    let rest = &bytes[pos..];
+    if rest.len() < CHUNK_HEADER_LEN {
+        if !CHUNK_SYNC.starts_with(&rest[..rest.len().min(CHUNK_SYNC.len())]) {
+            return ChunkCheck::Damaged("damaged chunk header");
+        }
+        return ChunkCheck::Incomplete {
+            have: rest.len(),
+            need: CHUNK_HEADER_LEN,
+        };
+    }
+    if rest[..4] != CHUNK_SYNC {
+        return ChunkCheck::Damaged("damaged chunk header (no sync word)");
+    }
+    let len = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
+    let crc = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
+    if len > MAX_CHUNK_PAYLOAD {
+        return ChunkCheck::Damaged("damaged chunk header (impossible length)");
+    }
+    let Some(payload) = rest.get(CHUNK_HEADER_LEN..CHUNK_HEADER_LEN + len) else {
+        return ChunkCheck::Incomplete {
+            have: rest.len(),
+            need: CHUNK_HEADER_LEN + len,
+        };
+    };
+    if CRC32C.checksum(payload) != crc {
+        return ChunkCheck::Damaged("chunk failed its checksum");
+    }
+    ChunkCheck::Ok(payload)
+}
+
+/// The offset of the next complete, valid chunk at or after `from`, spending at most `budget`
+/// bytes of checksum work in total.
+fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
+    let mut pos = from;
+    while pos + CHUNK_HEADER_LEN <= bytes.len() {
+        let offset = bytes[pos..]
+            .windows(CHUNK_SYNC.len())
+            .position(|w| w == CHUNK_SYNC)?;
+        pos += offset;
+        let len = bytes
+            .get(pos + 4..pos + 8)
+            .map_or(usize::MAX, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        if len <= MAX_CHUNK_PAYLOAD && pos + CHUNK_HEADER_LEN + len <= bytes.len() {
+            if *budget < len {
+                return None;
+            }
+            *budget -= len;
+            if let ChunkCheck::Ok(_) = check_chunk(bytes, pos) {
+                return Some(pos);
+            }
+        }
+        pos += 1;
+    }
+    None
+}
+
+/// Buffers reused across sample blocks.
+#[derive(Debug, Default)]
+struct BlockScratch {
+    times_us: Vec<u64>,
+    columns: Vec<(CounterId, Vec<u64>)>,
+}
+
+struct State {
+    trace: Trace,
+    warnings: Vec<Warning>,
+    extra_warnings: usize,
+    unknown_tags: BTreeMap<u8, (usize, usize)>,
+    max_cells: usize,
+    samples_capped: bool,
+    saw_metadata: bool,
+    block: BlockScratch,
+}
+
+impl State {
+    fn warn(&mut self, byte_offset: usize, message: String) {
+        if self.warnings.len() < MAX_WARNINGS {
+            self.warnings.push(Warning {
+                byte_offset: byte_offset as u64,
+                message,
+            });
+        } else {
+            self.extra_warnings += 1;
+        }
+    }
+
+    fn read_payload(&mut self, payload: &[u8], base: usize) {
+        let mut cursor = Cursor::new(payload);
+        while !cursor.is_empty() {
+            let offset = base + payload.len() - cursor.remaining();
+            let header = cursor.u8().and_then(|t| Ok((t, cursor.u64()?)));
+            let Ok((record_tag, len)) = header else {
+                self.warn(offset, "damaged record header: rest of the chunk skipped".into());
+                return;
+            };
+            let body = usize::try_from(len)
+                .map_err(|_| ReadError::Short)
+                .and_then(|len| cursor.bytes(len));
+            let Ok(body) = body else {
+                self.warn(
+                    offset,
+                    format!(
+                        "{} record overruns its chunk: rest of the chunk skipped",
+                        tag::name(record_tag)
+                    ),
+                );
+                return;
+            };
+            if let Err(e) = self.read_record(record_tag, body) {
+                let why = match e {
+                    ReadError::Short => "is cut short",
+                    ReadError::Overlong => "holds an invalid number",
+                };
+                self.warn(
+                    offset,
+                    format!("{} record {why}: skipped", tag::name(record_tag)),
+                );
+            }
+        }
+    }
+
+    fn read_record(&mut self, record_tag: u8, body: &[u8]) -> Result<(), ReadError> {
+        let mut c = Cursor::new(body);
+        match record_tag {
+            tag::METADATA => {
+                self.trace.metadata = read_metadata(&mut c)?;
+                self.saw_metadata = true;
+            }
+            tag::STRING => self.read_string(&mut c)?,
+            tag::COUNTER => self.read_counter(&mut c)?,
+            tag::SAMPLES => self.read_samples(&mut c, body.len())?,
+            tag::MARK => {
+                let mark = read_mark(&mut c)?;
+                self.trace.marks.push(mark);
+            }
+            tag::COMPONENTS => {
+                let components = read_components(&mut c)?;
+                self.trace.components.push(components);
+            }
+            tag::GRADIENTS => self.trace.gradients.push(GradientSummary {
+                t_us: c.u64()?,
+                step: c.u64()?,
+                params_with_grad: c.u64()?,
+                gradient_bytes: c.u64()?,
+                global_norm: c.f64()?,
+                nan_count: c.u64()?,
+                inf_count: c.u64()?,
+            }),
+            tag::TENSOR => {
+                let tensor = read_tensor(&mut c)?;
+                self.trace.tensors.push(tensor);
+            }
+            tag::OOM => {
+                let oom = read_oom(&mut c)?;
+                self.trace.ooms.push(oom);
+            }
+            tag::BATCH_TRIAL => self.trace.batch_trials.push(BatchTrial {
+                t_us: c.u64()?,
+                batch_size: c.u64()?,
+                outcome: TrialOutcome::from_code(c.u8()?),
+                peak_bytes: opt_u64(&mut c)?,
+            }),
+            tag::EXIT => {
+                let t_us = c.u64()?;
+                let kind = c.u8()?;
+                let value = i32::try_from(c.i64()?).map_err(|_| ReadError::Overlong)?;
+                let status = if kind == 0 {
+                    ExitStatus::Code(value)
+                } else {
+                    ExitStatus::Signal(value)
+                };
+                self.trace.exit = Some(ProcessExit {
+                    t_us,
+                    status,
+                    probable_host_oom: c.u8()? != 0,
+                });
+            }
+            tag::NOTE => self.trace.notes.push(Note {
+                t_us: c.u64()?,
+                text: c.string()?,
+            }),
+            tag::DROPPED => self.trace.dropped.push(Dropped {
+                t_us: c.u64()?,
+                record_tag: c.u8()?,
+                count: c.u64()?,
+            }),
+            tag::END => self.trace.end_us = Some(c.u64()?),
+            other => {
+                let entry = self.unknown_tags.entry(other).or_default();
+                entry.0 += 1;
+                entry.1 += body.len();
+            }
+        }
+        Ok(())
+    }
+
+    fn read_string(&mut self, c: &mut Cursor<'_>) -> Result<(), ReadError> {
+        let id = c.u32()? as usize;
+        let text = c.string()?;
+        let strings = &mut self.trace.strings;
+        if id > strings.len() + MAX_STRING_GAP {
+            return Err(ReadError::Overlong);
+        }
+        if id >= strings.len() {
+            strings.resize(id + 1, "?".to_owned());
+        }
+        strings[id] = text;
+        Ok(())
+    }
+
+    fn read_counter(&mut self, c: &mut Cursor<'_>) -> Result<(), ReadError> {
+        let id = c.u32()? as usize;
+        if id >= MAX_COUNTERS {
+            return Err(ReadError::Overlong);
+        }
+        let kind = CounterKind::from_code(u16::try_from(c.u64()?).map_err(|_| ReadError::Overlong)?);
+        let device = opt_u32(c)?;
+        let name = c.string()?;
+        let counters = &mut self.trace.counters;
+        if id >= counters.len() {
+            counters.resize(
+                id + 1,
+                Counter {
+                    kind: CounterKind::Other(0),
+                    device: None,
+                    name: "?".to_owned(),
+                },
+            );
+        }
+        counters[id] = Counter { kind, device, name };
+        Ok(())
+    }
+
+    /// Decodes one column-encoded sample block (layout in FORMAT.md) into the sample table.
+    fn read_samples(&mut self, c: &mut Cursor<'_>, body_len: usize) -> Result<(), ReadError> {
+        if self.samples_capped {
+            return Ok(());
+        }
+        let rows = c.count(1)?;
+        let cols = c.count(1)?;
+        if rows == 0 || rows > MAX_BLOCK_ROWS || cols > MAX_COUNTERS {
+            return Err(ReadError::Overlong);
+        }
+        let mut ids = Vec::with_capacity(cols);
+        let mut max_id = 0usize;
+        for _ in 0..cols {
+            let id = c.u32()? as usize;
+            if id >= MAX_COUNTERS {
+                return Err(ReadError::Overlong);
+            }
+            max_id = max_id.max(id);
+            ids.push(CounterId(id as u32));
+        }
+        let samples = &self.trace.samples;
+        let new_cols = samples.columns().max(if cols > 0 { max_id + 1 } else { 0 });
+        let new_rows = samples.len() + rows;
+        if new_cols.saturating_mul(new_rows) > self.max_cells {
+            self.samples_capped = true;
+            let at = self.trace.samples.times_us().last().copied().unwrap_or(0);
+            self.warn(
+                0,
+                format!(
+                    "stopped reading samples at {:.1} s: more than {} sample values for a {body_len}-byte block is not a genuine trace",
+                    at as f64 / 1e6,
+                    self.max_cells
+                ),
+            );
+            return Ok(());
+        }
+
+        let scratch = &mut self.block;
+        scratch.times_us.clear();
+        let mut t = c.u64()?;
+        scratch.times_us.push(t);
+        if rows > 1 {
+            let base_dt = c.u64()?;
+            for _ in 1..rows {
+                let dt = base_dt.wrapping_add(c.i64()? as u64);
+                t = t.saturating_add(dt);
+                scratch.times_us.push(t);
+            }
+        }
+        scratch.columns.resize_with(cols, || (CounterId(0), Vec::new()));
+        for (slot, id) in scratch.columns.iter_mut().zip(&ids) {
+            slot.0 = *id;
+            let values = &mut slot.1;
+            values.clear();
+            values.reserve(rows);
+            let first = c.u64()?;
+            let scale = c.u64()?;
+            values.push(first);
+            if scale == 0 {
+                values.resize(rows, first);
+            } else {
+                let scale = scale as i64;
+                let mut v = first;
+                for _ in 1..rows {
+                    v = v.wrapping_add(c.i64()?.wrapping_mul(scale) as u64);
+                    values.push(v);
+                }
+            }
+        }
+        self.trace
+            .samples
+            .append_block(&scratch.times_us, &mut scratch.columns[..cols]);
+        Ok(())
+    }
+
+    fn finish(mut self, truncated_at: Option<(usize, usize, usize)>) -> Decoded {
+        if !self.saw_metadata {
+            self.warn(
+                HEADER_LEN,
+                "no metadata record: the run's command, host and GPUs are unknown".into(),
+            );
+        }
+        let unknown = std::mem::take(&mut self.unknown_tags);
+        for (record_tag, (count, bytes)) in unknown {
+            self.warn(
+                0,
+                format!(
+                    "skipped {count} record(s) of unknown kind 0x{record_tag:02x} ({bytes} bytes), written by a newer oomscope"
+                ),
+            );
+        }
+        let covered_secs = self.trace.duration_us() as f64 / 1e6;
+        if let Some((offset, have, need)) = truncated_at {
+            self.warn(
+                offset,
+                format!(
+                    "truncated after {covered_secs:.1} s: last chunk incomplete ({have} of {need} bytes)"
+                ),
+            );
+        } else if self.trace.end_us.is_none() {
+            self.warn(
+                0,
+                format!(
+                    "the recording did not finish cleanly (no end record): it covers 0–{covered_secs:.1} s"
+                ),
+            );
+        }
+        if self.extra_warnings > 0 {
+            let extra = self.extra_warnings;
+            self.warnings.push(Warning {
+                byte_offset: 0,
+                message: format!("… and {extra} more warnings"),
+            });
+        }
+        Decoded {
+            trace: self.trace,
+            warnings: self.warnings,
+        }
+    }
+}
+
+fn read_metadata(c: &mut Cursor<'_>) -> Result<Metadata, ReadError> {
+    let host = c.string()?;
+    let pid = c.u32()?;
+    let argc = c.count(1)?;
+    let mut command = Vec::with_capacity(argc);
+    for _ in 0..argc {
+        command.push(c.string()?);
+    }
+    let start_unix_ns = c.u64()?;
+    let collector_version = c.string()?;
+    let sample_interval_us = c.u64()?;
+    let rank = opt_u32(c)?;
+    let world_size = opt_u32(c)?;
+    let gpu_count = c.count(6)?;
+    let mut gpus = Vec::with_capacity(gpu_count);
+    for _ in 0..gpu_count {
+        gpus.push(GpuInfo {
+            index: c.u32()?,
+            name: c.string()?,
+            uuid: c.string()?,
+            total_memory_bytes: c.u64()?,
+            driver_version: c.string()?,
+            cuda_version: c.string()?,
+        });
+    }
+    Ok(Metadata {
+        host,
+        pid,
+        command,
+        start_unix_ns,
+        collector_version,
+        sample_interval_us,
+        rank,
+        world_size,
+        gpus,
+    })
+}
+
+fn read_mark(c: &mut Cursor<'_>) -> Result<StageMark, ReadError> {
+    let t_us = c.u64()?;
+    let name = StringId(c.u32()?);
+    let step = c.u64()?;
+    let epoch = c.u32()?;
+    let phase = Phase::from_code(c.u8()?);
+    let snapshot = if c.u8()? == 0 {
+        None
+    } else {
+        Some(AllocatorSnapshot {
+            allocated_bytes: c.u64()?,
+            reserved_bytes: c.u64()?,
+            active_bytes: c.u64()?,
+            inactive_split_bytes: c.u64()?,
+            peak_allocated_bytes: c.u64()?,
+            peak_reserved_bytes: c.u64()?,
+            num_alloc_retries: c.u64()?,
+            num_ooms: c.u64()?,
+        })
+    };
+    Ok(StageMark {
+        t_us,
+        name,
+        step,
+        epoch,
+        phase,
+        snapshot,
+    })
+}
+
+fn read_components(c: &mut Cursor<'_>) -> Result<ComponentBreakdown, ReadError> {
+    let t_us = c.u64()?;
+    let step = c.u64()?;
+    let batch_size = opt_u64(c)?;
+    let parameters_bytes = c.u64()?;
+    let buffers_bytes = c.u64()?;
+    let gradients_bytes = c.u64()?;
+    let optimizer_state_bytes = c.u64()?;
+    let count = c.count(2)?;
+    let mut extras = Vec::with_capacity(count);
+    for _ in 0..count {
+        extras.push(NamedBytes {
+            name: StringId(c.u32()?),
+            bytes: c.u64()?,
+        });
+    }
+    Ok(ComponentBreakdown {
+        t_us,
+        step,
+        batch_size,
+        parameters_bytes,
+        buffers_bytes,
+        gradients_bytes,
+        optimizer_state_bytes,
+        extras,
+    })
+}
+
+fn read_tensor(c: &mut Cursor<'_>) -> Result<TensorStats, ReadError> {
+    let t_us = c.u64()?;
+    let step = c.u64()?;
+    let name = StringId(c.u32()?);
+    let dims = c.count(1)?;
+    let mut shape = Vec::with_capacity(dims);
+    for _ in 0..dims {
+        shape.push(c.u64()?);
+    }
+    Ok(TensorStats {
+        t_us,
+        step,
+        name,
+        shape,
+        dtype: StringId(c.u32()?),
+        bytes: c.u64()?,
+        min: c.f64()?,
+        max: c.f64()?,
+        mean: c.f64()?,
+        std: c.f64()?,
+        nan_count: c.u64()?,
+        inf_count: c.u64()?,
+    })
+}
+
+fn read_oom(c: &mut Cursor<'_>) -> Result<OomEvent, ReadError> {
+    Ok(OomEvent {
+        t_us: c.u64()?,
+        source: OomSource::from_code(c.u8()?),
+        stage: opt_u32(c)?.map(StringId),
+        step: opt_u64(c)?,
+        requested_bytes: opt_u64(c)?,
+        device: opt_u32(c)?,
+        device_free_bytes: opt_u64(c)?,
+        device_total_bytes: opt_u64(c)?,
+        message: c.string()?,
+    })
+}
+
+fn opt_u64(c: &mut Cursor<'_>) -> Result<Option<u64>, ReadError> {
+    match c.u8()? {
+        0 => Ok(None),
+        _ => c.u64().map(Some),
+    }
+}
+
+fn opt_u32(c: &mut Cursor<'_>) -> Result<Option<u32>, ReadError> {
+    match c.u8()? {
+        0 => Ok(None),
+        _ => c.u32().map(Some),
+    }
+}

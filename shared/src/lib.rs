@@ -1,0 +1,38 @@
+//! # oomscope-trace
+//!
+//! The one place where oomscope's trace format and analysis live. The native `collector` writes
+//! traces with [`TraceWriter`]; the collector's terminal output and the browser viewer both read
+//! them with [`decode`] and compute every number they show with [`analysis::analyze`], so the
+//! terminal and the browser can never disagree.
+//!
+//! The crate is pure Rust with no I/O runtime, no GPU libraries and no UI: it builds for
+//! `wasm32-unknown-unknown`. The byte layout is documented in `FORMAT.md` beside this crate.
+//!
+//! ```
+//! use oomscope_trace::{decode, Metadata, TraceWriter, CounterKind};
+//!
+//! let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
+//! let rss = w.declare_counter(CounterKind::HostRss, None, "host_rss").unwrap();
+//! w.sample(1_000, &[(rss, 512 << 20)]).unwrap();
+//! w.mark(2_000, "post_forward", 1, 0, oomscope_trace::Phase::Train, None).unwrap();
+//! let bytes = w.finish(3_000).unwrap();
+//!
+//! let decoded = decode(&bytes).unwrap();
+//! assert_eq!(decoded.trace.samples.len(), 1);
+//! assert!(decoded.warnings.is_empty());
+//! ```
+#![deny(missing_docs)]
+
+// TMP pub mod analysis;
+pub mod codec;
+mod error;
+pub mod model;
+pub mod synth;
+// TMP pub mod text;
+// TMP pub mod units;
+mod varint;
+
+pub use codec::reader::{DecodeOptions, Decoded, Warning, decode, decode_with};
+pub use codec::writer::{TraceWriter, WriterOptions};
+pub use error::{DecodeError, EncodeError};
+pub use model::*;

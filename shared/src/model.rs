@@ -1,0 +1,723 @@
+//! The decoded, in-memory form of a trace.
+//!
+//! These types are what the reader produces and what every analysis consumes. They are kept
+//! separate from the byte layout (see `FORMAT.md` and [`crate::codec`]) so that the format can
+//! grow new record kinds without the analysis noticing, and so that tests can build a [`Trace`]
+//! directly without going through bytes.
+//!
+//! Times are microseconds since the trace's start (`t_us`); the wall-clock start is
+//! [`Metadata::start_unix_ns`]. Memory is in bytes (`_bytes`).
+
+use serde::Serialize;
+
+/// Index of an interned string in [`Trace::strings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct StringId(pub u32);
+
+/// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct CounterId(pub u32);
+
+/// Marks an absent value in a [`Samples`] column (the counter was not read at that instant).
+pub const MISSING: u64 = u64::MAX;
+
+/// Who recorded the trace, where, and what was being watched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata {
+    /// Host name of the machine the run was recorded on.
+    pub host: String,
+    /// Process id of the watched process (the child of `collector run`, or the program itself).
+    pub pid: u32,
+    /// The watched command line, one argument per entry.
+    pub command: Vec<String>,
+    /// Wall-clock time of `t_us == 0`, in nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Version string of the program that wrote the trace.
+    pub collector_version: String,
+    /// Sampling interval the recorder was asked for, in microseconds (0 when not sampling).
+    pub sample_interval_us: u64,
+    /// Distributed rank of the watched process, when known.
+    pub rank: Option<u32>,
+    /// Distributed world size, when known.
+    pub world_size: Option<u32>,
+    /// The GPUs the recorder watched.
+    pub gpus: Vec<GpuInfo>,
+}
+
+/// One GPU as NVML (or libtorch) described it when recording started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// Device index as the driver numbers it.
+    pub index: u32,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Device UUID.
+    pub uuid: String,
+    /// Total device memory in bytes.
+    pub total_memory_bytes: u64,
+    /// Driver version string.
+    pub driver_version: String,
+    /// CUDA version string.
+    pub cuda_version: String,
+}
+
+/// What a counter measures. The numeric codes are part of the format and never change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum CounterKind {
+    /// Device memory in use (NVML `used`; v2 where available, which excludes reserved).
+    GpuUsed,
+    /// Device memory free (NVML `free`).
+    GpuFree,
+    /// Device memory reserved by the driver (NVML v2 `reserved`).
+    GpuReserved,
+    /// Total device memory.
+    GpuTotal,
+    /// Device memory used by the watched process tree (NVML per-process query).
+    ProcessGpu,
+    /// Caching allocator: bytes in live tensors.
+    AllocAllocated,
+    /// Caching allocator: bytes held in segments (what the allocator took from the device).
+    AllocReserved,
+    /// Caching allocator: bytes in active blocks.
+    AllocActive,
+    /// Caching allocator: peak of `AllocAllocated` since the last reset.
+    AllocPeakAllocated,
+    /// Caching allocator: peak of `AllocReserved` since the last reset.
+    AllocPeakReserved,
+    /// Resident set size of the watched process tree.
+    HostRss,
+    /// Host memory available (`MemAvailable`).
+    HostAvailable,
+    /// A kind this reader does not know (written by a newer recorder); the code is kept.
+    Other(u16),
+}
+
+impl CounterKind {
+    /// Every kind this version knows, in code order.
+    pub const KNOWN: [CounterKind; 12] = [
+        CounterKind::GpuUsed,
+        CounterKind::GpuFree,
+        CounterKind::GpuReserved,
+        CounterKind::GpuTotal,
+        CounterKind::ProcessGpu,
+        CounterKind::AllocAllocated,
+        CounterKind::AllocReserved,
+        CounterKind::AllocActive,
+        CounterKind::AllocPeakAllocated,
+        CounterKind::AllocPeakReserved,
+        CounterKind::HostRss,
+        CounterKind::HostAvailable,
+    ];
+
+    /// The stable numeric code written to the trace.
+    pub fn code(self) -> u16 {
+        match self {
+            CounterKind::GpuUsed => 1,
+            CounterKind::GpuFree => 2,
+            CounterKind::GpuReserved => 3,
+            CounterKind::GpuTotal => 4,
+            CounterKind::ProcessGpu => 5,
+            CounterKind::AllocAllocated => 6,
+            CounterKind::AllocReserved => 7,
+            CounterKind::AllocActive => 8,
+            CounterKind::AllocPeakAllocated => 9,
+            CounterKind::AllocPeakReserved => 10,
+            CounterKind::HostRss => 11,
+            CounterKind::HostAvailable => 12,
+            CounterKind::Other(code) => code,
+        }
+    }
+
+    /// The kind for a code; unknown codes become [`CounterKind::Other`].
+    pub fn from_code(code: u16) -> CounterKind {
+        CounterKind::KNOWN
+            .into_iter()
+            .find(|k| k.code() == code)
+            .unwrap_or(CounterKind::Other(code))
+    }
+
+    /// A short, stable label used in tables, CSV headers and JSON (`gpu_used`, `host_rss`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            CounterKind::GpuUsed => "gpu_used",
+            CounterKind::GpuFree => "gpu_free",
+            CounterKind::GpuReserved => "gpu_reserved",
+            CounterKind::GpuTotal => "gpu_total",
+            CounterKind::ProcessGpu => "process_gpu",
+            CounterKind::AllocAllocated => "allocated",
+            CounterKind::AllocReserved => "reserved",
+            CounterKind::AllocActive => "active",
+            CounterKind::AllocPeakAllocated => "peak_allocated",
+            CounterKind::AllocPeakReserved => "peak_reserved",
+            CounterKind::HostRss => "host_rss",
+            CounterKind::HostAvailable => "host_available",
+            CounterKind::Other(_) => "other",
+        }
+    }
+}
+
+/// A declared counter: one column of [`Samples`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    /// What it measures.
+    pub kind: CounterKind,
+    /// GPU index for device counters; `None` for host counters.
+    pub device: Option<u32>,
+    /// Display name as the recorder chose it (e.g. `gpu0.used`).
+    pub name: String,
+}
+
+/// Counter samples as a table: one row per sampling instant, one column per declared counter.
+///
+/// Columns are dense `u64` vectors aligned with [`Samples::times_us`]; a counter that was not read
+/// at an instant holds [`MISSING`] there. This keeps a 1-hour 1 kHz trace with 6 counters at
+/// ~200 MB instead of ~350 MB for per-counter (time, value) pairs, and makes the scans that the
+/// analysis does (peaks, decimation) tight loops over slices.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Samples {
+    times_us: Vec<u64>,
+    columns: Vec<Vec<u64>>,
+}
+
+impl Samples {
+    /// An empty table with room for `counters` columns.
+    pub fn with_counters(counters: usize) -> Samples {
+        Samples {
+            times_us: Vec::new(),
+            columns: vec![Vec::new(); counters],
+        }
+    }
+
+    /// Number of rows (sampling instants).
+    pub fn len(&self) -> usize {
+        self.times_us.len()
+    }
+
+    /// True when no sample was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.times_us.is_empty()
+    }
+
+    /// Timestamps of the rows, non-decreasing.
+    pub fn times_us(&self) -> &[u64] {
+        &self.times_us
+    }
+
+    /// Raw column of a counter (with [`MISSING`] holes), or `None` for an unknown counter.
+    pub fn column(&self, id: CounterId) -> Option<&[u64]> {
+        self.columns.get(id.0 as usize).map(Vec::as_slice)
+    }
+
+    /// Value of a counter at a row, `None` when missing.
+    pub fn value(&self, id: CounterId, row: usize) -> Option<u64> {
+        let v = *self.columns.get(id.0 as usize)?.get(row)?;
+        (v != MISSING).then_some(v)
+    }
+
+    /// The (time, value) points of one counter, skipping missing rows.
+    pub fn points(&self, id: CounterId) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let column = self.column(id).unwrap_or(&[]);
+        self.times_us
+            .iter()
+            .zip(column)
+            .filter(|(_, v)| **v != MISSING)
+            .map(|(t, v)| (*t, *v))
+    }
+
+    /// Index of the last row at or before `t_us`, if any.
+    pub fn row_at_or_before(&self, t_us: u64) -> Option<usize> {
+        self.times_us.partition_point(|t| *t <= t_us).checked_sub(1)
+    }
+
+    /// The latest present value of a counter at or before `t_us`, looking back at most
+    /// `max_lookback_rows` rows past missing values.
+    pub fn value_at(&self, id: CounterId, t_us: u64) -> Option<u64> {
+        const MAX_LOOKBACK_ROWS: usize = 64;
+        let column = self.column(id)?;
+        let row = self.row_at_or_before(t_us)?;
+        column
+            .get(..=row)?
+            .iter()
+            .rev()
+            .take(MAX_LOOKBACK_ROWS)
+            .copied()
+            .find(|v| *v != MISSING)
+    }
+
+    /// Appends a row. `values` are (counter, value) pairs; counters not named get [`MISSING`].
+    /// Columns grow to fit counter ids not seen before. Rows must come in time order; a row
+    /// earlier than the last one is clamped to the last time (clocks never run backwards here).
+    pub fn push_row(&mut self, t_us: u64, values: &[(CounterId, u64)]) {
+        let t_us = t_us.max(self.times_us.last().copied().unwrap_or(0));
+        let row = self.times_us.len();
+        self.times_us.push(t_us);
+        for (id, v) in values {
+            let column = self.column_mut(*id);
+            column.resize(row, MISSING);
+            column.push(*v);
+        }
+        for column in &mut self.columns {
+            column.resize(row + 1, MISSING);
+        }
+    }
+
+    /// Makes sure a column exists for `id`, padded to the current row count.
+    /// New columns are padded with [`MISSING`] to the current row count, so every column is
+    /// always as long as [`Samples::times_us`].
+    pub(crate) fn column_mut(&mut self, id: CounterId) -> &mut Vec<u64> {
+        let index = id.0 as usize;
+        let rows = self.times_us.len();
+        if self.columns.len() <= index {
+            self.columns.resize(index + 1, vec![MISSING; rows]);
+        }
+        &mut self.columns[index]
+    }
+
+    /// Number of columns (declared or sampled counters).
+    pub fn columns(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Appends a block of rows decoded column by column. `times` are the block's timestamps and
+    /// `columns` the (counter, values) pairs, each `values` as long as `times`.
+    pub(crate) fn append_block(&mut self, times: &[u64], columns: &mut [(CounterId, Vec<u64>)]) {
+        let start = self.times_us.len();
+        let floor = self.times_us.last().copied().unwrap_or(0);
+        let mut last = floor;
+        self.times_us.extend(times.iter().map(|t| {
+            last = last.max(*t);
+            last
+        }));
+        let end = self.times_us.len();
+        for (id, values) in columns.iter_mut() {
+            let column = self.column_mut(*id);
+            column.resize(start, MISSING);
+            column.append(values);
+        }
+        for column in &mut self.columns {
+            column.resize(end, MISSING);
+        }
+    }
+
+    /// Total stored cells (rows × columns), used to bound decoding work.
+    pub fn cells(&self) -> usize {
+        self.times_us.len() * self.columns.len()
+    }
+}
+
+/// Training or evaluation: marks carry the phase so analysis can see eval's effect on memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The program did not say.
+    #[default]
+    Unknown,
+    /// Training steps.
+    Train,
+    /// Evaluation / validation.
+    Eval,
+}
+
+impl Phase {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            Phase::Unknown => 0,
+            Phase::Train => 1,
+            Phase::Eval => 2,
+        }
+    }
+
+    /// The phase for a code; unknown codes read as [`Phase::Unknown`].
+    pub fn from_code(code: u8) -> Phase {
+        match code {
+            1 => Phase::Train,
+            2 => Phase::Eval,
+            _ => Phase::Unknown,
+        }
+    }
+
+    /// `train`, `eval` or `unknown`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Unknown => "unknown",
+            Phase::Train => "train",
+            Phase::Eval => "eval",
+        }
+    }
+}
+
+/// The CUDA caching allocator's own statistics at one instant (libtorch `getDeviceStats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct AllocatorSnapshot {
+    /// Bytes in live tensors.
+    pub allocated_bytes: u64,
+    /// Bytes in segments the allocator holds.
+    pub reserved_bytes: u64,
+    /// Bytes in active blocks (allocated plus blocks waiting on streams).
+    pub active_bytes: u64,
+    /// Bytes in inactive, split blocks: fragmentation that cannot serve large requests.
+    pub inactive_split_bytes: u64,
+    /// Peak allocated since the last peak reset.
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved since the last peak reset.
+    pub peak_reserved_bytes: u64,
+    /// Times the allocator freed its cache and retried an allocation (a sign of pressure).
+    pub num_alloc_retries: u64,
+    /// Out-of-memory errors the allocator has raised.
+    pub num_ooms: u64,
+}
+
+/// A stage marker: the program said "I am at `name` of step `step`".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageMark {
+    /// When.
+    pub t_us: u64,
+    /// Stage name (e.g. `post_forward`).
+    pub name: StringId,
+    /// Training step (global, monotone in a normal run).
+    pub step: u64,
+    /// Epoch.
+    pub epoch: u32,
+    /// Train or eval.
+    pub phase: Phase,
+    /// Allocator statistics taken at the mark, when the program could read them.
+    pub snapshot: Option<AllocatorSnapshot>,
+}
+
+/// Named bytes, e.g. an extra model copy the user registered (`ema`: 1.2 GiB).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedBytes {
+    /// What it is.
+    pub name: StringId,
+    /// How big.
+    pub bytes: u64,
+}
+
+/// Where the model's own memory goes: the part of the peak that is not activations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComponentBreakdown {
+    /// When it was measured.
+    pub t_us: u64,
+    /// At which step.
+    pub step: u64,
+    /// Batch size in use (samples per step), when known; needed to express activations per sample.
+    pub batch_size: Option<u64>,
+    /// Bytes of trainable and frozen parameters.
+    pub parameters_bytes: u64,
+    /// Bytes of buffers (e.g. batch-norm statistics).
+    pub buffers_bytes: u64,
+    /// Bytes of gradients.
+    pub gradients_bytes: u64,
+    /// Bytes of optimizer state (moments etc.).
+    pub optimizer_state_bytes: u64,
+    /// Extra copies the user registered (EMA, frozen teacher, ...).
+    pub extras: Vec<NamedBytes>,
+}
+
+impl ComponentBreakdown {
+    /// Sum of every component (what is resident independent of activations).
+    pub fn total_bytes(&self) -> u64 {
+        let extras: u64 = self.extras.iter().map(|e| e.bytes).sum();
+        self.parameters_bytes
+            .saturating_add(self.buffers_bytes)
+            .saturating_add(self.gradients_bytes)
+            .saturating_add(self.optimizer_state_bytes)
+            .saturating_add(extras)
+    }
+}
+
+/// Gradients after a backward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradientSummary {
+    /// When.
+    pub t_us: u64,
+    /// At which step.
+    pub step: u64,
+    /// Parameters that had a gradient.
+    pub params_with_grad: u64,
+    /// Bytes of all gradients.
+    pub gradient_bytes: u64,
+    /// Global L2 norm over all gradients.
+    pub global_norm: f64,
+    /// NaN elements over all gradients.
+    pub nan_count: u64,
+    /// Infinite elements over all gradients.
+    pub inf_count: u64,
+}
+
+/// Statistics of one tensor, computed on its device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorStats {
+    /// When.
+    pub t_us: u64,
+    /// At which step.
+    pub step: u64,
+    /// The name the program gave (e.g. `block3.out`).
+    pub name: StringId,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Element type (e.g. `f32`).
+    pub dtype: StringId,
+    /// Bytes of the tensor's data.
+    pub bytes: u64,
+    /// Minimum over finite elements.
+    pub min: f64,
+    /// Maximum over finite elements.
+    pub max: f64,
+    /// Mean over finite elements.
+    pub mean: f64,
+    /// Standard deviation over finite elements.
+    pub std: f64,
+    /// NaN elements.
+    pub nan_count: u64,
+    /// Infinite elements.
+    pub inf_count: u64,
+}
+
+/// How an out-of-memory event came to be known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomSource {
+    /// Recognised in the program's stderr (e.g. PyTorch's `CUDA out of memory`).
+    Stderr,
+    /// Reported by the caching allocator's OOM observer.
+    Allocator,
+    /// Sent by the program as a marker message.
+    Marker,
+    /// The process was killed (SIGKILL) while host memory was nearly exhausted.
+    HostKill,
+    /// A source this reader does not know.
+    Other(u8),
+}
+
+impl OomSource {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            OomSource::Stderr => 1,
+            OomSource::Allocator => 2,
+            OomSource::Marker => 3,
+            OomSource::HostKill => 4,
+            OomSource::Other(code) => code,
+        }
+    }
+
+    /// The source for a code.
+    pub fn from_code(code: u8) -> OomSource {
+        match code {
+            1 => OomSource::Stderr,
+            2 => OomSource::Allocator,
+            3 => OomSource::Marker,
+            4 => OomSource::HostKill,
+            other => OomSource::Other(other),
+        }
+    }
+}
+
+/// An out-of-memory error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomEvent {
+    /// When.
+    pub t_us: u64,
+    /// How it was detected.
+    pub source: OomSource,
+    /// The stage active when it happened, if the recorder knew.
+    pub stage: Option<StringId>,
+    /// The step, if known.
+    pub step: Option<u64>,
+    /// Bytes the failing allocation asked for.
+    pub requested_bytes: Option<u64>,
+    /// Which GPU.
+    pub device: Option<u32>,
+    /// Free device memory at the time, as the error or the allocator stated it.
+    pub device_free_bytes: Option<u64>,
+    /// Total device memory, as the error or the allocator stated it.
+    pub device_total_bytes: Option<u64>,
+    /// The error text (first line(s) of it).
+    pub message: String,
+}
+
+/// Outcome of one batch-size trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrialOutcome {
+    /// The step ran.
+    Fit,
+    /// The step ran out of memory.
+    Oom,
+    /// The step failed for another reason.
+    Error,
+}
+
+impl TrialOutcome {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            TrialOutcome::Fit => 1,
+            TrialOutcome::Oom => 2,
+            TrialOutcome::Error => 3,
+        }
+    }
+
+    /// The outcome for a code (unknown codes read as `Error`).
+    pub fn from_code(code: u8) -> TrialOutcome {
+        match code {
+            1 => TrialOutcome::Fit,
+            2 => TrialOutcome::Oom,
+            _ => TrialOutcome::Error,
+        }
+    }
+}
+
+/// One trial of a batch-size search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchTrial {
+    /// When it finished.
+    pub t_us: u64,
+    /// Batch size tried.
+    pub batch_size: u64,
+    /// What happened.
+    pub outcome: TrialOutcome,
+    /// Peak allocated bytes during the trial, when it fit.
+    pub peak_bytes: Option<u64>,
+}
+
+/// How the watched process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+/// The end of the watched process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessExit {
+    /// When.
+    pub t_us: u64,
+    /// Code or signal.
+    pub status: ExitStatus,
+    /// Killed by SIGKILL while host memory was nearly exhausted: probably the kernel's OOM killer.
+    pub probable_host_oom: bool,
+}
+
+/// A free-text note from the program or the recorder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// When.
+    pub t_us: u64,
+    /// What.
+    pub text: String,
+}
+
+/// Records the recorder had to drop (it never blocks the watched program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// When the drop was accounted.
+    pub t_us: u64,
+    /// Record tag of what was dropped (see `FORMAT.md`).
+    pub record_tag: u8,
+    /// How many.
+    pub count: u64,
+}
+
+/// A whole decoded trace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    /// Format version the file was written in (major, minor).
+    pub format_version: (u16, u16),
+    /// Who, where, what.
+    pub metadata: Metadata,
+    /// Interned strings, indexed by [`StringId`].
+    pub strings: Vec<String>,
+    /// Declared counters, indexed by [`CounterId`].
+    pub counters: Vec<Counter>,
+    /// Counter samples.
+    pub samples: Samples,
+    /// Stage marks in time order.
+    pub marks: Vec<StageMark>,
+    /// Component breakdowns.
+    pub components: Vec<ComponentBreakdown>,
+    /// Gradient summaries.
+    pub gradients: Vec<GradientSummary>,
+    /// Tensor statistics.
+    pub tensors: Vec<TensorStats>,
+    /// Out-of-memory events.
+    pub ooms: Vec<OomEvent>,
+    /// Batch-size trials.
+    pub batch_trials: Vec<BatchTrial>,
+    /// How the process ended, when it did while recorded.
+    pub exit: Option<ProcessExit>,
+    /// Notes.
+    pub notes: Vec<Note>,
+    /// Drop accounting.
+    pub dropped: Vec<Dropped>,
+    /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
+    pub end_us: Option<u64>,
+}
+
+impl Trace {
+    /// The text of an interned string; `"?"` for an id this trace never defined (a lost chunk).
+    pub fn str(&self, id: StringId) -> &str {
+        self.strings.get(id.0 as usize).map_or("?", String::as_str)
+    }
+
+    /// Interns a string (used when building traces in memory, e.g. in tests).
+    pub fn intern(&mut self, text: &str) -> StringId {
+        if let Some(i) = self.strings.iter().position(|s| s == text) {
+            return StringId(i as u32);
+        }
+        self.strings.push(text.to_owned());
+        StringId((self.strings.len() - 1) as u32)
+    }
+
+    /// Declares a counter (used when building traces in memory) and returns its id.
+    pub fn declare_counter(&mut self, kind: CounterKind, device: Option<u32>) -> CounterId {
+        let name = match device {
+            Some(d) => format!("gpu{d}.{}", kind.label()),
+            None => kind.label().to_owned(),
+        };
+        self.counters.push(Counter { kind, device, name });
+        let id = CounterId((self.counters.len() - 1) as u32);
+        self.samples.column_mut(id);
+        id
+    }
+
+    /// The first counter of a kind (on a device, or any device when `device` is `None`).
+    pub fn counter(&self, kind: CounterKind, device: Option<u32>) -> Option<CounterId> {
+        self.counters
+            .iter()
+            .position(|c| c.kind == kind && (device.is_none() || c.device == device))
+            .map(|i| CounterId(i as u32))
+    }
+
+    /// Latest timestamp of anything in the trace.
+    pub fn duration_us(&self) -> u64 {
+        let last_sample = self.samples.times_us().last().copied().unwrap_or(0);
+        let last_mark = self.marks.last().map_or(0, |m| m.t_us);
+        let last_oom = self.ooms.iter().map(|o| o.t_us).max().unwrap_or(0);
+        let exit = self.exit.map_or(0, |e| e.t_us);
+        [last_sample, last_mark, last_oom, exit, self.end_us.unwrap_or(0)]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Total memory of the watched GPU(s) as recorded: metadata first, then a `GpuTotal` counter.
+    pub fn gpu_total_bytes(&self, device: Option<u32>) -> Option<u64> {
+        let from_meta = self
+            .metadata
+            .gpus
+            .iter()
+            .find(|g| device.is_none_or(|d| g.index == d))
+            .map(|g| g.total_memory_bytes)
+            .filter(|b| *b > 0);
+        from_meta.or_else(|| {
+            let id = self.counter(CounterKind::GpuTotal, device)?;
+            self.samples.points(id).map(|(_, v)| v).max()
+        })
+    }
+}
