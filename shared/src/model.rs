@@ -278,24 +278,39 @@ impl Samples {
         self.columns.len()
     }
 
-    /// Appends a block of rows decoded column by column. `times` are the block's timestamps and
-    /// `columns` the (counter, values) pairs, each `values` as long as `times`.
-    pub(crate) fn append_block(&mut self, times: &[u64], columns: &mut [(CounterId, Vec<u64>)]) {
+    /// Appends `times` as new rows (clamped to be non-decreasing) and returns the first new row.
+    /// The caller then fills columns with [`Samples::column_for_block`] and closes the block with
+    /// [`Samples::end_block`] (or undoes it with [`Samples::truncate`]).
+    pub(crate) fn begin_block(&mut self, times: &[u64]) -> usize {
         let start = self.times_us.len();
-        let floor = self.times_us.last().copied().unwrap_or(0);
-        let mut last = floor;
+        let mut last = self.times_us.last().copied().unwrap_or(0);
         self.times_us.extend(times.iter().map(|t| {
             last = last.max(*t);
             last
         }));
-        let end = self.times_us.len();
-        for (id, values) in columns.iter_mut() {
-            let column = self.column_mut(*id);
-            column.resize(start, MISSING);
-            column.append(values);
-        }
+        start
+    }
+
+    /// The column of `id`, cut back to `start` rows, ready to receive a block's values.
+    pub(crate) fn column_for_block(&mut self, id: CounterId, start: usize) -> &mut Vec<u64> {
+        let column = self.column_mut(id);
+        column.resize(start, MISSING);
+        column
+    }
+
+    /// Pads every column not filled by the block to the new row count.
+    pub(crate) fn end_block(&mut self) {
+        let rows = self.times_us.len();
         for column in &mut self.columns {
-            column.resize(end, MISSING);
+            column.resize(rows, MISSING);
+        }
+    }
+
+    /// Drops rows from `rows` on (undoes a block that failed to decode).
+    pub(crate) fn truncate(&mut self, rows: usize) {
+        self.times_us.truncate(rows);
+        for column in &mut self.columns {
+            column.truncate(rows);
         }
     }
 

@@ -333,8 +333,38 @@ impl<'a> Simulation<'a> {
             let mut next_stage = 0usize;
             let step_start = t_us;
             let mut oomed = false;
-            // One step: advance the sampling clock, emitting marks as their time passes.
-            while t_us < step_start + run.step_us {
+            // One step: advance the sampling clock; marks fall at their exact stage times,
+            // between samples, whatever the sampling interval.
+            let step_end = step_start + run.step_us;
+            while t_us < step_end || next_stage < stages.len() {
+                let sample_due = t_us < step_end;
+                let mark_due = stages.get(next_stage).map(|(_, frac)| {
+                    step_start + (frac * run.step_us as f64) as u64
+                });
+                if let Some(t_mark) = mark_due.filter(|t| !sample_due || *t <= t_us) {
+                    let f = stages[next_stage].1;
+                    let allocated = self.allocated_at(kind, f, step_index);
+                    if kind.phase == Phase::Train
+                        && run.oom_at_step == Some(step)
+                        && allocated + self.run.context_bytes > run.gpu_total_bytes
+                    {
+                        self.oom(&mut w, t_mark, step, allocated)?;
+                        oomed = true;
+                        break;
+                    }
+                    self.allocate(allocated);
+                    let snapshot = run.snapshots.then(|| self.snapshot(allocated));
+                    w.mark(
+                        t_mark,
+                        stages[next_stage].0,
+                        step,
+                        (step / 1000) as u32,
+                        kind.phase,
+                        snapshot.as_ref(),
+                    )?;
+                    next_stage += 1;
+                    continue;
+                }
                 let f = (t_us - step_start) as f64 / run.step_us as f64;
                 let allocated = self.allocated_at(kind, f, step_index);
                 if kind.phase == Phase::Train
@@ -346,18 +376,6 @@ impl<'a> Simulation<'a> {
                     break;
                 }
                 self.allocate(allocated);
-                while next_stage < stages.len() && f >= stages[next_stage].1 {
-                    let snapshot = run.snapshots.then(|| self.snapshot(allocated));
-                    w.mark(
-                        t_us,
-                        stages[next_stage].0,
-                        step,
-                        (step / 1000) as u32,
-                        kind.phase,
-                        snapshot.as_ref(),
-                    )?;
-                    next_stage += 1;
-                }
                 self.host_tick();
                 if t_us >= self.next_process_poll_us {
                     self.process_gpu_bytes = self.reserved_bytes + run.context_bytes;
@@ -378,6 +396,7 @@ impl<'a> Simulation<'a> {
                 )?;
                 t_us += run.sample_interval_us;
             }
+            t_us = t_us.max(step_end);
             if oomed {
                 break;
             }

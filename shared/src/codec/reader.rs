@@ -114,7 +114,7 @@ pub fn decode_with(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, Dec
         max_cells,
         samples_capped: false,
         saw_metadata: false,
-        block: BlockScratch::default(),
+        block_times_us: Vec::new(),
     };
     let truncated_at = read_chunks(bytes, &mut state);
     Ok(state.finish(truncated_at))
@@ -222,13 +222,6 @@ fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usiz
     None
 }
 
-/// Buffers reused across sample blocks.
-#[derive(Debug, Default)]
-struct BlockScratch {
-    times_us: Vec<u64>,
-    columns: Vec<(CounterId, Vec<u64>)>,
-}
-
 struct State {
     trace: Trace,
     warnings: Vec<Warning>,
@@ -237,7 +230,7 @@ struct State {
     max_cells: usize,
     samples_capped: bool,
     saw_metadata: bool,
-    block: BlockScratch,
+    block_times_us: Vec<u64>,
 }
 
 impl State {
@@ -436,41 +429,33 @@ impl State {
             return Ok(());
         }
 
-        let scratch = &mut self.block;
-        scratch.times_us.clear();
+        // Timestamps go to a scratch buffer first (the row count must be known before columns
+        // are filled); values are decoded straight into their columns. A block that fails
+        // half-way is rolled back, so the table never holds a partial block.
+        let times = &mut self.block_times_us;
+        times.clear();
         let mut t = c.u64()?;
-        scratch.times_us.push(t);
+        times.push(t);
         if rows > 1 {
             let base_dt = c.u64()?;
             for _ in 1..rows {
                 let dt = base_dt.wrapping_add(c.i64()? as u64);
                 t = t.saturating_add(dt);
-                scratch.times_us.push(t);
+                times.push(t);
             }
         }
-        scratch.columns.resize_with(cols, || (CounterId(0), Vec::new()));
-        for (slot, id) in scratch.columns.iter_mut().zip(&ids) {
-            slot.0 = *id;
-            let values = &mut slot.1;
-            values.clear();
-            values.reserve(rows);
-            let first = c.u64()?;
-            let scale = c.u64()?;
-            values.push(first);
-            if scale == 0 {
-                values.resize(rows, first);
-            } else {
-                let scale = scale as i64;
-                let mut v = first;
-                for _ in 1..rows {
-                    v = v.wrapping_add(c.i64()?.wrapping_mul(scale) as u64);
-                    values.push(v);
-                }
+        let samples = &mut self.trace.samples;
+        let start = samples.begin_block(times);
+        let filled = ids
+            .iter()
+            .try_for_each(|id| decode_column(c, samples.column_for_block(*id, start), rows));
+        match filled {
+            Ok(()) => samples.end_block(),
+            Err(e) => {
+                samples.truncate(start);
+                return Err(e);
             }
         }
-        self.trace
-            .samples
-            .append_block(&scratch.times_us, &mut scratch.columns[..cols]);
         Ok(())
     }
 
@@ -518,6 +503,26 @@ impl State {
             warnings: self.warnings,
         }
     }
+}
+
+/// One column of a sample block (layout in FORMAT.md): first value, scale, scaled deltas.
+#[inline]
+fn decode_column(c: &mut Cursor<'_>, column: &mut Vec<u64>, rows: usize) -> Result<(), ReadError> {
+    column.reserve(rows);
+    let first = c.u64()?;
+    let scale = c.u64()?;
+    column.push(first);
+    if scale == 0 {
+        column.resize(column.len() + rows - 1, first);
+        return Ok(());
+    }
+    let scale = scale as i64;
+    let mut v = first;
+    for _ in 1..rows {
+        v = v.wrapping_add(c.i64()?.wrapping_mul(scale) as u64);
+        column.push(v);
+    }
+    Ok(())
 }
 
 fn read_metadata(c: &mut Cursor<'_>) -> Result<Metadata, ReadError> {

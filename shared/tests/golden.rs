@@ -1,0 +1,81 @@
+//! Golden traces: files written by format v1.0 and committed. Whatever the reader becomes, these
+//! must keep decoding to the same facts. Never regenerate them; add new files for new versions.
+
+use oomscope_trace::{CounterKind, ExitStatus, OomSource, Phase, TrialOutcome, decode};
+
+fn read(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn v1_0_instrumented() {
+    let decoded = decode(&read("v1_0_instrumented.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 0));
+    assert_eq!(t.metadata.host, "synth-node-01");
+    assert_eq!(t.metadata.command, ["python", "train.py", "--batch-size=16"]);
+    assert_eq!(t.metadata.gpus[0].total_memory_bytes, 80 << 30);
+    assert_eq!((t.metadata.rank, t.metadata.world_size), (Some(0), Some(1)));
+    let kinds: Vec<_> = t.counters.iter().map(|c| c.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            CounterKind::GpuUsed,
+            CounterKind::GpuFree,
+            CounterKind::ProcessGpu,
+            CounterKind::AllocReserved,
+            CounterKind::HostRss,
+            CounterKind::HostAvailable
+        ]
+    );
+    // 30 training steps × 5 stages, plus 2 evaluations × 2 steps × 2 stages.
+    assert_eq!(t.marks.len(), 30 * 5 + 2 * 2 * 2);
+    assert_eq!(t.marks.iter().filter(|m| m.phase == Phase::Eval).count(), 8);
+    assert!(t.marks.iter().all(|m| m.snapshot.is_some()));
+    assert_eq!(t.str(t.marks[1].name), "post_forward");
+    // 34 steps of 100 ms sampled every 20 ms, after a batch search of 9 trials (1…256) × 100 ms;
+    // sample times carry up to ±40 µs of jitter.
+    assert_eq!(t.samples.len(), 34 * 5);
+    assert_eq!(t.batch_trials.len(), 9);
+    assert!(t.samples.times_us()[0].abs_diff(900_000) <= 40);
+    let trials: Vec<_> = t.batch_trials.iter().map(|b| (b.batch_size, b.outcome)).collect();
+    assert_eq!(trials.last(), Some(&(256, TrialOutcome::Oom)));
+    assert_eq!(trials[trials.len() - 2], (128, TrialOutcome::Fit));
+    assert_eq!(t.components.len(), 1);
+    assert_eq!(t.components[0].optimizer_state_bytes, 4 << 30);
+    assert_eq!(t.gradients.len(), 30);
+    assert_eq!(t.tensors.len(), 6);
+    assert_eq!(t.exit.map(|e| e.status), Some(ExitStatus::Code(0)));
+    assert!(t.end_us.is_some());
+}
+
+#[test]
+fn v1_0_oom() {
+    let decoded = decode(&read("v1_0_oom.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert!(t.marks.iter().all(|m| m.snapshot.is_none()));
+    assert_eq!(t.ooms.len(), 1);
+    let oom = &t.ooms[0];
+    assert_eq!(oom.source, OomSource::Stderr);
+    assert_eq!(oom.step, Some(12));
+    assert_eq!(oom.stage.map(|s| t.str(s)), Some("post_forward"));
+    assert!(oom.requested_bytes.unwrap() > oom.device_free_bytes.unwrap());
+    assert!(oom.message.contains("CUDA out of memory"));
+    assert_eq!(t.exit.map(|e| e.status), Some(ExitStatus::Code(1)));
+}
+
+#[test]
+fn v1_0_truncated_decodes_its_prefix() {
+    let full = decode(&read("v1_0_instrumented.oomt")).unwrap().trace;
+    let decoded = decode(&read("v1_0_truncated.oomt")).unwrap();
+    assert_eq!(decoded.warnings.len(), 1, "{:?}", decoded.warnings);
+    assert!(decoded.warnings[0].message.starts_with("truncated after"));
+    let t = decoded.trace;
+    assert!(t.end_us.is_none());
+    assert!(t.marks.len() > 50 && t.marks.len() < full.marks.len());
+    assert_eq!(t.marks[..], full.marks[..t.marks.len()]);
+    assert_eq!(t.samples.times_us(), &full.samples.times_us()[..t.samples.len()]);
+}
