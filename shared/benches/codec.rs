@@ -16,13 +16,23 @@ fn main() {
 fn encode_sample_row(bencher: Bencher) {
     let mut w = TraceWriter::new(Vec::with_capacity(64 << 20), &Metadata::default()).unwrap();
     let ids: Vec<_> = (0..6)
-        .map(|i| w.declare_counter(CounterKind::GpuUsed, Some(i), "c").unwrap())
+        .map(|i| {
+            w.declare_counter(CounterKind::GpuUsed, Some(i), "c")
+                .unwrap()
+        })
         .collect();
     let mut t = 0u64;
     bencher.counter(ItemsCounter::new(1usize)).bench_local(|| {
         t += 1000;
         let v = 8 << 30 | (t & 0xff) << 12;
-        let row = [(ids[0], v), (ids[1], v), (ids[2], v), (ids[3], 80 << 30), (ids[4], v), (ids[5], v)];
+        let row = [
+            (ids[0], v),
+            (ids[1], v),
+            (ids[2], v),
+            (ids[3], 80 << 30),
+            (ids[4], v),
+            (ids[5], v),
+        ];
         w.sample(black_box(t), black_box(&row)).unwrap();
     });
 }
@@ -44,8 +54,15 @@ fn encode_mark_with_snapshot(bencher: Bencher) {
     let mut step = 0u64;
     bencher.counter(ItemsCounter::new(1usize)).bench_local(|| {
         step += 1;
-        w.mark(step * 1000, "post_forward", step, 0, Phase::Train, Some(&snapshot))
-            .unwrap();
+        w.mark(
+            step * 1000,
+            "post_forward",
+            step,
+            0,
+            Phase::Train,
+            Some(&snapshot),
+        )
+        .unwrap();
     });
 }
 

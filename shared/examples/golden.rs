@@ -48,22 +48,36 @@ pub fn oom() -> TrainingRun {
 }
 
 fn main() -> std::io::Result<()> {
-    let dir = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "shared/tests/data".into()));
+    let dir = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "shared/tests/data".into()),
+    );
     let instrumented = instrumented().to_bytes();
     let files = [
         ("v1_0_instrumented.oomt", instrumented.clone()),
         ("v1_0_oom.oomt", oom().to_bytes()),
         // Cut in the middle of a chunk, as a killed recorder leaves it.
-        ("v1_0_truncated.oomt", instrumented[..instrumented.len() * 2 / 3].to_vec()),
+        (
+            "v1_0_truncated.oomt",
+            instrumented[..instrumented.len() * 2 / 3].to_vec(),
+        ),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);
         if path.exists() {
-            eprintln!("{} exists: golden files are never rewritten", path.display());
+            eprintln!(
+                "{} exists: golden files are never rewritten",
+                path.display()
+            );
             continue;
         }
         std::fs::write(&path, bytes)?;
-        eprintln!("wrote {} ({} bytes)", path.display(), std::fs::metadata(&path)?.len());
+        eprintln!(
+            "wrote {} ({} bytes)",
+            path.display(),
+            std::fs::metadata(&path)?.len()
+        );
     }
     Ok(())
 }

@@ -44,13 +44,38 @@ fn main() {
     }
 
     let report = [
-        format!("workload: {} steps x {} stages, {} rows x {} counters = {} values, {} marks",
-            run.steps, 5, rows, counters, values, trace.marks.len()),
-        format!("trace size: {} bytes ({:.2} MiB)", bytes.len(), bytes.len() as f64 / (1 << 20) as f64),
-        format!("bytes per counter value (whole trace / values): {:.3}", bytes.len() as f64 / values as f64),
-        format!("bytes per counter value (trace with snapshot-free marks / values): {:.3}", no_marks_bytes as f64 / values as f64),
-        format!("generate+encode: {:.3} s ({:.1} M values/s incl. simulation)", generate_secs, values as f64 / generate_secs / 1e6),
-        format!("decode (best of 5): {:.1} ms = {:.1} M counter values/s", best_decode * 1e3, values as f64 / best_decode / 1e6),
+        format!(
+            "workload: {} steps x {} stages, {} rows x {} counters = {} values, {} marks",
+            run.steps,
+            5,
+            rows,
+            counters,
+            values,
+            trace.marks.len()
+        ),
+        format!(
+            "trace size: {} bytes ({:.2} MiB)",
+            bytes.len(),
+            bytes.len() as f64 / (1 << 20) as f64
+        ),
+        format!(
+            "bytes per counter value (whole trace / values): {:.3}",
+            bytes.len() as f64 / values as f64
+        ),
+        format!(
+            "bytes per counter value (trace with snapshot-free marks / values): {:.3}",
+            no_marks_bytes as f64 / values as f64
+        ),
+        format!(
+            "generate+encode: {:.3} s ({:.1} M values/s incl. simulation)",
+            generate_secs,
+            values as f64 / generate_secs / 1e6
+        ),
+        format!(
+            "decode (best of 5): {:.1} ms = {:.1} M counter values/s",
+            best_decode * 1e3,
+            values as f64 / best_decode / 1e6
+        ),
         format!("full analysis (best of 5): {:.1} ms", best_analysis * 1e3),
     ];
     // An example prints its report; this is its whole purpose.

@@ -715,10 +715,16 @@ impl Trace {
         let last_mark = self.marks.last().map_or(0, |m| m.t_us);
         let last_oom = self.ooms.iter().map(|o| o.t_us).max().unwrap_or(0);
         let exit = self.exit.map_or(0, |e| e.t_us);
-        [last_sample, last_mark, last_oom, exit, self.end_us.unwrap_or(0)]
-            .into_iter()
-            .max()
-            .unwrap_or(0)
+        [
+            last_sample,
+            last_mark,
+            last_oom,
+            exit,
+            self.end_us.unwrap_or(0),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
     }
 
     /// Total memory of the watched GPU(s) as recorded: metadata first, then a `GpuTotal` counter.

@@ -11,8 +11,7 @@ use std::io::Write;
 use crate::error::EncodeError;
 use crate::model::{
     AllocatorSnapshot, BatchTrial, ComponentBreakdown, CounterKind, ExitStatus, GpuInfo,
-    GradientSummary, Metadata, OomEvent, OomSource, Phase, ProcessExit, TensorStats,
-    TrialOutcome,
+    GradientSummary, Metadata, OomEvent, OomSource, Phase, ProcessExit, TensorStats, TrialOutcome,
 };
 use crate::{TraceWriter, WriterOptions};
 
@@ -319,10 +318,9 @@ impl<'a> Simulation<'a> {
             activation_bytes: (run.activation_bytes() as f64 * run.eval_activation_fraction) as u64,
         };
         while train_steps_done < run.steps {
-            let in_eval = run
-                .eval_every
-                .is_some_and(|every| train_steps_done > 0 && train_steps_done % every == 0)
-                && epoch_steps < run.eval_steps;
+            let in_eval = run.eval_every.is_some_and(|every| {
+                train_steps_done > 0 && train_steps_done.is_multiple_of(every)
+            }) && epoch_steps < run.eval_steps;
             let kind = if in_eval { eval_kind } else { train_kind };
             let step = train_steps_done;
             let stages: &[(&str, f64)] = if in_eval {
@@ -338,9 +336,9 @@ impl<'a> Simulation<'a> {
             let step_end = step_start + run.step_us;
             while t_us < step_end || next_stage < stages.len() {
                 let sample_due = t_us < step_end;
-                let mark_due = stages.get(next_stage).map(|(_, frac)| {
-                    step_start + (frac * run.step_us as f64) as u64
-                });
+                let mark_due = stages
+                    .get(next_stage)
+                    .map(|(_, frac)| step_start + (frac * run.step_us as f64) as u64);
                 if let Some(t_mark) = mark_due.filter(|t| !sample_due || *t <= t_us) {
                     let f = stages[next_stage].1;
                     let allocated = self.allocated_at(kind, f, step_index);
@@ -454,11 +452,15 @@ impl<'a> Simulation<'a> {
             step,
             params_with_grad: 148,
             gradient_bytes: run.parameters_bytes,
-            global_norm: if nan { f64::NAN } else { 0.8 + self.rng.unit() * 0.4 },
+            global_norm: if nan {
+                f64::NAN
+            } else {
+                0.8 + self.rng.unit() * 0.4
+            },
             nan_count: if nan { 1024 } else { 0 },
             inf_count: 0,
         })?;
-        if run.tensor_stats_every > 0 && step % run.tensor_stats_every == 0 {
+        if run.tensor_stats_every > 0 && step.is_multiple_of(run.tensor_stats_every) {
             let dtype = w.intern("f32")?;
             for (name, scale) in [("block3.out", 1.0), ("lm_head.logits", 8.0)] {
                 let name = w.intern(name)?;
@@ -492,7 +494,9 @@ impl<'a> Simulation<'a> {
         let free = run
             .gpu_total_bytes
             .saturating_sub(self.reserved_bytes + run.context_bytes);
-        let requested = allocated.saturating_sub(self.reserved_bytes).max(free + 64 * MIB);
+        let requested = allocated
+            .saturating_sub(self.reserved_bytes)
+            .max(free + 64 * MIB);
         let stage = w.intern("post_forward")?;
         w.write_oom(&OomEvent {
             t_us,

@@ -74,7 +74,12 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     ]
 }
 
-const STAGES: [&str; 4] = ["pre_forward", "post_forward", "post_backward", "post_optimizer_step"];
+const STAGES: [&str; 4] = [
+    "pre_forward",
+    "post_forward",
+    "post_backward",
+    "post_optimizer_step",
+];
 
 /// Writes `ops` and builds the trace the reader must return for them.
 fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
@@ -84,7 +89,11 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
         metadata: metadata(),
         ..Trace::default()
     };
-    let kinds = [CounterKind::GpuUsed, CounterKind::HostRss, CounterKind::AllocAllocated];
+    let kinds = [
+        CounterKind::GpuUsed,
+        CounterKind::HostRss,
+        CounterKind::AllocAllocated,
+    ];
     let ids: Vec<CounterId> = kinds
         .iter()
         .enumerate()
@@ -115,7 +124,8 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
             Op::Mark(dt, name, step, phase, snapshot) => {
                 t += dt;
                 let stage = STAGES[*name as usize];
-                w.mark(t, stage, *step, 0, *phase, snapshot.as_ref()).unwrap();
+                w.mark(t, stage, *step, 0, *phase, snapshot.as_ref())
+                    .unwrap();
                 let name = expected.intern(stage);
                 expected.marks.push(StageMark {
                     t_us: t,
@@ -129,7 +139,10 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
             Op::Note(dt, text) => {
                 t += dt;
                 w.note(t, text).unwrap();
-                expected.notes.push(Note { t_us: t, text: text.clone() });
+                expected.notes.push(Note {
+                    t_us: t,
+                    text: text.clone(),
+                });
             }
             Op::Oom(dt, requested, message) => {
                 t += dt;
@@ -152,7 +165,11 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 let trial = BatchTrial {
                     t_us: t,
                     batch_size: *batch,
-                    outcome: if *fits { TrialOutcome::Fit } else { TrialOutcome::Oom },
+                    outcome: if *fits {
+                        TrialOutcome::Fit
+                    } else {
+                        TrialOutcome::Oom
+                    },
                     peak_bytes: fits.then_some(batch * 1000),
                 };
                 w.write_batch_trial(&trial).unwrap();
@@ -243,14 +260,21 @@ fn a_cut_at_every_byte_offset_decodes_a_prefix() {
             Ok(decoded) => {
                 let t = &decoded.trace;
                 // What is read is exactly the beginning of the full trace.
-                assert_eq!(t.samples.times_us(), &full.samples.times_us()[..t.samples.len()]);
+                assert_eq!(
+                    t.samples.times_us(),
+                    &full.samples.times_us()[..t.samples.len()]
+                );
                 assert_eq!(t.marks[..], full.marks[..t.marks.len()]);
                 assert!(t.samples.len() >= last_rows, "cut at {cut} lost rows");
                 last_rows = t.samples.len();
                 if cut > HEADER_LEN {
                     assert!(
-                        decoded.warnings.iter().any(|w| w.message.starts_with("truncated after")
-                            || w.message.starts_with("the recording did not finish cleanly")),
+                        decoded
+                            .warnings
+                            .iter()
+                            .any(|w| w.message.starts_with("truncated after")
+                                || w.message
+                                    .starts_with("the recording did not finish cleanly")),
                         "cut at {cut}: {:?}",
                         decoded.warnings
                     );
@@ -260,7 +284,10 @@ fn a_cut_at_every_byte_offset_decodes_a_prefix() {
     }
     // Only the last chunk (flushed at exit) is lost by the shortest cut.
     assert!(last_rows > 0 && last_rows <= full.samples.len());
-    assert_eq!(decode(&bytes).unwrap().trace.samples.len(), full.samples.len());
+    assert_eq!(
+        decode(&bytes).unwrap().trace.samples.len(),
+        full.samples.len()
+    );
 }
 
 #[test]
@@ -286,30 +313,49 @@ fn a_damaged_chunk_costs_only_itself() {
     bytes[chunks[3] + CHUNK_HEADER_LEN + 3] ^= 0x55;
     let decoded = decode(&bytes).unwrap();
     assert!(
-        decoded.warnings.iter().any(|w| w.message.contains("checksum")),
+        decoded
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("checksum")),
         "{:?}",
         decoded.warnings
     );
     let t = decoded.trace;
     assert!(t.samples.len() < full.samples.len());
     assert!(t.samples.len() > full.samples.len() / 2);
-    assert_eq!(t.end_us, full.end_us, "chunks after the damage are still read");
+    assert_eq!(
+        t.end_us, full.end_us,
+        "chunks after the damage are still read"
+    );
 }
 
 #[test]
 fn newer_major_version_is_refused_naming_both_versions() {
-    let mut bytes = TrainingRun { steps: 1, ..TrainingRun::default() }.to_bytes();
+    let mut bytes = TrainingRun {
+        steps: 1,
+        ..TrainingRun::default()
+    }
+    .to_bytes();
     bytes[8..10].copy_from_slice(&2u16.to_le_bytes());
     bytes[10..12].copy_from_slice(&5u16.to_le_bytes());
     let err = decode(&bytes).unwrap_err();
-    assert_eq!(err.to_string(), "trace format v2.5 is newer than this reader, which reads v1.x: upgrade oomscope");
+    assert_eq!(
+        err.to_string(),
+        "trace format v2.5 is newer than this reader, which reads v1.x: upgrade oomscope"
+    );
 }
 
 #[test]
 fn not_a_trace_is_refused() {
-    assert!(matches!(decode(b"hello world, this is not a trace"), Err(DecodeError::BadMagic)));
+    assert!(matches!(
+        decode(b"hello world, this is not a trace"),
+        Err(DecodeError::BadMagic)
+    ));
     assert!(matches!(decode(b""), Err(DecodeError::TooShort { len: 0 })));
-    assert!(matches!(decode(&MAGIC[..5]), Err(DecodeError::TooShort { len: 5 })));
+    assert!(matches!(
+        decode(&MAGIC[..5]),
+        Err(DecodeError::TooShort { len: 5 })
+    ));
 }
 
 /// Builds a chunk around a raw payload, as a future writer would.
@@ -334,10 +380,20 @@ fn unknown_record_kinds_from_a_newer_minor_are_skipped() {
     bytes.extend_from_slice(&chunk(&payload));
     bytes[10] = 1; // minor 1
     let decoded = decode(&bytes).unwrap();
-    let notes: Vec<_> = decoded.trace.notes.iter().map(|n| n.text.as_str()).collect();
+    let notes: Vec<_> = decoded
+        .trace
+        .notes
+        .iter()
+        .map(|n| n.text.as_str())
+        .collect();
     assert_eq!(notes, ["before", "after"]);
     assert_eq!(decoded.trace.format_version, (1, 1));
-    assert!(decoded.warnings.iter().any(|w| w.message.contains("unknown kind 0x40")));
+    assert!(
+        decoded
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("unknown kind 0x40"))
+    );
 }
 
 #[test]
@@ -368,15 +424,28 @@ fn a_sample_block_claiming_more_cells_than_allowed_is_capped() {
     let mut bytes = Vec::from(MAGIC);
     bytes.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
     bytes.extend_from_slice(&chunk(&payload));
-    let decoded = decode_with(&bytes, &DecodeOptions { max_cells: Some(1 << 20) }).unwrap();
+    let decoded = decode_with(
+        &bytes,
+        &DecodeOptions {
+            max_cells: Some(1 << 20),
+        },
+    )
+    .unwrap();
     assert_eq!(decoded.trace.samples.len(), 0);
-    assert!(decoded.warnings.iter().any(|w| w.message.contains("stopped reading samples")));
+    assert!(
+        decoded
+            .warnings
+            .iter()
+            .any(|w| w.message.contains("stopped reading samples"))
+    );
 }
 
 #[test]
 fn an_unfinished_recording_says_so() {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).unwrap();
-    let id = w.declare_counter(CounterKind::HostRss, None, "rss").unwrap();
+    let id = w
+        .declare_counter(CounterKind::HostRss, None, "rss")
+        .unwrap();
     for i in 0..100 {
         w.sample(i * 10_000, &[(id, 1 << 30)]).unwrap();
     }

@@ -15,7 +15,10 @@ fn v1_0_instrumented() {
     let t = decoded.trace;
     assert_eq!(t.format_version, (1, 0));
     assert_eq!(t.metadata.host, "synth-node-01");
-    assert_eq!(t.metadata.command, ["python", "train.py", "--batch-size=16"]);
+    assert_eq!(
+        t.metadata.command,
+        ["python", "train.py", "--batch-size=16"]
+    );
     assert_eq!(t.metadata.gpus[0].total_memory_bytes, 80 << 30);
     assert_eq!((t.metadata.rank, t.metadata.world_size), (Some(0), Some(1)));
     let kinds: Vec<_> = t.counters.iter().map(|c| c.kind).collect();
@@ -40,7 +43,11 @@ fn v1_0_instrumented() {
     assert_eq!(t.samples.len(), 34 * 5);
     assert_eq!(t.batch_trials.len(), 9);
     assert!(t.samples.times_us()[0].abs_diff(900_000) <= 40);
-    let trials: Vec<_> = t.batch_trials.iter().map(|b| (b.batch_size, b.outcome)).collect();
+    let trials: Vec<_> = t
+        .batch_trials
+        .iter()
+        .map(|b| (b.batch_size, b.outcome))
+        .collect();
     assert_eq!(trials.last(), Some(&(256, TrialOutcome::Oom)));
     assert_eq!(trials[trials.len() - 2], (128, TrialOutcome::Fit));
     assert_eq!(t.components.len(), 1);
@@ -77,5 +84,8 @@ fn v1_0_truncated_decodes_its_prefix() {
     assert!(t.end_us.is_none());
     assert!(t.marks.len() > 50 && t.marks.len() < full.marks.len());
     assert_eq!(t.marks[..], full.marks[..t.marks.len()]);
-    assert_eq!(t.samples.times_us(), &full.samples.times_us()[..t.samples.len()]);
+    assert_eq!(
+        t.samples.times_us(),
+        &full.samples.times_us()[..t.samples.len()]
+    );
 }

@@ -33,19 +33,13 @@ const MAX_WARNINGS: usize = 64;
 const MAX_STRING_GAP: usize = 1 << 16;
 
 /// Limits for decoding untrusted input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DecodeOptions {
     /// Most sample cells (rows × counters) to materialise. `None` picks
     /// `max(4 Mi, 64 × input length)`: a genuine trace never needs more (a constant counter costs
     /// ~0 bytes per row, a timestamp at least 1), while a hostile one cannot make the reader
     /// allocate more than ~512 bytes per input byte.
     pub max_cells: Option<usize>,
-}
-
-impl Default for DecodeOptions {
-    fn default() -> DecodeOptions {
-        DecodeOptions { max_cells: None }
-    }
 }
 
 /// Something the reader could not read, next to everything it could.
@@ -136,7 +130,10 @@ fn read_chunks(bytes: &[u8], state: &mut State) -> Option<(usize, usize, usize)>
                 // length field itself was damaged).
                 match find_next_chunk(bytes, pos + 1, &mut resync_budget) {
                     Some(next) => {
-                        state.warn(pos, "damaged chunk header: skipped to the next chunk".into());
+                        state.warn(
+                            pos,
+                            "damaged chunk header: skipped to the next chunk".into(),
+                        );
                         pos = next;
                     }
                     None => return Some((pos, have, need)),
@@ -205,9 +202,9 @@ fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usiz
             .windows(CHUNK_SYNC.len())
             .position(|w| w == CHUNK_SYNC)?;
         pos += offset;
-        let len = bytes
-            .get(pos + 4..pos + 8)
-            .map_or(usize::MAX, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        let len = bytes.get(pos + 4..pos + 8).map_or(usize::MAX, |b| {
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+        });
         if len <= MAX_CHUNK_PAYLOAD && pos + CHUNK_HEADER_LEN + len <= bytes.len() {
             if *budget < len {
                 return None;
@@ -251,7 +248,10 @@ impl State {
             let offset = base + payload.len() - cursor.remaining();
             let header = cursor.u8().and_then(|t| Ok((t, cursor.u64()?)));
             let Ok((record_tag, len)) = header else {
-                self.warn(offset, "damaged record header: rest of the chunk skipped".into());
+                self.warn(
+                    offset,
+                    "damaged record header: rest of the chunk skipped".into(),
+                );
                 return;
             };
             let body = usize::try_from(len)
@@ -374,7 +374,8 @@ impl State {
         if id >= MAX_COUNTERS {
             return Err(ReadError::Overlong);
         }
-        let kind = CounterKind::from_code(u16::try_from(c.u64()?).map_err(|_| ReadError::Overlong)?);
+        let kind =
+            CounterKind::from_code(u16::try_from(c.u64()?).map_err(|_| ReadError::Overlong)?);
         let device = opt_u32(c)?;
         let name = c.string()?;
         let counters = &mut self.trace.counters;

@@ -9,7 +9,9 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use super::{CHUNK_SYNC, CRC32C, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_BLOCK_ROWS, MAX_COUNTERS, tag};
+use super::{
+    CHUNK_SYNC, CRC32C, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_BLOCK_ROWS, MAX_COUNTERS, tag,
+};
 use crate::error::EncodeError;
 use crate::model::{
     AllocatorSnapshot, BatchTrial, ComponentBreakdown, CounterId, CounterKind, ExitStatus,
@@ -382,7 +384,8 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn maybe_flush(&mut self) -> Result<(), EncodeError> {
-        let due = self.last_t_us.saturating_sub(self.last_flush_us) >= self.options.flush_interval_us;
+        let due =
+            self.last_t_us.saturating_sub(self.last_flush_us) >= self.options.flush_interval_us;
         if due || self.chunk.len() >= self.options.chunk_target_bytes {
             self.flush()?;
         }
@@ -462,7 +465,11 @@ impl<W: Write> TraceWriter<W> {
 /// One column: first value, then a scale (the GCD of all deltas; 0 when the column is constant,
 /// in which case nothing more is written), then each delta divided by the scale, zigzagged.
 /// Deltas are wrapping `u64` differences read as `i64`, so every value round-trips exactly.
-fn encode_column<'a>(body: &mut Vec<u8>, column: impl Iterator<Item = &'a u64> + Clone, rows: usize) {
+fn encode_column<'a>(
+    body: &mut Vec<u8>,
+    column: impl Iterator<Item = &'a u64> + Clone,
+    rows: usize,
+) {
     let mut values = column.clone();
     let Some(&first) = values.next() else {
         return;
@@ -540,7 +547,9 @@ mod tests {
     #[test]
     fn constant_column_costs_no_bytes_per_row() {
         let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
-        let id = w.declare_counter(CounterKind::GpuTotal, Some(0), "total").unwrap();
+        let id = w
+            .declare_counter(CounterKind::GpuTotal, Some(0), "total")
+            .unwrap();
         let before = w.bytes_written();
         for i in 0..1000u64 {
             w.sample(i * 1000, &[(id, 80 << 30)]).unwrap();
@@ -558,10 +567,15 @@ mod tests {
             ..WriterOptions::default()
         };
         let mut w = TraceWriter::with_options(Vec::new(), &Metadata::default(), options).unwrap();
-        let id = w.declare_counter(CounterKind::HostRss, None, "rss").unwrap();
+        let id = w
+            .declare_counter(CounterKind::HostRss, None, "rss")
+            .unwrap();
         w.sample(0, &[(id, 1)]).unwrap();
         let after_first = w.get_ref().len();
         w.sample(150_000, &[(id, 2)]).unwrap();
-        assert!(w.get_ref().len() > after_first, "a chunk should have been written");
+        assert!(
+            w.get_ref().len() > after_first,
+            "a chunk should have been written"
+        );
     }
 }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Sets up and runs ALL of oomscope's checks: formatting, lints (native and wasm32), every test,
+# and a short fuzz run of the trace reader. This is what CI runs (.ci/run calls it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+bash scripts/setup.sh
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "clippy (native, all targets)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "clippy (wasm32: shared)"
+cargo clippy -p oomscope-trace --lib --target wasm32-unknown-unknown --locked -- -D warnings
+
+step "build shared for wasm32"
+cargo build -p oomscope-trace --lib --target wasm32-unknown-unknown --locked
+
+step "tests"
+cargo test --workspace --locked
+
+step "benchmarks compile"
+cargo bench --workspace --locked --no-run
+
+FUZZ_SECS="${OOMSCOPE_FUZZ_SECS:-60}"
+step "fuzz the trace reader for ${FUZZ_SECS}s"
+corpus="$CARGO_TARGET_DIR/fuzz-corpus/decode"
+mkdir -p "$corpus"
+log="$CARGO_TARGET_DIR/fuzz-decode.log"
+# -s none: no sanitizer, so the stable toolchain builds it; libFuzzer still guides coverage.
+if ! (cd shared && cargo fuzz run -s none --target-dir "$CARGO_TARGET_DIR/fuzz" decode "$corpus" fuzz/seeds -- \
+        -max_total_time="$FUZZ_SECS" -rss_limit_mb=2048 -max_len=65536 -timeout=10) >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "fuzzing found a failure (full log: $log)" >&2
+    exit 1
+fi
+grep -E '^#[0-9]+ +DONE|^Done [0-9]+ runs' "$log" >&2 || tail -n 5 "$log" >&2
+step "all checks passed"
