@@ -23,13 +23,13 @@
 //! ```
 #![deny(missing_docs)]
 
-// TMP pub mod analysis;
+pub mod analysis;
 pub mod codec;
 mod error;
 pub mod model;
 pub mod synth;
-// TMP pub mod text;
-// TMP pub mod units;
+pub mod text;
+pub mod units;
 mod varint;
 
 pub use codec::reader::{DecodeOptions, Decoded, Warning, decode, decode_with};

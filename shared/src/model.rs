@@ -229,17 +229,24 @@ impl Samples {
         self.times_us.partition_point(|t| *t <= t_us).checked_sub(1)
     }
 
+    /// How far [`Samples::value_at`] looks back past missing values: a counter that has not been
+    /// read for this many rows has no current value.
+    pub const MAX_LOOKBACK_ROWS: usize = 64;
+
     /// The latest present value of a counter at or before `t_us`, looking back at most
-    /// `max_lookback_rows` rows past missing values.
+    /// [`Samples::MAX_LOOKBACK_ROWS`] rows past missing values.
     pub fn value_at(&self, id: CounterId, t_us: u64) -> Option<u64> {
-        const MAX_LOOKBACK_ROWS: usize = 64;
-        let column = self.column(id)?;
-        let row = self.row_at_or_before(t_us)?;
-        column
+        self.value_at_row(id, self.row_at_or_before(t_us)?)
+    }
+
+    /// The latest present value of a counter at or before `row`, looking back at most
+    /// [`Samples::MAX_LOOKBACK_ROWS`] rows past missing values.
+    pub fn value_at_row(&self, id: CounterId, row: usize) -> Option<u64> {
+        self.column(id)?
             .get(..=row)?
             .iter()
             .rev()
-            .take(MAX_LOOKBACK_ROWS)
+            .take(Samples::MAX_LOOKBACK_ROWS)
             .copied()
             .find(|v| *v != MISSING)
     }
@@ -261,7 +268,6 @@ impl Samples {
         }
     }
 
-    /// Makes sure a column exists for `id`, padded to the current row count.
     /// New columns are padded with [`MISSING`] to the current row count, so every column is
     /// always as long as [`Samples::times_us`].
     pub(crate) fn column_mut(&mut self, id: CounterId) -> &mut Vec<u64> {

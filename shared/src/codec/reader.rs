@@ -461,6 +461,11 @@ impl State {
     }
 
     fn finish(mut self, truncated_at: Option<(usize, usize, usize)>) -> Decoded {
+        // The analysis relies on marks in time order. A recorder writes them so; a file that
+        // does not (marks sent from several threads, or a hand-made file) is put in order here.
+        if !self.trace.marks.is_sorted_by_key(|m| m.t_us) {
+            self.trace.marks.sort_by_key(|m| m.t_us);
+        }
         if !self.saw_metadata {
             self.warn(
                 HEADER_LEN,

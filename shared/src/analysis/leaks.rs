@@ -1,0 +1,444 @@
+//! Memory that grows step after step: leaks, and when they will kill the run.
+//!
+//! A healthy training loop returns to the same memory at the same point of every step. A loop
+//! that keeps something per step (a loss tensor appended to a list without `.item()`, a growing
+//! cache, a hook that stores outputs) climbs a little each step and dies hours later. Comparing
+//! the same stage across steps removes the within-step sawtooth, and a robust line fit
+//! ([`robust_line`]) ignores the odd step that ran eval or flushed the cache. A fit is called a
+//! leak only when it is long, straight, rising and large: see [`leak_fits`].
+//!
+//! Only training marks (`Train`, or `Unknown` when the program did not say) are fitted; eval
+//! marks restart their own pattern and are analysed by the phase transitions.
+
+use serde::Serialize;
+
+use crate::analysis::fit::robust_line;
+use crate::analysis::marks::{StageIndex, is_train};
+use crate::analysis::metrics::{
+    MarkValues, Metric, counter_with_data, primary_metric, reserved_metric,
+};
+use crate::model::{CounterKind, Trace};
+
+/// Default for the least number of distinct steps a fit needs before it can be called a leak.
+pub const DEFAULT_MIN_STEPS: usize = 20;
+
+/// A fit must explain at least this share of the variance to be called a leak: growth must be
+/// steady, not a few jumps.
+pub const MIN_R_SQUARED: f64 = 0.8;
+
+/// Growth below this over the fitted span is never called a leak (allocator rounding, small
+/// caches warming up).
+pub const MIN_GROWTH_BYTES: u64 = 64 << 20;
+
+/// Growth below this share of the memory limit (device total, or host memory) is not a leak.
+pub const MIN_GROWTH_FRACTION_OF_LIMIT: f64 = 0.01;
+
+/// Which limit a projection runs into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitBasis {
+    /// The GPU's total memory.
+    DeviceTotal,
+    /// Host memory: the last `MemAvailable` plus the RSS at that time.
+    HostMemory,
+}
+
+/// When a leak fills memory, extrapolating the fitted line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FullProjection {
+    /// The limit.
+    pub limit_bytes: u64,
+    /// What the limit is.
+    pub limit_basis: LimitBasis,
+    /// Highest value of the metric at any training mark of the last fitted step: the leaked
+    /// bytes add to every stage, so the stage that is highest fills memory first.
+    pub current_bytes: u64,
+    /// Steps until the limit at the fitted slope (0 when already there).
+    pub steps_remaining: u64,
+    /// The step at which memory is full.
+    pub full_at_step: u64,
+    /// Mean wall time per step over the fitted marks.
+    pub us_per_step: Option<f64>,
+    /// Wall time until memory is full.
+    pub time_to_full_us: Option<u64>,
+}
+
+/// A line fitted to one metric at one stage across steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GrowthFit {
+    /// Stage name.
+    pub stage: String,
+    /// Metric label.
+    pub metric: String,
+    /// True when the metric is host memory (RSS) rather than GPU memory.
+    pub host_memory: bool,
+    /// Fitted growth per step.
+    pub slope_bytes_per_step: f64,
+    /// Fitted value at step 0.
+    pub intercept_bytes: f64,
+    /// R² of the final fit.
+    pub r_squared: f64,
+    /// Marks the final fit used.
+    pub points: usize,
+    /// Marks dropped as outliers.
+    pub points_dropped: usize,
+    /// Distinct steps among the marks used.
+    pub steps: usize,
+    /// First step used.
+    pub first_step: u64,
+    /// Last step used.
+    pub last_step: u64,
+    /// Fitted growth from the first to the last step.
+    pub growth_bytes: i64,
+    /// Growth needed to call it a leak.
+    pub min_leak_growth_bytes: u64,
+    /// Long, straight, rising and large enough: see [`leak_fits`].
+    pub is_leak: bool,
+    /// When memory is full (leaks with a known limit only).
+    pub projection: Option<FullProjection>,
+}
+
+/// One mark's contribution to a fit.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    mark: usize,
+    step: u64,
+    value: u64,
+    t_us: u64,
+}
+
+/// The metrics fitted: the primary metric, the allocator's reserved bytes, and the host RSS.
+fn fitted_metrics(trace: &Trace) -> Vec<Metric> {
+    let mut metrics: Vec<Metric> = Vec::new();
+    let candidates = [
+        primary_metric(trace),
+        reserved_metric(trace),
+        counter_with_data(trace, CounterKind::HostRss).map(Metric::Counter),
+    ];
+    for metric in candidates.into_iter().flatten() {
+        if !metrics.contains(&metric) {
+            metrics.push(metric);
+        }
+    }
+    metrics
+}
+
+/// Fits every (stage, metric) pair of training marks that spans at least `min_steps` distinct
+/// steps, stage by stage in first-appearance order.
+///
+/// A fit is a leak when it spans ≥ `min_steps` distinct steps, has R² ≥ [`MIN_R_SQUARED`], a
+/// positive slope, and grows by at least max([`MIN_GROWTH_BYTES`],
+/// [`MIN_GROWTH_FRACTION_OF_LIMIT`] × limit) over its span. Leaks get a [`FullProjection`] when
+/// the limit is known. Linear in the number of marks.
+pub fn leak_fits(
+    trace: &Trace,
+    values: &MarkValues,
+    stages: &StageIndex,
+    min_steps: usize,
+) -> Vec<GrowthFit> {
+    let metrics: Vec<(Metric, usize)> = fitted_metrics(trace)
+        .into_iter()
+        .filter_map(|m| values.index_of(m).map(|i| (m, i)))
+        .collect();
+    let stage_count = stages.names().len();
+    let mut out = Vec::new();
+    for &(metric, index) in &metrics {
+        let limit = limit_of(trace, metric);
+        // One pass over the marks sorts the points into their stages.
+        let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
+        for (i, (mark, value)) in trace.marks.iter().zip(values.column(index)).enumerate() {
+            if let Some(value) = *value
+                && is_train(mark.phase)
+            {
+                per_stage[stages.of_mark(i)].push(Point {
+                    mark: i,
+                    step: mark.step,
+                    value,
+                    t_us: mark.t_us,
+                });
+            }
+        }
+        for (stage, points) in per_stage.iter().enumerate() {
+            let name = &stages.names()[stage];
+            if let Some(fit) = fit_stage(trace, values, name, index, points, limit, min_steps) {
+                out.push((stage, fit));
+            }
+        }
+    }
+    // Stage order first, then metric order (the sort is stable).
+    out.sort_by_key(|(stage, _)| *stage);
+    out.into_iter().map(|(_, fit)| fit).collect()
+}
+
+/// The memory limit a metric runs into, if known.
+fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
+    if metric.is_host(trace) {
+        let available = counter_with_data(trace, CounterKind::HostAvailable)?;
+        let rss = counter_with_data(trace, CounterKind::HostRss)?;
+        let (t_us, available_bytes) = trace.samples.points(available).last()?;
+        let rss_bytes = trace.samples.value_at(rss, t_us)?;
+        return Some((
+            available_bytes.saturating_add(rss_bytes),
+            LimitBasis::HostMemory,
+        ));
+    }
+    let total = metric
+        .device(trace)
+        .and_then(|d| trace.gpu_total_bytes(Some(d)))
+        .or_else(|| trace.gpu_total_bytes(None))?;
+    Some((total, LimitBasis::DeviceTotal))
+}
+
+/// Fits the points of metric number `index` at one stage; `None` when they span fewer than
+/// `min_steps` distinct steps.
+fn fit_stage(
+    trace: &Trace,
+    values: &MarkValues,
+    stage: &str,
+    index: usize,
+    points: &[Point],
+    limit: Option<(u64, LimitBasis)>,
+    min_steps: usize,
+) -> Option<GrowthFit> {
+    if distinct_steps(points.iter().map(|p| p.step)) < min_steps.max(2) {
+        return None;
+    }
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (p.step as f64, p.value as f64))
+        .collect();
+    let robust = robust_line(&xy)?;
+    let used = || {
+        points
+            .iter()
+            .zip(&robust.kept)
+            .filter(|(_, k)| **k)
+            .map(|(p, _)| p)
+    };
+    let steps = distinct_steps(used().map(|p| p.step));
+    let first = used().min_by_key(|p| (p.step, p.t_us))?;
+    let last = used().max_by_key(|p| (p.step, p.t_us))?;
+    let line = robust.line;
+    let growth = line.slope * (last.step - first.step) as f64;
+    let min_leak_growth_bytes = limit.map_or(MIN_GROWTH_BYTES, |(l, _)| {
+        MIN_GROWTH_BYTES.max((l as f64 * MIN_GROWTH_FRACTION_OF_LIMIT) as u64)
+    });
+    let is_leak = steps >= min_steps
+        && line.r_squared >= MIN_R_SQUARED
+        && line.slope > 0.0
+        && growth >= min_leak_growth_bytes as f64;
+    let projection = if is_leak {
+        limit.map(|(limit_bytes, limit_basis)| {
+            let current = highest_in_step(trace, values, index, last.mark);
+            project(limit_bytes, limit_basis, current, line.slope, first, last)
+        })
+    } else {
+        None
+    };
+    Some(GrowthFit {
+        stage: stage.to_owned(),
+        metric: values.label(index).to_owned(),
+        host_memory: values.metrics()[index].is_host(trace),
+        slope_bytes_per_step: line.slope,
+        intercept_bytes: line.intercept,
+        r_squared: line.r_squared,
+        points: line.points,
+        points_dropped: robust.dropped,
+        steps,
+        first_step: first.step,
+        last_step: last.step,
+        growth_bytes: growth.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+        min_leak_growth_bytes,
+        is_leak,
+        projection,
+    })
+}
+
+/// Distinct values of a sequence that is non-decreasing in a normal run, in one pass: counts the
+/// values that exceed everything before them, which is exact for non-decreasing sequences and for
+/// restarts that replay earlier steps, and never over-counts.
+fn distinct_steps(steps: impl Iterator<Item = u64>) -> usize {
+    let mut highest: Option<u64> = None;
+    let mut count = 0;
+    for step in steps {
+        if highest.is_none_or(|h| step > h) {
+            highest = Some(step);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// The highest value of metric `index` at the training marks of the step of mark `mark`.
+fn highest_in_step(trace: &Trace, values: &MarkValues, index: usize, mark: usize) -> u64 {
+    let step = trace.marks[mark].step;
+    let same_step = |i: &usize| trace.marks[*i].step == step;
+    let before = (0..mark).rev().take_while(same_step);
+    let after = (mark..trace.marks.len()).take_while(same_step);
+    before
+        .chain(after)
+        .filter(|i| is_train(trace.marks[*i].phase))
+        .filter_map(|i| values.get(i, index))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Extrapolates the line to the limit.
+fn project(
+    limit_bytes: u64,
+    limit_basis: LimitBasis,
+    current_bytes: u64,
+    slope: f64,
+    first: &Point,
+    last: &Point,
+) -> FullProjection {
+    let headroom = limit_bytes.saturating_sub(current_bytes);
+    let steps_remaining = (headroom as f64 / slope).ceil() as u64;
+    let us_per_step = (last.step > first.step)
+        .then(|| last.t_us.saturating_sub(first.t_us) as f64 / (last.step - first.step) as f64);
+    FullProjection {
+        limit_bytes,
+        limit_basis,
+        current_bytes,
+        steps_remaining,
+        full_at_step: last.step.saturating_add(steps_remaining),
+        us_per_step,
+        time_to_full_us: us_per_step.map(|us| (us * steps_remaining as f64).round() as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+
+    fn fits(run: &Run) -> Vec<GrowthFit> {
+        let trace = run.build();
+        let values = MarkValues::new(&trace);
+        leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS)
+    }
+
+    fn leaks(run: &Run) -> Vec<GrowthFit> {
+        fits(run).into_iter().filter(|f| f.is_leak).collect()
+    }
+
+    #[test]
+    fn healthy_run_has_flat_fits_and_no_leak() {
+        let fits = fits(&Run::default());
+        // 4 stages × (allocated, reserved, host_rss).
+        assert_eq!(fits.len(), 12);
+        assert_eq!(fits[0].stage, "pre_forward");
+        assert_eq!(fits[0].metric, "allocated");
+        assert!(fits.iter().all(|f| !f.is_leak && f.projection.is_none()));
+        assert!(fits.iter().all(|f| f.slope_bytes_per_step.abs() < 1.0));
+    }
+
+    #[test]
+    fn planted_leak_is_found_and_projected() {
+        let run = Run {
+            steps: 100,
+            leak_bytes_per_step: 12 * MIB,
+            ..Run::default()
+        };
+        let leaks = leaks(&run);
+        let post_opt = leaks
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric == "allocated")
+            .unwrap();
+        assert!((post_opt.slope_bytes_per_step - (12 * MIB) as f64).abs() < 1.0);
+        assert!(post_opt.r_squared > 0.999);
+        assert_eq!(
+            (post_opt.first_step, post_opt.last_step, post_opt.steps),
+            (0, 99, 100)
+        );
+        assert_eq!(post_opt.growth_bytes, (99 * 12 * MIB) as i64);
+        assert_eq!(post_opt.min_leak_growth_bytes, (80 * GIB) / 100);
+        let p = post_opt.projection.as_ref().unwrap();
+        assert_eq!(p.limit_basis, LimitBasis::DeviceTotal);
+        // The highest stage at step 99 is post_forward: 28 GiB + 99 × 12 MiB.
+        let current = 28 * GIB + 99 * 12 * MIB;
+        assert_eq!(p.current_bytes, current);
+        let remaining = (80 * GIB - current).div_ceil(12 * MIB);
+        assert_eq!(p.steps_remaining, remaining);
+        assert_eq!(p.full_at_step, 99 + remaining);
+        assert_eq!(p.us_per_step, Some(250_000.0));
+        assert_eq!(p.time_to_full_us, Some(remaining * 250_000));
+        // Reserved grows with it; RSS does not.
+        assert!(leaks.iter().any(|f| f.metric == "reserved"));
+        assert!(leaks.iter().all(|f| f.metric != "host_rss"));
+    }
+
+    #[test]
+    fn near_misses_are_not_leaks() {
+        // Too small: 100 steps × 0.5 MiB = 50 MiB, below 1% of 80 GiB.
+        assert!(
+            leaks(&Run {
+                steps: 100,
+                leak_bytes_per_step: MIB / 2,
+                ..Run::default()
+            })
+            .is_empty()
+        );
+        // Too short: 19 steps.
+        assert!(
+            leaks(&Run {
+                steps: 19,
+                leak_bytes_per_step: 100 * MIB,
+                ..Run::default()
+            })
+            .is_empty()
+        );
+        // One jump is not steady growth: eval at step 29 keeps 4 GiB, a step function whose
+        // line fit explains only 75% of the variance.
+        let jump = Run {
+            steps: 60,
+            eval_every: Some(30),
+            eval_retain_bytes: 4 * GIB,
+            ..Run::default()
+        };
+        let fits = fits(&jump);
+        let post_opt = fits
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step")
+            .unwrap();
+        assert!(post_opt.r_squared < MIN_R_SQUARED, "{}", post_opt.r_squared);
+        assert!(fits.iter().all(|f| !f.is_leak));
+    }
+
+    #[test]
+    fn steps_from_eval_are_not_fitted() {
+        // Eval jumps 20 GiB every 5 steps; eval marks are excluded, so no train fit sees them.
+        let run = Run {
+            steps: 60,
+            eval_every: Some(5),
+            eval_jump_bytes: 20 * GIB,
+            ..Run::default()
+        };
+        let fits = fits(&run);
+        assert!(fits.iter().all(|f| f.stage != "eval_forward"));
+        assert!(fits.iter().all(|f| !f.is_leak));
+    }
+
+    #[test]
+    fn host_rss_growth_projects_against_host_memory() {
+        let run = Run {
+            steps: 50,
+            host_rss_growth_per_step: 200 * MIB,
+            ..Run::default()
+        };
+        let leaks = leaks(&run);
+        let rss = leaks.iter().find(|f| f.metric == "host_rss").unwrap();
+        assert!(rss.host_memory);
+        let p = rss.projection.as_ref().unwrap();
+        assert_eq!(p.limit_basis, LimitBasis::HostMemory);
+        assert_eq!(p.limit_bytes, 256 * GIB);
+        assert!(leaks.iter().all(|f| f.metric == "host_rss"));
+    }
+
+    #[test]
+    fn distinct_steps_counts_new_highs() {
+        assert_eq!(distinct_steps([0, 0, 1, 2, 2, 3].into_iter()), 4);
+        assert_eq!(distinct_steps([0, 1, 2, 0, 1, 2, 3].into_iter()), 4);
+        assert_eq!(distinct_steps(std::iter::empty()), 0);
+    }
+}

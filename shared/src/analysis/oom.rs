@@ -1,0 +1,264 @@
+//! The moment a run ran out of memory, with everything the trace knew then.
+//!
+//! An OOM message says how much was asked for and how much was free; it does not say where in the
+//! loop the program was, what was holding the memory, or whether the allocator's cache could have
+//! served the request. The trace knows all of that around the event's timestamp, so each OOM (and
+//! a probable host OOM kill of the process) becomes an [`OomContext`] that the `oom` finding and
+//! the viewer explain from.
+
+use serde::Serialize;
+
+use crate::analysis::marks::{StageAt, mark_at_or_before};
+use crate::analysis::metrics::counter_with_data;
+use crate::analysis::peaks::{NamedSize, PeakComponents, breakdown_near};
+use crate::analysis::stages::signed_delta;
+use crate::model::{CounterId, CounterKind, OomSource, Phase, Trace};
+
+/// Which memory ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomKind {
+    /// GPU memory (an OOM error in the program).
+    Gpu,
+    /// Host memory (the kernel's OOM killer, probably).
+    Host,
+}
+
+/// One out-of-memory event in context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OomContext {
+    /// GPU or host.
+    pub kind: OomKind,
+    /// How it was detected.
+    pub source: OomSource,
+    /// When.
+    pub t_us: u64,
+    /// The stage: the event's own, else the last mark at or before it.
+    pub stage: Option<String>,
+    /// The stage that followed `stage` the last time the loop passed it: the OOM happened on the
+    /// way from `stage` to this one (e.g. `pre_forward` → `post_forward`: in the forward pass).
+    pub next_stage: Option<String>,
+    /// The step: the event's own, else that mark's.
+    pub step: Option<u64>,
+    /// Phase of the last mark at or before the event.
+    pub phase: Option<Phase>,
+    /// Which GPU.
+    pub device: Option<u32>,
+    /// Bytes the failing allocation asked for.
+    pub requested_bytes: Option<u64>,
+    /// Free device memory: the event's own, else the last sampled `gpu_free`.
+    pub device_free_bytes: Option<u64>,
+    /// Total device memory: the event's own, else the trace's.
+    pub device_total_bytes: Option<u64>,
+    /// `requested − free` when both are known; negative when the device had more free memory
+    /// than asked for (the request still failed: fragmentation, or another process won the race).
+    pub shortfall_bytes: Option<i64>,
+    /// Allocator allocated in the last snapshot at or before the event.
+    pub allocated_bytes: Option<u64>,
+    /// Allocator reserved in the last snapshot at or before the event.
+    pub reserved_bytes: Option<u64>,
+    /// Last sampled device used memory.
+    pub gpu_used_bytes: Option<u64>,
+    /// Last sampled process GPU memory.
+    pub process_gpu_bytes: Option<u64>,
+    /// Last sampled host RSS.
+    pub host_rss_bytes: Option<u64>,
+    /// Last sampled host available memory.
+    pub host_available_bytes: Option<u64>,
+    /// The largest component of the nearest breakdown.
+    pub largest_component: Option<NamedSize>,
+    /// The error text.
+    pub message: String,
+}
+
+/// Every OOM event in context, then a probable host OOM kill of the process when the trace has
+/// no host-kill event of its own.
+pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
+    let mut out: Vec<OomContext> = trace
+        .ooms
+        .iter()
+        .map(|event| {
+            let kind = if event.source == OomSource::HostKill {
+                OomKind::Host
+            } else {
+                OomKind::Gpu
+            };
+            let mut c = context_at(trace, kind, event.source, event.t_us, event.device);
+            if let Some(stage) = event.stage {
+                c.stage = Some(trace.str(stage).to_owned());
+                c.next_stage = next_stage(trace, trace.str(stage), event.t_us);
+            }
+            c.step = event.step.or(c.step);
+            c.requested_bytes = event.requested_bytes;
+            c.device_free_bytes = event.device_free_bytes.or(c.device_free_bytes);
+            c.device_total_bytes = event.device_total_bytes.or(c.device_total_bytes);
+            c.shortfall_bytes = c
+                .requested_bytes
+                .zip(c.device_free_bytes)
+                .map(|(r, f)| signed_delta(r, f));
+            c.message.clone_from(&event.message);
+            c
+        })
+        .collect();
+    if let Some(exit) = trace.exit
+        && exit.probable_host_oom
+        && !trace.ooms.iter().any(|o| o.source == OomSource::HostKill)
+    {
+        let mut c = context_at(trace, OomKind::Host, OomSource::HostKill, exit.t_us, None);
+        c.message =
+            "the process was killed (SIGKILL) while host memory was nearly exhausted".to_owned();
+        out.push(c);
+    }
+    out
+}
+
+/// What the trace knew at `t_us`, before the event's own fields are applied.
+fn context_at(
+    trace: &Trace,
+    kind: OomKind,
+    source: OomSource,
+    t_us: u64,
+    device: Option<u32>,
+) -> OomContext {
+    let stage = StageAt::at(trace, t_us);
+    let snapshot = mark_at_or_before(trace, t_us)
+        .and_then(|last| trace.marks[..=last].iter().rev().find_map(|m| m.snapshot));
+    let sampled = |kind: CounterKind, device: Option<u32>| -> Option<u64> {
+        let id: CounterId = match device {
+            Some(d) => trace.counter(kind, Some(d)),
+            None => counter_with_data(trace, kind),
+        }?;
+        trace.samples.value_at(id, t_us)
+    };
+    let device_total_bytes = device
+        .and_then(|d| trace.gpu_total_bytes(Some(d)))
+        .or_else(|| trace.gpu_total_bytes(None));
+    let largest_component =
+        breakdown_near(trace, t_us).and_then(|b| PeakComponents::new(trace, b, 0, None).largest());
+    OomContext {
+        kind,
+        source,
+        t_us,
+        next_stage: stage
+            .as_ref()
+            .and_then(|s| next_stage(trace, &s.stage, t_us)),
+        stage: stage.as_ref().map(|s| s.stage.clone()),
+        step: stage.as_ref().map(|s| s.step),
+        phase: stage.as_ref().map(|s| s.phase),
+        device,
+        requested_bytes: None,
+        device_free_bytes: sampled(CounterKind::GpuFree, device),
+        device_total_bytes,
+        shortfall_bytes: None,
+        allocated_bytes: snapshot.map(|s| s.allocated_bytes),
+        reserved_bytes: snapshot.map(|s| s.reserved_bytes),
+        gpu_used_bytes: sampled(CounterKind::GpuUsed, device),
+        process_gpu_bytes: sampled(CounterKind::ProcessGpu, device),
+        host_rss_bytes: sampled(CounterKind::HostRss, None),
+        host_available_bytes: sampled(CounterKind::HostAvailable, None),
+        largest_component,
+        message: String::new(),
+    }
+}
+
+/// The stage of the mark that followed the latest earlier mark named `stage` (before `t_us`, and
+/// not the last mark before `t_us` itself, which has no follower yet).
+fn next_stage(trace: &Trace, stage: &str, t_us: u64) -> Option<String> {
+    let last = mark_at_or_before(trace, t_us)?;
+    (0..last)
+        .rev()
+        .find(|&i| trace.str(trace.marks[i].name) == stage)
+        .map(|i| trace.str(trace.marks[i + 1].name).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+    use crate::model::{ExitStatus, ProcessExit};
+
+    #[test]
+    fn gpu_oom_in_context() {
+        let run = Run {
+            oom_at_step: Some(30),
+            oom_requested_bytes: 4 * GIB,
+            reserved_gap_bytes: 512 * MIB,
+            ..Run::default()
+        };
+        let contexts = oom_contexts(&run.build());
+        assert_eq!(contexts.len(), 1);
+        let c = &contexts[0];
+        assert_eq!(c.kind, OomKind::Gpu);
+        // The stderr event knows no stage: it comes from the last mark (pre_forward, step 30).
+        assert_eq!(c.stage.as_deref(), Some("pre_forward"));
+        assert_eq!(c.next_stage.as_deref(), Some("post_forward"));
+        assert_eq!(c.step, Some(30));
+        assert_eq!(c.phase, Some(Phase::Train));
+        assert_eq!(c.requested_bytes, Some(4 * GIB));
+        let free = 80 * GIB - (28 * GIB + 512 * MIB + 600 * MIB);
+        assert_eq!(c.device_free_bytes, Some(free));
+        assert_eq!(c.shortfall_bytes, Some(4 * GIB as i64 - free as i64));
+        assert_eq!(c.allocated_bytes, Some(16 * GIB));
+        assert_eq!(c.reserved_bytes, Some(28 * GIB + 512 * MIB));
+        assert_eq!(c.process_gpu_bytes, Some(28 * GIB + 512 * MIB + 600 * MIB));
+        assert_eq!(
+            c.largest_component.as_ref().unwrap().name,
+            "optimizer_state"
+        );
+        assert!(c.message.contains("CUDA out of memory"));
+    }
+
+    #[test]
+    fn the_event_s_own_stage_wins() {
+        let run = Run {
+            oom_at_step: Some(3),
+            oom_knows_stage: true,
+            ..Run::default()
+        };
+        let c = &oom_contexts(&run.build())[0];
+        assert_eq!(c.stage.as_deref(), Some("post_forward"));
+        assert_eq!(c.next_stage.as_deref(), Some("post_backward"));
+        assert_eq!(c.step, Some(3));
+    }
+
+    #[test]
+    fn free_memory_from_samples_when_the_event_does_not_say() {
+        let run = Run {
+            oom_at_step: Some(3),
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        trace.ooms[0].device_free_bytes = None;
+        trace.ooms[0].device_total_bytes = None;
+        let c = &oom_contexts(&trace)[0];
+        assert_eq!(
+            c.device_free_bytes,
+            Some(80 * GIB - (28 * GIB + 512 * MIB + 600 * MIB))
+        );
+        assert_eq!(c.device_total_bytes, Some(80 * GIB));
+    }
+
+    #[test]
+    fn host_oom_kill_becomes_a_context() {
+        let run = Run {
+            exit: Some(ProcessExit {
+                t_us: 10_000_000,
+                status: ExitStatus::Signal(9),
+                probable_host_oom: true,
+            }),
+            ..Run::default()
+        };
+        let contexts = oom_contexts(&run.build());
+        assert_eq!(contexts.len(), 1);
+        let c = &contexts[0];
+        assert_eq!((c.kind, c.source), (OomKind::Host, OomSource::HostKill));
+        assert_eq!(c.host_rss_bytes, Some(6 * GIB));
+        assert_eq!(c.host_available_bytes, Some(250 * GIB));
+        assert!(c.requested_bytes.is_none() && c.shortfall_bytes.is_none());
+    }
+
+    #[test]
+    fn clean_run_has_no_oom() {
+        assert!(oom_contexts(&Run::default().build()).is_empty());
+    }
+}

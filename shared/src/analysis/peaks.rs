@@ -1,0 +1,486 @@
+//! The highest memory each counter reached, where in the loop, and what it was made of.
+//!
+//! "How close did we get, and when?" is the first thing to know about an OOM or a near miss. A
+//! peak alone does not say what to change, so each device peak carries the stage active at that
+//! moment and the nearest component breakdown: what part of the peak is the model's own state
+//! (parameters, gradients, optimizer, registered extras) and what part is activations. The
+//! activations are the remainder, which is only meaningful against the allocator's `allocated`
+//! bytes; when the trace has no allocator data at all, the process's (or device's) GPU memory is
+//! used instead and the `activations_basis` field says so (the remainder then also includes the
+//! allocator cache and the CUDA context).
+
+use serde::Serialize;
+
+use crate::analysis::marks::StageAt;
+use crate::analysis::metrics::{MarkValues, Metric, counter_with_data, has_snapshots};
+use crate::model::{ComponentBreakdown, CounterId, CounterKind, Trace};
+
+/// Where a peak was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakSource {
+    /// A sampled counter.
+    Counter,
+    /// The allocator snapshots at stage marks.
+    Snapshot,
+}
+
+/// What a peak measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// Caching allocator: bytes in live tensors.
+    Allocated,
+    /// Caching allocator: bytes in segments.
+    Reserved,
+    /// Caching allocator: bytes in active blocks.
+    Active,
+    /// NVML: device memory in use (all processes).
+    DeviceUsed,
+    /// NVML: device memory reserved by the driver.
+    DeviceReserved,
+    /// NVML: device memory of the watched process tree.
+    ProcessGpu,
+    /// Host resident set size.
+    HostRss,
+}
+
+impl Measure {
+    /// What a counter kind measures; `None` for limits (total, free, available) and unknown kinds.
+    pub fn of_counter(kind: CounterKind) -> Option<Measure> {
+        Some(match kind {
+            CounterKind::GpuUsed => Measure::DeviceUsed,
+            CounterKind::GpuReserved => Measure::DeviceReserved,
+            CounterKind::ProcessGpu => Measure::ProcessGpu,
+            CounterKind::AllocAllocated | CounterKind::AllocPeakAllocated => Measure::Allocated,
+            CounterKind::AllocReserved | CounterKind::AllocPeakReserved => Measure::Reserved,
+            CounterKind::AllocActive => Measure::Active,
+            CounterKind::HostRss => Measure::HostRss,
+            CounterKind::GpuFree
+            | CounterKind::GpuTotal
+            | CounterKind::HostAvailable
+            | CounterKind::Other(_) => return None,
+        })
+    }
+
+    /// True for device memory (everything but the host RSS).
+    pub fn is_device(self) -> bool {
+        self != Measure::HostRss
+    }
+}
+
+/// Which memory the activations were computed against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationsBasis {
+    /// The allocator's allocated bytes: activations are exactly what tensors held beyond the
+    /// model's state.
+    AllocatorAllocated,
+    /// The process's GPU memory (no allocator data): includes the allocator cache and the CUDA
+    /// context, so the activations are an upper bound.
+    ProcessGpu,
+    /// The device's used memory (no allocator or process data): includes everything on the GPU.
+    DeviceUsed,
+}
+
+/// A named amount of memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedSize {
+    /// What it is.
+    pub name: String,
+    /// How big.
+    pub bytes: u64,
+}
+
+/// The component breakdown nearest to a peak, and the activations it implies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeakComponents {
+    /// When the breakdown was measured.
+    pub t_us: u64,
+    /// Step of the breakdown.
+    pub step: u64,
+    /// Batch size in use, when the program said.
+    pub batch_size: Option<u64>,
+    /// Parameters.
+    pub parameters_bytes: u64,
+    /// Buffers.
+    pub buffers_bytes: u64,
+    /// Gradients.
+    pub gradients_bytes: u64,
+    /// Optimizer state.
+    pub optimizer_state_bytes: u64,
+    /// Registered extras (EMA copies, teachers, ...).
+    pub extras: Vec<NamedSize>,
+    /// Sum of all components.
+    pub total_bytes: u64,
+    /// Peak minus the components (saturating), when the peak's measure allows it.
+    pub activations_bytes: Option<u64>,
+    /// What the activations were computed against.
+    pub activations_basis: Option<ActivationsBasis>,
+}
+
+impl PeakComponents {
+    /// The components of `breakdown`, with activations `peak − total` against `basis`.
+    pub fn new(
+        trace: &Trace,
+        breakdown: &ComponentBreakdown,
+        peak_bytes: u64,
+        basis: Option<ActivationsBasis>,
+    ) -> PeakComponents {
+        let total_bytes = breakdown.total_bytes();
+        PeakComponents {
+            t_us: breakdown.t_us,
+            step: breakdown.step,
+            batch_size: breakdown.batch_size,
+            parameters_bytes: breakdown.parameters_bytes,
+            buffers_bytes: breakdown.buffers_bytes,
+            gradients_bytes: breakdown.gradients_bytes,
+            optimizer_state_bytes: breakdown.optimizer_state_bytes,
+            extras: breakdown
+                .extras
+                .iter()
+                .map(|e| NamedSize {
+                    name: trace.str(e.name).to_owned(),
+                    bytes: e.bytes,
+                })
+                .collect(),
+            total_bytes,
+            activations_bytes: basis.map(|_| peak_bytes.saturating_sub(total_bytes)),
+            activations_basis: basis,
+        }
+    }
+
+    /// The largest single component (parameters, buffers, gradients, optimizer state or an
+    /// extra), if any is non-zero.
+    pub fn largest(&self) -> Option<NamedSize> {
+        [
+            ("parameters", self.parameters_bytes),
+            ("buffers", self.buffers_bytes),
+            ("gradients", self.gradients_bytes),
+            ("optimizer_state", self.optimizer_state_bytes),
+        ]
+        .into_iter()
+        .map(|(name, bytes)| NamedSize {
+            name: name.to_owned(),
+            bytes,
+        })
+        .chain(self.extras.iter().cloned())
+        .filter(|c| c.bytes > 0)
+        .reduce(|best, c| if c.bytes > best.bytes { c } else { best })
+    }
+}
+
+/// The highest value of one memory quantity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    /// Metric label (`peak_allocated`, `gpu0.used`, `host_rss`, ...).
+    pub metric: String,
+    /// Where it was read.
+    pub source: PeakSource,
+    /// What it measures.
+    pub measure: Measure,
+    /// GPU, for device counters.
+    pub device: Option<u32>,
+    /// The peak.
+    pub bytes: u64,
+    /// When it was first reached (for snapshots: the mark that reported it).
+    pub t_us: u64,
+    /// The stage active then.
+    pub stage: Option<StageAt>,
+    /// The nearest component breakdown (device peaks only).
+    pub components: Option<PeakComponents>,
+}
+
+/// Latest component breakdown at or before `t_us`, else the first one after it.
+pub fn breakdown_near(trace: &Trace, t_us: u64) -> Option<&ComponentBreakdown> {
+    let before = trace
+        .components
+        .iter()
+        .filter(|c| c.t_us <= t_us)
+        .max_by_key(|c| c.t_us);
+    before.or_else(|| {
+        trace
+            .components
+            .iter()
+            .filter(|c| c.t_us > t_us)
+            .min_by_key(|c| c.t_us)
+    })
+}
+
+/// True when the trace has any allocator data (snapshots or allocator counters with data).
+pub fn has_allocator_data(trace: &Trace) -> bool {
+    has_snapshots(trace)
+        || [
+            CounterKind::AllocAllocated,
+            CounterKind::AllocReserved,
+            CounterKind::AllocActive,
+            CounterKind::AllocPeakAllocated,
+            CounterKind::AllocPeakReserved,
+        ]
+        .into_iter()
+        .any(|kind| counter_with_data(trace, kind).is_some())
+}
+
+/// Every peak: the snapshot peaks (`peak_allocated`, `allocated`, `reserved`) when marks carry
+/// snapshots, then each memory-in-use counter with data, in declaration order.
+pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
+    let allocator = has_allocator_data(trace);
+    let has_process = counter_with_data(trace, CounterKind::ProcessGpu).is_some();
+    let basis_for = |measure: Measure| match measure {
+        Measure::Allocated => Some(ActivationsBasis::AllocatorAllocated),
+        Measure::ProcessGpu if !allocator => Some(ActivationsBasis::ProcessGpu),
+        Measure::DeviceUsed if !allocator && !has_process => Some(ActivationsBasis::DeviceUsed),
+        _ => None,
+    };
+    let finish = |metric: String, source, measure: Measure, device, bytes, t_us| {
+        let components = measure
+            .is_device()
+            .then(|| breakdown_near(trace, t_us))
+            .flatten()
+            .map(|b| PeakComponents::new(trace, b, bytes, basis_for(measure)));
+        Peak {
+            metric,
+            source,
+            measure,
+            device,
+            bytes,
+            t_us,
+            stage: StageAt::at(trace, t_us),
+            components,
+        }
+    };
+
+    let mut out = Vec::new();
+    for (metric, measure) in [
+        (Metric::PeakAllocated, Measure::Allocated),
+        (Metric::Allocated, Measure::Allocated),
+        (Metric::Reserved, Measure::Reserved),
+    ] {
+        let Some(index) = values.index_of(metric) else {
+            continue;
+        };
+        if let Some((mark, bytes)) = first_max(values.column(index).iter().copied()) {
+            let t_us = trace.marks[mark].t_us;
+            let label = values.label(index).to_owned();
+            let mut peak = finish(label, PeakSource::Snapshot, measure, None, bytes, t_us);
+            // The mark that reported it, even when another mark shares its timestamp.
+            peak.stage = StageAt::of_mark(trace, mark);
+            out.push(peak);
+        }
+    }
+    let times = trace.samples.times_us();
+    for (i, counter) in trace.counters.iter().enumerate() {
+        let Some(measure) = Measure::of_counter(counter.kind) else {
+            continue;
+        };
+        let Some(column) = trace.samples.column(CounterId(i as u32)) else {
+            continue;
+        };
+        if let Some((row, bytes)) = first_max_present(column) {
+            out.push(finish(
+                counter.name.clone(),
+                PeakSource::Counter,
+                measure,
+                counter.device,
+                bytes,
+                times[row],
+            ));
+        }
+    }
+    out
+}
+
+/// Index and value of the first maximum of a sample column, skipping [`MISSING`], in one pass
+/// (the columns are tens of megabytes: memory bandwidth is the cost). Adding one turns `MISSING`
+/// (`u64::MAX`) into 0, below every present value, so the loop has a single comparison.
+fn first_max_present(column: &[u64]) -> Option<(usize, u64)> {
+    let (mut best_row, mut best) = (0, 0u64);
+    for (row, v) in column.iter().enumerate() {
+        let shifted = v.wrapping_add(1);
+        if shifted > best {
+            best = shifted;
+            best_row = row;
+        }
+    }
+    Some((best_row, best.checked_sub(1)?))
+}
+
+/// Index and value of the first maximum of the present values.
+fn first_max(values: impl Iterator<Item = Option<u64>>) -> Option<(usize, u64)> {
+    let mut best: Option<(usize, u64)> = None;
+    for (i, v) in values.enumerate() {
+        if let Some(v) = v
+            && best.is_none_or(|(_, b)| v > b)
+        {
+            best = Some((i, v));
+        }
+    }
+    best
+}
+
+/// The peak that best answers "how much memory did the program's tensors need?": the highest
+/// allocator `allocated` peak; without allocator data, the process's GPU memory; else the
+/// device's used memory.
+pub fn memory_peak(peaks: &[Peak]) -> Option<&Peak> {
+    [Measure::Allocated, Measure::ProcessGpu, Measure::DeviceUsed]
+        .into_iter()
+        .find_map(|measure| {
+            peaks
+                .iter()
+                .filter(|p| p.measure == measure)
+                .reduce(|best, p| if p.bytes > best.bytes { p } else { best })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+    use crate::model::{NamedBytes, Phase};
+
+    fn peaks_of(trace: &Trace) -> Vec<Peak> {
+        peaks(trace, &MarkValues::new(trace))
+    }
+
+    #[test]
+    fn snapshot_peak_is_split_into_components_and_activations() {
+        let trace = Run::default().build();
+        let peaks = peaks_of(&trace);
+        let labels: Vec<&str> = peaks.iter().map(|p| p.metric.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "peak_allocated",
+                "allocated",
+                "reserved",
+                "gpu0.gpu_used",
+                "gpu0.process_gpu",
+                "host_rss"
+            ]
+        );
+        let peak = memory_peak(&peaks).unwrap();
+        assert_eq!(peak.metric, "peak_allocated");
+        assert_eq!(peak.bytes, 28 * GIB);
+        let stage = peak.stage.as_ref().unwrap();
+        assert_eq!(
+            (stage.stage.as_str(), stage.step, stage.phase),
+            ("post_forward", 0, Phase::Train)
+        );
+        let c = peak.components.as_ref().unwrap();
+        assert_eq!(c.total_bytes, 16 * GIB);
+        assert_eq!(c.activations_bytes, Some(12 * GIB));
+        assert_eq!(
+            c.activations_basis,
+            Some(ActivationsBasis::AllocatorAllocated)
+        );
+        assert_eq!(c.largest().unwrap().name, "optimizer_state");
+
+        // Reserved and NVML peaks carry components but no activations; the host peak neither.
+        let reserved = peaks.iter().find(|p| p.metric == "reserved").unwrap();
+        assert_eq!(reserved.bytes, 28 * GIB + 512 * MIB);
+        assert!(
+            reserved
+                .components
+                .as_ref()
+                .unwrap()
+                .activations_bytes
+                .is_none()
+        );
+        let host = peaks.iter().find(|p| p.metric == "host_rss").unwrap();
+        assert!(host.components.is_none());
+        assert_eq!(host.measure, Measure::HostRss);
+    }
+
+    #[test]
+    fn without_allocator_data_the_process_memory_is_the_basis() {
+        let trace = Run {
+            snapshots: false,
+            ..Run::default()
+        }
+        .build();
+        let peaks = peaks_of(&trace);
+        let peak = memory_peak(&peaks).unwrap();
+        assert_eq!(peak.measure, Measure::ProcessGpu);
+        let c = peak.components.as_ref().unwrap();
+        assert_eq!(c.activations_basis, Some(ActivationsBasis::ProcessGpu));
+        assert_eq!(c.activations_bytes, Some(12 * GIB + 512 * MIB + 600 * MIB));
+        // NVML used is not a basis when the process counter exists.
+        let used = peaks
+            .iter()
+            .find(|p| p.measure == Measure::DeviceUsed)
+            .unwrap();
+        assert!(
+            used.components
+                .as_ref()
+                .unwrap()
+                .activations_bytes
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn breakdown_nearest_before_else_after() {
+        let mut trace = Trace::default();
+        for t in [100, 300] {
+            trace.components.push(ComponentBreakdown {
+                t_us: t,
+                step: t,
+                ..ComponentBreakdown::default()
+            });
+        }
+        assert_eq!(breakdown_near(&trace, 50).unwrap().t_us, 100);
+        assert_eq!(breakdown_near(&trace, 299).unwrap().t_us, 100);
+        assert_eq!(breakdown_near(&trace, 1_000).unwrap().t_us, 300);
+        assert!(breakdown_near(&Trace::default(), 0).is_none());
+    }
+
+    #[test]
+    fn activations_saturate_and_extras_count() {
+        let mut trace = Trace::default();
+        let ema = trace.intern("ema");
+        let breakdown = ComponentBreakdown {
+            parameters_bytes: 10,
+            extras: vec![NamedBytes {
+                name: ema,
+                bytes: 30,
+            }],
+            ..ComponentBreakdown::default()
+        };
+        let c = PeakComponents::new(
+            &trace,
+            &breakdown,
+            25,
+            Some(ActivationsBasis::AllocatorAllocated),
+        );
+        assert_eq!(c.total_bytes, 40);
+        assert_eq!(c.activations_bytes, Some(0));
+        assert_eq!(
+            c.largest().unwrap(),
+            NamedSize {
+                name: "ema".to_owned(),
+                bytes: 30
+            }
+        );
+    }
+
+    #[test]
+    fn first_time_the_maximum_is_reached() {
+        assert_eq!(
+            first_max([Some(1), None, Some(3), Some(3)].into_iter()),
+            Some((2, 3))
+        );
+        assert_eq!(first_max([None, None].into_iter()), None);
+        use crate::model::MISSING;
+        assert_eq!(first_max_present(&[1, MISSING, 3, 3]), Some((2, 3)));
+        assert_eq!(first_max_present(&[MISSING, MISSING]), None);
+        assert_eq!(first_max_present(&[]), None);
+        assert_eq!(first_max_present(&[0, MISSING - 1]), Some((1, MISSING - 1)));
+    }
+
+    #[test]
+    fn empty_trace_has_no_peaks() {
+        let trace = Trace::default();
+        assert!(peaks_of(&trace).is_empty());
+        assert!(memory_peak(&[]).is_none());
+    }
+}

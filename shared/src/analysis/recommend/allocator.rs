@@ -1,0 +1,275 @@
+//! Rules about the caching allocator: fragmentation and retries, and memory outside it.
+
+use super::{Finding, Rule, RuleContext, Severity, finding};
+use crate::analysis::oom::OomKind;
+use crate::units::{format_bytes, format_count, format_percent};
+
+/// A peak gap (reserved beyond what tensors needed) of at least this many bytes...
+pub const FRAGMENTATION_MIN_GAP_BYTES: u64 = 1 << 30;
+
+/// ...and at least this share of peak reserved is fragmentation worth fixing; smaller gaps are
+/// the cache doing its job (rounding, a few spare blocks).
+pub const FRAGMENTATION_MIN_GAP_FRACTION: f64 = 0.25;
+
+/// Process GPU memory beyond the allocator's reserved bytes (median over marks) from which it is
+/// worth pointing out: a CUDA context alone is 300–600 MiB.
+pub const OUTSIDE_ALLOCATOR_MIN_BYTES: i64 = 1 << 30;
+
+/// `fragmentation`: the allocator holds much more than tensors need, or had to retry.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fragmentation;
+
+impl Rule for Fragmentation {
+    fn id(&self) -> &'static str {
+        "fragmentation"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let p = ctx.analysis.pressure.as_ref()?;
+        let gap = &p.peak_gap;
+        let min_gap = FRAGMENTATION_MIN_GAP_BYTES
+            .max((FRAGMENTATION_MIN_GAP_FRACTION * gap.reserved_bytes as f64) as u64);
+        let large_gap = gap.bytes >= min_gap;
+        let retries = p.alloc_retries.unwrap_or(0);
+        if !large_gap && retries == 0 {
+            return None;
+        }
+        let mut facts = vec![format!(
+            "at its peak the allocator reserved {}, {} ({}) more than tensors ever held at once \
+             ({})",
+            format_bytes(gap.reserved_bytes),
+            format_bytes(gap.bytes),
+            format_percent(gap.fraction_of_reserved),
+            format_bytes(gap.allocated_bytes),
+        )];
+        if retries > 0 {
+            let first = p.first_retry.as_ref().map_or_else(String::new, |s| {
+                format!(", first at {} of step {}", s.stage, format_count(s.step))
+            });
+            facts.push(format!(
+                "it freed its cache and retried allocations {} times{first}",
+                format_count(retries)
+            ));
+        }
+        if let Some(split) = p.max_inactive_split_bytes.filter(|b| *b > 0) {
+            facts.push(format!(
+                "up to {} sat in split blocks that cannot serve large requests",
+                format_bytes(split)
+            ));
+        }
+        // An OOM the cache could have served: the request was no larger than what the allocator
+        // held unused at that moment.
+        let served_by_cache = ctx.analysis.ooms.iter().find(|o| {
+            o.kind == OomKind::Gpu
+                && matches!(
+                    (o.requested_bytes, o.reserved_bytes, o.allocated_bytes),
+                    (Some(req), Some(res), Some(alloc)) if req <= res.saturating_sub(alloc)
+                )
+        });
+        if let Some(o) = served_by_cache {
+            let unused = o
+                .reserved_bytes
+                .unwrap_or(0)
+                .saturating_sub(o.allocated_bytes.unwrap_or(0));
+            facts.push(format!(
+                "the OOM{} asked for {} while {} was reserved but unused",
+                o.step
+                    .map_or_else(String::new, |s| format!(" at step {}", format_count(s))),
+                format_bytes(o.requested_bytes.unwrap_or(0)),
+                format_bytes(unused),
+            ));
+        }
+        let mut change = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow \
+                          in place instead of fragmenting; if input shapes vary between batches, \
+                          pad them to a few fixed sizes"
+            .to_owned();
+        if retries > 0 {
+            change.push_str(
+                "; each retry synchronises the device and empties the cache, so retries also cost \
+                 step time",
+            );
+        }
+        let severity = if served_by_cache.is_some() {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+        let title = if large_gap {
+            format!(
+                "Allocator fragmentation: {} reserved but unused at the peak",
+                format_bytes(gap.bytes)
+            )
+        } else {
+            format!(
+                "The allocator retried allocations {} times",
+                format_count(retries)
+            )
+        };
+        let mut evidence = vec![
+            ("peak_gap_bytes", gap.bytes as f64),
+            ("peak_gap_fraction", gap.fraction_of_reserved),
+            ("peak_reserved_bytes", gap.reserved_bytes as f64),
+            ("peak_allocated_bytes", gap.allocated_bytes as f64),
+            ("alloc_retries", retries as f64),
+        ];
+        if let Some(split) = p.max_inactive_split_bytes {
+            evidence.push(("max_inactive_split_bytes", split as f64));
+        }
+        Some(finding(
+            self,
+            severity,
+            title,
+            facts.join("; "),
+            change,
+            &evidence,
+        ))
+    }
+}
+
+/// `outside-allocator`: the process holds a lot of GPU memory the allocator does not know about.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutsideAllocatorRule;
+
+impl Rule for OutsideAllocatorRule {
+    fn id(&self) -> &'static str {
+        "outside-allocator"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let o = ctx.analysis.outside_allocator.as_ref()?;
+        if o.median_bytes < OUTSIDE_ALLOCATOR_MIN_BYTES {
+            return None;
+        }
+        let outside = format_bytes(o.median_bytes.unsigned_abs());
+        let explanation = format!(
+            "the process holds {outside} of GPU memory outside PyTorch's allocator (median over \
+             {} marks: {} on the device by NVML against {} reserved by the allocator, at most {}); \
+             this is the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers and any other \
+             library allocating on the GPU",
+            format_count(o.marks as u64),
+            format_bytes(o.median_process_bytes),
+            format_bytes(o.median_reserved_bytes),
+            format_bytes(o.max_bytes.unsigned_abs()),
+        );
+        let change = format!(
+            "count the {outside} in the memory budget (torch.cuda.memory_allocated() does not see \
+             it); if it is more than the CUDA context needs, look for other libraries on the GPU \
+             (CuPy, JAX, TensorRT, a CUDA context created in a DataLoader worker), lower \
+             NCCL_BUFFSIZE, or cap cuDNN workspaces with torch.backends.cudnn.benchmark=False"
+        );
+        Some(finding(
+            self,
+            Severity::Info,
+            format!("{outside} of GPU memory is outside the allocator"),
+            explanation,
+            change,
+            &[
+                ("median_outside_bytes", o.median_bytes as f64),
+                ("max_outside_bytes", o.max_bytes as f64),
+                ("median_process_gpu_bytes", o.median_process_bytes as f64),
+                ("median_reserved_bytes", o.median_reserved_bytes as f64),
+                ("marks", o.marks as f64),
+            ],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{evidence, find};
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+
+    #[test]
+    fn large_gap_at_the_peak_is_fragmentation() {
+        let run = Run {
+            reserved_gap_bytes: 10 * GIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "fragmentation").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(
+            f.title,
+            "Allocator fragmentation: 10.0 GiB reserved but unused at the peak"
+        );
+        assert!(
+            f.explanation.starts_with(
+                "at its peak the allocator reserved 38.0 GiB, 10.0 GiB (26%) more than tensors \
+                 ever held at once (28.0 GiB)"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert!(f.change.contains("expandable_segments:True"));
+        assert_eq!(evidence(&f, "alloc_retries"), 0.0);
+    }
+
+    #[test]
+    fn retries_alone_fire() {
+        let run = Run {
+            retries: Some((12, 2)),
+            ..Run::default()
+        };
+        let f = find(&run.build(), "fragmentation").unwrap();
+        assert_eq!(f.title, "The allocator retried allocations 96 times");
+        assert!(
+            f.explanation
+                .contains("retried allocations 96 times, first at post_forward of step 12")
+        );
+        assert!(f.change.contains("cost step time"));
+    }
+
+    #[test]
+    fn oom_the_cache_could_have_served_is_critical() {
+        let run = Run {
+            reserved_gap_bytes: 10 * GIB,
+            oom_at_step: Some(20),
+            oom_requested_bytes: 4 * GIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "fragmentation").unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        // At pre_forward of step 20: 38 GiB reserved, 16 GiB allocated.
+        assert!(f.explanation.contains(
+            "the OOM at step 20 asked for 4.00 GiB while 22.0 GiB was reserved but unused"
+        ));
+    }
+
+    #[test]
+    fn ordinary_cache_is_not_fragmentation() {
+        assert!(find(&Run::default().build(), "fragmentation").is_none());
+        // Near miss: 8 GiB of 36 GiB is 22%, under a quarter.
+        let near = Run {
+            reserved_gap_bytes: 8 * GIB,
+            ..Run::default()
+        };
+        assert!(find(&near.build(), "fragmentation").is_none());
+        let no_allocator = Run {
+            snapshots: false,
+            reserved_gap_bytes: 20 * GIB,
+            ..Run::default()
+        };
+        assert!(find(&no_allocator.build(), "fragmentation").is_none());
+    }
+
+    #[test]
+    fn memory_outside_the_allocator() {
+        let run = Run {
+            context_bytes: GIB + GIB / 2,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "outside-allocator").unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(f.title, "1.50 GiB of GPU memory is outside the allocator");
+        assert!(f.explanation.contains(
+            "median over 240 marks: 30.0 GiB on the device by NVML against 28.5 GiB reserved"
+        ));
+        assert_eq!(evidence(&f, "median_outside_bytes"), (GIB + GIB / 2) as f64);
+
+        let small = Run {
+            context_bytes: 900 * MIB,
+            ..Run::default()
+        };
+        assert!(find(&small.build(), "outside-allocator").is_none());
+    }
+}

@@ -1,0 +1,346 @@
+//! Rules about memory that does not come back: per-step leaks and eval retention.
+
+use super::{Finding, Rule, RuleContext, Severity, finding};
+use crate::analysis::leaks::GrowthFit;
+use crate::analysis::phases::PhaseTransition;
+use crate::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
+
+/// A leak that fills memory within this many times the steps already observed is critical: the
+/// run will not finish (or barely will) at the current rate.
+pub const CRITICAL_RUNWAY_FACTOR: f64 = 2.0;
+
+/// Eval retention below this is noise (allocator rounding, lazily built eval buffers).
+pub const EVAL_RETAIN_MIN_BYTES: i64 = 256 << 20;
+
+/// Retention must also be at least this share of the jump on entering eval, so that allocator
+/// rounding on a huge eval jump is not reported. Kept low on purpose: eval that keeps 1.5 GiB of
+/// a 12 GiB jump after every evaluation is exactly the bug to report (outputs or a graph held on
+/// the device), even though most of the jump did come back.
+pub const EVAL_RETAIN_MIN_FRACTION_OF_JUMP: f64 = 0.1;
+
+/// `leak`: memory at a stage grows steadily with the step.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Leak;
+
+/// The leak to headline: the primary metric before the others (it is the number the rest of the
+/// report uses), then the one that fills memory first, then the steepest, then the straightest,
+/// then the later stage in the step (end-of-step memory is where nothing of the step should
+/// remain). `fits` are in stage order, metrics in priority order within a stage.
+fn headline_leak<'a>(fits: &'a [GrowthFit], primary: Option<&str>) -> Option<&'a GrowthFit> {
+    let rank = |f: &GrowthFit| {
+        let remaining = f
+            .projection
+            .as_ref()
+            .map_or(u64::MAX, |p| p.steps_remaining);
+        (primary != Some(f.metric.as_str()), remaining)
+    };
+    fits.iter().filter(|f| f.is_leak).reduce(|best, f| {
+        let better = rank(f).cmp(&rank(best)).then_with(|| {
+            best.slope_bytes_per_step
+                .total_cmp(&f.slope_bytes_per_step)
+                .then(best.r_squared.total_cmp(&f.r_squared))
+        });
+        // Ties go to the later fit, i.e. the later stage.
+        if better.is_le() { f } else { best }
+    })
+}
+
+impl Rule for Leak {
+    fn id(&self) -> &'static str {
+        "leak"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let primary = ctx.analysis.stage_table.primary_metric.as_deref();
+        let leak = headline_leak(&ctx.analysis.leak_fits, primary)?;
+        let leaking = ctx.analysis.leaks().count();
+        let host = leak.host_memory;
+        let what = if host { "host memory" } else { "the device" };
+        let mut explanation = format!(
+            "memory at {} ({}) grows {}/step (R² {:.2}) from step {} to {} (+{})",
+            leak.stage,
+            leak.metric,
+            format_bytes_f64(leak.slope_bytes_per_step),
+            leak.r_squared,
+            format_count(leak.first_step),
+            format_count(leak.last_step),
+            format_bytes(leak.growth_bytes.max(0).unsigned_abs()),
+        );
+        let steps_run = (leak.last_step - leak.first_step) as f64;
+        let mut severity = Severity::Warning;
+        if let Some(p) = &leak.projection {
+            if p.steps_remaining == 0 {
+                explanation.push_str(&format!(": {what} is already full"));
+            } else {
+                let when = p.time_to_full_us.map_or_else(String::new, |us| {
+                    format!(", in about {}", format_duration_us(us))
+                });
+                explanation.push_str(&format!(
+                    ": at this rate {what} is full at step {}{when}",
+                    format_count(p.full_at_step)
+                ));
+            }
+            if p.steps_remaining as f64 <= CRITICAL_RUNWAY_FACTOR * steps_run {
+                severity = Severity::Critical;
+            }
+        }
+        if leaking > 1 {
+            explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
+        }
+        let change = if host {
+            "look for host objects kept across steps: growing lists or dicts of metrics, caches \
+             keyed by sample, tensors moved to the CPU and kept; DataLoader workers that touch \
+             Python objects copy them (copy-on-write), so keep datasets in numpy arrays or \
+             memory-mapped files"
+        } else {
+            "look for tensors kept across steps: a loss or metric accumulated without .item() or \
+             .detach(), lists of outputs, caches keyed by step, hooks that store activations; \
+             compare torch.cuda.memory_snapshot() at the same stage of two steps to find them"
+        };
+        let mut evidence = vec![
+            ("slope_bytes_per_step", leak.slope_bytes_per_step),
+            ("r_squared", leak.r_squared),
+            ("first_step", leak.first_step as f64),
+            ("last_step", leak.last_step as f64),
+            ("growth_bytes", leak.growth_bytes as f64),
+            ("leaking_fits", leaking as f64),
+        ];
+        if let Some(p) = &leak.projection {
+            evidence.push(("limit_bytes", p.limit_bytes as f64));
+            evidence.push(("current_bytes", p.current_bytes as f64));
+            evidence.push(("full_at_step", p.full_at_step as f64));
+            if let Some(us) = p.time_to_full_us {
+                evidence.push(("time_to_full_us", us as f64));
+            }
+        }
+        Some(finding(
+            self,
+            severity,
+            format!(
+                "Memory leak: +{}/step at {}",
+                format_bytes_f64(leak.slope_bytes_per_step),
+                leak.stage
+            ),
+            explanation,
+            change.to_owned(),
+            &evidence,
+        ))
+    }
+}
+
+/// `eval-retains-memory`: memory rises on entering eval and does not come back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EvalRetainsMemory;
+
+/// True when a transition kept memory: a positive jump, and retention of at least
+/// max([`EVAL_RETAIN_MIN_BYTES`], [`EVAL_RETAIN_MIN_FRACTION_OF_JUMP`] × jump).
+fn retains(t: &PhaseTransition) -> bool {
+    match (t.jump_bytes, t.retained_bytes) {
+        (Some(jump), Some(retained)) if jump > 0 => {
+            let min =
+                EVAL_RETAIN_MIN_BYTES.max((EVAL_RETAIN_MIN_FRACTION_OF_JUMP * jump as f64) as i64);
+            retained >= min
+        }
+        _ => false,
+    }
+}
+
+impl Rule for EvalRetainsMemory {
+    fn id(&self) -> &'static str {
+        "eval-retains-memory"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let transitions = &ctx.analysis.phase_transitions;
+        let retaining: Vec<&PhaseTransition> = transitions.iter().filter(|t| retains(t)).collect();
+        // The largest retention; the earliest of equals.
+        let worst = *retaining.iter().max_by(|a, b| {
+            a.retained_bytes
+                .cmp(&b.retained_bytes)
+                .then(b.entry_t_us.cmp(&a.entry_t_us))
+        })?;
+        let jump = worst.jump_bytes.unwrap_or(0).unsigned_abs();
+        let retained = worst.retained_bytes.unwrap_or(0).unsigned_abs();
+        let total: i64 = retaining.iter().filter_map(|t| t.retained_bytes).sum();
+        let after = match (&worst.after_stage, worst.after_step) {
+            (Some(stage), Some(step)) => format!(" at {stage} of step {}", format_count(step)),
+            _ => String::new(),
+        };
+        let mut explanation = format!(
+            "{} rises {} on entering eval at step {} and does not come back: {} of it is still \
+             held{after}, compared with {} of step {}",
+            worst.metric,
+            format_bytes(jump),
+            format_count(worst.entry_step),
+            format_bytes(retained),
+            worst.before_stage,
+            format_count(worst.before_step),
+        );
+        if retaining.len() > 1 {
+            explanation.push_str(&format!(
+                " ({} of {} evals kept memory, {} in all)",
+                retaining.len(),
+                transitions.len(),
+                format_bytes(total.max(0).unsigned_abs())
+            ));
+        }
+        Some(finding(
+            self,
+            Severity::Warning,
+            format!(
+                "Eval keeps {} after returning to training",
+                format_bytes(retained)
+            ),
+            explanation,
+            "run eval under torch.no_grad() (or torch.inference_mode()) after model.eval(); move \
+             collected predictions to the CPU (.cpu()) or reduce them to numbers (.item()), and \
+             drop references to eval batches and outputs before training resumes"
+                .to_owned(),
+            &[
+                ("jump_bytes", jump as f64),
+                ("retained_bytes", retained as f64),
+                ("entry_step", worst.entry_step as f64),
+                ("retaining_evals", retaining.len() as f64),
+                ("evals", transitions.len() as f64),
+                ("total_retained_bytes", total as f64),
+            ],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{evidence, find};
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+
+    #[test]
+    fn leak_that_fills_the_device_soon_is_critical() {
+        let run = Run {
+            steps: 1_000,
+            leak_bytes_per_step: 40 * MIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "leak").unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(
+            f.title,
+            "Memory leak: +40.0 MiB/step at post_optimizer_step"
+        );
+        // The highest stage at step 999 is post_forward: 28 GiB + 999 × 40 MiB = 67.0 GiB, so
+        // 12.98 GiB are left: 333 more steps of 250 ms.
+        assert!(
+            f.explanation.starts_with(
+                "memory at post_optimizer_step (allocated) grows 40.0 MiB/step (R² 1.00) from \
+                 step 0 to 999 (+39.0 GiB): at this rate the device is full at step 1 332, in \
+                 about 1 min 23 s"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(evidence(&f, "full_at_step"), 1_332.0);
+        assert!(f.change.contains(".item()"));
+    }
+
+    #[test]
+    fn slow_leak_is_a_warning() {
+        let run = Run {
+            steps: 100,
+            leak_bytes_per_step: 12 * MIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "leak").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        // (80 GiB − 28 GiB − 99 × 12 MiB) / 12 MiB = 4 338.3 → 4 339 steps after step 99.
+        assert!(
+            f.explanation
+                .contains("full at step 4 438, in about 18 min 05 s"),
+            "{}",
+            f.explanation
+        );
+    }
+
+    #[test]
+    fn host_leak_talks_about_host_memory() {
+        let run = Run {
+            steps: 50,
+            host_rss_growth_per_step: 200 * MIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "leak").unwrap();
+        assert!(
+            f.explanation
+                .starts_with("memory at post_optimizer_step (host_rss) grows 200 MiB/step"),
+            "{}",
+            f.explanation
+        );
+        assert!(f.explanation.contains("host memory is full"));
+        assert!(f.change.contains("copy-on-write"));
+    }
+
+    #[test]
+    fn no_leak_no_finding() {
+        assert!(find(&Run::default().build(), "leak").is_none());
+        // Near miss: 50 MiB over 100 steps is under 1% of the device.
+        let small = Run {
+            steps: 100,
+            leak_bytes_per_step: MIB / 2,
+            ..Run::default()
+        };
+        assert!(find(&small.build(), "leak").is_none());
+    }
+
+    #[test]
+    fn eval_that_keeps_memory() {
+        let run = Run {
+            steps: 40,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB + GIB / 5,
+            eval_retain_bytes: 2 * GIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "eval-retains-memory").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.title, "Eval keeps 2.00 GiB after returning to training");
+        assert!(
+            f.explanation.starts_with(
+                "allocated rises 3.20 GiB on entering eval at step 9 and does not come back: \
+                 2.00 GiB of it is still held at post_optimizer_step of step 10, compared with \
+                 post_optimizer_step of step 9 (3 of 4 evals kept memory, 6.00 GiB in all)"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(evidence(&f, "retaining_evals"), 3.0);
+    }
+
+    #[test]
+    fn eval_that_gives_memory_back() {
+        let clean = Run {
+            steps: 40,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB,
+            ..Run::default()
+        };
+        assert!(find(&clean.build(), "eval-retains-memory").is_none());
+        // Near miss: keeps 280 MiB of a 3 GiB jump (over 256 MiB, but under a tenth of the jump).
+        let partial = Run {
+            eval_retain_bytes: 280 * MIB,
+            ..clean.clone()
+        };
+        assert!(find(&partial.build(), "eval-retains-memory").is_none());
+        // Keeping a third of the jump after every eval is reported.
+        let third = Run {
+            eval_retain_bytes: GIB,
+            ..clean.clone()
+        };
+        assert!(find(&third.build(), "eval-retains-memory").is_some());
+        // Near miss: keeps all of a 200 MiB jump (under 256 MiB).
+        let small = Run {
+            eval_jump_bytes: 200 * MIB,
+            eval_retain_bytes: 200 * MIB,
+            ..clean
+        };
+        assert!(find(&small.build(), "eval-retains-memory").is_none());
+    }
+}

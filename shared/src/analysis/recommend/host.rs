@@ -1,0 +1,155 @@
+//! Rule about host memory: near exhaustion, or the kernel's OOM killer.
+
+use super::{Finding, Rule, RuleContext, Severity, finding};
+use crate::analysis::oom::OomKind;
+use crate::units::{format_bytes, format_count, format_duration_us, format_percent};
+
+/// Available host memory below this share of (available + the process's RSS) is pressure: the
+/// next DataLoader worker or checkpoint copy can trigger the OOM killer.
+pub const HOST_AVAILABLE_MIN_FRACTION: f64 = 0.10;
+
+/// `host-memory-pressure`: host memory nearly ran out, or the process was probably OOM-killed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostMemoryPressure;
+
+impl Rule for HostMemoryPressure {
+    fn id(&self) -> &'static str {
+        "host-memory-pressure"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let kill = ctx.analysis.ooms.iter().find(|o| o.kind == OomKind::Host);
+        let host = ctx.analysis.host_memory.as_ref();
+        let low = host.filter(|h| {
+            h.min_available_fraction
+                .is_some_and(|f| f < HOST_AVAILABLE_MIN_FRACTION)
+        });
+        if kill.is_none() && low.is_none() {
+            return None;
+        }
+        let mut facts = Vec::new();
+        if let Some(h) = low {
+            let total = h.rss_at_min_bytes.map(|r| r + h.min_available_bytes);
+            let stage = h.stage.as_ref().map_or_else(String::new, |s| {
+                format!(" at {} of step {}", s.stage, format_count(s.step))
+            });
+            facts.push(format!(
+                "host memory available fell to {} ({} of {}){stage} while the process held {} \
+                 resident",
+                format_bytes(h.min_available_bytes),
+                format_percent(h.min_available_fraction.unwrap_or(0.0)),
+                format_bytes(total.unwrap_or(h.min_available_bytes)),
+                format_bytes(h.rss_at_min_bytes.unwrap_or(0)),
+            ));
+        }
+        if let Some(k) = kill {
+            let mut fact = format!(
+                "the process was killed with SIGKILL at {}",
+                format_duration_us(k.t_us)
+            );
+            if let Some(step) = k.step {
+                fact.push_str(&format!(" (step {})", format_count(step)));
+            }
+            if let Some(a) = k.host_available_bytes {
+                fact.push_str(&format!(" with {} available", format_bytes(a)));
+            }
+            fact.push_str(": probably the kernel's OOM killer");
+            facts.push(fact);
+        }
+        let mut evidence = Vec::new();
+        if let Some(h) = host {
+            evidence.push(("min_available_bytes", h.min_available_bytes as f64));
+            if let Some(f) = h.min_available_fraction {
+                evidence.push(("min_available_fraction", f));
+            }
+            if let Some(r) = h.rss_at_min_bytes {
+                evidence.push(("rss_at_min_bytes", r as f64));
+            }
+        }
+        evidence.push(("killed", if kill.is_some() { 1.0 } else { 0.0 }));
+        let (severity, title) = if kill.is_some() {
+            (
+                Severity::Critical,
+                "The process was probably killed for host memory".to_owned(),
+            )
+        } else {
+            (Severity::Warning, "Host memory nearly ran out".to_owned())
+        };
+        Some(finding(
+            self,
+            severity,
+            title,
+            facts.join("; "),
+            "use fewer DataLoader workers or a lower prefetch_factor, memory-map datasets \
+             instead of loading them into RAM, keep per-sample Python objects out of worker \
+             datasets (copy-on-write duplicates them per worker), and pin less memory"
+                .to_owned(),
+            &evidence,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{evidence, find};
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+    use crate::model::{ExitStatus, ProcessExit};
+
+    #[test]
+    fn host_nearly_full() {
+        let run = Run {
+            host_total_bytes: 64 * GIB,
+            host_rss_bytes: 42 * GIB,
+            host_rss_growth_per_step: 300 * MIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), "host-memory-pressure").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        // Step 59: RSS 42 GiB + 59 × 300 MiB = 59.3 GiB, 4.71 GiB available (7%).
+        assert_eq!(
+            f.explanation,
+            "host memory available fell to 4.71 GiB (7% of 64.0 GiB) at pre_forward of step 59 \
+             while the process held 59.3 GiB resident"
+        );
+        assert!(evidence(&f, "min_available_fraction") < HOST_AVAILABLE_MIN_FRACTION);
+        assert_eq!(evidence(&f, "killed"), 0.0);
+    }
+
+    #[test]
+    fn oom_kill_is_critical() {
+        let run = Run {
+            host_total_bytes: 64 * GIB,
+            host_rss_bytes: 61 * GIB,
+            exit: Some(ProcessExit {
+                t_us: 10_000_000,
+                status: ExitStatus::Signal(9),
+                probable_host_oom: true,
+            }),
+            ..Run::default()
+        };
+        let f = find(&run.build(), "host-memory-pressure").unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert!(
+            f.explanation.ends_with(
+                "; the process was killed with SIGKILL at 10.0 s (step 39) with 3.00 GiB \
+                 available: probably the kernel's OOM killer"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(evidence(&f, "killed"), 1.0);
+    }
+
+    #[test]
+    fn comfortable_host_does_not_fire() {
+        assert!(find(&Run::default().build(), "host-memory-pressure").is_none());
+        // Near miss: 12% available at the end.
+        let near = Run {
+            host_total_bytes: 100 * GIB,
+            host_rss_bytes: 88 * GIB,
+            ..Run::default()
+        };
+        assert!(find(&near.build(), "host-memory-pressure").is_none());
+    }
+}

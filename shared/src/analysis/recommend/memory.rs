@@ -1,0 +1,769 @@
+//! Rules about what fills GPU memory: the OOM itself, activations, optimizer state, batch size.
+//!
+//! They share the memory model of [`crate::analysis::batch_fit`], so the batch the `oom` finding
+//! suggests is the batch `activations-dominate` and `batch-size` compute.
+
+use super::{Finding, LoopPart, Rule, RuleContext, Severity, finding};
+use crate::analysis::batch_fit::{BatchFit, BatchFitMethod};
+use crate::analysis::oom::{OomContext, OomKind};
+use crate::analysis::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
+use crate::model::Phase;
+use crate::units::{format_bytes, format_bytes_f64, format_count, format_percent};
+
+/// Activations at or above this share of the peak are what to shrink first.
+pub const ACTIVATIONS_MIN_SHARE: f64 = 0.5;
+
+/// Optimizer state at or above this share of the peak is worth shrinking (Adam keeps two fp32
+/// moments, 2× the fp32 parameters; at 30% it is a larger lever than most activation tricks).
+pub const OPTIMIZER_MIN_SHARE: f64 = 0.30;
+
+/// A peak at or above this share of the device counts as "near full": memory findings that would
+/// otherwise be informational become warnings.
+pub const NEAR_FULL_FRACTION: f64 = 0.90;
+
+/// The memory peak and its components, when activations were computed for it.
+fn peak_with_components<'a>(ctx: &RuleContext<'a>) -> Option<(&'a Peak, &'a PeakComponents)> {
+    let peak = memory_peak(&ctx.analysis.peaks)?;
+    Some((peak, peak.components.as_ref()?))
+}
+
+/// True when the run hit a GPU OOM.
+fn had_gpu_oom(ctx: &RuleContext<'_>) -> bool {
+    ctx.analysis.ooms.iter().any(|o| o.kind == OomKind::Gpu)
+}
+
+/// True when the peak came within [`NEAR_FULL_FRACTION`] of the device.
+fn near_full(ctx: &RuleContext<'_>, peak: &Peak) -> bool {
+    ctx.trace
+        .gpu_total_bytes(peak.device)
+        .is_some_and(|total| peak.bytes as f64 >= NEAR_FULL_FRACTION * total as f64)
+}
+
+/// "at post_forward of step 412" for a peak.
+fn where_peak(peak: &Peak) -> String {
+    peak.stage.as_ref().map_or_else(String::new, |s| {
+        format!(" at {} of step {}", s.stage, format_count(s.step))
+    })
+}
+
+/// "batch 24 fits with a 10% margin; to keep the effective batch of 32, run 2 accumulation steps
+/// of batch 16", or `None` when the current batch already fits.
+fn smaller_batch_advice(fit: &BatchFit) -> Option<String> {
+    let current = fit.current_batch?;
+    let steps = fit.accumulation_steps?;
+    let micro = current.div_ceil(steps);
+    let effective = if micro * steps == current {
+        format!("to keep the effective batch of {current}")
+    } else {
+        format!(
+            "for an effective batch of {} (now {current})",
+            micro * steps
+        )
+    };
+    Some(format!(
+        "batch {} fits with a {} margin; {effective}, run {steps} gradient accumulation steps of \
+         batch {micro}",
+        fit.max_batch,
+        format_percent(fit.margin),
+    ))
+}
+
+/// `oom`: the run ran out of GPU memory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Oom;
+
+impl Rule for Oom {
+    fn id(&self) -> &'static str {
+        "oom"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let gpu: Vec<&OomContext> = ctx
+            .analysis
+            .ooms
+            .iter()
+            .filter(|o| o.kind == OomKind::Gpu)
+            .collect();
+        let first = *gpu.first()?;
+        let mut explanation = oom_explanation(first);
+        if gpu.len() > 1 {
+            explanation.push_str(&format!(" ({} OOM events in all)", gpu.len()));
+        }
+        let mut evidence: Vec<(&str, f64)> = vec![("oom_events", gpu.len() as f64)];
+        let optional = [
+            ("step", first.step),
+            ("requested_bytes", first.requested_bytes),
+            ("device_free_bytes", first.device_free_bytes),
+            ("device_total_bytes", first.device_total_bytes),
+            ("allocated_bytes", first.allocated_bytes),
+            ("reserved_bytes", first.reserved_bytes),
+        ];
+        evidence.extend(
+            optional
+                .iter()
+                .filter_map(|(l, v)| Some((*l, (*v)? as f64))),
+        );
+        if let Some(s) = first.shortfall_bytes {
+            evidence.push(("shortfall_bytes", s as f64));
+        }
+        let title = match first.step {
+            Some(step) => format!("Out of GPU memory at step {}", format_count(step)),
+            None => "Out of GPU memory".to_owned(),
+        };
+        Some(finding(
+            self,
+            Severity::Critical,
+            title,
+            explanation,
+            oom_change(ctx, first),
+            &evidence,
+        ))
+    }
+}
+
+/// Where the OOM happened, what was asked for and free, and what held the memory.
+fn oom_explanation(oom: &OomContext) -> String {
+    let mut where_ = match (&oom.stage, &oom.next_stage) {
+        (Some(stage), Some(next)) => format!(" between {stage} and {next}"),
+        (Some(stage), None) => format!(" after {stage}"),
+        _ => String::new(),
+    };
+    if let Some(step) = oom.step {
+        where_.push_str(&format!(" of step {}", format_count(step)));
+    }
+    if oom.phase == Some(Phase::Eval) {
+        where_.push_str(" (eval)");
+    }
+    let mut facts: Vec<String> = Vec::new();
+    match (oom.requested_bytes, oom.device_free_bytes) {
+        (Some(r), Some(f)) => {
+            let total = oom
+                .device_total_bytes
+                .map_or_else(String::new, |t| format!(" of {}", format_bytes(t)));
+            let short = match oom.shortfall_bytes {
+                Some(s) if s > 0 => format!(", {} short", format_bytes(s.unsigned_abs())),
+                _ => ", at least what was asked for: the free memory was fragmented or taken by \
+                      another process"
+                    .to_owned(),
+            };
+            facts.push(format!(
+                "it asked for {} with {} free{total}{short}",
+                format_bytes(r),
+                format_bytes(f)
+            ));
+        }
+        (Some(r), None) => facts.push(format!("it asked for {}", format_bytes(r))),
+        _ => {}
+    }
+    match (
+        oom.allocated_bytes,
+        oom.reserved_bytes,
+        oom.process_gpu_bytes,
+    ) {
+        (Some(a), Some(r), _) => facts.push(format!(
+            "tensors held {} and the allocator {} reserved",
+            format_bytes(a),
+            format_bytes(r)
+        )),
+        (_, _, Some(p)) => facts.push(format!("the process held {} on the GPU", format_bytes(p))),
+        _ => {}
+    }
+    if let Some(c) = &oom.largest_component {
+        facts.push(format!(
+            "the largest model component is {} ({})",
+            c.name.replace('_', " "),
+            format_bytes(c.bytes)
+        ));
+    }
+    let mut explanation = format!("the run ran out of GPU memory{where_}");
+    if !facts.is_empty() {
+        explanation.push_str(": ");
+        explanation.push_str(&facts.join("; "));
+    }
+    explanation
+}
+
+/// What to change, by the part of the loop that ran out: eval, the optimizer step, or the
+/// forward/backward pass (the batch that fits, when the memory model knows it).
+fn oom_change(ctx: &RuleContext<'_>, oom: &OomContext) -> String {
+    if oom.phase == Some(Phase::Eval) {
+        return "evaluate under torch.no_grad() (or torch.inference_mode()) with model.eval(), \
+                use a smaller eval batch, and move collected outputs to the CPU"
+            .to_owned();
+    }
+    let fit_advice = ctx
+        .analysis
+        .batch_fit
+        .as_ref()
+        .and_then(smaller_batch_advice);
+    match LoopPart::running(oom.stage.as_deref(), oom.next_stage.as_deref()) {
+        LoopPart::Optimizer => {
+            let opt = peak_with_components(ctx).map_or_else(String::new, |(_, c)| {
+                format!(
+                    " (optimizer state is {})",
+                    format_bytes(c.optimizer_state_bytes)
+                )
+            });
+            format!(
+                "the optimizer step ran out of memory{opt}: use an 8-bit or factored optimizer, \
+                 or shard its state across ranks (ZeRO / FSDP)"
+            )
+        }
+        LoopPart::Forward | LoopPart::Backward => match fit_advice {
+            Some(advice) => format!("{advice}; or enable activation checkpointing"),
+            None => "halve the batch size and use 2 gradient accumulation steps to keep the \
+                     effective batch, or enable activation checkpointing \
+                     (torch.utils.checkpoint) on the largest blocks"
+                .to_owned(),
+        },
+        LoopPart::Other => match fit_advice {
+            Some(advice) => format!("{advice}; see the other findings for what fills memory"),
+            None => "reduce the batch size (keeping the effective batch with gradient \
+                     accumulation); see the other findings for what fills memory"
+                .to_owned(),
+        },
+    }
+}
+
+/// `activations-dominate`: activations are most of the peak.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ActivationsDominate;
+
+impl Rule for ActivationsDominate {
+    fn id(&self) -> &'static str {
+        "activations-dominate"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let (peak, components) = peak_with_components(ctx)?;
+        // Only against the allocator's own numbers: a process-level remainder also holds the
+        // cache and the CUDA context and would overstate activations.
+        if components.activations_basis != Some(ActivationsBasis::AllocatorAllocated) {
+            return None;
+        }
+        // With the primary metric leaking, the remainder is activations plus leaked memory: the
+        // `leak` finding explains that instead.
+        let primary = ctx.analysis.stage_table.primary_metric.as_deref();
+        if ctx
+            .analysis
+            .leaks()
+            .any(|f| Some(f.metric.as_str()) == primary)
+        {
+            return None;
+        }
+        let activations = components.activations_bytes?;
+        let share = activations as f64 / peak.bytes.max(1) as f64;
+        if share < ACTIVATIONS_MIN_SHARE {
+            return None;
+        }
+        let fit = ctx.analysis.batch_fit.as_ref();
+        let per_sample = fit.map_or_else(String::new, |f| {
+            let source = match f.method {
+                BatchFitMethod::Trials => " from the batch trials".to_owned(),
+                BatchFitMethod::Breakdown => f
+                    .current_batch
+                    .map_or_else(String::new, |b| format!(" at batch {b}")),
+            };
+            format!(
+                ", {} per sample{source}",
+                format_bytes_f64(f.per_sample_bytes)
+            )
+        });
+        let mut explanation = format!(
+            "activations are {} of the peak ({} of {}{}{per_sample})",
+            format_percent(share),
+            format_bytes(activations),
+            format_bytes(peak.bytes),
+            where_peak(peak),
+        );
+        let advice = fit.and_then(smaller_batch_advice);
+        match (fit, &advice) {
+            (_, Some(advice)) => explanation.push_str(&format!(": {advice}")),
+            (Some(f), None) => explanation.push_str(&format!(
+                ": up to batch {} fits with a {} margin",
+                f.max_batch,
+                format_percent(f.margin)
+            )),
+            (None, None) => {}
+        }
+        let change = match &advice {
+            Some(advice) => format!(
+                "{advice}; activation checkpointing (torch.utils.checkpoint) or bf16 autocast \
+                 shrink activations without changing the batch"
+            ),
+            None => "activations are the lever: activation checkpointing \
+                     (torch.utils.checkpoint) on the largest blocks, bf16 autocast, or a smaller \
+                     batch with gradient accumulation"
+                .to_owned(),
+        };
+        let severity = if had_gpu_oom(ctx) || advice.is_some() || near_full(ctx, peak) {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        let mut evidence = vec![
+            ("activations_bytes", activations as f64),
+            ("peak_bytes", peak.bytes as f64),
+            ("activations_share", share),
+        ];
+        if let Some(f) = fit {
+            evidence.push(("per_sample_bytes", f.per_sample_bytes));
+            evidence.push(("max_batch", f.max_batch as f64));
+            evidence.push(("margin", f.margin));
+            if let Some(b) = f.current_batch {
+                evidence.push(("current_batch", b as f64));
+            }
+            if let Some(k) = f.accumulation_steps {
+                evidence.push(("accumulation_steps", k as f64));
+            }
+        }
+        Some(finding(
+            self,
+            severity,
+            format!("Activations are {} of peak memory", format_percent(share)),
+            explanation,
+            change,
+            &evidence,
+        ))
+    }
+}
+
+/// `optimizer-state-heavy`: optimizer state is a large share of the peak.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptimizerStateHeavy;
+
+impl Rule for OptimizerStateHeavy {
+    fn id(&self) -> &'static str {
+        "optimizer-state-heavy"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let (peak, components) = peak_with_components(ctx)?;
+        let optimizer = components.optimizer_state_bytes;
+        let share = optimizer as f64 / peak.bytes.max(1) as f64;
+        if optimizer == 0 || share < OPTIMIZER_MIN_SHARE {
+            return None;
+        }
+        let vs_params = if components.parameters_bytes > 0 {
+            format!(
+                ", {:.1}× the parameters ({})",
+                optimizer as f64 / components.parameters_bytes as f64,
+                format_bytes(components.parameters_bytes)
+            )
+        } else {
+            String::new()
+        };
+        let explanation = format!(
+            "optimizer state is {} of the peak ({} of {}{vs_params})",
+            format_percent(share),
+            format_bytes(optimizer),
+            format_bytes(peak.bytes),
+        );
+        // 8-bit moments take a quarter of fp32 ones.
+        let saving = optimizer - optimizer / 4;
+        let mut change = format!(
+            "an 8-bit optimizer (e.g. bitsandbytes AdamW8bit) stores fp32 moments in a quarter \
+             of the space (saves about {}); a factored optimizer (Adafactor) keeps even less",
+            format_bytes(saving)
+        );
+        if let Some(world) = ctx.trace.metadata.world_size.filter(|w| *w > 1) {
+            change.push_str(&format!(
+                "; sharding the state across the {world} ranks (ZeRO-1 / FSDP) divides it by {world}"
+            ));
+        }
+        let severity = if had_gpu_oom(ctx) || near_full(ctx, peak) {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        Some(finding(
+            self,
+            severity,
+            format!(
+                "Optimizer state is {} of peak memory",
+                format_percent(share)
+            ),
+            explanation,
+            change,
+            &[
+                ("optimizer_state_bytes", optimizer as f64),
+                ("parameters_bytes", components.parameters_bytes as f64),
+                ("peak_bytes", peak.bytes as f64),
+                ("optimizer_share", share),
+                ("estimated_saving_bytes", saving as f64),
+            ],
+        ))
+    }
+}
+
+/// `batch-size`: a batch-size search ran.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchSize;
+
+impl Rule for BatchSize {
+    fn id(&self) -> &'static str {
+        "batch-size"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let trials = ctx.analysis.batch_trials.as_ref()?;
+        let mut facts = vec![format!("the batch search ran {} trials", trials.trials)];
+        if let Some(b) = trials.largest_fit_batch {
+            let peak = trials
+                .largest_fit_peak_bytes
+                .map_or_else(String::new, |p| format!(" (peak {})", format_bytes(p)));
+            facts.push(format!("batch {b} fit{peak}"));
+        }
+        if let Some(b) = trials.smallest_oom_batch {
+            facts.push(format!("batch {b} ran out of memory"));
+        }
+        let mut explanation = facts.join(", ");
+        let mut evidence = vec![("trials", trials.trials as f64)];
+        evidence.extend(
+            trials
+                .largest_fit_batch
+                .map(|b| ("largest_fit_batch", b as f64)),
+        );
+        evidence.extend(
+            trials
+                .smallest_oom_batch
+                .map(|b| ("smallest_oom_batch", b as f64)),
+        );
+        let fit = ctx
+            .analysis
+            .batch_fit
+            .as_ref()
+            .filter(|f| f.method == BatchFitMethod::Trials);
+        let change = match fit {
+            Some(f) => {
+                explanation.push_str(&format!(
+                    "; the fitted cost is {} per sample on top of {}, so batch {} fits with a {} \
+                     margin of the {} device",
+                    format_bytes_f64(f.per_sample_bytes),
+                    format_bytes_f64(f.fixed_bytes),
+                    f.max_batch,
+                    format_percent(f.margin),
+                    format_bytes(f.device_total_bytes),
+                ));
+                evidence.push(("per_sample_bytes", f.per_sample_bytes));
+                evidence.push(("fixed_bytes", f.fixed_bytes));
+                evidence.push(("max_batch", f.max_batch as f64));
+                evidence.push(("margin", f.margin));
+                let margin = format_percent(f.margin);
+                match trials.largest_fit_batch {
+                    Some(m) if f.max_batch > m => format!(
+                        "use batch {} (predicted; batch {m} is the largest measured to fit) and \
+                         keep the {margin} margin for longer inputs and the allocator cache",
+                        f.max_batch
+                    ),
+                    Some(m) if f.max_batch < m => format!(
+                        "use batch {}: batch {m} fit in the search but leaves less than the \
+                         {margin} margin, which longer inputs or a fuller cache can use up",
+                        f.max_batch
+                    ),
+                    _ => format!(
+                        "use batch {}; for a larger effective batch, add gradient accumulation",
+                        f.max_batch
+                    ),
+                }
+            }
+            None => match trials.largest_fit_batch {
+                Some(b) => format!(
+                    "use batch {b} or less (the largest measured to fit); for a larger effective \
+                     batch, add gradient accumulation"
+                ),
+                None => "no batch size fit: reduce memory first (activation checkpointing, bf16, \
+                         an 8-bit optimizer) and search again"
+                    .to_owned(),
+            },
+        };
+        let severity = if trials.largest_fit_batch.is_none() {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        let title = match trials.largest_fit_batch {
+            Some(b) => format!("Batch search: {b} is the largest batch that fit"),
+            None => "Batch search: no batch size fit".to_owned(),
+        };
+        Some(finding(
+            self,
+            severity,
+            title,
+            explanation,
+            change,
+            &evidence,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{evidence, find};
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+    use crate::model::{BatchTrial, ExitStatus, ProcessExit, Trace, TrialOutcome};
+
+    /// 8 GiB of model state and 16 GiB of activations at batch 32 on a 25 GiB GPU: the peak is
+    /// 96% of the device (24.5 GiB with cache and context) and batch 29 is the most that fits
+    /// with a 10% margin.
+    fn tight() -> Run {
+        Run {
+            params_bytes: 2 * GIB,
+            grads_bytes: 2 * GIB,
+            optimizer_bytes: 4 * GIB,
+            activations_bytes: 16 * GIB,
+            gpu_total_bytes: 25 * GIB,
+            reserved_gap_bytes: 256 * MIB,
+            context_bytes: 256 * MIB,
+            ..Run::default()
+        }
+    }
+
+    #[test]
+    fn oom_in_the_forward_pass() {
+        let trace = Run {
+            oom_at_step: Some(30),
+            ..Run::default()
+        }
+        .build();
+        let f = find(&trace, "oom").unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(f.title, "Out of GPU memory at step 30");
+        assert!(
+            f.explanation.starts_with(
+                "the run ran out of GPU memory between pre_forward and post_forward of step 30: \
+                 it asked for 2.00 GiB with 50.9 GiB free of 80.0 GiB, at least what was asked for"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert!(
+            f.explanation
+                .contains("tensors held 16.0 GiB and the allocator 28.5 GiB reserved")
+        );
+        assert!(
+            f.explanation
+                .contains("the largest model component is optimizer state (8.00 GiB)")
+        );
+        // The current batch fits the model, so the advice is the generic one.
+        assert!(f.change.starts_with("halve the batch size"), "{}", f.change);
+        assert_eq!(evidence(&f, "requested_bytes"), (2 * GIB) as f64);
+        assert_eq!(evidence(&f, "step"), 30.0);
+        assert!(evidence(&f, "shortfall_bytes") < 0.0);
+    }
+
+    #[test]
+    fn oom_names_the_batch_that_fits() {
+        let trace = Run {
+            oom_at_step: Some(30),
+            oom_requested_bytes: 2 * GIB + GIB / 2,
+            ..tight()
+        }
+        .build();
+        let f = find(&trace, "oom").unwrap();
+        assert!(
+            f.explanation.contains("2.00 GiB short"),
+            "{}",
+            f.explanation
+        );
+        assert!(
+            f.change.starts_with(
+                "batch 29 fits with a 10% margin; to keep the effective batch of 32, run 2 \
+                 gradient accumulation steps of batch 16"
+            ),
+            "{}",
+            f.change
+        );
+    }
+
+    #[test]
+    fn oom_in_the_optimizer_step_and_in_eval() {
+        let mut trace = Run {
+            oom_at_step: Some(30),
+            oom_knows_stage: true,
+            ..Run::default()
+        }
+        .build();
+        let post_backward = trace.intern("post_backward");
+        trace.ooms[0].stage = Some(post_backward);
+        let f = find(&trace, "oom").unwrap();
+        assert!(
+            f.explanation
+                .contains("between post_backward and post_optimizer_step of step 30")
+        );
+        assert!(
+            f.change
+                .contains("optimizer step ran out of memory (optimizer state is 8.00 GiB)")
+        );
+
+        let mut trace = Run {
+            oom_at_step: Some(30),
+            eval_every: Some(10),
+            ..Run::default()
+        }
+        .build();
+        let eval_mark = trace.marks.iter().find(|m| m.phase == Phase::Eval).unwrap();
+        trace.ooms[0].t_us = eval_mark.t_us + 1;
+        let f = find(&trace, "oom").unwrap();
+        assert!(f.explanation.contains("(eval)"), "{}", f.explanation);
+        assert!(f.change.contains("torch.no_grad()"));
+    }
+
+    #[test]
+    fn no_oom_finding_without_a_gpu_oom() {
+        assert!(find(&Run::default().build(), "oom").is_none());
+        let host_kill = Run {
+            exit: Some(ProcessExit {
+                t_us: 1_000,
+                status: ExitStatus::Signal(9),
+                probable_host_oom: true,
+            }),
+            ..Run::default()
+        }
+        .build();
+        assert!(find(&host_kill, "oom").is_none());
+    }
+
+    #[test]
+    fn activations_dominate_with_room_to_spare() {
+        let trace = Run {
+            activations_bytes: 48 * GIB,
+            ..Run::default()
+        }
+        .build();
+        let f = find(&trace, "activations-dominate").unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(
+            f.explanation,
+            "activations are 75% of the peak (48.0 GiB of 64.0 GiB at post_forward of step 0, \
+             1.50 GiB per sample at batch 32): up to batch 37 fits with a 10% margin"
+        );
+        assert_eq!(evidence(&f, "max_batch"), 37.0);
+    }
+
+    #[test]
+    fn activations_dominate_and_the_batch_is_too_big() {
+        let f = find(&tight().build(), "activations-dominate").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.explanation.ends_with(
+                ": batch 29 fits with a 10% margin; to keep the effective batch of 32, run 2 \
+                 gradient accumulation steps of batch 16"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(evidence(&f, "accumulation_steps"), 2.0);
+        assert!((evidence(&f, "activations_share") - 16.0 / 24.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn leaked_memory_is_not_called_activations() {
+        // Leaked memory makes "peak − model state" 63% of the peak; the leak explains it.
+        let run = Run {
+            steps: 200,
+            leak_bytes_per_step: 80 * MIB,
+            ..Run::default()
+        };
+        let analysis = crate::analysis::analyze(&run.build(), &Default::default());
+        assert!(analysis.findings.iter().any(|f| f.id == "leak"));
+        assert!(
+            analysis
+                .findings
+                .iter()
+                .all(|f| f.id != "activations-dominate")
+        );
+        assert!(analysis.batch_fit.is_none());
+    }
+
+    #[test]
+    fn activations_below_half_or_without_allocator_data_do_not_fire() {
+        // 12 of 28 GiB (43%).
+        assert!(find(&Run::default().build(), "activations-dominate").is_none());
+        // Near miss: 15.5 of 31.5 GiB (49%).
+        let near = Run {
+            activations_bytes: 15 * GIB + GIB / 2,
+            ..Run::default()
+        };
+        assert!(find(&near.build(), "activations-dominate").is_none());
+        // Process memory only: the remainder includes cache and context, so no claim is made.
+        let no_allocator = Run {
+            snapshots: false,
+            activations_bytes: 48 * GIB,
+            ..Run::default()
+        };
+        assert!(find(&no_allocator.build(), "activations-dominate").is_none());
+    }
+
+    #[test]
+    fn optimizer_state_heavy() {
+        let mut trace = Run {
+            activations_bytes: 6 * GIB,
+            ..Run::default()
+        }
+        .build();
+        trace.metadata.world_size = Some(8);
+        let f = find(&trace, "optimizer-state-heavy").unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(
+            f.explanation,
+            "optimizer state is 36% of the peak (8.00 GiB of 22.0 GiB, 2.0× the parameters \
+             (4.00 GiB))"
+        );
+        assert!(f.change.contains("saves about 6.00 GiB"));
+        assert!(f.change.contains("across the 8 ranks"));
+        // 8 of 28 GiB (29%) is below the threshold; no breakdown, no finding.
+        assert!(find(&Run::default().build(), "optimizer-state-heavy").is_none());
+        let no_components = Run {
+            activations_bytes: 6 * GIB,
+            components: false,
+            ..Run::default()
+        };
+        assert!(find(&no_components.build(), "optimizer-state-heavy").is_none());
+    }
+
+    fn with_trials(trials: &[(u64, TrialOutcome, Option<u64>)]) -> Trace {
+        let mut trace = Run::default().build();
+        for (batch_size, outcome, peak_bytes) in trials {
+            trace.batch_trials.push(BatchTrial {
+                t_us: 0,
+                batch_size: *batch_size,
+                outcome: *outcome,
+                peak_bytes: *peak_bytes,
+            });
+        }
+        trace
+    }
+
+    #[test]
+    fn batch_search_results() {
+        let trace = with_trials(&[
+            (32, TrialOutcome::Fit, Some(32 * GIB)),
+            (64, TrialOutcome::Fit, Some(48 * GIB)),
+            (96, TrialOutcome::Fit, Some(64 * GIB)),
+            (128, TrialOutcome::Oom, None),
+        ]);
+        let f = find(&trace, "batch-size").unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(f.title, "Batch search: 96 is the largest batch that fit");
+        assert_eq!(
+            f.explanation,
+            "the batch search ran 4 trials, batch 96 fit (peak 64.0 GiB), batch 128 ran out of \
+             memory; the fitted cost is 512 MiB per sample on top of 16.0 GiB, so batch 112 fits \
+             with a 10% margin of the 80.0 GiB device"
+        );
+        assert!(f.change.starts_with("use batch 112 (predicted; batch 96"));
+        assert_eq!(evidence(&f, "smallest_oom_batch"), 128.0);
+    }
+
+    #[test]
+    fn batch_search_where_nothing_fit() {
+        let trace = with_trials(&[(8, TrialOutcome::Oom, None), (4, TrialOutcome::Oom, None)]);
+        let f = find(&trace, "batch-size").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.explanation.contains("batch 4 ran out of memory"));
+        assert!(f.change.starts_with("no batch size fit"));
+        assert!(find(&Run::default().build(), "batch-size").is_none());
+    }
+}

@@ -1,0 +1,269 @@
+//! Rules about NaN and Inf in gradients and tensors.
+//!
+//! Not memory, but the same trace shows it, and a run that produces NaN wastes its GPU hours as
+//! surely as one that runs out of memory.
+
+use super::{Finding, Rule, RuleContext, Severity, finding};
+use crate::model::GradientSummary;
+use crate::units::format_count;
+
+/// Inf-only gradients in at most this share of the summaries, with the last one finite, are the
+/// fp16 loss scaler at work (it skips the step and lowers the scale): a warning, not critical.
+pub const SPORADIC_INF_MAX_FRACTION: f64 = 0.05;
+
+/// `non-finite-gradients`: gradients contained NaN or Inf.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NonFiniteGradients;
+
+fn non_finite(g: &GradientSummary) -> bool {
+    g.nan_count > 0 || g.inf_count > 0 || !g.global_norm.is_finite()
+}
+
+impl Rule for NonFiniteGradients {
+    fn id(&self) -> &'static str {
+        "non-finite-gradients"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let gradients = &ctx.trace.gradients;
+        let bad: Vec<&GradientSummary> = gradients.iter().filter(|g| non_finite(g)).collect();
+        let first = *bad.iter().min_by_key(|g| (g.step, g.t_us))?;
+        let last = gradients.iter().max_by_key(|g| (g.step, g.t_us))?;
+        let nan: u64 = bad.iter().map(|g| g.nan_count).sum();
+        let inf: u64 = bad.iter().map(|g| g.inf_count).sum();
+        let fraction = bad.len() as f64 / gradients.len() as f64;
+        let sporadic_inf = nan == 0 && fraction <= SPORADIC_INF_MAX_FRACTION && !non_finite(last);
+        let persisting = if non_finite(last) {
+            format!(
+                "; the last summary (step {}) is still non-finite",
+                format_count(last.step)
+            )
+        } else {
+            format!(
+                "; the last summary (step {}) is finite",
+                format_count(last.step)
+            )
+        };
+        let explanation = format!(
+            "gradients were non-finite at {} of {} recorded steps, first at step {} ({} NaN and \
+             {} Inf elements then; {} NaN and {} Inf in all){persisting}",
+            format_count(bad.len() as u64),
+            format_count(gradients.len() as u64),
+            format_count(first.step),
+            format_count(first.nan_count),
+            format_count(first.inf_count),
+            format_count(nan),
+            format_count(inf),
+        );
+        let (severity, change) = if sporadic_inf {
+            (
+                Severity::Warning,
+                "occasional Inf-only gradients are what fp16 loss scaling produces (GradScaler \
+                 skips those steps); if they become frequent, switch to bf16 or lower the \
+                 learning rate",
+            )
+        } else {
+            (
+                Severity::Critical,
+                "find the first operation producing NaN/Inf (torch.autograd.set_detect_anomaly(True) \
+                 on a short run from a checkpoint before the step); then lower the learning rate, \
+                 clip gradients (torch.nn.utils.clip_grad_norm_), and with fp16 use GradScaler or \
+                 switch to bf16",
+            )
+        };
+        Some(finding(
+            self,
+            severity,
+            format!(
+                "Non-finite gradients from step {}",
+                format_count(first.step)
+            ),
+            explanation,
+            change.to_owned(),
+            &[
+                ("first_step", first.step as f64),
+                ("non_finite_steps", bad.len() as f64),
+                ("recorded_steps", gradients.len() as f64),
+                ("nan_elements", nan as f64),
+                ("inf_elements", inf as f64),
+            ],
+        ))
+    }
+}
+
+/// `non-finite-tensors`: watched tensors contained NaN or Inf.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NonFiniteTensors;
+
+impl Rule for NonFiniteTensors {
+    fn id(&self) -> &'static str {
+        "non-finite-tensors"
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        let trace = ctx.trace;
+        let bad: Vec<_> = trace
+            .tensors
+            .iter()
+            .filter(|t| t.nan_count > 0 || t.inf_count > 0)
+            .collect();
+        let first = *bad.iter().min_by_key(|t| (t.step, t.t_us))?;
+        let mut names: Vec<&str> = bad.iter().map(|t| trace.str(t.name)).collect();
+        names.sort_unstable();
+        names.dedup();
+        let any_nan = bad.iter().any(|t| t.nan_count > 0);
+        let explanation = format!(
+            "tensor {} had {} NaN and {} Inf elements at step {} ({} record{} of {} tensor{} \
+             affected: {})",
+            trace.str(first.name),
+            format_count(first.nan_count),
+            format_count(first.inf_count),
+            format_count(first.step),
+            bad.len(),
+            if bad.len() == 1 { "" } else { "s" },
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            names.join(", "),
+        );
+        let (severity, change) = if any_nan {
+            (
+                Severity::Critical,
+                "NaN propagates through everything downstream: check the first tensor's inputs \
+                 at that step (division by zero, log of 0, overflow in fp16), and run with \
+                 torch.autograd.set_detect_anomaly(True) on a short repro",
+            )
+        } else {
+            (
+                Severity::Warning,
+                "Inf alone can be intended (-inf attention masks); if not, look for overflow in \
+                 fp16 (use bf16 or scale down) in the first tensor's producer",
+            )
+        };
+        Some(finding(
+            self,
+            severity,
+            format!("Non-finite values in tensor {}", trace.str(first.name)),
+            explanation,
+            change.to_owned(),
+            &[
+                ("first_step", first.step as f64),
+                ("records", bad.len() as f64),
+                ("tensors", names.len() as f64),
+                (
+                    "nan_elements",
+                    bad.iter().map(|t| t.nan_count).sum::<u64>() as f64,
+                ),
+                (
+                    "inf_elements",
+                    bad.iter().map(|t| t.inf_count).sum::<u64>() as f64,
+                ),
+            ],
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{evidence, find};
+    use super::*;
+    use crate::analysis::testkit::Run;
+    use crate::model::{TensorStats, Trace};
+
+    fn with_gradients(bad: &[(u64, u64, u64)], steps: u64) -> Trace {
+        let mut trace = Run::default().build();
+        for step in 0..steps {
+            let (nan, inf) = bad
+                .iter()
+                .find(|b| b.0 == step)
+                .map_or((0, 0), |b| (b.1, b.2));
+            trace.gradients.push(GradientSummary {
+                t_us: step * 1_000,
+                step,
+                params_with_grad: 100,
+                gradient_bytes: 1 << 30,
+                global_norm: if nan > 0 { f64::NAN } else { 1.5 },
+                nan_count: nan,
+                inf_count: inf,
+            });
+        }
+        trace
+    }
+
+    #[test]
+    fn nan_gradients_are_critical() {
+        let trace = with_gradients(&[(31, 4, 0), (32, 10, 2)], 60);
+        let f = find(&trace, "non-finite-gradients").unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(f.title, "Non-finite gradients from step 31");
+        assert_eq!(
+            f.explanation,
+            "gradients were non-finite at 2 of 60 recorded steps, first at step 31 (4 NaN and 0 \
+             Inf elements then; 14 NaN and 2 Inf in all); the last summary (step 59) is finite"
+        );
+        assert_eq!(evidence(&f, "nan_elements"), 14.0);
+    }
+
+    #[test]
+    fn sporadic_inf_is_the_loss_scaler() {
+        let trace = with_gradients(&[(10, 0, 3)], 60);
+        let f = find(&trace, "non-finite-gradients").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.change.contains("GradScaler"));
+        // Still Inf at the end: critical.
+        let trace = with_gradients(&[(59, 0, 3)], 60);
+        assert_eq!(
+            find(&trace, "non-finite-gradients").unwrap().severity,
+            Severity::Critical
+        );
+    }
+
+    #[test]
+    fn finite_gradients_do_not_fire() {
+        assert!(find(&with_gradients(&[], 60), "non-finite-gradients").is_none());
+        assert!(find(&Run::default().build(), "non-finite-gradients").is_none());
+    }
+
+    fn tensor(trace: &mut Trace, name: &str, step: u64, nan: u64, inf: u64) {
+        let name = trace.intern(name);
+        let dtype = trace.intern("f32");
+        trace.tensors.push(TensorStats {
+            t_us: step,
+            step,
+            name,
+            shape: vec![32, 1024],
+            dtype,
+            bytes: 32 * 1024 * 4,
+            min: -1.0,
+            max: 1.0,
+            mean: 0.0,
+            std: 0.5,
+            nan_count: nan,
+            inf_count: inf,
+        });
+    }
+
+    #[test]
+    fn non_finite_tensors() {
+        let mut trace = Run::default().build();
+        tensor(&mut trace, "block3.out", 5, 0, 0);
+        tensor(&mut trace, "block3.out", 12, 1_024, 0);
+        tensor(&mut trace, "logits", 13, 5, 1);
+        let f = find(&trace, "non-finite-tensors").unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(
+            f.explanation,
+            "tensor block3.out had 1 024 NaN and 0 Inf elements at step 12 (2 records of 2 \
+             tensors affected: block3.out, logits)"
+        );
+
+        let mut inf_only = Run::default().build();
+        tensor(&mut inf_only, "attn.mask", 3, 0, 4_096);
+        let f = find(&inf_only, "non-finite-tensors").unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.change.contains("attention masks"));
+
+        let mut clean = Run::default().build();
+        tensor(&mut clean, "block3.out", 5, 0, 0);
+        assert!(find(&clean, "non-finite-tensors").is_none());
+    }
+}

@@ -1,0 +1,658 @@
+//! The terminal summary: an [`Analysis`] as plain text.
+//!
+//! `collector run` prints this when the watched program ends, often in a CI log or over SSH, so it
+//! is plain text without colour, at most 100 columns wide, with the most useful facts first:
+//! what ran, how high memory went, what each stage costs, and what to change. Every number comes
+//! from the [`Analysis`] (nothing is recomputed here), formatted by [`crate::units`].
+
+use crate::analysis::Analysis;
+use crate::analysis::oom::{OomContext, OomKind};
+use crate::analysis::peaks::memory_peak;
+use crate::analysis::stages::StageTable;
+use crate::model::{ExitStatus, Phase, Trace};
+use crate::units::{
+    format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
+    format_signed_bytes,
+};
+
+/// Width the summary fits in.
+pub const WIDTH: usize = 100;
+
+/// Widest stage name shown in the stage table before it is shortened.
+const STAGE_COLUMN: usize = 28;
+
+/// At most this many eval transitions are listed (the rest are counted).
+const MAX_TRANSITIONS: usize = 5;
+
+/// Renders the terminal summary.
+pub fn render(trace: &Trace, analysis: &Analysis) -> String {
+    let mut out = String::new();
+    overview(&mut out, trace, analysis);
+    peaks(&mut out, analysis);
+    stage_tables(&mut out, analysis);
+    growth_and_leaks(&mut out, analysis);
+    allocator(&mut out, analysis);
+    transitions(&mut out, analysis);
+    ooms(&mut out, analysis);
+    findings(&mut out, analysis);
+    out
+}
+
+/// Appends a line.
+fn line(out: &mut String, text: &str) {
+    out.push_str(text);
+    out.push('\n');
+}
+
+fn section(out: &mut String, title: &str) {
+    out.push('\n');
+    line(out, title);
+}
+
+fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
+    let o = &analysis.overview;
+    let command = if o.command.is_empty() {
+        "(unknown command)"
+    } else {
+        &o.command
+    };
+    line(out, &shorten(&format!("oomscope: {command}"), WIDTH));
+    let mut who = Vec::new();
+    if !o.host.is_empty() {
+        who.push(format!("host {}", o.host));
+    }
+    if o.pid != 0 {
+        who.push(format!("pid {}", o.pid));
+    }
+    match (o.rank, o.world_size) {
+        (Some(r), Some(w)) => who.push(format!("rank {r} of {w}")),
+        (Some(r), None) => who.push(format!("rank {r}")),
+        _ => {}
+    }
+    if !who.is_empty() {
+        line(out, &format!("  {}", who.join(", ")));
+    }
+    for gpu in &o.gpus {
+        line(
+            out,
+            &format!(
+                "  GPU {}: {}, {}",
+                gpu.index,
+                gpu.name,
+                format_bytes(gpu.total_memory_bytes)
+            ),
+        );
+    }
+    let steps = match (o.first_step, o.last_step) {
+        (Some(a), Some(b)) if a != b => format!(" ({}-{})", format_count(a), format_count(b)),
+        _ => String::new(),
+    };
+    line(
+        out,
+        &format!(
+            "  {} recorded: {} samples, {} marks, {} steps{steps}",
+            format_duration_us(o.duration_us),
+            format_count(o.samples as u64),
+            format_count(o.marks as u64),
+            format_count(o.steps as u64),
+        ),
+    );
+    let exit = match o.exit.map(|e| e.status) {
+        Some(ExitStatus::Code(c)) => format!("exit code {c}"),
+        Some(ExitStatus::Signal(s)) => format!("killed by signal {s}"),
+        None => "no exit recorded".to_owned(),
+    };
+    let ending = if o.ended_cleanly {
+        "the trace ended cleanly"
+    } else {
+        "the trace did not end cleanly (recorder crashed, was killed, or the file is truncated)"
+    };
+    wrap(out, &format!("{exit}; {ending}"), 2, 4);
+    if o.dropped_total > 0 {
+        let tags: Vec<String> = o
+            .dropped
+            .iter()
+            .map(|d| format!("tag {}: {}", d.record_tag, format_count(d.count)))
+            .collect();
+        line(
+            out,
+            &format!(
+                "  the recorder dropped {} records ({}): numbers may miss events",
+                format_count(o.dropped_total),
+                tags.join(", ")
+            ),
+        );
+    }
+    if let Some(primary) = &o.primary_metric {
+        line(out, &format!("  memory at marks is read as `{primary}`"));
+    } else if trace.marks.is_empty() {
+        line(
+            out,
+            "  no stage marks: per-stage analysis needs the oomscope hooks in the program",
+        );
+    }
+}
+
+fn peaks(out: &mut String, analysis: &Analysis) {
+    if analysis.peaks.is_empty() {
+        return;
+    }
+    section(out, "Peaks");
+    let width = analysis
+        .peaks
+        .iter()
+        .map(|p| p.metric.len())
+        .max()
+        .unwrap_or(0)
+        .min(24);
+    for p in &analysis.peaks {
+        let at = p.stage.as_ref().map_or_else(String::new, |s| {
+            format!(
+                "  at {} of step {}{}",
+                s.stage,
+                format_count(s.step),
+                phase_suffix(s.phase)
+            )
+        });
+        line(
+            out,
+            &shorten(
+                &format!(
+                    "  {:<width$}  {:>9}{at}",
+                    shorten(&p.metric, width),
+                    format_bytes(p.bytes)
+                ),
+                WIDTH,
+            ),
+        );
+    }
+    let Some(c) = memory_peak(&analysis.peaks).and_then(|p| p.components.as_ref()) else {
+        return;
+    };
+    let mut parts = vec![
+        format!("parameters {}", format_bytes(c.parameters_bytes)),
+        format!("gradients {}", format_bytes(c.gradients_bytes)),
+        format!("optimizer {}", format_bytes(c.optimizer_state_bytes)),
+    ];
+    if c.buffers_bytes > 0 {
+        parts.push(format!("buffers {}", format_bytes(c.buffers_bytes)));
+    }
+    parts.extend(
+        c.extras
+            .iter()
+            .map(|e| format!("{} {}", e.name, format_bytes(e.bytes))),
+    );
+    let mut text = format!(
+        "model state {} ({})",
+        format_bytes(c.total_bytes),
+        parts.join(", ")
+    );
+    if let Some(a) = c.activations_bytes {
+        text.push_str(&format!(
+            "; activations {} (peak minus model state)",
+            format_bytes(a)
+        ));
+    }
+    wrap(out, &text, 4, 4);
+}
+
+fn phase_suffix(phase: Phase) -> &'static str {
+    if phase == Phase::Eval { " (eval)" } else { "" }
+}
+
+fn stage_tables(out: &mut String, analysis: &Analysis) {
+    let table = &analysis.stage_table;
+    if table.rows.is_empty() {
+        return;
+    }
+    let mut shown: Vec<&str> = Vec::new();
+    shown.extend(table.primary_metric.as_deref());
+    if table.metric_index("reserved").is_some() && !shown.contains(&"reserved") {
+        shown.push("reserved");
+    }
+    for metric in shown {
+        stage_table(out, table, metric);
+    }
+}
+
+fn stage_table(out: &mut String, table: &StageTable, metric: &str) {
+    let Some(m) = table.metric_index(metric) else {
+        return;
+    };
+    section(
+        out,
+        &format!("Stages ({metric}, delta = change since the previous mark)"),
+    );
+    let header = format!(
+        "  {:<STAGE_COLUMN$} {:>7} {:>10} {:>10} {:>11} {:>11}",
+        "stage", "count", "mean", "max", "mean delta", "max delta"
+    );
+    line(out, header.trim_end());
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+    for row in &table.rows {
+        let s = &row.metrics[m];
+        let name = format!("{}{}", row.stage, phase_suffix(row.phase));
+        line(
+            out,
+            &format!(
+                "  {:<STAGE_COLUMN$} {:>7} {:>10} {:>10} {:>11} {:>11}",
+                shorten(&name, STAGE_COLUMN),
+                format_count(row.count as u64),
+                opt(s.mean_bytes.map(format_bytes_f64)),
+                opt(s.max_bytes.map(format_bytes)),
+                opt(s.mean_delta_bytes.map(signed_f64)),
+                opt(s.max_delta_bytes.map(format_signed_bytes)),
+            ),
+        );
+    }
+    if let Some(b) = &table.baseline {
+        let vs: Vec<String> = table
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let v = r.metrics[m].max_vs_baseline_bytes?;
+                Some(format!("{} {}", r.stage, format_signed_bytes(v)))
+            })
+            .collect();
+        wrap(
+            out,
+            &format!(
+                "max vs {} of step {}: {}",
+                b.stage,
+                format_count(b.step),
+                vs.join(", ")
+            ),
+            4,
+            4,
+        );
+    }
+}
+
+/// A mean delta with its sign.
+fn signed_f64(bytes: f64) -> String {
+    let text = format_bytes_f64(bytes);
+    if bytes >= 0.5 {
+        format!("+{text}")
+    } else {
+        text
+    }
+}
+
+fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
+    if let Some(g) = &analysis.largest_growth {
+        section(out, "Largest growth between two marks");
+        wrap(
+            out,
+            &format!(
+                "+{} of {} from {} (step {}) to {} (step {}){}",
+                format_bytes(g.bytes),
+                g.metric,
+                g.from_stage,
+                format_count(g.from_step),
+                g.to_stage,
+                format_count(g.step),
+                phase_suffix(g.phase),
+            ),
+            2,
+            4,
+        );
+    }
+    let leaks: Vec<_> = analysis.leaks().collect();
+    if leaks.is_empty() {
+        return;
+    }
+    section(out, "Leaks (memory at the same stage, across steps)");
+    // One line per stage: its first leaking metric (primary first), naming the others.
+    let mut i = 0;
+    while i < leaks.len() {
+        let f = leaks[i];
+        let others: Vec<&str> = leaks[i + 1..]
+            .iter()
+            .take_while(|g| g.stage == f.stage)
+            .map(|g| g.metric.as_str())
+            .collect();
+        i += 1 + others.len();
+        let mut text = format!(
+            "{} ({}): {}/step, R² {:.2}, steps {}-{}, +{}",
+            f.stage,
+            f.metric,
+            signed_f64(f.slope_bytes_per_step),
+            f.r_squared,
+            format_count(f.first_step),
+            format_count(f.last_step),
+            format_bytes(f.growth_bytes.max(0).unsigned_abs()),
+        );
+        if let Some(p) = &f.projection {
+            text.push_str(&format!("; full at step {}", format_count(p.full_at_step)));
+            if let Some(us) = p.time_to_full_us {
+                text.push_str(&format!(" (in about {})", format_duration_us(us)));
+            }
+        }
+        if !others.is_empty() {
+            text.push_str(&format!("; {} grows too", others.join(", ")));
+        }
+        wrap(out, &text, 2, 4);
+    }
+}
+
+fn allocator(out: &mut String, analysis: &Analysis) {
+    let Some(p) = &analysis.pressure else {
+        return;
+    };
+    section(out, "Allocator");
+    let g = &p.peak_gap;
+    let mut text = format!(
+        "peak reserved {} vs peak allocated {}: {} ({}) never used at once",
+        format_bytes(g.reserved_bytes),
+        format_bytes(g.allocated_bytes),
+        format_bytes(g.bytes),
+        format_percent(g.fraction_of_reserved),
+    );
+    if let Some(r) = p.alloc_retries {
+        text.push_str(&format!("; {} retries", format_count(r)));
+    }
+    if let Some(s) = p.max_inactive_split_bytes {
+        text.push_str(&format!("; up to {} in split blocks", format_bytes(s)));
+    }
+    wrap(out, &text, 2, 4);
+    if let Some(o) = &analysis.outside_allocator {
+        wrap(
+            out,
+            &format!(
+                "outside the allocator (CUDA context, libraries): {} median",
+                format_signed_bytes(o.median_bytes)
+            ),
+            2,
+            4,
+        );
+    }
+}
+
+fn transitions(out: &mut String, analysis: &Analysis) {
+    let all = &analysis.phase_transitions;
+    if all.is_empty() {
+        return;
+    }
+    section(out, "Eval (memory before, during and after each eval)");
+    let opt_bytes = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), format_signed_bytes);
+    for t in all.iter().take(MAX_TRANSITIONS) {
+        let kept = match t.retained_bytes {
+            Some(_) => format!("kept {}", opt_bytes(t.retained_bytes)),
+            None => "the trace ended in eval".to_owned(),
+        };
+        line(
+            out,
+            &format!(
+                "  eval at step {}: {} marks, jump {}, {kept}",
+                format_count(t.entry_step),
+                format_count(t.eval_marks as u64),
+                opt_bytes(t.jump_bytes),
+            ),
+        );
+    }
+    if all.len() > MAX_TRANSITIONS {
+        line(
+            out,
+            &format!("  ... and {} more", all.len() - MAX_TRANSITIONS),
+        );
+    }
+}
+
+fn ooms(out: &mut String, analysis: &Analysis) {
+    if analysis.ooms.is_empty() {
+        return;
+    }
+    section(out, "Out of memory");
+    for o in &analysis.ooms {
+        wrap(out, &oom_line(o), 2, 4);
+        if !o.message.is_empty() {
+            let first = o.message.lines().next().unwrap_or_default();
+            line(out, &shorten(&format!("    \"{first}\""), WIDTH));
+        }
+    }
+}
+
+fn oom_line(o: &OomContext) -> String {
+    let mut text = match o.kind {
+        OomKind::Gpu => "GPU".to_owned(),
+        OomKind::Host => "host".to_owned(),
+    };
+    text.push_str(&format!(" OOM at {}", format_duration_us(o.t_us)));
+    if let Some(step) = o.step {
+        text.push_str(&format!(", step {}", format_count(step)));
+    }
+    match (&o.stage, &o.next_stage) {
+        (Some(s), Some(n)) => text.push_str(&format!(", between {s} and {n}")),
+        (Some(s), None) => text.push_str(&format!(", after {s}")),
+        _ => {}
+    }
+    let mut facts = Vec::new();
+    if let Some(r) = o.requested_bytes {
+        facts.push(format!("requested {}", format_bytes(r)));
+    }
+    match (o.device_free_bytes, o.device_total_bytes) {
+        (Some(f), Some(t)) => {
+            facts.push(format!("free {} of {}", format_bytes(f), format_bytes(t)));
+        }
+        (Some(f), None) => facts.push(format!("free {}", format_bytes(f))),
+        _ => {}
+    }
+    if let Some(a) = o.allocated_bytes {
+        facts.push(format!("allocated {}", format_bytes(a)));
+    }
+    if let Some(r) = o.reserved_bytes {
+        facts.push(format!("reserved {}", format_bytes(r)));
+    }
+    if o.kind == OomKind::Host {
+        if let Some(r) = o.host_rss_bytes {
+            facts.push(format!("RSS {}", format_bytes(r)));
+        }
+        if let Some(a) = o.host_available_bytes {
+            facts.push(format!("available {}", format_bytes(a)));
+        }
+    }
+    if !facts.is_empty() {
+        text.push_str(": ");
+        text.push_str(&facts.join(", "));
+    }
+    text
+}
+
+fn findings(out: &mut String, analysis: &Analysis) {
+    section(out, "Findings");
+    if analysis.findings.is_empty() {
+        line(
+            out,
+            "  nothing to change: no rule found evidence of a memory problem",
+        );
+        return;
+    }
+    for f in &analysis.findings {
+        let tag = format!("[{}]", f.severity.label().to_ascii_uppercase());
+        wrap(out, &format!("{tag} {} ({})", f.title, f.id), 2, 4);
+        wrap(out, &f.explanation, 4, 4);
+        wrap(out, &format!("→ {}", f.change), 4, 6);
+    }
+}
+
+/// Cuts `text` to `width` characters, marking the cut with `~`.
+fn shorten(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(width.saturating_sub(1)).collect();
+    cut.push('~');
+    cut
+}
+
+/// Unit words that stay on the line of the number before them.
+const UNITS: [&str; 13] = [
+    "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "us", "ms", "s", "min", "h", "steps",
+];
+
+/// Splits `text` into words for wrapping, keeping a number and its unit together ("24.0 GiB"),
+/// and the digit groups of a count ("1 840").
+fn wrap_words(text: &str) -> Vec<String> {
+    let mut words: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        let bare = word.trim_end_matches(|c: char| c.is_ascii_punctuation());
+        let after_number = words
+            .last()
+            .is_some_and(|w| w.ends_with(|c: char| c.is_ascii_digit()));
+        let digit_group = bare.len() == 3 && bare.chars().all(|c| c.is_ascii_digit());
+        match words.last_mut() {
+            Some(last) if after_number && (UNITS.contains(&bare) || digit_group) => {
+                last.push(' ');
+                last.push_str(word);
+            }
+            _ => words.push(word.to_owned()),
+        }
+    }
+    words
+}
+
+/// Appends `text` word-wrapped to [`WIDTH`], the first line indented by `first` spaces and the
+/// rest by `rest`. Words longer than a line are cut.
+fn wrap(out: &mut String, text: &str, first: usize, rest: usize) {
+    let mut current = " ".repeat(first);
+    let mut empty = true;
+    for word in wrap_words(text) {
+        let len = current.chars().count();
+        if !empty && len + 1 + word.chars().count() > WIDTH {
+            line(out, &current);
+            current = " ".repeat(rest);
+            empty = true;
+        }
+        if !empty {
+            current.push(' ');
+        }
+        let room = WIDTH.saturating_sub(current.chars().count());
+        current.push_str(&shorten(&word, room.max(1)));
+        empty = false;
+    }
+    if !empty {
+        line(out, &current);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::testkit::{GIB, MIB, Run};
+    use crate::analysis::{AnalysisOptions, analyze};
+
+    fn summary(trace: &Trace) -> String {
+        let text = render(trace, &analyze(trace, &AnalysisOptions::default()));
+        println!("{text}");
+        text
+    }
+
+    fn assert_fits(text: &str) {
+        for l in text.lines() {
+            assert!(
+                l.chars().count() <= WIDTH,
+                "too wide ({}): {l}",
+                l.chars().count()
+            );
+        }
+    }
+
+    #[test]
+    fn healthy_run_summary() {
+        let text = summary(&Run::default().build());
+        assert_fits(&text);
+        assert!(text.starts_with("oomscope: python train.py\n  host gpu-node-7, pid 4242\n"));
+        assert!(text.contains("  GPU 0: NVIDIA H100 80GB HBM3, 80.0 GiB\n"));
+        assert!(text.contains("60 steps (0-59)"));
+        assert!(text.contains("exit code 0; the trace ended cleanly"));
+        assert!(
+            text.contains("  peak_allocated     28.0 GiB  at post_forward of step 0\n"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "    model state 16.0 GiB (parameters 4.00 GiB, gradients 4.00 GiB, optimizer 8.00 GiB);"
+        ));
+        assert!(text.contains("12.0 GiB (peak minus model state)\n"));
+        assert!(text.contains("Stages (allocated,"));
+        assert!(text.contains("Stages (reserved,"));
+        assert!(text.contains(
+            "  post_forward                      60   28.0 GiB   28.0 GiB   +12.0 GiB   +12.0 GiB\n"
+        ), "{text}");
+        assert!(text.contains(
+            "  pre_forward                       60   16.0 GiB   16.0 GiB         0 B         0 B\n"
+        ), "{text}");
+        assert!(
+            text.contains(
+                "+12.0 GiB of allocated from pre_forward (step 0) to post_forward (step 0)"
+            )
+        );
+        assert!(!text.contains("Leaks"));
+        assert!(!text.contains("Out of memory"));
+        assert!(text.contains("nothing to change"));
+    }
+
+    #[test]
+    fn troubled_run_summary() {
+        let run = Run {
+            steps: 200,
+            leak_bytes_per_step: 64 * MIB,
+            reserved_gap_bytes: 20 * GIB,
+            oom_at_step: Some(199),
+            eval_every: Some(50),
+            eval_jump_bytes: 2 * GIB,
+            eval_retain_bytes: GIB,
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        trace.end_us = None;
+        trace.metadata.command = vec!["python".to_owned(), "x".repeat(300)];
+        let text = summary(&trace);
+        assert_fits(&text);
+        assert!(text.contains("the trace did not end cleanly"));
+        assert!(text.contains("Leaks (memory at the same stage, across steps)"));
+        assert!(
+            text.contains(
+                "  post_optimizer_step (allocated): +83.3 MiB/step, R² 1.00, steps 0-198"
+            )
+        );
+        assert!(text.contains("; reserved grows too"));
+        assert!(text.contains("GPU OOM at"));
+        assert!(
+            text.contains("step 199, between pre_forward and post_forward: requested 2.00 GiB")
+        );
+        assert!(text.contains("\"torch.OutOfMemoryError: CUDA out of memory.\""));
+        assert!(text.contains("eval at step 49: 3 marks, jump +2.00 GiB, kept +1.06 GiB"));
+        assert!(text.contains("[CRITICAL] Out of GPU memory at step 199 (oom)"));
+        assert!(text.contains("(fragmentation)"));
+        assert!(text.contains("    → set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));
+        // Critical findings come before warnings.
+        let critical = text.find("[CRITICAL]").unwrap();
+        let warning = text.find("[WARNING]").unwrap();
+        assert!(critical < warning);
+    }
+
+    #[test]
+    fn empty_trace_still_renders() {
+        let trace = Trace::default();
+        let text = summary(&trace);
+        assert!(text.starts_with("oomscope: (unknown command)\n"));
+        assert!(text.contains("no stage marks"));
+        assert!(text.contains("nothing to change"));
+    }
+
+    #[test]
+    fn wrapping_and_shortening() {
+        let mut out = String::new();
+        wrap(&mut out, &"word ".repeat(60), 2, 4);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.len() >= 3);
+        assert!(lines[0].starts_with("  word") && lines[1].starts_with("    word"));
+        assert!(lines.iter().all(|l| l.len() <= WIDTH));
+        assert_eq!(
+            wrap_words("free 24.0 GiB, of 1 840 steps; 3 s."),
+            ["free", "24.0 GiB,", "of", "1 840 steps;", "3 s."]
+        );
+        assert_eq!(shorten("abcdef", 4), "abc~");
+        assert_eq!(shorten("abc", 4), "abc");
+    }
+}
