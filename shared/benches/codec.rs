@@ -3,7 +3,7 @@
 //! Run with `cargo bench -p oomscope-trace --bench codec`. The bytes-per-value figure and the
 //! whole-trace numbers come from `cargo run --release -p oomscope-trace --example measure`.
 
-use divan::{Bencher, black_box, counter::ItemsCounter};
+use divan::{Bencher, black_box, counter::ItemsCount};
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{CounterKind, Metadata, Phase, TraceWriter, decode};
 
@@ -22,7 +22,7 @@ fn encode_sample_row(bencher: Bencher) {
         })
         .collect();
     let mut t = 0u64;
-    bencher.counter(ItemsCounter::new(1usize)).bench_local(|| {
+    bencher.counter(ItemsCount::new(1usize)).bench_local(|| {
         t += 1000;
         let v = 8 << 30 | (t & 0xff) << 12;
         let row = [
@@ -52,7 +52,7 @@ fn encode_mark_with_snapshot(bencher: Bencher) {
         num_ooms: 0,
     };
     let mut step = 0u64;
-    bencher.counter(ItemsCounter::new(1usize)).bench_local(|| {
+    bencher.counter(ItemsCount::new(1usize)).bench_local(|| {
         step += 1;
         w.mark(
             step * 1000,
@@ -79,6 +79,6 @@ fn decode_10min_1khz(bencher: Bencher) {
         t.samples.len() * 6
     };
     bencher
-        .counter(ItemsCounter::new(values))
+        .counter(ItemsCount::new(values))
         .bench(|| decode(black_box(&bytes)).unwrap());
 }

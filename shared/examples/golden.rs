@@ -6,6 +6,9 @@
 //! `tests/golden.rs` decodes them so that a later change cannot silently break old traces. Only
 //! run this to add the files of a NEW version (it refuses to overwrite existing files).
 
+// A developer tool: it reports what it wrote on stderr.
+#![allow(clippy::print_stderr)]
+
 use std::path::PathBuf;
 
 use oomscope_trace::WriterOptions;

@@ -284,6 +284,12 @@ impl Samples {
         self.columns.len()
     }
 
+    /// Reserves room for `rows` more rows in the timestamps and in every column created from now
+    /// on (the reader knows the row count of a whole trace before it decodes it).
+    pub(crate) fn reserve_rows(&mut self, rows: usize) {
+        self.times_us.reserve(rows);
+    }
+
     /// Appends `times` as new rows (clamped to be non-decreasing) and returns the first new row.
     /// The caller then fills columns with [`Samples::column_for_block`] and closes the block with
     /// [`Samples::end_block`] (or undoes it with [`Samples::truncate`]).

@@ -542,9 +542,7 @@ mod tests {
     use crate::analysis::{AnalysisOptions, analyze};
 
     fn summary(trace: &Trace) -> String {
-        let text = render(trace, &analyze(trace, &AnalysisOptions::default()));
-        println!("{text}");
-        text
+        render(trace, &analyze(trace, &AnalysisOptions::default()))
     }
 
     fn assert_fits(text: &str) {

@@ -393,6 +393,7 @@ mod tests {
     /// (an hour at 1 kHz). Run with `cargo test --release -- --ignored --nocapture`.
     #[test]
     #[ignore = "builds a 3.6 M-row trace; run in release"]
+    #[allow(clippy::print_stdout)] // reports the timing it measured
     fn large_trace_analysis_is_fast() {
         let run = Run {
             steps: 10_000,
