@@ -11,8 +11,11 @@
 
 use std::path::PathBuf;
 
-use oomscope_trace::WriterOptions;
 use oomscope_trace::synth::TrainingRun;
+use oomscope_trace::{
+    CounterKind, ExitStatus, Metadata, OomEvent, OomSource, Phase, ProcessExit, TraceWriter,
+    WriterOptions,
+};
 
 /// The instrumented run: snapshots, components, gradients, tensors, batch search, eval, a leak.
 pub fn instrumented() -> TrainingRun {
@@ -48,6 +51,54 @@ pub fn oom() -> TrainingRun {
         snapshots: false,
         ..TrainingRun::default()
     }
+}
+
+/// v1.1: a CPU-only data-loading run that dies of a host allocation failure (OOM source 5).
+pub fn host_error() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "cpu-node".into(),
+        pid: 77,
+        command: vec!["python".into(), "prep.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 100_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None, "host.rss")
+        .expect("in memory");
+    let available = w
+        .declare_counter(CounterKind::HostAvailable, None, "host.available")
+        .expect("in memory");
+    for i in 0..20u64 {
+        let used = (1 + i) << 30;
+        w.sample(i * 100_000, &[(rss, used), (available, (24 << 30) - used)])
+            .expect("in memory");
+        if i % 5 == 0 {
+            w.mark(i * 100_000, "load_shard", i / 5, 0, Phase::Train, None)
+                .expect("in memory");
+        }
+    }
+    let stage = w.intern("load_shard").expect("in memory");
+    w.write_oom(&OomEvent {
+        t_us: 1_950_000,
+        source: OomSource::HostError,
+        stage: Some(stage),
+        step: Some(3),
+        requested_bytes: None,
+        device: None,
+        device_free_bytes: None,
+        device_total_bytes: None,
+        message: "OSError: [Errno 12] Cannot allocate memory".into(),
+    })
+    .expect("in memory");
+    w.write_exit(&ProcessExit {
+        t_us: 1_960_000,
+        status: ExitStatus::Code(1),
+        probable_host_oom: false,
+    })
+    .expect("in memory");
+    w.finish(1_960_000).expect("in memory")
 }
 
 fn main() -> std::io::Result<()> {

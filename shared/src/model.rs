@@ -514,8 +514,18 @@ pub enum OomSource {
     Marker,
     /// The process was killed (SIGKILL) while host memory was nearly exhausted.
     HostKill,
+    /// The program reported a failed host allocation (`Cannot allocate memory`, `MemoryError`).
+    /// Added in format v1.1.
+    HostError,
     /// A source this reader does not know.
     Other(u8),
+}
+
+impl OomSource {
+    /// Whether the event is about host memory rather than device memory.
+    pub fn is_host(self) -> bool {
+        matches!(self, OomSource::HostKill | OomSource::HostError)
+    }
 }
 
 impl OomSource {
@@ -526,6 +536,7 @@ impl OomSource {
             OomSource::Allocator => 2,
             OomSource::Marker => 3,
             OomSource::HostKill => 4,
+            OomSource::HostError => 5,
             OomSource::Other(code) => code,
         }
     }
@@ -537,6 +548,7 @@ impl OomSource {
             2 => OomSource::Allocator,
             3 => OomSource::Marker,
             4 => OomSource::HostKill,
+            5 => OomSource::HostError,
             other => OomSource::Other(other),
         }
     }

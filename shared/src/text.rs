@@ -38,6 +38,42 @@ pub fn render(trace: &Trace, analysis: &Analysis) -> String {
     out
 }
 
+/// Most findings the brief summary lists (the full summary lists all).
+const BRIEF_FINDINGS: usize = 3;
+
+/// The short summary `collector run` prints when the program exits: the overview, peaks, the
+/// primary stage table, OOM context, and the most severe findings with their changes.
+/// `collector summary` prints the whole of [`render`].
+pub fn render_brief(trace: &Trace, analysis: &Analysis) -> String {
+    let mut out = String::new();
+    overview(&mut out, trace, analysis);
+    peaks(&mut out, analysis);
+    if let Some(primary) = analysis.stage_table.primary_metric.as_deref() {
+        stage_table(&mut out, &analysis.stage_table, primary);
+    }
+    ooms(&mut out, analysis);
+    section(&mut out, "Findings");
+    if analysis.findings.is_empty() {
+        line(
+            &mut out,
+            "  nothing to change: no rule found evidence of a memory problem",
+        );
+    }
+    for f in analysis.findings.iter().take(BRIEF_FINDINGS) {
+        let tag = format!("[{}]", f.severity.label().to_ascii_uppercase());
+        wrap(&mut out, &format!("{tag} {} ({})", f.title, f.id), 2, 4);
+        wrap(&mut out, &format!("→ {}", f.change), 4, 6);
+    }
+    if analysis.findings.len() > BRIEF_FINDINGS {
+        let more = analysis.findings.len() - BRIEF_FINDINGS;
+        line(
+            &mut out,
+            &format!("  … {more} more: see `collector summary`"),
+        );
+    }
+    out
+}
+
 /// Appends a line.
 fn line(out: &mut String, text: &str) {
     out.push_str(text);

@@ -1,6 +1,6 @@
 //! Round trips, truncation, corruption and versioning of the trace codec.
 
-use oomscope_trace::codec::{CHUNK_HEADER_LEN, HEADER_LEN, MAGIC, tag};
+use oomscope_trace::codec::{CHUNK_HEADER_LEN, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, tag};
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
     AllocatorSnapshot, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
@@ -85,7 +85,7 @@ const STAGES: [&str; 4] = [
 fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
     let mut w = TraceWriter::with_options(Vec::new(), &metadata(), options).unwrap();
     let mut expected = Trace {
-        format_version: (1, 0),
+        format_version: (FORMAT_MAJOR, FORMAT_MINOR),
         metadata: metadata(),
         ..Trace::default()
     };
@@ -374,7 +374,7 @@ fn unknown_record_kinds_from_a_newer_minor_are_skipped() {
     w.note(5, "before").unwrap();
     w.flush().unwrap();
     let mut bytes = w.get_ref().clone();
-    // A v1.1 writer adds record kind 0x40; the reader must skip it and read what follows.
+    // A newer minor adds record kind 0x40; the reader must skip it and read what follows.
     let mut payload = vec![0x40, 3, 1, 2, 3];
     payload.extend_from_slice(&[tag::NOTE, 7, 9, 5, b'a', b'f', b't', b'e', b'r']);
     bytes.extend_from_slice(&chunk(&payload));

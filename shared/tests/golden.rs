@@ -89,3 +89,18 @@ fn v1_0_truncated_decodes_its_prefix() {
         &full.samples.times_us()[..t.samples.len()]
     );
 }
+
+#[test]
+fn v1_1_host_error() {
+    let decoded = decode(&read("v1_1_host_error.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 1));
+    assert_eq!(t.samples.len(), 20);
+    assert_eq!(t.marks.len(), 4);
+    assert_eq!(t.ooms.len(), 1);
+    assert_eq!(t.ooms[0].source, OomSource::HostError);
+    assert!(t.ooms[0].source.is_host());
+    assert_eq!(t.ooms[0].stage.map(|s| t.str(s)), Some("load_shard"));
+    assert_eq!(t.exit.map(|e| e.status), Some(ExitStatus::Code(1)));
+}

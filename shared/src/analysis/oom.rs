@@ -78,7 +78,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
         .ooms
         .iter()
         .map(|event| {
-            let kind = if event.source == OomSource::HostKill {
+            let kind = if event.source.is_host() {
                 OomKind::Host
             } else {
                 OomKind::Gpu

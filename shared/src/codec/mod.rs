@@ -16,8 +16,11 @@ pub mod writer;
 pub const MAGIC: [u8; 8] = *b"\x89OOM\r\n\x1a\n";
 /// Format major version written by this crate; readers refuse a larger major.
 pub const FORMAT_MAJOR: u16 = 1;
-/// Format minor version written by this crate; a larger minor only adds record kinds.
-pub const FORMAT_MINOR: u16 = 0;
+/// Format minor version written by this crate; a larger minor only adds record kinds or values
+/// of existing enumerations (which older readers keep as "other").
+///
+/// History: 1.0 (2026-11-21) first release; 1.1 (2026-11-21) adds OOM source 5, `HostError`.
+pub const FORMAT_MINOR: u16 = 1;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk

@@ -1,0 +1,181 @@
+"""oomscope marker client for Python training scripts.
+
+Dependency-free: import it, or copy this file next to your script. Outside `collector run`
+(no OOMSCOPE_SOCKET in the environment) every call returns immediately and sends nothing.
+
+    import oomscope_probe as oom
+    for step, batch in enumerate(loader):
+        oom.step(step)
+        oom.mark("pre_forward")
+        loss = model(batch)
+        oom.mark("post_forward")
+        loss.backward()
+        oom.mark("post_backward")
+        opt.step(); opt.zero_grad()
+        oom.mark("post_optimizer_step")
+
+When torch is already imported and CUDA is initialised, every mark carries the caching
+allocator's statistics (torch.cuda.memory_stats()), so the stage table shows allocated,
+reserved and peak memory exactly as PyTorch sees them. Sends never block: if the collector
+cannot keep up, the message is dropped and counted in `Probe.dropped`.
+
+The wire format is the oomscope marker protocol, version 1 (see the collector's README).
+"""
+
+import os
+import socket
+import sys
+
+PROTOCOL_VERSION = 1
+
+# torch.cuda.memory_stats() keys -> protocol fields.
+_STAT_FIELDS = (
+    ("allocated_bytes.all.current", "allocated_bytes"),
+    ("reserved_bytes.all.current", "reserved_bytes"),
+    ("active_bytes.all.current", "active_bytes"),
+    ("inactive_split_bytes.all.current", "inactive_split_bytes"),
+    ("allocated_bytes.all.peak", "peak_allocated_bytes"),
+    ("reserved_bytes.all.peak", "peak_reserved_bytes"),
+    ("num_alloc_retries", "num_alloc_retries"),
+    ("num_ooms", "num_ooms"),
+)
+
+
+def _token(text):
+    """Stage and tensor names are single tokens: whitespace becomes '_'."""
+    return "_".join(str(text).split()) or "_"
+
+
+class Probe:
+    """A connection to the collector watching this process (or none)."""
+
+    def __init__(self, path=None, torch_stats=True):
+        self.path = path if path is not None else os.environ.get("OOMSCOPE_SOCKET")
+        version = os.environ.get("OOMSCOPE_PROTOCOL", str(PROTOCOL_VERSION))
+        if version != str(PROTOCOL_VERSION):
+            self.path = None
+        self.torch_stats = torch_stats
+        self.dropped = 0
+        self._sock = None
+        if self.path:
+            try:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._sock.setblocking(False)
+            except OSError:
+                self._sock = None
+
+    @property
+    def enabled(self):
+        return self._sock is not None
+
+    def send(self, line):
+        """Sends raw protocol line(s); never blocks, never raises."""
+        if self._sock is None:
+            return
+        try:
+            self._sock.sendto(line.encode("utf-8", "replace"), self.path)
+        except OSError:
+            self.dropped += 1
+
+    def _allocator_fields(self):
+        if not self.torch_stats:
+            return ""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return ""
+        try:
+            if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+                return ""
+            stats = torch.cuda.memory_stats()
+        except Exception:  # a broken CUDA state must never break the training loop
+            return ""
+        return "".join(
+            " %s=%d" % (field, stats[key]) for key, field in _STAT_FIELDS if key in stats
+        )
+
+    def mark(self, stage, step=None, phase=None, epoch=None):
+        """Marks a stage; attaches allocator statistics when torch/CUDA are in use."""
+        if self._sock is None:
+            return
+        line = "mark " + _token(stage)
+        if step is not None:
+            line += " step=%d" % step
+        if epoch is not None:
+            line += " epoch=%d" % epoch
+        if phase is not None:
+            line += " phase=" + phase
+        self.send(line + self._allocator_fields())
+
+    def step(self, step, epoch=None):
+        if self._sock is None:
+            return
+        self.send("step %d" % step + ("" if epoch is None else " epoch=%d" % epoch))
+
+    def phase(self, phase):
+        """'train' or 'eval'."""
+        self.send("phase " + phase)
+
+    def note(self, text):
+        self.send("note " + " ".join(str(text).splitlines()))
+
+    def components(self, parameters_bytes=0, buffers_bytes=0, gradients_bytes=0,
+                   optimizer_state_bytes=0, batch_size=None, step=None, **extras):
+        """Model memory by component; extra copies as keyword arguments (ema=bytes, ...)."""
+        if self._sock is None:
+            return
+        line = "components parameters_bytes=%d buffers_bytes=%d gradients_bytes=%d optimizer_state_bytes=%d" % (
+            parameters_bytes, buffers_bytes, gradients_bytes, optimizer_state_bytes)
+        if batch_size is not None:
+            line += " batch_size=%d" % batch_size
+        if step is not None:
+            line += " step=%d" % step
+        for name, size in extras.items():
+            line += " extra.%s=%d" % (_token(name), size)
+        self.send(line)
+
+    def oom(self, message="", requested_bytes=None, stage=None, step=None):
+        """Records an OOM the program caught (e.g. to retry with a smaller batch)."""
+        if self._sock is None:
+            return
+        line = "oom"
+        if stage is not None:
+            line += " stage=" + _token(stage)
+        if step is not None:
+            line += " step=%d" % step
+        if requested_bytes is not None:
+            line += " requested_bytes=%d" % requested_bytes
+        self.send(line + " -- " + " ".join(str(message).splitlines()))
+
+
+_default = None
+
+
+def _probe():
+    global _default
+    if _default is None:
+        _default = Probe()
+    return _default
+
+
+def mark(stage, step=None, phase=None, epoch=None):
+    _probe().mark(stage, step=step, phase=phase, epoch=epoch)
+
+
+def step(n, epoch=None):
+    _probe().step(n, epoch=epoch)
+
+
+def phase(name):
+    _probe().phase(name)
+
+
+def note(text):
+    _probe().note(text)
+
+
+def components(**kwargs):
+    _probe().components(**kwargs)
+
+
+def oom(message="", **kwargs):
+    _probe().oom(message, **kwargs)

@@ -1,0 +1,232 @@
+//! Host memory of the watched process tree, from `/proc`.
+//!
+//! Why this shape: the sampler may run at 1 kHz, so the per-tick work must be a few syscalls.
+//! Finding the tree (scanning every `/proc/<pid>/stat` for parent links) is slow and runs on the
+//! slow poller a few times a second; each tick then re-reads the already-open `statm` of the
+//! known processes and `/proc/meminfo` with `pread` (no open/close per tick).
+//!
+//! RSS of a tree is the sum of its processes' resident pages: pages shared between them (e.g.
+//! after `fork` of data-loader workers) count once per process, as `ps` and the OOM killer's
+//! per-process view do.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+/// Reads `/proc` files of a fixed set of processes quickly.
+#[derive(Debug)]
+pub struct TreeRss {
+    statm: HashMap<u32, File>,
+    page_bytes: u64,
+    buf: Vec<u8>,
+}
+
+impl TreeRss {
+    /// A reader with no processes yet.
+    pub fn new() -> TreeRss {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        TreeRss {
+            statm: HashMap::new(),
+            page_bytes: u64::try_from(page).unwrap_or(4096),
+            buf: vec![0; 256],
+        }
+    }
+
+    /// Sets the processes to read: opens new ones, closes departed ones.
+    pub fn set_pids(&mut self, pids: &[u32]) {
+        self.statm.retain(|pid, _| pids.contains(pid));
+        for pid in pids {
+            if !self.statm.contains_key(pid)
+                && let Ok(file) = File::open(format!("/proc/{pid}/statm"))
+            {
+                self.statm.insert(*pid, file);
+            }
+        }
+    }
+
+    /// Sum of resident bytes of the processes, or `None` when none could be read (all exited).
+    pub fn rss_bytes(&mut self) -> Option<u64> {
+        let mut total = 0u64;
+        let mut any = false;
+        let mut gone = Vec::new();
+        for (pid, file) in &self.statm {
+            match read_at_start(file, &mut self.buf) {
+                Ok(text) => {
+                    // statm: size resident shared text lib data dt (pages)
+                    let pages = text
+                        .split_ascii_whitespace()
+                        .nth(1)
+                        .and_then(|v| v.parse::<u64>().ok());
+                    match pages {
+                        // A zombie (killed, not yet reaped) reads as 0 resident pages: it is gone,
+                        // and its last real reading is what a post-mortem needs.
+                        Some(0) | None => gone.push(*pid),
+                        Some(pages) => {
+                            total += pages * self.page_bytes;
+                            any = true;
+                        }
+                    }
+                }
+                Err(_) => gone.push(*pid),
+            }
+        }
+        for pid in gone {
+            self.statm.remove(&pid);
+        }
+        any.then_some(total)
+    }
+}
+
+impl Default for TreeRss {
+    fn default() -> TreeRss {
+        TreeRss::new()
+    }
+}
+
+/// Host memory totals from `/proc/meminfo`.
+#[derive(Debug)]
+pub struct MemInfo {
+    file: File,
+    buf: Vec<u8>,
+}
+
+/// One reading of `/proc/meminfo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemInfoReading {
+    /// `MemTotal`.
+    pub total_bytes: u64,
+    /// `MemAvailable`.
+    pub available_bytes: u64,
+}
+
+impl MemInfo {
+    /// Opens `/proc/meminfo`.
+    pub fn open() -> io::Result<MemInfo> {
+        Ok(MemInfo {
+            file: File::open("/proc/meminfo")?,
+            buf: vec![0; 8192],
+        })
+    }
+
+    /// Reads total and available memory.
+    pub fn read(&mut self) -> Option<MemInfoReading> {
+        let text = read_at_start(&self.file, &mut self.buf).ok()?;
+        let mut total = None;
+        let mut available = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("MemTotal:") {
+                total = parse_kib(rest);
+            } else if let Some(rest) = line.strip_prefix("MemAvailable:") {
+                available = parse_kib(rest);
+                break; // MemAvailable comes after MemTotal
+            }
+        }
+        Some(MemInfoReading {
+            total_bytes: total?,
+            available_bytes: available?,
+        })
+    }
+}
+
+fn parse_kib(text: &str) -> Option<u64> {
+    let kib: u64 = text.split_ascii_whitespace().next()?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Reads a `/proc` file from its start into `buf` (growing it when the file is larger).
+fn read_at_start<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b str> {
+    loop {
+        let n = file.read_at(buf, 0)?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if n < buf.len() {
+            return std::str::from_utf8(&buf[..n]).map_err(|_| io::ErrorKind::InvalidData.into());
+        }
+        let larger = buf.len() * 2;
+        buf.resize(larger, 0);
+    }
+}
+
+/// The process `root` and all its descendants, found by scanning `/proc/*/stat`.
+pub fn process_tree(root: u32) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Some(ppid) = parent_of(pid) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        if let Some(kids) = children.get(&tree[i]) {
+            tree.extend(kids);
+        }
+        i += 1;
+    }
+    tree
+}
+
+/// Parent pid from `/proc/<pid>/stat` (the field after the parenthesised command name, which may
+/// itself contain spaces and parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// The memory limit of this process's cgroup (v2 `memory.max`), when one is set.
+pub fn cgroup_limit_bytes() -> Option<u64> {
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let max = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).ok()?;
+    max.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_rss_and_meminfo() {
+        let me = std::process::id();
+        let mut rss = TreeRss::new();
+        rss.set_pids(&[me]);
+        let first = rss.rss_bytes().unwrap();
+        assert!(first > 1 << 20, "{first}");
+        // Touch 64 MiB: RSS must follow (read through the same open file).
+        let block = vec![1u8; 64 << 20];
+        let second = rss.rss_bytes().unwrap();
+        assert!(second >= first + (60 << 20), "{first} -> {second}");
+        drop(block);
+        let mut mem = MemInfo::open().unwrap();
+        let m = mem.read().unwrap();
+        assert!(m.total_bytes > m.available_bytes && m.available_bytes > 0);
+    }
+
+    #[test]
+    fn finds_children_in_the_tree() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let tree = process_tree(std::process::id());
+        assert!(tree.contains(&child.id()), "{tree:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut rss = TreeRss::new();
+        rss.set_pids(&[child.id()]);
+        assert_eq!(rss.rss_bytes(), None, "an exited process has no RSS");
+    }
+}

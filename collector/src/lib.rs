@@ -1,0 +1,18 @@
+//! # oomscope collector
+//!
+//! The native half of oomscope: `collector run -- CMD` records a program's GPU and host memory,
+//! stage marks and OOM errors into a trace (format and analysis in `oomscope-trace`), and
+//! `collector summary` / `collector export` read traces back.
+//!
+//! Programs that want to say where they are use the marker protocol ([`protocol`]); Rust programs
+//! use [`probe::Probe`], which costs nothing when the program is not run under the collector.
+
+pub mod cli;
+pub mod gpu;
+pub mod host;
+pub mod oom_text;
+pub mod probe;
+pub mod protocol;
+pub mod run;
+pub mod trace_file;
+pub mod ui;

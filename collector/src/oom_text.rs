@@ -1,0 +1,179 @@
+//! Recognises out-of-memory errors in a program's stderr, so that a run with no instrumentation
+//! at all still gets an OOM event with the requested bytes and the free memory the error states.
+//!
+//! PyTorch has printed its CUDA OOM in several shapes over the years; all are handled:
+//!
+//! ```text
+//! torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.34 GiB. GPU 0 has a total
+//!     capacity of 79.19 GiB of which 1.23 GiB is free. ...                      (2.1 and later)
+//! RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total
+//!     capacity; 14.56 GiB already allocated; 3.19 MiB free; 14.64 GiB reserved ...) (1.x)
+//! RuntimeError: CUDA error: out of memory                                      (CUDA runtime)
+//! OSError: [Errno 12] Cannot allocate memory / MemoryError / std::bad_alloc     (host)
+//! ```
+
+/// Whether an error is about device or host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomKind {
+    /// CUDA device memory.
+    Gpu,
+    /// Host memory.
+    Host,
+}
+
+/// What an OOM line said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomText {
+    /// Device or host.
+    pub kind: OomKind,
+    /// Bytes the failing allocation asked for.
+    pub requested_bytes: Option<u64>,
+    /// GPU index.
+    pub device: Option<u32>,
+    /// Total device memory as stated.
+    pub total_bytes: Option<u64>,
+    /// Free device memory as stated.
+    pub free_bytes: Option<u64>,
+    /// The line, trimmed (at most 512 bytes).
+    pub message: String,
+}
+
+/// Recognises an OOM error in one line of stderr.
+pub fn recognise(line: &str) -> Option<OomText> {
+    let kind = if line.contains("CUDA out of memory")
+        || line.contains("CUDA error: out of memory")
+        || line.contains("OutOfMemoryError")
+        || line.contains("cudaErrorMemoryAllocation")
+    {
+        OomKind::Gpu
+    } else if line.contains("Cannot allocate memory")
+        || line.contains("std::bad_alloc")
+        || line.starts_with("MemoryError")
+        || line.contains("Error: MemoryError")
+    {
+        OomKind::Host
+    } else {
+        return None;
+    };
+    let mut message = line.trim().to_owned();
+    if message.len() > 512 {
+        let mut cut = 512;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+    }
+    if kind == OomKind::Host {
+        return Some(OomText {
+            kind,
+            requested_bytes: None,
+            device: None,
+            total_bytes: None,
+            free_bytes: None,
+            message,
+        });
+    }
+    Some(OomText {
+        kind,
+        requested_bytes: size_after(line, "Tried to allocate "),
+        device: number_after(line, "GPU ").and_then(|n| u32::try_from(n).ok()),
+        total_bytes: size_after(line, "total capacity of ")
+            .or_else(|| size_before(line, " total capacity")),
+        free_bytes: size_after(line, "of which ").or_else(|| size_before(line, " free;")),
+        message,
+    })
+}
+
+/// Parses `12.34 GiB` (B, KiB, MiB, GiB, TiB; KB/MB/GB read as binary as PyTorch means them).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let unit = unit.trim_start();
+    let scale = [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+        ("TB", 1 << 40),
+        ("GB", 1 << 30),
+        ("MB", 1 << 20),
+        ("KB", 1 << 10),
+        ("B", 1),
+        ("bytes", 1),
+    ]
+    .into_iter()
+    .find(|(name, _)| unit.starts_with(name))?
+    .1;
+    Some((number * scale as f64).round() as u64)
+}
+
+fn size_after(line: &str, prefix: &str) -> Option<u64> {
+    let start = line.find(prefix)? + prefix.len();
+    parse_size(&line[start..])
+}
+
+/// The size that ends right before `suffix`, e.g. `3.19 MiB` in `3.19 MiB free;`.
+fn size_before(line: &str, suffix: &str) -> Option<u64> {
+    let end = line.find(suffix)?;
+    let head = &line[..end];
+    let start = head.rfind([';', '(', ','])? + 1;
+    parse_size(&head[start..])
+}
+
+fn number_after(line: &str, prefix: &str) -> Option<u64> {
+    let start = line.find(prefix)? + prefix.len();
+    let digits: String = line[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+
+    #[test]
+    fn pytorch_2_message() {
+        let line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.34 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.23 GiB is free. Process 1234 has 77.9 GiB memory in use.";
+        let oom = recognise(line).unwrap();
+        assert_eq!(oom.kind, OomKind::Gpu);
+        assert_eq!(oom.requested_bytes, Some((2.34 * GIB).round() as u64));
+        assert_eq!(oom.device, Some(0));
+        assert_eq!(oom.total_bytes, Some((79.19 * GIB).round() as u64));
+        assert_eq!(oom.free_bytes, Some((1.23 * GIB).round() as u64));
+    }
+
+    #[test]
+    fn pytorch_1_message() {
+        let line = "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 15.78 GiB total capacity; 14.56 GiB already allocated; 3.19 MiB free; 14.64 GiB reserved in total by PyTorch)";
+        let oom = recognise(line).unwrap();
+        assert_eq!(oom.requested_bytes, Some((20.0 * MIB) as u64));
+        assert_eq!(oom.device, Some(1));
+        assert_eq!(oom.total_bytes, Some((15.78 * GIB).round() as u64));
+        assert_eq!(oom.free_bytes, Some((3.19 * MIB).round() as u64));
+    }
+
+    #[test]
+    fn bare_cuda_and_host_errors() {
+        let cuda = recognise("RuntimeError: CUDA error: out of memory").unwrap();
+        assert_eq!((cuda.kind, cuda.requested_bytes), (OomKind::Gpu, None));
+        let host = recognise("OSError: [Errno 12] Cannot allocate memory").unwrap();
+        assert_eq!(host.kind, OomKind::Host);
+        assert_eq!(recognise("MemoryError").unwrap().kind, OomKind::Host);
+        assert!(recognise("loss 0.12 step 5 (memory 12 GiB)").is_none());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512 B"), Some(512));
+        assert_eq!(parse_size("1.5 KiB"), Some(1536));
+        assert_eq!(parse_size("2 GiB."), Some(2 << 30));
+        assert_eq!(parse_size("GiB"), None);
+    }
+}

@@ -1,0 +1,117 @@
+//! The watched child: spawning it, forwarding signals to it, and passing its stderr through
+//! while scanning it for out-of-memory errors.
+//!
+//! Signals: SIGINT and SIGTERM sent to the collector by another process (a job scheduler, `kill`)
+//! are forwarded to the child, which then exits and the trace is finalised. A Ctrl-C typed at the
+//! terminal is NOT forwarded: the kernel already delivered it to the child, which shares our
+//! process group, and a second SIGINT would interrupt the program's own cleanup.
+
+use std::io::{Read, Write};
+use std::process::ChildStderr;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+
+use super::Event;
+use super::shared_state::RunState;
+use crate::oom_text::recognise;
+
+/// Pid of the child, read by the signal handler (0 before it exists).
+static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Installs the SIGINT/SIGTERM forwarding handler for `child_pid`.
+pub fn forward_signals_to(child_pid: u32) {
+    CHILD_PID.store(i32::try_from(child_pid).unwrap_or(0), Ordering::SeqCst);
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only calls async-signal-safe functions (kill) and reads an atomic.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = forward as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&raw mut action.sa_mask);
+            libc::sigaction(signal, &raw const action, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn forward(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _context: *mut libc::c_void,
+) {
+    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
+    let code = unsafe { (*info).si_code };
+    // SI_USER/SI_QUEUE: sent by a process. Terminal-generated signals come from the kernel and
+    // have already reached the child through the process group.
+    if code == libc::SI_USER || code == libc::SI_QUEUE {
+        let pid = CHILD_PID.load(Ordering::SeqCst);
+        if pid > 0 {
+            // SAFETY: kill is async-signal-safe.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
+}
+
+/// Copies the child's stderr to ours unchanged, and sends an event for every line that is an
+/// out-of-memory error. Returns at end of file. `terminal` guards our stderr against the status
+/// line; `pending_line` tells the status line whether the child left a line unfinished.
+pub fn pass_stderr(
+    mut stderr: ChildStderr,
+    state: &RunState,
+    events: &SyncSender<Event>,
+    terminal: &Arc<Mutex<super::status::Terminal>>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut line = Vec::with_capacity(1024);
+    loop {
+        let n = match stderr.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let chunk = &buf[..n];
+        if let Ok(mut term) = terminal.lock() {
+            term.write_child_output(chunk);
+        } else {
+            let _ = std::io::stderr().write_all(chunk);
+        }
+        for &byte in chunk {
+            if byte == b'\n' {
+                scan_line(&line, state, events);
+                line.clear();
+            } else if line.len() < 4096 {
+                line.push(byte);
+            }
+        }
+    }
+    if !line.is_empty() {
+        scan_line(&line, state, events);
+    }
+}
+
+fn scan_line(line: &[u8], state: &RunState, events: &SyncSender<Event>) {
+    // Cheap pre-filter: every recognised message contains "memory" or "alloc".
+    let text = String::from_utf8_lossy(line);
+    if !(text.contains("memory") || text.contains("alloc") || text.contains("Memory")) {
+        return;
+    }
+    if let Some(oom) = recognise(&text) {
+        // An OOM is rare and precious: retry a full channel for up to ~50 ms before giving up,
+        // but never block the child's stderr for longer.
+        let mut event = Event::StderrOom {
+            t_us: state.now_us(),
+            oom,
+        };
+        for _ in 0..50 {
+            match events.try_send(event) {
+                Ok(()) | Err(TrySendError::Disconnected(_)) => return,
+                Err(TrySendError::Full(back)) => {
+                    event = back;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+        state.dropped_messages.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,122 @@
+//! The marker socket: a Unix datagram socket in a private directory, drained by its own thread.
+//!
+//! The directory is created with mode 0700 and the socket chmod-ed to 0600, so only the user who
+//! runs the collector can send marks. The receive buffer is enlarged so that bursts of marks are
+//! absorbed by the kernel; if the recorder still falls behind, messages are dropped and counted,
+//! never queued without bound — and the sender, whose socket is non-blocking, never waits.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::Event;
+use super::shared_state::RunState;
+use crate::protocol::{MAX_DATAGRAM_BYTES, parse_datagram};
+
+/// Kernel receive buffer asked for (the kernel may cap it at `net.core.rmem_max`).
+const RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;
+
+/// The bound socket and its private directory (removed on drop).
+#[derive(Debug)]
+pub struct MarkerSocket {
+    socket: UnixDatagram,
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl MarkerSocket {
+    /// Creates the private directory and binds the socket in it.
+    pub fn bind() -> Result<MarkerSocket> {
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_dir())
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!(
+            "oomscope-{}-{:x}",
+            std::process::id(),
+            random_suffix()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create the marker directory {}", dir.display()))?;
+        let path = dir.join("markers.sock");
+        let socket = UnixDatagram::bind(&path)
+            .with_context(|| format!("cannot bind the marker socket {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+        let size = RECEIVE_BUFFER_BYTES;
+        // SAFETY: setsockopt on a valid socket with a correctly sized int option.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&raw const size).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+        Ok(MarkerSocket { socket, dir, path })
+    }
+
+    /// The socket path to export as `OOMSCOPE_SOCKET`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Receives and forwards messages until the run stops.
+    pub fn serve(&self, state: &RunState, events: &SyncSender<Event>) {
+        let mut buf = vec![0u8; MAX_DATAGRAM_BYTES];
+        loop {
+            match self.socket.recv(&mut buf) {
+                Ok(n) => {
+                    let t_us = state.now_us();
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    let (messages, rejected) = parse_datagram(&text);
+                    if rejected > 0 {
+                        state
+                            .rejected_lines
+                            .fetch_add(rejected as u64, Ordering::Relaxed);
+                    }
+                    for message in messages {
+                        match events.try_send(Event::Message { t_us, message }) {
+                            Ok(()) => {}
+                            Err(TrySendError::Full(_)) => {
+                                state.dropped_messages.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(TrySendError::Disconnected(_)) => return,
+                        }
+                    }
+                }
+                // Timeout: check whether the run is over. Drain what is queued before leaving.
+                Err(_) if state.stopping() => return,
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+impl Drop for MarkerSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A per-run random suffix for the directory name (not security: the directory's mode is).
+fn random_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}

@@ -1,0 +1,377 @@
+//! `collector run -- CMD`: run a program and record its memory.
+//!
+//! Threads, and why each exists:
+//! - the **sampler** reads device and host memory every interval (fast calls only);
+//! - the **poller** refreshes the process tree and per-process GPU memory about once a second
+//!   (the slow NVML call that takes the driver's global lock);
+//! - the **marker** thread drains the marker socket, so a flood of marks never blocks the program;
+//! - the **stderr** thread passes the child's stderr through unchanged and scans it for OOMs;
+//! - the **recorder** owns the trace writer; everything reaches it through one bounded channel,
+//!   and it flushes at least twice a second;
+//! - the **status** thread redraws the live line on a terminal.
+//!
+//! The main thread spawns the child, waits for it, then stops the producers, lets the recorder
+//! write the exit and close the trace, and prints the summary. The collector's exit code is the
+//! child's (128 + signal when the child was killed).
+
+mod child;
+mod markers;
+mod recorder;
+mod sampler;
+mod shared_state;
+mod status;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use oomscope_trace::{
+    CounterId, CounterKind, ExitStatus, Metadata, OomEvent, OomSource, ProcessExit, TraceWriter,
+    WriterOptions,
+};
+
+use crate::gpu::{GpuSelection, Gpus};
+use crate::oom_text::OomText;
+use crate::protocol::{Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
+pub use sampler::Counters;
+use sampler::GpuCounters;
+use shared_state::RunState;
+
+/// Events for the recorder. The channel holds [`CHANNEL_EVENTS`] of them; producers never wait.
+#[derive(Debug)]
+pub enum Event {
+    /// One sampling instant.
+    Sample {
+        /// When.
+        t_us: u64,
+        /// Counter values.
+        values: Vec<(CounterId, u64)>,
+    },
+    /// A marker message.
+    Message {
+        /// When it arrived.
+        t_us: u64,
+        /// What it said.
+        message: Message,
+    },
+    /// An OOM error seen on stderr.
+    StderrOom {
+        /// When.
+        t_us: u64,
+        /// What it said.
+        oom: OomText,
+    },
+    /// The child is gone: write its exit and close the trace.
+    Finish {
+        /// How it ended.
+        exit: ProcessExit,
+        /// A probable host OOM kill, when the evidence says so.
+        host_kill: Option<OomEvent>,
+    },
+}
+
+/// Room in the recorder's channel: 8 s of 1 kHz samples.
+const CHANNEL_EVENTS: usize = 8192;
+/// A child killed by SIGKILL is a probable host OOM kill when its RSS was at least this share of
+/// the host's (or its cgroup's) limit, or available memory was below [`HOST_AVAILABLE_SHARE`].
+const HOST_KILL_RSS_SHARE: f64 = 0.9;
+/// See [`HOST_KILL_RSS_SHARE`].
+const HOST_AVAILABLE_SHARE: f64 = 0.05;
+
+/// What `collector run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Trace file to write.
+    pub out: PathBuf,
+    /// Sampling interval.
+    pub interval: Duration,
+    /// Interval of the process-tree and per-process GPU query.
+    pub process_interval: Duration,
+    /// GPUs to watch.
+    pub gpus: GpuSelection,
+    /// No live line, no summary (only the trace path).
+    pub quiet: bool,
+    /// Memory limit used to judge a SIGKILL as a host OOM kill (default: cgroup limit, else RAM).
+    pub host_limit_bytes: Option<u64>,
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// Exit code for the collector: the child's, or 128 + signal.
+    pub exit_code: i32,
+    /// The trace written.
+    pub trace: PathBuf,
+}
+
+/// Runs the command under the collector.
+pub fn run(options: &RunOptions) -> Result<RunOutcome> {
+    let (program, args) = options.command.split_first().ok_or_else(|| {
+        anyhow!("no command given: usage is `collector run [OPTIONS] -- CMD [ARGS...]`")
+    })?;
+    // The trace file first: an unwritable --out must fail before the program starts.
+    let file = File::create(&options.out)
+        .with_context(|| format!("cannot write the trace to {}", options.out.display()))?;
+
+    let gpus = match Gpus::open(&options.gpus) {
+        Ok(gpus) => Some(gpus),
+        Err(e) if options.gpus == GpuSelection::All => {
+            crate::ui::warning(&format!(
+                "{e} ({}); recording host memory only",
+                e.root_cause()
+            ));
+            None
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&options.out);
+            return Err(e);
+        }
+    };
+    let socket = markers::MarkerSocket::bind()?;
+
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .env(SOCKET_ENV, socket.path())
+        .env(PROTOCOL_ENV, PROTOCOL_VERSION.to_string())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped());
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = std::fs::remove_file(&options.out);
+            return Err(e).with_context(|| format!("cannot run `{}`", program.to_string_lossy()));
+        }
+    };
+    child::forward_signals_to(child.id());
+    let child_pid = child.id();
+
+    let gpu_infos = gpus
+        .as_ref()
+        .map(|g| g.infos().to_vec())
+        .unwrap_or_default();
+    let metadata = Metadata {
+        host: host_name(),
+        pid: child_pid,
+        command: options
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        start_unix_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0)),
+        collector_version: concat!("oomscope-collector ", env!("CARGO_PKG_VERSION")).into(),
+        sample_interval_us: u64::try_from(options.interval.as_micros()).unwrap_or(u64::MAX),
+        rank: env_number("RANK"),
+        world_size: env_number("WORLD_SIZE"),
+        gpus: gpu_infos.clone(),
+    };
+    let mut writer = TraceWriter::with_options(
+        BufWriter::with_capacity(64 << 10, file),
+        &metadata,
+        WriterOptions::default(),
+    )?;
+    let counters = declare_counters(&mut writer, &gpu_infos)?;
+
+    let state = Arc::new(RunState::new(
+        gpu_infos.iter().map(|g| g.total_memory_bytes).collect(),
+        child_pid,
+    ));
+    let (events, receiver) = sync_channel::<Event>(CHANNEL_EVENTS);
+    let show_status = !options.quiet && std::io::stderr().is_terminal();
+    let terminal = Arc::new(Mutex::new(status::Terminal::new(show_status)));
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow!("the child's stderr was not piped"))?;
+    let gpus = gpus.map(Arc::new);
+
+    let recorder = spawn("oomscope-recorder", {
+        let state = Arc::clone(&state);
+        move || recorder::record_loop(writer, &receiver, &state)
+    })?;
+    let sampler = spawn("oomscope-sampler", {
+        let (state, gpus, events, interval) = (
+            Arc::clone(&state),
+            gpus.clone(),
+            events.clone(),
+            options.interval,
+        );
+        move || sampler::sample_loop(&state, gpus.as_deref(), &counters, interval, &events)
+    })?;
+    let poller = spawn("oomscope-poller", {
+        let (state, gpus, interval) = (Arc::clone(&state), gpus.clone(), options.process_interval);
+        move || sampler::poll_loop(&state, child_pid, gpus.as_deref(), interval)
+    })?;
+    let marker_thread = spawn("oomscope-markers", {
+        let (state, events) = (Arc::clone(&state), events.clone());
+        move || socket.serve(&state, &events)
+    })?;
+    let (stderr_done, stderr_finished) = sync_channel::<()>(1);
+    spawn("oomscope-stderr", {
+        let (state, events, terminal) = (Arc::clone(&state), events.clone(), Arc::clone(&terminal));
+        move || {
+            child::pass_stderr(stderr, &state, &events, &terminal);
+            let _ = stderr_done.send(());
+        }
+    })?;
+    let status_thread = show_status
+        .then(|| {
+            spawn("oomscope-status", {
+                let (state, terminal) = (Arc::clone(&state), Arc::clone(&terminal));
+                move || status::status_loop(&state, &terminal)
+            })
+        })
+        .transpose()?;
+
+    let status = child.wait().context("waiting for the program failed")?;
+    let exit_t_us = state.now_us();
+    // A grandchild may keep stderr open after the child exits: wait briefly, not forever.
+    let _ = stderr_finished.recv_timeout(Duration::from_secs(2));
+    state.stop.store(true, Ordering::Relaxed);
+    for thread in [sampler, poller, marker_thread]
+        .into_iter()
+        .chain(status_thread)
+    {
+        let _ = thread.join();
+    }
+
+    let exit_status = match (status.code(), status.signal()) {
+        (Some(code), _) => ExitStatus::Code(code),
+        (None, Some(signal)) => ExitStatus::Signal(signal),
+        (None, None) => ExitStatus::Code(-1),
+    };
+    let host_kill = judge_host_kill(&state, exit_status, options.host_limit_bytes, exit_t_us);
+    let exit = ProcessExit {
+        t_us: exit_t_us,
+        status: exit_status,
+        probable_host_oom: host_kill.is_some(),
+    };
+    events
+        .send(Event::Finish { exit, host_kill })
+        .map_err(|_| anyhow!("the recorder stopped early"))?;
+    drop(events);
+    recorder
+        .join()
+        .map_err(|_| anyhow!("the recorder thread panicked"))?
+        .with_context(|| format!("writing the trace {} failed", options.out.display()))?;
+
+    let exit_code = match exit_status {
+        ExitStatus::Code(code) => code,
+        ExitStatus::Signal(signal) => 128 + signal,
+    };
+    Ok(RunOutcome {
+        exit_code,
+        trace: options.out.clone(),
+    })
+}
+
+fn spawn<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<std::thread::JoinHandle<T>> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .with_context(|| format!("cannot start thread {name}"))
+}
+
+fn declare_counters<W: std::io::Write>(
+    writer: &mut TraceWriter<W>,
+    gpus: &[oomscope_trace::GpuInfo],
+) -> Result<Counters> {
+    let mut per_gpu = Vec::with_capacity(gpus.len());
+    for g in gpus {
+        let i = g.index;
+        per_gpu.push(GpuCounters {
+            used: writer.declare_counter(CounterKind::GpuUsed, Some(i), &format!("gpu{i}.used"))?,
+            free: writer.declare_counter(CounterKind::GpuFree, Some(i), &format!("gpu{i}.free"))?,
+            reserved: writer.declare_counter(
+                CounterKind::GpuReserved,
+                Some(i),
+                &format!("gpu{i}.driver_reserved"),
+            )?,
+            process: writer.declare_counter(
+                CounterKind::ProcessGpu,
+                Some(i),
+                &format!("gpu{i}.process"),
+            )?,
+        });
+    }
+    Ok(Counters {
+        gpus: per_gpu,
+        host_rss: writer.declare_counter(CounterKind::HostRss, None, "host.rss")?,
+        host_available: writer.declare_counter(
+            CounterKind::HostAvailable,
+            None,
+            "host.available",
+        )?,
+    })
+}
+
+/// A SIGKILL while the tree's RSS was near the memory limit, or the host nearly out of memory, is
+/// probably the kernel's OOM killer.
+fn judge_host_kill(
+    state: &RunState,
+    status: ExitStatus,
+    limit_override: Option<u64>,
+    t_us: u64,
+) -> Option<OomEvent> {
+    if status != ExitStatus::Signal(libc::SIGKILL) {
+        return None;
+    }
+    let total = state.host_total_bytes.load(Ordering::Relaxed);
+    let limit = limit_override
+        .or_else(crate::host::cgroup_limit_bytes)
+        .unwrap_or(total)
+        .min(if total > 0 { total } else { u64::MAX });
+    let rss = state.host_rss.current()?;
+    let rss_near_limit = limit > 0 && rss as f64 >= HOST_KILL_RSS_SHARE * limit as f64;
+    let host_exhausted = total > 0
+        && state
+            .host_available
+            .current()
+            .is_some_and(|a| (a as f64) < HOST_AVAILABLE_SHARE * total as f64);
+    (rss_near_limit || host_exhausted).then(|| OomEvent {
+        t_us,
+        source: OomSource::HostKill,
+        stage: None,
+        step: None,
+        requested_bytes: None,
+        device: None,
+        device_free_bytes: None,
+        device_total_bytes: None,
+        message: format!(
+            "killed by SIGKILL with {} MiB resident of a {} MiB limit",
+            rss >> 20,
+            limit >> 20
+        ),
+    })
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    if !ok {
+        return String::new();
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn env_number(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.parse().ok()
+}

@@ -1,0 +1,120 @@
+//! State shared by the threads of one `collector run`: the clock, the stop flag, drop counters,
+//! the watched process tree, and the latest readings the status line shows. Everything is an
+//! atomic or a short-held lock, so no thread ever waits on another for long.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// "No reading" in an atomic slot.
+pub const UNKNOWN: u64 = u64::MAX;
+
+/// Latest value and peak of one reading.
+#[derive(Debug)]
+pub struct Gauge {
+    current: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Gauge {
+    /// A gauge with no reading.
+    pub fn new() -> Gauge {
+        Gauge {
+            current: AtomicU64::new(UNKNOWN),
+            peak: AtomicU64::new(0),
+        }
+    }
+
+    /// Records a reading.
+    pub fn set(&self, value: u64) {
+        self.current.store(value, Ordering::Relaxed);
+        self.peak.fetch_max(value, Ordering::Relaxed);
+    }
+
+    /// The latest reading.
+    pub fn current(&self) -> Option<u64> {
+        let v = self.current.load(Ordering::Relaxed);
+        (v != UNKNOWN).then_some(v)
+    }
+
+    /// The highest reading so far (0 before any).
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Gauge {
+    fn default() -> Gauge {
+        Gauge::new()
+    }
+}
+
+/// What every thread of a run can see.
+#[derive(Debug)]
+pub struct RunState {
+    start: Instant,
+    /// Set when the run is over: threads finish their current iteration and return.
+    pub stop: AtomicBool,
+    /// Samples dropped because the recorder fell behind.
+    pub dropped_samples: AtomicU64,
+    /// Marker messages dropped because the recorder fell behind.
+    pub dropped_messages: AtomicU64,
+    /// Marker lines that were not valid messages.
+    pub rejected_lines: AtomicU64,
+    /// The watched process tree (root first), refreshed by the slow poller.
+    pub tree: Mutex<Vec<u32>>,
+    /// Bumped whenever `tree` changes, so the sampler reopens files only then.
+    pub tree_generation: AtomicU64,
+    /// Per watched GPU: memory used by the process tree (slow poll).
+    pub process_gpu_bytes: Vec<Gauge>,
+    /// Per watched GPU: device memory used.
+    pub gpu_used: Vec<Gauge>,
+    /// Per watched GPU: total memory.
+    pub gpu_total_bytes: Vec<u64>,
+    /// Host RSS of the tree.
+    pub host_rss: Gauge,
+    /// Host available memory.
+    pub host_available: Gauge,
+    /// Host total memory.
+    pub host_total_bytes: AtomicU64,
+    /// Current stage and step as the program last said (for the status line).
+    pub stage: Mutex<(String, u64)>,
+}
+
+impl RunState {
+    /// State for a run watching GPUs with these totals.
+    pub fn new(gpu_total_bytes: Vec<u64>, root_pid: u32) -> RunState {
+        let gpus = gpu_total_bytes.len();
+        RunState {
+            start: Instant::now(),
+            stop: AtomicBool::new(false),
+            dropped_samples: AtomicU64::new(0),
+            dropped_messages: AtomicU64::new(0),
+            rejected_lines: AtomicU64::new(0),
+            tree: Mutex::new(vec![root_pid]),
+            tree_generation: AtomicU64::new(1),
+            process_gpu_bytes: (0..gpus).map(|_| Gauge::new()).collect(),
+            gpu_used: (0..gpus).map(|_| Gauge::new()).collect(),
+            gpu_total_bytes,
+            host_rss: Gauge::new(),
+            host_available: Gauge::new(),
+            host_total_bytes: AtomicU64::new(0),
+            stage: Mutex::new((String::new(), 0)),
+        }
+    }
+
+    /// Microseconds since the run started (the trace's clock).
+    pub fn now_us(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// Whether the run is over.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The watched processes.
+    pub fn tree(&self) -> Vec<u32> {
+        self.tree.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}

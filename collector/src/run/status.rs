@@ -1,0 +1,120 @@
+//! The live status line on a terminal: elapsed time, current and peak GPU and host memory, and
+//! the current stage, redrawn in place on stderr.
+//!
+//! The child's stderr goes to the same terminal, so both writers share a [`Terminal`]: child
+//! output first erases the status line, and the status line is only redrawn when the child's
+//! last output ended a line (never in the middle of a progress bar the program is drawing).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use oomscope_trace::units::format_bytes;
+
+use super::shared_state::RunState;
+
+/// Our stderr, shared by the child's output and the status line.
+#[derive(Debug)]
+pub struct Terminal {
+    show_status: bool,
+    status_visible: bool,
+    child_line_open: bool,
+}
+
+impl Terminal {
+    /// `show_status`: stderr is a terminal and the user did not ask for quiet.
+    pub fn new(show_status: bool) -> Terminal {
+        Terminal {
+            show_status,
+            status_visible: false,
+            child_line_open: false,
+        }
+    }
+
+    /// Writes the child's bytes unchanged (after erasing the status line).
+    pub fn write_child_output(&mut self, bytes: &[u8]) {
+        let mut err = std::io::stderr().lock();
+        if self.status_visible {
+            let _ = err.write_all(b"\r\x1b[2K");
+            self.status_visible = false;
+        }
+        let _ = err.write_all(bytes);
+        let _ = err.flush();
+        if let Some(last) = bytes.last() {
+            self.child_line_open = *last != b'\n';
+        }
+    }
+
+    /// Draws the status line in place.
+    pub fn draw_status(&mut self, text: &str) {
+        if !self.show_status || self.child_line_open {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[2K{text}");
+        let _ = err.flush();
+        self.status_visible = true;
+    }
+
+    /// Erases the status line for good.
+    pub fn clear(&mut self) {
+        if self.status_visible {
+            let _ = std::io::stderr().write_all(b"\r\x1b[2K");
+            self.status_visible = false;
+        }
+        self.show_status = false;
+    }
+}
+
+/// Redraws the status line twice a second until the run stops.
+pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>) {
+    while !state.stopping() {
+        let text = status_text(state);
+        if let Ok(mut term) = terminal.lock() {
+            term.draw_status(&text);
+        }
+        for _ in 0..10 {
+            if state.stopping() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    if let Ok(mut term) = terminal.lock() {
+        term.clear();
+    }
+}
+
+/// `oomscope 00:12:34 | gpu0 71.2 GiB/80.0 GiB (peak 75.1 GiB) | host 3.50 GiB (peak 3.61 GiB) | post_forward step 120`
+pub fn status_text(state: &RunState) -> String {
+    let secs = state.now_us() / 1_000_000;
+    let mut parts = vec![format!(
+        "oomscope {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )];
+    for (i, gauge) in state.gpu_used.iter().enumerate() {
+        if let Some(used) = gauge.current() {
+            parts.push(format!(
+                "gpu{i} {}/{} (peak {})",
+                format_bytes(used),
+                format_bytes(state.gpu_total_bytes[i]),
+                format_bytes(gauge.peak())
+            ));
+        }
+    }
+    if let Some(rss) = state.host_rss.current() {
+        parts.push(format!(
+            "host {} (peak {})",
+            format_bytes(rss),
+            format_bytes(state.host_rss.peak())
+        ));
+    }
+    if let Ok(stage) = state.stage.lock()
+        && !stage.0.is_empty()
+    {
+        parts.push(format!("{} step {}", stage.0, stage.1));
+    }
+    parts.join(" | ")
+}

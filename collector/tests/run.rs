@@ -1,0 +1,663 @@
+//! `collector run` end to end: real child processes (Python and shell) under the real binary,
+//! then the trace it wrote read back and analysed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use oomscope_trace::analysis::{AnalysisOptions, analyze};
+use oomscope_trace::codec::tag;
+use oomscope_trace::{Decoded, ExitStatus, OomSource, decode};
+
+const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// A scratch directory per test, removed on success.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("oomscope-it-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    fn script(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, body).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn python_path() -> String {
+    format!("{}/python", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn collector(args: &[&str]) -> Command {
+    let mut c = Command::new(COLLECTOR);
+    c.args(args)
+        .env("PYTHONPATH", python_path())
+        .env("PYTHONUNBUFFERED", "1");
+    // No GPU library unless a test asks for the fake one.
+    c.env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    collector(args).output().unwrap()
+}
+
+fn read(path: &Path) -> Decoded {
+    decode(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn host_memory_steps_show_in_the_stage_table() {
+    let s = Scratch::new("steps");
+    let child = s.script(
+        "child.py",
+        r#"
+import time, oomscope_probe as oom
+blocks = []
+print("hello from the child")
+for step in range(6):
+    oom.step(step)
+    oom.mark("pre_forward", phase="train")
+    time.sleep(0.05)
+    block = bytearray(64 << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    blocks.append(block)
+    time.sleep(0.05)  # let the sampler see it
+    oom.mark("post_forward")
+    time.sleep(0.05)
+    oom.mark("post_optimizer_step")
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "--interval-ms",
+        "5",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The child's stdout passes through untouched.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from the child\n"
+    );
+    let decoded = read(&trace);
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = &decoded.trace;
+    assert_eq!(t.marks.len(), 18);
+    assert_eq!(t.exit.map(|e| e.status), Some(ExitStatus::Code(0)));
+    assert!(t.samples.len() > 40, "{}", t.samples.len());
+    let analysis = analyze(t, &AnalysisOptions::default());
+    let row = analysis
+        .stage_table
+        .rows
+        .iter()
+        .find(|r| r.stage == "post_forward")
+        .unwrap();
+    let m = analysis.stage_table.metric_index("host.rss").unwrap();
+    let mean_delta = row.metrics[m].mean_delta_bytes.unwrap();
+    assert!(
+        (mean_delta - 64.0 * MIB).abs() < 16.0 * MIB,
+        "post_forward grows {:.1} MiB per step, expected 64",
+        mean_delta / MIB
+    );
+}
+
+#[test]
+fn a_pytorch_oom_on_stderr_is_recorded_with_its_stage() {
+    let s = Scratch::new("oom");
+    let line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.34 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.23 GiB is free.";
+    let child = s.script(
+        "child.py",
+        &format!(
+            r#"
+import sys, time, oomscope_probe as oom
+oom.mark("pre_forward", step=41)
+time.sleep(0.05)
+oom.mark("post_forward", step=41)
+time.sleep(0.1)
+print("Traceback (most recent call last):", file=sys.stderr)
+print("{line}", file=sys.stderr)
+sys.exit(1)
+"#
+        ),
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    // The child's stderr passes through unchanged; the summary follows it.
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("Traceback (most recent call last):\n{line}\n")),
+        "{err}"
+    );
+    assert!(err.contains("Out of GPU memory"), "{err}");
+    let t = read(&trace).trace;
+    assert_eq!(t.ooms.len(), 1);
+    let oom = &t.ooms[0];
+    assert_eq!(oom.source, OomSource::Stderr);
+    assert_eq!(
+        oom.requested_bytes,
+        Some((2.34 * 1024.0 * MIB).round() as u64)
+    );
+    assert_eq!(
+        oom.device_free_bytes,
+        Some((1.23 * 1024.0 * MIB).round() as u64)
+    );
+    assert_eq!(oom.stage.map(|s| t.str(s)), Some("post_forward"));
+    assert_eq!(oom.step, Some(41));
+}
+
+#[test]
+fn exit_codes_and_signals_pass_through() {
+    let s = Scratch::new("exit");
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7));
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "kill -9 $$",
+    ]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let t = read(&trace).trace;
+    let exit = t.exit.unwrap();
+    assert_eq!(exit.status, ExitStatus::Signal(9));
+    assert!(
+        !exit.probable_host_oom,
+        "a small shell is not near any memory limit"
+    );
+}
+
+#[test]
+fn a_sigkill_near_the_memory_limit_is_a_probable_host_oom_kill() {
+    let s = Scratch::new("hostoom");
+    let child = s.script(
+        "child.py",
+        r#"
+import os, signal, time
+block = bytearray(160 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+time.sleep(0.3)
+os.kill(os.getpid(), signal.SIGKILL)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    // Pretend the machine has 170 MiB: 160 MiB resident is past 90% of it.
+    let limit = (170u64 << 20).to_string();
+    let out = run(&[
+        "run",
+        "-q",
+        "--host-limit-bytes",
+        &limit,
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(137));
+    let t = read(&trace).trace;
+    assert!(t.exit.unwrap().probable_host_oom);
+    assert!(t.ooms.iter().any(|o| o.source == OomSource::HostKill));
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert!(
+        analysis
+            .findings
+            .iter()
+            .any(|f| f.id == "host-memory-pressure"),
+        "{:?}",
+        analysis.findings
+    );
+}
+
+#[test]
+fn killing_the_collector_leaves_a_readable_trace() {
+    let s = Scratch::new("killcollector");
+    let child = s.script(
+        "child.py",
+        r#"
+import time, oomscope_probe as oom
+for step in range(1000):
+    oom.mark("pre_forward", step=step)
+    time.sleep(0.02)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let mut collector = collector(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    collector.kill().unwrap(); // SIGKILL: no chance to finish the trace
+    collector.wait().unwrap();
+    let decoded = read(&trace);
+    let t = &decoded.trace;
+    assert!(t.end_us.is_none());
+    assert!(!decoded.warnings.is_empty());
+    // Flushed at least twice a second: well over a second of the 2.5 s is there.
+    assert!(t.duration_us() > 1_000_000, "{} µs", t.duration_us());
+    assert!(t.marks.len() > 20, "{}", t.marks.len());
+    // The orphaned child goes on; stop it.
+    let _ = Command::new("pkill")
+        .args(["-f", child.to_str().unwrap()])
+        .status();
+}
+
+#[test]
+fn a_marker_flood_never_blocks_the_child_and_drops_are_counted() {
+    let s = Scratch::new("flood");
+    let child = s.script(
+        "child.py",
+        r#"
+import threading, time, oomscope_probe as oom
+probes = [oom.Probe() for _ in range(4)]
+N = 20000
+def flood(p, t):
+    for i in range(N):
+        p.mark("flood%d" % t, step=i)
+start = time.time()
+threads = [threading.Thread(target=flood, args=(p, t)) for t, p in enumerate(probes)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(sum(p.dropped for p in probes), time.time() - start)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut fields = stdout.split_whitespace();
+    let child_dropped: u64 = fields.next().unwrap().parse().unwrap();
+    let secs: f64 = fields.next().unwrap().parse().unwrap();
+    assert!(secs < 20.0, "80 000 non-blocking sends took {secs} s");
+    let t = read(&trace).trace;
+    let collector_dropped: u64 = t
+        .dropped
+        .iter()
+        .filter(|d| d.record_tag == tag::MARK)
+        .map(|d| d.count)
+        .sum();
+    // Every mark is accounted for: recorded, dropped by the collector, or refused to the child.
+    assert_eq!(
+        t.marks.len() as u64 + collector_dropped + child_dropped,
+        80_000
+    );
+    assert!(t.marks.len() > 1000, "{}", t.marks.len());
+}
+
+#[test]
+fn sigterm_to_the_collector_reaches_the_child_and_the_trace_is_finished() {
+    let s = Scratch::new("sigterm");
+    let child = s.script(
+        "child.py",
+        r#"
+import signal, sys, time
+def done(*_):
+    print("child got SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, done)
+print("ready", flush=True)
+time.sleep(30)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let mut c = collector(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = Instant::now();
+    let mut stdout = c.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    while !String::from_utf8_lossy(&seen).contains("ready") {
+        use std::io::Read;
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0 && start.elapsed() < Duration::from_secs(10));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // SAFETY: plain kill(2) on the child's pid.
+    unsafe {
+        libc::kill(c.id() as i32, libc::SIGTERM);
+    }
+    let status = c.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let t = read(&trace).trace;
+    assert!(t.end_us.is_some(), "the collector finished the trace");
+    assert_eq!(t.exit.map(|e| e.status), Some(ExitStatus::Code(0)));
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_missing_command_is_one_clear_error() {
+    let s = Scratch::new("missing");
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "/nonexistent/train",
+    ]);
+    assert_eq!(out.status.code(), Some(127));
+    let err = stderr(&out);
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("error: cannot run `/nonexistent/train`"),
+        "{err}"
+    );
+    assert!(!trace.exists(), "no trace for a run that never started");
+    let out = run(&["run"]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+}
+
+#[test]
+fn an_unwritable_trace_path_fails_before_the_program_starts() {
+    let s = Scratch::new("unwritable");
+    let marker = s.path("started");
+    let out = run(&[
+        "run",
+        "-o",
+        "/nonexistent-dir/t.oomt",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: cannot write the trace to /nonexistent-dir/t.oomt"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!marker.exists(), "the program must not have run");
+}
+
+#[test]
+fn summary_and_export_refuse_bad_traces_with_one_line() {
+    let s = Scratch::new("badtrace");
+    let garbage = s.script("garbage.oomt", "this is not a trace at all, just text");
+    for args in [
+        vec!["summary", garbage.to_str().unwrap()],
+        vec!["export", garbage.to_str().unwrap(), "--format", "csv"],
+        vec!["summary", "/nonexistent/t.oomt"],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: cannot "), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // A newer major version names both versions.
+    let mut bytes = oomscope_trace::synth::TrainingRun {
+        steps: 1,
+        ..Default::default()
+    }
+    .to_bytes();
+    bytes[8] = 9;
+    let newer = s.path("newer.oomt");
+    std::fs::write(&newer, &bytes).unwrap();
+    let err = stderr(&run(&["summary", newer.to_str().unwrap()]));
+    assert!(
+        err.contains("v9.1 is newer than this reader, which reads v1.x"),
+        "{err}"
+    );
+    // A truncated trace is summarised with a warning.
+    let whole = oomscope_trace::synth::TrainingRun {
+        steps: 20,
+        ..Default::default()
+    }
+    .to_bytes();
+    let cut = s.path("cut.oomt");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let out = run(&["summary", cut.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("warning: truncated after"));
+}
+
+#[test]
+fn summary_json_and_exports_agree_with_the_analysis() {
+    let s = Scratch::new("exports");
+    let trace = s.path("t.oomt");
+    let run_bytes = oomscope_trace::synth::TrainingRun {
+        steps: 10,
+        ..Default::default()
+    }
+    .to_bytes();
+    std::fs::write(&trace, &run_bytes).unwrap();
+    let out = run(&["summary", trace.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["schema_version"], 1);
+    let t = decode(&run_bytes).unwrap().trace;
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert_eq!(json["analysis"], serde_json::to_value(&analysis).unwrap());
+
+    let csv = s.path("t.csv");
+    let out = run(&[
+        "export",
+        trace.to_str().unwrap(),
+        "--format",
+        "csv",
+        "-o",
+        csv.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 1 + t.samples.len() + t.marks.len());
+
+    let out = run(&["export", trace.to_str().unwrap(), "--format", "chrome"]);
+    let chrome: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(chrome["traceEvents"].as_array().unwrap().len() > t.marks.len());
+}
+
+/// The NVML test double, built next to the test binaries (a dev-dependency of this crate).
+fn fake_nvml() -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let lib = deps.join("libfake_nvml.so");
+    assert!(
+        lib.exists(),
+        "{} missing: build the oomscope-fake-nvml dev-dependency",
+        lib.display()
+    );
+    lib
+}
+
+#[test]
+fn gpu_memory_from_nvml_appears_in_summary_csv_and_chrome_export() {
+    let s = Scratch::new("fakenvml");
+    let script = s.script(
+        "nvml.json",
+        r#"{
+  "driver_version": "580.65.06",
+  "cuda_driver_version": 13000,
+  "devices": [{
+    "name": "NVIDIA H100 80GB HBM3",
+    "uuid": "GPU-fake-0",
+    "total_bytes": 85899345920,
+    "reserved_bytes": 536870912,
+    "used_bytes": [[0, 1073741824], [1500, 10737418240]],
+    "processes": [{"match": "children_of_caller", "used_bytes": [[0, 536870912], [1500, 9663676416]]}]
+  }]
+}"#,
+    );
+    let child = s.script(
+        "child.py",
+        r#"
+import time, oomscope_probe as oom
+for step in range(8):
+    oom.mark("pre_forward", step=step)
+    time.sleep(0.12)
+    oom.mark("post_forward", step=step)
+    time.sleep(0.12)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = collector(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ])
+    .env("OOMSCOPE_NVML_LIB", fake_nvml())
+    .env("OOMSCOPE_FAKE_NVML_SCRIPT", &script)
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let decoded = read(&trace);
+    let t = &decoded.trace;
+    assert_eq!(t.metadata.gpus.len(), 1);
+    assert_eq!(t.metadata.gpus[0].name, "NVIDIA H100 80GB HBM3");
+    assert_eq!(t.metadata.gpus[0].total_memory_bytes, 85_899_345_920);
+    assert_eq!(t.metadata.gpus[0].driver_version, "580.65.06");
+    let used = t
+        .counter(oomscope_trace::CounterKind::GpuUsed, Some(0))
+        .unwrap();
+    let process = t
+        .counter(oomscope_trace::CounterKind::ProcessGpu, Some(0))
+        .unwrap();
+    let used_values: Vec<u64> = t.samples.points(used).map(|(_, v)| v).collect();
+    let max_used = *used_values.iter().max().unwrap();
+    assert_eq!(
+        max_used,
+        10 << 30,
+        "the schedule tops out at 10 GiB after 1.5 s"
+    );
+    assert!(used_values[0] < 2 << 30);
+    // Two speeds: device memory every 10 ms, the per-process query about once a second.
+    let mut process_values: Vec<u64> = t.samples.points(process).map(|(_, v)| v).collect();
+    assert!(
+        !process_values.is_empty(),
+        "the child's GPU memory was never read"
+    );
+    process_values.dedup();
+    let mut distinct_used = used_values.clone();
+    distinct_used.dedup();
+    assert!(distinct_used.len() > 30, "{}", distinct_used.len());
+    assert!(
+        process_values.len() <= 4,
+        "process memory polled too often: {process_values:?}"
+    );
+
+    let summary = run(&["summary", trace.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&summary.stdout);
+    assert!(text.contains("NVIDIA H100 80GB HBM3"), "{text}");
+    assert!(
+        text.contains("gpu0.used") && text.contains("10.0 GiB"),
+        "{text}"
+    );
+    assert!(text.contains("gpu0.process"), "{text}");
+
+    let csv =
+        String::from_utf8(run(&["export", trace.to_str().unwrap(), "--format", "csv"]).stdout)
+            .unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = header.iter().position(|h| *h == "gpu0.process").unwrap();
+    assert!(
+        csv.lines()
+            .skip(1)
+            .any(|l| !l.split(',').nth(col).unwrap().is_empty())
+    );
+    assert!(header.contains(&"gpu0.used") && header.contains(&"gpu0.total"));
+
+    let chrome: serde_json::Value = serde_json::from_slice(
+        &run(&["export", trace.to_str().unwrap(), "--format", "chrome"]).stdout,
+    )
+    .unwrap();
+    let gpu_events: Vec<&serde_json::Value> = chrome["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "gpu0 memory (bytes)")
+        .collect();
+    assert!(gpu_events.iter().any(|e| e["args"]["process"].is_u64()));
+    assert!(gpu_events.iter().any(|e| e["args"]["used"] == 10u64 << 30));
+}
