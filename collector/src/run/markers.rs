@@ -1,4 +1,5 @@
-//! The marker socket: a Unix datagram socket in a private directory, drained by its own thread.
+//! The marker socket: a Unix datagram socket in a private directory, drained by the sampler
+//! thread between ticks (so that a reading can be taken the moment a mark arrives).
 //!
 //! The directory is created with mode 0700 and the socket chmod-ed to 0600, so only the user who
 //! runs the collector can send marks. The receive buffer is enlarged so that bursts of marks are
@@ -17,7 +18,7 @@ use anyhow::{Context, Result};
 
 use super::Event;
 use super::shared_state::RunState;
-use crate::protocol::{MAX_DATAGRAM_BYTES, parse_datagram};
+use crate::protocol::{Message, parse_datagram};
 
 /// Kernel receive buffer asked for (the kernel may cap it at `net.core.rmem_max`).
 const RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;
@@ -50,7 +51,7 @@ impl MarkerSocket {
         let socket = UnixDatagram::bind(&path)
             .with_context(|| format!("cannot bind the marker socket {}", path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+        socket.set_nonblocking(true)?;
         let size = RECEIVE_BUFFER_BYTES;
         // SAFETY: setsockopt on a valid socket with a correctly sized int option.
         unsafe {
@@ -70,35 +71,53 @@ impl MarkerSocket {
         &self.path
     }
 
-    /// Receives and forwards messages until the run stops.
-    pub fn serve(&self, state: &RunState, events: &SyncSender<Event>) {
-        let mut buf = vec![0u8; MAX_DATAGRAM_BYTES];
-        loop {
-            match self.socket.recv(&mut buf) {
-                Ok(n) => {
-                    let t_us = state.now_us();
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    let (messages, rejected) = parse_datagram(&text);
-                    if rejected > 0 {
-                        state
-                            .rejected_lines
-                            .fetch_add(rejected as u64, Ordering::Relaxed);
-                    }
-                    for message in messages {
-                        match events.try_send(Event::Message { t_us, message }) {
-                            Ok(()) => {}
-                            Err(TrySendError::Full(_)) => {
-                                state.dropped_messages.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(TrySendError::Disconnected(_)) => return,
-                        }
-                    }
+    /// Waits up to `timeout` for a datagram and reads it into `buf`; `None` when none came.
+    /// `ppoll` gives microsecond timeouts, which a 1 kHz schedule needs.
+    pub fn recv_within(&self, timeout: Duration, buf: &mut [u8]) -> Option<usize> {
+        let mut fd = libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let spec = libc::timespec {
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask change.
+        let ready = unsafe { libc::ppoll(&raw mut fd, 1, &raw const spec, std::ptr::null()) };
+        if ready <= 0 {
+            return None;
+        }
+        self.socket.recv(buf).ok()
+    }
+
+    /// Parses a datagram and forwards its messages, stamped `t_us`. Returns whether any of them
+    /// was a stage mark.
+    pub fn forward(
+        datagram: &[u8],
+        t_us: u64,
+        state: &RunState,
+        events: &SyncSender<Event>,
+    ) -> bool {
+        let text = String::from_utf8_lossy(datagram);
+        let (messages, rejected) = parse_datagram(&text);
+        if rejected > 0 {
+            state
+                .rejected_lines
+                .fetch_add(rejected as u64, Ordering::Relaxed);
+        }
+        let mut any_mark = false;
+        for message in messages {
+            any_mark |= matches!(message, Message::Mark { .. });
+            match events.try_send(Event::Message { t_us, message }) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    state.dropped_messages.fetch_add(1, Ordering::Relaxed);
                 }
-                // Timeout: check whether the run is over. Drain what is queued before leaving.
-                Err(_) if state.stopping() => return,
-                Err(_) => {}
+                Err(TrySendError::Disconnected(_)) => break,
             }
         }
+        any_mark
     }
 }
 

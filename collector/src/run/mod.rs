@@ -1,10 +1,10 @@
 //! `collector run -- CMD`: run a program and record its memory.
 //!
 //! Threads, and why each exists:
-//! - the **sampler** reads device and host memory every interval (fast calls only);
+//! - the **sampler** reads device and host memory every interval (fast calls only) and, between
+//!   ticks, drains the marker socket, taking a reading the moment a mark arrives;
 //! - the **poller** refreshes the process tree and per-process GPU memory about once a second
 //!   (the slow NVML call that takes the driver's global lock);
-//! - the **marker** thread drains the marker socket, so a flood of marks never blocks the program;
 //! - the **stderr** thread passes the child's stderr through unchanged and scans it for OOMs;
 //! - the **recorder** owns the trace writer; everything reaches it through one bounded channel,
 //!   and it flushes at least twice a second;
@@ -209,15 +209,20 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
             events.clone(),
             options.interval,
         );
-        move || sampler::sample_loop(&state, gpus.as_deref(), &counters, interval, &events)
+        move || {
+            sampler::sample_loop(
+                &state,
+                gpus.as_deref(),
+                &counters,
+                interval,
+                &socket,
+                &events,
+            )
+        }
     })?;
     let poller = spawn("oomscope-poller", {
         let (state, gpus, interval) = (Arc::clone(&state), gpus.clone(), options.process_interval);
         move || sampler::poll_loop(&state, child_pid, gpus.as_deref(), interval)
-    })?;
-    let marker_thread = spawn("oomscope-markers", {
-        let (state, events) = (Arc::clone(&state), events.clone());
-        move || socket.serve(&state, &events)
     })?;
     let (stderr_done, stderr_finished) = sync_channel::<()>(1);
     spawn("oomscope-stderr", {
@@ -241,10 +246,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
     // A grandchild may keep stderr open after the child exits: wait briefly, not forever.
     let _ = stderr_finished.recv_timeout(Duration::from_secs(2));
     state.stop.store(true, Ordering::Relaxed);
-    for thread in [sampler, poller, marker_thread]
-        .into_iter()
-        .chain(status_thread)
-    {
+    for thread in [sampler, poller].into_iter().chain(status_thread) {
         let _ = thread.join();
     }
 

@@ -1,8 +1,9 @@
 //! The two sampling threads.
 //!
 //! The fast sampler reads device memory (NVML) and host memory (`/proc`) every interval on an
-//! absolute schedule (it never drifts; after a stall it skips ahead instead of bursting) and hands
-//! each row to the recorder with a non-blocking send. The slow poller finds the process tree and
+//! absolute schedule (it never drifts; after a stall it skips ahead instead of bursting), drains
+//! the marker socket between ticks, and hands everything to the recorder with non-blocking sends.
+//! The slow poller finds the process tree and
 //! asks NVML for per-process GPU memory about once a second, because that query holds the
 //! driver's global lock.
 
@@ -14,9 +15,11 @@ use std::time::{Duration, Instant};
 use oomscope_trace::CounterId;
 
 use super::Event;
+use super::markers::MarkerSocket;
 use super::shared_state::RunState;
 use crate::gpu::Gpus;
 use crate::host::{MemInfo, TreeRss, process_tree};
+use crate::protocol::MAX_DATAGRAM_BYTES;
 
 /// Counter ids of one watched GPU.
 #[derive(Debug, Clone, Copy)]
@@ -42,31 +45,36 @@ pub struct Counters {
     pub host_available: CounterId,
 }
 
-/// Runs the fast sampler until the run stops.
-pub fn sample_loop(
-    state: &RunState,
-    gpus: Option<&Gpus>,
-    counters: &Counters,
-    interval: Duration,
-    events: &SyncSender<Event>,
-) {
-    let mut rss = TreeRss::new();
-    let mut meminfo = MemInfo::open().ok();
-    let mut generation = 0;
-    let mut row = Vec::with_capacity(counters.gpus.len() * 4 + 2);
-    let mut next = Instant::now();
-    while !state.stopping() {
+/// A mark triggers an immediate reading unless one was taken this recently (bounds the cost of a
+/// flood of marks to one reading per this interval).
+const MIN_MARK_READING_GAP_US: u64 = 200;
+
+/// The fast sampler's readers and buffers.
+struct Reader<'a> {
+    state: &'a RunState,
+    gpus: Option<&'a Gpus>,
+    counters: &'a Counters,
+    rss: TreeRss,
+    meminfo: Option<MemInfo>,
+    generation: u64,
+    row: Vec<(CounterId, u64)>,
+    last_t_us: Option<u64>,
+}
+
+impl Reader<'_> {
+    /// Reads every counter and sends the row stamped `t_us`.
+    fn sample(&mut self, t_us: u64, events: &SyncSender<Event>) -> bool {
+        let state = self.state;
         let current = state.tree_generation.load(Ordering::Relaxed);
-        if current != generation {
-            rss.set_pids(&state.tree());
-            generation = current;
+        if current != self.generation {
+            self.rss.set_pids(&state.tree());
+            self.generation = current;
         }
-        let t_us = state.now_us();
-        row.clear();
-        if let Some(gpus) = gpus {
-            for (i, ids) in counters.gpus.iter().enumerate() {
+        self.row.clear();
+        if let Some(gpus) = self.gpus {
+            for (i, ids) in self.counters.gpus.iter().enumerate() {
                 if let Some(m) = gpus.memory(i) {
-                    row.extend([
+                    self.row.extend([
                         (ids.used, m.used_bytes),
                         (ids.free, m.free_bytes),
                         (ids.reserved, m.reserved_bytes),
@@ -74,41 +82,95 @@ pub fn sample_loop(
                     state.gpu_used[i].set(m.used_bytes);
                 }
                 if let Some(bytes) = state.process_gpu_bytes[i].current() {
-                    row.push((ids.process, bytes));
+                    self.row.push((ids.process, bytes));
                 }
             }
         }
-        if let Some(bytes) = rss.rss_bytes() {
-            row.push((counters.host_rss, bytes));
+        if let Some(bytes) = self.rss.rss_bytes() {
+            self.row.push((self.counters.host_rss, bytes));
             state.host_rss.set(bytes);
         }
-        if let Some(m) = meminfo.as_mut().and_then(MemInfo::read) {
-            row.push((counters.host_available, m.available_bytes));
+        if let Some(m) = self.meminfo.as_mut().and_then(MemInfo::read) {
+            self.row
+                .push((self.counters.host_available, m.available_bytes));
             state.host_available.set(m.available_bytes);
             state
                 .host_total_bytes
                 .store(m.total_bytes, Ordering::Relaxed);
         }
-        if !row.is_empty() {
-            match events.try_send(Event::Sample {
-                t_us,
-                values: row.clone(),
-            }) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    state.dropped_samples.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(TrySendError::Disconnected(_)) => return,
+        self.last_t_us = Some(t_us);
+        if self.row.is_empty() {
+            return true;
+        }
+        match events.try_send(Event::Sample {
+            t_us,
+            values: self.row.clone(),
+        }) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_)) => {
+                state.dropped_samples.fetch_add(1, Ordering::Relaxed);
+                true
             }
+            Err(TrySendError::Disconnected(_)) => false,
         }
-        next += interval;
+    }
+}
+
+/// Runs the fast sampler until the run stops: a reading every `interval` on an absolute
+/// schedule (after a stall it resumes from now instead of bursting), and between ticks it drains
+/// the marker socket. A mark is stamped with the time it arrived and gets a reading stamped with
+/// the same time, so the stage table sees memory as it was at the mark, not up to one interval
+/// earlier.
+pub fn sample_loop(
+    state: &RunState,
+    gpus: Option<&Gpus>,
+    counters: &Counters,
+    interval: Duration,
+    socket: &MarkerSocket,
+    events: &SyncSender<Event>,
+) {
+    let mut reader = Reader {
+        state,
+        gpus,
+        counters,
+        rss: TreeRss::new(),
+        meminfo: MemInfo::open().ok(),
+        generation: 0,
+        row: Vec::with_capacity(counters.gpus.len() * 4 + 2),
+        last_t_us: None,
+    };
+    let mut datagram = vec![0u8; MAX_DATAGRAM_BYTES];
+    let mut next = Instant::now();
+    loop {
         let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
-        } else {
-            // Behind (the machine stalled us): resume the schedule from now rather than burst.
-            next = now;
+        if now >= next {
+            if state.stopping() || !reader.sample(state.now_us(), events) {
+                break;
+            }
+            next += interval;
+            if next < now {
+                next = now + interval;
+            }
+            continue;
         }
+        if let Some(n) = socket.recv_within(next - now, &mut datagram) {
+            let t_us = state.now_us();
+            let recent = reader
+                .last_t_us
+                .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
+            // Peek for a mark before forwarding, so the reading precedes it in the channel.
+            let has_mark = String::from_utf8_lossy(&datagram[..n])
+                .lines()
+                .any(|l| l.trim_start().starts_with("mark "));
+            if has_mark && !recent {
+                reader.sample(t_us, events);
+            }
+            MarkerSocket::forward(&datagram[..n], t_us, state, events);
+        }
+    }
+    // The program has exited: take what it sent last.
+    while let Some(n) = socket.recv_within(Duration::ZERO, &mut datagram) {
+        MarkerSocket::forward(&datagram[..n], state.now_us(), state, events);
     }
 }
 
