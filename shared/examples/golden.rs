@@ -116,6 +116,7 @@ fn main() -> std::io::Result<()> {
             "v1_0_truncated.oomt",
             instrumented[..instrumented.len() * 2 / 3].to_vec(),
         ),
+        ("v1_1_host_error.oomt", host_error()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

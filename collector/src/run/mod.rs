@@ -217,7 +217,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
                 interval,
                 &socket,
                 &events,
-            )
+            );
         }
     })?;
     let poller = spawn("oomscope-poller", {
