@@ -661,3 +661,100 @@ for step in range(8):
     assert!(gpu_events.iter().any(|e| e["args"]["process"].is_u64()));
     assert!(gpu_events.iter().any(|e| e["args"]["used"] == 10u64 << 30));
 }
+
+#[test]
+fn the_live_status_line_shows_memory_and_stage_on_a_terminal() {
+    let s = Scratch::new("status");
+    let child = s.script(
+        "child.py",
+        r#"
+import time, oomscope_probe as oom
+block = bytearray(32 << 20)
+for i in range(0, len(block), 4096):
+    block[i] = 1
+for step in range(12):
+    oom.mark("post_forward", step=step)
+    time.sleep(0.1)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let typescript = s.path("typescript");
+    // `script` gives the collector a pseudo-terminal as stderr, as a person's shell would.
+    let command = format!(
+        "OOMSCOPE_NVML_LIB=/nonexistent PYTHONPATH={} {COLLECTOR} run -o {} -- python3 {}",
+        python_path(),
+        trace.display(),
+        child.display()
+    );
+    let status = Command::new("script")
+        .args(["-qfec", &command, typescript.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("`script` (util-linux) runs the collector on a pseudo-terminal");
+    assert!(status.success());
+    let screen = String::from_utf8_lossy(&std::fs::read(&typescript).unwrap()).into_owned();
+    let line = screen
+        .split('\r')
+        .find(|l| l.contains("oomscope 00:00:") && l.contains("post_forward step"))
+        .unwrap_or_else(|| panic!("no status line in {screen:?}"));
+    assert!(
+        line.contains("| host ") && line.contains("(peak "),
+        "{line}"
+    );
+    // The line is erased before the summary, which follows on its own lines.
+    assert!(screen.contains("\x1b[2K"));
+    assert!(screen.contains("oomscope: trace written to"));
+}
+
+#[test]
+fn the_python_helper_attaches_torch_allocator_statistics() {
+    let s = Scratch::new("torchstats");
+    // torch is not installed here: the helper only reads `sys.modules["torch"]`, so a stand-in
+    // module with the same three functions exercises exactly the code that runs on a GPU host.
+    let child = s.script(
+        "child.py",
+        r#"
+import sys, types
+torch = types.ModuleType("torch")
+torch.cuda = types.SimpleNamespace(
+    is_available=lambda: True,
+    is_initialized=lambda: True,
+    memory_stats=lambda: {
+        "allocated_bytes.all.current": 9_000_000_000,
+        "reserved_bytes.all.current": 12_000_000_000,
+        "active_bytes.all.current": 9_100_000_000,
+        "inactive_split_bytes.all.current": 300_000_000,
+        "allocated_bytes.all.peak": 14_000_000_000,
+        "reserved_bytes.all.peak": 15_000_000_000,
+        "num_alloc_retries": 3,
+        "num_ooms": 1,
+    },
+)
+sys.modules["torch"] = torch
+import oomscope_probe as oom
+oom.mark("post_forward", step=5, phase="train")
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let t = read(&trace).trace;
+    assert_eq!(t.marks.len(), 1);
+    let snapshot = t.marks[0].snapshot.expect("allocator statistics attached");
+    assert_eq!(snapshot.allocated_bytes, 9_000_000_000);
+    assert_eq!(snapshot.reserved_bytes, 12_000_000_000);
+    assert_eq!(snapshot.active_bytes, 9_100_000_000);
+    assert_eq!(snapshot.inactive_split_bytes, 300_000_000);
+    assert_eq!(snapshot.peak_allocated_bytes, 14_000_000_000);
+    assert_eq!(snapshot.peak_reserved_bytes, 15_000_000_000);
+    assert_eq!((snapshot.num_alloc_retries, snapshot.num_ooms), (3, 1));
+    assert_eq!(t.marks[0].step, 5);
+}
