@@ -352,30 +352,13 @@ impl<'a> Fields<'a> {
     }
 
     fn snapshot(&self) -> Option<AllocatorSnapshot> {
-        const KEYS: [&str; 8] = [
-            "allocated_bytes",
-            "reserved_bytes",
-            "active_bytes",
-            "inactive_split_bytes",
-            "peak_allocated_bytes",
-            "peak_reserved_bytes",
-            "num_alloc_retries",
-            "num_ooms",
-        ];
-        if !KEYS.iter().any(|k| self.map.contains_key(k)) {
+        let names = AllocatorSnapshot::FIELD_NAMES;
+        if !names.iter().any(|k| self.map.contains_key(k)) {
             return None;
         }
-        let v = |k: &str| self.u64(k).unwrap_or(0);
-        Some(AllocatorSnapshot {
-            allocated_bytes: v("allocated_bytes"),
-            reserved_bytes: v("reserved_bytes"),
-            active_bytes: v("active_bytes"),
-            inactive_split_bytes: v("inactive_split_bytes"),
-            peak_allocated_bytes: v("peak_allocated_bytes"),
-            peak_reserved_bytes: v("peak_reserved_bytes"),
-            num_alloc_retries: v("num_alloc_retries"),
-            num_ooms: v("num_ooms"),
-        })
+        Some(AllocatorSnapshot::from_values(
+            names.map(|k| self.u64(k).unwrap_or(0)),
+        ))
     }
 }
 
@@ -402,18 +385,9 @@ pub fn format_mark(
         let _ = write!(out, " phase={}", phase.label());
     }
     if let Some(s) = snapshot {
-        let _ = write!(
-            out,
-            " allocated_bytes={} reserved_bytes={} active_bytes={} inactive_split_bytes={} peak_allocated_bytes={} peak_reserved_bytes={} num_alloc_retries={} num_ooms={}",
-            s.allocated_bytes,
-            s.reserved_bytes,
-            s.active_bytes,
-            s.inactive_split_bytes,
-            s.peak_allocated_bytes,
-            s.peak_reserved_bytes,
-            s.num_alloc_retries,
-            s.num_ooms
-        );
+        for (name, value) in AllocatorSnapshot::FIELD_NAMES.iter().zip(s.values()) {
+            let _ = write!(out, " {name}={value}");
+        }
     }
     out.push('\n');
 }

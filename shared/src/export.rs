@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::model::{MISSING, Phase, StageMark, Trace};
+use crate::model::{AllocatorSnapshot, MISSING, Phase, StageMark, Trace};
 
 /// CSV with one row per sample and one per mark, in time order.
 ///
@@ -18,16 +18,7 @@ use crate::model::{MISSING, Phase, StageMark, Trace};
 /// `reserved`, `active`, `inactive_split`, `peak_allocated`, `peak_reserved`,
 /// `num_alloc_retries`, `num_ooms`). Memory in bytes; an empty cell means "not measured then".
 pub fn to_csv(trace: &Trace) -> String {
-    const SNAPSHOT_COLUMNS: [&str; 8] = [
-        "allocated",
-        "reserved",
-        "active",
-        "inactive_split",
-        "peak_allocated",
-        "peak_reserved",
-        "num_alloc_retries",
-        "num_ooms",
-    ];
+    const SNAPSHOT_COLUMNS: [&str; 8] = AllocatorSnapshot::FIELD_NAMES;
     let mut out = String::with_capacity(64 * (trace.samples.len() + trace.marks.len()) + 256);
     let mut header = vec!["t_secs", "kind", "stage", "step", "phase"]
         .into_iter()
@@ -81,16 +72,7 @@ pub fn to_csv(trace: &Trace) -> String {
             }
             match &m.snapshot {
                 Some(s) => {
-                    for v in [
-                        s.allocated_bytes,
-                        s.reserved_bytes,
-                        s.active_bytes,
-                        s.inactive_split_bytes,
-                        s.peak_allocated_bytes,
-                        s.peak_reserved_bytes,
-                        s.num_alloc_retries,
-                        s.num_ooms,
-                    ] {
+                    for v in s.values() {
                         let _ = write!(out, ",{v}");
                     }
                 }
@@ -263,7 +245,7 @@ mod tests {
         let first_mark = lines.iter().find(|l| l.contains(",mark,")).unwrap();
         let allocated = first_mark
             .split(',')
-            .nth(header.iter().position(|h| *h == "allocated").unwrap())
+            .nth(header.iter().position(|h| *h == "allocated_bytes").unwrap())
             .unwrap();
         assert_eq!(
             allocated.parse::<u64>().unwrap(),

@@ -395,6 +395,49 @@ pub struct AllocatorSnapshot {
     pub num_ooms: u64,
 }
 
+impl AllocatorSnapshot {
+    /// The fields' names, in the order of the MARK record (FORMAT.md), the marker protocol and
+    /// the CSV export: one list, so the four can never disagree.
+    pub const FIELD_NAMES: [&'static str; 8] = [
+        "allocated_bytes",
+        "reserved_bytes",
+        "active_bytes",
+        "inactive_split_bytes",
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+        "num_alloc_retries",
+        "num_ooms",
+    ];
+
+    /// The fields' values, in [`AllocatorSnapshot::FIELD_NAMES`] order.
+    pub fn values(&self) -> [u64; 8] {
+        [
+            self.allocated_bytes,
+            self.reserved_bytes,
+            self.active_bytes,
+            self.inactive_split_bytes,
+            self.peak_allocated_bytes,
+            self.peak_reserved_bytes,
+            self.num_alloc_retries,
+            self.num_ooms,
+        ]
+    }
+
+    /// A snapshot from values in [`AllocatorSnapshot::FIELD_NAMES`] order.
+    pub fn from_values(v: [u64; 8]) -> AllocatorSnapshot {
+        AllocatorSnapshot {
+            allocated_bytes: v[0],
+            reserved_bytes: v[1],
+            active_bytes: v[2],
+            inactive_split_bytes: v[3],
+            peak_allocated_bytes: v[4],
+            peak_reserved_bytes: v[5],
+            num_alloc_retries: v[6],
+            num_ooms: v[7],
+        }
+    }
+}
+
 /// A stage marker: the program said "I am at `name` of step `step`".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageMark {

@@ -41,16 +41,7 @@ enum Op {
 }
 
 fn snapshot_strategy() -> impl Strategy<Value = AllocatorSnapshot> {
-    proptest::array::uniform8(any::<u64>()).prop_map(|v| AllocatorSnapshot {
-        allocated_bytes: v[0],
-        reserved_bytes: v[1],
-        active_bytes: v[2],
-        inactive_split_bytes: v[3],
-        peak_allocated_bytes: v[4],
-        peak_reserved_bytes: v[5],
-        num_alloc_retries: v[6],
-        num_ooms: v[7],
-    })
+    proptest::array::uniform8(any::<u64>()).prop_map(AllocatorSnapshot::from_values)
 }
 
 fn value_strategy() -> impl Strategy<Value = u64> {

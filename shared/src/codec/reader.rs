@@ -624,16 +624,13 @@ fn read_mark(c: &mut Cursor<'_>) -> Result<StageMark, ReadError> {
     let snapshot = if c.u8()? == 0 {
         None
     } else {
-        Some(AllocatorSnapshot {
-            allocated_bytes: c.u64()?,
-            reserved_bytes: c.u64()?,
-            active_bytes: c.u64()?,
-            inactive_split_bytes: c.u64()?,
-            peak_allocated_bytes: c.u64()?,
-            peak_reserved_bytes: c.u64()?,
-            num_alloc_retries: c.u64()?,
-            num_ooms: c.u64()?,
-        })
+        {
+            let mut values = [0u64; 8];
+            for v in &mut values {
+                *v = c.u64()?;
+            }
+            Some(AllocatorSnapshot::from_values(values))
+        }
     };
     Ok(StageMark {
         t_us,

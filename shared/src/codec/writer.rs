@@ -219,16 +219,7 @@ impl<W: Write> TraceWriter<W> {
             None => b.push(0),
             Some(s) => {
                 b.push(1);
-                for v in [
-                    s.allocated_bytes,
-                    s.reserved_bytes,
-                    s.active_bytes,
-                    s.inactive_split_bytes,
-                    s.peak_allocated_bytes,
-                    s.peak_reserved_bytes,
-                    s.num_alloc_retries,
-                    s.num_ooms,
-                ] {
+                for v in s.values() {
                     put_u64(b, v);
                 }
             }
