@@ -14,5 +14,7 @@ pub mod oom_text;
 pub mod probe;
 pub mod protocol;
 pub mod run;
+#[cfg(feature = "tch")]
+pub mod torch;
 pub mod trace_file;
 pub mod ui;

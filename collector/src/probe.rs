@@ -122,6 +122,16 @@ impl Probe {
         self.send(&format!("note {}\n", text.replace(['\n', '\r'], " ")));
     }
 
+    /// Sends one protocol message.
+    pub fn send_message(&self, message: &crate::protocol::Message) {
+        if self.socket.is_none() {
+            return;
+        }
+        let mut line = String::with_capacity(128);
+        crate::protocol::format(&mut line, message);
+        self.send(&line);
+    }
+
     /// Sends one or more raw protocol lines (see [`crate::protocol`]).
     pub fn send(&self, lines: &str) {
         let Some(socket) = &self.socket else {

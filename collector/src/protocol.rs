@@ -370,23 +370,170 @@ pub fn format_mark(
     phase: Option<Phase>,
     snapshot: Option<&AllocatorSnapshot>,
 ) {
-    use std::fmt::Write;
-    // Whitespace would split the stage name; it is replaced, never sent.
-    out.push_str("mark ");
+    format(
+        out,
+        &Message::Mark {
+            stage: stage.to_owned(),
+            step,
+            epoch: None,
+            phase,
+            snapshot: snapshot.copied(),
+        },
+    );
+}
+
+/// A name as one token: whitespace would split it, so it becomes `_`.
+fn push_token(out: &mut String, name: &str) {
+    if name.is_empty() {
+        out.push('_');
+    }
     out.extend(
-        stage
-            .chars()
+        name.chars()
             .map(|c| if c.is_whitespace() { '_' } else { c }),
     );
-    if let Some(step) = step {
-        let _ = write!(out, " step={step}");
-    }
-    if let Some(phase) = phase.filter(|p| *p != Phase::Unknown) {
-        let _ = write!(out, " phase={}", phase.label());
-    }
-    if let Some(s) = snapshot {
-        for (name, value) in AllocatorSnapshot::FIELD_NAMES.iter().zip(s.values()) {
-            let _ = write!(out, " {name}={value}");
+}
+
+/// Free text on one line.
+fn push_text(out: &mut String, text: &str) {
+    out.extend(
+        text.chars()
+            .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
+    );
+}
+
+/// Appends `message` as one protocol line (the inverse of [`parse_line`]).
+pub fn format(out: &mut String, message: &Message) {
+    use std::fmt::Write;
+    let opt = |out: &mut String, key: &str, value: Option<u64>| {
+        if let Some(v) = value {
+            let _ = write!(out, " {key}={v}");
+        }
+    };
+    match message {
+        Message::Mark {
+            stage,
+            step,
+            epoch,
+            phase,
+            snapshot,
+        } => {
+            out.push_str("mark ");
+            push_token(out, stage);
+            opt(out, "step", *step);
+            opt(out, "epoch", epoch.map(u64::from));
+            if let Some(phase) = phase.filter(|p| *p != Phase::Unknown) {
+                let _ = write!(out, " phase={}", phase.label());
+            }
+            if let Some(s) = snapshot {
+                for (name, value) in AllocatorSnapshot::FIELD_NAMES.iter().zip(s.values()) {
+                    let _ = write!(out, " {name}={value}");
+                }
+            }
+        }
+        Message::Step { step, epoch } => {
+            let _ = write!(out, "step {step}");
+            opt(out, "epoch", epoch.map(u64::from));
+        }
+        Message::Phase(phase) => {
+            let _ = write!(out, "phase {}", phase.label());
+        }
+        Message::Note(text) => {
+            out.push_str("note ");
+            push_text(out, text);
+        }
+        Message::Components {
+            step,
+            batch_size,
+            parameters_bytes,
+            buffers_bytes,
+            gradients_bytes,
+            optimizer_state_bytes,
+            extras,
+        } => {
+            let _ = write!(
+                out,
+                "components parameters_bytes={parameters_bytes} buffers_bytes={buffers_bytes} gradients_bytes={gradients_bytes} optimizer_state_bytes={optimizer_state_bytes}"
+            );
+            opt(out, "step", *step);
+            opt(out, "batch_size", *batch_size);
+            for (name, bytes) in extras {
+                out.push_str(" extra.");
+                push_token(out, name);
+                let _ = write!(out, "={bytes}");
+            }
+        }
+        Message::Gradients {
+            step,
+            params_with_grad,
+            gradient_bytes,
+            global_norm,
+            nan_count,
+            inf_count,
+        } => {
+            let _ = write!(
+                out,
+                "gradients params_with_grad={params_with_grad} gradient_bytes={gradient_bytes} global_norm={global_norm} nan_count={nan_count} inf_count={inf_count}"
+            );
+            opt(out, "step", *step);
+        }
+        Message::Tensor {
+            name,
+            step,
+            shape,
+            dtype,
+            bytes,
+            min,
+            max,
+            mean,
+            std,
+            nan_count,
+            inf_count,
+        } => {
+            out.push_str("tensor ");
+            push_token(out, name);
+            opt(out, "step", *step);
+            let shape: Vec<String> = shape.iter().map(u64::to_string).collect();
+            let _ = write!(out, " shape={} dtype=", shape.join("x"));
+            push_token(out, dtype);
+            let _ = write!(
+                out,
+                " bytes={bytes} min={min} max={max} mean={mean} std={std} nan_count={nan_count} inf_count={inf_count}"
+            );
+        }
+        Message::Trial {
+            batch_size,
+            outcome,
+            peak_bytes,
+        } => {
+            let outcome = match outcome {
+                TrialOutcome::Fit => "fit",
+                TrialOutcome::Oom => "oom",
+                TrialOutcome::Error => "error",
+            };
+            let _ = write!(out, "trial batch_size={batch_size} outcome={outcome}");
+            opt(out, "peak_bytes", *peak_bytes);
+        }
+        Message::Oom {
+            stage,
+            step,
+            requested_bytes,
+            device,
+            free_bytes,
+            total_bytes,
+            message,
+        } => {
+            out.push_str("oom");
+            if let Some(stage) = stage {
+                out.push_str(" stage=");
+                push_token(out, stage);
+            }
+            opt(out, "step", *step);
+            opt(out, "requested_bytes", *requested_bytes);
+            opt(out, "device", device.map(u64::from));
+            opt(out, "free_bytes", *free_bytes);
+            opt(out, "total_bytes", *total_bytes);
+            out.push_str(" -- ");
+            push_text(out, message);
         }
     }
     out.push('\n');
@@ -516,5 +663,95 @@ mod tests {
         };
         assert_eq!(shape, [4, 512, 1024]);
         assert_eq!(inf_count, 1);
+    }
+
+    #[test]
+    fn every_message_formats_and_parses_back() {
+        let messages = [
+            Message::Mark {
+                stage: "post_forward".into(),
+                step: Some(3),
+                epoch: Some(1),
+                phase: Some(Phase::Eval),
+                snapshot: Some(AllocatorSnapshot::from_values([1, 2, 3, 4, 5, 6, 7, 8])),
+            },
+            Message::Step {
+                step: 12,
+                epoch: Some(2),
+            },
+            Message::Phase(Phase::Train),
+            Message::Note("loss spiked".into()),
+            Message::Components {
+                step: Some(1),
+                batch_size: Some(32),
+                parameters_bytes: 10,
+                buffers_bytes: 1,
+                gradients_bytes: 10,
+                optimizer_state_bytes: 20,
+                extras: vec![("ema".into(), 10)],
+            },
+            Message::Gradients {
+                step: Some(4),
+                params_with_grad: 148,
+                gradient_bytes: 1 << 30,
+                global_norm: 0.123_456_789_012_345_6,
+                nan_count: 0,
+                inf_count: 2,
+            },
+            Message::Tensor {
+                name: "block3.out".into(),
+                step: Some(5),
+                shape: vec![4, 64, 512],
+                dtype: "f32".into(),
+                bytes: 524_288,
+                min: -3.5,
+                max: 2.25,
+                mean: 1e-7,
+                std: 0.999_999_1,
+                nan_count: 1,
+                inf_count: 0,
+            },
+            Message::Trial {
+                batch_size: 64,
+                outcome: TrialOutcome::Oom,
+                peak_bytes: None,
+            },
+            Message::Oom {
+                stage: Some("post_forward".into()),
+                step: Some(9),
+                requested_bytes: Some(2048),
+                device: Some(0),
+                free_bytes: Some(1024),
+                total_bytes: Some(1 << 30),
+                message: "CUDA out of memory.\nTried".into(),
+            },
+        ];
+        for m in messages {
+            let mut line = String::new();
+            format(&mut line, &m);
+            assert_eq!(line.matches('\n').count(), 1, "{line}");
+            let parsed = parse_line(line.trim_end()).unwrap_or_else(|| panic!("{line}"));
+            let expected = match m {
+                Message::Oom {
+                    message,
+                    stage,
+                    step,
+                    requested_bytes,
+                    device,
+                    free_bytes,
+                    total_bytes,
+                } => Message::Oom {
+                    message: message.replace('\n', " "),
+                    stage,
+                    step,
+                    requested_bytes,
+                    device,
+                    free_bytes,
+                    total_bytes,
+                },
+                other => other,
+            };
+            assert_eq!(parsed, expected, "{line}");
+        }
     }
 }

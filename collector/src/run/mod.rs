@@ -16,9 +16,9 @@
 
 mod child;
 mod markers;
-mod recorder;
-mod sampler;
-mod shared_state;
+pub(crate) mod recorder;
+pub(crate) mod sampler;
+pub(crate) mod shared_state;
 mod status;
 
 use std::ffi::OsString;
@@ -210,14 +210,12 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
             options.interval,
         );
         move || {
-            sampler::sample_loop(
-                &state,
-                gpus.as_deref(),
-                &counters,
-                interval,
-                &socket,
-                &events,
-            );
+            let sources = sampler::Sources {
+                gpus: gpus.as_deref(),
+                counters: &counters,
+                extra: None,
+            };
+            sampler::sample_loop(&state, sources, interval, Some(&socket), &events);
         }
     })?;
     let poller = spawn("oomscope-poller", {
@@ -290,7 +288,7 @@ fn spawn<T: Send + 'static>(
         .with_context(|| format!("cannot start thread {name}"))
 }
 
-fn declare_counters<W: std::io::Write>(
+pub(crate) fn declare_counters<W: std::io::Write>(
     writer: &mut TraceWriter<W>,
     gpus: &[oomscope_trace::GpuInfo],
 ) -> Result<Counters> {
@@ -363,7 +361,7 @@ fn judge_host_kill(
     })
 }
 
-fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;

@@ -45,15 +45,31 @@ pub struct Counters {
     pub host_available: CounterId,
 }
 
+/// What the fast sampler reads.
+#[derive(Clone, Copy)]
+pub struct Sources<'a> {
+    /// The watched GPUs, when NVML is available.
+    pub gpus: Option<&'a Gpus>,
+    /// Counter ids of the row.
+    pub counters: &'a Counters,
+    /// Extra readings appended to every row.
+    pub extra: Option<ExtraReadings<'a>>,
+}
+
 /// A mark triggers an immediate reading unless one was taken this recently (bounds the cost of a
 /// flood of marks to one reading per this interval).
 const MIN_MARK_READING_GAP_US: u64 = 200;
+
+/// Extra readings a sampler takes on every tick (e.g. the caching allocator's statistics when
+/// a tch program records itself): it appends (counter, value) pairs to the row.
+pub type ExtraReadings<'a> = &'a (dyn Fn(&mut Vec<(CounterId, u64)>) + Sync);
 
 /// The fast sampler's readers and buffers.
 struct Reader<'a> {
     state: &'a RunState,
     gpus: Option<&'a Gpus>,
     counters: &'a Counters,
+    extra: Option<ExtraReadings<'a>>,
     rss: TreeRss,
     meminfo: Option<MemInfo>,
     generation: u64,
@@ -98,6 +114,9 @@ impl Reader<'_> {
                 .host_total_bytes
                 .store(m.total_bytes, Ordering::Relaxed);
         }
+        if let Some(extra) = self.extra {
+            extra(&mut self.row);
+        }
         self.last_t_us = Some(t_us);
         if self.row.is_empty() {
             return true;
@@ -123,16 +142,21 @@ impl Reader<'_> {
 /// earlier.
 pub fn sample_loop(
     state: &RunState,
-    gpus: Option<&Gpus>,
-    counters: &Counters,
+    sources: Sources<'_>,
     interval: Duration,
-    socket: &MarkerSocket,
+    socket: Option<&MarkerSocket>,
     events: &SyncSender<Event>,
 ) {
+    let Sources {
+        gpus,
+        counters,
+        extra,
+    } = sources;
     let mut reader = Reader {
         state,
         gpus,
         counters,
+        extra,
         rss: TreeRss::new(),
         meminfo: MemInfo::open().ok(),
         generation: 0,
@@ -153,6 +177,10 @@ pub fn sample_loop(
             }
             continue;
         }
+        let Some(socket) = socket else {
+            std::thread::sleep(next - now);
+            continue;
+        };
         if let Some(n) = socket.recv_within(next - now, &mut datagram) {
             let t_us = state.now_us();
             let recent = reader
@@ -169,7 +197,7 @@ pub fn sample_loop(
         }
     }
     // The program has exited: take what it sent last.
-    while let Some(n) = socket.recv_within(Duration::ZERO, &mut datagram) {
+    while let Some(n) = socket.and_then(|s| s.recv_within(Duration::ZERO, &mut datagram)) {
         MarkerSocket::forward(&datagram[..n], state.now_us(), state, events);
     }
 }

@@ -1,0 +1,137 @@
+// oomscope's window into libtorch's CUDA caching allocator, which tch does not expose
+// (tch-rs#896): device statistics, empty_cache, peak reset, and the out-of-memory observer.
+//
+// Every function is extern "C", returns a status code, and catches every C++ exception: nothing
+// thrown by libtorch ever crosses into Rust. Status: 0 ok, 1 CUDA not available, 2 error (the
+// message is copied into `err`).
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <cstdint>
+#include <cstring>
+#include <exception>
+
+// Declared here rather than through <ATen/cuda/CUDAContext.h>, which pulls in CUDA's half-precision
+// headers (and CCCL) that the PyTorch wheels do not ship. Only its address is taken.
+struct cudaDeviceProp;
+namespace at::cuda {
+cudaDeviceProp* getCurrentDeviceProperties();
+}  // namespace at::cuda
+
+namespace {
+
+void copy_message(const char* message, char* err, size_t err_len) {
+  if (err == nullptr || err_len == 0) return;
+  std::strncpy(err, message, err_len - 1);
+  err[err_len - 1] = '\0';
+}
+
+bool cuda_present() { return c10::cuda::device_count() > 0; }
+
+}  // namespace
+
+extern "C" {
+
+// Field order matches AllocatorSnapshot::FIELD_NAMES on the Rust side.
+struct OomscopeDeviceStats {
+  int64_t allocated_bytes;
+  int64_t reserved_bytes;
+  int64_t active_bytes;
+  int64_t inactive_split_bytes;
+  int64_t peak_allocated_bytes;
+  int64_t peak_reserved_bytes;
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+};
+
+typedef void (*oomscope_oom_callback)(int64_t device, uint64_t requested_bytes,
+                                      uint64_t device_total_bytes, uint64_t device_free_bytes);
+
+// Referencing a libtorch_cuda symbol makes the linker keep libtorch_cuda.so as a dependency even
+// under --as-needed; without it, tch::Cuda::is_available() is false on a GPU host.
+int oomscope_cuda_linked(void) {
+  volatile auto keep = &at::cuda::getCurrentDeviceProperties;
+  return keep != nullptr ? 1 : 0;
+}
+
+int oomscope_cuda_device_count(void) {
+  try {
+    return static_cast<int>(c10::cuda::device_count());
+  } catch (...) {
+    return 0;
+  }
+}
+
+int oomscope_device_stats(int device, OomscopeDeviceStats* out, char* err, size_t err_len) {
+  try {
+    if (!cuda_present()) return 1;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<c10::DeviceIndex>(device));
+    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    out->allocated_bytes = stats.allocated_bytes[all].current;
+    out->reserved_bytes = stats.reserved_bytes[all].current;
+    out->active_bytes = stats.active_bytes[all].current;
+    out->inactive_split_bytes = stats.inactive_split_bytes[all].current;
+    out->peak_allocated_bytes = stats.allocated_bytes[all].peak;
+    out->peak_reserved_bytes = stats.reserved_bytes[all].peak;
+    out->num_alloc_retries = stats.num_alloc_retries;
+    out->num_ooms = stats.num_ooms;
+    return 0;
+  } catch (const std::exception& e) {
+    copy_message(e.what(), err, err_len);
+    return 2;
+  } catch (...) {
+    copy_message("unknown C++ exception", err, err_len);
+    return 2;
+  }
+}
+
+int oomscope_empty_cache(char* err, size_t err_len) {
+  try {
+    if (!cuda_present()) return 1;
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    return 0;
+  } catch (const std::exception& e) {
+    copy_message(e.what(), err, err_len);
+    return 2;
+  } catch (...) {
+    copy_message("unknown C++ exception", err, err_len);
+    return 2;
+  }
+}
+
+int oomscope_reset_peak_stats(int device, char* err, size_t err_len) {
+  try {
+    if (!cuda_present()) return 1;
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+    return 0;
+  } catch (const std::exception& e) {
+    copy_message(e.what(), err, err_len);
+    return 2;
+  } catch (...) {
+    copy_message("unknown C++ exception", err, err_len);
+    return 2;
+  }
+}
+
+// The callback runs inside the allocator, before the OOM error is thrown: it must not allocate
+// device memory or call back into the allocator.
+int oomscope_attach_oom_observer(oomscope_oom_callback callback, char* err, size_t err_len) {
+  try {
+    if (!cuda_present()) return 1;
+    c10::cuda::CUDACachingAllocator::attachOutOfMemoryObserver(
+        [callback](int64_t device, size_t requested, size_t total, size_t free_bytes) {
+          callback(device, requested, total, free_bytes);
+        });
+    return 0;
+  } catch (const std::exception& e) {
+    copy_message(e.what(), err, err_len);
+    return 2;
+  } catch (...) {
+    copy_message("unknown C++ exception", err, err_len);
+    return 2;
+  }
+}
+
+}  // extern "C"

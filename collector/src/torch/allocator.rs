@@ -1,0 +1,154 @@
+//! libtorch's CUDA caching allocator, through the C++ shim: statistics, `empty_cache`, peak
+//! reset, and the out-of-memory observer. No C++ exception ever crosses into Rust: the shim
+//! catches them and returns a status code, which becomes an [`AllocatorError`].
+
+use std::ffi::{CStr, c_char, c_int};
+use std::sync::Mutex;
+
+use oomscope_trace::AllocatorSnapshot;
+
+#[repr(C)]
+#[derive(Default)]
+struct RawStats {
+    values: [i64; 8],
+}
+
+unsafe extern "C" {
+    fn oomscope_cuda_linked() -> c_int;
+    fn oomscope_cuda_device_count() -> c_int;
+    fn oomscope_device_stats(
+        device: c_int,
+        out: *mut RawStats,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn oomscope_empty_cache(err: *mut c_char, len: usize) -> c_int;
+    fn oomscope_reset_peak_stats(device: c_int, err: *mut c_char, len: usize) -> c_int;
+    fn oomscope_attach_oom_observer(
+        callback: extern "C" fn(i64, u64, u64, u64),
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+}
+
+/// Why an allocator call did nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocatorError {
+    /// No CUDA device (a CPU run): there is no caching allocator to ask.
+    #[error("CUDA is not available")]
+    NoCuda,
+    /// libtorch raised an error.
+    #[error("libtorch: {0}")]
+    Torch(String),
+}
+
+fn call(f: impl FnOnce(*mut c_char, usize) -> c_int) -> Result<(), AllocatorError> {
+    let mut err = [0 as c_char; 512];
+    match f(err.as_mut_ptr(), err.len()) {
+        0 => Ok(()),
+        1 => Err(AllocatorError::NoCuda),
+        _ => {
+            // SAFETY: the shim NUL-terminates within the buffer.
+            let message = unsafe { CStr::from_ptr(err.as_ptr()) };
+            Err(AllocatorError::Torch(
+                message.to_string_lossy().into_owned(),
+            ))
+        }
+    }
+}
+
+/// Number of CUDA devices libtorch sees (0 on a CPU-only host). Also makes sure libtorch_cuda is
+/// linked, without which tch would not see CUDA at all.
+pub fn device_count() -> usize {
+    // SAFETY: no arguments; the shim catches everything.
+    unsafe {
+        oomscope_cuda_linked();
+        usize::try_from(oomscope_cuda_device_count()).unwrap_or(0)
+    }
+}
+
+fn device_index(device: usize) -> c_int {
+    c_int::try_from(device).unwrap_or(c_int::MAX)
+}
+
+/// The allocator's statistics for a device (`torch.cuda.memory_stats` "all" aggregates).
+pub fn snapshot(device: usize) -> Result<AllocatorSnapshot, AllocatorError> {
+    let mut raw = RawStats::default();
+    // SAFETY: `raw` is a valid, correctly laid out output; the buffer outlives the call.
+    call(|err, len| unsafe {
+        oomscope_device_stats(device_index(device), &raw mut raw, err, len)
+    })?;
+    Ok(AllocatorSnapshot::from_values(
+        raw.values.map(|v| u64::try_from(v).unwrap_or(0)),
+    ))
+}
+
+/// Releases the allocator's cached, unused blocks to the device (`torch.cuda.empty_cache`).
+pub fn empty_cache() -> Result<(), AllocatorError> {
+    // SAFETY: the buffer outlives the call.
+    call(|err, len| unsafe { oomscope_empty_cache(err, len) })
+}
+
+/// Resets the peak statistics of a device (`torch.cuda.reset_peak_memory_stats`).
+pub fn reset_peak_stats(device: usize) -> Result<(), AllocatorError> {
+    // SAFETY: the buffer outlives the call.
+    call(|err, len| unsafe { oomscope_reset_peak_stats(device_index(device), err, len) })
+}
+
+/// An out-of-memory error as the allocator reported it, before it was thrown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObservedOom {
+    /// Device.
+    pub device: i64,
+    /// Bytes the failing allocation asked for.
+    pub requested_bytes: u64,
+    /// Device memory total.
+    pub device_total_bytes: u64,
+    /// Device memory free.
+    pub device_free_bytes: u64,
+}
+
+static OBSERVED: Mutex<Vec<ObservedOom>> = Mutex::new(Vec::new());
+
+extern "C" fn on_oom(device: i64, requested: u64, total: u64, free: u64) {
+    // Runs inside the allocator: host memory only, never the device allocator.
+    if let Ok(mut observed) = OBSERVED.lock() {
+        observed.push(ObservedOom {
+            device,
+            requested_bytes: requested,
+            device_total_bytes: total,
+            device_free_bytes: free,
+        });
+    }
+}
+
+/// Attaches the OOM observer (once per process is enough; more calls add more observers).
+pub fn attach_oom_observer() -> Result<(), AllocatorError> {
+    // SAFETY: `on_oom` is a plain extern "C" function valid for the whole process.
+    call(|err, len| unsafe { oomscope_attach_oom_observer(on_oom, err, len) })
+}
+
+/// OOMs observed since the last call.
+pub fn take_observed_ooms() -> Vec<ObservedOom> {
+    OBSERVED
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_cuda_every_call_says_so() {
+        if device_count() > 0 {
+            return; // a GPU host: covered by the GPU checks instead
+        }
+        assert_eq!(snapshot(0), Err(AllocatorError::NoCuda));
+        assert_eq!(empty_cache(), Err(AllocatorError::NoCuda));
+        assert_eq!(reset_peak_stats(0), Err(AllocatorError::NoCuda));
+        assert_eq!(attach_oom_observer(), Err(AllocatorError::NoCuda));
+        assert!(take_observed_ooms().is_empty());
+    }
+}

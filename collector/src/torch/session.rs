@@ -1,0 +1,585 @@
+//! `Session`: stage marks, steps, phases and statistics from inside a tch training loop.
+//!
+//! Three modes, one API:
+//! - under `collector run` (`OOMSCOPE_SOCKET` set): messages go to the collector through the
+//!   marker protocol, and the collector records them with its own GPU and host sampling;
+//! - standalone ([`Session::start`]): the program records its own trace, with the collector's
+//!   sampler thread (host memory of this process, NVML when present, and the caching allocator's
+//!   counters) and recorder thread;
+//! - off ([`Session::from_env`] outside the collector): every call returns at once.
+//!
+//! Marks carry the caching allocator's statistics whenever CUDA is in use.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+use oomscope_trace::{CounterKind, ExitStatus, Metadata, Phase, ProcessExit, TraceWriter};
+
+use super::allocator::{self, ObservedOom};
+use super::stats::{gradient_stats, tensor_summary};
+use crate::gpu::{GpuSelection, Gpus};
+use crate::probe::Probe;
+use crate::protocol::Message;
+use crate::run::Event;
+use crate::run::sampler::{Sources, sample_loop};
+use crate::run::shared_state::RunState;
+
+/// Default sampling interval of a standalone session.
+const STANDALONE_INTERVAL: Duration = Duration::from_millis(10);
+/// Default: record tensor statistics at most this many times per step.
+const DEFAULT_TENSOR_STATS_PER_STEP: u64 = 16;
+
+/// Where messages go.
+enum Sink {
+    Off,
+    Parent(Probe),
+    Own(Box<Own>),
+}
+
+/// A standalone recording.
+struct Own {
+    path: PathBuf,
+    state: Arc<RunState>,
+    events: SyncSender<Event>,
+    sampler: JoinHandle<()>,
+    recorder: JoinHandle<Result<()>>,
+}
+
+/// What the program last said.
+#[derive(Debug, Default)]
+struct Position {
+    step: u64,
+    stage: Option<String>,
+    tensor_stats_this_step: u64,
+}
+
+/// An instrumented training loop.
+pub struct Session {
+    sink: Sink,
+    cuda_device: Option<usize>,
+    position: Mutex<Position>,
+    tensor_stats_every: AtomicU64,
+    tensor_stats_per_step: AtomicU64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = match &self.sink {
+            Sink::Off => "off",
+            Sink::Parent(_) => "collector",
+            Sink::Own(_) => "standalone",
+        };
+        f.debug_struct("Session")
+            .field("mode", &mode)
+            .field("cuda_device", &self.cuda_device)
+            .finish()
+    }
+}
+
+/// An out-of-memory error caught by [`Session::catch_oom`]: the step failed, the process goes on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("out of memory{}: {message}", requested_bytes.map(|b| format!(" (requested {b} bytes)")).unwrap_or_default())]
+pub struct OomError {
+    /// Bytes the failing allocation asked for, when known.
+    pub requested_bytes: Option<u64>,
+    /// The error text.
+    pub message: String,
+}
+
+/// A stage span: marks `pre_<name>` when created and `post_<name>` when dropped.
+#[must_use = "the span marks its end when dropped"]
+#[derive(Debug)]
+pub struct Span<'a> {
+    session: &'a Session,
+    name: String,
+}
+
+impl Drop for Span<'_> {
+    fn drop(&mut self) {
+        self.session.mark(&format!("post_{}", self.name));
+    }
+}
+
+impl Session {
+    fn with_sink(sink: Sink) -> Session {
+        let cuda_device = (allocator::device_count() > 0).then_some(0);
+        if cuda_device.is_some() {
+            let _ = allocator::attach_oom_observer();
+        }
+        Session {
+            sink,
+            cuda_device,
+            position: Mutex::new(Position::default()),
+            tensor_stats_every: AtomicU64::new(1),
+            tensor_stats_per_step: AtomicU64::new(DEFAULT_TENSOR_STATS_PER_STEP),
+        }
+    }
+
+    /// Reports to the `collector run` watching this process; off when there is none.
+    pub fn from_env() -> Session {
+        let probe = Probe::from_env();
+        Session::with_sink(if probe.is_enabled() {
+            Sink::Parent(probe)
+        } else {
+            Sink::Off
+        })
+    }
+
+    /// Under `collector run`, reports to it; otherwise records a trace of its own at `path`.
+    pub fn auto(path: impl AsRef<Path>) -> Result<Session> {
+        let probe = Probe::from_env();
+        if probe.is_enabled() {
+            return Ok(Session::with_sink(Sink::Parent(probe)));
+        }
+        Session::start(path)
+    }
+
+    /// Records this process into its own trace at `path` (no `collector run` needed).
+    pub fn start(path: impl AsRef<Path>) -> Result<Session> {
+        let path = path.as_ref().to_path_buf();
+        let file = std::fs::File::create(&path)
+            .with_context(|| format!("cannot write the trace to {}", path.display()))?;
+        let gpus = Gpus::open(&GpuSelection::All).ok().map(Arc::new);
+        let gpu_infos = gpus
+            .as_ref()
+            .map(|g| g.infos().to_vec())
+            .unwrap_or_default();
+        let pid = std::process::id();
+        let metadata = Metadata {
+            host: crate::run::host_name(),
+            pid,
+            command: std::env::args().collect(),
+            start_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0)),
+            collector_version: concat!(
+                "oomscope-collector ",
+                env!("CARGO_PKG_VERSION"),
+                " (tch session)"
+            )
+            .into(),
+            sample_interval_us: u64::try_from(STANDALONE_INTERVAL.as_micros()).unwrap_or(0),
+            rank: None,
+            world_size: None,
+            gpus: gpu_infos.clone(),
+        };
+        let mut writer =
+            TraceWriter::new(std::io::BufWriter::with_capacity(64 << 10, file), &metadata)?;
+        let counters = crate::run::declare_counters(&mut writer, &gpu_infos)?;
+        let cuda = allocator::device_count() > 0;
+        let allocator_counters = if cuda {
+            Some((
+                writer.declare_counter(CounterKind::AllocAllocated, Some(0), "cuda0.allocated")?,
+                writer.declare_counter(CounterKind::AllocReserved, Some(0), "cuda0.reserved")?,
+            ))
+        } else {
+            None
+        };
+        let state = Arc::new(RunState::new(
+            gpu_infos.iter().map(|g| g.total_memory_bytes).collect(),
+            pid,
+        ));
+        let (events, receiver) = sync_channel::<Event>(8192);
+        let recorder = std::thread::Builder::new()
+            .name("oomscope-recorder".into())
+            .spawn({
+                let state = Arc::clone(&state);
+                move || crate::run::recorder::record_loop(writer, &receiver, &state)
+            })?;
+        let sampler = std::thread::Builder::new()
+            .name("oomscope-sampler".into())
+            .spawn({
+                let (state, events) = (Arc::clone(&state), events.clone());
+                move || {
+                    let extra = move |row: &mut Vec<(oomscope_trace::CounterId, u64)>| {
+                        if let (Some((allocated, reserved)), Ok(s)) =
+                            (allocator_counters, allocator::snapshot(0))
+                        {
+                            row.extend([
+                                (allocated, s.allocated_bytes),
+                                (reserved, s.reserved_bytes),
+                            ]);
+                        }
+                    };
+                    let sources = Sources {
+                        gpus: gpus.as_deref(),
+                        counters: &counters,
+                        extra: Some(&extra),
+                    };
+                    sample_loop(&state, sources, STANDALONE_INTERVAL, None, &events);
+                }
+            })?;
+        Ok(Session::with_sink(Sink::Own(Box::new(Own {
+            path,
+            state,
+            events,
+            sampler,
+            recorder,
+        }))))
+    }
+
+    /// Whether anything is recorded.
+    pub fn is_enabled(&self) -> bool {
+        !matches!(self.sink, Sink::Off)
+    }
+
+    /// The CUDA device whose allocator is read (0), or `None` on a CPU-only host.
+    pub fn cuda_device(&self) -> Option<usize> {
+        self.cuda_device
+    }
+
+    fn emit(&self, message: Message) {
+        match &self.sink {
+            Sink::Off => {}
+            Sink::Parent(probe) => probe.send_message(&message),
+            Sink::Own(own) => {
+                let t_us = own.state.now_us();
+                if own
+                    .events
+                    .try_send(Event::Message { t_us, message })
+                    .is_err()
+                {
+                    own.state.dropped_messages.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The allocator's statistics now, when CUDA is in use.
+    pub fn allocator_snapshot(&self) -> Option<oomscope_trace::AllocatorSnapshot> {
+        allocator::snapshot(self.cuda_device?).ok()
+    }
+
+    /// Announces the current training step.
+    pub fn step(&self, step: u64) {
+        if let Ok(mut p) = self.position.lock() {
+            p.step = step;
+            p.tensor_stats_this_step = 0;
+        }
+        self.emit(Message::Step { step, epoch: None });
+    }
+
+    /// Announces the current epoch (keeping the step).
+    pub fn epoch(&self, epoch: u32) {
+        let step = self.position.lock().map_or(0, |p| p.step);
+        self.emit(Message::Step {
+            step,
+            epoch: Some(epoch),
+        });
+    }
+
+    /// Announces the phase (train or eval).
+    pub fn phase(&self, phase: Phase) {
+        self.emit(Message::Phase(phase));
+    }
+
+    /// Marks a stage, with the allocator's statistics when CUDA is in use.
+    pub fn mark(&self, stage: &str) {
+        if !self.is_enabled() {
+            return;
+        }
+        if let Ok(mut p) = self.position.lock() {
+            p.stage = Some(stage.to_owned());
+        }
+        let snapshot = self.allocator_snapshot();
+        self.emit(Message::Mark {
+            stage: stage.to_owned(),
+            step: None,
+            epoch: None,
+            phase: None,
+            snapshot,
+        });
+    }
+
+    /// Marks `pre_<name>` now and `post_<name>` when the returned guard is dropped.
+    pub fn span(&self, name: &str) -> Span<'_> {
+        self.mark(&format!("pre_{name}"));
+        Span {
+            session: self,
+            name: name.to_owned(),
+        }
+    }
+
+    /// Records a note.
+    pub fn note(&self, text: &str) {
+        self.emit(Message::Note(text.to_owned()));
+    }
+
+    /// Records the model's memory by component: `params` (e.g. `vs.trainable_variables()`),
+    /// `frozen` (variables without gradients, e.g. buffers and frozen layers), gradients as they
+    /// are now, the optimizer's state in bytes, and named extra copies (EMA, teachers).
+    pub fn components(
+        &self,
+        params: &[tch::Tensor],
+        frozen: &[tch::Tensor],
+        optimizer_state_bytes: u64,
+        batch_size: Option<u64>,
+        extras: &[(&str, u64)],
+    ) {
+        use super::stats::tensor_bytes;
+        let gradients_bytes = params
+            .iter()
+            .map(tch::Tensor::grad)
+            .filter(tch::Tensor::defined)
+            .map(|g| tensor_bytes(&g))
+            .sum();
+        self.emit(Message::Components {
+            step: None,
+            batch_size,
+            parameters_bytes: params.iter().map(tensor_bytes).sum(),
+            buffers_bytes: frozen.iter().map(tensor_bytes).sum(),
+            gradients_bytes,
+            optimizer_state_bytes,
+            extras: extras.iter().map(|(n, b)| ((*n).to_owned(), *b)).collect(),
+        });
+    }
+
+    /// Summarises the gradients of `params` after backward (on their device, one host sync) and
+    /// records the summary. Returns it so the loop can act on NaN/Inf.
+    pub fn gradients(&self, params: &[tch::Tensor]) -> super::stats::GradientStats {
+        let s = gradient_stats(params);
+        self.emit(Message::Gradients {
+            step: None,
+            params_with_grad: s.params_with_grad,
+            gradient_bytes: s.gradient_bytes,
+            global_norm: s.global_norm,
+            nan_count: s.nan_count,
+            inf_count: s.inf_count,
+        });
+        s
+    }
+
+    /// Records statistics of a tensor (shape, dtype, bytes, min/max/mean/std, NaN/Inf counts),
+    /// computed on its device. Bounded: only every [`Session::set_tensor_stats_every`]-th step,
+    /// and at most [`Session::set_tensor_stats_per_step`] tensors per step. The tensor is never
+    /// copied to the host.
+    pub fn tensor_stats(&self, name: &str, t: &tch::Tensor) {
+        if !self.is_enabled() {
+            return;
+        }
+        let every = self.tensor_stats_every.load(Ordering::Relaxed).max(1);
+        let cap = self.tensor_stats_per_step.load(Ordering::Relaxed);
+        let allowed = self.position.lock().is_ok_and(|mut p| {
+            let ok = p.step.is_multiple_of(every) && p.tensor_stats_this_step < cap;
+            if ok {
+                p.tensor_stats_this_step += 1;
+            }
+            ok
+        });
+        if !allowed {
+            return;
+        }
+        let s = tensor_summary(t);
+        self.emit(Message::Tensor {
+            name: name.to_owned(),
+            step: None,
+            shape: s.shape,
+            dtype: s.dtype,
+            bytes: s.bytes,
+            min: s.min,
+            max: s.max,
+            mean: s.mean,
+            std: s.std,
+            nan_count: s.nan_count,
+            inf_count: s.inf_count,
+        });
+    }
+
+    /// Record tensor statistics only on steps that are multiples of `steps`.
+    pub fn set_tensor_stats_every(&self, steps: u64) {
+        self.tensor_stats_every
+            .store(steps.max(1), Ordering::Relaxed);
+    }
+
+    /// Record at most `count` tensor statistics per step.
+    pub fn set_tensor_stats_per_step(&self, count: u64) {
+        self.tensor_stats_per_step.store(count, Ordering::Relaxed);
+    }
+
+    /// Runs `f`; an out-of-memory error inside it (a CUDA OOM, or libtorch failing to allocate
+    /// host memory) is recorded with the current stage and step, the allocator's cache is
+    /// emptied, and the error is returned instead of unwinding further, so the program can go on
+    /// (e.g. retry with a smaller batch). Any other panic continues unwinding.
+    pub fn catch_oom<T>(&self, f: impl FnOnce() -> T) -> Result<T, OomError> {
+        quiet_oom_panics();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let payload = match result {
+            Ok(value) => return Ok(value),
+            Err(payload) => payload,
+        };
+        let text = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        if !is_oom_message(&text) {
+            std::panic::resume_unwind(payload);
+        }
+        let observed: Option<ObservedOom> = allocator::take_observed_ooms().pop();
+        let first_line = text
+            .lines()
+            .find(|l| is_oom_message(l))
+            .unwrap_or(&text)
+            .trim()
+            .to_owned();
+        let parsed = crate::oom_text::recognise(&first_line);
+        let requested_bytes = observed
+            .map(|o| o.requested_bytes)
+            .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes))
+            .or_else(|| host_request_bytes(&first_line));
+        let (step, stage) = self
+            .position
+            .lock()
+            .map_or((0, None), |p| (p.step, p.stage.clone()));
+        self.emit(Message::Oom {
+            stage,
+            step: Some(step),
+            requested_bytes,
+            device: observed.and_then(|o| u32::try_from(o.device).ok()),
+            free_bytes: observed
+                .map(|o| o.device_free_bytes)
+                .or_else(|| parsed.as_ref().and_then(|p| p.free_bytes)),
+            total_bytes: observed
+                .map(|o| o.device_total_bytes)
+                .or_else(|| parsed.as_ref().and_then(|p| p.total_bytes)),
+            message: first_line.clone(),
+        });
+        let _ = allocator::empty_cache();
+        Err(OomError {
+            requested_bytes,
+            message: first_line,
+        })
+    }
+
+    /// Ends the session: a standalone session writes the exit and closes its trace (returning its
+    /// path); under `collector run` nothing is needed (the collector closes the trace).
+    pub fn finish(self) -> Result<Option<PathBuf>> {
+        let Sink::Own(own) = self.sink else {
+            return Ok(None);
+        };
+        let Own {
+            path,
+            state,
+            events,
+            sampler,
+            recorder,
+        } = *own;
+        state.stop.store(true, Ordering::Relaxed);
+        let _ = sampler.join();
+        let t_us = state.now_us();
+        events
+            .send(Event::Finish {
+                exit: ProcessExit {
+                    t_us,
+                    status: ExitStatus::Code(0),
+                    probable_host_oom: false,
+                },
+                host_kill: None,
+            })
+            .map_err(|_| anyhow!("the recorder stopped early"))?;
+        drop(events);
+        recorder
+            .join()
+            .map_err(|_| anyhow!("the recorder thread panicked"))??;
+        Ok(Some(path))
+    }
+}
+
+/// libtorch's allocation-failure messages (CUDA and host).
+fn is_oom_message(text: &str) -> bool {
+    text.contains("out of memory")
+        || text.contains("OutOfMemoryError")
+        || text.contains("can't allocate memory")
+        || text.contains("not enough memory")
+}
+
+/// `DefaultCPUAllocator: can't allocate memory: you tried to allocate 123 bytes`.
+fn host_request_bytes(text: &str) -> Option<u64> {
+    let rest = &text[text.find("you tried to allocate ")? + "you tried to allocate ".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// While `catch_oom` runs, OOM panics are expected and handled: keep them off stderr. Other
+/// panics go to the hook that was installed before.
+fn quiet_oom_panics() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let text = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if !is_oom_message(text) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_off_session_costs_nothing_and_records_nothing() {
+        let s = Session::with_sink(Sink::Off);
+        s.step(1);
+        s.mark("x");
+        drop(s.span("forward"));
+        assert!(!s.is_enabled());
+        assert_eq!(s.finish().unwrap(), None);
+    }
+
+    #[test]
+    fn catch_oom_turns_a_host_allocation_failure_into_an_error() {
+        let s = Session::with_sink(Sink::Off);
+        // A real libtorch allocation failure: more bytes than any host has.
+        let r =
+            s.catch_oom(|| tch::Tensor::zeros([1i64 << 50], (tch::Kind::Float, tch::Device::Cpu)));
+        let e = r.unwrap_err();
+        assert!(is_oom_message(&e.message), "{e}");
+        assert_eq!(e.requested_bytes, Some(1u64 << 52));
+        // The process goes on, and other panics are not swallowed.
+        assert_eq!(s.catch_oom(|| 7).unwrap(), 7);
+        let other = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.catch_oom(|| panic!("a logic error"))
+        }));
+        assert!(other.is_err());
+    }
+
+    #[test]
+    fn a_standalone_session_writes_a_trace() {
+        let dir = std::env::temp_dir().join(format!("oomscope-session-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.oomt");
+        let s = Session::start(&path).unwrap();
+        for step in 0..3 {
+            s.step(step);
+            let _f = s.span("forward");
+            std::thread::sleep(Duration::from_millis(15));
+        }
+        s.tensor_stats(
+            "x",
+            &tch::Tensor::ones([4, 4], (tch::Kind::Float, tch::Device::Cpu)),
+        );
+        assert_eq!(s.finish().unwrap().as_deref(), Some(path.as_path()));
+        let t = oomscope_trace::decode(&std::fs::read(&path).unwrap())
+            .unwrap()
+            .trace;
+        assert_eq!(t.marks.len(), 6);
+        assert_eq!(t.str(t.marks[1].name), "post_forward");
+        assert_eq!(t.marks[5].step, 2);
+        assert_eq!(t.tensors.len(), 1);
+        assert_eq!(t.tensors[0].mean, 1.0);
+        assert!(t.samples.len() > 3 && t.end_us.is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

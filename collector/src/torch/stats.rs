@@ -1,0 +1,216 @@
+//! Gradient and tensor statistics computed on the tensors' device, without autograd, with one
+//! host synchronisation per call: every per-tensor reduction is stacked into one small tensor
+//! and copied to the host once. Tensors themselves are never copied to the host.
+
+use tch::{Kind, Tensor};
+
+/// A summary of the gradients of a set of parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradientStats {
+    /// Parameters that have a gradient.
+    pub params_with_grad: u64,
+    /// Bytes of those gradients.
+    pub gradient_bytes: u64,
+    /// L2 norm over all finite gradient elements.
+    pub global_norm: f64,
+    /// NaN elements.
+    pub nan_count: u64,
+    /// Infinite elements.
+    pub inf_count: u64,
+}
+
+/// Summarises the gradients of `params` (typically `vs.trainable_variables()`).
+pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
+    tch::no_grad(|| {
+        let grads: Vec<Tensor> = params
+            .iter()
+            .map(Tensor::grad)
+            .filter(Tensor::defined)
+            .collect();
+        if grads.is_empty() {
+            return GradientStats {
+                params_with_grad: 0,
+                gradient_bytes: 0,
+                global_norm: 0.0,
+                nan_count: 0,
+                inf_count: 0,
+            };
+        }
+        let gradient_bytes = grads.iter().map(tensor_bytes).sum();
+        // Per gradient: [sum of squares of finite elements, NaN count, Inf count], in f64.
+        let rows: Vec<Tensor> = grads
+            .iter()
+            .map(|g| {
+                let squares = g
+                    .nan_to_num(0.0, 0.0, 0.0)
+                    .to_kind(Kind::Double)
+                    .square()
+                    .sum(Kind::Double);
+                let nans = g.isnan().sum(Kind::Double);
+                let infs = g.isinf().sum(Kind::Double);
+                Tensor::stack(&[squares, nans, infs], 0)
+            })
+            .collect();
+        let totals = Tensor::stack(&rows, 0).sum_dim_intlist(0, false, Kind::Double);
+        let v = host_values(&totals);
+        GradientStats {
+            params_with_grad: grads.len() as u64,
+            gradient_bytes,
+            global_norm: v[0].sqrt(),
+            nan_count: v[1] as u64,
+            inf_count: v[2] as u64,
+        }
+    })
+}
+
+/// Statistics of one tensor over its finite elements.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSummary {
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Element type, e.g. `Float`.
+    pub dtype: String,
+    /// Bytes of data.
+    pub bytes: u64,
+    /// Minimum finite element (NaN when none is finite).
+    pub min: f64,
+    /// Maximum finite element.
+    pub max: f64,
+    /// Mean of the finite elements.
+    pub mean: f64,
+    /// Standard deviation (unbiased) of the finite elements.
+    pub std: f64,
+    /// NaN elements.
+    pub nan_count: u64,
+    /// Infinite elements.
+    pub inf_count: u64,
+}
+
+/// Computes [`TensorSummary`] on the tensor's device.
+pub fn tensor_summary(t: &Tensor) -> TensorSummary {
+    tch::no_grad(|| {
+        let shape = t
+            .size()
+            .iter()
+            .map(|d| u64::try_from(*d).unwrap_or(0))
+            .collect();
+        let dtype = format!("{:?}", t.kind());
+        let bytes = tensor_bytes(t);
+        let flat = t.detach().flatten(0, -1);
+        let finite = flat.masked_select(&flat.isfinite()).to_kind(Kind::Double);
+        let nans = flat.isnan().sum(Kind::Double);
+        let infs = flat.isinf().sum(Kind::Double);
+        let count = finite.numel();
+        let nan = || Tensor::from(f64::NAN).to_device(flat.device());
+        let (min, max, mean, std) = if count == 0 {
+            (nan(), nan(), nan(), nan())
+        } else {
+            let std = if count > 1 { finite.std(true) } else { nan() };
+            (finite.min(), finite.max(), finite.mean(Kind::Double), std)
+        };
+        let v = host_values(&Tensor::stack(&[min, max, mean, std, nans, infs], 0));
+        TensorSummary {
+            shape,
+            dtype,
+            bytes,
+            min: v[0],
+            max: v[1],
+            mean: v[2],
+            std: v[3],
+            nan_count: v[4] as u64,
+            inf_count: v[5] as u64,
+        }
+    })
+}
+
+/// Bytes of a tensor's elements.
+pub fn tensor_bytes(t: &Tensor) -> u64 {
+    (t.numel() * t.kind().elt_size_in_bytes()) as u64
+}
+
+/// The one host synchronisation: a small f64 tensor to a Vec.
+fn host_values(t: &Tensor) -> Vec<f64> {
+    Vec::<f64>::try_from(
+        t.to_kind(Kind::Double)
+            .to_device(tch::Device::Cpu)
+            .flatten(0, -1),
+    )
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::Device;
+
+    /// The same numbers computed on the host from copied values: an independent path.
+    fn host_stats(values: &[f32]) -> (f64, f64, f64, f64, u64, u64) {
+        let finite: Vec<f64> = values
+            .iter()
+            .filter(|v| v.is_finite())
+            .map(|v| f64::from(*v))
+            .collect();
+        let n = finite.len() as f64;
+        let mean = finite.iter().sum::<f64>() / n;
+        let var = finite.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+        let min = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let nans = values.iter().filter(|v| v.is_nan()).count() as u64;
+        let infs = values.iter().filter(|v| v.is_infinite()).count() as u64;
+        (min, max, mean, var.sqrt(), nans, infs)
+    }
+
+    #[test]
+    fn tensor_summary_matches_a_host_computation() {
+        tch::manual_seed(3);
+        let t = Tensor::randn([4, 8, 16], (Kind::Float, Device::Cpu));
+        let _ = t.get(0).get(0).get(0).fill_(f64::NAN);
+        let _ = t.get(1).get(2).get(3).fill_(f64::INFINITY);
+        let _ = t.get(2).get(2).get(2).fill_(f64::NEG_INFINITY);
+        let values = Vec::<f32>::try_from(t.flatten(0, -1)).unwrap();
+        let (min, max, mean, std, nans, infs) = host_stats(&values);
+        let s = tensor_summary(&t);
+        assert_eq!(s.shape, [4, 8, 16]);
+        assert_eq!(s.bytes, 4 * 8 * 16 * 4);
+        assert_eq!((s.nan_count, s.inf_count), (nans, infs));
+        assert_eq!((nans, infs), (1, 2));
+        for (got, want) in [(s.min, min), (s.max, max), (s.mean, mean), (s.std, std)] {
+            assert!(
+                (got - want).abs() < 1e-9 * want.abs().max(1.0),
+                "{got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn gradient_stats_match_a_host_computation() {
+        tch::manual_seed(5);
+        let a = Tensor::randn([32, 16], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let b = Tensor::randn([16], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let unused = Tensor::randn([3], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let x = Tensor::randn([8, 32], (Kind::Float, Device::Cpu));
+        let loss = (x.matmul(&a) + &b).square().sum(Kind::Float);
+        loss.backward();
+        let s = gradient_stats(&[a.shallow_clone(), b.shallow_clone(), unused]);
+        let mut squares = 0.0f64;
+        for g in [a.grad(), b.grad()] {
+            for v in Vec::<f32>::try_from(g.flatten(0, -1)).unwrap() {
+                squares += f64::from(v) * f64::from(v);
+            }
+        }
+        assert_eq!(s.params_with_grad, 2);
+        assert_eq!(s.gradient_bytes, (32 * 16 + 16) * 4);
+        assert!(
+            (s.global_norm - squares.sqrt()).abs() < 1e-9 * squares.sqrt(),
+            "{} vs {}",
+            s.global_norm,
+            squares.sqrt()
+        );
+        assert_eq!((s.nan_count, s.inf_count), (0, 0));
+        // A NaN in a gradient is counted, and left out of the norm.
+        let _ = b.grad().get(0).fill_(f64::NAN);
+        let with_nan = gradient_stats(&[a.shallow_clone(), b.shallow_clone()]);
+        assert_eq!(with_nan.nan_count, 1);
+        assert!(with_nan.global_norm.is_finite());
+    }
+}
