@@ -1,4 +1,14 @@
-# Sourced by the scripts: where builds are cached. Outside the clone so that CI's fresh clones
-# reuse earlier builds on the same machine; nothing depends on the cache being there.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/oomscope/target}"
+# Sourced by the scripts: where builds and libtorch are cached. Outside the clone so that CI's
+# fresh clones reuse earlier work on the same machine; nothing depends on the cache being there
+# (the setup scripts install what is missing).
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/oomscope"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+export OOMSCOPE_TORCH_VENV="${OOMSCOPE_TORCH_VENV:-$cache/torch-venv}"
+# libtorch for the `tch` feature, once scripts/setup-torch.sh has installed it.
+torch_site=$(ls -d "$OOMSCOPE_TORCH_VENV"/lib/python3*/site-packages 2>/dev/null | head -n 1 || true)
+if [ -n "$torch_site" ] && [ -d "$torch_site/torch/lib" ]; then
+    export LIBTORCH="$torch_site/torch"
+    export LD_LIBRARY_PATH="$torch_site/torch/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+unset cache torch_site

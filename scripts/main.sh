@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# The main job: builds the collector and runs `collector run` on an example training workload,
-# printing the live status, the summary with its stage table and findings, and the trace path.
-#
-# The workload (collector/examples/train_loop.rs) is a training loop that really allocates host
-# memory per stage and marks its stages through the marker protocol, with a planted per-step
-# leak and an evaluation that keeps its outputs. Without a GPU the collector records host memory;
-# on a GPU host it adds NVML device and process memory.
+# The main job: trains the GPT example (a small transformer language model on synthetic tokens,
+# instrumented with the tch Session) under `collector run`, on the best device the machine has
+# (CUDA when present, else CPU), and prints the summary with its stage table and findings.
+# A leak is planted on purpose (`--leak-loss`: every step's loss tensor, and its autograd
+# graph, kept in a Vec) so the summary has something to find.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+bash scripts/setup-torch.sh
+source scripts/env.sh # now with LIBTORCH
 out="${1:-out}"
 mkdir -p "$out"
-cargo build --release --locked -q -p oomscope-collector --bin collector --example train_loop
+cargo build --release --locked -q -p oomscope-collector --features tch --bin collector --example gpt
 bin="$CARGO_TARGET_DIR/release"
-"$bin/collector" run -o "$out/train_loop.oomt" -- \
-    "$bin/examples/train_loop" --steps 40 --leak-mib 6 --eval-every 10 --eval-keep-mib 160
+"$bin/collector" run -o "$out/gpt.oomt" -- \
+    "$bin/examples/gpt" --steps 120 --eval-every 40 --leak-loss --device auto
 echo
-echo "full analysis: $bin/collector summary $out/train_loop.oomt"
+echo "full analysis: $bin/collector summary $out/gpt.oomt"

@@ -5,14 +5,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 bash scripts/setup.sh
+bash scripts/setup-torch.sh
+source scripts/env.sh # now with LIBTORCH
+TCH="--features oomscope-collector/tch"
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "cargo fmt --check"
 cargo fmt --all --check
 
-step "clippy (native, all targets)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+step "clippy (native, all targets, with the tch feature)"
+cargo clippy --workspace --all-targets --locked $TCH -- -D warnings
+
+step "the collector builds without libtorch (the tch feature off)"
+cargo clippy -p oomscope-collector --all-targets --locked -- -D warnings
 
 step "clippy (wasm32: shared)"
 cargo clippy -p oomscope-trace --lib --target wasm32-unknown-unknown --locked -- -D warnings
@@ -20,11 +26,11 @@ cargo clippy -p oomscope-trace --lib --target wasm32-unknown-unknown --locked --
 step "build shared for wasm32"
 cargo build -p oomscope-trace --lib --target wasm32-unknown-unknown --locked
 
-step "tests"
-cargo test --workspace --locked
+step "tests (tch instrumentation on CPU included)"
+cargo test --workspace --locked $TCH
 
 step "benchmarks compile"
-cargo bench --workspace --locked --no-run
+cargo bench --workspace --locked --no-run $TCH
 
 FUZZ_SECS="${OOMSCOPE_FUZZ_SECS:-60}"
 step "fuzz the trace reader for ${FUZZ_SECS}s"

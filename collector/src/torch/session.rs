@@ -340,8 +340,12 @@ impl Session {
     }
 
     /// Summarises the gradients of `params` after backward (on their device, one host sync) and
-    /// records the summary. Returns it so the loop can act on NaN/Inf.
-    pub fn gradients(&self, params: &[tch::Tensor]) -> super::stats::GradientStats {
+    /// records the summary. Returns it so the loop can act on NaN/Inf; `None` (and no work at
+    /// all) when the session is off.
+    pub fn gradients(&self, params: &[tch::Tensor]) -> Option<super::stats::GradientStats> {
+        if !self.is_enabled() {
+            return None;
+        }
         let s = gradient_stats(params);
         self.emit(Message::Gradients {
             step: None,
@@ -351,7 +355,7 @@ impl Session {
             nan_count: s.nan_count,
             inf_count: s.inf_count,
         });
-        s
+        Some(s)
     }
 
     /// Records statistics of a tensor (shape, dtype, bytes, min/max/mean/std, NaN/Inf counts),

@@ -30,8 +30,16 @@ pub const MIN_R_SQUARED: f64 = 0.8;
 /// caches warming up).
 pub const MIN_GROWTH_BYTES: u64 = 64 << 20;
 
-/// Growth below this share of the memory limit (device total, or host memory) is not a leak.
+/// Growth below this share of the memory limit (device total, or host memory) is not a leak...
 pub const MIN_GROWTH_FRACTION_OF_LIMIT: f64 = 0.01;
+
+/// ...unless the growth is this steady (R²) over at least [`STEADY_MIN_STEPS`] distinct steps:
+/// 4 MiB kept every step for 60 steps is a leak on any machine, even though 240 MiB is under 1%
+/// of a large host. Then only [`MIN_GROWTH_BYTES`] applies.
+pub const STEADY_R_SQUARED: f64 = 0.98;
+
+/// See [`STEADY_R_SQUARED`].
+pub const STEADY_MIN_STEPS: usize = 30;
 
 /// Which limit a projection runs into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -128,7 +136,8 @@ fn fitted_metrics(trace: &Trace) -> Vec<Metric> {
 ///
 /// A fit is a leak when it spans ≥ `min_steps` distinct steps, has R² ≥ [`MIN_R_SQUARED`], a
 /// positive slope, and grows by at least max([`MIN_GROWTH_BYTES`],
-/// [`MIN_GROWTH_FRACTION_OF_LIMIT`] × limit) over its span. Leaks get a [`FullProjection`] when
+/// [`MIN_GROWTH_FRACTION_OF_LIMIT`] × limit) over its span — or, when the growth is steady
+/// ([`STEADY_R_SQUARED`] over [`STEADY_MIN_STEPS`] steps), by at least [`MIN_GROWTH_BYTES`]. Leaks get a [`FullProjection`] when
 /// the limit is known. Linear in the number of marks.
 pub fn leak_fits(
     trace: &Trace,
@@ -220,9 +229,13 @@ fn fit_stage(
     let last = used().max_by_key(|p| (p.step, p.t_us))?;
     let line = robust.line;
     let growth = line.slope * (last.step - first.step) as f64;
-    let min_leak_growth_bytes = limit.map_or(MIN_GROWTH_BYTES, |(l, _)| {
-        MIN_GROWTH_BYTES.max((l as f64 * MIN_GROWTH_FRACTION_OF_LIMIT) as u64)
-    });
+    let steady = line.r_squared >= STEADY_R_SQUARED && steps >= STEADY_MIN_STEPS;
+    let min_leak_growth_bytes = match limit {
+        Some((l, _)) if !steady => {
+            MIN_GROWTH_BYTES.max((l as f64 * MIN_GROWTH_FRACTION_OF_LIMIT) as u64)
+        }
+        _ => MIN_GROWTH_BYTES,
+    };
     let is_leak = steps >= min_steps
         && line.r_squared >= MIN_R_SQUARED
         && line.slope > 0.0
@@ -352,7 +365,8 @@ mod tests {
             (0, 99, 100)
         );
         assert_eq!(post_opt.growth_bytes, (99 * 12 * MIB) as i64);
-        assert_eq!(post_opt.min_leak_growth_bytes, (80 * GIB) / 100);
+        // Perfectly steady over 100 steps: only the absolute floor applies.
+        assert_eq!(post_opt.min_leak_growth_bytes, MIN_GROWTH_BYTES);
         let p = post_opt.projection.as_ref().unwrap();
         assert_eq!(p.limit_basis, LimitBasis::DeviceTotal);
         // The highest stage at step 99 is post_forward: 28 GiB + 99 × 12 MiB.
@@ -403,6 +417,37 @@ mod tests {
             .unwrap();
         assert!(post_opt.r_squared < MIN_R_SQUARED, "{}", post_opt.r_squared);
         assert!(fits.iter().all(|f| !f.is_leak));
+    }
+
+    #[test]
+    fn a_small_steady_leak_on_a_large_device_is_a_leak() {
+        // 4 MiB per step for 60 steps: 236 MiB, under 1% of 80 GiB, but perfectly steady.
+        let run = Run {
+            steps: 60,
+            leak_bytes_per_step: 4 * MIB,
+            ..Run::default()
+        };
+        let found = leaks(&run);
+        assert!(!found.is_empty());
+        assert!(
+            found
+                .iter()
+                .all(|f| (f.slope_bytes_per_step - (4 * MIB) as f64).abs() < 1.0)
+        );
+        // The same rate over 20 steps (80 MiB) is too short to call steady: 1% of 80 GiB applies.
+        let short = Run {
+            steps: 20,
+            leak_bytes_per_step: 4 * MIB,
+            ..Run::default()
+        };
+        assert!(leaks(&short).is_empty());
+        // Steady but tiny: 1 MiB per step for 60 steps stays under the 64 MiB floor.
+        let tiny = Run {
+            steps: 60,
+            leak_bytes_per_step: MIB,
+            ..Run::default()
+        };
+        assert!(leaks(&tiny).is_empty());
     }
 
     #[test]

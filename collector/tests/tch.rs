@@ -1,0 +1,165 @@
+//! The tch instrumentation end to end on CPU: the GPT example under `collector run` and on its
+//! own, with its stages, gradient and tensor statistics, components, and a planted leak found at
+//! its true rate. Built only with the `tch` feature.
+#![cfg(feature = "tch")]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use oomscope_trace::analysis::{AnalysisOptions, analyze};
+use oomscope_trace::{Phase, Trace, decode};
+
+const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
+
+/// `cargo test` builds the examples next to the test binaries' directory.
+fn gpt() -> PathBuf {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let exe = deps.parent().unwrap().join("examples/gpt");
+    assert!(
+        exe.exists(),
+        "{} missing: cargo test builds examples",
+        exe.display()
+    );
+    exe
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("oomscope-tch-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run_under_collector(dir: &std::path::Path, args: &[&str]) -> Trace {
+    let trace = dir.join("t.oomt");
+    let out = Command::new(COLLECTOR)
+        .args(["run", "-q", "-o", trace.to_str().unwrap(), "--"])
+        .arg(gpt())
+        .args(args)
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    decode(&std::fs::read(&trace).unwrap()).unwrap().trace
+}
+
+#[test]
+fn the_gpt_example_under_the_collector_shows_its_stages() {
+    let dir = scratch("stages");
+    let t = run_under_collector(
+        &dir,
+        &["--steps", "20", "--eval-every", "10", "--device", "cpu"],
+    );
+    let stages = [
+        "pre_forward",
+        "post_forward",
+        "pre_backward",
+        "post_backward",
+        "post_optimizer_step",
+    ];
+    let train: Vec<&str> = t
+        .marks
+        .iter()
+        .filter(|m| m.phase == Phase::Train)
+        .map(|m| t.str(m.name))
+        .collect();
+    assert_eq!(train.len(), 20 * 5);
+    assert_eq!(&train[..5], stages);
+    // 2 evaluations × 2 batches × (pre_forward, post_forward).
+    assert_eq!(t.marks.iter().filter(|m| m.phase == Phase::Eval).count(), 8);
+    assert_eq!(t.marks.last().unwrap().step, 19);
+    assert_eq!(t.gradients.len(), 20);
+    let g = &t.gradients[0];
+    assert!(g.params_with_grad > 10 && g.global_norm.is_finite() && g.global_norm > 0.0);
+    assert_eq!((g.nan_count, g.inf_count), (0, 0));
+    // Logits statistics at steps 0 and 10.
+    assert_eq!(t.tensors.len(), 2);
+    assert_eq!(t.tensors[0].shape, [8, 64, 2048]);
+    assert_eq!(t.tensors[0].bytes, 8 * 64 * 2048 * 4);
+    let c = &t.components[0];
+    assert_eq!(c.optimizer_state_bytes, 2 * c.parameters_bytes);
+    assert_eq!(c.gradients_bytes, c.parameters_bytes);
+    assert_eq!(c.batch_size, Some(8));
+    assert_eq!(g.gradient_bytes, c.gradients_bytes);
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let row = analysis
+        .stage_table
+        .rows
+        .iter()
+        .find(|r| r.stage == "post_forward" && r.phase == Phase::Train);
+    assert!(row.is_some_and(|r| r.count == 20));
+    assert!(
+        analysis.leaks().next().is_none(),
+        "no leak planted: {:?}",
+        analysis.leaks().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_planted_leak_is_found_within_20_percent_of_its_true_rate() {
+    let dir = scratch("leak");
+    let t = run_under_collector(
+        &dir,
+        &[
+            "--steps",
+            "60",
+            "--eval-every",
+            "0",
+            "--leak-logits",
+            "--device",
+            "cpu",
+        ],
+    );
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    // Each step keeps its logits: 8 × 64 × 2048 f32.
+    let truth = f64::from(8 * 64 * 2048 * 4);
+    let leak = analysis.findings.iter().find(|f| f.id == "leak");
+    assert!(leak.is_some(), "{:?}", analysis.findings);
+    let fits: Vec<f64> = analysis.leaks().map(|f| f.slope_bytes_per_step).collect();
+    assert!(!fits.is_empty());
+    for slope in &fits {
+        assert!(
+            (slope - truth).abs() / truth < 0.2,
+            "slope {slope:.0} vs true {truth}"
+        );
+    }
+}
+
+#[test]
+fn the_gpt_example_records_itself_without_a_collector() {
+    let dir = scratch("standalone");
+    let trace = dir.join("gpt.oomt");
+    let out = Command::new(gpt())
+        .args([
+            "--steps",
+            "5",
+            "--eval-every",
+            "0",
+            "--device",
+            "cpu",
+            "--trace",
+            trace.to_str().unwrap(),
+        ])
+        .env_remove("OOMSCOPE_SOCKET")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decoded = decode(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.marks.len(), 25);
+    assert!(t.samples.len() > 2 && t.end_us.is_some());
+    assert!(t.metadata.collector_version.contains("tch session"));
+}

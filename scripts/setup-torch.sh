@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs libtorch for the `tch` feature, idempotently: PyTorch 2.11.0 (which tch 0.24 pairs
+# with, and which the GPU hosts run) from PyPI into a virtual environment outside the clone,
+# plus the CUDA runtime headers the allocator shim includes. ~2.7 GB download, 4.6 GB on disk,
+# about a minute; skipped when already there.
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+venv="$OOMSCOPE_TORCH_VENV"
+python="$venv/bin/python"
+if [ -x "$python" ] && "$python" - <<'PY' 2>/dev/null
+import pathlib, sys, sysconfig
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+version = (site / "torch" / "version.py").read_text()
+ok = "__version__ = '2.11.0" in version and (site / "torch/lib/libtorch_cpu.so").exists() \
+    and (site / "torch/include/c10/cuda/CUDACachingAllocator.h").exists() \
+    and (site / "nvidia/cu13/include/crt/host_config.h").exists()
+sys.exit(0 if ok else 1)
+PY
+then
+    echo "[setup-torch] PyTorch 2.11.0 already in $venv" >&2
+    exit 0
+fi
+echo "[setup-torch] installing PyTorch 2.11.0 into $venv (~2.7 GB download)" >&2
+python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check "torch==2.11.0" "cuda-toolkit[crt]==13.0.2"
+echo "[setup-torch] ready" >&2
