@@ -758,3 +758,64 @@ oom.mark("post_forward", step=5, phase="train")
     assert_eq!((snapshot.num_alloc_retries, snapshot.num_ooms), (3, 1));
     assert_eq!(t.marks[0].step, 5);
 }
+
+#[test]
+fn estimate_reads_a_safetensors_header_and_matches_hand_computed_figures() {
+    let s = Scratch::new("estimate");
+    // Two tensors: 4096 × 1024 bf16 and 1024 f32; the data is zeros (only the header is read).
+    let header = r#"{"__metadata__":{"format":"pt"},"layer.weight":{"dtype":"BF16","shape":[4096,1024],"data_offsets":[0,8388608]},"layer.bias":{"dtype":"F32","shape":[1024],"data_offsets":[8388608,8392704]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.resize(bytes.len() + 8_392_704, 0);
+    let file = s.path("model.safetensors");
+    std::fs::write(&file, &bytes).unwrap();
+    let out = run(&[
+        "estimate",
+        "--safetensors",
+        file.to_str().unwrap(),
+        "--batch",
+        "8",
+        "--activation-bytes-per-sample",
+        "2MiB",
+        "--gpu-memory",
+        "64MiB",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // By hand: 4 194 304 + 1 024 parameters; weights as stored, 8 392 704 B; gradients the same;
+    // AdamW in the dominant dtype (bf16): 2 × 2 B × 4 195 328 = 16 781 312 B; activations
+    // 8 × 2 MiB = 16 777 216 B; total 50 343 936 B = 75% of 64 MiB.
+    assert_eq!(e["parameters"], 4_195_328);
+    assert_eq!(e["weights_bytes"], 8_392_704);
+    assert_eq!(e["gradients_bytes"], 8_392_704);
+    assert_eq!(e["optimizer_bytes"], 16_781_312);
+    assert_eq!(e["activations_bytes"], 16_777_216);
+    assert_eq!(e["total_bytes"], 50_343_936);
+    // 90% of 64 MiB = 60 397 977 B; minus 33 566 720 B fixed = 26 831 257 B → 12 samples of 2 MiB.
+    assert_eq!(e["max_batch_within_90_percent"], 12);
+    assert_eq!(e["warnings"].as_array().unwrap().len(), 0);
+    // Past 90% it warns, in the table too.
+    let out = run(&[
+        "estimate",
+        "--safetensors",
+        file.to_str().unwrap(),
+        "--batch",
+        "16",
+        "--activation-bytes-per-sample",
+        "2MiB",
+        "--gpu-memory",
+        "64MiB",
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("warning: the total"), "{table}");
+    // A file that is not safetensors is one clear error.
+    let bad = s.script("bad.safetensors", "definitely not a model");
+    let out = run(&["estimate", "--safetensors", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("error: cannot read"),
+        "{}",
+        stderr(&out)
+    );
+}

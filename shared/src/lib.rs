@@ -26,6 +26,7 @@
 pub mod analysis;
 pub mod codec;
 mod error;
+pub mod estimate;
 pub mod export;
 pub mod model;
 pub mod synth;

@@ -74,6 +74,41 @@ pub fn render_brief(trace: &Trace, analysis: &Analysis) -> String {
     out
 }
 
+/// The `collector estimate` table.
+pub fn render_estimate(e: &crate::estimate::Estimate, what: &str) -> String {
+    use crate::units::format_bytes;
+    let mut out = String::new();
+    line(&mut out, &format!("Training memory estimate: {what}"));
+    let row = |out: &mut String, label: &str, bytes: u64, note: &str| {
+        line(
+            out,
+            format!("  {label:<18} {:>10}  {note}", format_bytes(bytes)).trim_end(),
+        );
+    };
+    row(&mut out, "weights", e.weights_bytes, "");
+    row(&mut out, "gradients", e.gradients_bytes, "");
+    row(&mut out, "optimizer state", e.optimizer_bytes, "");
+    match e.activations_bytes {
+        Some(a) => row(&mut out, "activations", a, ""),
+        None => line(&mut out, "  activations               ?  (unknown)"),
+    }
+    let share = match (e.fraction_of_gpu, e.gpu_memory_bytes) {
+        (Some(f), Some(g)) => format!("{:.0}% of the GPU's {}", f * 100.0, format_bytes(g)),
+        _ => String::new(),
+    };
+    row(&mut out, "total", e.total_bytes, &share);
+    if let Some(batch) = e.max_batch_within_90_percent {
+        line(
+            &mut out,
+            &format!("  largest batch within 90% of the GPU: {batch}"),
+        );
+    }
+    for w in &e.warnings {
+        wrap(&mut out, &format!("warning: {w}"), 0, 2);
+    }
+    out
+}
+
 /// Appends a line.
 fn line(out: &mut String, text: &str) {
     out.push_str(text);
