@@ -13,6 +13,10 @@
 //! - `--seq-len N`: an oversized sequence length makes attention (batch × heads × N² floats)
 //!   exceed a GPU.
 //!
+//! `--find-batch` searches for the largest batch that fits (on CUDA against the GPU, on CPU
+//! against `--memory-limit-mib`), records every trial, prints the result, then trains with the
+//! recommended batch.
+//!
 //! ```sh
 //! collector run -- target/release/examples/gpt --steps 200 --device cuda
 //! target/release/examples/gpt --trace gpt.oomt      # records itself, no collector needed
@@ -42,6 +46,8 @@ struct Config {
     leak_loss: bool,
     eval_with_grad: bool,
     seed: i64,
+    find_batch: bool,
+    memory_limit: Option<u64>,
 }
 
 impl Config {
@@ -63,6 +69,8 @@ impl Config {
             leak_loss: false,
             eval_with_grad: false,
             seed: 0,
+            find_batch: false,
+            memory_limit: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -70,6 +78,7 @@ impl Config {
                 "--leak-logits" => c.leak_logits = true,
                 "--leak-loss" => c.leak_loss = true,
                 "--eval-with-grad" => c.eval_with_grad = true,
+                "--find-batch" => c.find_batch = true,
                 _ => {
                     let value = args
                         .next()
@@ -93,6 +102,7 @@ impl Config {
                         "--lr" => {
                             c.lr = value.parse().with_context(|| format!("--lr: `{value}`"))?;
                         }
+                        "--memory-limit-mib" => c.memory_limit = Some(number()? as u64 * (1 << 20)),
                         "--device" => c.device.clone_from(&value),
                         "--trace" => c.trace.clone_from(&value),
                         other => bail!("unknown option {other}"),
@@ -225,6 +235,43 @@ fn main() -> Result<()> {
     let model = Gpt::new(&vs.root(), &c);
     let mut opt = nn::AdamW::default().build(&vs, c.lr)?;
     let params = vs.trainable_variables();
+    let mut c = c;
+    if c.find_batch {
+        let search = oomscope_collector::torch::BatchSearch {
+            limit_bytes: c.memory_limit,
+            ..Default::default()
+        };
+        let result = session.find_max_batch_size(&search, |batch_size| {
+            let trial = Config {
+                batch: batch_size as i64,
+                ..c.clone()
+            };
+            let (x, y) = batch(&trial, device);
+            let loss = model
+                .forward(&x)
+                .view([-1, c.vocab])
+                .cross_entropy_for_logits(&y.reshape([-1]));
+            opt.zero_grad();
+            loss.backward();
+            opt.step();
+        });
+        #[allow(clippy::print_stdout)]
+        {
+            println!(
+                "batch search: largest that ran {:?}, smallest that did not {:?}, {:.1} MiB per sample, recommended {:?} ({} trials)",
+                result.largest_fit,
+                result.smallest_oom,
+                result
+                    .fit
+                    .map_or(f64::NAN, |f| f.per_sample_bytes / f64::from(1 << 20)),
+                result.recommended,
+                result.trials.len()
+            );
+        }
+        if let Some(recommended) = result.recommended.filter(|b| *b > 0) {
+            c.batch = recommended as i64;
+        }
+    }
     let mut kept_logits: Vec<Tensor> = Vec::new();
     let mut kept_losses: Vec<Tensor> = Vec::new();
     let mut last_loss = f64::NAN;

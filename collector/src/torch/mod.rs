@@ -23,7 +23,9 @@
 //! calls record host memory.
 
 pub mod allocator;
+mod batch;
 mod session;
 pub mod stats;
 
+pub use batch::{BatchSearch, BatchSearchResult};
 pub use session::{OomError, Session, Span};

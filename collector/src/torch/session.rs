@@ -233,7 +233,8 @@ impl Session {
         self.cuda_device
     }
 
-    fn emit(&self, message: Message) {
+    /// Sends one message to wherever this session records.
+    pub(super) fn send(&self, message: Message) {
         match &self.sink {
             Sink::Off => {}
             Sink::Parent(probe) => probe.send_message(&message),
@@ -261,13 +262,13 @@ impl Session {
             p.step = step;
             p.tensor_stats_this_step = 0;
         }
-        self.emit(Message::Step { step, epoch: None });
+        self.send(Message::Step { step, epoch: None });
     }
 
     /// Announces the current epoch (keeping the step).
     pub fn epoch(&self, epoch: u32) {
         let step = self.position.lock().map_or(0, |p| p.step);
-        self.emit(Message::Step {
+        self.send(Message::Step {
             step,
             epoch: Some(epoch),
         });
@@ -275,7 +276,7 @@ impl Session {
 
     /// Announces the phase (train or eval).
     pub fn phase(&self, phase: Phase) {
-        self.emit(Message::Phase(phase));
+        self.send(Message::Phase(phase));
     }
 
     /// Marks a stage, with the allocator's statistics when CUDA is in use.
@@ -287,7 +288,7 @@ impl Session {
             p.stage = Some(stage.to_owned());
         }
         let snapshot = self.allocator_snapshot();
-        self.emit(Message::Mark {
+        self.send(Message::Mark {
             stage: stage.to_owned(),
             step: None,
             epoch: None,
@@ -307,7 +308,7 @@ impl Session {
 
     /// Records a note.
     pub fn note(&self, text: &str) {
-        self.emit(Message::Note(text.to_owned()));
+        self.send(Message::Note(text.to_owned()));
     }
 
     /// Records the model's memory by component: `params` (e.g. `vs.trainable_variables()`),
@@ -328,7 +329,7 @@ impl Session {
             .filter(tch::Tensor::defined)
             .map(|g| tensor_bytes(&g))
             .sum();
-        self.emit(Message::Components {
+        self.send(Message::Components {
             step: None,
             batch_size,
             parameters_bytes: params.iter().map(tensor_bytes).sum(),
@@ -347,7 +348,7 @@ impl Session {
             return None;
         }
         let s = gradient_stats(params);
-        self.emit(Message::Gradients {
+        self.send(Message::Gradients {
             step: None,
             params_with_grad: s.params_with_grad,
             gradient_bytes: s.gradient_bytes,
@@ -379,7 +380,7 @@ impl Session {
             return;
         }
         let s = tensor_summary(t);
-        self.emit(Message::Tensor {
+        self.send(Message::Tensor {
             name: name.to_owned(),
             step: None,
             shape: s.shape,
@@ -440,7 +441,7 @@ impl Session {
             .position
             .lock()
             .map_or((0, None), |p| (p.step, p.stage.clone()));
-        self.emit(Message::Oom {
+        self.send(Message::Oom {
             stage,
             step: Some(step),
             requested_bytes,

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::analysis::fit::least_squares;
 use crate::analysis::peaks::{ActivationsBasis, Peak, memory_peak};
-use crate::model::{Trace, TrialOutcome};
+use crate::model::{BatchTrial, Trace, TrialOutcome};
 
 /// Default share of device memory kept free when choosing a batch (allocator cache, CUDA
 /// context, shape variation between batches).
@@ -102,6 +102,56 @@ pub fn trial_summary(trace: &Trace) -> Option<TrialSummary> {
     })
 }
 
+/// The line `peak = fixed + batch × per_sample` through the trials that fit, and the largest batch
+/// within `(1 − margin) × limit_bytes`. `None` without two fitting trials at different batches.
+/// Used by the analysis of a trace and, live, by the batch-size search of the tch session.
+pub fn fit_trials(trials: &[BatchTrial], limit_bytes: u64, margin: f64) -> Option<TrialFit> {
+    let points: Vec<(f64, f64)> = trials
+        .iter()
+        .filter(|t| t.outcome == TrialOutcome::Fit)
+        .filter_map(|t| Some((t.batch_size as f64, t.peak_bytes? as f64)))
+        .collect();
+    let line = least_squares(&points).filter(|line| line.slope > 0.0)?;
+    let margin = margin.clamp(0.0, 0.99);
+    let budget = (1.0 - margin) * limit_bytes as f64;
+    let fixed = line.intercept.max(0.0);
+    Some(TrialFit {
+        per_sample_bytes: line.slope,
+        fixed_bytes: fixed,
+        r_squared: line.r_squared,
+        trials_used: points.len(),
+        budget_bytes: budget as u64,
+        max_batch: max_batch_within(budget, fixed, line.slope),
+    })
+}
+
+/// A line through batch trials and the batch it allows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TrialFit {
+    /// Bytes each sample adds to the peak.
+    pub per_sample_bytes: f64,
+    /// The peak at batch 0 (model state, workspace).
+    pub fixed_bytes: f64,
+    /// Fit quality.
+    pub r_squared: f64,
+    /// Trials on the line.
+    pub trials_used: usize,
+    /// `(1 − margin) × limit`.
+    pub budget_bytes: u64,
+    /// The largest batch within the budget.
+    pub max_batch: u64,
+}
+
+/// The largest batch with `fixed + batch × per_sample ≤ budget`.
+fn max_batch_within(budget: f64, fixed: f64, per_sample: f64) -> u64 {
+    if budget > fixed && per_sample > 0.0 {
+        // A millionth of a sample absorbs the rounding of a fitted slope (111.9999 is 112).
+        ((budget - fixed) / per_sample + 1e-6).floor() as u64
+    } else {
+        0
+    }
+}
+
 /// Fits the memory model and finds the largest batch within `(1 − margin)` of the device.
 /// Prefers batch trials (two or more fitting trials of different sizes with a rising line), else
 /// the memory peak's breakdown with a batch size. `None` without the device's total memory or
@@ -117,21 +167,15 @@ pub fn batch_fit(trace: &Trace, peaks: &[Peak], margin: f64) -> Option<BatchFit>
         .or_else(|| trace.components.iter().rev().find_map(|c| c.batch_size))
         .filter(|b| *b > 0);
 
-    let trial_points: Vec<(f64, f64)> = trace
-        .batch_trials
-        .iter()
-        .filter(|t| t.outcome == TrialOutcome::Fit)
-        .filter_map(|t| Some((t.batch_size as f64, t.peak_bytes? as f64)))
-        .collect();
-    let from_trials = least_squares(&trial_points).filter(|line| line.slope > 0.0);
+    let from_trials = fit_trials(&trace.batch_trials, device_total_bytes, margin);
     let (method, basis, per_sample, fixed, r_squared, trials_used) = match from_trials {
-        Some(line) => (
+        Some(fit) => (
             BatchFitMethod::Trials,
             None,
-            line.slope,
-            line.intercept.max(0.0),
-            Some(line.r_squared),
-            trial_points.len(),
+            fit.per_sample_bytes,
+            fit.fixed_bytes,
+            Some(fit.r_squared),
+            fit.trials_used,
         ),
         None => {
             let components = components?;
@@ -150,12 +194,7 @@ pub fn batch_fit(trace: &Trace, peaks: &[Peak], margin: f64) -> Option<BatchFit>
             )
         }
     };
-    let max_batch = if budget > fixed {
-        // A millionth of a sample absorbs the rounding of a fitted slope (111.9999 is 112).
-        ((budget - fixed) / per_sample + 1e-6).floor() as u64
-    } else {
-        0
-    };
+    let max_batch = max_batch_within(budget, fixed, per_sample);
     let accumulation_steps = current_batch
         .filter(|c| max_batch >= 1 && max_batch < *c)
         .map(|c| c.div_ceil(max_batch));
