@@ -110,15 +110,33 @@ pub struct ObservedOom {
 
 static OBSERVED: Mutex<Vec<ObservedOom>> = Mutex::new(Vec::new());
 
+/// What to do when the allocator reports an OOM (the session records it at once).
+type OomHook = Box<dyn Fn(ObservedOom) + Send>;
+static HOOK: Mutex<Option<OomHook>> = Mutex::new(None);
+
+/// Sets the function called for every OOM the allocator reports, before its error is thrown
+/// (replacing the previous one). It runs inside the allocator: host work only.
+pub fn set_oom_hook(hook: Option<OomHook>) {
+    if let Ok(mut slot) = HOOK.lock() {
+        *slot = hook;
+    }
+}
+
 extern "C" fn on_oom(device: i64, requested: u64, total: u64, free: u64) {
     // Runs inside the allocator: host memory only, never the device allocator.
+    let oom = ObservedOom {
+        device,
+        requested_bytes: requested,
+        device_total_bytes: total,
+        device_free_bytes: free,
+    };
+    if let Ok(hook) = HOOK.lock()
+        && let Some(hook) = hook.as_ref()
+    {
+        hook(oom);
+    }
     if let Ok(mut observed) = OBSERVED.lock() {
-        observed.push(ObservedOom {
-            device,
-            requested_bytes: requested,
-            device_total_bytes: total,
-            device_free_bytes: free,
-        });
+        observed.push(oom);
     }
 }
 
@@ -150,5 +168,23 @@ mod tests {
         assert_eq!(reset_peak_stats(0), Err(AllocatorError::NoCuda));
         assert_eq!(attach_oom_observer(), Err(AllocatorError::NoCuda));
         assert!(take_observed_ooms().is_empty());
+    }
+
+    #[test]
+    fn an_observed_oom_reaches_the_hook_and_the_queue() {
+        // What the shim's lambda does when the allocator raises an OOM.
+        let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let sink = std::sync::Arc::clone(&seen);
+        set_oom_hook(Some(Box::new(move |o| sink.lock().unwrap().push(o))));
+        on_oom(0, 2 << 30, 80 << 30, 1 << 30);
+        set_oom_hook(None);
+        let expected = ObservedOom {
+            device: 0,
+            requested_bytes: 2 << 30,
+            device_total_bytes: 80 << 30,
+            device_free_bytes: 1 << 30,
+        };
+        assert_eq!(*seen.lock().unwrap(), [expected]);
+        assert_eq!(take_observed_ooms(), [expected]);
     }
 }

@@ -60,16 +60,16 @@ struct Position {
 
 /// An instrumented training loop.
 pub struct Session {
-    sink: Sink,
+    sink: Arc<Sink>,
     cuda_device: Option<usize>,
-    position: Mutex<Position>,
+    position: Arc<Mutex<Position>>,
     tensor_stats_every: AtomicU64,
     tensor_stats_per_step: AtomicU64,
 }
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mode = match &self.sink {
+        let mode = match self.sink.as_ref() {
             Sink::Off => "off",
             Sink::Parent(_) => "collector",
             Sink::Own(_) => "standalone",
@@ -108,13 +108,38 @@ impl Drop for Span<'_> {
 impl Session {
     fn with_sink(sink: Sink) -> Session {
         let cuda_device = (allocator::device_count() > 0).then_some(0);
-        if cuda_device.is_some() {
-            let _ = allocator::attach_oom_observer();
+        let sink = Arc::new(sink);
+        let position = Arc::new(Mutex::new(Position::default()));
+        if cuda_device.is_some() && !matches!(*sink, Sink::Off) {
+            attach_observer_once();
+            // The allocator reports an OOM before throwing it: record it now, with the stage and
+            // step the loop last announced, even if the program never catches the error.
+            let (sink, position) = (Arc::clone(&sink), Arc::clone(&position));
+            allocator::set_oom_hook(Some(Box::new(move |o: ObservedOom| {
+                let (step, stage) = position
+                    .lock()
+                    .map_or((0, None), |p| (p.step, p.stage.clone()));
+                send_to(
+                    &sink,
+                    Message::Oom {
+                        stage,
+                        step: Some(step),
+                        requested_bytes: Some(o.requested_bytes),
+                        device: u32::try_from(o.device).ok(),
+                        free_bytes: Some(o.device_free_bytes),
+                        total_bytes: Some(o.device_total_bytes),
+                        message: format!(
+                            "CUDA out of memory (allocator): tried to allocate {} bytes with {} of {} bytes free",
+                            o.requested_bytes, o.device_free_bytes, o.device_total_bytes
+                        ),
+                    },
+                );
+            })));
         }
         Session {
             sink,
             cuda_device,
-            position: Mutex::new(Position::default()),
+            position,
             tensor_stats_every: AtomicU64::new(1),
             tensor_stats_per_step: AtomicU64::new(DEFAULT_TENSOR_STATS_PER_STEP),
         }
@@ -225,7 +250,7 @@ impl Session {
 
     /// Whether anything is recorded.
     pub fn is_enabled(&self) -> bool {
-        !matches!(self.sink, Sink::Off)
+        !matches!(*self.sink, Sink::Off)
     }
 
     /// The CUDA device whose allocator is read (0), or `None` on a CPU-only host.
@@ -235,20 +260,7 @@ impl Session {
 
     /// Sends one message to wherever this session records.
     pub(super) fn send(&self, message: Message) {
-        match &self.sink {
-            Sink::Off => {}
-            Sink::Parent(probe) => probe.send_message(&message),
-            Sink::Own(own) => {
-                let t_us = own.state.now_us();
-                if own
-                    .events
-                    .try_send(Event::Message { t_us, message })
-                    .is_err()
-                {
-                    own.state.dropped_messages.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
+        send_to(&self.sink, message);
     }
 
     /// The allocator's statistics now, when CUDA is in use.
@@ -425,6 +437,8 @@ impl Session {
         if !is_oom_message(&text) {
             std::panic::resume_unwind(payload);
         }
+        // An OOM the allocator reported was recorded by the hook already; only record here what
+        // it did not see (a host allocation failure, or a CPU-only run).
         let observed: Option<ObservedOom> = allocator::take_observed_ooms().pop();
         let first_line = text
             .lines()
@@ -437,23 +451,21 @@ impl Session {
             .map(|o| o.requested_bytes)
             .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes))
             .or_else(|| host_request_bytes(&first_line));
-        let (step, stage) = self
-            .position
-            .lock()
-            .map_or((0, None), |p| (p.step, p.stage.clone()));
-        self.send(Message::Oom {
-            stage,
-            step: Some(step),
-            requested_bytes,
-            device: observed.and_then(|o| u32::try_from(o.device).ok()),
-            free_bytes: observed
-                .map(|o| o.device_free_bytes)
-                .or_else(|| parsed.as_ref().and_then(|p| p.free_bytes)),
-            total_bytes: observed
-                .map(|o| o.device_total_bytes)
-                .or_else(|| parsed.as_ref().and_then(|p| p.total_bytes)),
-            message: first_line.clone(),
-        });
+        if observed.is_none() {
+            let (step, stage) = self
+                .position
+                .lock()
+                .map_or((0, None), |p| (p.step, p.stage.clone()));
+            self.send(Message::Oom {
+                stage,
+                step: Some(step),
+                requested_bytes,
+                device: parsed.as_ref().and_then(|p| p.device),
+                free_bytes: parsed.as_ref().and_then(|p| p.free_bytes),
+                total_bytes: parsed.as_ref().and_then(|p| p.total_bytes),
+                message: first_line.clone(),
+            });
+        }
         let _ = allocator::empty_cache();
         Err(OomError {
             requested_bytes,
@@ -464,7 +476,10 @@ impl Session {
     /// Ends the session: a standalone session writes the exit and closes its trace (returning its
     /// path); under `collector run` nothing is needed (the collector closes the trace).
     pub fn finish(self) -> Result<Option<PathBuf>> {
-        let Sink::Own(own) = self.sink else {
+        allocator::set_oom_hook(None);
+        let sink =
+            Arc::try_unwrap(self.sink).map_err(|_| anyhow!("the session is still shared"))?;
+        let Sink::Own(own) = sink else {
             return Ok(None);
         };
         let Own {
@@ -493,6 +508,32 @@ impl Session {
             .map_err(|_| anyhow!("the recorder thread panicked"))??;
         Ok(Some(path))
     }
+}
+
+/// Sends one message to a sink (also from the allocator's OOM hook).
+fn send_to(sink: &Sink, message: Message) {
+    match sink {
+        Sink::Off => {}
+        Sink::Parent(probe) => probe.send_message(&message),
+        Sink::Own(own) => {
+            let t_us = own.state.now_us();
+            if own
+                .events
+                .try_send(Event::Message { t_us, message })
+                .is_err()
+            {
+                own.state.dropped_messages.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The observer is attached once per process (every attach adds one more).
+fn attach_observer_once() {
+    static ATTACHED: std::sync::Once = std::sync::Once::new();
+    ATTACHED.call_once(|| {
+        let _ = allocator::attach_oom_observer();
+    });
 }
 
 /// libtorch's allocation-failure messages (CUDA and host).
