@@ -20,6 +20,7 @@
 //! ```sh
 //! collector run -- target/release/examples/gpt --steps 200 --device cuda
 //! target/release/examples/gpt --trace gpt.oomt      # records itself, no collector needed
+//! target/release/examples/gpt --trace none          # uninstrumented (for overhead measurements)
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -230,7 +231,12 @@ fn main() -> Result<()> {
     let c = Config::parse()?;
     let device = c.device()?;
     tch::manual_seed(c.seed);
-    let session = Session::auto(&c.trace)?;
+    // `--trace none`: no recording of our own (still reports to a parent `collector run`).
+    let session = if c.trace == "none" {
+        Session::from_env()
+    } else {
+        Session::auto(&c.trace)?
+    };
     let vs = nn::VarStore::new(device);
     let model = Gpt::new(&vs.root(), &c);
     let mut opt = nn::AdamW::default().build(&vs, c.lr)?;
@@ -276,6 +282,7 @@ fn main() -> Result<()> {
     let mut kept_losses: Vec<Tensor> = Vec::new();
     let mut last_loss = f64::NAN;
     session.phase(Phase::Train);
+    let started = std::time::Instant::now();
     for step in 0..c.steps {
         session.step(step as u64);
         let (x, y) = batch(&c, device);
@@ -319,8 +326,10 @@ fn main() -> Result<()> {
     #[allow(clippy::print_stdout)]
     {
         println!(
-            "trained {} steps on {device:?}: loss {last_loss:.3}, {} parameters",
+            "trained {} steps on {device:?} in {:.3} s ({:.3} ms/step): loss {last_loss:.3}, {} parameters",
             c.steps,
+            started.elapsed().as_secs_f64(),
+            started.elapsed().as_secs_f64() * 1e3 / c.steps.max(1) as f64,
             params.iter().map(Tensor::numel).sum::<usize>()
         );
     }

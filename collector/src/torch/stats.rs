@@ -20,6 +20,10 @@ pub struct GradientStats {
 }
 
 /// Summarises the gradients of `params` (typically `vs.trainable_variables()`).
+///
+/// Fast path (every healthy step): one norm pass per gradient, no temporary copies, one host
+/// sync. Only when the global norm is not finite are NaN and Inf counted (and the norm of the
+/// finite elements computed), with a second sync.
 pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
     tch::no_grad(|| {
         let grads: Vec<Tensor> = params
@@ -37,29 +41,49 @@ pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
             };
         }
         let gradient_bytes = grads.iter().map(tensor_bytes).sum();
-        // Per gradient: [sum of squares of finite elements, NaN count, Inf count], in f64.
-        let rows: Vec<Tensor> = grads
+        let norms: Vec<Tensor> = grads
             .iter()
-            .map(|g| {
-                let squares = g
-                    .nan_to_num(0.0, 0.0, 0.0)
-                    .to_kind(Kind::Double)
-                    .square()
-                    .sum(Kind::Double);
-                let nans = g.isnan().sum(Kind::Double);
-                let infs = g.isinf().sum(Kind::Double);
-                Tensor::stack(&[squares, nans, infs], 0)
-            })
+            .map(|g| g.norm().to_kind(Kind::Double))
             .collect();
-        let totals = Tensor::stack(&rows, 0).sum_dim_intlist(0, false, Kind::Double);
-        let v = host_values(&totals);
-        GradientStats {
+        let squares = Tensor::stack(&norms, 0).square().sum(Kind::Double);
+        let global_norm = host_values(&squares)
+            .first()
+            .copied()
+            .unwrap_or(f64::NAN)
+            .sqrt();
+        let mut stats = GradientStats {
             params_with_grad: grads.len() as u64,
             gradient_bytes,
-            global_norm: v[0].sqrt(),
-            nan_count: v[1] as u64,
-            inf_count: v[2] as u64,
+            global_norm,
+            nan_count: 0,
+            inf_count: 0,
+        };
+        if !global_norm.is_finite() {
+            // Per gradient: [sum of squares of finite elements, NaN count, Inf count].
+            let rows: Vec<Tensor> = grads
+                .iter()
+                .map(|g| {
+                    let finite_squares = g
+                        .nan_to_num(0.0, 0.0, 0.0)
+                        .to_kind(Kind::Double)
+                        .square()
+                        .sum(Kind::Double);
+                    Tensor::stack(
+                        &[
+                            finite_squares,
+                            g.isnan().sum(Kind::Double),
+                            g.isinf().sum(Kind::Double),
+                        ],
+                        0,
+                    )
+                })
+                .collect();
+            let v = host_values(&Tensor::stack(&rows, 0).sum_dim_intlist(0, false, Kind::Double));
+            stats.global_norm = v[0].sqrt();
+            stats.nan_count = v[1] as u64;
+            stats.inf_count = v[2] as u64;
         }
+        stats
     })
 }
 
@@ -87,6 +111,10 @@ pub struct TensorSummary {
 }
 
 /// Computes [`TensorSummary`] on the tensor's device.
+///
+/// Fast path: `aminmax` and `std_mean` over the tensor, one host sync; when both extremes are
+/// finite no element is NaN or Inf, and that is the answer. Otherwise the finite elements are
+/// selected and everything is computed over them, with a second sync.
 pub fn tensor_summary(t: &Tensor) -> TensorSummary {
     tch::no_grad(|| {
         let shape = t
@@ -96,10 +124,45 @@ pub fn tensor_summary(t: &Tensor) -> TensorSummary {
             .collect();
         let dtype = format!("{:?}", t.kind());
         let bytes = tensor_bytes(t);
-        let flat = t.detach().flatten(0, -1);
+        let mut summary = TensorSummary {
+            shape,
+            dtype,
+            bytes,
+            min: f64::NAN,
+            max: f64::NAN,
+            mean: f64::NAN,
+            std: f64::NAN,
+            nan_count: 0,
+            inf_count: 0,
+        };
+        if t.numel() == 0 {
+            return summary;
+        }
+        let values = if t.is_floating_point() {
+            t.detach()
+        } else {
+            t.detach().to_kind(Kind::Double)
+        };
+        let (min, max) = values.aminmax(None, false);
+        let (std, mean) = values.std_mean(true);
+        let v = host_values(&Tensor::stack(
+            &[
+                min.to_kind(Kind::Double),
+                max.to_kind(Kind::Double),
+                mean.to_kind(Kind::Double),
+                std.to_kind(Kind::Double),
+            ],
+            0,
+        ));
+        if v[0].is_finite() && v[1].is_finite() {
+            (summary.min, summary.max, summary.mean, summary.std) = (v[0], v[1], v[2], v[3]);
+            if values.numel() < 2 {
+                summary.std = f64::NAN;
+            }
+            return summary;
+        }
+        let flat = values.flatten(0, -1);
         let finite = flat.masked_select(&flat.isfinite()).to_kind(Kind::Double);
-        let nans = flat.isnan().sum(Kind::Double);
-        let infs = flat.isinf().sum(Kind::Double);
         let count = finite.numel();
         let nan = || Tensor::from(f64::NAN).to_device(flat.device());
         let (min, max, mean, std) = if count == 0 {
@@ -108,18 +171,21 @@ pub fn tensor_summary(t: &Tensor) -> TensorSummary {
             let std = if count > 1 { finite.std(true) } else { nan() };
             (finite.min(), finite.max(), finite.mean(Kind::Double), std)
         };
-        let v = host_values(&Tensor::stack(&[min, max, mean, std, nans, infs], 0));
-        TensorSummary {
-            shape,
-            dtype,
-            bytes,
-            min: v[0],
-            max: v[1],
-            mean: v[2],
-            std: v[3],
-            nan_count: v[4] as u64,
-            inf_count: v[5] as u64,
-        }
+        let v = host_values(&Tensor::stack(
+            &[
+                min,
+                max,
+                mean,
+                std,
+                flat.isnan().sum(Kind::Double),
+                flat.isinf().sum(Kind::Double),
+            ],
+            0,
+        ));
+        (summary.min, summary.max, summary.mean, summary.std) = (v[0], v[1], v[2], v[3]);
+        summary.nan_count = v[4] as u64;
+        summary.inf_count = v[5] as u64;
+        summary
     })
 }
 
@@ -158,6 +224,26 @@ mod tests {
         let nans = values.iter().filter(|v| v.is_nan()).count() as u64;
         let infs = values.iter().filter(|v| v.is_infinite()).count() as u64;
         (min, max, mean, var.sqrt(), nans, infs)
+    }
+
+    #[test]
+    fn tensor_summary_of_a_finite_tensor_takes_the_fast_path_and_agrees() {
+        tch::manual_seed(4);
+        let t = Tensor::randn([64, 33], (Kind::Float, Device::Cpu)) * 3.0 + 1.5;
+        let values = Vec::<f32>::try_from(t.flatten(0, -1)).unwrap();
+        let (min, max, mean, std, nans, infs) = host_stats(&values);
+        let s = tensor_summary(&t);
+        assert_eq!((s.nan_count, s.inf_count), (nans, infs));
+        for (got, want) in [(s.min, min), (s.max, max), (s.mean, mean), (s.std, std)] {
+            assert!(
+                (got - want).abs() < 1e-5 * want.abs().max(1.0),
+                "{got} vs {want}"
+            );
+        }
+        let ints = tensor_summary(&Tensor::arange(10, (Kind::Int64, Device::Cpu)));
+        assert_eq!((ints.min, ints.max, ints.mean), (0.0, 9.0, 4.5));
+        let empty = tensor_summary(&Tensor::zeros([0], (Kind::Float, Device::Cpu)));
+        assert!(empty.min.is_nan() && empty.bytes == 0);
     }
 
     #[test]
@@ -200,17 +286,27 @@ mod tests {
         }
         assert_eq!(s.params_with_grad, 2);
         assert_eq!(s.gradient_bytes, (32 * 16 + 16) * 4);
+        // The fast path's norm accumulates in the gradients' f32: agreement to 1e-6 relative.
         assert!(
-            (s.global_norm - squares.sqrt()).abs() < 1e-9 * squares.sqrt(),
+            (s.global_norm - squares.sqrt()).abs() < 1e-6 * squares.sqrt(),
             "{} vs {}",
             s.global_norm,
             squares.sqrt()
         );
         assert_eq!((s.nan_count, s.inf_count), (0, 0));
-        // A NaN in a gradient is counted, and left out of the norm.
+        // A NaN and an Inf in the gradients are counted, and left out of the norm.
+        let finite_b0 = f64::from(Vec::<f32>::try_from(b.grad().get(0).reshape([1])).unwrap()[0]);
+        let finite_a0 =
+            f64::from(Vec::<f32>::try_from(a.grad().get(0).get(0).reshape([1])).unwrap()[0]);
         let _ = b.grad().get(0).fill_(f64::NAN);
+        let _ = a.grad().get(0).get(0).fill_(f64::INFINITY);
         let with_nan = gradient_stats(&[a.shallow_clone(), b.shallow_clone()]);
-        assert_eq!(with_nan.nan_count, 1);
-        assert!(with_nan.global_norm.is_finite());
+        assert_eq!((with_nan.nan_count, with_nan.inf_count), (1, 1));
+        let finite_norm = (squares - finite_b0 * finite_b0 - finite_a0 * finite_a0).sqrt();
+        assert!(
+            (with_nan.global_norm - finite_norm).abs() < 1e-6 * finite_norm,
+            "{} vs {finite_norm}",
+            with_nan.global_norm
+        );
     }
 }
