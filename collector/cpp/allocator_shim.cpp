@@ -29,6 +29,23 @@ void copy_message(const char* message, char* err, size_t err_len) {
 
 bool cuda_present() { return c10::cuda::device_count() > 0; }
 
+// Runs `body` when CUDA is present, turning every C++ exception into status 2 and a message:
+// 0 ok, 1 CUDA not available, 2 error.
+template <typename Body>
+int guarded(char* err, size_t err_len, Body&& body) {
+  try {
+    if (!cuda_present()) return 1;
+    body();
+    return 0;
+  } catch (const std::exception& e) {
+    copy_message(e.what(), err, err_len);
+    return 2;
+  } catch (...) {
+    copy_message("unknown C++ exception", err, err_len);
+    return 2;
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -64,8 +81,7 @@ int oomscope_cuda_device_count(void) {
 }
 
 int oomscope_device_stats(int device, OomscopeDeviceStats* out, char* err, size_t err_len) {
-  try {
-    if (!cuda_present()) return 1;
+  return guarded(err, err_len, [&] {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
         static_cast<c10::DeviceIndex>(device));
     constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
@@ -77,61 +93,28 @@ int oomscope_device_stats(int device, OomscopeDeviceStats* out, char* err, size_
     out->peak_reserved_bytes = stats.reserved_bytes[all].peak;
     out->num_alloc_retries = stats.num_alloc_retries;
     out->num_ooms = stats.num_ooms;
-    return 0;
-  } catch (const std::exception& e) {
-    copy_message(e.what(), err, err_len);
-    return 2;
-  } catch (...) {
-    copy_message("unknown C++ exception", err, err_len);
-    return 2;
-  }
+  });
 }
 
 int oomscope_empty_cache(char* err, size_t err_len) {
-  try {
-    if (!cuda_present()) return 1;
-    c10::cuda::CUDACachingAllocator::emptyCache();
-    return 0;
-  } catch (const std::exception& e) {
-    copy_message(e.what(), err, err_len);
-    return 2;
-  } catch (...) {
-    copy_message("unknown C++ exception", err, err_len);
-    return 2;
-  }
+  return guarded(err, err_len, [] { c10::cuda::CUDACachingAllocator::emptyCache(); });
 }
 
 int oomscope_reset_peak_stats(int device, char* err, size_t err_len) {
-  try {
-    if (!cuda_present()) return 1;
+  return guarded(err, err_len, [&] {
     c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
-    return 0;
-  } catch (const std::exception& e) {
-    copy_message(e.what(), err, err_len);
-    return 2;
-  } catch (...) {
-    copy_message("unknown C++ exception", err, err_len);
-    return 2;
-  }
+  });
 }
 
 // The callback runs inside the allocator, before the OOM error is thrown: it must not allocate
 // device memory or call back into the allocator.
 int oomscope_attach_oom_observer(oomscope_oom_callback callback, char* err, size_t err_len) {
-  try {
-    if (!cuda_present()) return 1;
+  return guarded(err, err_len, [&] {
     c10::cuda::CUDACachingAllocator::attachOutOfMemoryObserver(
         [callback](int64_t device, size_t requested, size_t total, size_t free_bytes) {
           callback(device, requested, total, free_bytes);
         });
-    return 0;
-  } catch (const std::exception& e) {
-    copy_message(e.what(), err, err_len);
-    return 2;
-  } catch (...) {
-    copy_message("unknown C++ exception", err, err_len);
-    return 2;
-  }
+  });
 }
 
 }  // extern "C"
