@@ -1,5 +1,6 @@
-//! The batch-size search and OOM backoff on CPU, in a test binary of their own: the search reads
-//! this process's peak resident memory, which tests running beside it would disturb.
+//! The batch-size search, OOM backoff and allocation measurement on CPU, in one test in a binary
+//! of its own: they read this process's resident memory, which tests running beside it would
+//! disturb.
 #![cfg(feature = "tch")]
 
 use oomscope_collector::torch::{BatchSearch, Session};
@@ -102,4 +103,11 @@ fn the_batch_search_and_the_oom_backoff() {
         })
         .unwrap();
     assert_eq!((batch, value), (4, 4 * 1024));
+
+    // What a step keeps (e.g. optimizer moments created at the first step): 64 MiB of f32.
+    let (kept, delta) =
+        session.measure_allocation(|| Tensor::ones([16 << 20], (Kind::Float, Device::Cpu)));
+    let delta = delta.expect("resident memory is readable");
+    assert!((delta - (64 << 20)).abs() < 4 << 20, "{delta}");
+    drop(kept);
 }

@@ -85,7 +85,12 @@ fn the_gpt_example_under_the_collector_shows_its_stages() {
     assert_eq!(t.tensors[0].shape, [8, 64, 2048]);
     assert_eq!(t.tensors[0].bytes, 8 * 64 * 2048 * 4);
     let c = &t.components[0];
-    assert_eq!(c.optimizer_state_bytes, 2 * c.parameters_bytes);
+    // Measured over the first AdamW step (two moments per parameter), or computed when the
+    // measurement was disturbed: either way within a quarter of 2 × parameters.
+    assert!(
+        c.optimizer_state_bytes.abs_diff(2 * c.parameters_bytes) <= c.parameters_bytes / 2,
+        "{c:?}"
+    );
     assert_eq!(c.gradients_bytes, c.parameters_bytes);
     assert_eq!(c.batch_size, Some(8));
     assert_eq!(g.gradient_bytes, c.gradients_bytes);

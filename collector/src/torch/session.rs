@@ -318,6 +318,21 @@ impl Session {
         }
     }
 
+    /// Runs `f` and measures how much memory it left allocated: the caching allocator's
+    /// `allocated` on CUDA, this process's resident memory on CPU. Use it around the first
+    /// optimizer step to measure the optimizer's state (Adam creates its moments there).
+    pub fn measure_allocation<T>(&self, f: impl FnOnce() -> T) -> (T, Option<i64>) {
+        let read = || match self.cuda_device {
+            Some(device) => allocator::snapshot(device).ok().map(|s| s.allocated_bytes),
+            None => own_rss_bytes(),
+        };
+        let before = read();
+        let value = f();
+        let after = read();
+        let delta = before.zip(after).map(|(b, a)| a as i64 - b as i64);
+        (value, delta)
+    }
+
     /// Records a note.
     pub fn note(&self, text: &str) {
         self.send(Message::Note(text.to_owned()));
@@ -508,6 +523,13 @@ impl Session {
             .map_err(|_| anyhow!("the recorder thread panicked"))??;
         Ok(Some(path))
     }
+}
+
+/// This process's resident memory, from `/proc/self/statm`.
+fn own_rss_bytes() -> Option<u64> {
+    let mut rss = crate::host::TreeRss::new();
+    rss.set_pids(&[std::process::id()]);
+    rss.rss_bytes()
 }
 
 /// Sends one message to a sink (also from the allocator's OOM hook).
