@@ -36,6 +36,9 @@ mod shim {
             .compile("oomscope_allocator_shim");
         let lib = libtorch.join("lib");
         println!("cargo:rustc-link-search=native={}", lib.display());
+        // Binaries built here find the libtorch they were built against without
+        // LD_LIBRARY_PATH; elsewhere (a GPU host with its own PyTorch) LD_LIBRARY_PATH still wins.
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
         // Explicitly needed: the shim references symbols of all three.
         for name in ["c10_cuda", "torch_cuda", "c10"] {
             println!("cargo:rustc-link-lib=dylib={name}");
