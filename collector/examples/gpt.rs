@@ -297,15 +297,30 @@ fn main() -> Result<()> {
         loss.backward();
         session.mark("post_backward");
         session.gradients(&params);
-        opt.step();
-        session.mark("post_optimizer_step");
         if step == 0 {
-            // AdamW keeps two moments per parameter, in the parameters' dtype.
+            // AdamW creates its two moments at the first step: measure what that step keeps.
+            // Measured when the measurement is clean; else AdamW's known size, two moments per
+            // parameter in the parameters' dtype.
+            let ((), created) = session.measure_allocation(|| opt.step());
             let param_bytes: u64 = params
                 .iter()
                 .map(oomscope_collector::torch::stats::tensor_bytes)
                 .sum();
-            session.components(&params, &[], 2 * param_bytes, Some(c.batch as u64), &[]);
+            let computed = 2 * param_bytes;
+            let measured = created
+                .and_then(|d| u64::try_from(d).ok())
+                .filter(|d| d.abs_diff(computed) < computed / 4);
+            session.mark("post_optimizer_step");
+            session.components(
+                &params,
+                &[],
+                measured.unwrap_or(computed),
+                Some(c.batch as u64),
+                &[],
+            );
+        } else {
+            opt.step();
+            session.mark("post_optimizer_step");
         }
         if step % 10 == 0 {
             session.tensor_stats("logits", &logits);

@@ -91,24 +91,25 @@ impl MarkerSocket {
         self.socket.recv(buf).ok()
     }
 
-    /// Parses a datagram and forwards its messages, stamped `t_us`. Returns whether any of them
-    /// was a stage mark.
-    pub fn forward(
-        datagram: &[u8],
-        t_us: u64,
-        state: &RunState,
-        events: &SyncSender<Event>,
-    ) -> bool {
-        let text = String::from_utf8_lossy(datagram);
-        let (messages, rejected) = parse_datagram(&text);
+    /// Parses a datagram into its messages, counting lines that are not messages.
+    pub fn parse(datagram: &[u8], state: &RunState) -> Vec<Message> {
+        let (messages, rejected) = parse_datagram(&String::from_utf8_lossy(datagram));
         if rejected > 0 {
             state
                 .rejected_lines
                 .fetch_add(rejected as u64, Ordering::Relaxed);
         }
-        let mut any_mark = false;
+        messages
+    }
+
+    /// Forwards messages to the recorder, stamped `t_us`; what does not fit is counted.
+    pub fn forward(
+        messages: Vec<Message>,
+        t_us: u64,
+        state: &RunState,
+        events: &SyncSender<Event>,
+    ) {
         for message in messages {
-            any_mark |= matches!(message, Message::Mark { .. });
             match events.try_send(Event::Message { t_us, message }) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
@@ -117,7 +118,6 @@ impl MarkerSocket {
                 Err(TrySendError::Disconnected(_)) => break,
             }
         }
-        any_mark
     }
 }
 

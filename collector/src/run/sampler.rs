@@ -19,7 +19,7 @@ use super::markers::MarkerSocket;
 use super::shared_state::RunState;
 use crate::gpu::Gpus;
 use crate::host::{MemInfo, TreeRss, process_tree};
-use crate::protocol::MAX_DATAGRAM_BYTES;
+use crate::protocol::{MAX_DATAGRAM_BYTES, Message};
 
 /// Counter ids of one watched GPU.
 #[derive(Debug, Clone, Copy)]
@@ -186,19 +186,19 @@ pub fn sample_loop(
             let recent = reader
                 .last_t_us
                 .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
-            // Peek for a mark before forwarding, so the reading precedes it in the channel.
-            let has_mark = String::from_utf8_lossy(&datagram[..n])
-                .lines()
-                .any(|l| l.trim_start().starts_with("mark "));
+            // The reading goes into the channel before the mark, with the mark's time.
+            let messages = MarkerSocket::parse(&datagram[..n], state);
+            let has_mark = messages.iter().any(|m| matches!(m, Message::Mark { .. }));
             if has_mark && !recent {
                 reader.sample(t_us, events);
             }
-            MarkerSocket::forward(&datagram[..n], t_us, state, events);
+            MarkerSocket::forward(messages, t_us, state, events);
         }
     }
     // The program has exited: take what it sent last.
     while let Some(n) = socket.and_then(|s| s.recv_within(Duration::ZERO, &mut datagram)) {
-        MarkerSocket::forward(&datagram[..n], state.now_us(), state, events);
+        let messages = MarkerSocket::parse(&datagram[..n], state);
+        MarkerSocket::forward(messages, state.now_us(), state, events);
     }
 }
 
