@@ -1,8 +1,15 @@
+//! Embeds the built viewer for `collector report` when it exists (`viewer/dist`, written by
+//! `scripts/build-viewer.sh`, or `OOMSCOPE_VIEWER_DIST`); without it the collector still builds
+//! and `collector report` says how to get it.
+//!
 //! With the `tch` feature: compiles the C++ allocator shim (`cpp/allocator_shim.cpp`) against
-//! the libtorch named by `LIBTORCH` and links it. Without the feature: nothing.
+//! the libtorch named by `LIBTORCH` and links it.
+
+use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    viewer::embed();
     if std::env::var_os("CARGO_FEATURE_TCH").is_some() {
         #[cfg(feature = "tch")]
         shim::build();
@@ -11,7 +18,7 @@ fn main() {
 
 #[cfg(feature = "tch")]
 mod shim {
-    use std::path::PathBuf;
+    use super::PathBuf;
 
     pub fn build() {
         println!("cargo:rerun-if-changed=cpp/allocator_shim.cpp");
@@ -43,5 +50,49 @@ mod shim {
         for name in ["c10_cuda", "torch_cuda", "c10"] {
             println!("cargo:rustc-link-lib=dylib={name}");
         }
+    }
+}
+
+mod viewer {
+    use super::PathBuf;
+
+    const FILES: [&str; 2] = ["oomscope-viewer.js", "oomscope-viewer_bg.wasm"];
+
+    /// Writes `$OUT_DIR/viewer_assets.rs`: the viewer's files as `Some(include_…!)`, or `None`.
+    pub fn embed() {
+        println!("cargo:rerun-if-env-changed=OOMSCOPE_VIEWER_DIST");
+        let manifest =
+            PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+        let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
+        let dist = std::env::var_os("OOMSCOPE_VIEWER_DIST")
+            .map_or_else(|| manifest.join("../viewer/dist"), PathBuf::from);
+        // Watch the files when they exist; otherwise the viewer directory, whose listing changes
+        // when trunk creates dist/ (a missing path would rerun this script on every build).
+        let found = FILES.iter().all(|f| dist.join(f).is_file());
+        if found {
+            for f in FILES {
+                println!("cargo:rerun-if-changed={}", dist.join(f).display());
+            }
+        } else if dist.parent().is_some_and(std::path::Path::is_dir) {
+            println!(
+                "cargo:rerun-if-changed={}",
+                dist.parent().expect("checked").display()
+            );
+        }
+        let code = if found {
+            let js = dist.join(FILES[0]);
+            let wasm = dist.join(FILES[1]);
+            format!(
+                "/// The viewer's JavaScript glue.\npub const VIEWER_JS: Option<&str> = Some(include_str!({js:?}));\n\
+                 /// The viewer's WASM module.\npub const VIEWER_WASM: Option<&[u8]> = Some(include_bytes!({wasm:?}));\n"
+            )
+        } else {
+            println!(
+                "cargo:warning=viewer not built ({} missing): `collector report` will need OOMSCOPE_VIEWER_DIST; run scripts/build-viewer.sh",
+                dist.display()
+            );
+            "/// Not built.\npub const VIEWER_JS: Option<&str> = None;\n/// Not built.\npub const VIEWER_WASM: Option<&[u8]> = None;\n".to_owned()
+        };
+        std::fs::write(out.join("viewer_assets.rs"), code).expect("OUT_DIR is writable");
     }
 }

@@ -1,4 +1,4 @@
-//! The command line: `collector run | summary | export`.
+//! The command line: `collector run | summary | export | report | estimate`.
 //!
 //! Every failure ends as one `error: …` line on stderr and a non-zero exit code (2 for usage
 //! errors, as clap reports them; 1 otherwise; 127 when the program to run does not exist).
@@ -37,6 +37,8 @@ pub enum Command {
     Summary(SummaryArgs),
     /// Export a trace to CSV or Chrome trace-event JSON (Perfetto).
     Export(ExportArgs),
+    /// Write one self-contained HTML file with the viewer and the trace (opens offline).
+    Report(ReportArgs),
     /// Estimate the memory needed to train a model: weights, gradients, optimizer, activations.
     Estimate(EstimateArgs),
 }
@@ -197,6 +199,20 @@ pub struct ExportArgs {
     pub output: Option<PathBuf>,
 }
 
+/// `collector report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The trace; without one, the page is an empty viewer that opens trace files.
+    pub trace: Option<PathBuf>,
+    /// Output file [default: the trace's path with `.html`].
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Largest report in megabytes (10^6 bytes); a larger trace is embedded with thinned
+    /// samples. 0: no limit, always embed the whole trace.
+    #[arg(long, default_value_t = 5.0, value_name = "MB")]
+    pub max_size_mb: f64,
+}
+
 /// Version of the `summary --json` document; bumped only when a field is removed or changes
 /// meaning (fields may be added).
 pub const SUMMARY_SCHEMA_VERSION: u32 = 1;
@@ -216,6 +232,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Run(args) => run_command(args),
         Command::Summary(args) => summary_command(&args),
         Command::Export(args) => export_command(&args),
+        Command::Report(args) => report_command(&args),
         Command::Estimate(args) => estimate_command(&args),
     }
 }
@@ -378,6 +395,31 @@ fn summary_command(args: &SummaryArgs) -> Result<i32> {
         out.push('\n');
     }
     write_stdout(out.as_bytes())?;
+    Ok(0)
+}
+
+fn report_command(args: &ReportArgs) -> Result<i32> {
+    if !(args.max_size_mb.is_finite() && args.max_size_mb >= 0.0) {
+        anyhow::bail!("--max-size-mb must be a number of megabytes, 0 for no limit");
+    }
+    let output = args
+        .output
+        .clone()
+        .unwrap_or_else(|| crate::report::default_output(args.trace.as_deref()));
+    let max_bytes = (args.max_size_mb * 1e6) as u64;
+    let (bytes, thinned) = crate::report::write_report(args.trace.as_deref(), &output, max_bytes)?;
+    if thinned {
+        crate::ui::warning(&format!(
+            "the trace did not fit in {} MB: the report carries its samples thinned (the page says so; --max-size-mb 0 keeps all)",
+            args.max_size_mb
+        ));
+    }
+    crate::ui::info(&format!(
+        "report: {} ({})",
+        output.display(),
+        oomscope_trace::units::format_bytes(bytes as u64)
+    ));
+    write_stdout(format!("{}\n", output.display()).as_bytes())?;
     Ok(0)
 }
 

@@ -2,7 +2,8 @@
 //!
 //! The native half of oomscope: `collector run -- CMD` records a program's GPU and host memory,
 //! stage marks and OOM errors into a trace (format and analysis in `oomscope-trace`), and
-//! `collector summary` / `collector export` read traces back.
+//! `collector summary` / `collector export` read traces back, and `collector report` writes one
+//! self-contained HTML file with the browser viewer and a trace ([`report`]).
 //!
 //! Programs that want to say where they are use the marker protocol ([`protocol`]); Rust programs
 //! use [`probe::Probe`], which costs nothing when the program is not run under the collector.
@@ -13,6 +14,7 @@ pub mod host;
 pub mod oom_text;
 pub mod probe;
 pub mod protocol;
+pub mod report;
 pub mod run;
 #[cfg(feature = "tch")]
 pub mod torch;

@@ -12,3 +12,8 @@ pub fn error(error: &anyhow::Error) {
 pub fn warning(message: &str) {
     eprintln!("oomscope: warning: {message}");
 }
+
+/// One line on stderr: `oomscope: <message>`.
+pub fn info(message: &str) {
+    eprintln!("oomscope: {message}");
+}

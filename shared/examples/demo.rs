@@ -3,6 +3,9 @@
 //! collector and the viewer show.
 //!
 //! `cargo run --release -p oomscope-trace --example demo -- out/demo.oomt`
+//!
+//! With `--hour` it writes the benchmark workload instead: one hour sampled at 1 kHz
+//! (`TrainingRun::hour_at_1khz`), the trace BENCHMARKS.md measures reports and the viewer with.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -14,15 +17,18 @@ use oomscope_trace::{analysis, decode, text};
 const MIB: u64 = 1 << 20;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let hour = args.iter().any(|a| a == "--hour");
     let path = PathBuf::from(
-        std::env::args()
-            .nth(1)
+        args.iter()
+            .find(|a| !a.starts_with("--"))
+            .cloned()
             .unwrap_or_else(|| "out/demo.oomt".into()),
     );
     // A 7B-parameter-class run in bf16 with Adam on an 80 GiB GPU: activations dominate, a
     // loss tensor is kept every step (the classic `losses.append(loss)` leak), evaluation runs
     // with autograd on and keeps its outputs on the device, and the allocator fragments.
-    let run = TrainingRun {
+    let demo = TrainingRun {
         steps: 400,
         step_us: 250_000,
         sample_interval_us: 10_000,
@@ -39,6 +45,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         alloc_retries_per_step: 1,
         tensor_stats_every: 50,
         ..TrainingRun::default()
+    };
+    let run = if hour {
+        TrainingRun::hour_at_1khz()
+    } else {
+        demo
     };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;

@@ -29,6 +29,7 @@ mod error;
 pub mod estimate;
 pub mod export;
 pub mod model;
+pub mod reduce;
 pub mod synth;
 pub mod text;
 pub mod units;

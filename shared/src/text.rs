@@ -12,7 +12,7 @@ use crate::analysis::stages::StageTable;
 use crate::model::{ExitStatus, Phase, Trace};
 use crate::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
-    format_signed_bytes,
+    format_signed_bytes, format_signed_bytes_f64,
 };
 
 /// Width the summary fits in.
@@ -311,7 +311,7 @@ fn stage_table(out: &mut String, table: &StageTable, metric: &str) {
                 format_count(row.count as u64),
                 opt(s.mean_bytes.map(format_bytes_f64)),
                 opt(s.max_bytes.map(format_bytes)),
-                opt(s.mean_delta_bytes.map(signed_f64)),
+                opt(s.mean_delta_bytes.map(format_signed_bytes_f64)),
                 opt(s.max_delta_bytes.map(format_signed_bytes)),
             ),
         );
@@ -336,16 +336,6 @@ fn stage_table(out: &mut String, table: &StageTable, metric: &str) {
             4,
             4,
         );
-    }
-}
-
-/// A mean delta with its sign.
-fn signed_f64(bytes: f64) -> String {
-    let text = format_bytes_f64(bytes);
-    if bytes >= 0.5 {
-        format!("+{text}")
-    } else {
-        text
     }
 }
 
@@ -387,7 +377,7 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
             "{} ({}): {}/step, R² {:.2}, steps {}-{}, +{}",
             f.stage,
             f.metric,
-            signed_f64(f.slope_bytes_per_step),
+            format_signed_bytes_f64(f.slope_bytes_per_step),
             f.r_squared,
             format_count(f.first_step),
             format_count(f.last_step),

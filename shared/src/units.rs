@@ -51,6 +51,17 @@ pub fn format_bytes_f64(bytes: f64) -> String {
     }
 }
 
+/// Formats a fractional byte difference (a mean delta) with its sign: `+12.4 MiB`, `-3.20 GiB`,
+/// `0 B`.
+pub fn format_signed_bytes_f64(bytes: f64) -> String {
+    let text = format_bytes_f64(bytes);
+    if bytes >= 0.5 {
+        format!("+{text}")
+    } else {
+        text
+    }
+}
+
 /// Formats a duration: `850 us`, `12.3 ms`, `12.3 s`, `4 min 05 s`, `1 h 02 min`.
 pub fn format_duration_us(us: u64) -> String {
     const MS: u64 = 1_000;

@@ -128,9 +128,17 @@ impl<W: Write> TraceWriter<W> {
         if let Some(id) = self.strings.get(text) {
             return Ok(*id);
         }
+        self.define_string(text)
+    }
+
+    /// Defines `text` under the next string id even when the same text already has one (later
+    /// [`TraceWriter::intern`] calls return the first id). Re-encoding a decoded string table id
+    /// for id needs this: a table can hold a text twice (past [`MAX_INTERNED`] strings the writer
+    /// stops deduplicating, and ids lost with a damaged chunk all read as `?`).
+    pub fn define_string(&mut self, text: &str) -> Result<StringId, EncodeError> {
         let id = StringId(self.next_string);
         self.next_string += 1;
-        if self.strings.len() < MAX_INTERNED {
+        if self.strings.len() < MAX_INTERNED && !self.strings.contains_key(text) {
             self.strings.insert(text.to_owned(), id);
         }
         self.body.clear();

@@ -1,0 +1,346 @@
+//! `collector report`: one self-contained HTML file holding the viewer and a trace, to attach to
+//! a bug ticket and open from `file://` with no network.
+//!
+//! The viewer (built by trunk into `viewer/dist`, see `scripts/build-viewer.sh`) is embedded into
+//! the collector at build time when it exists; a collector built without it still builds and
+//! says how to get it (or reads a built viewer from `OOMSCOPE_VIEWER_DIST` at run time).
+//!
+//! Layout of the page, and why it is safe to open a stranger's trace:
+//! - the trace and the WASM module are base64 inside `<script type="application/octet-stream">`
+//!   elements: data the browser never executes, in an alphabet that cannot close the element;
+//! - the trace's file name and the thinning notice are base64 `data-` attributes; no recorded
+//!   string is ever written into the HTML, and the viewer only creates text nodes from them;
+//! - the one executable script is the viewer's module, allowed by its SHA-256 hash in the
+//!   Content-Security-Policy, which also allows no network access (`default-src 'none'`).
+//!
+//! A report must stay small enough to attach (5 MB by default): when the trace's base64 would
+//! not fit, the report embeds a copy with thinned sample rows (`oomscope_trace::reduce`) and says
+//! so on the page; marks, OOMs, notes and statistics are always complete.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use oomscope_trace::reduce;
+use oomscope_trace::units::{format_bytes, format_count};
+use sha2::{Digest, Sha256};
+
+mod assets {
+    include!(concat!(env!("OUT_DIR"), "/viewer_assets.rs"));
+}
+
+/// The viewer's stylesheet, shared with the trunk build.
+const CSS: &str = include_str!("../../static/viewer.css");
+
+/// File names trunk writes (`filehash = false` in `viewer/Trunk.toml`).
+const JS_NAME: &str = "oomscope-viewer.js";
+const WASM_NAME: &str = "oomscope-viewer_bg.wasm";
+
+/// Default size limit of a report, in bytes: what ticket trackers accept as an attachment.
+pub const DEFAULT_MAX_BYTES: u64 = 5_000_000;
+
+/// The built viewer: wasm-bindgen's JavaScript glue and the WASM module.
+#[derive(Debug)]
+pub struct Viewer {
+    js: Cow<'static, str>,
+    wasm: Cow<'static, [u8]>,
+}
+
+impl Viewer {
+    /// The viewer embedded at build time, else the one in `OOMSCOPE_VIEWER_DIST`.
+    pub fn find() -> Result<Viewer> {
+        if let Some(dir) = std::env::var_os("OOMSCOPE_VIEWER_DIST") {
+            return Viewer::from_dir(Path::new(&dir));
+        }
+        match (assets::VIEWER_JS, assets::VIEWER_WASM) {
+            (Some(js), Some(wasm)) => Ok(Viewer {
+                js: Cow::Borrowed(js),
+                wasm: Cow::Borrowed(wasm),
+            }),
+            _ => bail!(
+                "this collector was built without the viewer: run `bash scripts/build-viewer.sh` and \
+                 rebuild the collector, or set OOMSCOPE_VIEWER_DIST to a built viewer's dist directory"
+            ),
+        }
+    }
+
+    /// A viewer built by trunk into `dir`.
+    pub fn from_dir(dir: &Path) -> Result<Viewer> {
+        let js = std::fs::read_to_string(dir.join(JS_NAME))
+            .with_context(|| format!("no built viewer in {} (missing {JS_NAME})", dir.display()))?;
+        let wasm = std::fs::read(dir.join(WASM_NAME)).with_context(|| {
+            format!("no built viewer in {} (missing {WASM_NAME})", dir.display())
+        })?;
+        Ok(Viewer {
+            js: Cow::Owned(js),
+            wasm: Cow::Owned(wasm),
+        })
+    }
+
+    /// Size of the WASM module.
+    pub fn wasm_bytes(&self) -> usize {
+        self.wasm.len()
+    }
+}
+
+/// A trace as a report carries it.
+#[derive(Debug)]
+pub struct Embedded {
+    /// File name shown in the page.
+    pub name: String,
+    /// The trace bytes (the file itself, or a thinned copy).
+    pub bytes: Vec<u8>,
+    /// What the page says about the copy, when it is not the whole recording.
+    pub notice: Option<String>,
+}
+
+/// Reads `path` and fits it into a report of at most `max_bytes` (0: no limit), given the size
+/// of the page without the trace.
+pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Embedded> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let decoded = oomscope_trace::decode(&bytes)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let name = path.file_name().map_or_else(
+        || "trace.oomt".to_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let fits = |len: usize| max_bytes == 0 || (page_bytes + base64_len(len)) as u64 <= max_bytes;
+    if fits(bytes.len()) {
+        return Ok(Embedded {
+            name,
+            bytes,
+            notice: None,
+        });
+    }
+    // base64 makes 4 bytes of 3; leave a little room for the attributes.
+    let budget = (max_bytes as usize)
+        .checked_sub(page_bytes + 1024)
+        .map(|b| b / 4 * 3)
+        .filter(|b| *b > 0)
+        .with_context(|| {
+            format!(
+                "a report of at most {} cannot hold the viewer ({} already)",
+                format_bytes(max_bytes),
+                format_bytes(page_bytes as u64)
+            )
+        })?;
+    let thinned = reduce::fit_to_size(&decoded.trace, budget)
+        .with_context(|| format!("cannot re-encode {}", path.display()))?;
+    let notice = format!(
+        "This report carries a thinned copy of {name} to stay under {}: {} of {} sample rows \
+         (every stage mark's reading, the first and last, and each counter's minimum and maximum \
+         per time slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables \
+         match the full recording; open {name} itself for every sample.",
+        format_bytes(max_bytes),
+        format_count(thinned.rows_kept as u64),
+        format_count(thinned.rows_total as u64),
+    );
+    if !fits(thinned.trace_bytes.len()) {
+        crate::ui::warning(&format!(
+            "even the thinned trace makes the report larger than {} (its marks alone are {})",
+            format_bytes(max_bytes),
+            format_bytes(thinned.trace_bytes.len() as u64)
+        ));
+    }
+    Ok(Embedded {
+        name,
+        bytes: thinned.trace_bytes,
+        notice: Some(notice),
+    })
+}
+
+fn base64_len(len: usize) -> usize {
+    len.div_ceil(3) * 4
+}
+
+/// The init function of wasm-bindgen's `--target web` glue: its default export, written
+/// `export default NAME;` or `export { …, NAME as default };`.
+fn init_function(js: &str) -> Result<&str> {
+    let is_ident = |n: &str| {
+        !n.is_empty()
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+    };
+    if let Some((_, rest)) = js.rsplit_once("export default ") {
+        let name = rest.split(';').next().unwrap_or("").trim();
+        if is_ident(name) {
+            return Ok(name);
+        }
+    }
+    for (_, rest) in js
+        .match_indices("export {")
+        .map(|(i, _)| js.split_at(i + 8))
+    {
+        let list = rest.split('}').next().unwrap_or("");
+        for item in list.split(',') {
+            if let Some(name) = item.trim().strip_suffix(" as default")
+                && is_ident(name.trim())
+            {
+                return Ok(name.trim());
+            }
+        }
+    }
+    bail!("the viewer's JavaScript has no default export (not wasm-bindgen --target web output?)")
+}
+
+/// The page without a trace; `page_len` of it tells how much room a trace has.
+pub fn render(viewer: &Viewer, trace: Option<&Embedded>) -> Result<String> {
+    if viewer.js.to_ascii_lowercase().contains("</script") {
+        bail!("the viewer's JavaScript contains `</script`, which cannot be inlined");
+    }
+    let init = init_function(&viewer.js)?;
+    let module = format!(
+        "{js}\n;{{\n\
+         const b64 = document.getElementById(\"oomscope-wasm\").textContent.trim();\n\
+         const bytes = Uint8Array.fromBase64 ? Uint8Array.fromBase64(b64)\n\
+           : Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));\n\
+         await {init}({{ module_or_path: bytes }});\n}}\n",
+        js = viewer.js
+    );
+    let hash = STANDARD.encode(Sha256::digest(module.as_bytes()));
+    let csp = format!(
+        "default-src 'none'; script-src 'sha256-{hash}' 'wasm-unsafe-eval'; style-src 'unsafe-inline'; \
+         img-src data: blob:; base-uri 'none'; form-action 'none'"
+    );
+    let mut html = String::with_capacity(
+        viewer.wasm.len() * 4 / 3
+            + trace.map_or(0, |t| t.bytes.len() * 4 / 3)
+            + module.len()
+            + 8192,
+    );
+    html.push_str("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    html.push_str(&format!(
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n"
+    ));
+    html.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    html.push_str("<meta name=\"generator\" content=\"oomscope collector report\">\n");
+    html.push_str("<title>oomscope report</title>\n<style>\n");
+    html.push_str(CSS);
+    html.push_str("</style>\n</head>\n<body>\n");
+    if let Some(t) = trace {
+        html.push_str(
+            "<script id=\"oomscope-trace\" type=\"application/octet-stream\" data-name=\"",
+        );
+        html.push_str(&STANDARD.encode(t.name.as_bytes()));
+        html.push('"');
+        if let Some(n) = &t.notice {
+            html.push_str(" data-notice=\"");
+            html.push_str(&STANDARD.encode(n.as_bytes()));
+            html.push('"');
+        }
+        html.push('>');
+        html.push_str(&STANDARD.encode(&t.bytes));
+        html.push_str("</script>\n");
+    }
+    html.push_str("<script id=\"oomscope-wasm\" type=\"application/octet-stream\">");
+    html.push_str(&STANDARD.encode(&viewer.wasm));
+    html.push_str("</script>\n<script type=\"module\">");
+    html.push_str(&module);
+    html.push_str("</script>\n</body>\n</html>\n");
+    Ok(html)
+}
+
+/// Where `collector report TRACE` writes by default: the trace's path with `.html`.
+pub fn default_output(trace: Option<&Path>) -> PathBuf {
+    match trace {
+        Some(t) => t.with_extension("html"),
+        None => PathBuf::from("oomscope-viewer.html"),
+    }
+}
+
+/// Writes the report; returns its size.
+pub fn write_report(trace: Option<&Path>, output: &Path, max_bytes: u64) -> Result<(usize, bool)> {
+    let viewer = Viewer::find()?;
+    let page_bytes = render(&viewer, None)?.len();
+    let embedded = trace
+        .map(|p| embed_trace(p, max_bytes, page_bytes))
+        .transpose()?;
+    let html = render(&viewer, embedded.as_ref())?;
+    std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
+    Ok((html.len(), embedded.is_some_and(|e| e.notice.is_some())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_viewer() -> Viewer {
+        Viewer {
+            js: Cow::Borrowed(
+                "let wasm;\nasync function __wbg_init(x) { wasm = x; }\nexport { initSync };\nexport default __wbg_init;\n",
+            ),
+            wasm: Cow::Borrowed(b"\0asm\x01\0\0\0"),
+        }
+    }
+
+    #[test]
+    fn recorded_strings_never_reach_the_html() {
+        let t = Embedded {
+            name: "<script>alert(1)</script>.oomt".into(),
+            bytes: b"<img src=x onerror=alert(1)>".to_vec(),
+            notice: Some("</script><script>alert(2)</script>".into()),
+        };
+        let html = render(&fake_viewer(), Some(&t)).unwrap();
+        assert!(!html.contains("alert"), "{html}");
+        assert!(!html.contains("onerror"));
+        assert_eq!(html.matches("<script").count(), 3, "trace, wasm, module");
+    }
+
+    #[test]
+    fn csp_hash_matches_the_module_script() {
+        let html = render(&fake_viewer(), None).unwrap();
+        let module = html
+            .split("<script type=\"module\">")
+            .nth(1)
+            .and_then(|r| r.split("</script>").next())
+            .unwrap();
+        let hash = STANDARD.encode(Sha256::digest(module.as_bytes()));
+        assert!(html.contains(&format!("'sha256-{hash}'")));
+        assert!(html.contains("default-src 'none'"));
+        assert!(
+            !html.contains("unsafe-inline' 'wasm") && !html.contains("script-src 'unsafe-inline'")
+        );
+        assert!(module.contains("await __wbg_init({ module_or_path: bytes })"));
+    }
+
+    #[test]
+    fn glue_that_would_break_out_is_refused() {
+        let v = Viewer {
+            js: Cow::Borrowed("export default init; const s = '</SCRIPT>';"),
+            wasm: Cow::Borrowed(b""),
+        };
+        assert!(render(&v, None).is_err());
+        let v = Viewer {
+            js: Cow::Borrowed("function f() {}"),
+            wasm: Cow::Borrowed(b""),
+        };
+        assert!(
+            render(&v, None)
+                .unwrap_err()
+                .to_string()
+                .contains("default export")
+        );
+        let v = Viewer {
+            js: Cow::Borrowed(
+                "async function __wbg_init() {}\nexport { initSync, __wbg_init as default };\n",
+            ),
+            wasm: Cow::Borrowed(b""),
+        };
+        assert!(
+            render(&v, None)
+                .unwrap()
+                .contains("await __wbg_init({ module_or_path: bytes })")
+        );
+    }
+
+    #[test]
+    fn default_output_sits_beside_the_trace() {
+        assert_eq!(
+            default_output(Some(Path::new("runs/a.oomt"))),
+            PathBuf::from("runs/a.html")
+        );
+        assert_eq!(default_output(None), PathBuf::from("oomscope-viewer.html"));
+    }
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs the viewer's build and browser-test tools, idempotently, from the package registries
+# only (crates.io, npm, Debian): trunk, wasm-bindgen-cli (same version as Cargo.lock), wasm-opt
+# (binaryen from npm: Debian's is too old for rustc 1.95 output), chromium and chromedriver.
+# Tools go under the cache (see env.sh), outside the clone; nothing depends on them being there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+log() { printf '[setup-viewer] %s\n' "$*" >&2; }
+
+TRUNK_VERSION=0.21.14
+BINARYEN_VERSION=132.0.0
+# wasm-bindgen-cli must match the wasm-bindgen crate in Cargo.lock exactly.
+WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+: "${WASM_BINDGEN_VERSION:?wasm-bindgen not found in Cargo.lock}"
+
+mkdir -p "$OOMSCOPE_TOOLS/bin"
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    log "installing the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+fi
+
+if ! "$OOMSCOPE_TOOLS/bin/wasm-bindgen" --version 2>/dev/null | grep -q " $WASM_BINDGEN_VERSION\$"; then
+    log "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (~4 min)"
+    # Not --locked: its lockfile pins a webpki-roots release the registry no longer has.
+    CARGO_TARGET_DIR="$OOMSCOPE_TOOLS/build" cargo install --root "$OOMSCOPE_TOOLS" --force \
+        wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+
+if ! "$OOMSCOPE_TOOLS/bin/trunk" --version 2>/dev/null | grep -q " $TRUNK_VERSION\$"; then
+    log "installing trunk $TRUNK_VERSION (~9 min)"
+    CARGO_TARGET_DIR="$OOMSCOPE_TOOLS/build" cargo install --root "$OOMSCOPE_TOOLS" --force \
+        trunk --version "$TRUNK_VERSION" --locked
+fi
+rm -rf "$OOMSCOPE_TOOLS/build"
+
+if ! "$OOMSCOPE_TOOLS/npm/node_modules/.bin/wasm-opt" --version 2>/dev/null | grep -q "version ${BINARYEN_VERSION%%.*}"; then
+    log "installing binaryen $BINARYEN_VERSION (wasm-opt) from npm"
+    mkdir -p "$OOMSCOPE_TOOLS/npm"
+    npm install --silent --no-audit --no-fund --prefix "$OOMSCOPE_TOOLS/npm" "binaryen@$BINARYEN_VERSION"
+fi
+
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    log "installing chromium and chromedriver (Debian)"
+    export DEBIAN_FRONTEND=noninteractive
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+log "ready: trunk $TRUNK_VERSION, wasm-bindgen $WASM_BINDGEN_VERSION, binaryen $BINARYEN_VERSION, $(chromium --version)"

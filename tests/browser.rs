@@ -1,0 +1,401 @@
+//! The viewer in a real browser: traces recorded by the collector from real child processes,
+//! written into self-contained reports by `collector report`, opened from `file://` in headless
+//! Debian chromium through chromedriver.
+// The hour test prints its measurement for BENCHMARKS.md.
+#![allow(clippy::print_stdout)]
+
+use std::time::Duration;
+
+use oomscope_e2e::{Browser, Scratch, record, report, run_collector, summary_json};
+use serde_json::Value;
+use thirtyfour::prelude::*;
+
+/// One browser at a time: the machine has two cores.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A training loop that really holds host memory: activations in forward, freed after
+/// backward; `LEAK` MiB kept per step; eval every 10 steps; an OOM at the end when asked.
+const TRAIN: &str = r#"
+import sys, time, oomscope_probe as oom
+MIB = 1 << 20
+leak, crash = int(sys.argv[1]), sys.argv[2] == "oom"
+def resident(mib):
+    b = bytearray(mib * MIB)
+    b[::4096] = b"\x01" * (len(b) // 4096)
+    return b
+params = resident(24)
+oom.components(parameters_bytes=24 * MIB, gradients_bytes=24 * MIB, optimizer_state_bytes=48 * MIB)
+kept = []
+for step in range(30):
+    oom.step(step)
+    oom.mark("pre_forward", phase="train")
+    act = resident(40)
+    time.sleep(0.03)
+    oom.mark("post_forward")
+    if leak:
+        kept.append(resident(leak))
+    time.sleep(0.02)
+    del act
+    oom.mark("post_backward")
+    time.sleep(0.02)
+    oom.mark("post_optimizer_step")
+    if step % 10 == 9:
+        oom.phase("eval")
+        oom.mark("eval_forward", phase="eval")
+        time.sleep(0.02)
+        oom.phase("train")
+oom.note("checkpoint saved")
+time.sleep(0.05)
+if crash:
+    oom.mark("pre_forward", step=30, phase="train")
+    time.sleep(0.05)
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.23 GiB is free.", file=sys.stderr)
+    sys.exit(1)
+"#;
+
+fn as_f64(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) if !s.is_empty() => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// The DOM's stage table equals `collector summary --json`'s for the primary metric.
+async fn assert_stage_table_matches(b: &Browser, summary: &Value) {
+    let table = &summary["analysis"]["stage_table"];
+    let primary = table["primary_metric"].as_str().expect("a primary metric");
+    let metrics: Vec<&str> = table["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    let mi = metrics.iter().position(|m| *m == primary).unwrap();
+    let shown = b
+        .js("return document.getElementById('stage-metric').value")
+        .await;
+    assert_eq!(
+        shown.as_str(),
+        Some(primary),
+        "the table opens on the primary metric"
+    );
+    let rows = b
+        .js("return [...document.querySelectorAll('#stage-table tbody tr')].map(r => r.dataset)")
+        .await;
+    let rows = rows.as_array().unwrap();
+    let expected = table["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), expected.len(), "rows: {rows:?}");
+    for (dom, want) in rows.iter().zip(expected) {
+        let m = &want["metrics"][mi];
+        assert_eq!(dom["stage"], want["stage"]);
+        assert_eq!(dom["phase"], want["phase"]);
+        assert_eq!(as_f64(&dom["count"]), as_f64(&want["count"]));
+        for (attr, field) in [
+            ("meanBytes", "mean_bytes"),
+            ("maxBytes", "max_bytes"),
+            ("meanDeltaBytes", "mean_delta_bytes"),
+            ("maxDeltaBytes", "max_delta_bytes"),
+        ] {
+            assert_eq!(
+                as_f64(&dom[attr]),
+                as_f64(&m[field]),
+                "{} {field}: page {} vs summary {}",
+                want["stage"],
+                dom[attr],
+                m[field]
+            );
+        }
+    }
+}
+
+async fn painted_pixels(b: &Browser, canvas_id: &str) -> u64 {
+    let script = format!(
+        "const c = document.getElementById('{canvas_id}');
+         const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+         let n = 0;
+         for (let i = 0; i < d.length; i += 4) {{ if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) n++; }}
+         return n;"
+    );
+    b.js(&script).await.as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn a_report_shows_what_the_summary_says_and_compares_a_second_trace() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("report");
+    let script = s.write("train.py", TRAIN.as_bytes());
+    let leaky = s.path("leaky.oomt");
+    record(&script, &["8", "oom"], &leaky);
+    let html = s.path("leaky.html");
+    let out = report(&leaky, &html, &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        html.display().to_string(),
+        "report prints its path"
+    );
+    let summary = summary_json(&leaky);
+
+    let b = Browser::start("report").await;
+    b.open(&html).await;
+    b.wait_for("#stage-table tbody tr").await;
+
+    assert_stage_table_matches(&b, &summary).await;
+
+    // The timeline is drawn, and says when.
+    let pixels = painted_pixels(&b, "timeline-canvas").await;
+    assert!(
+        pixels > 2_000,
+        "timeline canvas looks blank ({pixels} painted pixels)"
+    );
+    let first = b.js("return document.body.dataset.firstChartMs").await;
+    assert!(
+        as_f64(&first).is_some_and(|ms| ms > 0.0),
+        "first chart time: {first}"
+    );
+
+    // Findings: the same ones, in the same order (most severe first).
+    let titles = b
+        .js("return [...document.querySelectorAll('#findings article.finding')].map(a => a.dataset.id)")
+        .await;
+    let want: Vec<Value> = summary["analysis"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].clone())
+        .collect();
+    assert_eq!(titles.as_array().unwrap(), &want);
+    assert!(
+        want.iter().any(|id| id == "leak"),
+        "the planted leak is found: {want:?}"
+    );
+    assert!(
+        want.iter().any(|id| id == "oom"),
+        "the OOM is explained: {want:?}"
+    );
+    let banner = b.wait_for("#oom-banner").await.text().await.unwrap();
+    assert!(banner.contains("2.00 GiB"), "{banner}");
+    assert!(banner.contains("step 30"), "{banner}");
+
+    // The breakdown at the peak is a chart.
+    b.wait_for("#breakdown-canvas").await;
+    assert!(painted_pixels(&b, "breakdown-canvas").await > 200);
+
+    // Exports are generated in the page, byte for byte what `collector export` writes.
+    b.js("window.__blobs = []; const o = URL.createObjectURL; URL.createObjectURL = (x) => { window.__blobs.push(x); return o(x); }; return 1")
+        .await;
+    b.d()
+        .find(By::Id("export-csv"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let csv = b.js("return window.__blobs[0].text()").await;
+    let cli = run_collector(&["export", "--format", "csv", leaky.to_str().unwrap()]);
+    assert_eq!(csv.as_str().unwrap(), String::from_utf8_lossy(&cli.stdout));
+
+    // A second trace through the file input: the fix, side by side.
+    let fixed = s.path("fixed.oomt");
+    record(&script, &["0", "ok"], &fixed);
+    let input = b.d().find(By::Id("compare-input")).await.unwrap();
+    input
+        .send_keys(fixed.canonicalize().unwrap().display().to_string())
+        .await
+        .unwrap();
+    b.wait_for("#compare-peaks tbody tr").await;
+    let peaks = b
+        .js("return [...document.querySelectorAll('#compare-peaks tbody tr')].map(r => r.dataset)")
+        .await;
+    let rss = peaks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["metric"] == "host.rss")
+        .unwrap_or_else(|| panic!("host.rss compared: {peaks}"));
+    let (a, bb) = (
+        as_f64(&rss["aBytes"]).unwrap(),
+        as_f64(&rss["bBytes"]).unwrap(),
+    );
+    let fixed_summary = summary_json(&fixed);
+    let fixed_peak = fixed_summary["analysis"]["peaks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metric"] == "host.rss")
+        .filter_map(|p| p["bytes"].as_f64())
+        .fold(0.0, f64::max);
+    assert_eq!(bb, fixed_peak, "B is the second trace's peak");
+    assert!(
+        a > bb + 150.0 * 1048576.0,
+        "the leak (30 × 8 MiB) shows: A {a} vs B {bb}"
+    );
+    let stages = b
+        .js("return document.querySelectorAll('#compare-stages tbody tr').length")
+        .await;
+    assert!(stages.as_u64().unwrap() >= 4, "{stages}");
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn damaged_and_foreign_files_show_a_message_not_a_blank_page() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("corrupt");
+    let script = s.write("train.py", TRAIN.as_bytes());
+    let full = s.path("full.oomt");
+    record(&script, &["2", "ok"], &full);
+    let bytes = std::fs::read(&full).unwrap();
+    let cut = s.write("cut.oomt", &bytes[..bytes.len() * 3 / 5]);
+    let html = s.path("cut.html");
+    report(&cut, &html, &[]);
+
+    let b = Browser::start("corrupt").await;
+    b.open(&html).await;
+    let banner = b.wait_for("#partial-banner").await.text().await.unwrap();
+    assert!(banner.contains("Partly readable"), "{banner}");
+    // The prefix that decoded is shown.
+    b.wait_for("#stage-table tbody tr").await;
+    assert!(painted_pixels(&b, "timeline-canvas").await > 1_000);
+
+    // Something that is not a trace at all, opened through the picker.
+    let junk = s.write("notes.oomt", b"<html>this is not a trace</html>");
+    let input = b.d().find(By::Id("open-input")).await.unwrap();
+    input
+        .send_keys(junk.canonicalize().unwrap().display().to_string())
+        .await
+        .unwrap();
+    let error = b.wait_for("#load-error").await.text().await.unwrap();
+    assert!(error.contains("notes.oomt"), "{error}");
+    assert!(error.contains("not a readable oomscope trace"), "{error}");
+    b.quit().await;
+
+    // `collector report` of a foreign file: one line, non-zero exit, no file.
+    let o = run_collector(&[
+        "report",
+        junk.to_str().unwrap(),
+        "-o",
+        s.path("junk.html").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: cannot open"), "{err}");
+    assert!(!s.path("junk.html").exists());
+}
+
+#[tokio::test]
+async fn markup_in_a_trace_is_shown_as_text_and_never_runs() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("hostile");
+    let script = s.write(
+        "hostile.py",
+        br#"
+import sys, time, oomscope_probe as oom
+# Stage names are single protocol tokens (no spaces, no '='), so their payload calls a method.
+for step in range(3):
+    oom.mark("<script>document.body.setAttribute('data-pwned','stage')</script>", step=step)
+    time.sleep(0.03)
+    oom.mark("<b>bold</b><img/src/onerror>", step=step)
+    time.sleep(0.03)
+oom.note("<iframe src=javascript:window.__pwned=3></iframe> <img src=x onerror=window.__pwned=6>")
+time.sleep(0.05)
+"#,
+    );
+    let trace = s.path("hostile.oomt");
+    record(
+        &script,
+        &[
+            "<svg/onload=window.__pwned=4>",
+            "\"><script>window.__pwned=5</script>",
+        ],
+        &trace,
+    );
+    let marks = oomscope_trace::decode(&std::fs::read(&trace).unwrap())
+        .unwrap()
+        .trace
+        .marks
+        .len();
+    assert_eq!(marks, 6, "the hostile stage names were recorded");
+    let html_path = s.path("hostile.html");
+    report(&trace, &html_path, &[]);
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(
+        !html.contains("__pwned") && !html.contains("data-pwned"),
+        "no recorded string is in the HTML"
+    );
+    assert!(html.contains("Content-Security-Policy"));
+    assert!(html.contains("default-src 'none'"));
+
+    let b = Browser::start("hostile").await;
+    b.open(&html_path).await;
+    b.wait_for("#stage-table tbody tr").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pwned = b
+        .js("return window.__pwned === undefined ? (document.body.dataset.pwned || null) : window.__pwned")
+        .await;
+    assert_eq!(pwned, Value::Null, "a script from the trace ran");
+    let injected = b
+        .js("return document.querySelectorAll('b, img, svg, iframe').length + document.scripts.length - 3")
+        .await;
+    assert_eq!(
+        injected.as_i64(),
+        Some(0),
+        "elements were created from trace text"
+    );
+    // The text is there, literally.
+    let stages = b
+        .js("return [...document.querySelectorAll('#stage-table tbody tr td:first-child')].map(td => td.textContent)")
+        .await;
+    assert!(
+        stages
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "<script>document.body.setAttribute('data-pwned','stage')</script>"),
+        "{stages}"
+    );
+    let notes = b.wait_for("#notes").await.text().await.unwrap();
+    assert!(
+        notes.contains("<img src=x onerror=window.__pwned=6>"),
+        "{notes}"
+    );
+    let command = b.wait_for("#command").await.text().await.unwrap();
+    assert!(
+        command.contains("<svg/onload=window.__pwned=4>"),
+        "{command}"
+    );
+    let title = b.js("return document.title").await;
+    assert_eq!(title, "oomscope: hostile.oomt");
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn an_hour_at_1khz_fits_in_five_megabytes_and_draws_within_a_second() {
+    use oomscope_trace::synth::TrainingRun;
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("hour");
+    let trace = s.write("hour.oomt", &TrainingRun::hour_at_1khz().to_bytes());
+    let html = s.path("hour.html");
+    report(&trace, &html, &[]);
+    let size = std::fs::metadata(&html).unwrap().len();
+    assert!(size < 5_000_000, "report is {size} bytes");
+    let summary = summary_json(&trace);
+
+    let b = Browser::start("hour").await;
+    b.open(&html).await;
+    b.wait_for("body[data-first-chart-ms]").await;
+    let first = as_f64(&b.js("return document.body.dataset.firstChartMs").await).unwrap();
+    b.wait_for("#stage-table tbody tr").await;
+    let analysed = as_f64(&b.js("return document.body.dataset.analysisMs").await).unwrap();
+    println!(
+        "hour report: {size} bytes; first chart at {first:.0} ms, analysis done at {analysed:.0} ms"
+    );
+    // BENCHMARKS.md records the measured figure (target ≤ 1 s); the test leaves room for a
+    // loaded CI machine but fails on a real regression.
+    assert!(first < 2_500.0, "first chart took {first} ms");
+    let notice = b.wait_for("#thinned-notice").await.text().await.unwrap();
+    assert!(notice.contains("thinned copy"), "{notice}");
+    // The thinned copy keeps what the analysis reads: same stage table as the full trace.
+    assert_stage_table_matches(&b, &summary).await;
+    b.quit().await;
+}

@@ -1,0 +1,246 @@
+//! Shared pieces of the end-to-end tests: the collector binary built beside the tests, scratch
+//! directories, recording a Python program under `collector run`, and a headless Debian
+//! chromium driven through chromedriver (started here, killed with its whole process group).
+//!
+//! The tests use the real binaries: `cargo test --workspace` builds `collector` (with the viewer
+//! embedded once `scripts/build-viewer.sh` has run) before any test starts.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use thirtyfour::prelude::*;
+
+/// `target/<profile>`, where cargo put the collector next to this test binary's `deps/`.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary has a path");
+    let deps = exe.parent().expect("in deps/");
+    deps.parent().expect("in target/<profile>").to_path_buf()
+}
+
+/// The collector binary this workspace built.
+pub fn collector() -> PathBuf {
+    let path = target_dir().join("collector");
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (or build the collector first)",
+        path.display()
+    );
+    path
+}
+
+/// The Python marker helper's directory (for `PYTHONPATH`).
+pub fn python_helper_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/python")
+}
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    /// A fresh directory under the system temp dir.
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("oomscope-e2e-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir is writable");
+        Scratch { dir }
+    }
+
+    /// A path inside.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Writes a file inside; returns its path.
+    pub fn write(&self, name: &str, contents: &[u8]) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, contents).expect("scratch is writable");
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs the collector with `args`; the Python helper is importable by children.
+pub fn run_collector(args: &[&str]) -> Output {
+    Command::new(collector())
+        .args(args)
+        .env("PYTHONPATH", python_helper_dir())
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the collector starts")
+}
+
+/// Records `python3 script args...` into `trace`; panics with the collector's stderr on
+/// failure to write a trace.
+pub fn record(script: &Path, args: &[&str], trace: &Path) {
+    let mut all = vec![
+        "run",
+        "-q",
+        "--interval-ms",
+        "5",
+        "-o",
+        trace.to_str().expect("utf-8 path"),
+        "--",
+        "python3",
+        script.to_str().expect("utf-8 path"),
+    ];
+    all.extend_from_slice(args);
+    let out = run_collector(&all);
+    assert!(
+        trace.is_file(),
+        "no trace written: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `collector report TRACE -o OUT`; returns the output.
+pub fn report(trace: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "report",
+        trace.to_str().expect("utf-8 path"),
+        "-o",
+        out.to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    let o = run_collector(&args);
+    assert!(
+        o.status.success(),
+        "collector report failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// `collector summary --json TRACE`, parsed.
+pub fn summary_json(trace: &Path) -> serde_json::Value {
+    let o = run_collector(&["summary", "--json", trace.to_str().expect("utf-8 path")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("summary --json is JSON")
+}
+
+/// A headless chromium session; quits (or is killed with its process group) when done.
+#[derive(Debug)]
+pub struct Browser {
+    /// The WebDriver session.
+    pub driver: Option<WebDriver>,
+    chromedriver: Child,
+    _profile: Scratch,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port")
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless chromium (root needs `--no-sandbox`).
+    pub async fn start(name: &str) -> Browser {
+        let port = free_port();
+        let mut cmd = Command::new("chromedriver");
+        cmd.arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let chromedriver = cmd.spawn().expect(
+            "chromedriver is not installed: run `bash scripts/setup-viewer.sh` (Debian chromium-driver)",
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not start listening"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = Scratch::new(&format!("chrome-{name}"));
+        let mut caps = DesiredCapabilities::chrome();
+        caps.set_binary("/usr/bin/chromium").expect("capability");
+        for arg in [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,1000",
+            &format!("--user-data-dir={}", profile.path("profile").display()),
+        ] {
+            caps.add_arg(arg).expect("capability");
+        }
+        let driver = WebDriver::new(format!("http://127.0.0.1:{port}"), caps)
+            .await
+            .expect("chromium starts under chromedriver");
+        Browser {
+            driver: Some(driver),
+            chromedriver,
+            _profile: profile,
+        }
+    }
+
+    /// The session.
+    pub fn d(&self) -> &WebDriver {
+        self.driver.as_ref().expect("not quit")
+    }
+
+    /// Opens a local file.
+    pub async fn open(&self, path: &Path) {
+        let url = format!(
+            "file://{}",
+            path.canonicalize().expect("file exists").display()
+        );
+        self.d().goto(url).await.expect("page opens");
+    }
+
+    /// Waits up to 20 s for an element.
+    pub async fn wait_for(&self, css: &str) -> WebElement {
+        self.d()
+            .query(By::Css(css))
+            .wait(Duration::from_secs(20), Duration::from_millis(50))
+            .first()
+            .await
+            .unwrap_or_else(|e| panic!("`{css}` never appeared: {e}"))
+    }
+
+    /// Runs a script and returns its JSON result.
+    pub async fn js(&self, script: &str) -> serde_json::Value {
+        self.d()
+            .execute(script, Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("script failed: {e}"))
+            .json()
+            .clone()
+    }
+
+    /// Ends the session cleanly.
+    pub async fn quit(mut self) {
+        if let Some(d) = self.driver.take() {
+            let _ = d.quit().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // chromium runs as chromedriver's children, in its process group.
+        let _ = Command::new("kill")
+            .args(["-9", "--", &format!("-{}", self.chromedriver.id())])
+            .status();
+        let _ = self.chromedriver.kill();
+        let _ = self.chromedriver.wait();
+    }
+}

@@ -1,0 +1,199 @@
+//! The page: opening traces (picker, drag and drop, or the one a report embeds), and laying out
+//! one trace's report, plus the comparison when a second trace is open.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leptos::prelude::*;
+use oomscope_trace::analysis::Analysis;
+
+use crate::browser;
+use crate::load::{Loaded, analyse};
+use crate::sections::{
+    BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview, StageTable,
+    Statistics, StepTable,
+};
+use crate::timeline::Timeline;
+
+/// An open trace and, once computed, its analysis.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// What was decoded.
+    pub loaded: Arc<Loaded>,
+    /// Filled in a task after the first chart is drawn.
+    pub analysis: RwSignal<Option<Arc<Analysis>>>,
+}
+
+impl Opened {
+    /// Starts the analysis in a later task, so the page draws the timeline first.
+    pub fn new(loaded: Loaded) -> Opened {
+        let analysis = RwSignal::new(None);
+        if let Some(trace) = loaded.trace.clone() {
+            set_timeout(
+                move || {
+                    analysis.set(Some(Arc::new(analyse(&trace))));
+                    if let Some(body) = web_sys::window()
+                        .and_then(|w| w.document())
+                        .and_then(|d| d.body())
+                    {
+                        let _ = body.set_attribute(
+                            "data-analysis-ms",
+                            &format!("{:.1}", browser::now_ms()),
+                        );
+                    }
+                },
+                Duration::ZERO,
+            );
+        }
+        Opened {
+            loaded: Arc::new(loaded),
+            analysis,
+        }
+    }
+}
+
+/// Where newly read files go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// Replace what is open (a second file becomes the comparison).
+    Open,
+    /// Keep the open trace, compare with the new one.
+    Compare,
+}
+
+/// The whole viewer. `initial` is the trace a report embeds.
+#[component]
+pub fn App(initial: Option<Loaded>) -> impl IntoView {
+    let primary = RwSignal::new(initial.map(Opened::new));
+    let compare = RwSignal::new(None::<Opened>);
+    let reading = RwSignal::new(false);
+
+    let open_files = move |files: Vec<web_sys::File>, target: Target| {
+        if files.is_empty() {
+            return;
+        }
+        reading.set(true);
+        leptos::task::spawn_local(async move {
+            let mut loaded = Vec::new();
+            for f in files.into_iter().take(2) {
+                loaded.push(browser::read_file(f).await);
+            }
+            let mut loaded = loaded.into_iter();
+            match target {
+                Target::Open => {
+                    primary.set(loaded.next().map(Opened::new));
+                    compare.set(loaded.next().map(Opened::new));
+                }
+                Target::Compare => compare.set(loaded.next().map(Opened::new)),
+            }
+            reading.set(false);
+        });
+    };
+    let on_open = move |ev: leptos::ev::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        open_files(browser::files(input.files()), Target::Open);
+        input.set_value("");
+    };
+    let on_compare = move |ev: leptos::ev::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        open_files(browser::files(input.files()), Target::Compare);
+        input.set_value("");
+    };
+    let on_drop = move |ev: leptos::ev::DragEvent| {
+        ev.prevent_default();
+        let files = browser::files(ev.data_transfer().and_then(|d| d.files()));
+        let target = if files.len() == 1 && primary.with_untracked(Option::is_some) {
+            Target::Compare
+        } else {
+            Target::Open
+        };
+        open_files(files, target);
+    };
+
+    Effect::new(move |_| {
+        let title = primary.with(|p| {
+            p.as_ref().map_or_else(
+                || "oomscope viewer".to_owned(),
+                |o| format!("oomscope: {}", o.loaded.name),
+            )
+        });
+        browser::set_title(&title);
+    });
+
+    view! {
+        <div class="app" on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default() on:drop=on_drop>
+            <header>
+                <h1>"oomscope"</h1>
+                <label class="file">"Open trace(s)… "
+                    <input id="open-input" type="file" multiple accept=".oomt,application/octet-stream" on:change=on_open/>
+                </label>
+                <Show when=move || primary.with(Option::is_some)>
+                    <label class="file">"Compare with… "
+                        <input id="compare-input" type="file" accept=".oomt,application/octet-stream" on:change=on_compare/>
+                    </label>
+                </Show>
+                <Show when=move || compare.with(Option::is_some)>
+                    <button id="close-compare" on:click=move |_| compare.set(None)>"close comparison"</button>
+                </Show>
+                <span id="status">{move || if reading.get() { "reading…" } else { "" }}</span>
+            </header>
+            {move || match primary.get() {
+                None => view! {
+                    <div class="dropzone" id="dropzone">
+                        <p>"Drop one trace (.oomt) here to inspect it, or two to compare them."</p>
+                        <p class="hint">"Everything happens in this page: nothing is uploaded."</p>
+                    </div>
+                }.into_any(),
+                Some(a) => view! { <Report opened=a compare=compare/> }.into_any(),
+            }}
+        </div>
+    }
+}
+
+/// One trace's report, with the comparison section when a second trace is open.
+#[component]
+fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoView {
+    let loaded = opened.loaded.clone();
+    let Some(trace) = loaded.trace.clone() else {
+        return view! { <Overview loaded=loaded/> }.into_any();
+    };
+    let analysis = opened.analysis;
+    let a_name = loaded.name.clone();
+    let comparison = move || {
+        let b = compare.get()?;
+        let view = match b.loaded.trace {
+            None => view! { <section id="compare"><Overview loaded=b.loaded.clone()/></section> }.into_any(),
+            Some(_) => match (analysis.get(), b.analysis.get()) {
+                (Some(x), Some(y)) => view! {
+                    <Compare a_name=a_name.clone() a=x b_name=b.loaded.name.clone() b=y/>
+                    <details class="other-overview"><summary>"B: overview"</summary><Overview loaded=b.loaded.clone()/></details>
+                }
+                .into_any(),
+                _ => view! { <section id="compare"><p>"analysing…"</p></section> }.into_any(),
+            },
+        };
+        Some(view)
+    };
+    let analysed_trace = trace.clone();
+    let analysed = move || match analysis.get() {
+        None => view! { <p id="analysing" class="hint">"analysing…"</p> }.into_any(),
+        Some(a) => view! {
+            <CounterPeaks analysis=a.clone()/>
+            <Findings analysis=a.clone()/>
+            <StageTable analysis=a.clone()/>
+            <StepTable trace=analysed_trace.clone() analysis=a.clone()/>
+            <Breakdown trace=analysed_trace.clone() analysis=a.clone()/>
+            <Statistics trace=analysed_trace.clone()/>
+            <BatchTrials trace=analysed_trace.clone() analysis=a/>
+        }
+        .into_any(),
+    };
+    view! {
+        <Overview loaded=loaded.clone()/>
+        {comparison}
+        <Timeline trace=trace.clone()/>
+        {analysed}
+        <Exports name=loaded.name.clone() trace=trace/>
+    }
+    .into_any()
+}

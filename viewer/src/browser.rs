@@ -1,0 +1,109 @@
+//! The few places the viewer talks to the browser directly: the trace a report embeds, files the
+//! user opens, downloads, and the timing mark the performance test reads.
+//!
+//! Nothing here sends anything anywhere: files are read in the page, downloads are generated in
+//! the page from `Blob`s, and a report's Content-Security-Policy forbids network access anyway.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use wasm_bindgen::JsCast as _;
+use wasm_bindgen_futures::JsFuture;
+
+use crate::load::Loaded;
+
+/// Id of the `<script type="application/octet-stream">` element holding a report's trace.
+pub const EMBEDDED_TRACE_ID: &str = "oomscope-trace";
+
+fn document() -> Option<web_sys::Document> {
+    web_sys::window()?.document()
+}
+
+fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    STANDARD.decode(compact)
+}
+
+/// The trace a report carries, if this page is a report. Its name and the notice about thinned
+/// samples travel base64-encoded in `data-` attributes, so no recorded text is ever parsed as
+/// HTML, not even in an attribute.
+pub fn embedded_trace() -> Option<Loaded> {
+    let el = document()?.get_element_by_id(EMBEDDED_TRACE_ID)?;
+    let attr = |name: &str| {
+        el.get_attribute(name)
+            .and_then(|v| decode_base64(&v).ok())
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let name = attr("data-name").unwrap_or_else(|| "embedded trace".to_owned());
+    let notice = attr("data-notice");
+    let text = el.text_content().unwrap_or_default();
+    Some(match decode_base64(&text) {
+        Ok(bytes) => Loaded::decode(name, &bytes, notice),
+        Err(e) => Loaded::failed(name, format!("the report's embedded trace is damaged: {e}")),
+    })
+}
+
+/// Reads a file the user picked or dropped.
+pub async fn read_file(file: web_sys::File) -> Loaded {
+    let name = file.name();
+    match JsFuture::from(file.array_buffer()).await {
+        Ok(buffer) => {
+            let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
+            Loaded::decode(name, &bytes, None)
+        }
+        Err(_) => Loaded::failed(name, "the browser could not read this file".to_owned()),
+    }
+}
+
+/// The files of a `FileList` (picker or drop), in order.
+pub fn files(list: Option<web_sys::FileList>) -> Vec<web_sys::File> {
+    let Some(list) = list else {
+        return Vec::new();
+    };
+    (0..list.length()).filter_map(|i| list.get(i)).collect()
+}
+
+/// Offers `text` as a download named `file_name`.
+pub fn download(file_name: &str, mime: &str, text: &str) {
+    let Some(doc) = document() else { return };
+    let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(text));
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type(mime);
+    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options) else {
+        return;
+    };
+    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else {
+        return;
+    };
+    if let Ok(a) = doc.create_element("a") {
+        let a: web_sys::HtmlAnchorElement = a.unchecked_into();
+        a.set_href(&url);
+        a.set_download(file_name);
+        a.click();
+    }
+    let _ = web_sys::Url::revoke_object_url(&url);
+}
+
+/// Milliseconds since the page started loading.
+pub fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
+
+/// Records, once, when the first chart finished drawing: `data-first-chart-ms` on `<body>`
+/// (milliseconds since navigation start), which the browser test and BENCHMARKS.md read.
+pub fn record_first_chart() {
+    let Some(body) = document().and_then(|d| d.body()) else {
+        return;
+    };
+    if body.get_attribute("data-first-chart-ms").is_none() {
+        let _ = body.set_attribute("data-first-chart-ms", &format!("{:.1}", now_ms()));
+    }
+}
+
+/// Sets the page title (a DOM property: the text is never parsed).
+pub fn set_title(title: &str) {
+    if let Some(d) = document() {
+        d.set_title(title);
+    }
+}

@@ -1,0 +1,45 @@
+//! # oomscope-viewer
+//!
+//! The browser viewer: a leptos client-side app, compiled to WASM, that decodes oomscope traces
+//! and runs the same `oomscope-trace` analysis as `collector summary` inside the page, so the
+//! terminal and the browser show the same numbers and nothing is uploaded anywhere. Charts are
+//! drawn with plotters on `<canvas>`.
+//!
+//! Modules: [`load`] (bytes → trace, prefix kept on damage), [`view_model`] (pure, unit-tested
+//! values the page shows), [`browser`] (the report's embedded trace, files, downloads),
+//! [`timeline`] and [`sections`] (components), [`app`] (layout and opening files).
+
+// leptos components receive their props by value (the macro builds a props struct), so this
+// lint would flag every component that only reads an `Arc` it was given.
+#![allow(clippy::needless_pass_by_value)]
+
+pub mod app;
+pub mod browser;
+pub mod load;
+pub mod sections;
+pub mod timeline;
+pub mod view_model;
+
+pub use app::App;
+
+/// Mounts the viewer on `<body>`, with the report's embedded trace if there is one. A panic
+/// leaves a message on the page rather than a blank or half-drawn one.
+pub fn start() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = format!("The viewer hit an internal error: {info}");
+        let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+            return;
+        };
+        if let (Some(body), Ok(div)) = (doc.body(), doc.create_element("div")) {
+            div.set_class_name("banner error");
+            div.set_id("viewer-crash");
+            div.set_text_content(Some(&message));
+            let _ = body.prepend_with_node_1(&div);
+        }
+    }));
+    let initial = browser::embedded_trace();
+    leptos::mount::mount_to_body(move || {
+        use leptos::prelude::*;
+        view! { <App initial=initial/> }
+    });
+}

@@ -1,0 +1,102 @@
+//! Turning bytes into something to show: decode, keep whatever prefix survives, analyse later.
+//!
+//! Decoding is split from analysis on purpose: the timeline needs only the decoded samples, so
+//! the page draws the first chart as soon as decoding ends and runs the (slower) analysis in a
+//! later task. A trace that cannot be decoded at all still produces a [`Loaded`] with a message,
+//! never a blank page.
+
+use std::sync::Arc;
+
+use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
+use oomscope_trace::{Trace, decode};
+
+/// One opened trace.
+#[derive(Debug)]
+pub struct Loaded {
+    /// File name (from the picker, the drop, or the report).
+    pub name: String,
+    /// Size of the file.
+    pub size_bytes: usize,
+    /// What decoded; `None` when nothing could be (see `error`).
+    pub trace: Option<Arc<Trace>>,
+    /// Reader warnings (truncation, damaged chunks skipped, unknown records).
+    pub warnings: Vec<String>,
+    /// Why nothing decoded.
+    pub error: Option<String>,
+    /// Set by a report when its trace is a thinned copy of the recording.
+    pub notice: Option<String>,
+}
+
+impl Loaded {
+    /// Decodes `bytes`; never panics, whatever they hold.
+    pub fn decode(name: String, bytes: &[u8], notice: Option<String>) -> Loaded {
+        match decode(bytes) {
+            Ok(d) => Loaded {
+                name,
+                size_bytes: bytes.len(),
+                trace: Some(Arc::new(d.trace)),
+                warnings: d.warnings.iter().map(ToString::to_string).collect(),
+                error: None,
+                notice,
+            },
+            Err(e) => Loaded {
+                name,
+                size_bytes: bytes.len(),
+                trace: None,
+                warnings: Vec::new(),
+                error: Some(format!("this file is not a readable oomscope trace: {e}")),
+                notice,
+            },
+        }
+    }
+
+    /// A file that could not even be read.
+    pub fn failed(name: String, error: String) -> Loaded {
+        Loaded {
+            name,
+            size_bytes: 0,
+            trace: None,
+            warnings: Vec::new(),
+            error: Some(error),
+            notice: None,
+        }
+    }
+
+    /// True when the reader had to skip or stop early: the page says that it shows a prefix.
+    pub fn is_partial(&self) -> bool {
+        !self.warnings.is_empty()
+    }
+}
+
+/// The same analysis `collector summary` runs, with the same options.
+pub fn analyse(trace: &Trace) -> Analysis {
+    analyze(trace, &AnalysisOptions::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_trace::synth::TrainingRun;
+
+    #[test]
+    fn truncated_trace_keeps_its_prefix_and_says_so() {
+        let bytes = TrainingRun {
+            steps: 30,
+            ..TrainingRun::default()
+        }
+        .to_bytes();
+        let cut = &bytes[..bytes.len() * 2 / 3];
+        let l = Loaded::decode("cut.oomt".into(), cut, None);
+        assert!(l.error.is_none());
+        assert!(l.is_partial(), "a cut trace warns");
+        let t = l.trace.unwrap();
+        assert!(!t.marks.is_empty() && !t.samples.is_empty());
+    }
+
+    #[test]
+    fn garbage_gives_a_message() {
+        let l = Loaded::decode("x.oomt".into(), b"<html>not a trace</html>", None);
+        assert!(l.trace.is_none());
+        assert!(l.error.unwrap().contains("not a readable oomscope trace"));
+    }
+}

@@ -1,0 +1,5 @@
+//! The viewer's entry point (what trunk builds): mounts the app.
+
+fn main() {
+    oomscope_viewer::start();
+}
