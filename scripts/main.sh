@@ -3,11 +3,13 @@
 # instrumented with the tch Session) under `collector run`, on the best device the machine has
 # (CUDA when present, else CPU), and prints the summary with its stage table and findings.
 # A leak is planted on purpose (`--leak-loss`: every step's loss tensor, and its autograd
-# graph, kept in a Vec) so the summary has something to find.
+# graph, kept in a Vec) so the summary has something to find. It ends by writing the
+# self-contained HTML report (viewer + trace, opens offline) and printing its path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 bash scripts/setup-torch.sh
+bash scripts/build-viewer.sh >/dev/null # the viewer `collector report` embeds
 source scripts/env.sh # now with LIBTORCH
 out="${1:-out}"
 mkdir -p "$out"
@@ -17,3 +19,5 @@ bin="$CARGO_TARGET_DIR/release"
     "$bin/examples/gpt" --steps 120 --eval-every 40 --leak-loss --device auto
 echo
 echo "full analysis: $bin/collector summary $out/gpt.oomt"
+report=$("$bin/collector" report "$out/gpt.oomt" -o "$out/gpt.html")
+echo "report (open it in a browser; works offline): $report"

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Sets up and runs ALL of oomscope's checks: formatting, lints (native and wasm32), every test,
-# and a short fuzz run of the trace reader. This is what CI runs (.ci/run calls it).
+# Sets up and runs ALL of oomscope's checks: formatting, lints (native and wasm32), every test
+# (native, the viewer's components in headless chromium, end-to-end reports in chromium through
+# chromedriver), and a short fuzz run of the trace reader. This is what CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 bash scripts/setup.sh
 bash scripts/setup-torch.sh
+bash scripts/setup-viewer.sh
 source scripts/env.sh # now with LIBTORCH
 TCH="--features oomscope-collector/tch"
 
@@ -20,14 +22,21 @@ cargo clippy --workspace --all-targets --locked $TCH -- -D warnings
 step "the collector builds without libtorch (the tch feature off)"
 cargo clippy -p oomscope-collector --all-targets --locked -- -D warnings
 
-step "clippy (wasm32: shared)"
+step "clippy (wasm32: shared, viewer)"
 cargo clippy -p oomscope-trace --lib --target wasm32-unknown-unknown --locked -- -D warnings
+cargo clippy -p oomscope-viewer --all-targets --target wasm32-unknown-unknown --locked -- -D warnings
 
 step "build shared for wasm32"
 cargo build -p oomscope-trace --lib --target wasm32-unknown-unknown --locked
 
-step "tests (tch instrumentation on CPU included)"
+step "build the viewer (trunk, offline) so the collector embeds it for \`collector report\`"
+bash scripts/build-viewer.sh
+
+step "tests (tch instrumentation on CPU and end-to-end reports in chromium included)"
 cargo test --workspace --locked $TCH
+
+step "viewer components in headless chromium (wasm-bindgen-test)"
+CHROMEDRIVER="$(command -v chromedriver)" cargo test -p oomscope-viewer --target wasm32-unknown-unknown --locked
 
 step "benchmarks compile"
 cargo bench --workspace --locked --no-run $TCH

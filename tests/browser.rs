@@ -399,3 +399,66 @@ async fn an_hour_at_1khz_fits_in_five_megabytes_and_draws_within_a_second() {
     assert_stage_table_matches(&b, &summary).await;
     b.quit().await;
 }
+
+/// The figures in BENCHMARKS.md: the hour report opened 5 times (first chart, analysis), and
+/// the full 14 MB hour trace opened through the file picker (decode + first chart, redraw of
+/// the whole hour and of a zoomed window). A measurement, not a check: run it on an idle
+/// machine with `cargo test --release -p oomscope-e2e --test browser measure -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn measure_the_viewer_on_an_hour_at_1khz() {
+    use oomscope_trace::synth::TrainingRun;
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("measure");
+    let trace = s.write("hour.oomt", &TrainingRun::hour_at_1khz().to_bytes());
+    let html = s.path("hour.html");
+    report(&trace, &html, &[]);
+    let viewer = s.path("viewer.html");
+    let o = run_collector(&["report", "-o", viewer.to_str().unwrap()]);
+    assert!(o.status.success());
+    let b = Browser::start("measure").await;
+    for run in 0..5 {
+        b.open(&html).await;
+        b.wait_for("#stage-table tbody tr").await;
+        let first = as_f64(&b.js("return document.body.dataset.firstChartMs").await).unwrap();
+        let analysed = as_f64(&b.js("return document.body.dataset.analysisMs").await).unwrap();
+        println!("report run {run}: first chart {first:.0} ms, analysis done {analysed:.0} ms");
+    }
+    for run in 0..3 {
+        b.open(&viewer).await;
+        let input = b.wait_for("#open-input").await;
+        let start = as_f64(&b.js("return performance.now()").await).unwrap();
+        input
+            .send_keys(trace.canonicalize().unwrap().display().to_string())
+            .await
+            .unwrap();
+        b.wait_for("body[data-first-chart-ms]").await;
+        let first = as_f64(&b.js("return document.body.dataset.firstChartMs").await).unwrap();
+        b.wait_for("#stage-table tbody tr").await;
+        let analysed = as_f64(&b.js("return document.body.dataset.analysisMs").await).unwrap();
+        let whole = b
+            .js("return document.getElementById('timeline-canvas').dataset.drawMs")
+            .await;
+        let mut zoomed = Vec::new();
+        for _ in 0..6 {
+            b.d()
+                .find(By::Id("zoom-in"))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+            zoomed.push(
+                b.js("return document.getElementById('timeline-canvas').dataset.drawMs")
+                    .await,
+            );
+        }
+        println!(
+            "full trace run {run}: first chart {:.0} ms after picking the file, analysis done {:.0} ms after; \
+             redraw whole hour {whole} ms, zoomed in ×2..×64: {zoomed:?} ms",
+            first - start,
+            analysed - start
+        );
+    }
+    b.quit().await;
+}

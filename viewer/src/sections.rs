@@ -411,22 +411,14 @@ fn draw_bars(canvas: &web_sys::HtmlCanvasElement, parts: &[(String, u64)]) -> Op
     let mut chart = ChartBuilder::on(&root)
         .margin(8)
         .x_label_area_size(26)
-        .y_label_area_size(110)
+        .y_label_area_size(8)
         .build_cartesian_2d(0f64..max, 0f64..n)
         .ok()?;
-    let labels: Vec<String> = parts.iter().map(|p| p.0.clone()).collect();
+    // Bars are labelled by colour: the table beside the chart carries the same swatches.
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(parts.len())
-        .y_label_formatter(&|y| {
-            let i = (n - y - 0.5).round();
-            if (0.0..n).contains(&i) && (y - y.floor() - 0.5).abs() < 0.01 {
-                labels[i as usize].clone()
-            } else {
-                String::new()
-            }
-        })
+        .y_labels(0)
         .x_label_formatter(&|x| format_bytes(x.max(0.0) as u64))
         .x_labels(5)
         .draw()
@@ -503,9 +495,12 @@ pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     });
     let rows = parts
         .iter()
-        .map(|(name, bytes)| {
+        .enumerate()
+        .map(|(i, (name, bytes))| {
+            let (r, g, b) = crate::view_model::PALETTE[i % crate::view_model::PALETTE.len()];
             view! { <tr data-part=name.clone() data-bytes=bytes.to_string()>
-            <td>{name.clone()}</td><td class="num">{format_bytes(*bytes)}</td></tr> }
+                <td><span class="swatch" style:background-color=format!("rgb({r},{g},{b})")></span>" "{name.clone()}</td>
+                <td class="num">{format_bytes(*bytes)}</td></tr> }
         })
         .collect_view();
     let stage = peak

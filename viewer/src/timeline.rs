@@ -89,9 +89,13 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
                 if canvas.width() != width {
                     canvas.set_width(width);
                 }
+                let start_ms = browser::now_ms();
                 if let Some(a) = draw(&canvas, &trace, &plotted, &eval, w) {
                     area.set_value(a);
                     browser::record_first_chart();
+                    // How long a redraw takes (BENCHMARKS.md reads it through the browser test).
+                    let took_ms = browser::now_ms() - start_ms;
+                    let _ = canvas.set_attribute("data-draw-ms", &format!("{took_ms:.1}"));
                 }
             }
         });
