@@ -406,6 +406,12 @@ fn report_command(args: &ReportArgs) -> Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| crate::report::default_output(args.trace.as_deref()));
+    if args.trace.as_deref() == Some(output.as_path()) {
+        anyhow::bail!(
+            "the report would overwrite its own trace {}: name the report with -o",
+            output.display()
+        );
+    }
     let max_bytes = (args.max_size_mb * 1e6) as u64;
     let (bytes, thinned) = crate::report::write_report(args.trace.as_deref(), &output, max_bytes)?;
     if thinned {

@@ -353,7 +353,7 @@ mod tests {
 
     fn run(leak: u64) -> Trace {
         let r = TrainingRun {
-            steps: 40,
+            steps: 50,
             leak_bytes_per_step: leak,
             eval_every: Some(20),
             eval_steps: 2,
