@@ -284,17 +284,37 @@ async fn damaged_and_foreign_files_show_a_message_not_a_blank_page() {
 
     // Other bad requests: one line each, exit 1, nothing written over.
     for (args, says) in [
-        (vec!["report", cut.to_str().unwrap(), "-o", cut.to_str().unwrap()], "overwrite its own trace"),
-        (vec!["report", cut.to_str().unwrap(), "--max-size-mb=-1"], "--max-size-mb"),
-        (vec!["report", cut.to_str().unwrap(), "--max-size-mb", "0.5"], "cannot hold the viewer"),
-        (vec!["report", cut.to_str().unwrap(), "-o", "/nonexistent/dir/r.html"], "cannot write"),
+        (
+            vec!["report", cut.to_str().unwrap(), "-o", cut.to_str().unwrap()],
+            "overwrite its own trace",
+        ),
+        (
+            vec!["report", cut.to_str().unwrap(), "--max-size-mb=-1"],
+            "--max-size-mb",
+        ),
+        (
+            vec!["report", cut.to_str().unwrap(), "--max-size-mb", "0.5"],
+            "cannot hold the viewer",
+        ),
+        (
+            vec![
+                "report",
+                cut.to_str().unwrap(),
+                "-o",
+                "/nonexistent/dir/r.html",
+            ],
+            "cannot write",
+        ),
         (vec!["report", "/nonexistent/t.oomt"], "cannot read"),
     ] {
         let o = run_collector(&args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.starts_with("error: ") && err.contains(says), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{args:?}: {err}"
+        );
     }
     assert_eq!(std::fs::read(&cut).unwrap(), bytes[..bytes.len() * 3 / 5]);
 }
@@ -464,6 +484,8 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
                 .click()
                 .await
                 .unwrap();
+            // The redraw happens in the next animation frame.
+            tokio::time::sleep(Duration::from_millis(150)).await;
             zoomed.push(
                 b.js("return document.getElementById('timeline-canvas').dataset.drawMs")
                     .await,

@@ -36,6 +36,24 @@ fn decimate_hour_to_1200_buckets(bencher: Bencher) {
     bencher.bench(|| series::decimate(&trace.samples, id, 0, black_box(end), 1200));
 }
 
+/// The same redraw through the block index (what the viewer does).
+#[divan::bench(sample_count = 20)]
+fn decimate_hour_to_1200_buckets_indexed(bencher: Bencher) {
+    let trace = &*HOUR;
+    let id = trace.counter(CounterKind::HostRss, None).unwrap();
+    let index = series::BlockIndex::new(&trace.samples, id);
+    let end = trace.duration_us();
+    bencher.bench(|| series::decimate_indexed(&trace.samples, &index, 0, black_box(end), 1200));
+}
+
+/// Building the block index of one counter of the hour (once per trace and counter).
+#[divan::bench(sample_count = 10)]
+fn block_index_of_the_hour(bencher: Bencher) {
+    let trace = &*HOUR;
+    let id = trace.counter(CounterKind::HostRss, None).unwrap();
+    bencher.bench(|| series::BlockIndex::new(&trace.samples, black_box(id)));
+}
+
 /// A zoomed redraw: one minute of the hour at 1 200 buckets.
 #[divan::bench(sample_count = 50)]
 fn decimate_one_minute_to_1200_buckets(bencher: Bencher) {

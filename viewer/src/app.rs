@@ -25,25 +25,28 @@ pub struct Opened {
 }
 
 impl Opened {
-    /// Starts the analysis in a later task, so the page draws the timeline first.
+    /// Starts the analysis in a task after the next animation frame, in which the timeline
+    /// draws: the chart comes first, the tables a moment later.
     pub fn new(loaded: Loaded) -> Opened {
         let analysis = RwSignal::new(None);
         if let Some(trace) = loaded.trace.clone() {
-            set_timeout(
-                move || {
-                    analysis.set(Some(Arc::new(analyse(&trace))));
-                    if let Some(body) = web_sys::window()
-                        .and_then(|w| w.document())
-                        .and_then(|d| d.body())
-                    {
-                        let _ = body.set_attribute(
-                            "data-analysis-ms",
-                            &format!("{:.1}", browser::now_ms()),
-                        );
-                    }
-                },
-                Duration::ZERO,
-            );
+            request_animation_frame(move || {
+                set_timeout(
+                    move || {
+                        analysis.set(Some(Arc::new(analyse(&trace))));
+                        if let Some(body) = web_sys::window()
+                            .and_then(|w| w.document())
+                            .and_then(|d| d.body())
+                        {
+                            let _ = body.set_attribute(
+                                "data-analysis-ms",
+                                &format!("{:.1}", browser::now_ms()),
+                            );
+                        }
+                    },
+                    Duration::ZERO,
+                );
+            });
         }
         Opened {
             loaded: Arc::new(loaded),

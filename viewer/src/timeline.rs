@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::analysis::series::{Bucket, decimate};
+use oomscope_trace::analysis::series::{BlockIndex, Bucket, decimate_indexed};
 use oomscope_trace::units::format_bytes;
 use oomscope_trace::{Phase, Trace};
 use plotters::prelude::*;
@@ -82,22 +82,42 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
     {
         let trace = trace.clone();
         let plotted = plotted.clone();
+        // Built once: every redraw of a wide window then reads blocks, not millions of points.
+        let indexes: Vec<BlockIndex> = plotted
+            .iter()
+            .map(|p| BlockIndex::new(&trace.samples, p.id))
+            .collect();
+        let drawing = Arc::new((trace, plotted, indexes, eval));
+        let pending = StoredValue::new(false);
         Effect::new(move |_| {
-            let w = window.get();
-            if let Some(canvas) = canvas_ref.get() {
+            // Track the window; draw at most once per animation frame however many wheel or
+            // drag events arrive in between.
+            window.track();
+            if pending.get_value() {
+                return;
+            }
+            pending.set_value(true);
+            let drawing = drawing.clone();
+            request_animation_frame(move || {
+                pending.set_value(false);
+                let (trace, plotted, indexes, eval) = &*drawing;
+                let w = window.get_untracked();
+                let Some(canvas) = canvas_ref.get_untracked() else {
+                    return;
+                };
                 let width = canvas.client_width().max(300) as u32;
                 if canvas.width() != width {
                     canvas.set_width(width);
                 }
                 let start_ms = browser::now_ms();
-                if let Some(a) = draw(&canvas, &trace, &plotted, &eval, w) {
+                if let Some(a) = draw(&canvas, trace, plotted, indexes, eval, w) {
                     area.set_value(a);
                     browser::record_first_chart();
                     // How long a redraw takes (BENCHMARKS.md reads it through the browser test).
                     let took_ms = browser::now_ms() - start_ms;
                     let _ = canvas.set_attribute("data-draw-ms", &format!("{took_ms:.1}"));
                 }
-            }
+            });
         });
     }
 
@@ -198,6 +218,7 @@ fn draw(
     canvas: &web_sys::HtmlCanvasElement,
     trace: &Trace,
     plotted: &[Plotted],
+    indexes: &[BlockIndex],
     eval: &[(u64, u64)],
     w: Window,
 ) -> Option<PlotArea> {
@@ -209,7 +230,8 @@ fn draw(
 
     let series: Vec<_> = plotted
         .iter()
-        .map(|p| decimate(&trace.samples, p.id, w.t0_us, w.t1_us, buckets))
+        .zip(indexes)
+        .map(|(_, ix)| decimate_indexed(&trace.samples, ix, w.t0_us, w.t1_us, buckets))
         .collect();
     let allocated = allocated_buckets(trace, w, buckets);
     let y_max = series
