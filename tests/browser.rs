@@ -500,3 +500,53 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
     }
     b.quit().await;
 }
+
+#[tokio::test]
+async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
+    use base64::Engine as _;
+    use oomscope_trace::synth::TrainingRun;
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("drop");
+    let viewer = s.path("viewer.html");
+    let o = run_collector(&["report", "-o", viewer.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = |leak: u64| {
+        let r = TrainingRun {
+            steps: 40,
+            leak_bytes_per_step: leak,
+            ..TrainingRun::default()
+        };
+        base64::engine::general_purpose::STANDARD.encode(r.to_bytes())
+    };
+    let (leaky, fixed) = (run(64 << 20), run(0));
+
+    let b = Browser::start("drop").await;
+    b.open(&viewer).await;
+    b.wait_for("#dropzone").await;
+    b.d()
+        .execute(
+            "const file = (b64, name) => new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], name);
+             const dt = new DataTransfer();
+             dt.items.add(file(arguments[0], 'before.oomt'));
+             dt.items.add(file(arguments[1], 'after.oomt'));
+             document.getElementById('dropzone').dispatchEvent(
+                 new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+             return 1;",
+            vec![Value::from(leaky), Value::from(fixed)],
+        )
+        .await
+        .unwrap();
+    b.wait_for("#compare-stages tbody tr").await;
+    let names = b.wait_for("#compare p").await.text().await.unwrap();
+    assert!(
+        names.contains("before.oomt") && names.contains("after.oomt"),
+        "{names}"
+    );
+    let title = b.js("return document.title").await;
+    assert_eq!(title, "oomscope: before.oomt");
+    let rows = b
+        .js("return [...document.querySelectorAll('#compare-peaks tbody tr.better')].length")
+        .await;
+    assert!(rows.as_u64().unwrap() >= 1, "the fix lowers a peak: {rows}");
+    b.quit().await;
+}

@@ -137,6 +137,15 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         format_count(thinned.rows_kept as u64),
         format_count(thinned.rows_total as u64),
     );
+    let notice = match decoded.warnings.first() {
+        // The copy is re-encoded from what decoded, so the reader's warnings would be lost.
+        Some(w) => format!(
+            "{notice} The recording itself is damaged ({} reader warning(s), the first: {w}); \
+             the copy holds what could be read.",
+            decoded.warnings.len()
+        ),
+        None => notice,
+    };
     if !fits(thinned.trace_bytes.len()) {
         crate::ui::warning(&format!(
             "even the thinned trace makes the report larger than {} (its marks alone are {})",

@@ -14,6 +14,7 @@ use leptos::prelude::*;
 use oomscope_trace::analysis::series::{BlockIndex, Bucket, decimate_indexed};
 use oomscope_trace::units::format_bytes;
 use oomscope_trace::{Phase, Trace};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
@@ -292,37 +293,15 @@ fn draw(
     for (p, buckets) in plotted.iter().zip(&series) {
         let (r, g, b) = PALETTE[p.color];
         let color = RGBColor(r, g, b);
-        chart
-            .draw_series(buckets.iter().filter(|b| b.min != b.max).map(|b| {
-                let x = secs(b.t_start_us / 2 + b.t_end_us / 2);
-                PathElement::new(vec![(x, b.min as f64), (x, b.max as f64)], color.mix(0.35))
-            }))
-            .ok()?;
-        chart
-            .draw_series(LineSeries::new(
-                buckets
-                    .iter()
-                    .map(|b| (secs(b.t_start_us / 2 + b.t_end_us / 2), b.max as f64)),
-                color.stroke_width(2),
-            ))
-            .ok()?;
+        draw_envelope(&mut chart, buckets, color.mix(0.35), color.stroke_width(2))?;
     }
     if !allocated.is_empty() {
-        let color = BLACK.mix(0.55);
-        chart
-            .draw_series(allocated.iter().filter(|b| b.min != b.max).map(|b| {
-                let x = secs(b.t_start_us / 2 + b.t_end_us / 2);
-                PathElement::new(vec![(x, b.min as f64), (x, b.max as f64)], BLACK.mix(0.2))
-            }))
-            .ok()?;
-        chart
-            .draw_series(LineSeries::new(
-                allocated
-                    .iter()
-                    .map(|b| (secs(b.t_start_us / 2 + b.t_end_us / 2), b.max as f64)),
-                color.stroke_width(1),
-            ))
-            .ok()?;
+        draw_envelope(
+            &mut chart,
+            &allocated,
+            BLACK.mix(0.2),
+            BLACK.mix(0.55).stroke_width(1),
+        )?;
     }
 
     // OOMs in red, notes in grey: vertical lines across the plot.
@@ -354,6 +333,31 @@ fn draw(
         y0_px: ys.start,
         y1_px: ys.end,
     })
+}
+
+/// One series as the chart shows it: a faint bar from each bucket's minimum to its maximum, and
+/// a line through the maxima (so no spike is averaged away).
+fn draw_envelope(
+    chart: &mut ChartContext<'_, CanvasBackend, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    buckets: &[Bucket],
+    bar: RGBAColor,
+    line: ShapeStyle,
+) -> Option<()> {
+    let mid = |b: &Bucket| (b.t_start_us / 2 + b.t_end_us / 2) as f64 / 1e6;
+    chart
+        .draw_series(
+            buckets.iter().filter(|b| b.min != b.max).map(|b| {
+                PathElement::new(vec![(mid(b), b.min as f64), (mid(b), b.max as f64)], bar)
+            }),
+        )
+        .ok()?;
+    chart
+        .draw_series(LineSeries::new(
+            buckets.iter().map(|b| (mid(b), b.max as f64)),
+            line,
+        ))
+        .ok()?;
+    Some(())
 }
 
 /// The allocator's `allocated` bytes reported with the marks, reduced like a counter: one

@@ -93,24 +93,39 @@ async fn stage_table_and_timeline_of_a_trace() {
 }
 
 #[wasm_bindgen_test]
-async fn zoom_buttons_redraw_without_losing_the_chart() {
+async fn zoom_buttons_redraw_and_whole_run_restores_the_chart() {
     let bytes = TrainingRun {
         steps: 30,
         ..TrainingRun::default()
     }
     .to_bytes();
     let c = mount("app-zoom", Loaded::decode("z.oomt".into(), &bytes, None));
-    settle(20).await;
-    for id in ["zoom-in", "zoom-in", "zoom-out", "zoom-reset"] {
+    settle(60).await;
+    let canvas: web_sys::HtmlCanvasElement = c
+        .query_selector("#timeline-canvas")
+        .unwrap()
+        .unwrap()
+        .unchecked_into();
+    let picture = || canvas.to_data_url().unwrap();
+    let click = |id: &str| {
         let b: web_sys::HtmlElement = c
             .query_selector(&format!("#{id}"))
             .unwrap()
             .unwrap()
             .unchecked_into();
         b.click();
-        settle(5).await;
-    }
-    assert_eq!(rows(&c, "#timeline-canvas").len(), 1);
+    };
+    let whole = picture();
+    click("zoom-in");
+    settle(60).await;
+    let zoomed = picture();
+    assert_ne!(zoomed, whole, "zooming in redraws");
+    click("zoom-in");
+    settle(60).await;
+    assert_ne!(picture(), zoomed, "zooming further redraws again");
+    click("zoom-reset");
+    settle(60).await;
+    assert_eq!(picture(), whole, "the whole run looks as it did");
 }
 
 #[wasm_bindgen_test]
