@@ -154,6 +154,18 @@ async fn a_report_shows_what_the_summary_says_and_compares_a_second_trace() {
         "first chart time: {first}"
     );
 
+    // Hovering the plot shows the values and the stage under the cursor.
+    let canvas = b.d().find(By::Id("timeline-canvas")).await.unwrap();
+    b.d()
+        .action_chain()
+        .move_to_element_center(&canvas)
+        .perform()
+        .await
+        .unwrap();
+    let tip = b.wait_for(".tooltip").await.text().await.unwrap();
+    assert!(tip.contains("t = ") && tip.contains("step "), "{tip}");
+    assert!(tip.contains("host_rss: "), "{tip}");
+
     // Findings: the same ones, in the same order (most severe first).
     let titles = b
         .js("return [...document.querySelectorAll('#findings article.finding')].map(a => a.dataset.id)")

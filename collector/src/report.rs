@@ -122,7 +122,7 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         .with_context(|| {
             format!(
                 "a report of at most {} cannot hold the viewer ({} already)",
-                format_bytes(max_bytes),
+                megabytes(max_bytes),
                 format_bytes(page_bytes as u64)
             )
         })?;
@@ -133,7 +133,7 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
          (every stage mark's reading, the first and last, and each counter's minimum and maximum \
          per time slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables \
          match the full recording; open {name} itself for every sample.",
-        format_bytes(max_bytes),
+        megabytes(max_bytes),
         format_count(thinned.rows_kept as u64),
         format_count(thinned.rows_total as u64),
     );
@@ -149,7 +149,7 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
     if !fits(thinned.trace_bytes.len()) {
         crate::ui::warning(&format!(
             "even the thinned trace makes the report larger than {} (its marks alone are {})",
-            format_bytes(max_bytes),
+            megabytes(max_bytes),
             format_bytes(thinned.trace_bytes.len() as u64)
         ));
     }
@@ -158,6 +158,11 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         bytes: thinned.trace_bytes,
         notice: Some(notice),
     })
+}
+
+/// The size limit as the user gave it: `--max-size-mb` counts decimal megabytes.
+fn megabytes(bytes: u64) -> String {
+    format!("{} MB", bytes as f64 / 1e6)
 }
 
 fn base64_len(len: usize) -> usize {
