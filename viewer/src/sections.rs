@@ -436,16 +436,12 @@ fn draw_bars(canvas: &web_sys::HtmlCanvasElement, parts: &[(String, u64)]) -> Op
     root.present().ok()
 }
 
-fn device_plain(analysis: &Analysis) -> Option<Peak> {
-    memory_peak(&analysis.peaks).cloned()
-}
-
 /// What made up memory at the peak: parameters, gradients, optimizer state, activations, other.
 #[component]
 pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     // The analysis attaches components to the device peak; a CPU run (the tch example on a
     // machine without CUDA) gets the same picture against its host RSS peak.
-    let device = memory_peak(&analysis.peaks).cloned();
+    let device = memory_peak(&analysis.peaks);
     let host = || {
         let p = analysis
             .peaks
@@ -461,8 +457,9 @@ pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     };
     let Some(peak) = device
         .filter(|p| p.components.is_some())
+        .cloned()
         .or_else(host)
-        .or(device_plain(&analysis))
+        .or_else(|| device.cloned())
     else {
         return ().into_any();
     };
