@@ -4,6 +4,9 @@
 //!
 //! `cargo run --release -p oomscope-trace --example demo -- out/demo.oomt`
 //!
+//! With `--more` the run also searches its batch size first and gets NaN gradients from step
+//! 150, so every section of the viewer has something to show.
+//!
 //! With `--hour` it writes the benchmark workload instead: one hour sampled at 1 kHz
 //! (`TrainingRun::hour_at_1khz`), the trace BENCHMARKS.md measures reports and the viewer with.
 
@@ -19,6 +22,7 @@ const MIB: u64 = 1 << 20;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let hour = args.iter().any(|a| a == "--hour");
+    let more = args.iter().any(|a| a == "--more");
     let path = PathBuf::from(
         args.iter()
             .find(|a| !a.starts_with("--"))
@@ -48,6 +52,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let run = if hour {
         TrainingRun::hour_at_1khz()
+    } else if more {
+        TrainingRun {
+            batch_search: true,
+            nan_at_step: Some(150),
+            ..demo
+        }
     } else {
         demo
     };

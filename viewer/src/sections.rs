@@ -518,8 +518,10 @@ pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     .into_any()
 }
 
-/// Most rows of gradient or tensor statistics listed (all non-finite ones are always listed).
+/// Latest rows of gradient or tensor statistics listed.
 const STAT_ROWS: usize = 40;
+/// First non-finite rows listed besides the latest ones.
+const FIRST_NONFINITE: usize = 5;
 
 /// Gradient and tensor statistics, NaN/Inf highlighted.
 #[component]
@@ -532,12 +534,29 @@ pub fn Statistics(trace: Arc<Trace>) -> impl IntoView {
         .iter()
         .filter(|g| g.nan_count + g.inf_count > 0)
         .count();
+    // The first non-finite records say where it started; the latest say where it stands.
+    let first_nonfinite_grads: Vec<usize> = trace
+        .gradients
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.nan_count + g.inf_count > 0)
+        .map(|(i, _)| i)
+        .take(FIRST_NONFINITE)
+        .collect();
+    let first_nonfinite_tensors: Vec<usize> = trace
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.nan_count + t.inf_count > 0)
+        .map(|(i, _)| i)
+        .take(FIRST_NONFINITE)
+        .collect();
     let grads = trace
         .gradients
         .iter()
         .enumerate()
-        .filter(|(i, g)| {
-            g.nan_count + g.inf_count > 0 || *i + STAT_ROWS >= trace.gradients.len()
+        .filter(|(i, _)| {
+            first_nonfinite_grads.contains(i) || *i + STAT_ROWS >= trace.gradients.len()
         })
         .map(|(_, g)| {
             let bad = g.nan_count + g.inf_count > 0;
@@ -559,7 +578,7 @@ pub fn Statistics(trace: Arc<Trace>) -> impl IntoView {
         .tensors
         .iter()
         .enumerate()
-        .filter(|(i, t)| t.nan_count + t.inf_count > 0 || *i + STAT_ROWS >= trace.tensors.len())
+        .filter(|(i, _)| first_nonfinite_tensors.contains(i) || *i + STAT_ROWS >= trace.tensors.len())
         .map(|(_, t)| {
             let bad = t.nan_count + t.inf_count > 0;
             let shape = t.shape.iter().map(u64::to_string).collect::<Vec<_>>().join("×");
@@ -577,7 +596,7 @@ pub fn Statistics(trace: Arc<Trace>) -> impl IntoView {
     view! {
         <section id="statistics">
             <h2>"Gradients and tensors"</h2>
-            <p>{format!("{} gradient summaries ({bad_grads} with NaN/Inf), {} tensor statistics ({bad_tensors} with NaN/Inf); the latest {STAT_ROWS} and every non-finite one are listed.",
+            <p>{format!("{} gradient summaries ({bad_grads} with NaN/Inf), {} tensor statistics ({bad_tensors} with NaN/Inf); listed: the first {FIRST_NONFINITE} non-finite ones and the latest {STAT_ROWS}.",
                 trace.gradients.len(), trace.tensors.len())}</p>
             <div class="scroll">
             <table id="gradient-table"><thead><tr><th>"step"</th><th>"global norm"</th><th>"params"</th>

@@ -181,3 +181,27 @@ async fn a_foreign_file_is_a_message() {
         "{msg}"
     );
 }
+
+#[wasm_bindgen_test]
+async fn non_finite_gradients_are_highlighted_from_where_they_start() {
+    let run = TrainingRun {
+        steps: 120,
+        nan_at_step: Some(30),
+        ..TrainingRun::default()
+    };
+    let bytes = run.to_bytes();
+    let c = mount("app-nan", Loaded::decode("nan.oomt".into(), &bytes, None));
+    settle(60).await;
+    let bad = rows(&c, "#gradient-table tbody tr.nonfinite");
+    let all = rows(&c, "#gradient-table tbody tr");
+    assert!(!bad.is_empty(), "NaN rows are highlighted");
+    assert!(all.len() <= 45, "the table stays short: {} rows", all.len());
+    let first_step = bad[0]
+        .query_selector("td")
+        .unwrap()
+        .unwrap()
+        .text_content()
+        .unwrap();
+    assert_eq!(first_step, "30", "the first non-finite step is listed");
+    assert!(!rows(&c, "article.finding[data-id=non-finite-gradients]").is_empty());
+}
