@@ -15,6 +15,9 @@ use crate::sections::{
 };
 use crate::timeline::Timeline;
 
+/// When the analysis starts if no animation frame came first.
+const ANALYSIS_FALLBACK: Duration = Duration::from_millis(100);
+
 /// An open trace and, once computed, its analysis.
 #[derive(Debug, Clone)]
 pub struct Opened {
@@ -26,27 +29,29 @@ pub struct Opened {
 
 impl Opened {
     /// Starts the analysis in a task after the next animation frame, in which the timeline
-    /// draws: the chart comes first, the tables a moment later.
+    /// draws: the chart comes first, the tables a moment later. A plain timer backs the frame
+    /// up, because browsers pause animation frames in hidden tabs and some headless modes.
     pub fn new(loaded: Loaded) -> Opened {
         let analysis = RwSignal::new(None);
         if let Some(trace) = loaded.trace.clone() {
-            request_animation_frame(move || {
-                set_timeout(
-                    move || {
-                        analysis.set(Some(Arc::new(analyse(&trace))));
-                        if let Some(body) = web_sys::window()
-                            .and_then(|w| w.document())
-                            .and_then(|d| d.body())
-                        {
-                            let _ = body.set_attribute(
-                                "data-analysis-ms",
-                                &format!("{:.1}", browser::now_ms()),
-                            );
-                        }
-                    },
-                    Duration::ZERO,
-                );
-            });
+            let started = StoredValue::new(false);
+            let run = move || {
+                if started.get_value() {
+                    return;
+                }
+                started.set_value(true);
+                analysis.set(Some(Arc::new(analyse(&trace))));
+                if let Some(body) = web_sys::window()
+                    .and_then(|w| w.document())
+                    .and_then(|d| d.body())
+                {
+                    let _ = body
+                        .set_attribute("data-analysis-ms", &format!("{:.1}", browser::now_ms()));
+                }
+            };
+            let after_frame = run.clone();
+            request_animation_frame(move || set_timeout(after_frame, Duration::ZERO));
+            set_timeout(run, ANALYSIS_FALLBACK);
         }
         Opened {
             loaded: Arc::new(loaded),

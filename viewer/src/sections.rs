@@ -599,8 +599,10 @@ pub fn Statistics(trace: Arc<Trace>) -> impl IntoView {
             <p>{format!("{} gradient summaries ({bad_grads} with NaN/Inf), {} tensor statistics ({bad_tensors} with NaN/Inf); listed: the first {FIRST_NONFINITE} non-finite ones and the latest {STAT_ROWS}.",
                 trace.gradients.len(), trace.tensors.len())}</p>
             <div class="scroll">
+            <h3>"Gradients (per step)"</h3>
             <table id="gradient-table"><thead><tr><th>"step"</th><th>"global norm"</th><th>"params"</th>
                 <th>"bytes"</th><th>"NaN"</th><th>"Inf"</th></tr></thead><tbody>{grads}</tbody></table>
+            <h3>"Tensors"</h3>
             <table id="tensor-table"><thead><tr><th>"step"</th><th>"tensor"</th><th>"shape"</th><th>"dtype"</th>
                 <th>"bytes"</th><th>"min"</th><th>"max"</th><th>"mean"</th><th>"std"</th><th>"NaN"</th><th>"Inf"</th></tr></thead>
                 <tbody>{tensors}</tbody></table>
@@ -700,9 +702,16 @@ fn draw_trials(
         .ok()?;
     if let Some(f) = fit {
         let line = |x: f64| f.fixed_bytes + f.per_sample_bytes * x;
+        // End the fitted line where it leaves the plot: a point beyond the range would be
+        // clamped to the edge and bend the line.
+        let x_end = if f.per_sample_bytes > 0.0 {
+            x_max.min((y_max - f.fixed_bytes) / f.per_sample_bytes)
+        } else {
+            x_max
+        };
         chart
             .draw_series(LineSeries::new(
-                vec![(0.0, line(0.0)), (x_max, line(x_max))],
+                vec![(0.0, line(0.0)), (x_end, line(x_end))],
                 BLUE.stroke_width(1),
             ))
             .ok()?;
