@@ -372,6 +372,11 @@ impl Phase {
             Phase::Eval => "eval",
         }
     }
+
+    /// What a stage name carries in tables when its mark was in eval: `" (eval)"`, else `""`.
+    pub fn suffix(self) -> &'static str {
+        if self == Phase::Eval { " (eval)" } else { "" }
+    }
 }
 
 /// The CUDA caching allocator's own statistics at one instant (libtorch `getDeviceStats`).

@@ -9,7 +9,7 @@ use crate::analysis::Analysis;
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::memory_peak;
 use crate::analysis::stages::StageTable;
-use crate::model::{ExitStatus, Phase, Trace};
+use crate::model::{ExitStatus, Trace};
 use crate::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
     format_signed_bytes, format_signed_bytes_f64,
@@ -222,7 +222,7 @@ fn peaks(out: &mut String, analysis: &Analysis) {
                 "  at {} of step {}{}",
                 s.stage,
                 format_count(s.step),
-                phase_suffix(s.phase)
+                s.phase.suffix()
             )
         });
         line(
@@ -267,10 +267,6 @@ fn peaks(out: &mut String, analysis: &Analysis) {
     wrap(out, &text, 4, 4);
 }
 
-fn phase_suffix(phase: Phase) -> &'static str {
-    if phase == Phase::Eval { " (eval)" } else { "" }
-}
-
 fn stage_tables(out: &mut String, analysis: &Analysis) {
     let table = &analysis.stage_table;
     if table.rows.is_empty() {
@@ -302,7 +298,7 @@ fn stage_table(out: &mut String, table: &StageTable, metric: &str) {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
     for row in &table.rows {
         let s = &row.metrics[m];
-        let name = format!("{}{}", row.stage, phase_suffix(row.phase));
+        let name = format!("{}{}", row.stage, row.phase.suffix());
         line(
             out,
             &format!(
@@ -352,7 +348,7 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
                 format_count(g.from_step),
                 g.to_stage,
                 format_count(g.step),
-                phase_suffix(g.phase),
+                g.phase.suffix(),
             ),
             2,
             4,

@@ -11,20 +11,21 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 use oomscope_trace::analysis::Analysis;
 use oomscope_trace::analysis::batch_fit::BatchFitMethod;
+use oomscope_trace::analysis::compare::{compare_peaks, compare_stages};
 use oomscope_trace::analysis::metrics::primary_metric;
-use oomscope_trace::analysis::peaks::{Measure, Peak, PeakComponents, breakdown_near, memory_peak};
-use oomscope_trace::analysis::stages::step_rows;
+use oomscope_trace::analysis::peaks::breakdown_peak;
+use oomscope_trace::analysis::stages::{step_lines, step_rows};
 use oomscope_trace::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_signed_bytes,
     format_signed_bytes_f64,
 };
-use oomscope_trace::{ExitStatus, Phase, Trace, TrialOutcome, export};
+use oomscope_trace::{ExitStatus, Trace, TrialOutcome, export};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
 use crate::browser;
 use crate::load::Loaded;
-use crate::view_model::{bytes_text, change_text, compare_peaks, compare_stages, step_lines};
+use crate::view_model::{PALETTE, bytes_text, change_text};
 
 fn opt_text(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".to_owned())
@@ -280,7 +281,7 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
             .iter()
             .map(|row| {
                 let s = &row.metrics[mi];
-                let eval = if row.phase == Phase::Eval { " (eval)" } else { "" };
+                let eval = row.phase.suffix();
                 let largest = growth.as_ref().is_some_and(|g| {
                     g.metric == shown && g.to_stage == row.stage && g.phase == row.phase
                 });
@@ -378,7 +379,7 @@ pub fn StepTable(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
                         }
                     })
                     .collect_view();
-                let eval = if l.phase == Phase::Eval { " (eval)" } else { "" };
+                let eval = l.phase.suffix();
                 view! { <tr><td>{format!("{}{eval}", l.step)}</td>{cells}</tr> }
             })
             .collect_view()
@@ -426,7 +427,7 @@ fn draw_bars(canvas: &web_sys::HtmlCanvasElement, parts: &[(String, u64)]) -> Op
     chart
         .draw_series(parts.iter().enumerate().map(|(i, (_, bytes))| {
             let y = n - i as f64;
-            let (r, g, b) = crate::view_model::PALETTE[i % crate::view_model::PALETTE.len()];
+            let (r, g, b) = PALETTE[i % PALETTE.len()];
             Rectangle::new(
                 [(0.0, y - 0.85), (*bytes as f64, y - 0.15)],
                 RGBColor(r, g, b).filled(),
@@ -439,49 +440,22 @@ fn draw_bars(canvas: &web_sys::HtmlCanvasElement, parts: &[(String, u64)]) -> Op
 /// What made up memory at the peak: parameters, gradients, optimizer state, activations, other.
 #[component]
 pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
-    // The analysis attaches components to the device peak; a CPU run (the tch example on a
-    // machine without CUDA) gets the same picture against its host RSS peak.
-    let device = memory_peak(&analysis.peaks);
-    let host = || {
-        let p = analysis
-            .peaks
-            .iter()
-            .filter(|p| p.measure == Measure::HostRss)
-            .max_by_key(|p| p.bytes)?
-            .clone();
-        let near = breakdown_near(&trace, p.t_us)?;
-        Some(Peak {
-            components: Some(PeakComponents::new(&trace, near, p.bytes, None)),
-            ..p
-        })
-    };
-    let Some(peak) = device
-        .filter(|p| p.components.is_some())
-        .cloned()
-        .or_else(host)
-        .or_else(|| device.cloned())
-    else {
+    let Some(peak) = breakdown_peak(&trace, &analysis.peaks) else {
         return ().into_any();
     };
-    let Some(c) = peak.components.clone() else {
+    if peak.components.is_none() {
         return view! {
             <section id="breakdown"><h2>"At the peak"</h2>
             <p>{format!("{} peaked at {}; the trace has no component breakdown (the tch Session and the Python helper's components() record one).",
                 peak.metric, format_bytes(peak.bytes))}</p></section>
         }
         .into_any();
-    };
-    let mut parts: Vec<(String, u64)> = vec![
-        ("parameters".into(), c.parameters_bytes + c.buffers_bytes),
-        ("gradients".into(), c.gradients_bytes),
-        ("optimizer state".into(), c.optimizer_state_bytes),
-    ];
-    parts.extend(c.extras.iter().map(|e| (e.name.clone(), e.bytes)));
-    if let Some(a) = c.activations_bytes {
-        parts.push(("activations".into(), a));
     }
-    let accounted: u64 = parts.iter().map(|p| p.1).sum();
-    parts.push(("other".into(), peak.bytes.saturating_sub(accounted)));
+    let parts: Vec<(String, u64)> = peak
+        .parts()
+        .into_iter()
+        .map(|p| (p.name, p.bytes))
+        .collect();
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
     let drawn = parts.clone();
     Effect::new(move |_| {
@@ -494,7 +468,7 @@ pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
         .iter()
         .enumerate()
         .map(|(i, (name, bytes))| {
-            let (r, g, b) = crate::view_model::PALETTE[i % crate::view_model::PALETTE.len()];
+            let (r, g, b) = PALETTE[i % PALETTE.len()];
             view! { <tr data-part=name.clone() data-bytes=bytes.to_string()>
                 <td><span class="swatch" style:background-color=format!("rgb({r},{g},{b})")></span>" "{name.clone()}</td>
                 <td class="num">{format_bytes(*bytes)}</td></tr> }

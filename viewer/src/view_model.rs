@@ -5,9 +5,7 @@
 //! formatted text (`data-*` attributes) so the browser tests compare exact figures with
 //! `collector summary --json`, not rounded strings.
 
-use oomscope_trace::analysis::Analysis;
 use oomscope_trace::analysis::marks::mark_at_or_before;
-use oomscope_trace::analysis::stages::StageRow;
 use oomscope_trace::units::{format_bytes, format_duration_us, format_signed_bytes};
 use oomscope_trace::{CounterId, CounterKind, Phase, Trace};
 
@@ -121,11 +119,7 @@ pub fn hover_lines(trace: &Trace, plotted: &[Plotted], t_us: u64) -> Vec<String>
     match mark_at_or_before(trace, t_us) {
         Some(i) => {
             let m = &trace.marks[i];
-            let phase = if m.phase == Phase::Eval {
-                " (eval)"
-            } else {
-                ""
-            };
+            let phase = m.phase.suffix();
             lines.push(format!(
                 "stage {}{phase}, step {}",
                 trace.str(m.name),
@@ -189,148 +183,6 @@ impl Window {
     }
 }
 
-/// A row of the step table: one step (and phase), one value and delta per stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepLine {
-    /// Step.
-    pub step: u64,
-    /// Phase.
-    pub phase: Phase,
-    /// Per stage: value at the mark.
-    pub values: Vec<Option<u64>>,
-    /// Per stage: change since the same stage of the previous row of the same phase.
-    pub deltas: Vec<Option<i64>>,
-}
-
-/// Adds per-stage deltas to `oomscope_trace::analysis::stages::step_rows`.
-pub fn step_lines(rows: &[oomscope_trace::analysis::stages::StepRow]) -> Vec<StepLine> {
-    let mut previous: [Option<usize>; 2] = [None, None];
-    let mut out = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        let slot = usize::from(row.phase == Phase::Eval);
-        let deltas = row
-            .values
-            .iter()
-            .enumerate()
-            .map(|(s, v)| {
-                let before = rows[previous[slot]?].values[s]?;
-                Some(v.as_ref()?.wrapping_sub(before) as i64)
-            })
-            .collect();
-        previous[slot] = Some(i);
-        out.push(StepLine {
-            step: row.step,
-            phase: row.phase,
-            values: row.values.clone(),
-            deltas,
-        });
-    }
-    out
-}
-
-/// One metric's peak in two traces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeakComparison {
-    /// Metric label.
-    pub metric: String,
-    /// Peak in the first trace.
-    pub a_bytes: Option<u64>,
-    /// Peak in the second.
-    pub b_bytes: Option<u64>,
-}
-
-impl PeakComparison {
-    /// `b - a`, when both exist.
-    pub fn change_bytes(&self) -> Option<i64> {
-        Some(self.b_bytes? as i64 - self.a_bytes? as i64)
-    }
-}
-
-/// Peaks of every metric either trace has, first-seen order.
-pub fn compare_peaks(a: &Analysis, b: &Analysis) -> Vec<PeakComparison> {
-    let mut metrics: Vec<String> = Vec::new();
-    for p in a.peaks.iter().chain(&b.peaks) {
-        if !metrics.contains(&p.metric) {
-            metrics.push(p.metric.clone());
-        }
-    }
-    let peak = |x: &Analysis, m: &str| {
-        x.peaks
-            .iter()
-            .filter(|p| p.metric == m)
-            .map(|p| p.bytes)
-            .max()
-    };
-    metrics
-        .into_iter()
-        .map(|m| PeakComparison {
-            a_bytes: peak(a, &m),
-            b_bytes: peak(b, &m),
-            metric: m,
-        })
-        .collect()
-}
-
-/// One stage in two traces: its max and mean delta of one metric.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StageComparison {
-    /// Stage name (eval stages carry " (eval)").
-    pub stage: String,
-    /// Max in the first trace.
-    pub a_max_bytes: Option<u64>,
-    /// Max in the second.
-    pub b_max_bytes: Option<u64>,
-    /// Mean change since the previous mark, first trace.
-    pub a_mean_delta_bytes: Option<f64>,
-    /// Same, second trace.
-    pub b_mean_delta_bytes: Option<f64>,
-}
-
-/// Compares the stage tables on the first trace's primary metric (the metric both were
-/// recorded with; `None` when the second trace lacks it).
-pub fn compare_stages(a: &Analysis, b: &Analysis) -> Option<(String, Vec<StageComparison>)> {
-    let metric = a.stage_table.primary_metric.clone()?;
-    let ma = a.stage_table.metric_index(&metric)?;
-    let mb = b.stage_table.metric_index(&metric)?;
-    let key = |r: &StageRow| {
-        let suffix = if r.phase == Phase::Eval {
-            " (eval)"
-        } else {
-            ""
-        };
-        format!("{}{suffix}", r.stage)
-    };
-    let mut rows: Vec<StageComparison> = Vec::new();
-    for r in &a.stage_table.rows {
-        rows.push(StageComparison {
-            stage: key(r),
-            a_max_bytes: r.metrics[ma].max_bytes,
-            b_max_bytes: None,
-            a_mean_delta_bytes: r.metrics[ma].mean_delta_bytes,
-            b_mean_delta_bytes: None,
-        });
-    }
-    for r in &b.stage_table.rows {
-        let k = key(r);
-        let row = match rows.iter().position(|x| x.stage == k) {
-            Some(i) => &mut rows[i],
-            None => {
-                rows.push(StageComparison {
-                    stage: k,
-                    a_max_bytes: None,
-                    b_max_bytes: None,
-                    a_mean_delta_bytes: None,
-                    b_mean_delta_bytes: None,
-                });
-                rows.last_mut().expect("just pushed")
-            }
-        };
-        row.b_max_bytes = r.metrics[mb].max_bytes;
-        row.b_mean_delta_bytes = r.metrics[mb].mean_delta_bytes;
-    }
-    Some((metric, rows))
-}
-
 /// `+1.00 MiB`-style change between two optional values, or `-`.
 pub fn change_text(a: Option<u64>, b: Option<u64>) -> String {
     match (a, b) {
@@ -347,7 +199,6 @@ pub fn bytes_text(v: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oomscope_trace::analysis::{AnalysisOptions, analyze};
     use oomscope_trace::decode;
     use oomscope_trace::synth::TrainingRun;
 
@@ -450,56 +301,5 @@ mod tests {
             }
         );
         assert_eq!(z.pan(-10.0, full).t0_us, 0);
-    }
-
-    #[test]
-    fn step_lines_delta_per_phase() {
-        use oomscope_trace::analysis::stages::StepRow;
-        let rows = vec![
-            StepRow {
-                step: 1,
-                phase: Phase::Train,
-                values: vec![Some(10), Some(20)],
-            },
-            StepRow {
-                step: 1,
-                phase: Phase::Eval,
-                values: vec![Some(100), None],
-            },
-            StepRow {
-                step: 2,
-                phase: Phase::Train,
-                values: vec![Some(15), Some(5)],
-            },
-        ];
-        let lines = step_lines(&rows);
-        assert_eq!(lines[0].deltas, vec![None, None]);
-        assert_eq!(lines[1].deltas, vec![None, None]);
-        assert_eq!(lines[2].deltas, vec![Some(5), Some(-15)]);
-    }
-
-    #[test]
-    fn comparison_shows_the_fix() {
-        let leaky = run(64 << 20);
-        let fixed = run(0);
-        let a = analyze(&leaky, &AnalysisOptions::default());
-        let b = analyze(&fixed, &AnalysisOptions::default());
-        let peaks = compare_peaks(&a, &b);
-        assert!(!peaks.is_empty());
-        assert!(
-            peaks
-                .iter()
-                .any(|p| p.change_bytes().is_some_and(|c| c < 0)),
-            "the fix lowers a peak: {peaks:?}"
-        );
-        let (metric, stages) = compare_stages(&a, &b).unwrap();
-        assert_eq!(Some(metric), a.stage_table.primary_metric);
-        assert_eq!(stages.len(), a.stage_table.rows.len());
-        let leaking: f64 = stages.iter().filter_map(|s| s.a_mean_delta_bytes).sum();
-        let fixed: f64 = stages.iter().filter_map(|s| s.b_mean_delta_bytes).sum();
-        assert!(
-            leaking > fixed + f64::from(32 << 20),
-            "{leaking} vs {fixed}"
-        );
     }
 }

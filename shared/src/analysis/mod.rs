@@ -10,6 +10,7 @@
 //! names), string ids are resolved, and outputs never refer back into the trace.
 
 pub mod batch_fit;
+pub mod compare;
 pub mod fit;
 pub mod host;
 pub mod leaks;

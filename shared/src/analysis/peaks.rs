@@ -318,6 +318,53 @@ fn first_max(values: impl Iterator<Item = Option<u64>>) -> Option<(usize, u64)> 
     best
 }
 
+/// The peak whose make-up the viewer charts: the memory peak ([`memory_peak`]) when the
+/// analysis attached components to it; for a run without a device breakdown (a CPU run), the
+/// host RSS peak against the nearest component breakdown; else the memory peak as it is.
+pub fn breakdown_peak(trace: &Trace, peaks: &[Peak]) -> Option<Peak> {
+    let device = memory_peak(peaks);
+    if let Some(p) = device.filter(|p| p.components.is_some()) {
+        return Some(p.clone());
+    }
+    let host = peaks
+        .iter()
+        .filter(|p| p.measure == Measure::HostRss)
+        .max_by_key(|p| p.bytes)
+        .and_then(|p| {
+            let near = breakdown_near(trace, p.t_us)?;
+            Some(Peak {
+                components: Some(PeakComponents::new(trace, near, p.bytes, None)),
+                ..p.clone()
+            })
+        });
+    host.or_else(|| device.cloned())
+}
+
+impl Peak {
+    /// Its make-up as named parts, in chart order: parameters (with buffers), gradients,
+    /// optimizer state, each extra, activations when known, and `other` (the rest of the peak).
+    /// Empty without components.
+    pub fn parts(&self) -> Vec<NamedSize> {
+        let Some(c) = &self.components else {
+            return Vec::new();
+        };
+        let named = |name: &str, bytes: u64| NamedSize {
+            name: name.to_owned(),
+            bytes,
+        };
+        let mut parts = vec![
+            named("parameters", c.parameters_bytes + c.buffers_bytes),
+            named("gradients", c.gradients_bytes),
+            named("optimizer state", c.optimizer_state_bytes),
+        ];
+        parts.extend(c.extras.iter().cloned());
+        parts.extend(c.activations_bytes.map(|a| named("activations", a)));
+        let accounted: u64 = parts.iter().map(|p| p.bytes).sum();
+        parts.push(named("other", self.bytes.saturating_sub(accounted)));
+        parts
+    }
+}
+
 /// The peak that best answers "how much memory did the program's tensors need?": the highest
 /// allocator `allocated` peak; without allocator data, the process's GPU memory; else the
 /// device's used memory.
@@ -482,5 +529,37 @@ mod tests {
         let trace = Trace::default();
         assert!(peaks_of(&trace).is_empty());
         assert!(memory_peak(&[]).is_none());
+    }
+
+    #[test]
+    fn a_cpu_run_gets_its_breakdown_at_the_host_peak() {
+        let mut trace = Trace::default();
+        let rss = trace.declare_counter(CounterKind::HostRss, None);
+        trace.samples.push_row(1_000, &[(rss, 100)]);
+        trace.samples.push_row(2_000, &[(rss, 900)]);
+        trace.components.push(ComponentBreakdown {
+            t_us: 500,
+            step: 0,
+            batch_size: None,
+            parameters_bytes: 200,
+            buffers_bytes: 10,
+            gradients_bytes: 200,
+            optimizer_state_bytes: 400,
+            extras: Vec::new(),
+        });
+        let values = MarkValues::new(&trace);
+        let all = peaks(&trace, &values);
+        let p = breakdown_peak(&trace, &all).expect("a host peak");
+        assert_eq!((p.measure, p.bytes), (Measure::HostRss, 900));
+        let parts: Vec<(String, u64)> = p.parts().into_iter().map(|n| (n.name, n.bytes)).collect();
+        assert_eq!(
+            parts,
+            vec![
+                ("parameters".to_owned(), 210),
+                ("gradients".to_owned(), 200),
+                ("optimizer state".to_owned(), 400),
+                ("other".to_owned(), 90),
+            ]
+        );
     }
 }

@@ -291,6 +291,45 @@ pub fn step_rows(trace: &Trace, metric: Metric) -> Vec<StepRow> {
     rows
 }
 
+/// A row of the step table: one step (and phase), one value and delta per stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepLine {
+    /// Step.
+    pub step: u64,
+    /// Phase.
+    pub phase: Phase,
+    /// Per stage: value at the mark.
+    pub values: Vec<Option<u64>>,
+    /// Per stage: change since the same stage of the previous row of the same phase.
+    pub deltas: Vec<Option<i64>>,
+}
+
+/// Adds per-stage deltas to [`step_rows`] (the viewer's step table).
+pub fn step_lines(rows: &[StepRow]) -> Vec<StepLine> {
+    let mut previous: [Option<usize>; 2] = [None, None];
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let slot = usize::from(row.phase == Phase::Eval);
+        let deltas = row
+            .values
+            .iter()
+            .enumerate()
+            .map(|(s, v)| {
+                let before = rows[previous[slot]?].values[s]?;
+                Some(v.as_ref()?.wrapping_sub(before) as i64)
+            })
+            .collect();
+        previous[slot] = Some(i);
+        out.push(StepLine {
+            step: row.step,
+            phase: row.phase,
+            values: row.values.clone(),
+            deltas,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -419,5 +458,30 @@ mod tests {
         assert_eq!((rows[2].step, rows[2].phase), (1, Phase::Eval));
         assert_eq!(rows[2].values[4], Some(16 * GIB));
         assert_eq!(rows[2].values[0], None);
+    }
+
+    #[test]
+    fn step_lines_delta_per_phase() {
+        let rows = vec![
+            StepRow {
+                step: 1,
+                phase: Phase::Train,
+                values: vec![Some(10), Some(20)],
+            },
+            StepRow {
+                step: 1,
+                phase: Phase::Eval,
+                values: vec![Some(100), None],
+            },
+            StepRow {
+                step: 2,
+                phase: Phase::Train,
+                values: vec![Some(15), Some(5)],
+            },
+        ];
+        let lines = step_lines(&rows);
+        assert_eq!(lines[0].deltas, vec![None, None]);
+        assert_eq!(lines[1].deltas, vec![None, None]);
+        assert_eq!(lines[2].deltas, vec![Some(5), Some(-15)]);
     }
 }
