@@ -23,98 +23,96 @@
 //! target/release/examples/gpt --trace none          # uninstrumented (for overhead measurements)
 //! ```
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use oomscope_collector::torch::Session;
 use oomscope_trace::Phase;
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
-#[derive(Debug, Clone)]
+/// Trains a small GPT-style language model on synthetic tokens, instrumented with oomscope.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "gpt", version, about, long_about = None)]
 struct Config {
+    /// Training steps.
+    #[arg(long, default_value_t = 60)]
     steps: i64,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 8)]
     batch: i64,
+    /// Tokens per sequence (attention costs batch × heads × seq_len² floats per layer).
+    #[arg(long, default_value_t = 64)]
     seq_len: i64,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = 2048)]
     vocab: i64,
+    /// Model width (a multiple of --heads).
+    #[arg(long, default_value_t = 128)]
     d_model: i64,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 2)]
     layers: i64,
+    /// Attention heads.
+    #[arg(long, default_value_t = 4)]
     heads: i64,
+    /// Learning rate (AdamW).
+    #[arg(long, default_value_t = 3e-4)]
     lr: f64,
+    /// Evaluate every N steps (0: never).
+    #[arg(long, default_value_t = 20)]
     eval_every: i64,
+    /// Batches per evaluation.
+    #[arg(long, default_value_t = 2)]
     eval_batches: i64,
+    /// auto (CUDA when available), cpu or cuda.
+    #[arg(long, default_value = "auto")]
     device: String,
+    /// Where a standalone run records its trace; `none` records nothing of its own (still
+    /// reports to a parent `collector run`).
+    #[arg(long, default_value = "gpt.oomt")]
     trace: String,
+    /// Plant a leak: keep each step's logits (detached).
+    #[arg(long)]
     leak_logits: bool,
+    /// Plant a leak: keep each step's loss tensor and with it its autograd graph.
+    #[arg(long)]
     leak_loss: bool,
+    /// Evaluate with autograd on, summing the loss tensors.
+    #[arg(long)]
     eval_with_grad: bool,
+    /// Random seed.
+    #[arg(long, default_value_t = 0)]
     seed: i64,
+    /// Search for the largest batch that fits, then train with the recommended one.
+    #[arg(long)]
     find_batch: bool,
-    memory_limit: Option<u64>,
+    /// Instead of training: run one step at batch 1, 2, 3, … until one runs out of memory, and
+    /// print the largest that ran (the plain scan the batch search is checked against).
+    #[arg(long)]
+    scan_batch: bool,
+    /// The batch search's memory limit in MiB (required on CPU; default on CUDA: the GPU).
+    #[arg(long = "memory-limit-mib", value_name = "MIB")]
+    memory_limit_mib: Option<u64>,
+    /// Allocator check (CUDA): mark `model_ready` once the parameters exist and print, as one
+    /// JSON line, what the caching allocator must hold then (every parameter rounded up to the
+    /// allocator's 512-byte blocks) next to what it reports.
+    #[arg(long)]
+    check_allocator: bool,
+    /// Time N allocator snapshots (CUDA) and print the cost of one, then train.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    time_snapshots: u32,
 }
 
 impl Config {
-    fn parse() -> Result<Config> {
-        let mut c = Config {
-            steps: 60,
-            batch: 8,
-            seq_len: 64,
-            vocab: 2048,
-            d_model: 128,
-            layers: 2,
-            heads: 4,
-            lr: 3e-4,
-            eval_every: 20,
-            eval_batches: 2,
-            device: "auto".into(),
-            trace: "gpt.oomt".into(),
-            leak_logits: false,
-            leak_loss: false,
-            eval_with_grad: false,
-            seed: 0,
-            find_batch: false,
-            memory_limit: None,
-        };
-        let mut args = std::env::args().skip(1);
-        while let Some(flag) = args.next() {
-            match flag.as_str() {
-                "--leak-logits" => c.leak_logits = true,
-                "--leak-loss" => c.leak_loss = true,
-                "--eval-with-grad" => c.eval_with_grad = true,
-                "--find-batch" => c.find_batch = true,
-                _ => {
-                    let value = args
-                        .next()
-                        .with_context(|| format!("{flag} needs a value"))?;
-                    let number = || {
-                        value
-                            .parse::<i64>()
-                            .with_context(|| format!("{flag}: `{value}` is not a number"))
-                    };
-                    match flag.as_str() {
-                        "--steps" => c.steps = number()?,
-                        "--batch" => c.batch = number()?,
-                        "--seq-len" => c.seq_len = number()?,
-                        "--vocab" => c.vocab = number()?,
-                        "--d-model" => c.d_model = number()?,
-                        "--layers" => c.layers = number()?,
-                        "--heads" => c.heads = number()?,
-                        "--eval-every" => c.eval_every = number()?,
-                        "--eval-batches" => c.eval_batches = number()?,
-                        "--seed" => c.seed = number()?,
-                        "--lr" => {
-                            c.lr = value.parse().with_context(|| format!("--lr: `{value}`"))?;
-                        }
-                        "--memory-limit-mib" => c.memory_limit = Some(number()? as u64 * (1 << 20)),
-                        "--device" => c.device.clone_from(&value),
-                        "--trace" => c.trace.clone_from(&value),
-                        other => bail!("unknown option {other}"),
-                    }
-                }
-            }
-        }
-        if c.d_model % c.heads != 0 {
+    fn parse_args() -> Result<Config> {
+        let c = <Config as clap::Parser>::parse();
+        if c.heads <= 0 || c.d_model % c.heads != 0 {
             bail!("--d-model must be a multiple of --heads");
         }
         Ok(c)
+    }
+
+    fn memory_limit(&self) -> Option<u64> {
+        self.memory_limit_mib.map(|m| m << 20)
     }
 
     fn device(&self) -> Result<Device> {
@@ -228,7 +226,7 @@ fn batch(c: &Config, device: Device) -> (Tensor, Tensor) {
 }
 
 fn main() -> Result<()> {
-    let c = Config::parse()?;
+    let c = Config::parse_args()?;
     let device = c.device()?;
     tch::manual_seed(c.seed);
     // `--trace none`: no recording of our own (still reports to a parent `collector run`).
@@ -241,35 +239,53 @@ fn main() -> Result<()> {
     let model = Gpt::new(&vs.root(), &c);
     let mut opt = nn::AdamW::default().build(&vs, c.lr)?;
     let params = vs.trainable_variables();
+    if c.check_allocator {
+        check_allocator(&session, &vs);
+    }
+    if c.time_snapshots > 0 {
+        time_snapshots(&session, c.time_snapshots);
+    }
     let mut c = c;
-    if c.find_batch {
-        let search = oomscope_collector::torch::BatchSearch {
-            limit_bytes: c.memory_limit,
-            ..Default::default()
+    // One training step at another batch size: what the batch search and the scan try.
+    let mut trial_step = |batch_size: u64| {
+        let trial = Config {
+            batch: batch_size as i64,
+            ..c.clone()
         };
-        let result = session.find_max_batch_size(&search, |batch_size| {
-            let trial = Config {
-                batch: batch_size as i64,
-                ..c.clone()
-            };
-            let (x, y) = batch(&trial, device);
-            let loss = model
-                .forward(&x)
-                .view([-1, c.vocab])
-                .cross_entropy_for_logits(&y.reshape([-1]));
-            opt.zero_grad();
-            loss.backward();
-            opt.step();
-        });
+        let (x, y) = batch(&trial, device);
+        let loss = model
+            .forward(&x)
+            .view([-1, c.vocab])
+            .cross_entropy_for_logits(&y.reshape([-1]));
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+    };
+    let search = oomscope_collector::torch::BatchSearch {
+        limit_bytes: c.memory_limit(),
+        ..Default::default()
+    };
+    if c.scan_batch {
+        let largest = session.scan_max_batch_size(&search, &mut trial_step);
+        #[allow(clippy::print_stdout)]
+        {
+            println!("batch scan: largest that ran {largest:?}");
+        }
+        session.finish()?;
+        return Ok(());
+    }
+    if c.find_batch {
+        let result = session.find_max_batch_size(&search, &mut trial_step);
         #[allow(clippy::print_stdout)]
         {
             println!(
-                "batch search: largest that ran {:?}, smallest that did not {:?}, {:.1} MiB per sample, recommended {:?} ({} trials)",
+                "batch search: largest that ran {:?}, smallest that did not {:?}, {:.1} MiB per sample, predicted {:?} within the margin, recommended {:?} ({} trials)",
                 result.largest_fit,
                 result.smallest_oom,
                 result
                     .fit
                     .map_or(f64::NAN, |f| f.per_sample_bytes / f64::from(1 << 20)),
+                result.fit.map(|f| f.max_batch),
                 result.recommended,
                 result.trials.len()
             );
@@ -381,5 +397,53 @@ fn evaluate(c: &Config, model: &Gpt, session: &Session, device: Device) {
         run();
     } else {
         tch::no_grad(run);
+    }
+}
+
+/// `--check-allocator`: marks `model_ready` and prints what the caching allocator must hold (every
+/// parameter in its own block, rounded up to 512 bytes) beside what it reports.
+fn check_allocator(session: &Session, vs: &nn::VarStore) {
+    const BLOCK: u64 = 512;
+    session.mark("model_ready");
+    let tensors = vs.variables();
+    let parameters_bytes: u64 = tensors
+        .values()
+        .map(oomscope_collector::torch::stats::tensor_bytes)
+        .sum();
+    let expected: u64 = tensors
+        .values()
+        .map(|t| oomscope_collector::torch::stats::tensor_bytes(t).div_ceil(BLOCK) * BLOCK)
+        .sum();
+    let snapshot = session.allocator_snapshot();
+    let line = serde_json::json!({
+        "check": "model_ready",
+        "tensors": tensors.len(),
+        "parameters_bytes": parameters_bytes,
+        "expected_allocated_bytes": expected,
+        "allocated_bytes": snapshot.map(|s| s.allocated_bytes),
+        "reserved_bytes": snapshot.map(|s| s.reserved_bytes),
+    });
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{line}");
+    }
+}
+
+/// `--time-snapshots N`: the cost of one allocator snapshot (what every mark pays on CUDA).
+fn time_snapshots(session: &Session, calls: u32) {
+    let started = std::time::Instant::now();
+    for _ in 0..calls {
+        std::hint::black_box(session.allocator_snapshot());
+    }
+    let ns = started.elapsed().as_nanos() as f64 / f64::from(calls);
+    let line = serde_json::json!({
+        "check": "snapshot_cost",
+        "cuda": session.cuda_device().is_some(),
+        "calls": calls,
+        "ns_per_snapshot": ns,
+    });
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{line}");
     }
 }

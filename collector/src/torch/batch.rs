@@ -104,30 +104,12 @@ impl Session {
         search: &BatchSearch,
         mut trial: impl FnMut(u64),
     ) -> BatchSearchResult {
-        let meter = match self.cuda_device() {
-            Some(device) => PeakMeter::Cuda(device),
-            None => PeakMeter::Host,
-        };
-        let limit_bytes = search.limit_bytes.or_else(|| self.device_total_bytes());
+        let runner = TrialRunner::new(self, search);
+        let limit_bytes = runner.limit_bytes;
         let mut trials: Vec<BatchTrial> = Vec::new();
         let mut run = |batch: u64, trials: &mut Vec<BatchTrial>| -> bool {
-            meter.reset();
-            let outcome = self.catch_oom(|| trial(batch));
-            let peak = meter.peak_bytes();
-            let fits = outcome.is_ok()
-                && limit_bytes
-                    .zip(peak)
-                    .is_none_or(|(limit, peak)| peak <= limit);
-            let record = BatchTrial {
-                t_us: 0,
-                batch_size: batch,
-                outcome: if fits {
-                    TrialOutcome::Fit
-                } else {
-                    TrialOutcome::Oom
-                },
-                peak_bytes: if fits { peak } else { None },
-            };
+            let record = runner.run(batch, &mut trial);
+            let fits = record.outcome == TrialOutcome::Fit;
             self.record_trial(&record);
             trials.push(record);
             fits
@@ -161,7 +143,7 @@ impl Session {
             (None, low) => low,
             (Some(fit), None) => Some(fit.max_batch),
         };
-        meter.reset();
+        runner.meter.reset();
         BatchSearchResult {
             trials,
             largest_fit: low,
@@ -170,6 +152,23 @@ impl Session {
             fit,
             recommended,
         }
+    }
+
+    /// The plain scan the search is checked against: one trial at `search.start`, then at every
+    /// next batch size, until one does not fit (or `search.max`). Returns the largest that ran.
+    /// Trials are judged exactly as [`Session::find_max_batch_size`] judges them but are not
+    /// recorded: the scan is a reference, not part of the run.
+    pub fn scan_max_batch_size(&self, search: &BatchSearch, mut trial: impl FnMut(u64)) -> Option<u64> {
+        let runner = TrialRunner::new(self, search);
+        let mut largest = None;
+        for batch in search.start.max(1)..=search.max {
+            if runner.run(batch, &mut trial).outcome != TrialOutcome::Fit {
+                break;
+            }
+            largest = Some(batch);
+        }
+        runner.meter.reset();
+        largest
     }
 
     /// Runs `step(batch)`, halving the batch after each OOM until it fits (or batch 1 fails too).
@@ -205,5 +204,49 @@ impl Session {
         let device = u32::try_from(self.cuda_device()?).ok()?;
         let gpus = crate::gpu::Gpus::open(&crate::gpu::GpuSelection::Indices(vec![device])).ok()?;
         gpus.infos().first().map(|g| g.total_memory_bytes)
+    }
+}
+
+/// Runs one trial the way the search and the scan both judge it: cache emptied and peak reset
+/// first, OOMs caught, and a peak above the limit counted as out of memory.
+struct TrialRunner<'a> {
+    session: &'a Session,
+    meter: PeakMeter,
+    limit_bytes: Option<u64>,
+}
+
+impl<'a> TrialRunner<'a> {
+    fn new(session: &'a Session, search: &BatchSearch) -> TrialRunner<'a> {
+        let meter = match session.cuda_device() {
+            Some(device) => PeakMeter::Cuda(device),
+            None => PeakMeter::Host,
+        };
+        let limit_bytes = search.limit_bytes.or_else(|| session.device_total_bytes());
+        TrialRunner {
+            session,
+            meter,
+            limit_bytes,
+        }
+    }
+
+    fn run(&self, batch: u64, trial: &mut impl FnMut(u64)) -> BatchTrial {
+        self.meter.reset();
+        let outcome = self.session.catch_oom(|| trial(batch));
+        let peak = self.meter.peak_bytes();
+        let fits = outcome.is_ok()
+            && self
+                .limit_bytes
+                .zip(peak)
+                .is_none_or(|(limit, peak)| peak <= limit);
+        BatchTrial {
+            t_us: 0,
+            batch_size: batch,
+            outcome: if fits {
+                TrialOutcome::Fit
+            } else {
+                TrialOutcome::Oom
+            },
+            peak_bytes: if fits { peak } else { None },
+        }
     }
 }
