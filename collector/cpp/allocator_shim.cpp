@@ -5,12 +5,15 @@
 // thrown by libtorch ever crosses into Rust. Status: 0 ok, 1 CUDA not available, 2 error (the
 // message is copied into `err`).
 
+#include <c10/core/Event.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 
 // Declared here rather than through <ATen/cuda/CUDAContext.h>, which pulls in CUDA's half-precision
 // headers (and CCCL) that the PyTorch wheels do not ship. Only its address is taken.
@@ -106,8 +109,9 @@ int oomscope_reset_peak_stats(int device, char* err, size_t err_len) {
   });
 }
 
-// The callback runs inside the allocator, before the OOM error is thrown: it must not allocate
-// device memory or call back into the allocator.
+// The callback runs inside the allocator, before the OOM error is thrown, after the allocator
+// released its lock (every libtorch since 1.13 copies the observers, unlocks, then calls them):
+// it may read the allocator's statistics, but must not allocate device memory.
 int oomscope_attach_oom_observer(oomscope_oom_callback callback, char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
     c10::cuda::CUDACachingAllocator::attachOutOfMemoryObserver(
@@ -115,6 +119,34 @@ int oomscope_attach_oom_observer(oomscope_oom_callback callback, char* err, size
           callback(device, requested, total, free_bytes);
         });
   });
+}
+
+// CUDA events, so that a small result copied to the host asynchronously (gradient statistics)
+// can be read once it is there, without waiting for everything queued after it: the training
+// loop never stalls on oomscope. Through c10::Event, so nothing links against cudart directly.
+
+int oomscope_event_record(int device, void** out, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    auto event = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+    event->record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)));
+    *out = event.release();
+  });
+}
+
+// *done = 1 once the work queued before the event has finished, else 0.
+int oomscope_event_query(void* event, int* done, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] { *done = static_cast<c10::Event*>(event)->query() ? 1 : 0; });
+}
+
+int oomscope_event_synchronize(void* event, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] { static_cast<c10::Event*>(event)->synchronize(); });
+}
+
+void oomscope_event_free(void* event) {
+  try {
+    delete static_cast<c10::Event*>(event);
+  } catch (...) {
+  }
 }
 
 }  // extern "C"

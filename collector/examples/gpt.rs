@@ -97,6 +97,12 @@ struct Config {
     /// allocator's 512-byte blocks) next to what it reports.
     #[arg(long)]
     check_allocator: bool,
+    /// Summarise the gradients every N steps (0: never).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    grad_stats_every: i64,
+    /// Record the logits' statistics every N steps (0: never).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    tensor_stats_every: i64,
     /// Time N allocator snapshots (CUDA) and print the cost of one, then train.
     #[arg(long, value_name = "N", default_value_t = 0)]
     time_snapshots: u32,
@@ -246,20 +252,25 @@ fn main() -> Result<()> {
         time_snapshots(&session, c.time_snapshots);
     }
     let mut c = c;
-    // One training step at another batch size: what the batch search and the scan try.
+    // One training step at another batch size: what the batch search and the scan try. The same
+    // tensors stay alive as in the loop below (the logits until the step ends): a trial that
+    // frees them earlier peaks lower than the real step, and the batch it picks then runs out of
+    // memory in training (seen on an H100).
     let mut trial_step = |batch_size: u64| {
         let trial = Config {
             batch: batch_size as i64,
             ..c.clone()
         };
         let (x, y) = batch(&trial, device);
-        let loss = model
-            .forward(&x)
+        let logits = model.forward(&x);
+        let loss = logits
             .view([-1, c.vocab])
             .cross_entropy_for_logits(&y.reshape([-1]));
         opt.zero_grad();
         loss.backward();
         opt.step();
+        std::hint::black_box(loss.double_value(&[]));
+        drop(logits);
     };
     let search = oomscope_collector::torch::BatchSearch {
         limit_bytes: c.memory_limit(),
@@ -312,7 +323,9 @@ fn main() -> Result<()> {
         opt.zero_grad();
         loss.backward();
         session.mark("post_backward");
-        session.gradients(&params);
+        if c.grad_stats_every > 0 && step % c.grad_stats_every == 0 {
+            session.gradients(&params);
+        }
         if step == 0 {
             // AdamW creates its two moments at the first step: measure what that step keeps.
             // Measured when the measurement is clean; else AdamW's known size, two moments per
@@ -338,7 +351,7 @@ fn main() -> Result<()> {
             opt.step();
             session.mark("post_optimizer_step");
         }
-        if step % 10 == 0 {
+        if c.tensor_stats_every > 0 && step % c.tensor_stats_every == 0 {
             session.tensor_stats("logits", &logits);
         }
         last_loss = loss.double_value(&[]);

@@ -15,7 +15,7 @@ Dependency-free: import it, or copy this file next to your script. Outside `coll
         oom.mark("post_optimizer_step")
 
 When torch is already imported and CUDA is initialised, every mark carries the caching
-allocator's statistics (torch.cuda.memory_stats()), so the stage table shows allocated,
+allocator's statistics (torch.cuda.memory_stats_as_nested_dict()), so the stage table shows allocated,
 reserved and peak memory exactly as PyTorch sees them. Sends never block: if the collector
 cannot keep up, the message is dropped and counted in `Probe.dropped`.
 
@@ -28,17 +28,27 @@ import sys
 
 PROTOCOL_VERSION = 1
 
-# torch.cuda.memory_stats() keys -> protocol fields.
+# Paths in torch.cuda.memory_stats_as_nested_dict() -> protocol fields. The nested dict is what
+# memory_stats() flattens; reading it directly costs ~24 us a mark instead of ~118 us (measured on
+# an H100 with torch 2.11, scripts/gpu-proof).
 _STAT_FIELDS = (
-    ("allocated_bytes.all.current", "allocated_bytes"),
-    ("reserved_bytes.all.current", "reserved_bytes"),
-    ("active_bytes.all.current", "active_bytes"),
-    ("inactive_split_bytes.all.current", "inactive_split_bytes"),
-    ("allocated_bytes.all.peak", "peak_allocated_bytes"),
-    ("reserved_bytes.all.peak", "peak_reserved_bytes"),
-    ("num_alloc_retries", "num_alloc_retries"),
-    ("num_ooms", "num_ooms"),
+    (("allocated_bytes", "all", "current"), "allocated_bytes"),
+    (("reserved_bytes", "all", "current"), "reserved_bytes"),
+    (("active_bytes", "all", "current"), "active_bytes"),
+    (("inactive_split_bytes", "all", "current"), "inactive_split_bytes"),
+    (("allocated_bytes", "all", "peak"), "peak_allocated_bytes"),
+    (("reserved_bytes", "all", "peak"), "peak_reserved_bytes"),
+    (("num_alloc_retries",), "num_alloc_retries"),
+    (("num_ooms",), "num_ooms"),
 )
+
+
+def _lookup(stats, path):
+    for key in path:
+        if not isinstance(stats, dict) or key not in stats:
+            return None
+        stats = stats[key]
+    return stats
 
 
 def _token(text):
@@ -86,12 +96,11 @@ class Probe:
         try:
             if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
                 return ""
-            stats = torch.cuda.memory_stats()
+            stats = torch.cuda.memory_stats_as_nested_dict()
         except Exception:  # a broken CUDA state must never break the training loop
             return ""
-        return "".join(
-            " %s=%d" % (field, stats[key]) for key, field in _STAT_FIELDS if key in stats
-        )
+        fields = ((field, _lookup(stats, path)) for path, field in _STAT_FIELDS)
+        return "".join(" %s=%d" % (field, value) for field, value in fields if isinstance(value, int))
 
     def mark(self, stage, step=None, phase=None, epoch=None):
         """Marks a stage; attaches allocator statistics when torch/CUDA are in use."""

@@ -130,7 +130,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
-    crate::oom_text::parse_size(&format!("{} {}", &t[..split], t[split..].trim()))
+    oomscope_trace::oom_text::parse_size(&format!("{} {}", &t[..split], t[split..].trim()))
         .ok_or_else(|| format!("`{text}` is not a size (e.g. 80GiB, 310MiB, 1073741824)"))
 }
 

@@ -11,7 +11,6 @@
 pub mod cli;
 pub mod gpu;
 pub mod host;
-pub mod oom_text;
 pub mod probe;
 pub mod protocol;
 pub mod report;

@@ -719,13 +719,12 @@ torch = types.ModuleType("torch")
 torch.cuda = types.SimpleNamespace(
     is_available=lambda: True,
     is_initialized=lambda: True,
-    memory_stats=lambda: {
-        "allocated_bytes.all.current": 9_000_000_000,
-        "reserved_bytes.all.current": 12_000_000_000,
-        "active_bytes.all.current": 9_100_000_000,
-        "inactive_split_bytes.all.current": 300_000_000,
-        "allocated_bytes.all.peak": 14_000_000_000,
-        "reserved_bytes.all.peak": 15_000_000_000,
+    # The shape of torch 2.11's memory_stats_as_nested_dict() (the GPU proof checks the real one).
+    memory_stats_as_nested_dict=lambda: {
+        "allocated_bytes": {"all": {"current": 9_000_000_000, "peak": 14_000_000_000}},
+        "reserved_bytes": {"all": {"current": 12_000_000_000, "peak": 15_000_000_000}},
+        "active_bytes": {"all": {"current": 9_100_000_000}},
+        "inactive_split_bytes": {"all": {"current": 300_000_000}},
         "num_alloc_retries": 3,
         "num_ooms": 1,
     },

@@ -95,8 +95,11 @@ class Proof:
         return os.path.join(self.bin, name)
 
     def run(self, cmd, timeout=240, check=False):
-        """Runs a command; returns (exit code, stdout, stderr)."""
+        """Runs a command; returns (exit code, stdout, stderr). A failing command's stderr goes to
+        the log whole (the JSON keeps its end)."""
         p = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout)
+        if p.returncode != 0:
+            print("[gpu-proof] exit %d: %s\n%s" % (p.returncode, " ".join(cmd), p.stderr[-6000:]), flush=True)
         if check and p.returncode != 0:
             raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr[-2000:]))
         return p.returncode, p.stdout, p.stderr
@@ -229,17 +232,17 @@ class Proof:
             return figures, True, "every mark recorded, in order", "allocator values need CUDA (dry run)"
         mismatches = []
         for m, t in zip(marks, truth["marks"]):
-            for column, key in (("allocated", "allocated_bytes.all.current"), ("reserved", "reserved_bytes.all.current"),
-                                ("peak_allocated", "allocated_bytes.all.peak")):
+            for column, key in (("allocated_bytes", "allocated_bytes.all.current"), ("reserved_bytes", "reserved_bytes.all.current"),
+                                ("peak_allocated_bytes", "allocated_bytes.all.peak")):
                 if int(m[column] or -1) != t[key]:
                     mismatches.append({"stage": t["stage"], "step": t["step"], "field": column,
                                        "trace": m[column], "torch": t[key]})
         expected = sum(-(-b // 512) * 512 for b in truth["parameters"])
         figures.update(mismatches=mismatches[:10], mismatch_count=len(mismatches),
-                       model_ready_allocated=int(marks[0]["allocated"]), parameters_in_512_byte_blocks=expected,
-                       max_allocated_mib=round(max(int(m["allocated"]) for m in marks) / MIB, 2),
-                       max_reserved_mib=round(max(int(m["reserved"]) for m in marks) / MIB, 2))
-        ok = not mismatches and int(marks[0]["allocated"]) == expected
+                       model_ready_allocated=int(marks[0]["allocated_bytes"]), parameters_in_512_byte_blocks=expected,
+                       max_allocated_mib=round(max(int(m["allocated_bytes"]) for m in marks) / MIB, 2),
+                       max_reserved_mib=round(max(int(m["reserved_bytes"]) for m in marks) / MIB, 2))
+        ok = not mismatches and int(marks[0]["allocated_bytes"]) == expected
         return figures, ok, "allocated/reserved/peak equal torch.cuda.memory_stats() at every mark (0 bytes); model_ready = the parameters in 512-byte blocks", None
 
     def check_allocator_tch(self):
@@ -257,14 +260,15 @@ class Proof:
         if not self.cuda["cuda"]:
             return figures, True, "every mark recorded", "allocator values need CUDA (dry run)"
         first = marks[0]
-        figures["trace_model_ready_allocated"] = int(first["allocated"])
-        broken = [m["stage"] for m in marks if not (int(m["peak_allocated"]) >= int(m["allocated"]) <= int(m["reserved"]))]
+        figures["trace_model_ready_allocated"] = int(first["allocated_bytes"])
+        broken = [m["stage"] for m in marks
+                  if not (int(m["peak_allocated_bytes"]) >= int(m["allocated_bytes"]) <= int(m["reserved_bytes"]))]
         # Not judged: the per-process reading is up to a second old at a mark.
-        outside = [m["stage"] for m in marks if m.get("gpu0.process") and int(m["gpu0.process"]) < int(m["reserved"])]
+        outside = [m["stage"] for m in marks if m.get("gpu0.process") and int(m["gpu0.process"]) < int(m["reserved_bytes"])]
         figures.update(invariant_violations=broken[:10], marks_where_last_process_reading_below_reserved=len(outside),
-                       max_reserved_mib=round(max(int(m["reserved"]) for m in marks) / MIB, 2),
+                       max_reserved_mib=round(max(int(m["reserved_bytes"]) for m in marks) / MIB, 2),
                        max_process_mib=round(max(int(m.get("gpu0.process") or 0) for m in marks) / MIB, 2))
-        ok = (first["stage"] == "model_ready" and int(first["allocated"]) == line["expected_allocated_bytes"]
+        ok = (first["stage"] == "model_ready" and int(first["allocated_bytes"]) == line["expected_allocated_bytes"]
               == line["allocated_bytes"] and not broken)
         return figures, ok, ("model_ready: trace = libtorch's counter = the parameters in 512-byte blocks (0 bytes); "
                              "at every mark allocated <= peak and allocated <= reserved"), None
@@ -345,9 +349,9 @@ class Proof:
             model = ["--seq-len", "128", "--memory-limit-mib", str(CPU_LIMIT_MIB)]
         trace, code, out, err = self.record("batch", self.gpt("--find-batch", "--steps", "3", "--eval-every", "0", *model),
                                             timeout=400)
+        self.keep(trace, "batch.oomt")
         if code != 0:
             raise RuntimeError("gpt --find-batch exited %d: %s" % (code, err[-1500:]))
-        self.keep(trace, "batch.oomt")
         line = next(l for l in out.splitlines() if l.startswith("batch search:"))
         started = time.monotonic()
         _, scan_out, scan_err = self.run(self.gpt("--scan-batch", *model), timeout=400)
@@ -371,27 +375,35 @@ class Proof:
     # ---- 5. overhead -----------------------------------------------------------------------
 
     def check_overhead(self):
-        pairs, steps = (6, 300) if self.cuda["cuda"] else (2, 10)
+        pairs, steps = (5, 200) if self.cuda["cuda"] else (2, 10)
         model = ["--d-model", "512", "--layers", "4", "--heads", "8", "--seq-len", "512", "--batch", "16",
                  "--vocab", "8192"] if self.cuda["cuda"] else []
         base = self.gpt("--steps", str(steps), "--eval-every", "0", *model)
         ms = lambda text: float(re.search(r"\(([0-9.]+) ms/step\)", text).group(1))
-        off, on = [], []
+        under = lambda cmd: [self.exe("collector"), "run", "-q", "-o", os.path.join(self.work, "overhead.oomt"), "--", *cmd]
+        # What each part costs: marks only (no statistics), marks + gradient statistics, everything.
+        parts = {"marks_only": under(base + ["--grad-stats-every", "0", "--tensor-stats-every", "0"]),
+                 "marks_and_gradients": under(base + ["--tensor-stats-every", "0"])}
+        off, on, part_ms = [], [], {k: [] for k in parts}
         for i in range(pairs):
             _, out, _ = self.run(base, check=True)
             off.append(ms(out))
-            _, out, err, = self.run([self.exe("collector"), "run", "-q", "-o", os.path.join(self.work, "overhead.oomt"),
-                                     "--", *base], check=True)
+            _, out, _ = self.run(under(base), check=True)
             on.append(ms(out))
+            for k, cmd in parts.items():
+                if i < 2:
+                    part_ms[k].append(ms(self.run(cmd, check=True)[1]))
         diffs = [(b - a) / a * 100 for a, b in zip(off, on)]
         mean = statistics.mean(diffs)
         half = t95(len(diffs)) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
         figures = {"model": " ".join(model) or "default", "steps": steps, "pairs": pairs,
                    "off_ms_per_step": off, "on_ms_per_step": on,
                    "median_off_ms": statistics.median(off), "median_on_ms": statistics.median(on),
-                   "overhead_percent_mean": round(mean, 3), "ci95_percent": [round(mean - half, 3), round(mean + half, 3)]}
+                   "overhead_percent_mean": round(mean, 3), "ci95_percent": [round(mean - half, 3), round(mean + half, 3)],
+                   "parts_median_ms": {k: statistics.median(v) for k, v in part_ms.items() if v}}
         figures["sampler"] = self.sampler_cpu()
         figures["snapshot"] = self.snapshot_cost()
+        figures["nvml_calls"] = self.nvml_call_cost()
         if not self.cuda["cuda"]:
             return figures, None, "", "the step-time target is for GPU steps (dry run: measured on CPU, not judged)"
         samp = figures["sampler"]
@@ -400,19 +412,57 @@ class Proof:
                              "<= 3% + NVML's cost (1.2%) at 1 kHz"), None
 
     def sampler_cpu(self):
-        seconds = 8 if self.cuda["cuda"] else 2
+        """Collector CPU while watching an idle program, as the slope between a short and a long
+        run, so that start-up (NVML's init, the first process scan) does not count; at 1 kHz also
+        without NVML (host memory only), which separates the driver's share."""
+        short, long = (3, 13) if self.cuda["cuda"] else (1, 3)
         result = {}
-        for interval in (10, 1):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            started = time.monotonic()
-            self.run([self.exe("collector"), "run", "-q", "--interval-ms", str(interval), "-o",
-                      os.path.join(self.work, "idle.oomt"), "--", "sleep", str(seconds)], check=True)
-            wall = time.monotonic() - started
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-            result[str(1000 // interval)] = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 3),
-                                             "cpu_percent": round(100 * cpu / wall, 3)}
+        for name, interval, env in (("100", 10, {}), ("1000", 1, {}),
+                                    ("1000_without_nvml", 1, {"OOMSCOPE_NVML_LIB": "/nonexistent/libnvidia-ml.so.1"})):
+            cpu = {}
+            for seconds in (short, long):
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                saved = dict(self.env)
+                self.env.update(env)
+                try:
+                    self.run([self.exe("collector"), "run", "-q", "--interval-ms", str(interval), "-o",
+                              os.path.join(self.work, "idle.oomt"), "--", "sleep", str(seconds)], check=True)
+                finally:
+                    self.env = saved
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[seconds] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            result[name] = {
+                "cpu_s_%ds" % short: round(cpu[short], 3), "cpu_s_%ds" % long: round(cpu[long], 3),
+                "cpu_percent": round(100 * (cpu[long] - cpu[short]) / (long - short), 3)}
         return result
+
+    def nvml_call_cost(self):
+        """The real driver's cost of the two NVML calls the collector makes (through ctypes)."""
+        if self.dry:
+            return "fake NVML (dry run): not measured"
+        code = r"""
+import ctypes, json, time
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+assert lib.nvmlInit_v2() == 0
+h = ctypes.c_void_p()
+assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
+class Memory2(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+class Process(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong), ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+m = Memory2(); m.version = ctypes.sizeof(Memory2) | (2 << 24)
+n = 5000; t = time.perf_counter()
+for _ in range(n): lib.nvmlDeviceGetMemoryInfo_v2(h, ctypes.byref(m))
+memory = (time.perf_counter() - t) / n * 1e6
+procs = (Process * 64)(); count = ctypes.c_uint(64)
+n2 = 200; t = time.perf_counter()
+for _ in range(n2):
+    count.value = 64; lib.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(count), procs)
+processes = (time.perf_counter() - t) / n2 * 1e6
+print(json.dumps({"memory_info_v2_us": memory, "compute_running_processes_v3_us": processes}))
+"""
+        return json.loads(self.run([sys.executable, "-c", code], check=True)[1])
 
     def snapshot_cost(self):
         _, out, _ = self.run(self.gpt("--time-snapshots", "20000", "--steps", "0"), check=True)
@@ -420,7 +470,10 @@ class Proof:
         code = ("import json, time, torch\nc = torch.cuda.is_available()\n"
                 "torch.zeros(1, device='cuda') if c else None\nn = 20000\nt = time.perf_counter()\n"
                 "for _ in range(n):\n    torch.cuda.memory_stats() if c else None\n"
-                "print(json.dumps({'cuda': c, 'us_per_memory_stats': (time.perf_counter() - t) / n * 1e6}))")
+                "flat = (time.perf_counter() - t) / n * 1e6\nt = time.perf_counter()\n"
+                "for _ in range(n):\n    torch.cuda.memory_stats_as_nested_dict() if c else None\n"
+                "nested = (time.perf_counter() - t) / n * 1e6\n"
+                "print(json.dumps({'cuda': c, 'us_per_memory_stats': flat, 'us_per_memory_stats_as_nested_dict': nested}))")
         _, out, _ = self.run([sys.executable, "-c", code], check=True)
         return {"tch_shim": tch, "python_memory_stats": json.loads(out)}
 

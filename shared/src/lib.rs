@@ -29,6 +29,7 @@ mod error;
 pub mod estimate;
 pub mod export;
 pub mod model;
+pub mod oom_text;
 pub mod reduce;
 pub mod synth;
 pub mod text;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Event;
 use super::shared_state::RunState;
-use crate::oom_text::recognise;
+use oomscope_trace::oom_text::recognise;
 
 /// Pid of the child, read by the signal handler (0 before it exists).
 static CHILD_PID: AtomicI32 = AtomicI32::new(0);

@@ -39,8 +39,8 @@ use oomscope_trace::{
 };
 
 use crate::gpu::{GpuSelection, Gpus};
-use crate::oom_text::OomText;
 use crate::protocol::{Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
+use oomscope_trace::oom_text::OomText;
 pub use sampler::Counters;
 use sampler::GpuCounters;
 use shared_state::RunState;

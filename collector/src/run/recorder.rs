@@ -19,8 +19,8 @@ use oomscope_trace::{
 
 use super::Event;
 use super::shared_state::RunState;
-use crate::oom_text::OomKind;
 use crate::protocol::Message;
+use oomscope_trace::oom_text::OomKind;
 
 /// Longest time between two flushes of the trace file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);

@@ -2,7 +2,7 @@
 //! reset, and the out-of-memory observer. No C++ exception ever crosses into Rust: the shim
 //! catches them and returns a status code, which becomes an [`AllocatorError`].
 
-use std::ffi::{CStr, c_char, c_int};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Mutex;
 
 use oomscope_trace::AllocatorSnapshot;
@@ -24,6 +24,20 @@ unsafe extern "C" {
     ) -> c_int;
     fn oomscope_empty_cache(err: *mut c_char, len: usize) -> c_int;
     fn oomscope_reset_peak_stats(device: c_int, err: *mut c_char, len: usize) -> c_int;
+    fn oomscope_event_record(
+        device: c_int,
+        out: *mut *mut c_void,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn oomscope_event_query(
+        event: *mut c_void,
+        done: *mut c_int,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
+    fn oomscope_event_synchronize(event: *mut c_void, err: *mut c_char, len: usize) -> c_int;
+    fn oomscope_event_free(event: *mut c_void);
     fn oomscope_attach_oom_observer(
         callback: extern "C" fn(i64, u64, u64, u64),
         err: *mut c_char,
@@ -93,6 +107,49 @@ pub fn empty_cache() -> Result<(), AllocatorError> {
 pub fn reset_peak_stats(device: usize) -> Result<(), AllocatorError> {
     // SAFETY: the buffer outlives the call.
     call(|err, len| unsafe { oomscope_reset_peak_stats(device_index(device), err, len) })
+}
+
+/// A CUDA event recorded on a device's current stream: it completes when everything queued
+/// before it has run. Lets a small asynchronous result be read without a device-wide wait.
+#[derive(Debug)]
+pub struct DeviceEvent(std::ptr::NonNull<c_void>);
+
+// SAFETY: a c10::Event may be queried, synchronised and destroyed from any thread.
+unsafe impl Send for DeviceEvent {}
+
+impl DeviceEvent {
+    /// Records an event on `device`'s current stream, after the work queued so far.
+    pub fn record(device: usize) -> Result<DeviceEvent, AllocatorError> {
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid output slot; the buffer outlives the call.
+        call(|err, len| unsafe {
+            oomscope_event_record(device_index(device), &raw mut raw, err, len)
+        })?;
+        std::ptr::NonNull::new(raw)
+            .map(DeviceEvent)
+            .ok_or_else(|| AllocatorError::Torch("no event was created".into()))
+    }
+
+    /// Whether the work queued before the event has finished (never waits).
+    pub fn is_done(&self) -> Result<bool, AllocatorError> {
+        let mut done: c_int = 0;
+        // SAFETY: the event is alive (owned by self); `done` is a valid output.
+        call(|err, len| unsafe { oomscope_event_query(self.0.as_ptr(), &raw mut done, err, len) })?;
+        Ok(done != 0)
+    }
+
+    /// Waits until the work queued before the event has finished (and nothing queued after it).
+    pub fn wait(&self) -> Result<(), AllocatorError> {
+        // SAFETY: the event is alive (owned by self).
+        call(|err, len| unsafe { oomscope_event_synchronize(self.0.as_ptr(), err, len) })
+    }
+}
+
+impl Drop for DeviceEvent {
+    fn drop(&mut self) {
+        // SAFETY: created by oomscope_event_record and freed exactly once, here.
+        unsafe { oomscope_event_free(self.0.as_ptr()) }
+    }
 }
 
 /// An out-of-memory error as the allocator reported it, before it was thrown.

@@ -158,7 +158,11 @@ impl Session {
     /// next batch size, until one does not fit (or `search.max`). Returns the largest that ran.
     /// Trials are judged exactly as [`Session::find_max_batch_size`] judges them but are not
     /// recorded: the scan is a reference, not part of the run.
-    pub fn scan_max_batch_size(&self, search: &BatchSearch, mut trial: impl FnMut(u64)) -> Option<u64> {
+    pub fn scan_max_batch_size(
+        &self,
+        search: &BatchSearch,
+        mut trial: impl FnMut(u64),
+    ) -> Option<u64> {
         let runner = TrialRunner::new(self, search);
         let mut largest = None;
         for batch in search.start.max(1)..=search.max {

@@ -21,7 +21,9 @@ use anyhow::{Context, Result, anyhow};
 use oomscope_trace::{CounterKind, ExitStatus, Metadata, Phase, ProcessExit, TraceWriter};
 
 use super::allocator::{self, ObservedOom};
-use super::stats::{gradient_stats, tensor_summary};
+use super::stats::{
+    GradientStats, PendingGradientStats, gradient_stats, gradient_stats_async, tensor_summary,
+};
 use crate::gpu::{GpuSelection, Gpus};
 use crate::probe::Probe;
 use crate::protocol::Message;
@@ -33,6 +35,12 @@ use crate::run::shared_state::RunState;
 const STANDALONE_INTERVAL: Duration = Duration::from_millis(10);
 /// Default: record tensor statistics at most this many times per step.
 const DEFAULT_TENSOR_STATS_PER_STEP: u64 = 16;
+/// Gradient summaries in flight before the oldest is waited for.
+const MAX_PENDING_GRADIENTS: usize = 4;
+/// After a non-finite gradient norm, this many steps are summarised synchronously, with NaN and
+/// Inf elements counted exactly (the asynchronous path cannot count them: it never branches on
+/// a device value).
+const EXACT_GRADIENT_STEPS_AFTER_NON_FINITE: u64 = 10;
 
 /// Where messages go.
 enum Sink {
@@ -65,6 +73,10 @@ pub struct Session {
     position: Arc<Mutex<Position>>,
     tensor_stats_every: AtomicU64,
     tensor_stats_per_step: AtomicU64,
+    /// Asynchronous gradient summaries not yet recorded, oldest first.
+    pending_gradients: Mutex<std::collections::VecDeque<PendingGradientStats>>,
+    /// Steps before this one are summarised asynchronously on CUDA; from it on, exactly.
+    exact_gradients_until: AtomicU64,
 }
 
 impl std::fmt::Debug for Session {
@@ -128,10 +140,7 @@ impl Session {
                         device: u32::try_from(o.device).ok(),
                         free_bytes: Some(o.device_free_bytes),
                         total_bytes: Some(o.device_total_bytes),
-                        message: format!(
-                            "CUDA out of memory (allocator): tried to allocate {} bytes with {} of {} bytes free",
-                            o.requested_bytes, o.device_free_bytes, o.device_total_bytes
-                        ),
+                        message: observed_oom_message(&o),
                     },
                 );
             })));
@@ -142,6 +151,8 @@ impl Session {
             position,
             tensor_stats_every: AtomicU64::new(1),
             tensor_stats_per_step: AtomicU64::new(DEFAULT_TENSOR_STATS_PER_STEP),
+            pending_gradients: Mutex::new(std::collections::VecDeque::new()),
+            exact_gradients_until: AtomicU64::new(0),
         }
     }
 
@@ -367,23 +378,65 @@ impl Session {
         });
     }
 
-    /// Summarises the gradients of `params` after backward (on their device, one host sync) and
-    /// records the summary. Returns it so the loop can act on NaN/Inf; `None` (and no work at
-    /// all) when the session is off.
-    pub fn gradients(&self, params: &[tch::Tensor]) -> Option<super::stats::GradientStats> {
+    /// Summarises the gradients of `params` after backward (global norm, NaN/Inf) and records
+    /// the summary; nothing at all when the session is off.
+    ///
+    /// On CUDA the loop never waits for it: the summary is computed on the device and recorded
+    /// once it has reached the host, usually at the next call (its step is kept). There NaN and
+    /// Inf elements are not counted; after a non-finite norm the next
+    /// `EXACT_GRADIENT_STEPS_AFTER_NON_FINITE` steps are summarised synchronously and counted.
+    /// On CPU the summary is exact and recorded at once.
+    pub fn gradients(&self, params: &[tch::Tensor]) {
         if !self.is_enabled() {
-            return None;
+            return;
         }
-        let s = gradient_stats(params);
+        let step = self.position.lock().map_or(0, |p| p.step);
+        self.record_gradients(false);
+        if let Some(device) = self.cuda_device
+            && step >= self.exact_gradients_until.load(Ordering::Relaxed)
+            && let Some(pending) = gradient_stats_async(params, device, step)
+        {
+            if let Ok(mut queue) = self.pending_gradients.lock() {
+                queue.push_back(pending);
+            }
+            return;
+        }
+        let summary = gradient_stats(params);
+        self.send_gradients(step, &summary);
+    }
+
+    /// Records the asynchronous gradient summaries that have arrived (all of them, waiting, when
+    /// `wait`; the oldest also when too many are in flight).
+    fn record_gradients(&self, wait: bool) {
+        loop {
+            let next = self.pending_gradients.lock().ok().and_then(|mut queue| {
+                let due = queue
+                    .front()
+                    .is_some_and(|p| wait || queue.len() >= MAX_PENDING_GRADIENTS || p.is_ready());
+                if due { queue.pop_front() } else { None }
+            });
+            let Some(pending) = next else { break };
+            let step = pending.step;
+            let summary = pending.finish();
+            if !summary.global_norm.is_finite() {
+                self.exact_gradients_until.fetch_max(
+                    step + 1 + EXACT_GRADIENT_STEPS_AFTER_NON_FINITE,
+                    Ordering::Relaxed,
+                );
+            }
+            self.send_gradients(step, &summary);
+        }
+    }
+
+    fn send_gradients(&self, step: u64, s: &GradientStats) {
         self.send(Message::Gradients {
-            step: None,
+            step: Some(step),
             params_with_grad: s.params_with_grad,
             gradient_bytes: s.gradient_bytes,
             global_norm: s.global_norm,
             nan_count: s.nan_count,
             inf_count: s.inf_count,
         });
-        Some(s)
     }
 
     /// Records statistics of a tensor (shape, dtype, bytes, min/max/mean/std, NaN/Inf counts),
@@ -439,7 +492,9 @@ impl Session {
     /// (e.g. retry with a smaller batch). Any other panic continues unwinding.
     pub fn catch_oom<T>(&self, f: impl FnOnce() -> T) -> Result<T, OomError> {
         quiet_oom_panics();
+        CATCHING_OOM.with(|depth| depth.set(depth.get() + 1));
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        CATCHING_OOM.with(|depth| depth.set(depth.get() - 1));
         let payload = match result {
             Ok(value) => return Ok(value),
             Err(payload) => payload,
@@ -461,7 +516,7 @@ impl Session {
             .unwrap_or(&text)
             .trim()
             .to_owned();
-        let parsed = crate::oom_text::recognise(&first_line);
+        let parsed = oomscope_trace::oom_text::recognise(&first_line);
         let requested_bytes = observed
             .map(|o| o.requested_bytes)
             .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes))
@@ -491,6 +546,7 @@ impl Session {
     /// Ends the session: a standalone session writes the exit and closes its trace (returning its
     /// path); under `collector run` nothing is needed (the collector closes the trace).
     pub fn finish(self) -> Result<Option<PathBuf>> {
+        self.record_gradients(true);
         allocator::set_oom_hook(None);
         let sink =
             Arc::try_unwrap(self.sink).map_err(|_| anyhow!("the session is still shared"))?;
@@ -572,8 +628,14 @@ fn host_request_bytes(text: &str) -> Option<u64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
-/// While `catch_oom` runs, OOM panics are expected and handled: keep them off stderr. Other
-/// panics go to the hook that was installed before.
+thread_local! {
+    /// How many [`Session::catch_oom`] calls this thread is inside.
+    static CATCHING_OOM: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Keeps the default panic message off stderr for OOM panics that [`Session::catch_oom`] is about
+/// to catch (it records them); every other panic, an OOM outside `catch_oom` included (the
+/// program dies of it), still prints.
 fn quiet_oom_panics() {
     static INSTALLED: std::sync::Once = std::sync::Once::new();
     INSTALLED.call_once(|| {
@@ -585,11 +647,34 @@ fn quiet_oom_panics() {
                 .map(String::as_str)
                 .or_else(|| info.payload().downcast_ref::<&str>().copied())
                 .unwrap_or("");
-            if !is_oom_message(text) {
+            let caught = CATCHING_OOM.with(|depth| depth.get() > 0);
+            if !(caught && is_oom_message(text)) {
                 previous(info);
             }
         }));
     });
+}
+
+/// The text of an OOM the allocator observed, in PyTorch's own words so that one reader
+/// (`oom_text`) understands both. The observer runs after the allocator released its lock, so
+/// its statistics here are the state at the failure (what the forward pass had allocated since
+/// the last mark included).
+fn observed_oom_message(o: &ObservedOom) -> String {
+    let mut text = format!(
+        "CUDA out of memory (allocator observer). Tried to allocate {} bytes. GPU {} has a total capacity of {} bytes of which {} bytes is free.",
+        o.requested_bytes, o.device, o.device_total_bytes, o.device_free_bytes
+    );
+    if let Some(s) = usize::try_from(o.device)
+        .ok()
+        .and_then(|d| allocator::snapshot(d).ok())
+    {
+        text.push_str(&format!(
+            " Of the allocated memory {} bytes is allocated by PyTorch, and {} bytes is reserved by PyTorch but unallocated.",
+            s.allocated_bytes,
+            s.reserved_bytes.saturating_sub(s.allocated_bytes)
+        ));
+    }
+    text
 }
 
 #[cfg(test)]

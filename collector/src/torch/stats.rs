@@ -1,6 +1,11 @@
-//! Gradient and tensor statistics computed on the tensors' device, without autograd, with one
-//! host synchronisation per call: every per-tensor reduction is stacked into one small tensor
-//! and copied to the host once. Tensors themselves are never copied to the host.
+//! Gradient and tensor statistics computed on the tensors' device, without autograd. Every
+//! per-tensor reduction is stacked into one small tensor and copied to the host once; tensors
+//! themselves are never copied to the host.
+//!
+//! On CUDA the gradient summary does not even wait for that copy ([`gradient_stats_async`]): a
+//! host synchronisation right after backward stalls the GPU while the CPU launches the optimizer
+//! step, which cost 12.8% of a 32 ms step on an H100 (scripts/gpu-proof). The small result is
+//! copied into pinned memory behind a CUDA event and read a step later, when it is long there.
 
 use tch::{Kind, Tensor};
 
@@ -84,6 +89,86 @@ pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
             stats.inf_count = v[2] as u64;
         }
         stats
+    })
+}
+
+/// A gradient summary on its way to the host (see [`gradient_stats_async`]).
+#[derive(Debug)]
+pub struct PendingGradientStats {
+    /// The step it summarises.
+    pub step: u64,
+    params_with_grad: u64,
+    gradient_bytes: u64,
+    /// `[sum of the squared norms]` in pinned host memory, filled when `event` completes.
+    host: Tensor,
+    event: super::allocator::DeviceEvent,
+}
+
+impl PendingGradientStats {
+    /// Whether the values have arrived (never waits).
+    pub fn is_ready(&self) -> bool {
+        self.event.is_done().unwrap_or(true)
+    }
+
+    /// The summary, waiting for the copy if it has not arrived yet. NaN and Inf elements are
+    /// not counted on this path: a non-finite `global_norm` with zero counts says so.
+    pub fn finish(self) -> GradientStats {
+        let arrived = self.event.wait().is_ok();
+        let squares = if arrived {
+            f64::try_from(&self.host).unwrap_or(f64::NAN)
+        } else {
+            f64::NAN
+        };
+        GradientStats {
+            params_with_grad: self.params_with_grad,
+            gradient_bytes: self.gradient_bytes,
+            global_norm: squares.sqrt(),
+            nan_count: 0,
+            inf_count: 0,
+        }
+    }
+}
+
+/// Starts a gradient summary of CUDA gradients without a host synchronisation: one norm per
+/// gradient on the device, their squares summed, the sum copied asynchronously into pinned host
+/// memory behind an event on `device`'s current stream. `None` when a gradient is not on CUDA or
+/// libtorch refuses (the caller then takes the synchronous [`gradient_stats`]).
+pub fn gradient_stats_async(
+    params: &[Tensor],
+    device: usize,
+    step: u64,
+) -> Option<PendingGradientStats> {
+    tch::no_grad(|| {
+        let grads: Vec<Tensor> = params
+            .iter()
+            .map(Tensor::grad)
+            .filter(Tensor::defined)
+            .collect();
+        if grads.is_empty() || grads.iter().any(|g| !g.device().is_cuda()) {
+            return None;
+        }
+        let norms: Vec<Tensor> = grads
+            .iter()
+            .map(|g| g.f_norm().ok()?.f_to_kind(Kind::Double).ok())
+            .collect::<Option<_>>()?;
+        let squares = Tensor::f_stack(&norms, 0)
+            .ok()?
+            .f_square()
+            .ok()?
+            .f_sum(Kind::Double)
+            .ok()?;
+        // non_blocking device → host: libtorch puts the result in pinned memory and returns at once.
+        let host = squares
+            .f_to_device_(tch::Device::Cpu, Kind::Double, true, false)
+            .ok()?;
+        let event = super::allocator::DeviceEvent::record(device).ok()?;
+        Some(PendingGradientStats {
+            step,
+            params_with_grad: grads.len() as u64,
+            gradient_bytes: grads.iter().map(tensor_bytes).sum(),
+            host,
+            event,
+        })
     })
 }
 

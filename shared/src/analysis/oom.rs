@@ -57,6 +57,10 @@ pub struct OomContext {
     pub allocated_bytes: Option<u64>,
     /// Allocator reserved in the last snapshot at or before the event.
     pub reserved_bytes: Option<u64>,
+    /// Where `allocated_bytes`/`reserved_bytes` come from: `None` when the error itself stated
+    /// them (PyTorch's text, or the allocator's OOM observer: the state at the failure), else the
+    /// stage of the mark whose snapshot gave them (the state some time before the failure).
+    pub allocator_mark_stage: Option<String>,
     /// Last sampled device used memory.
     pub gpu_used_bytes: Option<u64>,
     /// Last sampled process GPU memory.
@@ -96,6 +100,13 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
                 .requested_bytes
                 .zip(c.device_free_bytes)
                 .map(|(r, f)| signed_delta(r, f));
+            if let Some(stated) = crate::oom_text::recognise(&event.message)
+                && let (Some(a), Some(r)) = (stated.allocated_bytes, stated.reserved_bytes)
+            {
+                c.allocated_bytes = Some(a);
+                c.reserved_bytes = Some(r);
+                c.allocator_mark_stage = None;
+            }
             c.message.clone_from(&event.message);
             c
         })
@@ -121,8 +132,13 @@ fn context_at(
     device: Option<u32>,
 ) -> OomContext {
     let stage = StageAt::at(trace, t_us);
-    let snapshot = mark_at_or_before(trace, t_us)
-        .and_then(|last| trace.marks[..=last].iter().rev().find_map(|m| m.snapshot));
+    let snapshot_mark = mark_at_or_before(trace, t_us).and_then(|last| {
+        trace.marks[..=last]
+            .iter()
+            .rev()
+            .find(|m| m.snapshot.is_some())
+    });
+    let snapshot = snapshot_mark.and_then(|m| m.snapshot);
     let sampled = |kind: CounterKind, device: Option<u32>| -> Option<u64> {
         let id: CounterId = match device {
             Some(d) => trace.counter(kind, Some(d)),
@@ -152,6 +168,7 @@ fn context_at(
         shortfall_bytes: None,
         allocated_bytes: snapshot.map(|s| s.allocated_bytes),
         reserved_bytes: snapshot.map(|s| s.reserved_bytes),
+        allocator_mark_stage: snapshot_mark.map(|m| trace.str(m.name).to_owned()),
         gpu_used_bytes: sampled(CounterKind::GpuUsed, device),
         process_gpu_bytes: sampled(CounterKind::ProcessGpu, device),
         host_rss_bytes: sampled(CounterKind::HostRss, None),
@@ -200,6 +217,7 @@ mod tests {
         assert_eq!(c.shortfall_bytes, Some(4 * GIB as i64 - free as i64));
         assert_eq!(c.allocated_bytes, Some(16 * GIB));
         assert_eq!(c.reserved_bytes, Some(28 * GIB + 512 * MIB));
+        assert_eq!(c.allocator_mark_stage.as_deref(), Some("pre_forward"));
         assert_eq!(c.process_gpu_bytes, Some(28 * GIB + 512 * MIB + 600 * MIB));
         assert_eq!(
             c.largest_component.as_ref().unwrap().name,
@@ -219,6 +237,22 @@ mod tests {
         assert_eq!(c.stage.as_deref(), Some("post_forward"));
         assert_eq!(c.next_stage.as_deref(), Some("post_backward"));
         assert_eq!(c.step, Some(3));
+    }
+
+    #[test]
+    fn the_allocator_state_the_error_states_wins_over_the_last_mark() {
+        let run = Run {
+            oom_at_step: Some(3),
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        // libtorch's wording; on an H100 the forward had allocated 64.73 GiB since the last mark.
+        trace.ooms[0].message = "CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 13.73 GiB is free. Of the allocated memory 64.73 GiB is allocated by PyTorch, and 2.00 MiB is reserved by PyTorch but unallocated.".to_owned();
+        let c = &oom_contexts(&trace)[0];
+        let stated = (64.73 * GIB as f64).round() as u64;
+        assert_eq!(c.allocated_bytes, Some(stated));
+        assert_eq!(c.reserved_bytes, Some(stated + 2 * MIB));
+        assert_eq!(c.allocator_mark_stage, None);
     }
 
     #[test]

@@ -161,7 +161,10 @@ fn oom_explanation(oom: &OomContext) -> String {
         oom.process_gpu_bytes,
     ) {
         (Some(a), Some(r), _) => facts.push(format!(
-            "tensors held {} and the allocator {} reserved",
+            "{} tensors held {} and the allocator {} reserved",
+            oom.allocator_mark_stage
+                .as_ref()
+                .map_or_else(|| "when it failed,".to_owned(), |s| format!("at {s},")),
             format_bytes(a),
             format_bytes(r)
         )),
@@ -539,8 +542,9 @@ mod tests {
             f.explanation
         );
         assert!(
-            f.explanation
-                .contains("tensors held 16.0 GiB and the allocator 28.5 GiB reserved")
+            f.explanation.contains(
+                "at pre_forward, tensors held 16.0 GiB and the allocator 28.5 GiB reserved"
+            )
         );
         assert!(
             f.explanation

@@ -32,7 +32,10 @@ impl Rule for NonFiniteGradients {
         let nan: u64 = bad.iter().map(|g| g.nan_count).sum();
         let inf: u64 = bad.iter().map(|g| g.inf_count).sum();
         let fraction = bad.len() as f64 / gradients.len() as f64;
-        let sporadic_inf = nan == 0 && fraction <= SPORADIC_INF_MAX_FRACTION && !non_finite(last);
+        // A NaN norm with no counts comes from a summary that did not count (oomscope's
+        // asynchronous CUDA path): it still means NaN.
+        let any_nan = nan > 0 || bad.iter().any(|g| g.global_norm.is_nan());
+        let sporadic_inf = !any_nan && fraction <= SPORADIC_INF_MAX_FRACTION && !non_finite(last);
         let persisting = if non_finite(last) {
             format!(
                 "; the last summary (step {}) is still non-finite",
@@ -44,14 +47,24 @@ impl Rule for NonFiniteGradients {
                 format_count(last.step)
             )
         };
+        let then = if first.nan_count == 0 && first.inf_count == 0 {
+            format!(
+                "global norm {} then, elements not counted at that step",
+                first.global_norm
+            )
+        } else {
+            format!(
+                "{} NaN and {} Inf elements then",
+                format_count(first.nan_count),
+                format_count(first.inf_count)
+            )
+        };
         let explanation = format!(
-            "gradients were non-finite at {} of {} recorded steps, first at step {} ({} NaN and \
-             {} Inf elements then; {} NaN and {} Inf in all){persisting}",
+            "gradients were non-finite at {} of {} recorded steps, first at step {} ({then}; {} \
+             NaN and {} Inf elements counted in all){persisting}",
             format_count(bad.len() as u64),
             format_count(gradients.len() as u64),
             format_count(first.step),
-            format_count(first.nan_count),
-            format_count(first.inf_count),
             format_count(nan),
             format_count(inf),
         );
@@ -198,9 +211,31 @@ mod tests {
         assert_eq!(
             f.explanation,
             "gradients were non-finite at 2 of 60 recorded steps, first at step 31 (4 NaN and 0 \
-             Inf elements then; 14 NaN and 2 Inf in all); the last summary (step 59) is finite"
+             Inf elements then; 14 NaN and 2 Inf elements counted in all); the last summary \
+             (step 59) is finite"
         );
         assert_eq!(evidence(&f, "nan_elements"), 14.0);
+    }
+
+    #[test]
+    fn an_uncounted_nan_norm_is_still_nan_and_says_so() {
+        // The asynchronous CUDA path records the norm without counting elements.
+        let mut trace = with_gradients(&[], 60);
+        let g = trace.gradients.iter_mut().find(|g| g.step == 10).unwrap();
+        g.global_norm = f64::NAN;
+        let f = find(&trace, "non-finite-gradients").unwrap();
+        assert_eq!(
+            f.severity,
+            Severity::Critical,
+            "NaN is not the loss scaler's Inf"
+        );
+        assert!(
+            f.explanation.contains(
+                "first at step 10 (global norm NaN then, elements not counted at that step; 0 NaN"
+            ),
+            "{}",
+            f.explanation
+        );
     }
 
     #[test]

@@ -11,6 +11,11 @@
 //! RuntimeError: CUDA error: out of memory                                      (CUDA runtime)
 //! OSError: [Errno 12] Cannot allocate memory / MemoryError / std::bad_alloc     (host)
 //! ```
+//!
+//! It lives in `shared` because the analysis reads the recorded error text too: PyTorch states
+//! what its allocator held when the request failed ("Of the allocated memory 64.73 GiB is
+//! allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated"), which can be far
+//! more than the last stage mark's snapshot shows (a forward pass allocates between marks).
 
 /// Whether an error is about device or host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +39,10 @@ pub struct OomText {
     pub total_bytes: Option<u64>,
     /// Free device memory as stated.
     pub free_bytes: Option<u64>,
+    /// Bytes the caching allocator had handed to tensors when the request failed, as stated.
+    pub allocated_bytes: Option<u64>,
+    /// Bytes the caching allocator held from the device then (allocated + cached), as stated.
+    pub reserved_bytes: Option<u64>,
     /// The line, trimmed (at most 512 bytes).
     pub message: String,
 }
@@ -70,9 +79,24 @@ pub fn recognise(line: &str) -> Option<OomText> {
             device: None,
             total_bytes: None,
             free_bytes: None,
+            allocated_bytes: None,
+            reserved_bytes: None,
             message,
         });
     }
+    // 2.x: "Of the allocated memory A is allocated by PyTorch, and C is reserved by PyTorch but
+    // unallocated"; 1.x: "A already allocated; ... R reserved in total by PyTorch".
+    let allocated_bytes = size_after(line, "Of the allocated memory ")
+        .or_else(|| size_before(line, " already allocated"));
+    let reserved_bytes = match (
+        allocated_bytes,
+        size_after(line, "allocated by PyTorch, and "),
+    ) {
+        (Some(a), Some(cached)) if line.contains("reserved by PyTorch but unallocated") => {
+            Some(a + cached)
+        }
+        _ => size_before(line, " reserved in total"),
+    };
     Some(OomText {
         kind,
         requested_bytes: size_after(line, "Tried to allocate "),
@@ -80,6 +104,8 @@ pub fn recognise(line: &str) -> Option<OomText> {
         total_bytes: size_after(line, "total capacity of ")
             .or_else(|| size_before(line, " total capacity")),
         free_bytes: size_after(line, "of which ").or_else(|| size_before(line, " free;")),
+        allocated_bytes,
+        reserved_bytes,
         message,
     })
 }
@@ -147,6 +173,36 @@ mod tests {
         assert_eq!(oom.device, Some(0));
         assert_eq!(oom.total_bytes, Some((79.19 * GIB).round() as u64));
         assert_eq!(oom.free_bytes, Some((1.23 * GIB).round() as u64));
+        assert_eq!((oom.allocated_bytes, oom.reserved_bytes), (None, None));
+    }
+
+    #[test]
+    fn pytorch_2_11_message_states_the_allocator() {
+        // Recorded verbatim on an H100 (torch 2.11.0+cu130, scripts/gpu-proof/torch_loop.py
+        // --oom-step 5, 2026-11-22), as the collector stores it (cut at 512 bytes).
+        let line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 117.32 GiB. GPU 0 has a total capacity of 79.18 GiB of which 78.26 GiB is free. Including non-PyTorch memory, this process has 928.00 MiB memory in use. Of the allocated memory 171.06 MiB is allocated by PyTorch, and 14.94 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://doc";
+        let oom = recognise(line).unwrap();
+        assert_eq!(oom.requested_bytes, Some((117.32 * GIB).round() as u64));
+        assert_eq!(oom.free_bytes, Some((78.26 * GIB).round() as u64));
+        let allocated = (171.06 * MIB).round() as u64;
+        assert_eq!(oom.allocated_bytes, Some(allocated));
+        assert_eq!(
+            oom.reserved_bytes,
+            Some(allocated + (14.94 * MIB).round() as u64)
+        );
+    }
+
+    #[test]
+    fn the_observer_s_message_reads_the_same_way() {
+        // What `Session` writes for an OOM the allocator observed (exact bytes).
+        let line = "CUDA out of memory (allocator observer). Tried to allocate 34359738368 bytes. GPU 0 has a total capacity of 85017493504 bytes of which 14745272320 bytes is free. Of the allocated memory 69503234048 bytes is allocated by PyTorch, and 2097152 bytes is reserved by PyTorch but unallocated.";
+        let oom = recognise(line).unwrap();
+        assert_eq!(oom.requested_bytes, Some(34_359_738_368));
+        assert_eq!(oom.device, Some(0));
+        assert_eq!(oom.total_bytes, Some(85_017_493_504));
+        assert_eq!(oom.free_bytes, Some(14_745_272_320));
+        assert_eq!(oom.allocated_bytes, Some(69_503_234_048));
+        assert_eq!(oom.reserved_bytes, Some(69_503_234_048 + 2_097_152));
     }
 
     #[test]
@@ -157,6 +213,8 @@ mod tests {
         assert_eq!(oom.device, Some(1));
         assert_eq!(oom.total_bytes, Some((15.78 * GIB).round() as u64));
         assert_eq!(oom.free_bytes, Some((3.19 * MIB).round() as u64));
+        assert_eq!(oom.allocated_bytes, Some((14.56 * GIB).round() as u64));
+        assert_eq!(oom.reserved_bytes, Some((14.64 * GIB).round() as u64));
     }
 
     #[test]
