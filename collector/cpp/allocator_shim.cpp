@@ -5,6 +5,8 @@
 // thrown by libtorch ever crosses into Rust. Status: 0 ok, 1 CUDA not available, 2 error (the
 // message is copied into `err`).
 
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/Event.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -140,6 +142,43 @@ int oomscope_event_query(void* event, int* done, char* err, size_t err_len) {
 
 int oomscope_event_synchronize(void* event, char* err, size_t err_len) {
   return guarded(err, err_len, [&] { static_cast<c10::Event*>(event)->synchronize(); });
+}
+
+// Starts a gradient summary of `params` without a host synchronisation: the norms of every
+// defined gradient in one fused pass (at::_foreach_norm: a few kernels whatever the number of
+// tensors), the sum of their squares copied non-blocking into pinned host memory, and an event
+// behind the copy. Out: the host tensor (a new at::Tensor*, owned by the caller as a tch
+// Tensor), the event, the number and bytes of the gradients. Status 3: no gradient.
+int oomscope_gradient_norm_async(const at::Tensor* const* params, size_t n, int device,
+                                 at::Tensor** host_out, void** event_out, int64_t* count,
+                                 int64_t* bytes, char* err, size_t err_len) {
+  int status = 0;
+  int result = guarded(err, err_len, [&] {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> grads;
+    int64_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const at::Tensor& grad = params[i]->grad();
+      if (grad.defined()) {
+        grads.push_back(grad);
+        total += static_cast<int64_t>(grad.nbytes());
+      }
+    }
+    if (grads.empty()) {
+      status = 3;
+      return;
+    }
+    auto norms = at::_foreach_norm(grads, 2);
+    auto squares = at::stack(norms).to(at::kDouble).square().sum();
+    auto host = std::make_unique<at::Tensor>(squares.to(at::kCPU, /*non_blocking=*/true));
+    auto event = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+    event->record(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)));
+    *count = static_cast<int64_t>(grads.size());
+    *bytes = total;
+    *host_out = host.release();
+    *event_out = event.release();
+  });
+  return result != 0 ? result : status;
 }
 
 void oomscope_event_free(void* event) {

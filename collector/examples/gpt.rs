@@ -15,7 +15,9 @@
 //!
 //! `--find-batch` searches for the largest batch that fits (on CUDA against the GPU, on CPU
 //! against `--memory-limit-mib`), records every trial, prints the result, then trains with the
-//! recommended batch.
+//! recommended batch. `--scan-batch` is the plain scan it is checked against, and
+//! `--check-allocator` / `--time-snapshots` are the GPU proof's other probes
+//! (`scripts/gpu-proof.sh`). `gpt --help` lists every option.
 //!
 //! ```sh
 //! collector run -- target/release/examples/gpt --steps 200 --device cuda
@@ -323,6 +325,9 @@ fn main() -> Result<()> {
         opt.zero_grad();
         loss.backward();
         session.mark("post_backward");
+        if c.check_allocator && step == 0 {
+            check_gradient_norms(&session, &params);
+        }
         if c.grad_stats_every > 0 && step % c.grad_stats_every == 0 {
             session.gradients(&params);
         }
@@ -454,6 +459,34 @@ fn time_snapshots(session: &Session, calls: u32) {
         "cuda": session.cuda_device().is_some(),
         "calls": calls,
         "ns_per_snapshot": ns,
+    });
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{line}");
+    }
+}
+
+/// `--check-allocator`, first step: the fused asynchronous gradient norm the session records on
+/// CUDA against the exact synchronous one, printed as one JSON line.
+fn check_gradient_norms(session: &Session, params: &[Tensor]) {
+    use oomscope_collector::torch::{allocator, stats};
+    let exact = stats::gradient_stats(params).global_norm;
+    let fused =
+        session.cuda_device().map(
+            |device| match allocator::gradient_norms_async(params, device) {
+                Ok(Some(f)) => f
+                    .event
+                    .wait()
+                    .ok()
+                    .and_then(|()| f64::try_from(&f.squares).ok())
+                    .map_or(f64::NAN, f64::sqrt),
+                _ => f64::NAN,
+            },
+        );
+    let line = serde_json::json!({
+        "check": "gradient_norms",
+        "exact": exact,
+        "fused_async": fused,
     });
     #[allow(clippy::print_stdout)]
     {

@@ -150,8 +150,53 @@ fn read_at_start<'b>(file: &File, buf: &'b mut Vec<u8>) -> io::Result<&'b str> {
     }
 }
 
-/// The process `root` and all its descendants, found by scanning `/proc/*/stat`.
+/// The process `root` and all its descendants.
+///
+/// Walks the tree down through `/proc/<pid>/task/<tid>/children` (Linux ≥ 3.5), which reads
+/// only the tree's own files: a scan of every `/proc/*/stat` cost 11 ms a poll on a 16-core GPU
+/// host (1.2% of a core at one poll a second, scripts/gpu-proof). Falls back to that scan where
+/// the kernel lacks `children` files.
 pub fn process_tree(root: u32) -> Vec<u32> {
+    match tree_from_children_files(root) {
+        Some(tree) => tree,
+        None => tree_from_full_scan(root),
+    }
+}
+
+/// `None` when the kernel has no `children` files (CONFIG_PROC_CHILDREN unset).
+fn tree_from_children_files(root: u32) -> Option<Vec<u32>> {
+    let own = std::process::id();
+    if !std::path::Path::new(&format!("/proc/{own}/task/{own}/children")).exists() {
+        return None;
+    }
+    let mut tree = vec![root];
+    let mut seen: std::collections::HashSet<u32> = tree.iter().copied().collect();
+    let mut i = 0;
+    while i < tree.len() {
+        let pid = tree[i];
+        // Any thread may have started a child: every task's list counts.
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.flatten() {
+                let Ok(text) = std::fs::read_to_string(task.path().join("children")) else {
+                    continue;
+                };
+                for child in text
+                    .split_ascii_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok())
+                {
+                    if seen.insert(child) {
+                        tree.push(child);
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    Some(tree)
+}
+
+/// The whole-`/proc` scan: every process's parent from `/proc/*/stat`.
+fn tree_from_full_scan(root: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for entry in entries.flatten() {
@@ -213,6 +258,25 @@ mod tests {
         let mut mem = MemInfo::open().unwrap();
         let m = mem.read().unwrap();
         assert!(m.total_bytes > m.available_bytes && m.available_bytes > 0);
+    }
+
+    #[test]
+    fn the_children_files_and_the_full_scan_find_the_same_tree() {
+        // A grandchild too: sh starts sleep.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & sleep 5; wait"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let me = std::process::id();
+        let mut walked = tree_from_children_files(me).expect("Linux has children files");
+        let mut scanned = tree_from_full_scan(me);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(walked.len() >= 4, "{walked:?}"); // me, sh, two sleeps
+        walked.sort_unstable();
+        scanned.sort_unstable();
+        assert_eq!(walked, scanned);
     }
 
     #[test]

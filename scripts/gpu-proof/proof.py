@@ -252,9 +252,11 @@ class Proof:
             raise RuntimeError("gpt exited %d: %s" % (code, err[-1500:]))
         self.keep(trace, "gpt.oomt")
         line = json.loads(next(l for l in out.splitlines() if '"model_ready"' in l))
+        norms = json.loads(next(l for l in out.splitlines() if '"gradient_norms"' in l))
         marks = self.marks(trace)
         expected_marks = 1 + 5 * steps + 2 * 2 * 2  # model_ready, 5 a step, 2 evals × 2 batches × 2 marks
-        figures = {"marks_recorded": len(marks), "marks_expected": expected_marks, "model_ready": line}
+        figures = {"marks_recorded": len(marks), "marks_expected": expected_marks, "model_ready": line,
+                   "gradient_norms": norms}
         if len(marks) != expected_marks:
             return figures, False, "every mark recorded", None
         if not self.cuda["cuda"]:
@@ -268,10 +270,12 @@ class Proof:
         figures.update(invariant_violations=broken[:10], marks_where_last_process_reading_below_reserved=len(outside),
                        max_reserved_mib=round(max(int(m["reserved_bytes"]) for m in marks) / MIB, 2),
                        max_process_mib=round(max(int(m.get("gpu0.process") or 0) for m in marks) / MIB, 2))
+        fused_ok = norms["fused_async"] is not None and abs(norms["fused_async"] - norms["exact"]) <= 1e-5 * abs(norms["exact"])
         ok = (first["stage"] == "model_ready" and int(first["allocated_bytes"]) == line["expected_allocated_bytes"]
-              == line["allocated_bytes"] and not broken)
+              == line["allocated_bytes"] and not broken and fused_ok)
         return figures, ok, ("model_ready: trace = libtorch's counter = the parameters in 512-byte blocks (0 bytes); "
-                             "at every mark allocated <= peak and allocated <= reserved"), None
+                             "at every mark allocated <= peak and allocated <= reserved; the fused asynchronous "
+                             "gradient norm = the exact one (1e-5 relative)"), None
 
     # ---- 3. a real CUDA OOM ------------------------------------------------------------------
 

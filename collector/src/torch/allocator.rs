@@ -38,6 +38,17 @@ unsafe extern "C" {
     ) -> c_int;
     fn oomscope_event_synchronize(event: *mut c_void, err: *mut c_char, len: usize) -> c_int;
     fn oomscope_event_free(event: *mut c_void);
+    fn oomscope_gradient_norm_async(
+        params: *const *const c_void,
+        n: usize,
+        device: c_int,
+        host_out: *mut *mut c_void,
+        event_out: *mut *mut c_void,
+        count: *mut i64,
+        bytes: *mut i64,
+        err: *mut c_char,
+        len: usize,
+    ) -> c_int;
     fn oomscope_attach_oom_observer(
         callback: extern "C" fn(i64, u64, u64, u64),
         err: *mut c_char,
@@ -150,6 +161,71 @@ impl Drop for DeviceEvent {
         // SAFETY: created by oomscope_event_record and freed exactly once, here.
         unsafe { oomscope_event_free(self.0.as_ptr()) }
     }
+}
+
+/// A gradient summary started on the device: the sum of the squared gradient norms in pinned
+/// host memory once `event` completes.
+#[derive(Debug)]
+pub struct GradientNormsInFlight {
+    /// A 0-dim f64 CPU tensor, filled asynchronously.
+    pub squares: tch::Tensor,
+    /// Completes when `squares` has arrived.
+    pub event: DeviceEvent,
+    /// Parameters that had a gradient.
+    pub params_with_grad: u64,
+    /// Bytes of those gradients.
+    pub gradient_bytes: u64,
+}
+
+/// Starts a gradient summary in one fused pass (`at::_foreach_norm`: a few kernels however many
+/// tensors there are) and an asynchronous copy of its one number to pinned host memory.
+/// `Ok(None)` when no parameter has a gradient.
+pub fn gradient_norms_async(
+    params: &[tch::Tensor],
+    device: usize,
+) -> Result<Option<GradientNormsInFlight>, AllocatorError> {
+    let pointers: Vec<*const c_void> = params.iter().map(|p| p.as_ptr().cast()).collect();
+    let (mut host, mut event): (*mut c_void, *mut c_void) =
+        (std::ptr::null_mut(), std::ptr::null_mut());
+    let (mut count, mut bytes) = (0i64, 0i64);
+    let mut status = 0;
+    let result = call(|err, len| {
+        // SAFETY: the pointers are live tch tensors (at::Tensor*) borrowed for the call; the
+        // outputs are valid slots; the buffer outlives the call.
+        status = unsafe {
+            oomscope_gradient_norm_async(
+                pointers.as_ptr(),
+                pointers.len(),
+                device_index(device),
+                &raw mut host,
+                &raw mut event,
+                &raw mut count,
+                &raw mut bytes,
+                err,
+                len,
+            )
+        };
+        if status == 3 { 0 } else { status }
+    });
+    result?;
+    if status == 3 {
+        return Ok(None);
+    }
+    let (Some(host), Some(event)) = (std::ptr::NonNull::new(host), std::ptr::NonNull::new(event))
+    else {
+        return Err(AllocatorError::Torch(
+            "the gradient summary returned nothing".into(),
+        ));
+    };
+    let event = DeviceEvent(event);
+    // SAFETY: the shim allocated it with `new at::Tensor`, the ownership tch expects.
+    let squares = unsafe { tch::Tensor::from_ptr(host.as_ptr().cast()) };
+    Ok(Some(GradientNormsInFlight {
+        squares,
+        event,
+        params_with_grad: u64::try_from(count).unwrap_or(0),
+        gradient_bytes: u64::try_from(bytes).unwrap_or(0),
+    }))
 }
 
 /// An out-of-memory error as the allocator reported it, before it was thrown.

@@ -129,8 +129,8 @@ impl PendingGradientStats {
     }
 }
 
-/// Starts a gradient summary of CUDA gradients without a host synchronisation: one norm per
-/// gradient on the device, their squares summed, the sum copied asynchronously into pinned host
+/// Starts a gradient summary of CUDA gradients without a host synchronisation: the gradient
+/// norms (one fused pass through the shim, else one norm per gradient), their squares summed, the sum copied asynchronously into pinned host
 /// memory behind an event on `device`'s current stream. `None` when a gradient is not on CUDA or
 /// libtorch refuses (the caller then takes the synchronous [`gradient_stats`]).
 pub fn gradient_stats_async(
@@ -138,6 +138,16 @@ pub fn gradient_stats_async(
     device: usize,
     step: u64,
 ) -> Option<PendingGradientStats> {
+    if let Ok(Some(fused)) = super::allocator::gradient_norms_async(params, device) {
+        return Some(PendingGradientStats {
+            step,
+            params_with_grad: fused.params_with_grad,
+            gradient_bytes: fused.gradient_bytes,
+            host: fused.squares,
+            event: fused.event,
+        });
+    }
+    // One norm per gradient: what libtorch builds without the fused kernel run.
     tch::no_grad(|| {
         let grads: Vec<Tensor> = params
             .iter()
