@@ -386,17 +386,27 @@ class Proof:
         ms = lambda text: float(re.search(r"\(([0-9.]+) ms/step\)", text).group(1))
         under = lambda cmd: [self.exe("collector"), "run", "-q", "-o", os.path.join(self.work, "overhead.oomt"), "--", *cmd]
         # What each part costs: marks only (no statistics), marks + gradient statistics, everything.
-        parts = {"marks_only": under(base + ["--grad-stats-every", "0", "--tensor-stats-every", "0"]),
-                 "marks_and_gradients": under(base + ["--tensor-stats-every", "0"])}
+        # On an H100 the marks-only run cost as much as the full one (2%): is it the collector's
+        # NVML readings (driver locks shared with the training process) or the marks themselves?
+        no_nvml = {"OOMSCOPE_NVML_LIB": "/nonexistent/libnvidia-ml.so.1"}
+        parts = {"marks_only": (under(base + ["--grad-stats-every", "0", "--tensor-stats-every", "0"]), {}),
+                 "marks_and_gradients": (under(base + ["--tensor-stats-every", "0"]), {}),
+                 "collector_without_nvml": (under(base), no_nvml),
+                 "collector_at_1_hz": (under(base)[:2] + ["--interval-ms", "1000"] + under(base)[2:], {})}
         off, on, part_ms = [], [], {k: [] for k in parts}
         for i in range(pairs):
             _, out, _ = self.run(base, check=True)
             off.append(ms(out))
             _, out, _ = self.run(under(base), check=True)
             on.append(ms(out))
-            for k, cmd in parts.items():
+            for k, (cmd, env) in parts.items():
                 if i < 2:
-                    part_ms[k].append(ms(self.run(cmd, check=True)[1]))
+                    saved = dict(self.env)
+                    self.env.update(env)
+                    try:
+                        part_ms[k].append(ms(self.run(cmd, check=True)[1]))
+                    finally:
+                        self.env = saved
         diffs = [(b - a) / a * 100 for a, b in zip(off, on)]
         mean = statistics.mean(diffs)
         half = t95(len(diffs)) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")

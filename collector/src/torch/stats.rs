@@ -31,11 +31,7 @@ pub struct GradientStats {
 /// finite elements computed), with a second sync.
 pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
     tch::no_grad(|| {
-        let grads: Vec<Tensor> = params
-            .iter()
-            .map(Tensor::grad)
-            .filter(Tensor::defined)
-            .collect();
+        let grads = defined_grads(params);
         if grads.is_empty() {
             return GradientStats {
                 params_with_grad: 0,
@@ -149,11 +145,7 @@ pub fn gradient_stats_async(
     }
     // One norm per gradient: what libtorch builds without the fused kernel run.
     tch::no_grad(|| {
-        let grads: Vec<Tensor> = params
-            .iter()
-            .map(Tensor::grad)
-            .filter(Tensor::defined)
-            .collect();
+        let grads = defined_grads(params);
         if grads.is_empty() || grads.iter().any(|g| !g.device().is_cuda()) {
             return None;
         }
@@ -282,6 +274,15 @@ pub fn tensor_summary(t: &Tensor) -> TensorSummary {
         summary.inf_count = v[5] as u64;
         summary
     })
+}
+
+/// The gradients that exist (parameters without one are skipped).
+fn defined_grads(params: &[Tensor]) -> Vec<Tensor> {
+    params
+        .iter()
+        .map(Tensor::grad)
+        .filter(Tensor::defined)
+        .collect()
 }
 
 /// Bytes of a tensor's elements.
