@@ -1,0 +1,118 @@
+//! Traces recorded on real hardware by the GPU proof (`scripts/gpu-proof.sh`, an NVIDIA H100
+//! 80GB HBM3 with driver 580.159.04 and torch 2.11.0+cu130, 2026-11-22). Their analysis must keep
+//! saying what the hardware and PyTorch said then; the figures in the comments are PyTorch's own
+//! (its error texts and `torch.cuda.memory_stats()`, kept in BENCHMARKS.md). Never regenerate
+//! these files: add new ones from later runs.
+
+use oomscope_trace::analysis::{AnalysisOptions, analyze};
+use oomscope_trace::{ExitStatus, OomSource, Trace, decode};
+
+fn trace(name: &str) -> Trace {
+    let path = format!("{}/tests/data/gpu/{name}", env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let decoded = decode(&bytes).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    decoded.trace
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+const GIB: f64 = (1u64 << 30) as f64;
+
+#[test]
+fn a_pytorch_oom_recognised_from_stderr() {
+    let t = trace("h100_torch_oom.oomt");
+    assert_eq!(t.metadata.gpus[0].name, "NVIDIA H100 80GB HBM3");
+    assert_eq!(t.exit.unwrap().status, ExitStatus::Code(1));
+    let a = analyze(&t, &AnalysisOptions::default());
+    let [oom] = a.ooms.as_slice() else {
+        panic!("{:?}", a.ooms)
+    };
+    assert_eq!(oom.source, OomSource::Stderr);
+    assert_eq!(
+        (oom.stage.as_deref(), oom.next_stage.as_deref(), oom.step),
+        (Some("post_forward"), Some("post_backward"), Some(5))
+    );
+    // torch: "Tried to allocate 117.32 GiB ... Of the allocated memory 171.06 MiB is allocated by
+    // PyTorch, and 14.94 MiB is reserved by PyTorch but unallocated."
+    assert_eq!(oom.requested_bytes, Some((117.32 * GIB).round() as u64));
+    let allocated = (171.06 * MIB).round() as u64;
+    assert_eq!(oom.allocated_bytes, Some(allocated));
+    assert_eq!(
+        oom.reserved_bytes,
+        Some(allocated + (14.94 * MIB).round() as u64)
+    );
+    assert_eq!(oom.allocator_mark_stage, None);
+    let top = &a.findings[0];
+    assert_eq!(top.id, "oom");
+    assert!(
+        top.explanation
+            .contains("when it failed, tensors held 171 MiB and the allocator 186 MiB reserved"),
+        "{}",
+        top.explanation
+    );
+}
+
+#[test]
+fn a_tch_oom_seen_by_the_allocator_observer_states_the_allocator_at_the_failure() {
+    let t = trace("h100_tch_oom.oomt");
+    let a = analyze(&t, &AnalysisOptions::default());
+    let [oom] = a.ooms.as_slice() else {
+        panic!("{:?}", a.ooms)
+    };
+    assert_eq!(
+        (oom.stage.as_deref(), oom.step),
+        (Some("pre_forward"), Some(0))
+    );
+    // libtorch: "Tried to allocate 32.00 GiB ... 64.73 GiB is allocated by PyTorch, and
+    // 43.35 MiB is reserved by PyTorch but unallocated": the observer's exact bytes agree.
+    assert_eq!(oom.requested_bytes, Some(32 << 30));
+    assert_eq!(oom.allocated_bytes, Some(69_506_587_136));
+    assert_eq!(oom.reserved_bytes, Some(69_552_046_080));
+    assert_eq!(
+        ((69_552_046_080u64 - 69_506_587_136) as f64 / MIB * 100.0).round() / 100.0,
+        43.35
+    );
+    // The last mark's snapshot (12.5 MiB) is not what the explanation quotes.
+    assert!(
+        a.findings[0]
+            .explanation
+            .contains("when it failed, tensors held 64.7 GiB and the allocator 64.8 GiB reserved"),
+        "{}",
+        a.findings[0].explanation
+    );
+}
+
+#[test]
+fn allocator_snapshots_equal_what_pytorch_reported() {
+    // torch_loop.py: 1 + 12 × 4 marks; at model_ready the allocator held exactly the parameters
+    // in 512-byte blocks (torch.cuda.memory_stats() said the same at every mark).
+    let t = trace("h100_torch_loop.oomt");
+    assert_eq!(t.marks.len(), 49);
+    let first = t.marks[0].snapshot.unwrap();
+    assert_eq!(t.str(t.marks[0].name), "model_ready");
+    assert_eq!(first.allocated_bytes, 33_574_912);
+    let gpt = trace("h100_gpt.oomt");
+    assert_eq!(gpt.marks.len(), 109);
+    assert_eq!(gpt.marks[0].snapshot.unwrap().allocated_bytes, 3_725_312);
+    assert!(gpt.marks.iter().all(|m| {
+        let s = m.snapshot.unwrap();
+        s.allocated_bytes <= s.peak_allocated_bytes && s.allocated_bytes <= s.reserved_bytes
+    }));
+    // Gradient summaries of every step, recorded asynchronously with their own step.
+    let steps: Vec<u64> = gpt.gradients.iter().map(|g| g.step).collect();
+    assert_eq!(steps, (0..20).collect::<Vec<_>>());
+    assert!(gpt.gradients.iter().all(|g| g.global_norm.is_finite()));
+}
+
+#[test]
+fn the_batch_search_on_an_h100() {
+    // 16 trials: doubling to 256, bisecting to 203 (the plain scan's largest too).
+    let t = trace("h100_batch.oomt");
+    assert_eq!(t.batch_trials.len(), 16);
+    let a = analyze(&t, &AnalysisOptions::default());
+    let trials = a.batch_trials.expect("trials analysed");
+    assert_eq!(
+        (trials.largest_fit_batch, trials.smallest_oom_batch),
+        (Some(203), Some(204))
+    );
+}
