@@ -33,7 +33,7 @@ use tch::{Device, Kind, Tensor};
 
 /// Trains a small GPT-style language model on synthetic tokens, instrumented with oomscope.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "gpt", version, about, long_about = None)]
+#[command(name = "gpt", version)]
 struct Config {
     /// Training steps.
     #[arg(long, default_value_t = 60)]
@@ -114,7 +114,12 @@ impl Config {
     fn parse_args() -> Result<Config> {
         let c = <Config as clap::Parser>::parse();
         if c.heads <= 0 || c.d_model % c.heads != 0 {
-            bail!("--d-model must be a multiple of --heads");
+            <Config as clap::CommandFactory>::command()
+                .error(
+                    clap::error::ErrorKind::ValueValidation,
+                    "--d-model must be a multiple of --heads",
+                )
+                .exit();
         }
         Ok(c)
     }
