@@ -243,7 +243,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
     let exit_t_us = state.now_us();
     // A grandchild may keep stderr open after the child exits: wait briefly, not forever.
     let _ = stderr_finished.recv_timeout(Duration::from_secs(2));
-    state.stop.store(true, Ordering::Relaxed);
+    state.request_stop();
     for thread in [sampler, poller].into_iter().chain(status_thread) {
         let _ = thread.join();
     }

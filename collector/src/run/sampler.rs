@@ -222,10 +222,6 @@ pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, inte
                 }
             }
         }
-        // Sleep in short slices so that stopping is prompt.
-        let until = Instant::now() + interval;
-        while !state.stopping() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20).min(interval));
-        }
+        state.sleep_unless_stopping(interval);
     }
 }

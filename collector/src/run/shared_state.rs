@@ -54,7 +54,10 @@ impl Default for Gauge {
 pub struct RunState {
     start: Instant,
     /// Set when the run is over: threads finish their current iteration and return.
-    pub stop: AtomicBool,
+    stop: AtomicBool,
+    /// Wakes the threads that sleep between rare tasks (poller, status line) when the run ends,
+    /// so that they sleep whole intervals instead of waking every few milliseconds to look.
+    stop_signal: (Mutex<bool>, std::sync::Condvar),
     /// Samples dropped because the recorder fell behind.
     pub dropped_samples: AtomicU64,
     /// Marker messages dropped because the recorder fell behind.
@@ -88,6 +91,7 @@ impl RunState {
         RunState {
             start: Instant::now(),
             stop: AtomicBool::new(false),
+            stop_signal: (Mutex::new(false), std::sync::Condvar::new()),
             dropped_samples: AtomicU64::new(0),
             dropped_messages: AtomicU64::new(0),
             rejected_lines: AtomicU64::new(0),
@@ -113,8 +117,54 @@ impl RunState {
         self.stop.load(Ordering::Relaxed)
     }
 
+    /// Ends the run: every thread finishes its current iteration, sleepers wake at once.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let (stopped, wake) = &self.stop_signal;
+        if let Ok(mut stopped) = stopped.lock() {
+            *stopped = true;
+        }
+        wake.notify_all();
+    }
+
+    /// Sleeps for `duration`, or less when the run ends meanwhile (one wake-up, not a poll).
+    pub fn sleep_unless_stopping(&self, duration: std::time::Duration) {
+        let (stopped, wake) = &self.stop_signal;
+        if let Ok(guard) = stopped.lock() {
+            let _ = wake.wait_timeout_while(guard, duration, |stopped| !*stopped);
+        }
+    }
+
     /// The watched processes.
     pub fn tree(&self) -> Vec<u32> {
         self.tree.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_stop_wakes_a_sleeper_at_once() {
+        let state = Arc::new(RunState::new(Vec::new(), 1));
+        let sleeper = {
+            let state = Arc::clone(&state);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                state.sleep_unless_stopping(Duration::from_secs(30));
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        state.request_stop();
+        assert!(sleeper.join().unwrap() < Duration::from_secs(5));
+        assert!(state.stopping());
+        // Once stopped, a sleep returns at once.
+        let started = Instant::now();
+        state.sleep_unless_stopping(Duration::from_secs(30));
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

@@ -73,12 +73,7 @@ pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>) {
         if let Ok(mut term) = terminal.lock() {
             term.draw_status(&text);
         }
-        for _ in 0..10 {
-            if state.stopping() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        state.sleep_unless_stopping(Duration::from_millis(500));
     }
     if let Ok(mut term) = terminal.lock() {
         term.clear();

@@ -560,7 +560,7 @@ impl Session {
             sampler,
             recorder,
         } = *own;
-        state.stop.store(true, Ordering::Relaxed);
+        state.request_stop();
         let _ = sampler.join();
         let t_us = state.now_us();
         events
