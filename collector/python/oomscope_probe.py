@@ -142,18 +142,56 @@ class Probe:
             line += " extra.%s=%d" % (_token(name), size)
         self.send(line)
 
-    def oom(self, message="", requested_bytes=None, stage=None, step=None):
+    def gradients(self, params_with_grad, gradient_bytes, global_norm, nan_count=0, inf_count=0,
+                  step=None):
+        """A gradient summary you computed (e.g. the norm clip_grad_norm_ returns)."""
+        if self._sock is None:
+            return
+        line = "gradients params_with_grad=%d gradient_bytes=%d global_norm=%s nan_count=%d inf_count=%d" % (
+            params_with_grad, gradient_bytes, _float(global_norm), nan_count, inf_count)
+        if step is not None:
+            line += " step=%d" % step
+        self.send(line)
+
+    def tensor(self, name, shape, dtype, bytes, min, max, mean, std, nan_count=0, inf_count=0,
+               step=None):
+        """Statistics of one tensor you computed."""
+        if self._sock is None:
+            return
+        line = "tensor %s shape=%s dtype=%s bytes=%d min=%s max=%s mean=%s std=%s nan_count=%d inf_count=%d" % (
+            _token(name), "x".join(str(int(d)) for d in shape), _token(dtype), bytes, _float(min),
+            _float(max), _float(mean), _float(std), nan_count, inf_count)
+        if step is not None:
+            line += " step=%d" % step
+        self.send(line)
+
+    def trial(self, batch_size, outcome, peak_bytes=None):
+        """One batch-size trial: outcome 'fit', 'oom' or 'error'."""
+        if self._sock is None:
+            return
+        line = "trial batch_size=%d outcome=%s" % (batch_size, outcome)
+        if peak_bytes is not None:
+            line += " peak_bytes=%d" % peak_bytes
+        self.send(line)
+
+    def oom(self, message="", requested_bytes=None, stage=None, step=None, device=None,
+            free_bytes=None, total_bytes=None):
         """Records an OOM the program caught (e.g. to retry with a smaller batch)."""
         if self._sock is None:
             return
         line = "oom"
         if stage is not None:
             line += " stage=" + _token(stage)
-        if step is not None:
-            line += " step=%d" % step
-        if requested_bytes is not None:
-            line += " requested_bytes=%d" % requested_bytes
+        for key, value in (("step", step), ("requested_bytes", requested_bytes), ("device", device),
+                           ("free_bytes", free_bytes), ("total_bytes", total_bytes)):
+            if value is not None:
+                line += " %s=%d" % (key, value)
         self.send(line + " -- " + " ".join(str(message).splitlines()))
+
+
+def _float(value):
+    """A float as the protocol reads it (nan and inf included)."""
+    return repr(float(value))
 
 
 _default = None
@@ -184,6 +222,18 @@ def note(text):
 
 def components(**kwargs):
     _probe().components(**kwargs)
+
+
+def gradients(*args, **kwargs):
+    _probe().gradients(*args, **kwargs)
+
+
+def tensor(*args, **kwargs):
+    _probe().tensor(*args, **kwargs)
+
+
+def trial(*args, **kwargs):
+    _probe().trial(*args, **kwargs)
 
 
 def oom(message="", **kwargs):

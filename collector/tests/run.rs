@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::codec::tag;
-use oomscope_trace::{Decoded, ExitStatus, OomSource, decode};
+use oomscope_trace::{Decoded, ExitStatus, OomSource, TrialOutcome, decode};
 
 const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
 const MIB: f64 = (1u64 << 20) as f64;
@@ -756,6 +756,95 @@ oom.mark("post_forward", step=5, phase="train")
     assert_eq!(snapshot.peak_reserved_bytes, 15_000_000_000);
     assert_eq!((snapshot.num_alloc_retries, snapshot.num_ooms), (3, 1));
     assert_eq!(t.marks[0].step, 5);
+}
+
+#[test]
+fn every_verb_of_the_python_helper_reaches_the_trace() {
+    // The helper had drifted from the protocol (no gradients/tensor/trial, oom() without
+    // device/free/total): each verb, sent by the real helper, must land as its record.
+    let s = Scratch::new("pyverbs");
+    let child = s.script(
+        "child.py",
+        r#"
+import oomscope_probe as oom
+oom.step(7)
+oom.mark("post_backward")
+oom.gradients(12, 4096, 3.5, step=7)
+oom.gradients(12, 4096, float("nan"), nan_count=5, inf_count=1)
+oom.tensor("block 3.out", (32, 1024), "f32", 131072, -1.5, 2.0, 0.25, 0.75, step=7)
+oom.trial(16, "fit", peak_bytes=1 << 30)
+oom.trial(32, "oom")
+oom.oom("CUDA out of memory (caught)", requested_bytes=2 << 30, stage="post_forward", step=7,
+        device=0, free_bytes=1 << 30, total_bytes=80 << 30)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let t = read(&trace).trace;
+    assert_eq!(t.gradients.len(), 2);
+    assert_eq!(
+        (
+            t.gradients[0].step,
+            t.gradients[0].params_with_grad,
+            t.gradients[0].gradient_bytes
+        ),
+        (7, 12, 4096)
+    );
+    assert_eq!(t.gradients[0].global_norm, 3.5);
+    assert!(t.gradients[1].global_norm.is_nan());
+    assert_eq!((t.gradients[1].nan_count, t.gradients[1].inf_count), (5, 1));
+    let [tensor] = t.tensors.as_slice() else {
+        panic!("{:?}", t.tensors)
+    };
+    assert_eq!(t.str(tensor.name), "block_3.out");
+    assert_eq!(
+        (tensor.shape.as_slice(), t.str(tensor.dtype)),
+        ([32, 1024].as_slice(), "f32")
+    );
+    assert_eq!(
+        (tensor.min, tensor.max, tensor.mean, tensor.std),
+        (-1.5, 2.0, 0.25, 0.75)
+    );
+    assert_eq!(t.batch_trials.len(), 2);
+    assert_eq!(
+        (
+            t.batch_trials[0].batch_size,
+            t.batch_trials[0].outcome,
+            t.batch_trials[0].peak_bytes
+        ),
+        (16, TrialOutcome::Fit, Some(1 << 30))
+    );
+    assert_eq!(t.batch_trials[1].outcome, TrialOutcome::Oom);
+    let [event] = t.ooms.as_slice() else {
+        panic!("{:?}", t.ooms)
+    };
+    assert_eq!(t.str(event.stage.unwrap()), "post_forward");
+    assert_eq!(
+        (
+            event.step,
+            event.requested_bytes,
+            event.device,
+            event.device_free_bytes,
+            event.device_total_bytes
+        ),
+        (
+            Some(7),
+            Some(2 << 30),
+            Some(0),
+            Some(1 << 30),
+            Some(80 << 30)
+        )
+    );
+    assert_eq!(event.message, "CUDA out of memory (caught)");
 }
 
 #[test]
