@@ -12,7 +12,7 @@ pub mod cli;
 pub mod gpu;
 pub mod host;
 pub mod probe;
-pub mod protocol;
+pub use oomscope_trace::protocol;
 pub mod report;
 pub mod run;
 #[cfg(feature = "tch")]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::codec::tag;
-use oomscope_trace::{Decoded, ExitStatus, OomSource, TrialOutcome, decode};
+use oomscope_trace::{Decoded, ExitStatus, OomSource, TrialOutcome, decode, protocol};
 
 const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
 const MIB: f64 = (1u64 << 20) as f64;
@@ -845,6 +845,70 @@ oom.oom("CUDA out of memory (caught)", requested_bytes=2 << 30, stage="post_forw
         )
     );
     assert_eq!(event.message, "CUDA out of memory (caught)");
+}
+
+#[test]
+fn the_python_helper_writes_exactly_the_declared_keys_of_every_verb() {
+    // `protocol::keys` is the one declaration of each verb's fields: the helper, called with every
+    // optional argument, must write exactly those (no more, no fewer), for every verb.
+    let s = Scratch::new("pykeys");
+    let script = s.script(
+        "keys.py",
+        r#"
+import sys, types
+torch = types.ModuleType("torch")
+stats = {"allocated_bytes": {"all": {"current": 1, "peak": 5}},
+         "reserved_bytes": {"all": {"current": 2, "peak": 6}},
+         "active_bytes": {"all": {"current": 3}}, "inactive_split_bytes": {"all": {"current": 4}},
+         "num_alloc_retries": 7, "num_ooms": 8}
+torch.cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
+                                   memory_stats_as_nested_dict=lambda: stats)
+sys.modules["torch"] = torch
+import oomscope_probe as oom
+p = oom.Probe(path="/nonexistent")
+lines = []
+p.send = lines.append
+p.mark("post_forward", step=1, phase="eval", epoch=2)
+p.step(1, epoch=2)
+p.phase("eval")
+p.note("hello")
+p.components(parameters_bytes=1, buffers_bytes=2, gradients_bytes=3, optimizer_state_bytes=4,
+             batch_size=8, step=1, ema=5)
+p.gradients(1, 2, 0.5, nan_count=0, inf_count=0, step=1)
+p.tensor("logits", (2, 3), "f32", 24, -1.0, 1.0, 0.0, 0.5, step=1)
+p.trial(8, "fit", peak_bytes=9)
+p.oom("boom", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2, total_bytes=3)
+print("\n".join(lines))
+"#,
+    );
+    let out = Command::new("python3")
+        .arg(&script)
+        .env("PYTHONPATH", python_path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut verbs = Vec::new();
+    for line in text.lines() {
+        let fields = line.split(" -- ").next().unwrap();
+        let verb = fields.split_whitespace().next().unwrap();
+        let mut written: Vec<&str> = fields
+            .split_whitespace()
+            .filter_map(|t| t.split_once('=').map(|(k, _)| k))
+            .filter(|k| !k.starts_with("extra."))
+            .collect();
+        let mut declared = protocol::keys(verb);
+        written.sort_unstable();
+        declared.sort_unstable();
+        assert_eq!(written, declared, "{line}");
+        assert!(protocol::parse_line(line).is_some(), "{line}");
+        verbs.push(verb);
+    }
+    assert_eq!(
+        verbs,
+        protocol::VERBS,
+        "the helper has a function for every verb"
+    );
 }
 
 #[test]

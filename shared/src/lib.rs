@@ -30,6 +30,7 @@ pub mod estimate;
 pub mod export;
 pub mod model;
 pub mod oom_text;
+pub mod protocol;
 pub mod reduce;
 pub mod synth;
 pub mod text;

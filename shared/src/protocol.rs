@@ -1,5 +1,9 @@
 //! The marker protocol: how a watched program tells `collector run` where it is.
 //!
+//! It lives in `shared` because it is pure text and every layer speaks it: the collector parses
+//! it, the tch `Session` and the Rust `Probe` format it, the Python helper writes it, and tests
+//! check all of them against [`VERB_KEYS`], the one list of each verb's `key=value` fields.
+//!
 //! Why text lines over a Unix datagram socket: any language can send one (`socket.sendto` in
 //! Python, three lines in C), a datagram is one message with no framing to get wrong, and a
 //! non-blocking send never stalls the training loop — if the collector falls behind, the kernel
@@ -33,7 +37,7 @@
 
 use std::collections::HashMap;
 
-use oomscope_trace::{AllocatorSnapshot, Phase, TrialOutcome};
+use crate::model::{AllocatorSnapshot, Phase, TrialOutcome};
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -43,6 +47,71 @@ pub const SOCKET_ENV: &str = "OOMSCOPE_SOCKET";
 pub const PROTOCOL_ENV: &str = "OOMSCOPE_PROTOCOL";
 /// Largest datagram the collector reads; longer ones are truncated by the kernel.
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
+
+/// Every verb of the protocol, in the order the grammar lists them.
+pub const VERBS: [&str; 9] = [
+    "mark",
+    "step",
+    "phase",
+    "note",
+    "components",
+    "gradients",
+    "tensor",
+    "trial",
+    "oom",
+];
+
+/// The `key=value` fields a verb takes: the one declaration the parser reads by (it can read no
+/// other key), and that the Rust formatter, the Python helper, the README's grammar and this
+/// module's grammar are checked against by tests. `components` also takes `extra.<name>=N`.
+pub fn keys(verb: &str) -> Vec<&'static str> {
+    match verb {
+        "mark" => [
+            ["step", "epoch", "phase"].as_slice(),
+            &AllocatorSnapshot::FIELD_NAMES,
+        ]
+        .concat(),
+        "step" => vec!["epoch"],
+        "components" => vec![
+            "step",
+            "batch_size",
+            "parameters_bytes",
+            "buffers_bytes",
+            "gradients_bytes",
+            "optimizer_state_bytes",
+        ],
+        "gradients" => vec![
+            "step",
+            "params_with_grad",
+            "gradient_bytes",
+            "global_norm",
+            "nan_count",
+            "inf_count",
+        ],
+        "tensor" => vec![
+            "step",
+            "shape",
+            "dtype",
+            "bytes",
+            "min",
+            "max",
+            "mean",
+            "std",
+            "nan_count",
+            "inf_count",
+        ],
+        "trial" => vec!["batch_size", "outcome", "peak_bytes"],
+        "oom" => vec![
+            "stage",
+            "step",
+            "requested_bytes",
+            "device",
+            "free_bytes",
+            "total_bytes",
+        ],
+        _ => Vec::new(),
+    }
+}
 
 /// One parsed message.
 #[derive(Debug, Clone, PartialEq)]
@@ -183,7 +252,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
             if stage.is_empty() || stage.contains('=') {
                 return None;
             }
-            let f = Fields::parse(rest);
+            let f = Fields::parse("mark", rest);
             Some(Message::Mark {
                 stage: stage.to_owned(),
                 step: f.u64("step"),
@@ -194,7 +263,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
         }
         "step" => {
             let (step, rest) = split_token(rest);
-            let f = Fields::parse(rest);
+            let f = Fields::parse("step", rest);
             Some(Message::Step {
                 step: step.parse().ok()?,
                 epoch: f.u32("epoch"),
@@ -203,7 +272,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
         "phase" => parse_phase(split_token(rest).0).map(Message::Phase),
         "note" => Some(Message::Note(rest.trim().to_owned())),
         "components" => {
-            let f = Fields::parse(rest);
+            let f = Fields::parse("components", rest);
             Some(Message::Components {
                 step: f.u64("step"),
                 batch_size: f.u64("batch_size"),
@@ -215,7 +284,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
             })
         }
         "gradients" => {
-            let f = Fields::parse(rest);
+            let f = Fields::parse("gradients", rest);
             Some(Message::Gradients {
                 step: f.u64("step"),
                 params_with_grad: f.u64("params_with_grad").unwrap_or(0),
@@ -230,7 +299,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
             if name.is_empty() || name.contains('=') {
                 return None;
             }
-            let f = Fields::parse(rest);
+            let f = Fields::parse("tensor", rest);
             let shape = match f.get("shape") {
                 None | Some("") => Vec::new(),
                 Some(s) => s
@@ -254,7 +323,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
             })
         }
         "trial" => {
-            let f = Fields::parse(rest);
+            let f = Fields::parse("trial", rest);
             let outcome = match f.get("outcome")? {
                 "fit" => TrialOutcome::Fit,
                 "oom" => TrialOutcome::Oom,
@@ -275,7 +344,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
                     None => (rest, ""),
                 },
             };
-            let f = Fields::parse(fields);
+            let f = Fields::parse("oom", fields);
             Some(Message::Oom {
                 stage: f.get("stage").map(str::to_owned),
                 step: f.u64("step"),
@@ -308,23 +377,30 @@ fn parse_phase(text: &str) -> Option<Phase> {
 
 /// `key=value` fields of a message.
 struct Fields<'a> {
+    verb: &'static str,
     map: HashMap<&'a str, &'a str>,
     order: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Fields<'a> {
-    fn parse(text: &'a str) -> Fields<'a> {
+    fn parse(verb: &'static str, text: &'a str) -> Fields<'a> {
         let order: Vec<_> = text
             .split_ascii_whitespace()
             .filter_map(|token| token.split_once('='))
             .collect();
         Fields {
+            verb,
             map: order.iter().copied().collect(),
             order,
         }
     }
 
     fn get(&self, key: &str) -> Option<&'a str> {
+        debug_assert!(
+            keys(self.verb).contains(&key),
+            "`{key}` is not declared for `{}` in protocol::keys",
+            self.verb
+        );
         self.map.get(key).copied()
     }
 
@@ -353,7 +429,7 @@ impl<'a> Fields<'a> {
 
     fn snapshot(&self) -> Option<AllocatorSnapshot> {
         let names = AllocatorSnapshot::FIELD_NAMES;
-        if !names.iter().any(|k| self.map.contains_key(k)) {
+        if !names.iter().any(|k| self.get(k).is_some()) {
             return None;
         }
         Some(AllocatorSnapshot::from_values(
@@ -542,6 +618,97 @@ pub fn format(out: &mut String, message: &Message) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One message of every verb with every optional field given.
+    fn every_verb_in_full() -> Vec<Message> {
+        vec![
+            Message::Mark {
+                stage: "post_forward".into(),
+                step: Some(3),
+                epoch: Some(1),
+                phase: Some(Phase::Eval),
+                snapshot: Some(AllocatorSnapshot::from_values([1, 2, 3, 4, 5, 6, 7, 8])),
+            },
+            Message::Step {
+                step: 3,
+                epoch: Some(1),
+            },
+            Message::Phase(Phase::Train),
+            Message::Note("hello".into()),
+            Message::Components {
+                step: Some(3),
+                batch_size: Some(8),
+                parameters_bytes: 1,
+                buffers_bytes: 2,
+                gradients_bytes: 3,
+                optimizer_state_bytes: 4,
+                extras: vec![("ema".into(), 5)],
+            },
+            Message::Gradients {
+                step: Some(3),
+                params_with_grad: 1,
+                gradient_bytes: 2,
+                global_norm: 0.5,
+                nan_count: 0,
+                inf_count: 0,
+            },
+            Message::Tensor {
+                name: "logits".into(),
+                step: Some(3),
+                shape: vec![2, 3],
+                dtype: "f32".into(),
+                bytes: 24,
+                min: -1.0,
+                max: 1.0,
+                mean: 0.0,
+                std: 0.5,
+                nan_count: 0,
+                inf_count: 0,
+            },
+            Message::Trial {
+                batch_size: 8,
+                outcome: TrialOutcome::Fit,
+                peak_bytes: Some(1 << 30),
+            },
+            Message::Oom {
+                stage: Some("post_forward".into()),
+                step: Some(3),
+                requested_bytes: Some(1),
+                device: Some(0),
+                free_bytes: Some(2),
+                total_bytes: Some(3),
+                message: "CUDA out of memory".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn the_formatter_writes_exactly_the_declared_keys_of_every_verb() {
+        let messages = every_verb_in_full();
+        let mut verbs = Vec::new();
+        for message in &messages {
+            let mut line = String::new();
+            format(&mut line, message);
+            let fields = line.split(" -- ").next().unwrap();
+            let verb = fields.split_whitespace().next().unwrap();
+            let mut written: Vec<&str> = fields
+                .split_whitespace()
+                .filter_map(|t| t.split_once('=').map(|(k, _)| k))
+                .filter(|k| !k.starts_with("extra."))
+                .collect();
+            let mut declared = keys(verb);
+            written.sort_unstable();
+            declared.sort_unstable();
+            assert_eq!(written, declared, "{line}");
+            assert_eq!(
+                parse_line(line.trim_end()).as_ref(),
+                Some(message),
+                "{line}"
+            );
+            verbs.push(verb.to_owned());
+        }
+        assert_eq!(verbs, VERBS);
+    }
 
     #[test]
     fn marks_parse_with_and_without_snapshots() {
