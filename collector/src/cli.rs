@@ -122,15 +122,7 @@ fn parse_count(text: &str) -> Result<u64, String> {
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    if let Ok(bytes) = t.parse::<u64>() {
-        return Ok(bytes);
-    }
-    // `80GiB` or `80 GiB`: the number, then the unit oom_text already knows.
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    oomscope_trace::oom_text::parse_size(&format!("{} {}", &t[..split], t[split..].trim()))
+    oomscope_trace::units::parse_bytes(text)
         .ok_or_else(|| format!("`{text}` is not a size (e.g. 80GiB, 310MiB, 1073741824)"))
 }
 

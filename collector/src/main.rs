@@ -12,12 +12,10 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line: the error and its causes, never a backtrace.
             oomscope_collector::ui::error(&e);
-            let not_found = e
-                .chain()
-                .filter_map(|c| c.downcast_ref::<std::io::Error>())
-                .any(|io| io.kind() == std::io::ErrorKind::NotFound)
-                && e.to_string().starts_with("cannot run");
-            ExitCode::from(if not_found { 127 } else { 1 })
+            let code = e
+                .downcast_ref::<oomscope_collector::run::CannotRun>()
+                .map_or(1, oomscope_collector::run::CannotRun::exit_code);
+            ExitCode::from(code)
         }
     }
 }

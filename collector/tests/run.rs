@@ -427,6 +427,22 @@ fn a_missing_command_is_one_clear_error() {
         "{err}"
     );
     assert!(!trace.exists(), "no trace for a run that never started");
+    // A file that is not executable: 126, as a shell says.
+    let not_executable = s.path("train.sh");
+    std::fs::write(&not_executable, "echo hi\n").unwrap();
+    let out = run(&[
+        "run",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        not_executable.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("error: cannot run `"),
+        "{}",
+        stderr(&out)
+    );
     let out = run(&["run"]);
     assert_eq!(out.status.code(), Some(2), "usage error");
 }

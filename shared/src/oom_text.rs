@@ -17,6 +17,8 @@
 //! allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated"), which can be far
 //! more than the last stage mark's snapshot shows (a forward pass allocates between marks).
 
+use crate::units::parse_bytes;
+
 /// Whether an error is about device or host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OomKind {
@@ -110,34 +112,9 @@ pub fn recognise(line: &str) -> Option<OomText> {
     })
 }
 
-/// Parses `12.34 GiB` (B, KiB, MiB, GiB, TiB; KB/MB/GB read as binary as PyTorch means them).
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let unit = unit.trim_start();
-    let scale = [
-        ("TiB", 1u64 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-        ("TB", 1 << 40),
-        ("GB", 1 << 30),
-        ("MB", 1 << 20),
-        ("KB", 1 << 10),
-        ("B", 1),
-        ("bytes", 1),
-    ]
-    .into_iter()
-    .find(|(name, _)| unit.starts_with(name))?
-    .1;
-    Some((number * scale as f64).round() as u64)
-}
-
 fn size_after(line: &str, prefix: &str) -> Option<u64> {
     let start = line.find(prefix)? + prefix.len();
-    parse_size(&line[start..])
+    parse_bytes(&line[start..])
 }
 
 /// The size that ends right before `suffix`, e.g. `3.19 MiB` in `3.19 MiB free;`.
@@ -145,7 +122,7 @@ fn size_before(line: &str, suffix: &str) -> Option<u64> {
     let end = line.find(suffix)?;
     let head = &line[..end];
     let start = head.rfind([';', '(', ','])? + 1;
-    parse_size(&head[start..])
+    parse_bytes(&head[start..])
 }
 
 fn number_after(line: &str, prefix: &str) -> Option<u64> {
@@ -225,13 +202,5 @@ mod tests {
         assert_eq!(host.kind, OomKind::Host);
         assert_eq!(recognise("MemoryError").unwrap().kind, OomKind::Host);
         assert!(recognise("loss 0.12 step 5 (memory 12 GiB)").is_none());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512 B"), Some(512));
-        assert_eq!(parse_size("1.5 KiB"), Some(1536));
-        assert_eq!(parse_size("2 GiB."), Some(2 << 30));
-        assert_eq!(parse_size("GiB"), None);
     }
 }

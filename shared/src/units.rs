@@ -8,6 +8,38 @@
 /// Binary unit names, each 1024 times the previous one.
 const BYTE_UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
 
+/// Parses a size as people and PyTorch write it: `12.34 GiB`, `80GiB`, `512 B`, `1073741824`
+/// (B, KiB, MiB, GiB, TiB, and `bytes`; KB/MB/GB read as binary, as PyTorch means them). Text
+/// after the unit is ignored (`2 GiB.` is 2 GiB), so it reads sizes inside sentences too.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let unit = unit.trim_start();
+    if unit.is_empty() {
+        return (number.fract() == 0.0 && number >= 0.0).then_some(number as u64);
+    }
+    let scale = [
+        ("TiB", 1u64 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+        ("TB", 1 << 40),
+        ("GB", 1 << 30),
+        ("MB", 1 << 20),
+        ("KB", 1 << 10),
+        ("bytes", 1),
+        ("B", 1),
+    ]
+    .into_iter()
+    .find(|(name, _)| unit.starts_with(name))?
+    .1;
+    Some((number * scale as f64).round() as u64)
+}
+
 /// Formats a byte count with binary units and three significant digits: `512 B`, `1.50 KiB`,
 /// `12.4 MiB`, `9.80 GiB`, `1.20 TiB`.
 pub fn format_bytes(bytes: u64) -> String {
@@ -128,6 +160,19 @@ fn three_significant(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("512 B"), Some(512));
+        assert_eq!(parse_bytes("1.5 KiB"), Some(1536));
+        assert_eq!(parse_bytes("2 GiB."), Some(2 << 30));
+        assert_eq!(parse_bytes("80GiB"), Some(80 << 30));
+        assert_eq!(parse_bytes("1073741824"), Some(1 << 30));
+        assert_eq!(parse_bytes("34359738368 bytes with"), Some(32 << 30));
+        assert_eq!(parse_bytes("GiB"), None);
+        assert_eq!(parse_bytes("1.5"), None);
+        assert_eq!(parse_bytes("12 apples"), None);
+    }
 
     const KIB: u64 = 1024;
     const MIB: u64 = 1024 * KIB;

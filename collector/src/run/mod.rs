@@ -151,7 +151,11 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         Ok(child) => child,
         Err(e) => {
             let _ = std::fs::remove_file(&options.out);
-            return Err(e).with_context(|| format!("cannot run `{}`", program.to_string_lossy()));
+            return Err(CannotRun {
+                program: program.to_string_lossy().into_owned(),
+                source: e,
+            }
+            .into());
         }
     };
     child::forward_signals_to(child.id());
@@ -185,10 +189,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
     )?;
     let counters = declare_counters(&mut writer, &gpu_infos)?;
 
-    let state = Arc::new(RunState::new(
-        gpu_infos.iter().map(|g| g.total_memory_bytes).collect(),
-        child_pid,
-    ));
+    let state = Arc::new(RunState::new(&gpu_infos, child_pid));
     let (events, receiver) = sync_channel::<Event>(CHANNEL_EVENTS);
     let show_status = !options.quiet && std::io::stderr().is_terminal();
     let terminal = Arc::new(Mutex::new(status::Terminal::new(show_status)));
@@ -286,6 +287,28 @@ fn spawn<T: Send + 'static>(
         .name(name.to_owned())
         .spawn(f)
         .with_context(|| format!("cannot start thread {name}"))
+}
+
+/// The program could not be started. Exits like a shell would: 127 when it does not exist,
+/// 126 when it cannot be executed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot run `{program}`")]
+pub struct CannotRun {
+    /// The program as given.
+    pub program: String,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+impl CannotRun {
+    /// The exit code a shell uses for this failure.
+    pub fn exit_code(&self) -> u8 {
+        match self.source.kind() {
+            std::io::ErrorKind::NotFound => 127,
+            _ => 126,
+        }
+    }
 }
 
 pub(crate) fn declare_counters<W: std::io::Write>(

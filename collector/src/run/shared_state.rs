@@ -74,6 +74,8 @@ pub struct RunState {
     pub gpu_used: Vec<Gauge>,
     /// Per watched GPU: total memory.
     pub gpu_total_bytes: Vec<u64>,
+    /// Per watched GPU: its device index (`--gpus 2` watches one GPU, index 2).
+    pub gpu_indices: Vec<u32>,
     /// Host RSS of the tree.
     pub host_rss: Gauge,
     /// Host available memory.
@@ -85,8 +87,10 @@ pub struct RunState {
 }
 
 impl RunState {
-    /// State for a run watching GPUs with these totals.
-    pub fn new(gpu_total_bytes: Vec<u64>, root_pid: u32) -> RunState {
+    /// State for a run watching these GPUs.
+    pub fn new(gpus: &[oomscope_trace::GpuInfo], root_pid: u32) -> RunState {
+        let gpu_total_bytes: Vec<u64> = gpus.iter().map(|g| g.total_memory_bytes).collect();
+        let gpu_indices = gpus.iter().map(|g| g.index).collect();
         let gpus = gpu_total_bytes.len();
         RunState {
             start: Instant::now(),
@@ -100,6 +104,7 @@ impl RunState {
             process_gpu_bytes: (0..gpus).map(|_| Gauge::new()).collect(),
             gpu_used: (0..gpus).map(|_| Gauge::new()).collect(),
             gpu_total_bytes,
+            gpu_indices,
             host_rss: Gauge::new(),
             host_available: Gauge::new(),
             host_total_bytes: AtomicU64::new(0),
@@ -149,7 +154,7 @@ mod tests {
 
     #[test]
     fn a_stop_wakes_a_sleeper_at_once() {
-        let state = Arc::new(RunState::new(Vec::new(), 1));
+        let state = Arc::new(RunState::new(&[], 1));
         let sleeper = {
             let state = Arc::clone(&state);
             std::thread::spawn(move || {

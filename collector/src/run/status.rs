@@ -92,7 +92,8 @@ pub fn status_text(state: &RunState) -> String {
     for (i, gauge) in state.gpu_used.iter().enumerate() {
         if let Some(used) = gauge.current() {
             parts.push(format!(
-                "gpu{i} {}/{} (peak {})",
+                "gpu{} {}/{} (peak {})",
+                state.gpu_indices[i],
                 format_bytes(used),
                 format_bytes(state.gpu_total_bytes[i]),
                 format_bytes(gauge.peak())
@@ -112,4 +113,29 @@ pub fn status_text(state: &RunState) -> String {
         parts.push(format!("{} step {}", stage.0, stage.1));
     }
     parts.join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_line_names_gpus_by_their_device_index() {
+        // `--gpus 2` watches one GPU: it is gpu2, not the first of the list.
+        let gpu = oomscope_trace::GpuInfo {
+            index: 2,
+            name: "GPU".into(),
+            uuid: "GPU-2".into(),
+            total_memory_bytes: 80 << 30,
+            driver_version: String::new(),
+            cuda_version: String::new(),
+        };
+        let state = RunState::new(&[gpu], 1);
+        state.gpu_used[0].set(10 << 30);
+        let line = status_text(&state);
+        assert!(
+            line.contains("| gpu2 10.0 GiB/80.0 GiB (peak 10.0 GiB)"),
+            "{line}"
+        );
+    }
 }

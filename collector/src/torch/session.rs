@@ -216,10 +216,7 @@ impl Session {
         } else {
             None
         };
-        let state = Arc::new(RunState::new(
-            gpu_infos.iter().map(|g| g.total_memory_bytes).collect(),
-            pid,
-        ));
+        let state = Arc::new(RunState::new(&gpu_infos, pid));
         let (events, receiver) = sync_channel::<Event>(8192);
         let recorder = std::thread::Builder::new()
             .name("oomscope-recorder".into())
