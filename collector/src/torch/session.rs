@@ -414,7 +414,9 @@ impl Session {
             });
             let Some(pending) = next else { break };
             let step = pending.step;
-            let summary = pending.finish();
+            let Some(summary) = pending.finish() else {
+                continue;
+            };
             if !summary.global_norm.is_finite() {
                 self.exact_gradients_until.fetch_max(
                     step + 1 + EXACT_GRADIENT_STEPS_AFTER_NON_FINITE,

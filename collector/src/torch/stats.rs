@@ -107,21 +107,19 @@ impl PendingGradientStats {
     }
 
     /// The summary, waiting for the copy if it has not arrived yet. NaN and Inf elements are
-    /// not counted on this path: a non-finite `global_norm` with zero counts says so.
-    pub fn finish(self) -> GradientStats {
-        let arrived = self.event.wait().is_ok();
-        let squares = if arrived {
-            f64::try_from(&self.host).unwrap_or(f64::NAN)
-        } else {
-            f64::NAN
-        };
-        GradientStats {
+    /// not counted on this path: a non-finite `global_norm` with zero counts says so. `None`
+    /// when the value cannot be read (a CUDA error): nothing is recorded rather than a norm the
+    /// gradients never had.
+    pub fn finish(self) -> Option<GradientStats> {
+        self.event.wait().ok()?;
+        let squares = f64::try_from(&self.host).ok()?;
+        Some(GradientStats {
             params_with_grad: self.params_with_grad,
             gradient_bytes: self.gradient_bytes,
             global_norm: squares.sqrt(),
             nan_count: 0,
             inf_count: 0,
-        }
+        })
     }
 }
 
