@@ -165,8 +165,12 @@ pub fn process_tree(root: u32) -> Vec<u32> {
 
 /// `None` when the kernel has no `children` files (CONFIG_PROC_CHILDREN unset).
 fn tree_from_children_files(root: u32) -> Option<Vec<u32>> {
-    let own = std::process::id();
-    if !std::path::Path::new(&format!("/proc/{own}/task/{own}/children")).exists() {
+    static SUPPORTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let supported = *SUPPORTED.get_or_init(|| {
+        let own = std::process::id();
+        std::path::Path::new(&format!("/proc/{own}/task/{own}/children")).exists()
+    });
+    if !supported {
         return None;
     }
     let mut tree = vec![root];

@@ -722,20 +722,16 @@ for step in range(12):
     assert!(screen.contains("oomscope: trace written to"));
 }
 
-#[test]
-fn the_python_helper_attaches_torch_allocator_statistics() {
-    let s = Scratch::new("torchstats");
-    // torch is not installed here: the helper only reads `sys.modules["torch"]`, so a stand-in
-    // module with the same three functions exercises exactly the code that runs on a GPU host.
-    let child = s.script(
-        "child.py",
-        r#"
+/// torch is not installed for these tests: the helper only reads `sys.modules["torch"]`, so a
+/// stand-in module with the three functions it calls exercises exactly the code that runs on a
+/// GPU host, with the shape of torch 2.11's `memory_stats_as_nested_dict()` (the GPU proof checks
+/// the real one).
+const STAND_IN_TORCH: &str = r#"
 import sys, types
 torch = types.ModuleType("torch")
 torch.cuda = types.SimpleNamespace(
     is_available=lambda: True,
     is_initialized=lambda: True,
-    # The shape of torch 2.11's memory_stats_as_nested_dict() (the GPU proof checks the real one).
     memory_stats_as_nested_dict=lambda: {
         "allocated_bytes": {"all": {"current": 9_000_000_000, "peak": 14_000_000_000}},
         "reserved_bytes": {"all": {"current": 12_000_000_000, "peak": 15_000_000_000}},
@@ -746,10 +742,10 @@ torch.cuda = types.SimpleNamespace(
     },
 )
 sys.modules["torch"] = torch
-import oomscope_probe as oom
-oom.mark("post_forward", step=5, phase="train")
-"#,
-    );
+"#;
+
+/// Records a Python script under the collector; it must exit 0.
+fn record_python(s: &Scratch, script: &Path) -> oomscope_trace::Trace {
     let trace = s.path("t.oomt");
     let out = run(&[
         "run",
@@ -758,10 +754,26 @@ oom.mark("post_forward", step=5, phase="train")
         trace.to_str().unwrap(),
         "--",
         "python3",
-        child.to_str().unwrap(),
+        script.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let t = read(&trace).trace;
+    read(&trace).trace
+}
+
+#[test]
+fn the_python_helper_attaches_torch_allocator_statistics() {
+    let s = Scratch::new("torchstats");
+    let child = s.script(
+        "child.py",
+        &format!(
+            "{STAND_IN_TORCH}{}",
+            r#"
+import oomscope_probe as oom
+oom.mark("post_forward", step=5, phase="train")
+"#
+        ),
+    );
+    let t = record_python(&s, &child);
     assert_eq!(t.marks.len(), 1);
     let snapshot = t.marks[0].snapshot.expect("allocator statistics attached");
     assert_eq!(snapshot.allocated_bytes, 9_000_000_000);
@@ -794,18 +806,7 @@ oom.oom("CUDA out of memory (caught)", requested_bytes=2 << 30, stage="post_forw
         device=0, free_bytes=1 << 30, total_bytes=80 << 30)
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = run(&[
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        child.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let t = read(&trace).trace;
+    let t = record_python(&s, &child);
     assert_eq!(t.gradients.len(), 2);
     assert_eq!(
         (
@@ -870,16 +871,9 @@ fn the_python_helper_writes_exactly_the_declared_keys_of_every_verb() {
     let s = Scratch::new("pykeys");
     let script = s.script(
         "keys.py",
-        r#"
-import sys, types
-torch = types.ModuleType("torch")
-stats = {"allocated_bytes": {"all": {"current": 1, "peak": 5}},
-         "reserved_bytes": {"all": {"current": 2, "peak": 6}},
-         "active_bytes": {"all": {"current": 3}}, "inactive_split_bytes": {"all": {"current": 4}},
-         "num_alloc_retries": 7, "num_ooms": 8}
-torch.cuda = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True,
-                                   memory_stats_as_nested_dict=lambda: stats)
-sys.modules["torch"] = torch
+        &format!(
+            "{STAND_IN_TORCH}{}",
+            r#"
 import oomscope_probe as oom
 p = oom.Probe(path="/nonexistent")
 lines = []
@@ -895,7 +889,8 @@ p.tensor("logits", (2, 3), "f32", 24, -1.0, 1.0, 0.0, 0.5, step=1)
 p.trial(8, "fit", peak_bytes=9)
 p.oom("boom", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2, total_bytes=3)
 print("\n".join(lines))
-"#,
+"#
+        ),
     );
     let out = Command::new("python3")
         .arg(&script)
@@ -906,15 +901,8 @@ print("\n".join(lines))
     let text = String::from_utf8(out.stdout).unwrap();
     let mut verbs = Vec::new();
     for line in text.lines() {
-        let fields = line.split(" -- ").next().unwrap();
-        let verb = fields.split_whitespace().next().unwrap();
-        let mut written: Vec<&str> = fields
-            .split_whitespace()
-            .filter_map(|t| t.split_once('=').map(|(k, _)| k))
-            .filter(|k| !k.starts_with("extra."))
-            .collect();
+        let (verb, written) = protocol::written_keys(line);
         let mut declared = protocol::keys(verb);
-        written.sort_unstable();
         declared.sort_unstable();
         assert_eq!(written, declared, "{line}");
         assert!(protocol::parse_line(line).is_some(), "{line}");

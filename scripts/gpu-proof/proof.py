@@ -94,10 +94,11 @@ class Proof:
     def exe(self, name):
         return os.path.join(self.bin, name)
 
-    def run(self, cmd, timeout=240, check=False):
-        """Runs a command; returns (exit code, stdout, stderr). A failing command's stderr goes to
-        the log whole (the JSON keeps its end)."""
-        p = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=timeout)
+    def run(self, cmd, timeout=240, check=False, env=None):
+        """Runs a command (with `env` added to the proof's environment); returns (exit code,
+        stdout, stderr). A failing command's stderr goes to the log whole (the JSON keeps its end)."""
+        p = subprocess.run(cmd, capture_output=True, text=True, env=dict(self.env, **(env or {})),
+                           timeout=timeout)
         if p.returncode != 0:
             print("[gpu-proof] exit %d: %s\n%s" % (p.returncode, " ".join(cmd), p.stderr[-6000:]), flush=True)
         if check and p.returncode != 0:
@@ -401,12 +402,7 @@ class Proof:
             on.append(ms(out))
             for k, (cmd, env) in parts.items():
                 if i < 2:
-                    saved = dict(self.env)
-                    self.env.update(env)
-                    try:
-                        part_ms[k].append(ms(self.run(cmd, check=True)[1]))
-                    finally:
-                        self.env = saved
+                    part_ms[k].append(ms(self.run(cmd, check=True, env=env)[1]))
         diffs = [(b - a) / a * 100 for a, b in zip(off, on)]
         mean = statistics.mean(diffs)
         half = t95(len(diffs)) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
@@ -436,13 +432,8 @@ class Proof:
             cpu = {}
             for seconds in (short, long):
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                saved = dict(self.env)
-                self.env.update(env)
-                try:
-                    self.run([self.exe("collector"), "run", "-q", "--interval-ms", str(interval), "-o",
-                              os.path.join(self.work, "idle.oomt"), "--", "sleep", str(seconds)], check=True)
-                finally:
-                    self.env = saved
+                self.run([self.exe("collector"), "run", "-q", "--interval-ms", str(interval), "-o",
+                          os.path.join(self.work, "idle.oomt"), "--", "sleep", str(seconds)], check=True, env=env)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu[seconds] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             result[name] = {

@@ -9,6 +9,8 @@
 
 use tch::{Kind, Tensor};
 
+use super::allocator::{DeviceEvent, GradientNormsInFlight, gradient_norms_async};
+
 /// A summary of the gradients of a set of parameters.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GradientStats {
@@ -93,17 +95,13 @@ pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
 pub struct PendingGradientStats {
     /// The step it summarises.
     pub step: u64,
-    params_with_grad: u64,
-    gradient_bytes: u64,
-    /// `[sum of the squared norms]` in pinned host memory, filled when `event` completes.
-    host: Tensor,
-    event: super::allocator::DeviceEvent,
+    in_flight: GradientNormsInFlight,
 }
 
 impl PendingGradientStats {
     /// Whether the values have arrived (never waits).
     pub fn is_ready(&self) -> bool {
-        self.event.is_done().unwrap_or(true)
+        self.in_flight.event.is_done().unwrap_or(true)
     }
 
     /// The summary, waiting for the copy if it has not arrived yet. NaN and Inf elements are
@@ -111,11 +109,12 @@ impl PendingGradientStats {
     /// when the value cannot be read (a CUDA error): nothing is recorded rather than a norm the
     /// gradients never had.
     pub fn finish(self) -> Option<GradientStats> {
-        self.event.wait().ok()?;
-        let squares = f64::try_from(&self.host).ok()?;
+        let f = self.in_flight;
+        f.event.wait().ok()?;
+        let squares = f64::try_from(&f.squares).ok()?;
         Some(GradientStats {
-            params_with_grad: self.params_with_grad,
-            gradient_bytes: self.gradient_bytes,
+            params_with_grad: f.params_with_grad,
+            gradient_bytes: f.gradient_bytes,
             global_norm: squares.sqrt(),
             nan_count: 0,
             inf_count: 0,
@@ -124,24 +123,24 @@ impl PendingGradientStats {
 }
 
 /// Starts a gradient summary of CUDA gradients without a host synchronisation: the gradient
-/// norms (one fused pass through the shim, else one norm per gradient), their squares summed, the sum copied asynchronously into pinned host
-/// memory behind an event on `device`'s current stream. `None` when a gradient is not on CUDA or
-/// libtorch refuses (the caller then takes the synchronous [`gradient_stats`]).
+/// norms (one fused pass through the shim, else one norm per gradient), their squares summed,
+/// the sum copied asynchronously into pinned host memory behind an event on `device`'s current
+/// stream. `None` when a gradient is not on CUDA or libtorch refuses (the caller then takes the
+/// synchronous [`gradient_stats`]).
 pub fn gradient_stats_async(
     params: &[Tensor],
     device: usize,
     step: u64,
 ) -> Option<PendingGradientStats> {
-    if let Ok(Some(fused)) = super::allocator::gradient_norms_async(params, device) {
-        return Some(PendingGradientStats {
-            step,
-            params_with_grad: fused.params_with_grad,
-            gradient_bytes: fused.gradient_bytes,
-            host: fused.squares,
-            event: fused.event,
-        });
-    }
-    // One norm per gradient: what libtorch builds without the fused kernel run.
+    let in_flight = match gradient_norms_async(params, device) {
+        Ok(Some(fused)) => fused,
+        _ => gradient_norms_per_tensor(params, device)?,
+    };
+    Some(PendingGradientStats { step, in_flight })
+}
+
+/// The fallback of the fused pass: one norm per gradient, what libtorch builds without it.
+fn gradient_norms_per_tensor(params: &[Tensor], device: usize) -> Option<GradientNormsInFlight> {
     tch::no_grad(|| {
         let grads = defined_grads(params);
         if grads.is_empty() || grads.iter().any(|g| !g.device().is_cuda()) {
@@ -158,16 +157,14 @@ pub fn gradient_stats_async(
             .f_sum(Kind::Double)
             .ok()?;
         // non_blocking device → host: libtorch puts the result in pinned memory and returns at once.
-        let host = squares
+        let squares = squares
             .f_to_device_(tch::Device::Cpu, Kind::Double, true, false)
             .ok()?;
-        let event = super::allocator::DeviceEvent::record(device).ok()?;
-        Some(PendingGradientStats {
-            step,
+        Some(GradientNormsInFlight {
+            squares,
+            event: DeviceEvent::record(device).ok()?,
             params_with_grad: grads.len() as u64,
             gradient_bytes: grads.iter().map(tensor_bytes).sum(),
-            host,
-            event,
         })
     })
 }
