@@ -51,6 +51,14 @@ def _lookup(stats, path):
     return stats
 
 
+def _rank():
+    """This process's distributed rank (RANK, set by torchrun and the Slurm/Kubernetes launchers)."""
+    try:
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return None
+
+
 def _token(text):
     """Stage and tensor names are single tokens: whitespace becomes '_'."""
     return "_".join(str(text).split()) or "_"
@@ -65,6 +73,7 @@ class Probe:
         if version != str(PROTOCOL_VERSION):
             self.path = None
         self.torch_stats = torch_stats
+        self.rank = _rank()
         self.dropped = 0
         self._sock = None
         if self.path:
@@ -113,6 +122,10 @@ class Probe:
             line += " epoch=%d" % epoch
         if phase is not None:
             line += " phase=" + phase
+        # Who sent it: several processes can share one collector (torchrun's workers).
+        line += " pid=%d" % os.getpid()
+        if self.rank is not None:
+            line += " rank=%d" % self.rank
         self.send(line + self._allocator_fields())
 
     def step(self, step, epoch=None):

@@ -16,19 +16,26 @@
 //! the probe counts it in [`Probe::dropped`] instead of waiting. When `OOMSCOPE_SOCKET` is not
 //! set, every method returns after one branch.
 
-use std::fmt::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use oomscope_trace::{AllocatorSnapshot, Phase};
+use oomscope_trace::{AllocatorSnapshot, Note, Phase, Record, StageMark};
 
-use crate::protocol::{PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV, format_mark};
+use crate::protocol::{self, Context, Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
 
 /// A connection to the collector watching this process (or none).
 #[derive(Debug)]
 pub struct Probe {
     socket: Option<UnixDatagram>,
     dropped: AtomicU64,
+    /// This process's rank (`RANK`, set by torchrun, `srun` wrappers and the Kubernetes
+    /// operators), sent on every mark with the pid: several processes can share one collector.
+    rank: Option<u32>,
+}
+
+/// The distributed rank of this process, from `RANK` (`None` when unset or not a number).
+pub fn rank_from_env() -> Option<u32> {
+    std::env::var("RANK").ok()?.trim().parse().ok()
 }
 
 impl Probe {
@@ -51,6 +58,7 @@ impl Probe {
         Probe {
             socket,
             dropped: AtomicU64::new(0),
+            rank: rank_from_env(),
         }
     }
 
@@ -59,6 +67,7 @@ impl Probe {
         Probe {
             socket: None,
             dropped: AtomicU64::new(0),
+            rank: None,
         }
     }
 
@@ -91,44 +100,48 @@ impl Probe {
         if self.socket.is_none() {
             return;
         }
-        let mut line = String::with_capacity(64 + if snapshot.is_some() { 256 } else { 0 });
-        format_mark(&mut line, stage, step, phase, snapshot);
-        self.send(&line);
+        let mark = StageMark {
+            name: stage.into(),
+            snapshot: snapshot.copied(),
+            pid: Some(std::process::id()),
+            rank: self.rank,
+            ..StageMark::default()
+        };
+        let context = Context {
+            step,
+            phase,
+            ..Context::default()
+        };
+        self.send_message(&Message::Record(Record::Mark(mark), context));
     }
 
     /// Announces the current step (and epoch).
     pub fn step(&self, step: u64) {
-        if self.socket.is_none() {
-            return;
-        }
-        let mut line = String::with_capacity(32);
-        let _ = writeln!(line, "step {step}");
-        self.send(&line);
+        self.send_message(&Message::Step { step, epoch: None });
     }
 
     /// Announces the current phase.
     pub fn phase(&self, phase: Phase) {
-        if self.socket.is_none() || phase == Phase::Unknown {
-            return;
+        if phase != Phase::Unknown {
+            self.send_message(&Message::Phase(phase));
         }
-        self.send(&format!("phase {}\n", phase.label()));
     }
 
     /// Records a note (newlines become spaces).
     pub fn note(&self, text: &str) {
-        if self.socket.is_none() {
-            return;
-        }
-        self.send(&format!("note {}\n", text.replace(['\n', '\r'], " ")));
+        self.send_message(&Message::record(Record::Note(Note {
+            t_us: 0,
+            text: text.to_owned(),
+        })));
     }
 
     /// Sends one protocol message.
-    pub fn send_message(&self, message: &crate::protocol::Message) {
+    pub fn send_message(&self, message: &Message) {
         if self.socket.is_none() {
             return;
         }
-        let mut line = String::with_capacity(128);
-        crate::protocol::format(&mut line, message);
+        let mut line = String::with_capacity(256);
+        protocol::format(&mut line, message);
         self.send(&line);
     }
 
@@ -146,7 +159,7 @@ impl Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Message, parse_datagram};
+    use crate::protocol::parse_datagram;
 
     #[test]
     fn a_disabled_probe_sends_nothing() {
@@ -170,15 +183,19 @@ mod tests {
         let probe = Probe {
             socket: Some(socket),
             dropped: AtomicU64::new(0),
+            rank: Some(2),
         };
         probe.mark_with("post_forward", Some(7), Some(Phase::Train), None);
         let mut buf = [0u8; 1024];
         let n = server.recv(&mut buf).unwrap();
         let (messages, rejected) = parse_datagram(std::str::from_utf8(&buf[..n]).unwrap());
         assert_eq!(rejected, 0);
-        assert!(
-            matches!(&messages[0], Message::Mark { stage, step: Some(7), .. } if stage == "post_forward")
-        );
+        let Message::Record(Record::Mark(mark), context) = &messages[0] else {
+            panic!("{messages:?}");
+        };
+        assert_eq!(mark.name.as_ref(), "post_forward");
+        assert_eq!((mark.pid, mark.rank), (Some(std::process::id()), Some(2)));
+        assert_eq!(context.step, Some(7));
         // The collector is gone: sends are counted as dropped, never block or fail loudly.
         drop(server);
         probe.mark("after");

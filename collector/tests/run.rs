@@ -179,7 +179,7 @@ sys.exit(1)
         oom.device_free_bytes,
         Some((1.23 * 1024.0 * MIB).round() as u64)
     );
-    assert_eq!(oom.stage.map(|s| t.str(s)), Some("post_forward"));
+    assert_eq!(oom.stage.as_deref(), Some("post_forward"));
     assert_eq!(oom.step, Some(41));
 }
 
@@ -495,8 +495,11 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
     let newer = s.path("newer.oomt");
     std::fs::write(&newer, &bytes).unwrap();
     let err = stderr(&run(&["summary", newer.to_str().unwrap()]));
+    let minor = oomscope_trace::codec::FORMAT_MINOR;
     assert!(
-        err.contains("v9.1 is newer than this reader, which reads v1.x"),
+        err.contains(&format!(
+            "v9.{minor} is newer than this reader, which reads v1.x"
+        )),
         "{err}"
     );
     // A truncated trace is summarised with a warning.
@@ -787,6 +790,46 @@ oom.mark("post_forward", step=5, phase="train")
 }
 
 #[test]
+fn marks_from_two_ranks_under_one_collector_name_their_senders() {
+    // torchrun's shape: one collector, several worker processes, each with its RANK. Every mark
+    // carries its sender's pid and rank from the helper to the trace.
+    let s = Scratch::new("senders");
+    let child = s.script(
+        "launcher.py",
+        r#"
+import os, subprocess, sys
+worker = "import oomscope_probe as oom, os; oom.mark('post_forward', step=1); print(os.getpid())"
+pids = []
+for rank in (0, 1):
+    env = dict(os.environ, RANK=str(rank))
+    out = subprocess.run([sys.executable, "-c", worker], env=env, capture_output=True, text=True)
+    pids.append(out.stdout.strip())
+open(sys.argv[1], "w").write(" ".join(pids))
+"#,
+    );
+    let pids_file = s.path("pids.txt");
+    let trace = s.path("t.oomt");
+    let out = collector(&["run", "-q", "-o", trace.to_str().unwrap(), "--", "python3"])
+        .arg(&child)
+        .arg(&pids_file)
+        .env_remove("RANK")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pids: Vec<u32> = std::fs::read_to_string(&pids_file)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let t = read(&trace).trace;
+    let senders: Vec<_> = t.marks.iter().map(|m| (m.pid, m.rank)).collect();
+    assert_eq!(
+        senders,
+        [(Some(pids[0]), Some(0)), (Some(pids[1]), Some(1))]
+    );
+}
+
+#[test]
 fn every_verb_of_the_python_helper_reaches_the_trace() {
     // The helper had drifted from the protocol (no gradients/tensor/trial, oom() without
     // device/free/total): each verb, sent by the real helper, must land as its record.
@@ -822,9 +865,9 @@ oom.oom("CUDA out of memory (caught)", requested_bytes=2 << 30, stage="post_forw
     let [tensor] = t.tensors.as_slice() else {
         panic!("{:?}", t.tensors)
     };
-    assert_eq!(t.str(tensor.name), "block_3.out");
+    assert_eq!(tensor.name.as_ref(), "block_3.out");
     assert_eq!(
-        (tensor.shape.as_slice(), t.str(tensor.dtype)),
+        (tensor.shape.as_slice(), tensor.dtype.as_ref()),
         ([32, 1024].as_slice(), "f32")
     );
     assert_eq!(
@@ -844,7 +887,7 @@ oom.oom("CUDA out of memory (caught)", requested_bytes=2 << 30, stage="post_forw
     let [event] = t.ooms.as_slice() else {
         panic!("{:?}", t.ooms)
     };
-    assert_eq!(t.str(event.stage.unwrap()), "post_forward");
+    assert_eq!(event.stage.as_deref().unwrap(), "post_forward");
     assert_eq!(
         (
             event.step,
@@ -895,6 +938,7 @@ print("\n".join(lines))
     let out = Command::new("python3")
         .arg(&script)
         .env("PYTHONPATH", python_path())
+        .env("RANK", "3")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

@@ -69,7 +69,7 @@ fn the_gpt_example_under_the_collector_shows_its_stages() {
         .marks
         .iter()
         .filter(|m| m.phase == Phase::Train)
-        .map(|m| t.str(m.name))
+        .map(|m| m.name.as_ref())
         .collect();
     assert_eq!(train.len(), 20 * 5);
     assert_eq!(&train[..5], stages);

@@ -5,7 +5,7 @@
 
 use divan::{Bencher, black_box, counter::ItemsCount};
 use oomscope_trace::synth::TrainingRun;
-use oomscope_trace::{CounterKind, Metadata, Phase, TraceWriter, decode};
+use oomscope_trace::{CounterKind, Metadata, Name, Record, StageMark, TraceWriter, decode};
 
 fn main() {
     divan::main();
@@ -51,17 +51,17 @@ fn encode_mark_with_snapshot(bencher: Bencher) {
         num_alloc_retries: 3,
         num_ooms: 0,
     };
+    let name: Name = "post_forward".into();
     let mut step = 0u64;
     bencher.counter(ItemsCount::new(1usize)).bench_local(|| {
         step += 1;
-        w.mark(
-            step * 1000,
-            "post_forward",
+        w.write(&Record::Mark(StageMark {
+            t_us: step * 1000,
+            name: name.clone(),
             step,
-            0,
-            Phase::Train,
-            Some(&snapshot),
-        )
+            snapshot: Some(snapshot),
+            ..StageMark::default()
+        }))
         .unwrap();
     });
 }

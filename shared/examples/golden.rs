@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
-    CounterKind, ExitStatus, Metadata, OomEvent, OomSource, Phase, ProcessExit, TraceWriter,
-    WriterOptions,
+    CounterKind, ExitStatus, Metadata, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
+    TraceWriter, WriterOptions,
 };
 
 /// The instrumented run: snapshots, components, gradients, tensors, batch search, eval, a leak.
@@ -75,30 +75,89 @@ pub fn host_error() -> Vec<u8> {
         w.sample(i * 100_000, &[(rss, used), (available, (24 << 30) - used)])
             .expect("in memory");
         if i % 5 == 0 {
-            w.mark(i * 100_000, "load_shard", i / 5, 0, Phase::Train, None)
-                .expect("in memory");
+            w.write(&Record::Mark(StageMark {
+                t_us: i * 100_000,
+                name: "load_shard".into(),
+                step: i / 5,
+                phase: Phase::Train,
+                ..StageMark::default()
+            }))
+            .expect("in memory");
         }
     }
-    let stage = w.intern("load_shard").expect("in memory");
-    w.write_oom(&OomEvent {
+    w.write(&Record::Oom(OomEvent {
         t_us: 1_950_000,
         source: OomSource::HostError,
-        stage: Some(stage),
+        stage: Some("load_shard".into()),
         step: Some(3),
         requested_bytes: None,
         device: None,
         device_free_bytes: None,
         device_total_bytes: None,
         message: "OSError: [Errno 12] Cannot allocate memory".into(),
-    })
+    }))
     .expect("in memory");
-    w.write_exit(&ProcessExit {
+    w.write(&Record::Exit(ProcessExit {
         t_us: 1_960_000,
         status: ExitStatus::Code(1),
         probable_host_oom: false,
-    })
+    }))
     .expect("in memory");
     w.finish(1_960_000).expect("in memory")
+}
+
+/// v1.2: two torchrun workers under one collector, each mark naming its sender (pid and rank),
+/// and one mark from a program that does not say who it is.
+pub fn mark_senders() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-3".into(),
+        pid: 4100,
+        command: vec![
+            "torchrun".into(),
+            "--nproc-per-node=2".into(),
+            "train.py".into(),
+        ],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None, "host.rss")
+        .expect("in memory");
+    for step in 0..3u64 {
+        let t_us = step * 100_000;
+        w.sample(t_us, &[(rss, (4 + step) << 30)])
+            .expect("in memory");
+        for rank in 0..2u32 {
+            for (offset, stage) in [(10_000, "post_forward"), (60_000, "post_backward")] {
+                w.write(&Record::Mark(StageMark {
+                    t_us: t_us + offset + u64::from(rank) * 1_000,
+                    name: stage.into(),
+                    step,
+                    phase: Phase::Train,
+                    pid: Some(4101 + rank),
+                    rank: Some(rank),
+                    ..StageMark::default()
+                }))
+                .expect("in memory");
+            }
+        }
+    }
+    w.write(&Record::Mark(StageMark {
+        t_us: 300_000,
+        name: "done".into(),
+        step: 3,
+        ..StageMark::default()
+    }))
+    .expect("in memory");
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 310_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(310_000).expect("in memory")
 }
 
 fn main() -> std::io::Result<()> {
@@ -117,6 +176,7 @@ fn main() -> std::io::Result<()> {
             instrumented[..instrumented.len() * 2 / 3].to_vec(),
         ),
         ("v1_1_host_error.oomt", host_error()),
+        ("v1_2_mark_senders.oomt", mark_senders()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

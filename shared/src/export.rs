@@ -57,7 +57,7 @@ pub fn to_csv(trace: &Trace) -> String {
                 out,
                 "{},mark,{},{},{}",
                 secs(m.t_us),
-                csv_field(trace.str(m.name)),
+                csv_field(m.name.as_ref()),
                 m.step,
                 m.phase.label()
             );
@@ -81,7 +81,7 @@ pub fn to_csv(trace: &Trace) -> String {
             mark += 1;
         } else {
             let (stage, step, phase) = active.map_or(("", String::new(), Phase::Unknown), |m| {
-                (trace.str(m.name), m.step.to_string(), m.phase)
+                (m.name.as_ref(), m.step.to_string(), m.phase)
             });
             let _ = write!(
                 out,
@@ -188,7 +188,7 @@ pub fn to_chrome_json(trace: &Trace) -> String {
     let end = trace.duration_us();
     for (i, m) in trace.marks.iter().enumerate() {
         let next = trace.marks.get(i + 1).map_or(end, |n| n.t_us);
-        events.push(json!({"ph": "X", "name": trace.str(m.name), "pid": pid, "tid": 1, "ts": m.t_us,
+        events.push(json!({"ph": "X", "name": m.name.as_ref(), "pid": pid, "tid": 1, "ts": m.t_us,
             "dur": next.saturating_sub(m.t_us), "args": {"step": m.step, "epoch": m.epoch, "phase": m.phase.label()}}));
     }
     for o in &trace.ooms {

@@ -9,12 +9,13 @@
 //! `wasm32-unknown-unknown`. The byte layout is documented in `FORMAT.md` beside this crate.
 //!
 //! ```
-//! use oomscope_trace::{decode, Metadata, TraceWriter, CounterKind};
+//! use oomscope_trace::{decode, CounterKind, Metadata, Record, StageMark, TraceWriter};
 //!
 //! let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
 //! let rss = w.declare_counter(CounterKind::HostRss, None, "host_rss").unwrap();
 //! w.sample(1_000, &[(rss, 512 << 20)]).unwrap();
-//! w.mark(2_000, "post_forward", 1, 0, oomscope_trace::Phase::Train, None).unwrap();
+//! let mark = StageMark { t_us: 2_000, name: "post_forward".into(), step: 1, ..StageMark::default() };
+//! w.write(&Record::Mark(mark)).unwrap();
 //! let bytes = w.finish(3_000).unwrap();
 //!
 //! let decoded = decode(&bytes).unwrap();

@@ -8,11 +8,14 @@
 //! Times are microseconds since the trace's start (`t_us`); the wall-clock start is
 //! [`Metadata::start_unix_ns`]. Memory is in bytes (`_bytes`).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
-/// Index of an interned string in [`Trace::strings`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct StringId(pub u32);
+/// A name in a record (a stage, a tensor, a dtype, a component): shared, so a name used by a
+/// hundred thousand marks is stored once. In the file names are interned in a string table; that
+/// table is a detail of [`crate::codec`] and never reaches the analysis.
+pub type Name = Arc<str>;
 
 /// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -444,12 +447,12 @@ impl AllocatorSnapshot {
 }
 
 /// A stage marker: the program said "I am at `name` of step `step`".
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageMark {
     /// When.
     pub t_us: u64,
     /// Stage name (e.g. `post_forward`).
-    pub name: StringId,
+    pub name: Name,
     /// Training step (global, monotone in a normal run).
     pub step: u64,
     /// Epoch.
@@ -458,13 +461,18 @@ pub struct StageMark {
     pub phase: Phase,
     /// Allocator statistics taken at the mark, when the program could read them.
     pub snapshot: Option<AllocatorSnapshot>,
+    /// The process that sent the mark, when it said: several processes can share one
+    /// collector (torchrun's workers under one `collector run`).
+    pub pid: Option<u32>,
+    /// The sender's distributed rank (`RANK`), when it has one.
+    pub rank: Option<u32>,
 }
 
 /// Named bytes, e.g. an extra model copy the user registered (`ema`: 1.2 GiB).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamedBytes {
     /// What it is.
-    pub name: StringId,
+    pub name: Name,
     /// How big.
     pub bytes: u64,
 }
@@ -529,11 +537,11 @@ pub struct TensorStats {
     /// At which step.
     pub step: u64,
     /// The name the program gave (e.g. `block3.out`).
-    pub name: StringId,
+    pub name: Name,
     /// Shape.
     pub shape: Vec<u64>,
     /// Element type (e.g. `f32`).
-    pub dtype: StringId,
+    pub dtype: Name,
     /// Bytes of the tensor's data.
     pub bytes: u64,
     /// Minimum over finite elements.
@@ -610,7 +618,7 @@ pub struct OomEvent {
     /// How it was detected.
     pub source: OomSource,
     /// The stage active when it happened, if the recorder knew.
-    pub stage: Option<StringId>,
+    pub stage: Option<Name>,
     /// The step, if known.
     pub step: Option<u64>,
     /// Bytes the failing allocation asked for.
@@ -711,6 +719,71 @@ pub struct Dropped {
     pub count: u64,
 }
 
+/// One fact of a trace other than its samples: what the recorder writes, the reader returns,
+/// the marker protocol carries and the exports list. Each kind's byte layout is in
+/// [`crate::codec::records`] (encoder and decoder side by side) and `FORMAT.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A stage mark.
+    Mark(StageMark),
+    /// A component breakdown.
+    Components(ComponentBreakdown),
+    /// A gradient summary.
+    Gradients(GradientSummary),
+    /// Tensor statistics.
+    Tensor(TensorStats),
+    /// An out-of-memory event.
+    Oom(OomEvent),
+    /// A batch-size trial.
+    Trial(BatchTrial),
+    /// How the watched process ended.
+    Exit(ProcessExit),
+    /// A free-text note.
+    Note(Note),
+    /// Drop accounting.
+    Dropped(Dropped),
+}
+
+impl Record {
+    /// When it happened.
+    pub fn t_us(&self) -> u64 {
+        *self.time()
+    }
+
+    /// Sets when it happened (the recorder stamps records as they arrive).
+    pub fn set_t_us(&mut self, t_us: u64) {
+        *self.time_mut() = t_us;
+    }
+
+    fn time(&self) -> &u64 {
+        match self {
+            Record::Mark(r) => &r.t_us,
+            Record::Components(r) => &r.t_us,
+            Record::Gradients(r) => &r.t_us,
+            Record::Tensor(r) => &r.t_us,
+            Record::Oom(r) => &r.t_us,
+            Record::Trial(r) => &r.t_us,
+            Record::Exit(r) => &r.t_us,
+            Record::Note(r) => &r.t_us,
+            Record::Dropped(r) => &r.t_us,
+        }
+    }
+
+    fn time_mut(&mut self) -> &mut u64 {
+        match self {
+            Record::Mark(r) => &mut r.t_us,
+            Record::Components(r) => &mut r.t_us,
+            Record::Gradients(r) => &mut r.t_us,
+            Record::Tensor(r) => &mut r.t_us,
+            Record::Oom(r) => &mut r.t_us,
+            Record::Trial(r) => &mut r.t_us,
+            Record::Exit(r) => &mut r.t_us,
+            Record::Note(r) => &mut r.t_us,
+            Record::Dropped(r) => &mut r.t_us,
+        }
+    }
+}
+
 /// A whole decoded trace.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Trace {
@@ -718,8 +791,6 @@ pub struct Trace {
     pub format_version: (u16, u16),
     /// Who, where, what.
     pub metadata: Metadata,
-    /// Interned strings, indexed by [`StringId`].
-    pub strings: Vec<String>,
     /// Declared counters, indexed by [`CounterId`].
     pub counters: Vec<Counter>,
     /// Counter samples.
@@ -747,18 +818,52 @@ pub struct Trace {
 }
 
 impl Trace {
-    /// The text of an interned string; `"?"` for an id this trace never defined (a lost chunk).
-    pub fn str(&self, id: StringId) -> &str {
-        self.strings.get(id.0 as usize).map_or("?", String::as_str)
+    /// Adds a record to the list of its kind (an exit replaces an earlier one).
+    pub fn push(&mut self, record: Record) {
+        match record {
+            Record::Mark(r) => self.marks.push(r),
+            Record::Components(r) => self.components.push(r),
+            Record::Gradients(r) => self.gradients.push(r),
+            Record::Tensor(r) => self.tensors.push(r),
+            Record::Oom(r) => self.ooms.push(r),
+            Record::Trial(r) => self.batch_trials.push(r),
+            Record::Exit(r) => self.exit = Some(r),
+            Record::Note(r) => self.notes.push(r),
+            Record::Dropped(r) => self.dropped.push(r),
+        }
     }
 
-    /// Interns a string (used when building traces in memory, e.g. in tests).
-    pub fn intern(&mut self, text: &str) -> StringId {
-        if let Some(i) = self.strings.iter().position(|s| s == text) {
-            return StringId(i as u32);
+    /// Every record in time order, each kind's list keeping its own order (ties go to the kind
+    /// listed first in [`Record`]): what re-encoding, the exports and the viewer's markers walk.
+    pub fn records_in_time(&self) -> impl Iterator<Item = Record> + '_ {
+        type List<'a> = std::iter::Peekable<Box<dyn Iterator<Item = Record> + 'a>>;
+        fn list<'a, T: Clone + 'a>(
+            items: impl IntoIterator<Item = &'a T> + 'a,
+            kind: fn(T) -> Record,
+        ) -> List<'a> {
+            let records: Box<dyn Iterator<Item = Record> + 'a> =
+                Box::new(items.into_iter().cloned().map(kind));
+            records.peekable()
         }
-        self.strings.push(text.to_owned());
-        StringId((self.strings.len() - 1) as u32)
+        let mut lists = [
+            list(&self.marks, Record::Mark),
+            list(&self.components, Record::Components),
+            list(&self.gradients, Record::Gradients),
+            list(&self.tensors, Record::Tensor),
+            list(&self.ooms, Record::Oom),
+            list(&self.batch_trials, Record::Trial),
+            list(&self.exit, Record::Exit),
+            list(&self.notes, Record::Note),
+            list(&self.dropped, Record::Dropped),
+        ];
+        std::iter::from_fn(move || {
+            let (_, first) = lists
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(kind, l)| Some((l.peek()?.t_us(), kind)))
+                .min()?;
+            lists[first].next()
+        })
     }
 
     /// Declares a counter (used when building traces in memory) and returns its id.

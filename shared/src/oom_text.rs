@@ -17,6 +17,7 @@
 //! allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated"), which can be far
 //! more than the last stage mark's snapshot shows (a forward pass allocates between marks).
 
+use crate::model::{OomEvent, OomSource};
 use crate::units::parse_bytes;
 
 /// Whether an error is about device or host memory.
@@ -47,6 +48,27 @@ pub struct OomText {
     pub reserved_bytes: Option<u64>,
     /// The line, trimmed (at most 512 bytes).
     pub message: String,
+}
+
+impl OomText {
+    /// The OOM record of an error seen on stderr at `t_us`; its stage and step are the
+    /// recorder's to fill in from what the program said last.
+    pub fn into_event(self, t_us: u64) -> OomEvent {
+        OomEvent {
+            t_us,
+            source: match self.kind {
+                OomKind::Gpu => OomSource::Stderr,
+                OomKind::Host => OomSource::HostError,
+            },
+            stage: None,
+            step: None,
+            requested_bytes: self.requested_bytes,
+            device: self.device,
+            device_free_bytes: self.free_bytes,
+            device_total_bytes: self.total_bytes,
+            message: self.message,
+        }
+    }
 }
 
 /// Recognises an OOM error in one line of stderr.

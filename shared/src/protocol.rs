@@ -2,7 +2,7 @@
 //!
 //! It lives in `shared` because it is pure text and every layer speaks it: the collector parses
 //! it, the tch `Session` and the Rust `Probe` format it, the Python helper writes it, and tests
-//! check all of them against [`VERB_KEYS`], the one list of each verb's `key=value` fields.
+//! check all of them against [`keys`], drawn from the one table of each verb's `key=value` fields.
 //!
 //! Why text lines over a Unix datagram socket: any language can send one (`socket.sendto` in
 //! Python, three lines in C), a datagram is one message with no framing to get wrong, and a
@@ -13,9 +13,9 @@
 //! `OOMSCOPE_PROTOCOL=1`. A datagram holds one or more messages, one per line:
 //!
 //! ```text
-//! mark <stage> [step=N] [epoch=N] [phase=train|eval] [allocated_bytes=N reserved_bytes=N
-//!      active_bytes=N inactive_split_bytes=N peak_allocated_bytes=N peak_reserved_bytes=N
-//!      num_alloc_retries=N num_ooms=N]
+//! mark <stage> [step=N] [epoch=N] [phase=train|eval] [pid=N] [rank=N]
+//!      [allocated_bytes=N reserved_bytes=N active_bytes=N inactive_split_bytes=N
+//!      peak_allocated_bytes=N peak_reserved_bytes=N num_alloc_retries=N num_ooms=N]
 //! step <N> [epoch=N]
 //! phase <train|eval>
 //! note <free text>
@@ -33,11 +33,16 @@
 //! unknown verbs and unknown `key=value` fields are ignored (so newer clients work with older
 //! collectors); a mark without the allocator fields carries no snapshot, and a mark with only
 //! some of them is taken with the others as 0. A mark without `step=` keeps the last step the
-//! program announced.
+//! program announced. `pid=` and `rank=` name the sending process: several can share one
+//! collector (torchrun's workers under one `collector run`).
 
 use std::collections::HashMap;
+use std::fmt::Write;
 
-use crate::model::{AllocatorSnapshot, Phase, TrialOutcome};
+use crate::model::{
+    AllocatorSnapshot, BatchTrial, ComponentBreakdown, GradientSummary, Name, NamedBytes, Note,
+    OomEvent, OomSource, Phase, Record, StageMark, TensorStats, TrialOutcome,
+};
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -61,56 +66,84 @@ pub const VERBS: [&str; 9] = [
     "oom",
 ];
 
-/// The `key=value` fields a verb takes: the one declaration the parser reads by (it can read no
-/// other key), and that the Rust formatter, the Python helper, the README's grammar and this
-/// module's grammar are checked against by tests. `components` also takes `extra.<name>=N`.
-pub fn keys(verb: &str) -> Vec<&'static str> {
-    match verb {
-        "mark" => [
-            ["step", "epoch", "phase"].as_slice(),
-            &AllocatorSnapshot::FIELD_NAMES,
-        ]
-        .concat(),
-        "step" => vec!["epoch"],
-        "components" => vec![
-            "step",
-            "batch_size",
-            "parameters_bytes",
-            "buffers_bytes",
-            "gradients_bytes",
-            "optimizer_state_bytes",
-        ],
-        "gradients" => vec![
-            "step",
-            "params_with_grad",
-            "gradient_bytes",
-            "global_norm",
-            "nan_count",
-            "inf_count",
-        ],
-        "tensor" => vec![
-            "step",
-            "shape",
-            "dtype",
-            "bytes",
-            "min",
-            "max",
-            "mean",
-            "std",
-            "nan_count",
-            "inf_count",
-        ],
-        "trial" => vec!["batch_size", "outcome", "peak_bytes"],
-        "oom" => vec![
-            "stage",
-            "step",
-            "requested_bytes",
-            "device",
-            "free_bytes",
-            "total_bytes",
-        ],
-        _ => Vec::new(),
+/// What a record's sender may leave out and the collector fills in from what the program said
+/// last (its latest `step`, `phase` and mark): the record's context, unresolved.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Context {
+    /// Step, when given.
+    pub step: Option<u64>,
+    /// Epoch, when given.
+    pub epoch: Option<u32>,
+    /// Phase, when given.
+    pub phase: Option<Phase>,
+    /// Stage (of an OOM), when given.
+    pub stage: Option<Name>,
+}
+
+/// One parsed message: a record with its unresolved context, or a control verb that only changes
+/// the context of later records.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// A record. Its time, and any field its context resolves (a mark's step, epoch and phase;
+    /// the step of components, gradients and tensors; an OOM's stage and step), are filled in by
+    /// the collector.
+    Record(Record, Context),
+    /// The current step (and epoch).
+    Step {
+        /// Step.
+        step: u64,
+        /// Epoch, when given.
+        epoch: Option<u32>,
+    },
+    /// The current phase.
+    Phase(Phase),
+}
+
+impl Message {
+    /// A record whose context is all left to the collector.
+    pub fn record(record: Record) -> Message {
+        Message::Record(record, Context::default())
     }
+}
+
+/// The verb that carries a record kind (`None` for the kinds only the collector writes).
+pub fn verb_of(record: &Record) -> Option<&'static str> {
+    Some(match record {
+        Record::Mark(_) => "mark",
+        Record::Note(_) => "note",
+        Record::Components(_) => "components",
+        Record::Gradients(_) => "gradients",
+        Record::Tensor(_) => "tensor",
+        Record::Trial(_) => "trial",
+        Record::Oom(_) => "oom",
+        Record::Exit(_) | Record::Dropped(_) => return None,
+    })
+}
+
+/// The `key=value` fields a verb takes, from the one declaration of each (the field tables
+/// below): what the parser reads and the formatter writes, and what the Python helper, the
+/// README's grammar and this module's grammar are checked against by tests. `components` also
+/// takes `extra.<name>=N`.
+pub fn keys(verb: &str) -> Vec<&'static str> {
+    let context = context_keys(verb);
+    let mut keys: Vec<&'static str> = CONTEXT
+        .iter()
+        .map(|f| f.key)
+        .filter(|k| context.contains(k))
+        .collect();
+    match verb {
+        "mark" => {
+            keys.extend(MARK.iter().map(|f| f.key));
+            keys.extend(AllocatorSnapshot::FIELD_NAMES);
+        }
+        "components" => keys.extend(COMPONENTS.iter().map(|f| f.key)),
+        "gradients" => keys.extend(GRADIENTS.iter().map(|f| f.key)),
+        "tensor" => keys.extend(TENSOR.iter().map(|f| f.key)),
+        "trial" => keys.extend(TRIAL.iter().map(|f| f.key)),
+        "oom" => keys.extend(OOM.iter().map(|f| f.key)),
+        _ => {}
+    }
+    keys
 }
 
 /// The verb of a formatted line and the `key=` fields it writes, sorted (`extra.<name>` of
@@ -127,117 +160,216 @@ pub fn written_keys(line: &str) -> (&str, Vec<&str>) {
     (verb, written)
 }
 
-/// One parsed message.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Message {
-    /// A stage mark.
-    Mark {
-        /// Stage name.
-        stage: String,
-        /// Step, when given.
-        step: Option<u64>,
-        /// Epoch, when given.
-        epoch: Option<u32>,
-        /// Phase, when given.
-        phase: Option<Phase>,
-        /// Allocator statistics, when any field was given.
-        snapshot: Option<AllocatorSnapshot>,
-    },
-    /// The current step (and epoch).
-    Step {
-        /// Step.
-        step: u64,
-        /// Epoch, when given.
-        epoch: Option<u32>,
-    },
-    /// The current phase.
-    Phase(Phase),
-    /// Free text.
-    Note(String),
-    /// Model memory by component.
-    Components {
-        /// Step, when given.
-        step: Option<u64>,
-        /// Batch size, when given.
-        batch_size: Option<u64>,
-        /// Parameters, buffers, gradients, optimizer state (bytes).
-        parameters_bytes: u64,
-        /// Buffers.
-        buffers_bytes: u64,
-        /// Gradients.
-        gradients_bytes: u64,
-        /// Optimizer state.
-        optimizer_state_bytes: u64,
-        /// Named extra copies.
-        extras: Vec<(String, u64)>,
-    },
-    /// A gradient summary.
-    Gradients {
-        /// Step, when given.
-        step: Option<u64>,
-        /// Parameters with a gradient.
-        params_with_grad: u64,
-        /// Bytes of gradients.
-        gradient_bytes: u64,
-        /// Global L2 norm.
-        global_norm: f64,
-        /// NaN elements.
-        nan_count: u64,
-        /// Infinite elements.
-        inf_count: u64,
-    },
-    /// Statistics of one tensor.
-    Tensor {
-        /// Name.
-        name: String,
-        /// Step, when given.
-        step: Option<u64>,
-        /// Shape.
-        shape: Vec<u64>,
-        /// Element type.
-        dtype: String,
-        /// Bytes.
-        bytes: u64,
-        /// Minimum, maximum, mean, standard deviation.
-        min: f64,
-        /// Maximum.
-        max: f64,
-        /// Mean.
-        mean: f64,
-        /// Standard deviation.
-        std: f64,
-        /// NaN elements.
-        nan_count: u64,
-        /// Infinite elements.
-        inf_count: u64,
-    },
-    /// A batch-size trial.
-    Trial {
-        /// Batch size.
-        batch_size: u64,
-        /// Outcome.
-        outcome: TrialOutcome,
-        /// Peak bytes, when it fit.
-        peak_bytes: Option<u64>,
-    },
-    /// An out-of-memory error the program caught.
-    Oom {
-        /// Stage, when given.
-        stage: Option<String>,
-        /// Step, when given.
-        step: Option<u64>,
-        /// Requested bytes.
-        requested_bytes: Option<u64>,
-        /// Device.
-        device: Option<u32>,
-        /// Free device bytes.
-        free_bytes: Option<u64>,
-        /// Total device bytes.
-        total_bytes: Option<u64>,
-        /// The error text.
-        message: String,
-    },
+/// The context keys a verb takes (`step` of the `step` verb is its positional value).
+fn context_keys(verb: &str) -> &'static [&'static str] {
+    match verb {
+        "mark" => &["step", "epoch", "phase"],
+        "step" => &["epoch"],
+        "components" | "gradients" | "tensor" => &["step"],
+        "oom" => &["stage", "step"],
+        _ => &[],
+    }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Field tables: each `key=value` field of each verb, declared once, with how it reads into and
+// shows out of its record.
+
+/// What a field's absence or a malformed value does to its line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// Absent or malformed: the field is ignored (newer or sloppier senders still get through).
+    Optional,
+    /// Malformed: the line is rejected.
+    WellFormed,
+    /// Absent or malformed: the line is rejected.
+    Required,
+}
+
+/// One `key=value` field of a record type.
+struct Field<R> {
+    key: &'static str,
+    need: Need,
+    read: fn(&mut R, &str) -> Option<()>,
+    show: fn(&R, &mut String),
+}
+
+/// A field stored at `$path` of the record, its value read and shown by [`Value`].
+macro_rules! field {
+    ($key:literal, $need:ident, $($path:ident).+) => {
+        Field {
+            key: $key,
+            need: Need::$need,
+            read: |r, text| {
+                r.$($path).+ = Value::parse(text)?;
+                Some(())
+            },
+            show: |r, out| show_field(out, $key, &r.$($path).+),
+        }
+    };
+}
+
+const CONTEXT: [Field<Context>; 4] = [
+    field!("step", Optional, step),
+    field!("epoch", Optional, epoch),
+    field!("phase", Optional, phase),
+    field!("stage", Optional, stage),
+];
+
+const MARK: [Field<StageMark>; 2] = [field!("pid", Optional, pid), field!("rank", Optional, rank)];
+
+const COMPONENTS: [Field<ComponentBreakdown>; 5] = [
+    field!("batch_size", Optional, batch_size),
+    field!("parameters_bytes", Optional, parameters_bytes),
+    field!("buffers_bytes", Optional, buffers_bytes),
+    field!("gradients_bytes", Optional, gradients_bytes),
+    field!("optimizer_state_bytes", Optional, optimizer_state_bytes),
+];
+
+const GRADIENTS: [Field<GradientSummary>; 5] = [
+    field!("params_with_grad", Optional, params_with_grad),
+    field!("gradient_bytes", Optional, gradient_bytes),
+    field!("global_norm", Optional, global_norm),
+    field!("nan_count", Optional, nan_count),
+    field!("inf_count", Optional, inf_count),
+];
+
+const TENSOR: [Field<TensorStats>; 9] = [
+    field!("shape", WellFormed, shape),
+    field!("dtype", Optional, dtype),
+    field!("bytes", Optional, bytes),
+    field!("min", Optional, min),
+    field!("max", Optional, max),
+    field!("mean", Optional, mean),
+    field!("std", Optional, std),
+    field!("nan_count", Optional, nan_count),
+    field!("inf_count", Optional, inf_count),
+];
+
+const TRIAL: [Field<BatchTrial>; 3] = [
+    field!("batch_size", Required, batch_size),
+    field!("outcome", Required, outcome),
+    field!("peak_bytes", Optional, peak_bytes),
+];
+
+const OOM: [Field<OomEvent>; 4] = [
+    field!("requested_bytes", Optional, requested_bytes),
+    field!("device", Optional, device),
+    field!("free_bytes", Optional, device_free_bytes),
+    field!("total_bytes", Optional, device_total_bytes),
+];
+
+/// How a field's value is written in a line and read back.
+trait Value: Sized {
+    fn parse(text: &str) -> Option<Self>;
+    /// Appends the value; [`Value::shown`] said there is one.
+    fn show(&self, out: &mut String);
+    /// Whether there is a value to write (an absent option is not written).
+    fn shown(&self) -> bool {
+        true
+    }
+}
+
+fn show_field<T: Value>(out: &mut String, key: &str, value: &T) {
+    if value.shown() {
+        out.push(' ');
+        out.push_str(key);
+        out.push('=');
+        value.show(out);
+    }
+}
+
+macro_rules! display_value {
+    ($($t:ty),*) => {$(
+        impl Value for $t {
+            fn parse(text: &str) -> Option<$t> {
+                text.parse().ok()
+            }
+            fn show(&self, out: &mut String) {
+                let _ = write!(out, "{self}");
+            }
+        }
+    )*};
+}
+display_value!(u64, u32, f64);
+
+impl<T: Value> Value for Option<T> {
+    fn parse(text: &str) -> Option<Option<T>> {
+        T::parse(text).map(Some)
+    }
+    fn show(&self, out: &mut String) {
+        if let Some(v) = self {
+            v.show(out);
+        }
+    }
+    fn shown(&self) -> bool {
+        self.as_ref().is_some_and(Value::shown)
+    }
+}
+
+impl Value for Name {
+    fn parse(text: &str) -> Option<Name> {
+        Some(text.into())
+    }
+    fn show(&self, out: &mut String) {
+        push_token(out, self);
+    }
+}
+
+/// A shape: dimensions joined by `x` (`4x512x1024`); empty for a scalar.
+impl Value for Vec<u64> {
+    fn parse(text: &str) -> Option<Vec<u64>> {
+        if text.is_empty() {
+            return Some(Vec::new());
+        }
+        text.split('x').map(|d| d.parse().ok()).collect()
+    }
+    fn show(&self, out: &mut String) {
+        for (i, d) in self.iter().enumerate() {
+            if i > 0 {
+                out.push('x');
+            }
+            let _ = write!(out, "{d}");
+        }
+    }
+}
+
+impl Value for Phase {
+    fn parse(text: &str) -> Option<Phase> {
+        match text {
+            "train" => Some(Phase::Train),
+            "eval" => Some(Phase::Eval),
+            _ => None,
+        }
+    }
+    fn show(&self, out: &mut String) {
+        out.push_str(self.label());
+    }
+    fn shown(&self) -> bool {
+        *self != Phase::Unknown
+    }
+}
+
+impl Value for TrialOutcome {
+    fn parse(text: &str) -> Option<TrialOutcome> {
+        match text {
+            "fit" => Some(TrialOutcome::Fit),
+            "oom" => Some(TrialOutcome::Oom),
+            "error" => Some(TrialOutcome::Error),
+            _ => None,
+        }
+    }
+    fn show(&self, out: &mut String) {
+        out.push_str(match self {
+            TrialOutcome::Fit => "fit",
+            TrialOutcome::Oom => "oom",
+            TrialOutcome::Error => "error",
+        });
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parsing.
 
 /// Parses every message of a datagram. Lines that are not messages are counted in the second
 /// value (unknown verbs, or a known verb with a malformed required field).
@@ -261,95 +393,20 @@ pub fn parse_datagram(datagram: &str) -> (Vec<Message>, usize) {
 pub fn parse_line(line: &str) -> Option<Message> {
     let (verb, rest) = split_token(line);
     match verb {
-        "mark" => {
-            let (stage, rest) = split_token(rest);
-            if stage.is_empty() || stage.contains('=') {
-                return None;
-            }
-            let f = Fields::parse("mark", rest);
-            Some(Message::Mark {
-                stage: stage.to_owned(),
-                step: f.u64("step"),
-                epoch: f.u32("epoch"),
-                phase: f.phase(),
-                snapshot: f.snapshot(),
-            })
-        }
         "step" => {
             let (step, rest) = split_token(rest);
-            let f = Fields::parse("step", rest);
+            let mut context = Context::default();
+            Fields::parse(rest).read(context_fields("step"), &mut context)?;
             Some(Message::Step {
                 step: step.parse().ok()?,
-                epoch: f.u32("epoch"),
+                epoch: context.epoch,
             })
         }
-        "phase" => parse_phase(split_token(rest).0).map(Message::Phase),
-        "note" => Some(Message::Note(rest.trim().to_owned())),
-        "components" => {
-            let f = Fields::parse("components", rest);
-            Some(Message::Components {
-                step: f.u64("step"),
-                batch_size: f.u64("batch_size"),
-                parameters_bytes: f.u64("parameters_bytes").unwrap_or(0),
-                buffers_bytes: f.u64("buffers_bytes").unwrap_or(0),
-                gradients_bytes: f.u64("gradients_bytes").unwrap_or(0),
-                optimizer_state_bytes: f.u64("optimizer_state_bytes").unwrap_or(0),
-                extras: f.extras(),
-            })
-        }
-        "gradients" => {
-            let f = Fields::parse("gradients", rest);
-            Some(Message::Gradients {
-                step: f.u64("step"),
-                params_with_grad: f.u64("params_with_grad").unwrap_or(0),
-                gradient_bytes: f.u64("gradient_bytes").unwrap_or(0),
-                global_norm: f.f64("global_norm").unwrap_or(f64::NAN),
-                nan_count: f.u64("nan_count").unwrap_or(0),
-                inf_count: f.u64("inf_count").unwrap_or(0),
-            })
-        }
-        "tensor" => {
-            let (name, rest) = split_token(rest);
-            if name.is_empty() || name.contains('=') {
-                return None;
-            }
-            let f = Fields::parse("tensor", rest);
-            let shape = match f.get("shape") {
-                None | Some("") => Vec::new(),
-                Some(s) => s
-                    .split('x')
-                    .map(str::parse)
-                    .collect::<Result<_, _>>()
-                    .ok()?,
-            };
-            Some(Message::Tensor {
-                name: name.to_owned(),
-                step: f.u64("step"),
-                shape,
-                dtype: f.get("dtype").unwrap_or("?").to_owned(),
-                bytes: f.u64("bytes").unwrap_or(0),
-                min: f.f64("min").unwrap_or(f64::NAN),
-                max: f.f64("max").unwrap_or(f64::NAN),
-                mean: f.f64("mean").unwrap_or(f64::NAN),
-                std: f.f64("std").unwrap_or(f64::NAN),
-                nan_count: f.u64("nan_count").unwrap_or(0),
-                inf_count: f.u64("inf_count").unwrap_or(0),
-            })
-        }
-        "trial" => {
-            let f = Fields::parse("trial", rest);
-            let outcome = match f.get("outcome")? {
-                "fit" => TrialOutcome::Fit,
-                "oom" => TrialOutcome::Oom,
-                "error" => TrialOutcome::Error,
-                _ => return None,
-            };
-            Some(Message::Trial {
-                batch_size: f.u64("batch_size")?,
-                outcome,
-                peak_bytes: f.u64("peak_bytes"),
-            })
-        }
+        "phase" => Value::parse(split_token(rest).0).map(Message::Phase),
+        "note" => Some(Message::record(Record::Note(Note {
+            t_us: 0,
+            text: rest.trim().to_owned(),
+        }))),
         "oom" => {
             let (fields, message) = match rest.split_once(" -- ") {
                 Some((fields, message)) => (fields, message.trim()),
@@ -358,19 +415,99 @@ pub fn parse_line(line: &str) -> Option<Message> {
                     None => (rest, ""),
                 },
             };
-            let f = Fields::parse("oom", fields);
-            Some(Message::Oom {
-                stage: f.get("stage").map(str::to_owned),
-                step: f.u64("step"),
-                requested_bytes: f.u64("requested_bytes"),
-                device: f.u32("device"),
-                free_bytes: f.u64("free_bytes"),
-                total_bytes: f.u64("total_bytes"),
+            let mut oom = OomEvent {
+                t_us: 0,
+                source: OomSource::Marker,
+                stage: None,
+                step: None,
+                requested_bytes: None,
+                device: None,
+                device_free_bytes: None,
+                device_total_bytes: None,
                 message: message.to_owned(),
-            })
+            };
+            let f = Fields::parse(fields);
+            f.read(&OOM, &mut oom)?;
+            with_context(verb, &f, Record::Oom(oom))
+        }
+        "mark" => {
+            let (name, rest) = name_token(rest)?;
+            let f = Fields::parse(rest);
+            let mut mark = StageMark {
+                name,
+                snapshot: f.snapshot(),
+                ..StageMark::default()
+            };
+            f.read(&MARK, &mut mark)?;
+            with_context(verb, &f, Record::Mark(mark))
+        }
+        "components" => {
+            let f = Fields::parse(rest);
+            let mut components = ComponentBreakdown {
+                extras: f.extras(),
+                ..ComponentBreakdown::default()
+            };
+            f.read(&COMPONENTS, &mut components)?;
+            with_context(verb, &f, Record::Components(components))
+        }
+        "gradients" => {
+            let f = Fields::parse(rest);
+            let mut gradients = GradientSummary {
+                t_us: 0,
+                step: 0,
+                params_with_grad: 0,
+                gradient_bytes: 0,
+                global_norm: f64::NAN,
+                nan_count: 0,
+                inf_count: 0,
+            };
+            f.read(&GRADIENTS, &mut gradients)?;
+            with_context(verb, &f, Record::Gradients(gradients))
+        }
+        "tensor" => {
+            let (name, rest) = name_token(rest)?;
+            let f = Fields::parse(rest);
+            let mut tensor = TensorStats {
+                t_us: 0,
+                step: 0,
+                name,
+                shape: Vec::new(),
+                dtype: "?".into(),
+                bytes: 0,
+                min: f64::NAN,
+                max: f64::NAN,
+                mean: f64::NAN,
+                std: f64::NAN,
+                nan_count: 0,
+                inf_count: 0,
+            };
+            f.read(&TENSOR, &mut tensor)?;
+            with_context(verb, &f, Record::Tensor(tensor))
+        }
+        "trial" => {
+            let mut trial = BatchTrial {
+                t_us: 0,
+                batch_size: 0,
+                outcome: TrialOutcome::Error,
+                peak_bytes: None,
+            };
+            Fields::parse(rest).read(&TRIAL, &mut trial)?;
+            Some(Message::record(Record::Trial(trial)))
         }
         _ => None,
     }
+}
+
+/// The record with the context fields its verb takes.
+fn with_context(verb: &str, fields: &Fields<'_>, record: Record) -> Option<Message> {
+    let mut context = Context::default();
+    fields.read(context_fields(verb), &mut context)?;
+    Some(Message::Record(record, context))
+}
+
+fn context_fields(verb: &str) -> impl Iterator<Item = &'static Field<Context>> {
+    let keys = context_keys(verb);
+    CONTEXT.iter().filter(move |f| keys.contains(&f.key))
 }
 
 fn split_token(text: &str) -> (&str, &str) {
@@ -381,95 +518,144 @@ fn split_token(text: &str) -> (&str, &str) {
     }
 }
 
-fn parse_phase(text: &str) -> Option<Phase> {
-    match text {
-        "train" => Some(Phase::Train),
-        "eval" => Some(Phase::Eval),
-        _ => None,
-    }
+/// A positional name (a stage, a tensor): one token that is not a `key=value` field.
+fn name_token(text: &str) -> Option<(Name, &str)> {
+    let (name, rest) = split_token(text);
+    (!name.is_empty() && !name.contains('=')).then(|| (name.into(), rest))
 }
 
 /// `key=value` fields of a message.
 struct Fields<'a> {
-    verb: &'static str,
     map: HashMap<&'a str, &'a str>,
     order: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Fields<'a> {
-    fn parse(verb: &'static str, text: &'a str) -> Fields<'a> {
+    fn parse(text: &'a str) -> Fields<'a> {
         let order: Vec<_> = text
             .split_ascii_whitespace()
             .filter_map(|token| token.split_once('='))
             .collect();
         Fields {
-            verb,
             map: order.iter().copied().collect(),
             order,
         }
     }
 
-    fn get(&self, key: &str) -> Option<&'a str> {
-        debug_assert!(
-            keys(self.verb).contains(&key),
-            "`{key}` is not declared for `{}` in protocol::keys",
-            self.verb
-        );
-        self.map.get(key).copied()
+    /// Reads the fields of `table` into `record`; `None` when the line must be rejected.
+    fn read<'t, R: 't>(
+        &self,
+        table: impl IntoIterator<Item = &'t Field<R>>,
+        record: &mut R,
+    ) -> Option<()> {
+        for field in table {
+            match self.map.get(field.key) {
+                None if field.need == Need::Required => return None,
+                None => {}
+                Some(text) => {
+                    if (field.read)(record, text).is_none() && field.need != Need::Optional {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(())
     }
 
-    fn u64(&self, key: &str) -> Option<u64> {
-        self.get(key)?.parse().ok()
-    }
-
-    fn u32(&self, key: &str) -> Option<u32> {
-        self.get(key)?.parse().ok()
-    }
-
-    fn f64(&self, key: &str) -> Option<f64> {
-        self.get(key)?.parse().ok()
-    }
-
-    fn phase(&self) -> Option<Phase> {
-        parse_phase(self.get("phase")?)
-    }
-
-    fn extras(&self) -> Vec<(String, u64)> {
+    fn extras(&self) -> Vec<NamedBytes> {
         self.order
             .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix("extra.")?.to_owned(), v.parse().ok()?)))
+            .filter_map(|(k, v)| {
+                Some(NamedBytes {
+                    name: k.strip_prefix("extra.")?.into(),
+                    bytes: v.parse().ok()?,
+                })
+            })
             .collect()
     }
 
+    /// The allocator snapshot: present when any of its fields is, the others read as 0.
     fn snapshot(&self) -> Option<AllocatorSnapshot> {
         let names = AllocatorSnapshot::FIELD_NAMES;
-        if !names.iter().any(|k| self.get(k).is_some()) {
+        if !names.iter().any(|k| self.map.contains_key(k)) {
             return None;
         }
-        Some(AllocatorSnapshot::from_values(
-            names.map(|k| self.u64(k).unwrap_or(0)),
-        ))
+        Some(AllocatorSnapshot::from_values(names.map(|k| {
+            self.map.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
+        })))
     }
 }
 
-/// Appends a mark message to `out` (the inverse of [`parse_line`] for marks).
-pub fn format_mark(
-    out: &mut String,
-    stage: &str,
-    step: Option<u64>,
-    phase: Option<Phase>,
-    snapshot: Option<&AllocatorSnapshot>,
-) {
-    format(
-        out,
-        &Message::Mark {
-            stage: stage.to_owned(),
-            step,
-            epoch: None,
-            phase,
-            snapshot: snapshot.copied(),
-        },
-    );
+// ---------------------------------------------------------------------------------------------
+// Formatting.
+
+/// Appends `message` as one protocol line (the inverse of [`parse_line`]). A record the
+/// protocol does not carry (an exit, drop accounting) appends nothing.
+pub fn format(out: &mut String, message: &Message) {
+    match message {
+        Message::Step { step, epoch } => {
+            let _ = write!(out, "step {step}");
+            show_field(out, "epoch", epoch);
+        }
+        Message::Phase(phase) => {
+            out.push_str("phase ");
+            phase.show(out);
+        }
+        Message::Record(record, context) => {
+            let Some(verb) = verb_of(record) else {
+                return;
+            };
+            out.push_str(verb);
+            match record {
+                Record::Mark(StageMark { name, .. }) | Record::Tensor(TensorStats { name, .. }) => {
+                    out.push(' ');
+                    push_token(out, name);
+                }
+                Record::Note(note) => {
+                    out.push(' ');
+                    push_text(out, &note.text);
+                }
+                _ => {}
+            }
+            for field in context_fields(verb) {
+                (field.show)(context, out);
+            }
+            match record {
+                Record::Mark(m) => {
+                    show_all(out, &MARK, m);
+                    if let Some(s) = &m.snapshot {
+                        for (name, value) in AllocatorSnapshot::FIELD_NAMES.iter().zip(s.values()) {
+                            show_field(out, name, &value);
+                        }
+                    }
+                }
+                Record::Components(c) => {
+                    show_all(out, &COMPONENTS, c);
+                    for extra in &c.extras {
+                        out.push_str(" extra.");
+                        push_token(out, &extra.name);
+                        let _ = write!(out, "={}", extra.bytes);
+                    }
+                }
+                Record::Gradients(g) => show_all(out, &GRADIENTS, g),
+                Record::Tensor(t) => show_all(out, &TENSOR, t),
+                Record::Trial(t) => show_all(out, &TRIAL, t),
+                Record::Oom(o) => {
+                    show_all(out, &OOM, o);
+                    out.push_str(" -- ");
+                    push_text(out, &o.message);
+                }
+                Record::Note(_) | Record::Exit(_) | Record::Dropped(_) => {}
+            }
+        }
+    }
+    out.push('\n');
+}
+
+fn show_all<R>(out: &mut String, table: &[Field<R>], record: &R) {
+    for field in table {
+        (field.show)(record, out);
+    }
 }
 
 /// A name as one token: whitespace would split it, so it becomes `_`.
@@ -491,147 +677,16 @@ fn push_text(out: &mut String, text: &str) {
     );
 }
 
-/// Appends `message` as one protocol line (the inverse of [`parse_line`]).
-pub fn format(out: &mut String, message: &Message) {
-    use std::fmt::Write;
-    let opt = |out: &mut String, key: &str, value: Option<u64>| {
-        if let Some(v) = value {
-            let _ = write!(out, " {key}={v}");
-        }
-    };
-    match message {
-        Message::Mark {
-            stage,
-            step,
-            epoch,
-            phase,
-            snapshot,
-        } => {
-            out.push_str("mark ");
-            push_token(out, stage);
-            opt(out, "step", *step);
-            opt(out, "epoch", epoch.map(u64::from));
-            if let Some(phase) = phase.filter(|p| *p != Phase::Unknown) {
-                let _ = write!(out, " phase={}", phase.label());
-            }
-            if let Some(s) = snapshot {
-                for (name, value) in AllocatorSnapshot::FIELD_NAMES.iter().zip(s.values()) {
-                    let _ = write!(out, " {name}={value}");
-                }
-            }
-        }
-        Message::Step { step, epoch } => {
-            let _ = write!(out, "step {step}");
-            opt(out, "epoch", epoch.map(u64::from));
-        }
-        Message::Phase(phase) => {
-            let _ = write!(out, "phase {}", phase.label());
-        }
-        Message::Note(text) => {
-            out.push_str("note ");
-            push_text(out, text);
-        }
-        Message::Components {
-            step,
-            batch_size,
-            parameters_bytes,
-            buffers_bytes,
-            gradients_bytes,
-            optimizer_state_bytes,
-            extras,
-        } => {
-            let _ = write!(
-                out,
-                "components parameters_bytes={parameters_bytes} buffers_bytes={buffers_bytes} gradients_bytes={gradients_bytes} optimizer_state_bytes={optimizer_state_bytes}"
-            );
-            opt(out, "step", *step);
-            opt(out, "batch_size", *batch_size);
-            for (name, bytes) in extras {
-                out.push_str(" extra.");
-                push_token(out, name);
-                let _ = write!(out, "={bytes}");
-            }
-        }
-        Message::Gradients {
-            step,
-            params_with_grad,
-            gradient_bytes,
-            global_norm,
-            nan_count,
-            inf_count,
-        } => {
-            let _ = write!(
-                out,
-                "gradients params_with_grad={params_with_grad} gradient_bytes={gradient_bytes} global_norm={global_norm} nan_count={nan_count} inf_count={inf_count}"
-            );
-            opt(out, "step", *step);
-        }
-        Message::Tensor {
-            name,
-            step,
-            shape,
-            dtype,
-            bytes,
-            min,
-            max,
-            mean,
-            std,
-            nan_count,
-            inf_count,
-        } => {
-            out.push_str("tensor ");
-            push_token(out, name);
-            opt(out, "step", *step);
-            let shape: Vec<String> = shape.iter().map(u64::to_string).collect();
-            let _ = write!(out, " shape={} dtype=", shape.join("x"));
-            push_token(out, dtype);
-            let _ = write!(
-                out,
-                " bytes={bytes} min={min} max={max} mean={mean} std={std} nan_count={nan_count} inf_count={inf_count}"
-            );
-        }
-        Message::Trial {
-            batch_size,
-            outcome,
-            peak_bytes,
-        } => {
-            let outcome = match outcome {
-                TrialOutcome::Fit => "fit",
-                TrialOutcome::Oom => "oom",
-                TrialOutcome::Error => "error",
-            };
-            let _ = write!(out, "trial batch_size={batch_size} outcome={outcome}");
-            opt(out, "peak_bytes", *peak_bytes);
-        }
-        Message::Oom {
-            stage,
-            step,
-            requested_bytes,
-            device,
-            free_bytes,
-            total_bytes,
-            message,
-        } => {
-            out.push_str("oom");
-            if let Some(stage) = stage {
-                out.push_str(" stage=");
-                push_token(out, stage);
-            }
-            opt(out, "step", *step);
-            opt(out, "requested_bytes", *requested_bytes);
-            opt(out, "device", device.map(u64::from));
-            opt(out, "free_bytes", *free_bytes);
-            opt(out, "total_bytes", *total_bytes);
-            out.push_str(" -- ");
-            push_text(out, message);
-        }
-    }
-    out.push('\n');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn mark(name: &str) -> StageMark {
+        StageMark {
+            name: name.into(),
+            ..StageMark::default()
+        }
+    }
 
     #[test]
     fn the_formatter_writes_exactly_the_declared_keys_of_every_verb() {
@@ -649,67 +704,86 @@ mod tests {
     }
 
     #[test]
+    fn no_key_is_declared_twice_for_a_verb() {
+        for verb in VERBS {
+            let mut keys = keys(verb);
+            let all = keys.len();
+            keys.sort_unstable();
+            keys.dedup();
+            assert_eq!(keys.len(), all, "{verb}");
+        }
+    }
+
+    #[test]
     fn marks_parse_with_and_without_snapshots() {
         let m = parse_line(
             "mark post_backward step=15 phase=train allocated_bytes=100 reserved_bytes=200",
         );
+        let expected = StageMark {
+            snapshot: Some(AllocatorSnapshot {
+                allocated_bytes: 100,
+                reserved_bytes: 200,
+                ..AllocatorSnapshot::default()
+            }),
+            ..mark("post_backward")
+        };
+        let context = Context {
+            step: Some(15),
+            phase: Some(Phase::Train),
+            ..Context::default()
+        };
+        assert_eq!(m, Some(Message::Record(Record::Mark(expected), context)));
         assert_eq!(
-            m,
-            Some(Message::Mark {
-                stage: "post_backward".into(),
-                step: Some(15),
-                epoch: None,
-                phase: Some(Phase::Train),
-                snapshot: Some(AllocatorSnapshot {
-                    allocated_bytes: 100,
-                    reserved_bytes: 200,
-                    ..AllocatorSnapshot::default()
-                }),
-            })
+            parse_line("mark pre_forward"),
+            Some(Message::record(Record::Mark(mark("pre_forward"))))
         );
-        let plain = parse_line("mark pre_forward");
+    }
+
+    #[test]
+    fn marks_name_their_sender() {
+        let m = parse_line("mark post_forward step=2 pid=4101 rank=1");
+        let Some(Message::Record(Record::Mark(m), _)) = m else {
+            panic!("{m:?}");
+        };
+        assert_eq!((m.pid, m.rank), (Some(4101), Some(1)));
+        // A malformed optional field is ignored, not the line.
+        let m = parse_line("mark post_forward pid=abc");
         assert!(matches!(
-            plain,
-            Some(Message::Mark {
-                snapshot: None,
-                step: None,
-                ..
-            })
+            m,
+            Some(Message::Record(
+                Record::Mark(StageMark { pid: None, .. }),
+                _
+            ))
         ));
     }
 
     #[test]
     fn formatted_marks_parse_back() {
-        let snapshot = AllocatorSnapshot {
-            allocated_bytes: 1,
-            reserved_bytes: 2,
-            active_bytes: 3,
-            inactive_split_bytes: 4,
-            peak_allocated_bytes: 5,
-            peak_reserved_bytes: 6,
-            num_alloc_retries: 7,
-            num_ooms: 8,
-        };
-        let mut line = String::new();
-        format_mark(
-            &mut line,
-            "my stage",
-            Some(9),
-            Some(Phase::Eval),
-            Some(&snapshot),
+        let snapshot = AllocatorSnapshot::from_values([1, 2, 3, 4, 5, 6, 7, 8]);
+        let message = Message::Record(
+            Record::Mark(StageMark {
+                snapshot: Some(snapshot),
+                pid: Some(7),
+                ..mark("my stage")
+            }),
+            Context {
+                step: Some(9),
+                phase: Some(Phase::Eval),
+                ..Context::default()
+            },
         );
+        let mut line = String::new();
+        format(&mut line, &message);
         let (messages, rejected) = parse_datagram(&line);
         assert_eq!(rejected, 0);
-        assert_eq!(
-            messages,
-            [Message::Mark {
-                stage: "my_stage".into(),
-                step: Some(9),
-                epoch: None,
-                phase: Some(Phase::Eval),
-                snapshot: Some(snapshot),
-            }]
-        );
+        let Message::Record(Record::Mark(m), context) = message else {
+            unreachable!()
+        };
+        let renamed = Record::Mark(StageMark {
+            name: "my_stage".into(),
+            ..m
+        });
+        assert_eq!(messages, [Message::Record(renamed, context)]);
     }
 
     #[test]
@@ -717,18 +791,14 @@ mod tests {
         let m = parse_line(
             "oom stage=post_forward step=3 requested_bytes=2048 -- CUDA out of memory. Tried",
         );
-        assert_eq!(
-            m,
-            Some(Message::Oom {
-                stage: Some("post_forward".into()),
-                step: Some(3),
-                requested_bytes: Some(2048),
-                device: None,
-                free_bytes: None,
-                total_bytes: None,
-                message: "CUDA out of memory. Tried".into(),
-            })
-        );
+        let Some(Message::Record(Record::Oom(oom), context)) = m else {
+            panic!("{m:?}");
+        };
+        assert_eq!(oom.message, "CUDA out of memory. Tried");
+        assert_eq!(oom.requested_bytes, Some(2048));
+        assert_eq!(oom.source, OomSource::Marker);
+        assert_eq!(context.stage.as_deref(), Some("post_forward"));
+        assert_eq!(context.step, Some(3));
     }
 
     #[test]
@@ -736,137 +806,187 @@ mod tests {
         let m = parse_line(
             "components parameters_bytes=10 gradients_bytes=10 extra.ema=10 extra.teacher=20 batch_size=4",
         );
-        let Some(Message::Components {
-            extras, batch_size, ..
-        }) = m
-        else {
+        let Some(Message::Record(Record::Components(c), _)) = m else {
             panic!("{m:?}");
         };
-        assert_eq!(extras, [("ema".to_owned(), 10), ("teacher".to_owned(), 20)]);
-        assert_eq!(batch_size, Some(4));
+        let extras: Vec<_> = c
+            .extras
+            .iter()
+            .map(|e| (e.name.as_ref(), e.bytes))
+            .collect();
+        assert_eq!(extras, [("ema", 10), ("teacher", 20)]);
+        assert_eq!(c.batch_size, Some(4));
     }
 
     #[test]
     fn unknown_and_malformed_lines_are_counted_not_fatal() {
-        let (messages, rejected) =
-            parse_datagram("mark a\nfrobnicate 3\nstep x\nnote hello world\ntensor shape=2x2\n\n");
+        let (messages, rejected) = parse_datagram(
+            "mark a\nfrobnicate 3\nstep x\nnote hello world\ntensor shape=2x2\ntrial outcome=fit\n\n",
+        );
         assert_eq!(messages.len(), 2);
-        assert_eq!(rejected, 3);
-        assert_eq!(messages[1], Message::Note("hello world".into()));
+        assert_eq!(rejected, 4);
+        let Message::Record(Record::Note(note), _) = &messages[1] else {
+            panic!("{messages:?}");
+        };
+        assert_eq!(note.text, "hello world");
     }
 
     #[test]
-    fn tensors_parse_shapes() {
+    fn tensors_parse_shapes_and_refuse_bad_ones() {
         let m = parse_line(
             "tensor block3.out step=2 shape=4x512x1024 dtype=f32 bytes=8388608 min=-1 max=1 mean=0 std=0.5 nan_count=0 inf_count=1",
         );
-        let Some(Message::Tensor {
-            shape, inf_count, ..
-        }) = m
-        else {
+        let Some(Message::Record(Record::Tensor(t), _)) = m else {
             panic!("{m:?}");
         };
-        assert_eq!(shape, [4, 512, 1024]);
-        assert_eq!(inf_count, 1);
+        assert_eq!(t.shape, [4, 512, 1024]);
+        assert_eq!(t.inf_count, 1);
+        assert!(parse_line("tensor x shape=4xq").is_none());
+        let Some(Message::Record(Record::Tensor(t), _)) = parse_line("tensor x") else {
+            panic!()
+        };
+        assert!(t.shape.is_empty() && t.min.is_nan() && t.dtype.as_ref() == "?");
     }
 
     /// One message of every verb, in `VERBS` order, with every optional field given.
     fn every_verb_in_full() -> Vec<Message> {
+        let step = |step| Context {
+            step: Some(step),
+            ..Context::default()
+        };
         vec![
-            Message::Mark {
-                stage: "post_forward".into(),
-                step: Some(3),
-                epoch: Some(1),
-                phase: Some(Phase::Eval),
-                snapshot: Some(AllocatorSnapshot::from_values([1, 2, 3, 4, 5, 6, 7, 8])),
-            },
+            Message::Record(
+                Record::Mark(StageMark {
+                    snapshot: Some(AllocatorSnapshot::from_values([1, 2, 3, 4, 5, 6, 7, 8])),
+                    pid: Some(4101),
+                    rank: Some(3),
+                    ..mark("post_forward")
+                }),
+                Context {
+                    step: Some(3),
+                    epoch: Some(1),
+                    phase: Some(Phase::Eval),
+                    stage: None,
+                },
+            ),
             Message::Step {
                 step: 12,
                 epoch: Some(2),
             },
             Message::Phase(Phase::Train),
-            Message::Note("loss spiked".into()),
-            Message::Components {
-                step: Some(1),
-                batch_size: Some(32),
-                parameters_bytes: 10,
-                buffers_bytes: 1,
-                gradients_bytes: 10,
-                optimizer_state_bytes: 20,
-                extras: vec![("ema".into(), 10)],
-            },
-            Message::Gradients {
-                step: Some(4),
-                params_with_grad: 148,
-                gradient_bytes: 1 << 30,
-                global_norm: 0.123_456_789_012_345_6,
-                nan_count: 0,
-                inf_count: 2,
-            },
-            Message::Tensor {
-                name: "block3.out".into(),
-                step: Some(5),
-                shape: vec![4, 64, 512],
-                dtype: "f32".into(),
-                bytes: 524_288,
-                min: -3.5,
-                max: 2.25,
-                mean: 1e-7,
-                std: 0.999_999_1,
-                nan_count: 1,
-                inf_count: 0,
-            },
-            Message::Trial {
+            Message::record(Record::Note(Note {
+                t_us: 0,
+                text: "loss spiked".into(),
+            })),
+            Message::Record(
+                Record::Components(ComponentBreakdown {
+                    batch_size: Some(32),
+                    parameters_bytes: 10,
+                    buffers_bytes: 1,
+                    gradients_bytes: 10,
+                    optimizer_state_bytes: 20,
+                    extras: vec![NamedBytes {
+                        name: "ema".into(),
+                        bytes: 10,
+                    }],
+                    ..ComponentBreakdown::default()
+                }),
+                step(1),
+            ),
+            Message::Record(
+                Record::Gradients(GradientSummary {
+                    t_us: 0,
+                    step: 0,
+                    params_with_grad: 148,
+                    gradient_bytes: 1 << 30,
+                    global_norm: 0.123_456_789_012_345_6,
+                    nan_count: 0,
+                    inf_count: 2,
+                }),
+                step(4),
+            ),
+            Message::Record(
+                Record::Tensor(TensorStats {
+                    t_us: 0,
+                    step: 0,
+                    name: "block3.out".into(),
+                    shape: vec![4, 64, 512],
+                    dtype: "f32".into(),
+                    bytes: 524_288,
+                    min: -3.5,
+                    max: 2.25,
+                    mean: 1e-7,
+                    std: 0.999_999_1,
+                    nan_count: 1,
+                    inf_count: 0,
+                }),
+                step(5),
+            ),
+            Message::record(Record::Trial(BatchTrial {
+                t_us: 0,
                 batch_size: 32,
                 outcome: TrialOutcome::Fit,
                 peak_bytes: Some(3 << 30),
-            },
-            Message::Oom {
-                stage: Some("post_forward".into()),
-                step: Some(9),
-                requested_bytes: Some(2048),
-                device: Some(0),
-                free_bytes: Some(1024),
-                total_bytes: Some(1 << 30),
-                message: "CUDA out of memory.\nTried".into(),
-            },
+            })),
+            Message::Record(
+                Record::Oom(OomEvent {
+                    t_us: 0,
+                    source: OomSource::Marker,
+                    stage: None,
+                    step: None,
+                    requested_bytes: Some(2048),
+                    device: Some(0),
+                    device_free_bytes: Some(1024),
+                    device_total_bytes: Some(1 << 30),
+                    message: "CUDA out of memory.\nTried".into(),
+                }),
+                Context {
+                    stage: Some("post_forward".into()),
+                    ..step(9)
+                },
+            ),
         ]
     }
 
     #[test]
     fn every_message_formats_and_parses_back() {
         let mut messages = every_verb_in_full();
-        messages.push(Message::Trial {
+        messages.push(Message::record(Record::Trial(BatchTrial {
+            t_us: 0,
             batch_size: 64,
             outcome: TrialOutcome::Oom,
             peak_bytes: None,
-        });
+        })));
         for m in messages {
             let mut line = String::new();
             format(&mut line, &m);
             assert_eq!(line.matches('\n').count(), 1, "{line}");
             let parsed = parse_line(line.trim_end()).unwrap_or_else(|| panic!("{line}"));
             let expected = match m {
-                Message::Oom {
-                    message,
-                    stage,
-                    step,
-                    requested_bytes,
-                    device,
-                    free_bytes,
-                    total_bytes,
-                } => Message::Oom {
-                    message: message.replace('\n', " "),
-                    stage,
-                    step,
-                    requested_bytes,
-                    device,
-                    free_bytes,
-                    total_bytes,
-                },
+                Message::Record(Record::Oom(oom), context) => Message::Record(
+                    Record::Oom(OomEvent {
+                        message: oom.message.replace('\n', " "),
+                        ..oom
+                    }),
+                    context,
+                ),
                 other => other,
             };
             assert_eq!(parsed, expected, "{line}");
         }
+    }
+
+    #[test]
+    fn records_the_protocol_does_not_carry_format_to_nothing() {
+        let mut line = String::new();
+        format(
+            &mut line,
+            &Message::record(Record::Dropped(crate::model::Dropped {
+                t_us: 0,
+                record_tag: 4,
+                count: 1,
+            })),
+        );
+        assert!(line.is_empty());
     }
 }

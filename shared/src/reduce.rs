@@ -15,10 +15,7 @@ use crate::analysis::host;
 use crate::analysis::metrics::counter_with_data;
 use crate::codec::MAX_BLOCK_ROWS;
 use crate::error::EncodeError;
-use crate::model::{
-    BatchTrial, ComponentBreakdown, CounterId, CounterKind, Dropped, GradientSummary, MISSING,
-    Note, OomEvent, ProcessExit, Samples, StageMark, TensorStats, Trace,
-};
+use crate::model::{CounterId, CounterKind, MISSING, Samples, Trace};
 use crate::{TraceWriter, WriterOptions};
 
 /// Writer tuning for re-encoding. No time-based flushes: nothing can crash half-way here, and every
@@ -43,35 +40,21 @@ const ENCODE_OPTIONS: WriterOptions = WriterOptions {
 ///   not holes), so trailing such columns are absent from the copy. Decoded traces never have one
 ///   unless the file stored the raw value `u64::MAX`, which reads as missing anyway.
 ///
-/// Strings are defined id for id (duplicates included), counters are declared in order, and
-/// records are written in time order with the samples interleaved, as a recorder writes them: the
+/// Counters are declared in order, names are interned as the records use them, and records are
+/// written in time order with the samples interleaved, as a recorder writes them: the
 /// writer clamps a sample that is earlier than the last record written to that record's time, so
 /// every sample row is written before any record later than it. Records of one kind keep their
 /// order even when it is not time order.
 pub fn encode(trace: &Trace) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
     let mut w = TraceWriter::with_options(&mut out, &trace.metadata, ENCODE_OPTIONS)?;
-    for text in &trace.strings {
-        w.define_string(text)?;
-    }
     for c in &trace.counters {
         w.declare_counter(c.kind, c.device, &c.name)?;
     }
     let mut rows = RowWriter::new(&trace.samples);
-    let mut records = Records::new(trace);
-    while let Some((t_us, record)) = records.next_in_time() {
-        rows.write_through(&mut w, t_us)?;
-        match record {
-            Record::Mark(m) => w.write_mark(m)?,
-            Record::Components(c) => w.write_components(c)?,
-            Record::Gradients(g) => w.write_gradients(g)?,
-            Record::Tensor(t) => w.write_tensor(t)?,
-            Record::Oom(o) => w.write_oom(o)?,
-            Record::Trial(t) => w.write_batch_trial(t)?,
-            Record::Exit(e) => w.write_exit(e)?,
-            Record::Note(n) => w.note(n.t_us, &n.text)?,
-            Record::Dropped(d) => w.dropped(d.t_us, d.record_tag, d.count)?,
-        }
+    for record in trace.records_in_time() {
+        rows.write_through(&mut w, record.t_us())?;
+        w.write(&record)?;
     }
     rows.write_through(&mut w, u64::MAX)?;
     match trace.end_us {
@@ -132,67 +115,6 @@ fn columns(samples: &Samples) -> Vec<&[u64]> {
     (0..samples.columns())
         .map(|id| samples.column(CounterId(id as u32)).unwrap_or(&[]))
         .collect()
-}
-
-/// One non-sample record of a trace.
-#[derive(Clone, Copy)]
-enum Record<'a> {
-    Mark(&'a StageMark),
-    Components(&'a ComponentBreakdown),
-    Gradients(&'a GradientSummary),
-    Tensor(&'a TensorStats),
-    Oom(&'a OomEvent),
-    Trial(&'a BatchTrial),
-    Exit(&'a ProcessExit),
-    Note(&'a Note),
-    Dropped(&'a Dropped),
-}
-
-/// Number of record kinds [`Records`] merges.
-const RECORD_KINDS: usize = 9;
-
-/// Merges the record lists of a trace by time, keeping each list's own order.
-struct Records<'a> {
-    trace: &'a Trace,
-    next: [usize; RECORD_KINDS],
-}
-
-impl<'a> Records<'a> {
-    fn new(trace: &'a Trace) -> Records<'a> {
-        Records {
-            trace,
-            next: [0; RECORD_KINDS],
-        }
-    }
-
-    /// The record of kind `kind` at index `i` of its list, with its time.
-    fn get(&self, kind: usize, i: usize) -> Option<(u64, Record<'a>)> {
-        let t = self.trace;
-        match kind {
-            0 => t.marks.get(i).map(|r| (r.t_us, Record::Mark(r))),
-            1 => t.components.get(i).map(|r| (r.t_us, Record::Components(r))),
-            2 => t.gradients.get(i).map(|r| (r.t_us, Record::Gradients(r))),
-            3 => t.tensors.get(i).map(|r| (r.t_us, Record::Tensor(r))),
-            4 => t.ooms.get(i).map(|r| (r.t_us, Record::Oom(r))),
-            5 => t.batch_trials.get(i).map(|r| (r.t_us, Record::Trial(r))),
-            6 => t
-                .exit
-                .as_ref()
-                .filter(|_| i == 0)
-                .map(|r| (r.t_us, Record::Exit(r))),
-            7 => t.notes.get(i).map(|r| (r.t_us, Record::Note(r))),
-            _ => t.dropped.get(i).map(|r| (r.t_us, Record::Dropped(r))),
-        }
-    }
-
-    /// The earliest of the lists' next records (ties in kind order).
-    fn next_in_time(&mut self) -> Option<(u64, Record<'a>)> {
-        let (kind, found) = (0..RECORD_KINDS)
-            .filter_map(|kind| Some((kind, self.get(kind, self.next[kind])?)))
-            .min_by_key(|(kind, (t_us, _))| (*t_us, *kind))?;
-        self.next[kind] += 1;
-        Some(found)
-    }
 }
 
 /// A copy of `trace` with at most about `max_rows` sample rows; an unchanged clone when it has no
@@ -355,7 +277,6 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
     Trace {
         format_version: trace.format_version,
         metadata: trace.metadata.clone(),
-        strings: trace.strings.clone(),
         counters: trace.counters.clone(),
         samples,
         marks: trace.marks.clone(),
@@ -650,7 +571,7 @@ pub fn fit_to_size(trace: &Trace, max_bytes: usize) -> Result<Thinned, EncodeErr
 mod tests {
     use super::*;
     use crate::decode;
-    use crate::model::{CounterKind, Phase};
+    use crate::model::{CounterKind, Phase, StageMark};
 
     /// A trace with one counter and the given cells, one row per millisecond.
     fn one_counter(cells: &[u64]) -> (Trace, CounterId) {
@@ -664,14 +585,12 @@ mod tests {
     }
 
     fn mark_at(trace: &mut Trace, t_us: u64) {
-        let name = trace.intern("pre_forward");
         trace.marks.push(StageMark {
             t_us,
-            name,
+            name: "pre_forward".into(),
             step: trace.marks.len() as u64,
-            epoch: 0,
             phase: Phase::Train,
-            snapshot: None,
+            ..StageMark::default()
         });
     }
 

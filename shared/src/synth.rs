@@ -11,7 +11,8 @@ use std::io::Write;
 use crate::error::EncodeError;
 use crate::model::{
     AllocatorSnapshot, BatchTrial, ComponentBreakdown, CounterKind, ExitStatus, GpuInfo,
-    GradientSummary, Metadata, OomEvent, OomSource, Phase, ProcessExit, TensorStats, TrialOutcome,
+    GradientSummary, Metadata, Name, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
+    TensorStats, TrialOutcome,
 };
 use crate::{TraceWriter, WriterOptions};
 
@@ -352,14 +353,16 @@ impl<'a> Simulation<'a> {
                     }
                     self.allocate(allocated);
                     let snapshot = run.snapshots.then(|| self.snapshot(allocated));
-                    w.mark(
-                        t_mark,
-                        stages[next_stage].0,
+                    w.write(&Record::Mark(StageMark {
+                        t_us: t_mark,
+                        name: stages[next_stage].0.into(),
                         step,
-                        (step / 1000) as u32,
-                        kind.phase,
-                        snapshot.as_ref(),
-                    )?;
+                        epoch: (step / 1000) as u32,
+                        phase: kind.phase,
+                        snapshot,
+                        pid: None,
+                        rank: None,
+                    }))?;
                     next_stage += 1;
                     continue;
                 }
@@ -415,11 +418,11 @@ impl<'a> Simulation<'a> {
         } else {
             ExitStatus::Code(0)
         };
-        w.write_exit(&ProcessExit {
+        w.write(&Record::Exit(ProcessExit {
             t_us,
             status: exit_status,
             probable_host_oom: false,
-        })?;
+        }))?;
         w.finish(t_us)
     }
 
@@ -435,7 +438,7 @@ impl<'a> Simulation<'a> {
             self.retries += run.alloc_retries_per_step;
         }
         if step == 1 {
-            w.write_components(&ComponentBreakdown {
+            w.write(&Record::Components(ComponentBreakdown {
                 t_us,
                 step,
                 batch_size: Some(run.batch_size),
@@ -444,10 +447,10 @@ impl<'a> Simulation<'a> {
                 gradients_bytes: run.parameters_bytes,
                 optimizer_state_bytes: run.optimizer_bytes(),
                 extras: Vec::new(),
-            })?;
+            }))?;
         }
         let nan = run.nan_at_step.is_some_and(|s| step >= s);
-        w.write_gradients(&GradientSummary {
+        w.write(&Record::Gradients(GradientSummary {
             t_us,
             step,
             params_with_grad: 148,
@@ -459,17 +462,16 @@ impl<'a> Simulation<'a> {
             },
             nan_count: if nan { 1024 } else { 0 },
             inf_count: 0,
-        })?;
+        }))?;
         if run.tensor_stats_every > 0 && step.is_multiple_of(run.tensor_stats_every) {
-            let dtype = w.intern("f32")?;
+            let dtype: Name = "f32".into();
             for (name, scale) in [("block3.out", 1.0), ("lm_head.logits", 8.0)] {
-                let name = w.intern(name)?;
-                w.write_tensor(&TensorStats {
+                w.write(&Record::Tensor(TensorStats {
                     t_us,
                     step,
-                    name,
+                    name: name.into(),
                     shape: vec![run.batch_size, 512, 1024],
-                    dtype,
+                    dtype: dtype.clone(),
                     bytes: run.batch_size * 512 * 1024 * 4,
                     min: -3.0 * scale,
                     max: 3.0 * scale,
@@ -477,7 +479,7 @@ impl<'a> Simulation<'a> {
                     std: scale,
                     nan_count: 0,
                     inf_count: 0,
-                })?;
+                }))?;
             }
         }
         Ok(())
@@ -497,11 +499,10 @@ impl<'a> Simulation<'a> {
         let requested = allocated
             .saturating_sub(self.reserved_bytes)
             .max(free + 64 * MIB);
-        let stage = w.intern("post_forward")?;
-        w.write_oom(&OomEvent {
+        w.write(&Record::Oom(OomEvent {
             t_us,
             source: OomSource::Stderr,
-            stage: Some(stage),
+            stage: Some("post_forward".into()),
             step: Some(step),
             requested_bytes: Some(requested),
             device: Some(0),
@@ -513,7 +514,7 @@ impl<'a> Simulation<'a> {
                 run.gpu_total_bytes as f64 / GIB as f64,
                 free as f64 / GIB as f64
             ),
-        })
+        }))
     }
 
     /// Host memory moves by pages, as RSS really does (allocator arenas, data-loader buffers).
@@ -542,7 +543,7 @@ impl<'a> Simulation<'a> {
             t_us += run.step_us;
             let peak = fixed + batch * run.activation_bytes_per_sample;
             let fits = peak <= run.gpu_total_bytes;
-            w.write_batch_trial(&BatchTrial {
+            w.write(&Record::Trial(BatchTrial {
                 t_us,
                 batch_size: batch,
                 outcome: if fits {
@@ -551,7 +552,7 @@ impl<'a> Simulation<'a> {
                     TrialOutcome::Oom
                 },
                 peak_bytes: fits.then_some(peak - run.context_bytes),
-            })?;
+            }))?;
             if !fits || batch >= 1 << 16 {
                 break;
             }

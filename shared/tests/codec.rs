@@ -4,7 +4,7 @@ use oomscope_trace::codec::{CHUNK_HEADER_LEN, FORMAT_MAJOR, FORMAT_MINOR, HEADER
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
     AllocatorSnapshot, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
-    GpuInfo, Metadata, Note, OomEvent, OomSource, Phase, ProcessExit, StageMark, Trace,
+    GpuInfo, Metadata, Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark, Trace,
     TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
 };
 use proptest::prelude::*;
@@ -34,7 +34,14 @@ fn metadata() -> Metadata {
 #[derive(Debug, Clone)]
 enum Op {
     Sample(u64, Vec<Option<u64>>),
-    Mark(u64, u8, u64, Phase, Option<AllocatorSnapshot>),
+    Mark(
+        u64,
+        u8,
+        u64,
+        Phase,
+        Option<AllocatorSnapshot>,
+        [Option<u32>; 2],
+    ),
     Note(u64, String),
     Oom(u64, Option<u64>, String),
     Trial(u64, u64, bool),
@@ -57,8 +64,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..5_000u64, proptest::collection::vec(proptest::option::weighted(0.9, value_strategy()), 3))
             .prop_map(|(dt, v)| Op::Sample(dt, v)),
-        2 => (0..5_000u64, 0..4u8, 0..100u64, phase, proptest::option::of(snapshot_strategy()))
-            .prop_map(|(dt, n, s, p, snap)| Op::Mark(dt, n, s, p, snap)),
+        2 => (0..5_000u64, 0..4u8, 0..100u64, phase, proptest::option::of(snapshot_strategy()),
+              proptest::array::uniform2(proptest::option::of(any::<u32>())))
+            .prop_map(|(dt, n, s, p, snap, sender)| Op::Mark(dt, n, s, p, snap, sender)),
         1 => (0..5_000u64, ".{0,40}").prop_map(|(dt, t)| Op::Note(dt, t)),
         1 => (0..5_000u64, proptest::option::of(any::<u64>()), ".{0,80}").prop_map(|(dt, r, m)| Op::Oom(dt, r, m)),
         1 => (0..5_000u64, 1..4096u64, any::<bool>()).prop_map(|(dt, b, f)| Op::Trial(dt, b, f)),
@@ -112,28 +120,29 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 w.sample(t, &row).unwrap();
                 expected.samples.push_row(t, &row);
             }
-            Op::Mark(dt, name, step, phase, snapshot) => {
+            Op::Mark(dt, name, step, phase, snapshot, [pid, rank]) => {
                 t += dt;
-                let stage = STAGES[*name as usize];
-                w.mark(t, stage, *step, 0, *phase, snapshot.as_ref())
-                    .unwrap();
-                let name = expected.intern(stage);
-                expected.marks.push(StageMark {
+                let mark = Record::Mark(StageMark {
                     t_us: t,
-                    name,
+                    name: STAGES[*name as usize].into(),
                     step: *step,
                     epoch: 0,
                     phase: *phase,
                     snapshot: *snapshot,
+                    pid: *pid,
+                    rank: *rank,
                 });
+                w.write(&mark).unwrap();
+                expected.push(mark);
             }
             Op::Note(dt, text) => {
                 t += dt;
-                w.note(t, text).unwrap();
-                expected.notes.push(Note {
+                let note = Record::Note(Note {
                     t_us: t,
                     text: text.clone(),
                 });
+                w.write(&note).unwrap();
+                expected.push(note);
             }
             Op::Oom(dt, requested, message) => {
                 t += dt;
@@ -148,7 +157,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                     device_total_bytes: None,
                     message: message.clone(),
                 };
-                w.write_oom(&event).unwrap();
+                w.write(&Record::Oom(event.clone())).unwrap();
                 expected.ooms.push(event);
             }
             Op::Trial(dt, batch, fits) => {
@@ -163,7 +172,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                     },
                     peak_bytes: fits.then_some(batch * 1000),
                 };
-                w.write_batch_trial(&trial).unwrap();
+                w.write(&Record::Trial(trial)).unwrap();
                 expected.batch_trials.push(trial);
             }
         }
@@ -173,7 +182,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
         status: ExitStatus::Signal(9),
         probable_host_oom: true,
     };
-    w.write_exit(&exit).unwrap();
+    w.write(&Record::Exit(exit)).unwrap();
     expected.exit = Some(exit);
     expected.end_us = Some(t + 1);
     let bytes = w.finish(t + 1).unwrap();
@@ -362,7 +371,11 @@ fn chunk(payload: &[u8]) -> Vec<u8> {
 #[test]
 fn unknown_record_kinds_from_a_newer_minor_are_skipped() {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).unwrap();
-    w.note(5, "before").unwrap();
+    w.write(&Record::Note(Note {
+        t_us: 5,
+        text: "before".into(),
+    }))
+    .unwrap();
     w.flush().unwrap();
     let mut bytes = w.get_ref().clone();
     // A newer minor adds record kind 0x40; the reader must skip it and read what follows.

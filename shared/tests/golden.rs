@@ -37,7 +37,7 @@ fn v1_0_instrumented() {
     assert_eq!(t.marks.len(), 30 * 5 + 2 * 2 * 2);
     assert_eq!(t.marks.iter().filter(|m| m.phase == Phase::Eval).count(), 8);
     assert!(t.marks.iter().all(|m| m.snapshot.is_some()));
-    assert_eq!(t.str(t.marks[1].name), "post_forward");
+    assert_eq!(t.marks[1].name.as_ref(), "post_forward");
     // 34 steps of 100 ms sampled every 20 ms, after a batch search of 9 trials (1…256) × 100 ms;
     // sample times carry up to ±40 µs of jitter.
     assert_eq!(t.samples.len(), 34 * 5);
@@ -68,7 +68,7 @@ fn v1_0_oom() {
     let oom = &t.ooms[0];
     assert_eq!(oom.source, OomSource::Stderr);
     assert_eq!(oom.step, Some(12));
-    assert_eq!(oom.stage.map(|s| t.str(s)), Some("post_forward"));
+    assert_eq!(oom.stage.as_deref(), Some("post_forward"));
     assert!(oom.requested_bytes.unwrap() > oom.device_free_bytes.unwrap());
     assert!(oom.message.contains("CUDA out of memory"));
     assert_eq!(t.exit.map(|e| e.status), Some(ExitStatus::Code(1)));
@@ -101,6 +101,38 @@ fn v1_1_host_error() {
     assert_eq!(t.ooms.len(), 1);
     assert_eq!(t.ooms[0].source, OomSource::HostError);
     assert!(t.ooms[0].source.is_host());
-    assert_eq!(t.ooms[0].stage.map(|s| t.str(s)), Some("load_shard"));
+    assert_eq!(t.ooms[0].stage.as_deref(), Some("load_shard"));
     assert_eq!(t.exit.map(|e| e.status), Some(ExitStatus::Code(1)));
+}
+
+#[test]
+fn v1_2_mark_senders() {
+    let decoded = decode(&read("v1_2_mark_senders.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 2));
+    assert_eq!(t.marks.len(), 3 * 2 * 2 + 1);
+    let senders: Vec<_> = t.marks[..4].iter().map(|m| (m.pid, m.rank)).collect();
+    assert_eq!(
+        senders,
+        [
+            (Some(4101), Some(0)),
+            (Some(4102), Some(1)),
+            (Some(4101), Some(0)),
+            (Some(4102), Some(1)),
+        ]
+    );
+    let last = t.marks.last().unwrap();
+    assert_eq!(
+        (last.name.as_ref(), last.pid, last.rank),
+        ("done", None, None)
+    );
+}
+
+#[test]
+fn marks_of_older_versions_have_no_sender() {
+    for name in ["v1_0_instrumented.oomt", "v1_1_host_error.oomt"] {
+        let t = decode(&read(name)).unwrap().trace;
+        assert!(t.marks.iter().all(|m| m.pid.is_none() && m.rank.is_none()));
+    }
 }

@@ -89,7 +89,7 @@ fn allocator_snapshots_equal_what_pytorch_reported() {
     let t = trace("h100_torch_loop.oomt");
     assert_eq!(t.marks.len(), 49);
     let first = t.marks[0].snapshot.unwrap();
-    assert_eq!(t.str(t.marks[0].name), "model_ready");
+    assert_eq!(t.marks[0].name.as_ref(), "model_ready");
     assert_eq!(first.allocated_bytes, 33_574_912);
     let gpt = trace("h100_gpt.oomt");
     assert_eq!(gpt.marks.len(), 109);

@@ -7,7 +7,7 @@ use oomscope_trace::reduce::{encode, fit_to_size, thin_samples};
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
     CounterId, CounterKind, Dropped, ExitStatus, Metadata, Note, OomEvent, OomSource, Phase,
-    ProcessExit, StageMark, Trace, TraceWriter, decode,
+    ProcessExit, Record, StageMark, Trace, TraceWriter, decode,
 };
 use proptest::prelude::*;
 
@@ -49,7 +49,6 @@ fn assert_round_trip(trace: &Trace) {
     assert_eq!(norms(&mut back), norms(&mut expected));
     // Compare the parts first, so a failure says which one differs.
     assert_eq!(back.metadata, expected.metadata);
-    assert_eq!(back.strings, expected.strings);
     assert_eq!(back.counters, expected.counters);
     assert!(back.samples == expected.samples, "samples differ");
     assert_eq!(back.marks, expected.marks);
@@ -158,8 +157,9 @@ fn a_truncated_trace_stays_truncated() {
 }
 
 /// What no recorder of ours writes but a decoded trace can hold: missing cells (blocks with
-/// different counter sets, a row without any value), a string defined twice, a counter that never
-/// gets a sample, records of one kind out of time order, drop accounting.
+/// different counter sets, a row without any value), a name lost with its chunk (`?`), a counter
+/// that never gets a sample, records of one kind out of time order, drop accounting, marks from
+/// two senders.
 fn odd_trace() -> Trace {
     let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
     let a = w
@@ -168,9 +168,6 @@ fn odd_trace() -> Trace {
     let b = w.declare_counter(CounterKind::HostRss, None, "b").unwrap();
     w.declare_counter(CounterKind::Other(999), Some(3), "never")
         .unwrap();
-    let first = w.define_string("?").unwrap();
-    let second = w.define_string("?").unwrap();
-    assert_ne!(first, second);
     for i in 0..100u64 {
         let t = i * 1000;
         match i % 7 {
@@ -180,37 +177,48 @@ fn odd_trace() -> Trace {
             _ => w.sample(t, &[(a, i * 3), (b, 7)]).unwrap(),
         }
         if i % 10 == 5 {
-            w.write_mark(&StageMark {
+            w.write(&Record::Mark(StageMark {
                 t_us: t,
-                name: second,
+                name: "?".into(),
                 step: i,
-                epoch: 0,
                 phase: Phase::Train,
-                snapshot: None,
-            })
+                pid: (i > 50).then_some(4000 + i as u32 % 2),
+                rank: (i > 70).then_some(i as u32 % 2),
+                ..StageMark::default()
+            }))
             .unwrap();
         }
     }
-    w.note(90_000, "late note").unwrap();
-    w.note(10_000, "early note, written later").unwrap();
-    w.dropped(50_000, 0x04, 3).unwrap();
-    w.write_oom(&OomEvent {
+    for (t_us, text) in [(90_000, "late note"), (10_000, "early note, written later")] {
+        w.write(&Record::Note(Note {
+            t_us,
+            text: text.into(),
+        }))
+        .unwrap();
+    }
+    w.write(&Record::Dropped(Dropped {
+        t_us: 50_000,
+        record_tag: 0x04,
+        count: 3,
+    }))
+    .unwrap();
+    w.write(&Record::Oom(OomEvent {
         t_us: 95_500,
         source: OomSource::Other(77),
-        stage: Some(first),
+        stage: Some("?".into()),
         step: None,
         requested_bytes: Some(1),
         device: None,
         device_free_bytes: None,
         device_total_bytes: None,
         message: String::new(),
-    })
+    }))
     .unwrap();
-    w.write_exit(&ProcessExit {
+    w.write(&Record::Exit(ProcessExit {
         t_us: 99_500,
         status: ExitStatus::Signal(9),
         probable_host_oom: true,
-    })
+    }))
     .unwrap();
     decoded(&w.finish(99_000).unwrap())
 }
@@ -218,7 +226,8 @@ fn odd_trace() -> Trace {
 #[test]
 fn odd_traces_round_trip() {
     let trace = odd_trace();
-    assert_eq!(trace.strings, ["?", "?"]);
+    assert_eq!(trace.marks[0].name.as_ref(), "?");
+    assert_eq!(trace.marks[9].pid, Some(4001));
     assert_eq!(trace.notes[1].text, "early note, written later");
     assert_eq!(trace.samples.value(CounterId(0), 1), None);
     assert_round_trip(&trace);
@@ -481,14 +490,14 @@ fn generated(
                     0,
                 ])
             });
-            w.mark(
-                mark_t,
-                stages[next_mark % 3],
-                (next_mark / 3) as u64,
-                0,
-                Phase::Train,
-                snapshot.as_ref(),
-            )
+            w.write(&Record::Mark(StageMark {
+                t_us: mark_t,
+                name: stages[next_mark % 3].into(),
+                step: (next_mark / 3) as u64,
+                phase: Phase::Train,
+                snapshot,
+                ..StageMark::default()
+            }))
             .unwrap();
             next_mark += 1;
         }
@@ -502,7 +511,7 @@ fn generated(
         w.sample(t, &row_values).unwrap();
     }
     let end = rows as u64 * 1000;
-    w.write_oom(&OomEvent {
+    w.write(&Record::Oom(OomEvent {
         t_us: end / 2 + 1,
         source: OomSource::Stderr,
         stage: None,
@@ -512,16 +521,25 @@ fn generated(
         device_free_bytes: None,
         device_total_bytes: None,
         message: "CUDA out of memory".into(),
-    })
+    }))
     .unwrap();
-    w.write_exit(&ProcessExit {
+    w.write(&Record::Exit(ProcessExit {
         t_us: end,
         status: ExitStatus::Signal(9),
         probable_host_oom: host_kill,
-    })
+    }))
     .unwrap();
-    w.note(end / 3, "a note").unwrap();
-    w.dropped(end / 4, 0x04, 1).unwrap();
+    w.write(&Record::Note(Note {
+        t_us: end / 3,
+        text: "a note".into(),
+    }))
+    .unwrap();
+    w.write(&Record::Dropped(Dropped {
+        t_us: end / 4,
+        record_tag: 0x04,
+        count: 1,
+    }))
+    .unwrap();
     decoded(&w.finish(end).unwrap())
 }
 

@@ -100,7 +100,7 @@ pub fn Overview(loaded: Arc<Loaded>) -> impl IntoView {
         None => "recording ended abruptly (crash, kill or truncation)".to_owned(),
     };
     let oom = trace.ooms.first().map(|o| {
-        let stage = o.stage.map(|s| trace.str(s).to_owned());
+        let stage = o.stage.as_deref().map(str::to_owned);
         let mut text = format!(
             "Out of memory ({})",
             if o.source.is_host() { "host" } else { "GPU" }
@@ -558,8 +558,8 @@ pub fn Statistics(trace: Arc<Trace>) -> impl IntoView {
             let shape = t.shape.iter().map(u64::to_string).collect::<Vec<_>>().join("×");
             view! {
                 <tr class:nonfinite=bad>
-                    <td>{t.step}</td><td>{trace.str(t.name).to_owned()}</td><td>{shape}</td>
-                    <td>{trace.str(t.dtype).to_owned()}</td><td class="num">{format_bytes(t.bytes)}</td>
+                    <td>{t.step}</td><td>{t.name.as_ref().to_owned()}</td><td>{shape}</td>
+                    <td>{t.dtype.as_ref().to_owned()}</td><td class="num">{format_bytes(t.bytes)}</td>
                     <td class="num">{format!("{:.4}", t.min)}</td><td class="num">{format!("{:.4}", t.max)}</td>
                     <td class="num">{format!("{:.4}", t.mean)}</td><td class="num">{format!("{:.4}", t.std)}</td>
                     <td class="num">{t.nan_count}</td><td class="num">{t.inf_count}</td>

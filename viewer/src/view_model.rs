@@ -107,7 +107,7 @@ pub fn stage_spans(trace: &Trace, t0_us: u64, t1_us: u64, max: usize) -> Option<
             t1_us: marks
                 .get(i + 1)
                 .map_or_else(|| trace.duration_us(), |m| m.t_us),
-            stage: trace.str(marks[i].name).to_owned(),
+            stage: marks[i].name.as_ref().to_owned(),
         })
         .collect();
     Some(spans)
@@ -120,11 +120,7 @@ pub fn hover_lines(trace: &Trace, plotted: &[Plotted], t_us: u64) -> Vec<String>
         Some(i) => {
             let m = &trace.marks[i];
             let phase = m.phase.suffix();
-            lines.push(format!(
-                "stage {}{phase}, step {}",
-                trace.str(m.name),
-                m.step
-            ));
+            lines.push(format!("stage {}{phase}, step {}", m.name.as_ref(), m.step));
         }
         None => lines.push("before the first stage mark".to_owned()),
     }
@@ -259,7 +255,7 @@ mod tests {
             .iter()
             .position(|x| x.t_us == spans[0].t0_us)
             .unwrap();
-        assert_eq!(spans[0].stage, t.str(t.marks[first].name));
+        assert_eq!(spans[0].stage, t.marks[first].name.as_ref());
     }
 
     #[test]
@@ -268,7 +264,7 @@ mod tests {
         let plotted = plotted_counters(&t);
         let m = &t.marks[7];
         let lines = hover_lines(&t, &plotted, m.t_us);
-        assert!(lines[1].contains(t.str(m.name)), "{lines:?}");
+        assert!(lines[1].contains(m.name.as_ref()), "{lines:?}");
         assert!(lines[1].contains(&format!("step {}", m.step)), "{lines:?}");
         assert_eq!(lines.len(), 2 + plotted.len(), "{lines:?}");
     }

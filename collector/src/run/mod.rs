@@ -40,7 +40,6 @@ use oomscope_trace::{
 
 use crate::gpu::{GpuSelection, Gpus};
 use crate::protocol::{Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
-use oomscope_trace::oom_text::OomText;
 pub use sampler::Counters;
 use sampler::GpuCounters;
 use shared_state::RunState;
@@ -55,19 +54,12 @@ pub enum Event {
         /// Counter values.
         values: Vec<(CounterId, u64)>,
     },
-    /// A marker message.
+    /// A marker message, or an OOM error seen on stderr.
     Message {
         /// When it arrived.
         t_us: u64,
         /// What it said.
         message: Message,
-    },
-    /// An OOM error seen on stderr.
-    StderrOom {
-        /// When.
-        t_us: u64,
-        /// What it said.
-        oom: OomText,
     },
     /// The child is gone: write its exit and close the trace.
     Finish {

@@ -12,15 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use oomscope_trace::codec::tag;
-use oomscope_trace::{
-    BatchTrial, ComponentBreakdown, GradientSummary, NamedBytes, OomEvent, OomSource, Phase,
-    TensorStats, TraceWriter,
-};
+use oomscope_trace::{Dropped, Name, OomSource, Phase, Record, TraceWriter};
 
 use super::Event;
 use super::shared_state::RunState;
-use crate::protocol::Message;
-use oomscope_trace::oom_text::OomKind;
+use crate::protocol::{self, Message};
 
 /// Longest time between two flushes of the trace file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
@@ -28,13 +24,15 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
 /// (e.g. a marker from the program and the traceback on stderr).
 const OOM_DEDUP_US: u64 = 2_000_000;
 
-/// What the program said last; marks without a step or phase inherit it.
+/// What the program said last: a record that leaves a field to its context takes it from here.
 #[derive(Debug, Default)]
 struct Context {
     step: u64,
+    /// Whether the program has named a step at all (a mark or a `step` message).
+    step_known: bool,
     epoch: u32,
     phase: Phase,
-    stage: Option<String>,
+    stage: Option<Name>,
     last_oom: Option<(u64, Option<u64>)>,
 }
 
@@ -53,9 +51,9 @@ pub fn record_loop(
                 let t_us = exit.t_us;
                 write_drops(&mut writer, state, t_us, &mut dropped_written)?;
                 if let Some(oom) = host_kill {
-                    writer.write_oom(&oom)?;
+                    writer.write(&Record::Oom(oom))?;
                 }
-                writer.write_exit(&exit)?;
+                writer.write(&Record::Exit(exit))?;
                 writer.finish(t_us)?;
                 return Ok(());
             }
@@ -86,13 +84,17 @@ fn write_drops(
         state.dropped_samples.load(Ordering::Relaxed),
         state.dropped_messages.load(Ordering::Relaxed),
     ];
-    for ((tag, now), written) in [tag::SAMPLES, tag::MARK]
+    for ((record_tag, now), written) in [tag::SAMPLES, tag::MARK]
         .into_iter()
         .zip(now)
         .zip(written.iter_mut())
     {
         if now > *written {
-            writer.dropped(t_us, tag, now - *written)?;
+            writer.write(&Record::Dropped(Dropped {
+                t_us,
+                record_tag,
+                count: now - *written,
+            }))?;
             *written = now;
         }
     }
@@ -107,34 +109,67 @@ fn handle(
 ) -> Result<()> {
     match event {
         Event::Sample { t_us, values } => w.sample(t_us, &values)?,
-        Event::Message { t_us, message } => message_to_trace(w, ctx, state, t_us, message)?,
-        Event::StderrOom { t_us, oom } => {
-            if ctx.is_duplicate_oom(t_us, oom.requested_bytes) {
-                return Ok(());
+        Event::Message { t_us, message } => match message {
+            Message::Step { step, epoch } => {
+                ctx.step = step;
+                ctx.step_known = true;
+                ctx.epoch = epoch.unwrap_or(ctx.epoch);
             }
-            let stage = ctx.stage.clone().map(|s| w.intern(&s)).transpose()?;
-            let source = match oom.kind {
-                OomKind::Gpu => OomSource::Stderr,
-                OomKind::Host => OomSource::HostError,
-            };
-            w.write_oom(&OomEvent {
-                t_us,
-                source,
-                stage,
-                step: ctx.stage.is_some().then_some(ctx.step),
-                requested_bytes: oom.requested_bytes,
-                device: oom.device,
-                device_free_bytes: oom.free_bytes,
-                device_total_bytes: oom.total_bytes,
-                message: oom.message,
-            })?;
-        }
+            Message::Phase(phase) => ctx.phase = phase,
+            Message::Record(mut record, given) => {
+                record.set_t_us(t_us);
+                ctx.resolve(&mut record, &given);
+                if let Record::Mark(mark) = &record
+                    && let Ok(mut shown) = state.stage.lock()
+                {
+                    shown.0.clear();
+                    shown.0.push_str(&mark.name);
+                    shown.1 = mark.step;
+                }
+                let duplicate = match &record {
+                    // The program's own report of an OOM is always kept; the same OOM seen again
+                    // on stderr (its traceback) is not recorded twice.
+                    Record::Oom(oom) => {
+                        ctx.is_duplicate_oom(t_us, oom.requested_bytes)
+                            && oom.source != OomSource::Marker
+                    }
+                    _ => false,
+                };
+                if !duplicate {
+                    w.write(&record)?;
+                }
+            }
+        },
         Event::Finish { .. } => {}
     }
     Ok(())
 }
 
 impl Context {
+    /// Fills in what the record left to its context, and takes from it what the program says
+    /// from now on (a mark's step, epoch, phase and stage).
+    fn resolve(&mut self, record: &mut Record, given: &protocol::Context) {
+        let step = given.step.unwrap_or(self.step);
+        match record {
+            Record::Mark(m) => {
+                self.step = step;
+                self.step_known = true;
+                self.epoch = given.epoch.unwrap_or(self.epoch);
+                self.phase = given.phase.unwrap_or(self.phase);
+                self.stage = Some(m.name.clone());
+                (m.step, m.epoch, m.phase) = (self.step, self.epoch, self.phase);
+            }
+            Record::Components(c) => c.step = step,
+            Record::Gradients(g) => g.step = step,
+            Record::Tensor(t) => t.step = step,
+            Record::Oom(o) => {
+                o.stage = given.stage.clone().or_else(|| self.stage.clone());
+                o.step = given.step.or(self.step_known.then_some(self.step));
+            }
+            Record::Trial(_) | Record::Exit(_) | Record::Note(_) | Record::Dropped(_) => {}
+        }
+    }
+
     fn is_duplicate_oom(&mut self, t_us: u64, requested: Option<u64>) -> bool {
         let duplicate = self.last_oom.is_some_and(|(t, r)| {
             t_us.saturating_sub(t) < OOM_DEDUP_US
@@ -143,155 +178,4 @@ impl Context {
         self.last_oom = Some((t_us, requested));
         duplicate
     }
-}
-
-fn message_to_trace(
-    w: &mut TraceWriter<BufWriter<File>>,
-    ctx: &mut Context,
-    state: &RunState,
-    t_us: u64,
-    message: Message,
-) -> Result<()> {
-    match message {
-        Message::Mark {
-            stage,
-            step,
-            epoch,
-            phase,
-            snapshot,
-        } => {
-            ctx.step = step.unwrap_or(ctx.step);
-            ctx.epoch = epoch.unwrap_or(ctx.epoch);
-            ctx.phase = phase.unwrap_or(ctx.phase);
-            w.mark(
-                t_us,
-                &stage,
-                ctx.step,
-                ctx.epoch,
-                ctx.phase,
-                snapshot.as_ref(),
-            )?;
-            if let Ok(mut shown) = state.stage.lock() {
-                shown.0.clone_from(&stage);
-                shown.1 = ctx.step;
-            }
-            ctx.stage = Some(stage);
-        }
-        Message::Step { step, epoch } => {
-            ctx.step = step;
-            ctx.epoch = epoch.unwrap_or(ctx.epoch);
-        }
-        Message::Phase(phase) => ctx.phase = phase,
-        Message::Note(text) => w.note(t_us, &text)?,
-        Message::Components {
-            step,
-            batch_size,
-            parameters_bytes,
-            buffers_bytes,
-            gradients_bytes,
-            optimizer_state_bytes,
-            extras,
-        } => {
-            let extras = extras
-                .iter()
-                .map(|(name, bytes)| {
-                    Ok(NamedBytes {
-                        name: w.intern(name)?,
-                        bytes: *bytes,
-                    })
-                })
-                .collect::<Result<Vec<_>>>()?;
-            w.write_components(&ComponentBreakdown {
-                t_us,
-                step: step.unwrap_or(ctx.step),
-                batch_size,
-                parameters_bytes,
-                buffers_bytes,
-                gradients_bytes,
-                optimizer_state_bytes,
-                extras,
-            })?;
-        }
-        Message::Gradients {
-            step,
-            params_with_grad,
-            gradient_bytes,
-            global_norm,
-            nan_count,
-            inf_count,
-        } => w.write_gradients(&GradientSummary {
-            t_us,
-            step: step.unwrap_or(ctx.step),
-            params_with_grad,
-            gradient_bytes,
-            global_norm,
-            nan_count,
-            inf_count,
-        })?,
-        Message::Tensor {
-            name,
-            step,
-            shape,
-            dtype,
-            bytes,
-            min,
-            max,
-            mean,
-            std,
-            nan_count,
-            inf_count,
-        } => {
-            let name = w.intern(&name)?;
-            let dtype = w.intern(&dtype)?;
-            w.write_tensor(&TensorStats {
-                t_us,
-                step: step.unwrap_or(ctx.step),
-                name,
-                shape,
-                dtype,
-                bytes,
-                min,
-                max,
-                mean,
-                std,
-                nan_count,
-                inf_count,
-            })?;
-        }
-        Message::Trial {
-            batch_size,
-            outcome,
-            peak_bytes,
-        } => w.write_batch_trial(&BatchTrial {
-            t_us,
-            batch_size,
-            outcome,
-            peak_bytes,
-        })?,
-        Message::Oom {
-            stage,
-            step,
-            requested_bytes,
-            device,
-            free_bytes,
-            total_bytes,
-            message,
-        } => {
-            ctx.is_duplicate_oom(t_us, requested_bytes);
-            let stage = stage.or_else(|| ctx.stage.clone());
-            let stage = stage.map(|s| w.intern(&s)).transpose()?;
-            w.write_oom(&OomEvent {
-                t_us,
-                source: OomSource::Marker,
-                stage,
-                step: step.or(Some(ctx.step)),
-                requested_bytes,
-                device,
-                device_free_bytes: free_bytes,
-                device_total_bytes: total_bytes,
-                message,
-            })?;
-        }
-    }
-    Ok(())
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
-use oomscope_trace::CounterId;
+use oomscope_trace::{CounterId, Record};
 
 use super::Event;
 use super::markers::MarkerSocket;
@@ -188,7 +188,9 @@ pub fn sample_loop(
                 .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
             // The reading goes into the channel before the mark, with the mark's time.
             let messages = MarkerSocket::parse(&datagram[..n], state);
-            let has_mark = messages.iter().any(|m| matches!(m, Message::Mark { .. }));
+            let has_mark = messages
+                .iter()
+                .any(|m| matches!(m, Message::Record(Record::Mark(_), _)));
             if has_mark && !recent {
                 reader.sample(t_us, events);
             }

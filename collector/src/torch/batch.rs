@@ -11,7 +11,7 @@
 //! search with [`BatchSearch::limit_bytes`] behaves like a device of that size.
 
 use oomscope_trace::analysis::batch_fit::{TrialFit, fit_trials};
-use oomscope_trace::{BatchTrial, TrialOutcome};
+use oomscope_trace::{BatchTrial, Record, TrialOutcome};
 
 use super::allocator;
 use super::session::Session;
@@ -196,11 +196,7 @@ impl Session {
     }
 
     fn record_trial(&self, trial: &BatchTrial) {
-        self.send(Message::Trial {
-            batch_size: trial.batch_size,
-            outcome: trial.outcome,
-            peak_bytes: trial.peak_bytes,
-        });
+        self.send(Message::record(Record::Trial(*trial)));
     }
 
     /// Total memory of the CUDA device in use, from NVML.

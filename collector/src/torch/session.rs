@@ -18,15 +18,16 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_trace::{CounterKind, ExitStatus, Metadata, Phase, ProcessExit, TraceWriter};
+use oomscope_trace::{
+    ComponentBreakdown, CounterKind, ExitStatus, GradientSummary, Metadata, Name, NamedBytes, Note,
+    OomEvent, OomSource, Phase, ProcessExit, Record, StageMark, TraceWriter,
+};
 
 use super::allocator::{self, ObservedOom};
-use super::stats::{
-    GradientStats, PendingGradientStats, gradient_stats, gradient_stats_async, tensor_summary,
-};
+use super::stats::{PendingGradientStats, gradient_stats, gradient_stats_async, tensor_summary};
 use crate::gpu::{GpuSelection, Gpus};
-use crate::probe::Probe;
-use crate::protocol::Message;
+use crate::probe::{Probe, rank_from_env};
+use crate::protocol::{self, Message};
 use crate::run::Event;
 use crate::run::sampler::{Sources, sample_loop};
 use crate::run::shared_state::RunState;
@@ -62,7 +63,7 @@ struct Own {
 #[derive(Debug, Default)]
 struct Position {
     step: u64,
-    stage: Option<String>,
+    stage: Option<Name>,
     tensor_stats_this_step: u64,
 }
 
@@ -77,6 +78,8 @@ pub struct Session {
     pending_gradients: Mutex<std::collections::VecDeque<PendingGradientStats>>,
     /// Steps before this one are summarised asynchronously on CUDA; from it on, exactly.
     exact_gradients_until: AtomicU64,
+    /// This process's rank, sent on every mark with its pid.
+    rank: Option<u32>,
 }
 
 impl std::fmt::Debug for Session {
@@ -131,18 +134,14 @@ impl Session {
                 let (step, stage) = position
                     .lock()
                     .map_or((0, None), |p| (p.step, p.stage.clone()));
-                send_to(
-                    &sink,
-                    Message::Oom {
-                        stage,
-                        step: Some(step),
-                        requested_bytes: Some(o.requested_bytes),
-                        device: u32::try_from(o.device).ok(),
-                        free_bytes: Some(o.device_free_bytes),
-                        total_bytes: Some(o.device_total_bytes),
-                        message: observed_oom_message(&o),
-                    },
-                );
+                let oom = OomEvent {
+                    requested_bytes: Some(o.requested_bytes),
+                    device: u32::try_from(o.device).ok(),
+                    device_free_bytes: Some(o.device_free_bytes),
+                    device_total_bytes: Some(o.device_total_bytes),
+                    ..marker_oom(observed_oom_message(&o))
+                };
+                send_to(&sink, oom_message(oom, stage, step));
             })));
         }
         Session {
@@ -153,6 +152,7 @@ impl Session {
             tensor_stats_per_step: AtomicU64::new(DEFAULT_TENSOR_STATS_PER_STEP),
             pending_gradients: Mutex::new(std::collections::VecDeque::new()),
             exact_gradients_until: AtomicU64::new(0),
+            rank: rank_from_env(),
         }
     }
 
@@ -304,17 +304,17 @@ impl Session {
         if !self.is_enabled() {
             return;
         }
+        let name: Name = stage.into();
         if let Ok(mut p) = self.position.lock() {
-            p.stage = Some(stage.to_owned());
+            p.stage = Some(name.clone());
         }
-        let snapshot = self.allocator_snapshot();
-        self.send(Message::Mark {
-            stage: stage.to_owned(),
-            step: None,
-            epoch: None,
-            phase: None,
-            snapshot,
-        });
+        self.send(Message::record(Record::Mark(StageMark {
+            name,
+            snapshot: self.allocator_snapshot(),
+            pid: Some(std::process::id()),
+            rank: self.rank,
+            ..StageMark::default()
+        })));
     }
 
     /// Marks `pre_<name>` now and `post_<name>` when the returned guard is dropped.
@@ -343,7 +343,10 @@ impl Session {
 
     /// Records a note.
     pub fn note(&self, text: &str) {
-        self.send(Message::Note(text.to_owned()));
+        self.send(Message::record(Record::Note(Note {
+            t_us: 0,
+            text: text.to_owned(),
+        })));
     }
 
     /// Records the model's memory by component: `params` (e.g. `vs.trainable_variables()`),
@@ -364,15 +367,22 @@ impl Session {
             .filter(tch::Tensor::defined)
             .map(|g| tensor_bytes(&g))
             .sum();
-        self.send(Message::Components {
-            step: None,
+        self.send(Message::record(Record::Components(ComponentBreakdown {
+            t_us: 0,
+            step: 0,
             batch_size,
             parameters_bytes: params.iter().map(tensor_bytes).sum(),
             buffers_bytes: frozen.iter().map(tensor_bytes).sum(),
             gradients_bytes,
             optimizer_state_bytes,
-            extras: extras.iter().map(|(n, b)| ((*n).to_owned(), *b)).collect(),
-        });
+            extras: extras
+                .iter()
+                .map(|(name, bytes)| NamedBytes {
+                    name: (*name).into(),
+                    bytes: *bytes,
+                })
+                .collect(),
+        })));
     }
 
     /// Summarises the gradients of `params` after backward (global norm, NaN/Inf) and records
@@ -398,8 +408,10 @@ impl Session {
             }
             return;
         }
-        let summary = gradient_stats(params);
-        self.send_gradients(step, &summary);
+        self.send_gradients(GradientSummary {
+            step,
+            ..gradient_stats(params)
+        });
     }
 
     /// Records the asynchronous gradient summaries that have arrived (all of them, waiting, when
@@ -413,29 +425,26 @@ impl Session {
                 if due { queue.pop_front() } else { None }
             });
             let Some(pending) = next else { break };
-            let step = pending.step;
             let Some(summary) = pending.finish() else {
                 continue;
             };
             if !summary.global_norm.is_finite() {
                 self.exact_gradients_until.fetch_max(
-                    step + 1 + EXACT_GRADIENT_STEPS_AFTER_NON_FINITE,
+                    summary.step + 1 + EXACT_GRADIENT_STEPS_AFTER_NON_FINITE,
                     Ordering::Relaxed,
                 );
             }
-            self.send_gradients(step, &summary);
+            self.send_gradients(summary);
         }
     }
 
-    fn send_gradients(&self, step: u64, s: &GradientStats) {
-        self.send(Message::Gradients {
-            step: Some(step),
-            params_with_grad: s.params_with_grad,
-            gradient_bytes: s.gradient_bytes,
-            global_norm: s.global_norm,
-            nan_count: s.nan_count,
-            inf_count: s.inf_count,
-        });
+    /// Records a summary with its own step (an asynchronous one arrives a step late).
+    fn send_gradients(&self, summary: GradientSummary) {
+        let context = protocol::Context {
+            step: Some(summary.step),
+            ..protocol::Context::default()
+        };
+        self.send(Message::Record(Record::Gradients(summary), context));
     }
 
     /// Records statistics of a tensor (shape, dtype, bytes, min/max/mean/std, NaN/Inf counts),
@@ -458,20 +467,7 @@ impl Session {
         if !allowed {
             return;
         }
-        let s = tensor_summary(t);
-        self.send(Message::Tensor {
-            name: name.to_owned(),
-            step: None,
-            shape: s.shape,
-            dtype: s.dtype,
-            bytes: s.bytes,
-            min: s.min,
-            max: s.max,
-            mean: s.mean,
-            std: s.std,
-            nan_count: s.nan_count,
-            inf_count: s.inf_count,
-        });
+        self.send(Message::record(Record::Tensor(tensor_summary(name, t))));
     }
 
     /// Record tensor statistics only on steps that are multiples of `steps`.
@@ -525,15 +521,14 @@ impl Session {
                 .position
                 .lock()
                 .map_or((0, None), |p| (p.step, p.stage.clone()));
-            self.send(Message::Oom {
-                stage,
-                step: Some(step),
+            let oom = OomEvent {
                 requested_bytes,
                 device: parsed.as_ref().and_then(|p| p.device),
-                free_bytes: parsed.as_ref().and_then(|p| p.free_bytes),
-                total_bytes: parsed.as_ref().and_then(|p| p.total_bytes),
-                message: first_line.clone(),
-            });
+                device_free_bytes: parsed.as_ref().and_then(|p| p.free_bytes),
+                device_total_bytes: parsed.as_ref().and_then(|p| p.total_bytes),
+                ..marker_oom(first_line.clone())
+            };
+            self.send(oom_message(oom, stage, step));
         }
         let _ = allocator::empty_cache();
         Err(OomError {
@@ -585,6 +580,31 @@ fn own_rss_bytes() -> Option<u64> {
     let mut rss = crate::host::TreeRss::new();
     rss.set_pids(&[std::process::id()]);
     rss.rss_bytes()
+}
+
+/// An OOM the program reports itself (its time, stage and step are the recorder's).
+fn marker_oom(message: String) -> OomEvent {
+    OomEvent {
+        t_us: 0,
+        source: OomSource::Marker,
+        stage: None,
+        step: None,
+        requested_bytes: None,
+        device: None,
+        device_free_bytes: None,
+        device_total_bytes: None,
+        message,
+    }
+}
+
+/// An OOM at the loop's position: the stage and step it last announced.
+fn oom_message(oom: OomEvent, stage: Option<Name>, step: u64) -> Message {
+    let context = protocol::Context {
+        stage,
+        step: Some(step),
+        ..protocol::Context::default()
+    };
+    Message::Record(Record::Oom(oom), context)
 }
 
 /// Sends one message to a sink (also from the allocator's OOM hook).
@@ -727,7 +747,7 @@ mod tests {
             .unwrap()
             .trace;
         assert_eq!(t.marks.len(), 6);
-        assert_eq!(t.str(t.marks[1].name), "post_forward");
+        assert_eq!(t.marks[1].name.as_ref(), "post_forward");
         assert_eq!(t.marks[5].step, 2);
         assert_eq!(t.tensors.len(), 1);
         assert_eq!(t.tensors[0].mean, 1.0);

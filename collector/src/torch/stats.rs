@@ -7,41 +7,21 @@
 //! step, which cost 12.8% of a 32 ms step on an H100 (scripts/gpu-proof). The small result is
 //! copied into pinned memory behind a CUDA event and read a step later, when it is long there.
 
+use oomscope_trace::{GradientSummary, TensorStats};
 use tch::{Kind, Tensor};
 
 use super::allocator::{DeviceEvent, GradientNormsInFlight, gradient_norms_async};
-
-/// A summary of the gradients of a set of parameters.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GradientStats {
-    /// Parameters that have a gradient.
-    pub params_with_grad: u64,
-    /// Bytes of those gradients.
-    pub gradient_bytes: u64,
-    /// L2 norm over all finite gradient elements.
-    pub global_norm: f64,
-    /// NaN elements.
-    pub nan_count: u64,
-    /// Infinite elements.
-    pub inf_count: u64,
-}
 
 /// Summarises the gradients of `params` (typically `vs.trainable_variables()`).
 ///
 /// Fast path (every healthy step): one norm pass per gradient, no temporary copies, one host
 /// sync. Only when the global norm is not finite are NaN and Inf counted (and the norm of the
 /// finite elements computed), with a second sync.
-pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
+pub fn gradient_stats(params: &[Tensor]) -> GradientSummary {
     tch::no_grad(|| {
         let grads = defined_grads(params);
         if grads.is_empty() {
-            return GradientStats {
-                params_with_grad: 0,
-                gradient_bytes: 0,
-                global_norm: 0.0,
-                nan_count: 0,
-                inf_count: 0,
-            };
+            return summary(0, 0, 0.0);
         }
         let gradient_bytes = grads.iter().map(tensor_bytes).sum();
         let norms: Vec<Tensor> = grads
@@ -54,13 +34,7 @@ pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
             .copied()
             .unwrap_or(f64::NAN)
             .sqrt();
-        let mut stats = GradientStats {
-            params_with_grad: grads.len() as u64,
-            gradient_bytes,
-            global_norm,
-            nan_count: 0,
-            inf_count: 0,
-        };
+        let mut stats = summary(grads.len() as u64, gradient_bytes, global_norm);
         if !global_norm.is_finite() {
             // Per gradient: [sum of squares of finite elements, NaN count, Inf count].
             let rows: Vec<Tensor> = grads
@@ -90,6 +64,19 @@ pub fn gradient_stats(params: &[Tensor]) -> GradientStats {
     })
 }
 
+/// A summary without NaN/Inf counts; its time and step are the recorder's to fill in.
+fn summary(params_with_grad: u64, gradient_bytes: u64, global_norm: f64) -> GradientSummary {
+    GradientSummary {
+        t_us: 0,
+        step: 0,
+        params_with_grad,
+        gradient_bytes,
+        global_norm,
+        nan_count: 0,
+        inf_count: 0,
+    }
+}
+
 /// A gradient summary on its way to the host (see [`gradient_stats_async`]).
 #[derive(Debug)]
 pub struct PendingGradientStats {
@@ -108,16 +95,13 @@ impl PendingGradientStats {
     /// not counted on this path: a non-finite `global_norm` with zero counts says so. `None`
     /// when the value cannot be read (a CUDA error): nothing is recorded rather than a norm the
     /// gradients never had.
-    pub fn finish(self) -> Option<GradientStats> {
+    pub fn finish(self) -> Option<GradientSummary> {
         let f = self.in_flight;
         f.event.wait().ok()?;
         let squares = f64::try_from(&f.squares).ok()?;
-        Some(GradientStats {
-            params_with_grad: f.params_with_grad,
-            gradient_bytes: f.gradient_bytes,
-            global_norm: squares.sqrt(),
-            nan_count: 0,
-            inf_count: 0,
+        Some(GradientSummary {
+            step: self.step,
+            ..summary(f.params_with_grad, f.gradient_bytes, squares.sqrt())
         })
     }
 }
@@ -169,47 +153,26 @@ fn gradient_norms_per_tensor(params: &[Tensor], device: usize) -> Option<Gradien
     })
 }
 
-/// Statistics of one tensor over its finite elements.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorSummary {
-    /// Shape.
-    pub shape: Vec<u64>,
-    /// Element type, e.g. `Float`.
-    pub dtype: String,
-    /// Bytes of data.
-    pub bytes: u64,
-    /// Minimum finite element (NaN when none is finite).
-    pub min: f64,
-    /// Maximum finite element.
-    pub max: f64,
-    /// Mean of the finite elements.
-    pub mean: f64,
-    /// Standard deviation (unbiased) of the finite elements.
-    pub std: f64,
-    /// NaN elements.
-    pub nan_count: u64,
-    /// Infinite elements.
-    pub inf_count: u64,
-}
-
-/// Computes [`TensorSummary`] on the tensor's device.
+/// Computes the statistics of `t` (named `name`) on its device, over its finite elements; the
+/// record's time and step are the recorder's to fill in.
 ///
 /// Fast path: `aminmax` and `std_mean` over the tensor, one host sync; when both extremes are
 /// finite no element is NaN or Inf, and that is the answer. Otherwise the finite elements are
 /// selected and everything is computed over them, with a second sync.
-pub fn tensor_summary(t: &Tensor) -> TensorSummary {
+pub fn tensor_summary(name: &str, t: &Tensor) -> TensorStats {
     tch::no_grad(|| {
         let shape = t
             .size()
             .iter()
             .map(|d| u64::try_from(*d).unwrap_or(0))
             .collect();
-        let dtype = format!("{:?}", t.kind());
-        let bytes = tensor_bytes(t);
-        let mut summary = TensorSummary {
+        let mut summary = TensorStats {
+            t_us: 0,
+            step: 0,
+            name: name.into(),
             shape,
-            dtype,
-            bytes,
+            dtype: format!("{:?}", t.kind()).into(),
+            bytes: tensor_bytes(t),
             min: f64::NAN,
             max: f64::NAN,
             mean: f64::NAN,
@@ -323,7 +286,7 @@ mod tests {
         let t = Tensor::randn([64, 33], (Kind::Float, Device::Cpu)) * 3.0 + 1.5;
         let values = Vec::<f32>::try_from(t.flatten(0, -1)).unwrap();
         let (min, max, mean, std, nans, infs) = host_stats(&values);
-        let s = tensor_summary(&t);
+        let s = tensor_summary("t", &t);
         assert_eq!((s.nan_count, s.inf_count), (nans, infs));
         for (got, want) in [(s.min, min), (s.max, max), (s.mean, mean), (s.std, std)] {
             assert!(
@@ -331,9 +294,9 @@ mod tests {
                 "{got} vs {want}"
             );
         }
-        let ints = tensor_summary(&Tensor::arange(10, (Kind::Int64, Device::Cpu)));
+        let ints = tensor_summary("t", &Tensor::arange(10, (Kind::Int64, Device::Cpu)));
         assert_eq!((ints.min, ints.max, ints.mean), (0.0, 9.0, 4.5));
-        let empty = tensor_summary(&Tensor::zeros([0], (Kind::Float, Device::Cpu)));
+        let empty = tensor_summary("t", &Tensor::zeros([0], (Kind::Float, Device::Cpu)));
         assert!(empty.min.is_nan() && empty.bytes == 0);
     }
 
@@ -346,7 +309,7 @@ mod tests {
         let _ = t.get(2).get(2).get(2).fill_(f64::NEG_INFINITY);
         let values = Vec::<f32>::try_from(t.flatten(0, -1)).unwrap();
         let (min, max, mean, std, nans, infs) = host_stats(&values);
-        let s = tensor_summary(&t);
+        let s = tensor_summary("t", &t);
         assert_eq!(s.shape, [4, 8, 16]);
         assert_eq!(s.bytes, 4 * 8 * 16 * 4);
         assert_eq!((s.nan_count, s.inf_count), (nans, infs));

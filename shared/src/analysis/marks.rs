@@ -6,6 +6,8 @@
 //! reader expects the table rows in) so the per-stage passes index arrays instead of hashing
 //! strings 50 000 times.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use crate::model::{Phase, Trace};
@@ -31,7 +33,7 @@ impl StageAt {
         let mark = trace.marks.get(index)?;
         Some(StageAt {
             mark_index: index,
-            stage: trace.str(mark.name).to_owned(),
+            stage: mark.name.as_ref().to_owned(),
             step: mark.step,
             phase: mark.phase,
             t_us: mark.t_us,
@@ -66,24 +68,15 @@ pub struct StageIndex {
 }
 
 impl StageIndex {
-    /// Numbers the stage names of `trace`. Names are compared by text, so two string ids with the
-    /// same text (possible after a lost chunk was re-interned) are one stage.
+    /// Numbers the stage names of `trace` (names are compared by text).
     pub fn new(trace: &Trace) -> StageIndex {
         let mut names: Vec<String> = Vec::new();
-        let mut by_id: Vec<Option<u32>> = vec![None; trace.strings.len()];
+        let mut numbers: HashMap<&str, u32> = HashMap::new();
         let mut of_mark = Vec::with_capacity(trace.marks.len());
         for mark in &trace.marks {
-            let cached = by_id.get(mark.name.0 as usize).copied().flatten();
-            let index = cached.unwrap_or_else(|| {
-                let text = trace.str(mark.name);
-                let index = names.iter().position(|n| n == text).unwrap_or_else(|| {
-                    names.push(text.to_owned());
-                    names.len() - 1
-                }) as u32;
-                if let Some(slot) = by_id.get_mut(mark.name.0 as usize) {
-                    *slot = Some(index);
-                }
-                index
+            let index = *numbers.entry(&mark.name).or_insert_with(|| {
+                names.push(mark.name.to_string());
+                (names.len() - 1) as u32
             });
             of_mark.push(index);
         }
@@ -109,17 +102,15 @@ impl StageIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{StageMark, StringId};
+    use crate::model::StageMark;
 
     fn mark(trace: &mut Trace, t_us: u64, name: &str, step: u64) {
-        let name = trace.intern(name);
         trace.marks.push(StageMark {
             t_us,
-            name,
+            name: name.into(),
             step,
-            epoch: 0,
             phase: Phase::Train,
-            snapshot: None,
+            ..StageMark::default()
         });
     }
 
@@ -141,21 +132,10 @@ mod tests {
     #[test]
     fn stage_index_numbers_names_in_first_appearance_order() {
         let mut trace = Trace::default();
-        trace.intern("unrelated");
         mark(&mut trace, 1, "b", 0);
         mark(&mut trace, 2, "a", 0);
         mark(&mut trace, 3, "b", 1);
-        // The same text under a second id is the same stage.
-        trace.strings.push("a".to_owned());
-        let dup = StringId(trace.strings.len() as u32 - 1);
-        trace.marks.push(StageMark {
-            t_us: 4,
-            name: dup,
-            step: 1,
-            epoch: 0,
-            phase: Phase::Train,
-            snapshot: None,
-        });
+        mark(&mut trace, 4, "a", 1);
         let index = StageIndex::new(&trace);
         assert_eq!(index.names(), ["b", "a"]);
         assert_eq!(index.per_mark(), [0, 1, 0, 1]);

@@ -318,7 +318,7 @@ impl MarkValues {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Phase, StageMark};
+    use crate::model::{Name, Phase, StageMark};
 
     fn trace_with_counters() -> (Trace, CounterId, CounterId, CounterId) {
         let mut trace = Trace::default();
@@ -331,14 +331,12 @@ mod tests {
             .samples
             .push_row(0, &[(total, 80), (used, 10), (rss, 5)]);
         trace.samples.push_row(10, &[(used, 20), (process, 7)]);
-        let name = trace.intern("post_forward");
         trace.marks.push(StageMark {
             t_us: 15,
-            name,
+            name: "post_forward".into(),
             step: 1,
-            epoch: 0,
             phase: Phase::Train,
-            snapshot: None,
+            ..StageMark::default()
         });
         (trace, used, process, rss)
     }
@@ -405,17 +403,15 @@ mod tests {
                 t += 10;
             }
         }
-        let name = trace.intern("s");
+        let name: Name = "s".into();
         let mut mark_times: Vec<u64> = (0..t + 50).step_by(7).collect();
         mark_times.insert(300, 3);
         for t_us in mark_times {
             trace.marks.push(StageMark {
                 t_us,
-                name,
-                step: 0,
-                epoch: 0,
+                name: name.clone(),
                 phase: Phase::Train,
-                snapshot: None,
+                ..StageMark::default()
             });
         }
         let metrics = vec![

@@ -88,9 +88,9 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
                 OomKind::Gpu
             };
             let mut c = context_at(trace, kind, event.source, event.t_us, event.device);
-            if let Some(stage) = event.stage {
-                c.stage = Some(trace.str(stage).to_owned());
-                c.next_stage = next_stage(trace, trace.str(stage), event.t_us);
+            if let Some(stage) = &event.stage {
+                c.stage = Some(stage.as_ref().to_owned());
+                c.next_stage = next_stage(trace, stage.as_ref(), event.t_us);
             }
             c.step = event.step.or(c.step);
             c.requested_bytes = event.requested_bytes;
@@ -150,7 +150,7 @@ fn context_at(
         .and_then(|d| trace.gpu_total_bytes(Some(d)))
         .or_else(|| trace.gpu_total_bytes(None));
     let largest_component =
-        breakdown_near(trace, t_us).and_then(|b| PeakComponents::new(trace, b, 0, None).largest());
+        breakdown_near(trace, t_us).and_then(|b| PeakComponents::new(b, 0, None).largest());
     OomContext {
         kind,
         source,
@@ -168,7 +168,7 @@ fn context_at(
         shortfall_bytes: None,
         allocated_bytes: snapshot.map(|s| s.allocated_bytes),
         reserved_bytes: snapshot.map(|s| s.reserved_bytes),
-        allocator_mark_stage: snapshot_mark.map(|m| trace.str(m.name).to_owned()),
+        allocator_mark_stage: snapshot_mark.map(|m| m.name.as_ref().to_owned()),
         gpu_used_bytes: sampled(CounterKind::GpuUsed, device),
         process_gpu_bytes: sampled(CounterKind::ProcessGpu, device),
         host_rss_bytes: sampled(CounterKind::HostRss, None),
@@ -184,8 +184,8 @@ fn next_stage(trace: &Trace, stage: &str, t_us: u64) -> Option<String> {
     let last = mark_at_or_before(trace, t_us)?;
     (0..last)
         .rev()
-        .find(|&i| trace.str(trace.marks[i].name) == stage)
-        .map(|i| trace.str(trace.marks[i + 1].name).to_owned())
+        .find(|&i| trace.marks[i].name.as_ref() == stage)
+        .map(|i| trace.marks[i + 1].name.as_ref().to_owned())
 }
 
 #[cfg(test)]

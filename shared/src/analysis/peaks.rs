@@ -122,7 +122,6 @@ pub struct PeakComponents {
 impl PeakComponents {
     /// The components of `breakdown`, with activations `peak − total` against `basis`.
     pub fn new(
-        trace: &Trace,
         breakdown: &ComponentBreakdown,
         peak_bytes: u64,
         basis: Option<ActivationsBasis>,
@@ -140,7 +139,7 @@ impl PeakComponents {
                 .extras
                 .iter()
                 .map(|e| NamedSize {
-                    name: trace.str(e.name).to_owned(),
+                    name: e.name.to_string(),
                     bytes: e.bytes,
                 })
                 .collect(),
@@ -237,7 +236,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
             .is_device()
             .then(|| breakdown_near(trace, t_us))
             .flatten()
-            .map(|b| PeakComponents::new(trace, b, bytes, basis_for(measure)));
+            .map(|b| PeakComponents::new(b, bytes, basis_for(measure)));
         Peak {
             metric,
             source,
@@ -333,7 +332,7 @@ pub fn breakdown_peak(trace: &Trace, peaks: &[Peak]) -> Option<Peak> {
         .and_then(|p| {
             let near = breakdown_near(trace, p.t_us)?;
             Some(Peak {
-                components: Some(PeakComponents::new(trace, near, p.bytes, None)),
+                components: Some(PeakComponents::new(near, p.bytes, None)),
                 ..p.clone()
             })
         });
@@ -483,22 +482,15 @@ mod tests {
 
     #[test]
     fn activations_saturate_and_extras_count() {
-        let mut trace = Trace::default();
-        let ema = trace.intern("ema");
         let breakdown = ComponentBreakdown {
             parameters_bytes: 10,
             extras: vec![NamedBytes {
-                name: ema,
+                name: "ema".into(),
                 bytes: 30,
             }],
             ..ComponentBreakdown::default()
         };
-        let c = PeakComponents::new(
-            &trace,
-            &breakdown,
-            25,
-            Some(ActivationsBasis::AllocatorAllocated),
-        );
+        let c = PeakComponents::new(&breakdown, 25, Some(ActivationsBasis::AllocatorAllocated));
         assert_eq!(c.total_bytes, 40);
         assert_eq!(c.activations_bytes, Some(0));
         assert_eq!(

@@ -75,21 +75,21 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
         let after = (eval_end..train_end)
             .find(|&j| {
                 marks[j].name == marks[before].name
-                    || trace.str(marks[j].name) == trace.str(marks[before].name)
+                    || marks[j].name.as_ref() == marks[before].name.as_ref()
             })
             .or(exit);
         let before_bytes = column[before];
         let after_bytes = after.and_then(|j| column[j]);
         out.push(PhaseTransition {
             metric: values.label(primary).to_owned(),
-            before_stage: trace.str(marks[before].name).to_owned(),
+            before_stage: marks[before].name.as_ref().to_owned(),
             before_step: marks[before].step,
             before_bytes,
             entry_step: marks[i].step,
             entry_t_us: marks[i].t_us,
             eval_marks: eval_end - i,
             eval_peak_bytes: eval_peak,
-            after_stage: after.map(|j| trace.str(marks[j].name).to_owned()),
+            after_stage: after.map(|j| marks[j].name.as_ref().to_owned()),
             after_step: after.map(|j| marks[j].step),
             exit_t_us: exit.map(|j| marks[j].t_us),
             after_bytes,
@@ -175,9 +175,8 @@ mod tests {
         };
         let mut trace = run.build();
         // Rename the second training mark so the stage before eval does not recur.
-        let b = trace.intern("b");
         let second_train = trace.marks.iter().position(|m| m.step == 1).unwrap();
-        trace.marks[second_train].name = b;
+        trace.marks[second_train].name = "b".into();
         let t = phase_transitions(&trace, &MarkValues::new(&trace));
         assert_eq!(t[0].after_stage.as_deref(), Some("b"));
     }

@@ -252,9 +252,9 @@ pub fn largest_growth(trace: &Trace, values: &MarkValues) -> Option<Growth> {
     let (from_mark, to_mark) = (&trace.marks[to - 1], &trace.marks[to]);
     Some(Growth {
         metric: values.label(primary).to_owned(),
-        from_stage: trace.str(from_mark.name).to_owned(),
+        from_stage: from_mark.name.as_ref().to_owned(),
         from_step: from_mark.step,
-        to_stage: trace.str(to_mark.name).to_owned(),
+        to_stage: to_mark.name.as_ref().to_owned(),
         step: to_mark.step,
         phase: to_mark.phase,
         bytes,

@@ -298,10 +298,9 @@ impl Run {
                 trace.samples.push_row(t, &row);
             }
         }
-        let name = trace.intern(stage);
         trace.marks.push(StageMark {
             t_us: state.t_us,
-            name,
+            name: stage.into(),
             step,
             epoch: 0,
             phase,
@@ -315,6 +314,7 @@ impl Run {
                 num_alloc_retries: state.retries,
                 num_ooms: state.ooms,
             }),
+            ..StageMark::default()
         });
     }
 
@@ -323,7 +323,7 @@ impl Run {
         let free = self
             .gpu_total_bytes
             .saturating_sub(reserved + self.context_bytes);
-        let stage = self.oom_knows_stage.then(|| trace.intern("post_forward"));
+        let stage = self.oom_knows_stage.then(|| "post_forward".into());
         trace.ooms.push(OomEvent {
             t_us: state.t_us,
             source: OomSource::Stderr,

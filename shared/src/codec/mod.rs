@@ -10,6 +10,7 @@
 //! grows by adding record kinds, never by editing old ones.
 
 pub mod reader;
+pub mod records;
 pub mod writer;
 
 /// First 8 bytes of every trace. Like PNG's, it catches text-mode mangling (CR/LF, high bit).
@@ -19,8 +20,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version written by this crate; a larger minor only adds record kinds or values
 /// of existing enumerations (which older readers keep as "other").
 ///
-/// History: 1.0 (2026-11-21) first release; 1.1 (2026-11-21) adds OOM source 5, `HostError`.
-pub const FORMAT_MINOR: u16 = 1;
+/// History: 1.0 (2026-11-21) first release; 1.1 (2026-11-21) adds OOM source 5, `HostError`;
+/// 1.2 (2026-11-22) adds the sender's pid and rank at the end of a MARK.
+pub const FORMAT_MINOR: u16 = 2;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk

@@ -15,16 +15,13 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::records::{self, Names, opt_u32};
 use super::{
     CHUNK_HEADER_LEN, CHUNK_SYNC, CRC32C, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_BLOCK_ROWS,
     MAX_CHUNK_PAYLOAD, MAX_COUNTERS, tag,
 };
 use crate::error::DecodeError;
-use crate::model::{
-    AllocatorSnapshot, BatchTrial, ComponentBreakdown, Counter, CounterId, CounterKind, Dropped,
-    ExitStatus, GpuInfo, GradientSummary, Metadata, NamedBytes, Note, OomEvent, OomSource, Phase,
-    ProcessExit, StageMark, StringId, TensorStats, Trace, TrialOutcome,
-};
+use crate::model::{Counter, CounterId, CounterKind, Trace};
 use crate::varint::{Cursor, ReadError};
 
 /// Most warnings kept; further ones are counted in a last summary warning.
@@ -98,6 +95,7 @@ pub fn decode_with(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, Dec
         .max_cells
         .unwrap_or_else(|| (bytes.len().saturating_mul(64)).max(4 << 20));
     let mut state = State {
+        names: Names::default(),
         trace: Trace {
             format_version: (major, minor),
             ..Trace::default()
@@ -256,6 +254,7 @@ fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usiz
 
 struct State {
     trace: Trace,
+    names: Names,
     warnings: Vec<Warning>,
     extra_warnings: usize,
     unknown_tags: BTreeMap<u8, (usize, usize)>,
@@ -321,73 +320,21 @@ impl State {
         let mut c = Cursor::new(body);
         match record_tag {
             tag::METADATA => {
-                self.trace.metadata = read_metadata(&mut c)?;
+                self.trace.metadata = records::decode_metadata(&mut c)?;
                 self.saw_metadata = true;
             }
             tag::STRING => self.read_string(&mut c)?,
             tag::COUNTER => self.read_counter(&mut c)?,
             tag::SAMPLES => self.read_samples(&mut c, body.len())?,
-            tag::MARK => {
-                let mark = read_mark(&mut c)?;
-                self.trace.marks.push(mark);
-            }
-            tag::COMPONENTS => {
-                let components = read_components(&mut c)?;
-                self.trace.components.push(components);
-            }
-            tag::GRADIENTS => self.trace.gradients.push(GradientSummary {
-                t_us: c.u64()?,
-                step: c.u64()?,
-                params_with_grad: c.u64()?,
-                gradient_bytes: c.u64()?,
-                global_norm: c.f64()?,
-                nan_count: c.u64()?,
-                inf_count: c.u64()?,
-            }),
-            tag::TENSOR => {
-                let tensor = read_tensor(&mut c)?;
-                self.trace.tensors.push(tensor);
-            }
-            tag::OOM => {
-                let oom = read_oom(&mut c)?;
-                self.trace.ooms.push(oom);
-            }
-            tag::BATCH_TRIAL => self.trace.batch_trials.push(BatchTrial {
-                t_us: c.u64()?,
-                batch_size: c.u64()?,
-                outcome: TrialOutcome::from_code(c.u8()?),
-                peak_bytes: opt_u64(&mut c)?,
-            }),
-            tag::EXIT => {
-                let t_us = c.u64()?;
-                let kind = c.u8()?;
-                let value = i32::try_from(c.i64()?).map_err(|_| ReadError::Overlong)?;
-                let status = if kind == 0 {
-                    ExitStatus::Code(value)
-                } else {
-                    ExitStatus::Signal(value)
-                };
-                self.trace.exit = Some(ProcessExit {
-                    t_us,
-                    status,
-                    probable_host_oom: c.u8()? != 0,
-                });
-            }
-            tag::NOTE => self.trace.notes.push(Note {
-                t_us: c.u64()?,
-                text: c.string()?,
-            }),
-            tag::DROPPED => self.trace.dropped.push(Dropped {
-                t_us: c.u64()?,
-                record_tag: c.u8()?,
-                count: c.u64()?,
-            }),
             tag::END => self.trace.end_us = Some(c.u64()?),
-            other => {
-                let entry = self.unknown_tags.entry(other).or_default();
-                entry.0 += 1;
-                entry.1 += body.len();
-            }
+            other => match records::decode(other, &mut c, &self.names)? {
+                Some(record) => self.trace.push(record),
+                None => {
+                    let entry = self.unknown_tags.entry(other).or_default();
+                    entry.0 += 1;
+                    entry.1 += body.len();
+                }
+            },
         }
         Ok(())
     }
@@ -395,14 +342,10 @@ impl State {
     fn read_string(&mut self, c: &mut Cursor<'_>) -> Result<(), ReadError> {
         let id = c.u32()? as usize;
         let text = c.string()?;
-        let strings = &mut self.trace.strings;
-        if id > strings.len() + MAX_STRING_GAP {
+        if id > self.names.len() + MAX_STRING_GAP {
             return Err(ReadError::Overlong);
         }
-        if id >= strings.len() {
-            strings.resize(id + 1, "?".to_owned());
-        }
-        strings[id] = text;
+        self.names.define(id, text);
         Ok(())
     }
 
@@ -575,150 +518,4 @@ fn decode_column(c: &mut Cursor<'_>, column: &mut Vec<u64>, rows: usize) -> Resu
         column.push(v);
     }
     Ok(())
-}
-
-fn read_metadata(c: &mut Cursor<'_>) -> Result<Metadata, ReadError> {
-    let host = c.string()?;
-    let pid = c.u32()?;
-    let argc = c.count(1)?;
-    let mut command = Vec::with_capacity(argc);
-    for _ in 0..argc {
-        command.push(c.string()?);
-    }
-    let start_unix_ns = c.u64()?;
-    let collector_version = c.string()?;
-    let sample_interval_us = c.u64()?;
-    let rank = opt_u32(c)?;
-    let world_size = opt_u32(c)?;
-    let gpu_count = c.count(6)?;
-    let mut gpus = Vec::with_capacity(gpu_count);
-    for _ in 0..gpu_count {
-        gpus.push(GpuInfo {
-            index: c.u32()?,
-            name: c.string()?,
-            uuid: c.string()?,
-            total_memory_bytes: c.u64()?,
-            driver_version: c.string()?,
-            cuda_version: c.string()?,
-        });
-    }
-    Ok(Metadata {
-        host,
-        pid,
-        command,
-        start_unix_ns,
-        collector_version,
-        sample_interval_us,
-        rank,
-        world_size,
-        gpus,
-    })
-}
-
-fn read_mark(c: &mut Cursor<'_>) -> Result<StageMark, ReadError> {
-    let t_us = c.u64()?;
-    let name = StringId(c.u32()?);
-    let step = c.u64()?;
-    let epoch = c.u32()?;
-    let phase = Phase::from_code(c.u8()?);
-    let snapshot = if c.u8()? == 0 {
-        None
-    } else {
-        {
-            let mut values = [0u64; 8];
-            for v in &mut values {
-                *v = c.u64()?;
-            }
-            Some(AllocatorSnapshot::from_values(values))
-        }
-    };
-    Ok(StageMark {
-        t_us,
-        name,
-        step,
-        epoch,
-        phase,
-        snapshot,
-    })
-}
-
-fn read_components(c: &mut Cursor<'_>) -> Result<ComponentBreakdown, ReadError> {
-    let t_us = c.u64()?;
-    let step = c.u64()?;
-    let batch_size = opt_u64(c)?;
-    let parameters_bytes = c.u64()?;
-    let buffers_bytes = c.u64()?;
-    let gradients_bytes = c.u64()?;
-    let optimizer_state_bytes = c.u64()?;
-    let count = c.count(2)?;
-    let mut extras = Vec::with_capacity(count);
-    for _ in 0..count {
-        extras.push(NamedBytes {
-            name: StringId(c.u32()?),
-            bytes: c.u64()?,
-        });
-    }
-    Ok(ComponentBreakdown {
-        t_us,
-        step,
-        batch_size,
-        parameters_bytes,
-        buffers_bytes,
-        gradients_bytes,
-        optimizer_state_bytes,
-        extras,
-    })
-}
-
-fn read_tensor(c: &mut Cursor<'_>) -> Result<TensorStats, ReadError> {
-    let t_us = c.u64()?;
-    let step = c.u64()?;
-    let name = StringId(c.u32()?);
-    let dims = c.count(1)?;
-    let mut shape = Vec::with_capacity(dims);
-    for _ in 0..dims {
-        shape.push(c.u64()?);
-    }
-    Ok(TensorStats {
-        t_us,
-        step,
-        name,
-        shape,
-        dtype: StringId(c.u32()?),
-        bytes: c.u64()?,
-        min: c.f64()?,
-        max: c.f64()?,
-        mean: c.f64()?,
-        std: c.f64()?,
-        nan_count: c.u64()?,
-        inf_count: c.u64()?,
-    })
-}
-
-fn read_oom(c: &mut Cursor<'_>) -> Result<OomEvent, ReadError> {
-    Ok(OomEvent {
-        t_us: c.u64()?,
-        source: OomSource::from_code(c.u8()?),
-        stage: opt_u32(c)?.map(StringId),
-        step: opt_u64(c)?,
-        requested_bytes: opt_u64(c)?,
-        device: opt_u32(c)?,
-        device_free_bytes: opt_u64(c)?,
-        device_total_bytes: opt_u64(c)?,
-        message: c.string()?,
-    })
-}
-
-fn opt_u64(c: &mut Cursor<'_>) -> Result<Option<u64>, ReadError> {
-    match c.u8()? {
-        0 => Ok(None),
-        _ => c.u64().map(Some),
-    }
-}
-
-fn opt_u32(c: &mut Cursor<'_>) -> Result<Option<u32>, ReadError> {
-    match c.u8()? {
-        0 => Ok(None),
-        _ => c.u32().map(Some),
-    }
 }

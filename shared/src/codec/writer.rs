@@ -9,15 +9,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 
+use super::records::{put_opt_u32, put_str};
 use super::{
     CHUNK_SYNC, CRC32C, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_BLOCK_ROWS, MAX_COUNTERS, tag,
 };
 use crate::error::EncodeError;
-use crate::model::{
-    AllocatorSnapshot, BatchTrial, ComponentBreakdown, CounterId, CounterKind, ExitStatus,
-    GradientSummary, MISSING, Metadata, OomEvent, Phase, ProcessExit, StageMark, StringId,
-    TensorStats,
-};
+use crate::model::{CounterId, CounterKind, MISSING, Metadata, Record};
 use crate::varint::{put_u64, zigzag};
 
 /// Most distinct strings the writer remembers for deduplication.
@@ -62,7 +59,7 @@ pub struct TraceWriter<W: Write> {
     chunk: Vec<u8>,
     body: Vec<u8>,
     block_body: Vec<u8>,
-    strings: HashMap<String, StringId>,
+    strings: HashMap<String, u32>,
     next_string: u32,
     counters: u32,
     block: PendingBlock,
@@ -107,7 +104,7 @@ impl<W: Write> TraceWriter<W> {
             last_flush_us: 0,
             bytes_written: header.len() as u64,
         };
-        writer.encode_metadata(metadata);
+        super::records::encode_metadata(&mut writer.body, metadata);
         writer.push_record(tag::METADATA);
         writer.flush()?;
         Ok(writer)
@@ -123,26 +120,19 @@ impl<W: Write> TraceWriter<W> {
         &self.out
     }
 
-    /// Interns a string, writing its definition the first time it is seen.
-    pub fn intern(&mut self, text: &str) -> Result<StringId, EncodeError> {
+    /// The string-table id of a name, writing its definition the first time it is seen (past
+    /// [`MAX_INTERNED`] distinct names every further one is defined at each use).
+    pub(super) fn name(&mut self, text: &str) -> Result<u32, EncodeError> {
         if let Some(id) = self.strings.get(text) {
             return Ok(*id);
         }
-        self.define_string(text)
-    }
-
-    /// Defines `text` under the next string id even when the same text already has one (later
-    /// [`TraceWriter::intern`] calls return the first id). Re-encoding a decoded string table id
-    /// for id needs this: a table can hold a text twice (past [`MAX_INTERNED`] strings the writer
-    /// stops deduplicating, and ids lost with a damaged chunk all read as `?`).
-    pub fn define_string(&mut self, text: &str) -> Result<StringId, EncodeError> {
-        let id = StringId(self.next_string);
+        let id = self.next_string;
         self.next_string += 1;
-        if self.strings.len() < MAX_INTERNED && !self.strings.contains_key(text) {
+        if self.strings.len() < MAX_INTERNED {
             self.strings.insert(text.to_owned(), id);
         }
         self.body.clear();
-        put_u64(&mut self.body, u64::from(id.0));
+        put_u64(&mut self.body, u64::from(id));
         put_str(&mut self.body, text);
         self.push_record(tag::STRING);
         self.after_record()?;
@@ -195,147 +185,10 @@ impl<W: Write> TraceWriter<W> {
         self.maybe_flush()
     }
 
-    /// Records a stage mark by name (interned on first use).
-    pub fn mark(
-        &mut self,
-        t_us: u64,
-        name: &str,
-        step: u64,
-        epoch: u32,
-        phase: Phase,
-        snapshot: Option<&AllocatorSnapshot>,
-    ) -> Result<(), EncodeError> {
-        let name = self.intern(name)?;
-        self.write_mark(&StageMark {
-            t_us,
-            name,
-            step,
-            epoch,
-            phase,
-            snapshot: snapshot.copied(),
-        })
-    }
-
-    /// Records a stage mark whose name was interned with [`TraceWriter::intern`].
-    pub fn write_mark(&mut self, mark: &StageMark) -> Result<(), EncodeError> {
-        let b = self.begin(mark.t_us);
-        put_u64(b, u64::from(mark.name.0));
-        put_u64(b, mark.step);
-        put_u64(b, u64::from(mark.epoch));
-        b.push(mark.phase.code());
-        match &mark.snapshot {
-            None => b.push(0),
-            Some(s) => {
-                b.push(1);
-                for v in s.values() {
-                    put_u64(b, v);
-                }
-            }
-        }
-        self.end(tag::MARK)
-    }
-
-    /// Records a component breakdown (extras' names interned with [`TraceWriter::intern`]).
-    pub fn write_components(&mut self, c: &ComponentBreakdown) -> Result<(), EncodeError> {
-        let b = self.begin(c.t_us);
-        put_u64(b, c.step);
-        put_opt_u64(b, c.batch_size);
-        for v in [
-            c.parameters_bytes,
-            c.buffers_bytes,
-            c.gradients_bytes,
-            c.optimizer_state_bytes,
-        ] {
-            put_u64(b, v);
-        }
-        put_u64(b, c.extras.len() as u64);
-        for e in &c.extras {
-            put_u64(b, u64::from(e.name.0));
-            put_u64(b, e.bytes);
-        }
-        self.end(tag::COMPONENTS)
-    }
-
-    /// Records a gradient summary.
-    pub fn write_gradients(&mut self, g: &GradientSummary) -> Result<(), EncodeError> {
-        let b = self.begin(g.t_us);
-        put_u64(b, g.step);
-        put_u64(b, g.params_with_grad);
-        put_u64(b, g.gradient_bytes);
-        b.extend_from_slice(&g.global_norm.to_le_bytes());
-        put_u64(b, g.nan_count);
-        put_u64(b, g.inf_count);
-        self.end(tag::GRADIENTS)
-    }
-
-    /// Records tensor statistics (name and dtype interned with [`TraceWriter::intern`]).
-    pub fn write_tensor(&mut self, t: &TensorStats) -> Result<(), EncodeError> {
-        let b = self.begin(t.t_us);
-        put_u64(b, t.step);
-        put_u64(b, u64::from(t.name.0));
-        put_u64(b, t.shape.len() as u64);
-        for d in &t.shape {
-            put_u64(b, *d);
-        }
-        put_u64(b, u64::from(t.dtype.0));
-        put_u64(b, t.bytes);
-        for v in [t.min, t.max, t.mean, t.std] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        put_u64(b, t.nan_count);
-        put_u64(b, t.inf_count);
-        self.end(tag::TENSOR)
-    }
-
-    /// Records an out-of-memory event (stage interned with [`TraceWriter::intern`]).
-    pub fn write_oom(&mut self, o: &OomEvent) -> Result<(), EncodeError> {
-        let b = self.begin(o.t_us);
-        b.push(o.source.code());
-        put_opt_u64(b, o.stage.map(|s| u64::from(s.0)));
-        put_opt_u64(b, o.step);
-        put_opt_u64(b, o.requested_bytes);
-        put_opt_u32(b, o.device);
-        put_opt_u64(b, o.device_free_bytes);
-        put_opt_u64(b, o.device_total_bytes);
-        put_str(b, &o.message);
-        self.end(tag::OOM)
-    }
-
-    /// Records one batch-size trial.
-    pub fn write_batch_trial(&mut self, t: &BatchTrial) -> Result<(), EncodeError> {
-        let b = self.begin(t.t_us);
-        put_u64(b, t.batch_size);
-        b.push(t.outcome.code());
-        put_opt_u64(b, t.peak_bytes);
-        self.end(tag::BATCH_TRIAL)
-    }
-
-    /// Records how the watched process ended.
-    pub fn write_exit(&mut self, e: &ProcessExit) -> Result<(), EncodeError> {
-        let b = self.begin(e.t_us);
-        let (kind, value) = match e.status {
-            ExitStatus::Code(c) => (0u8, c),
-            ExitStatus::Signal(s) => (1u8, s),
-        };
-        b.push(kind);
-        put_u64(b, zigzag(i64::from(value)));
-        b.push(u8::from(e.probable_host_oom));
-        self.end(tag::EXIT)
-    }
-
-    /// Records a free-text note.
-    pub fn note(&mut self, t_us: u64, text: &str) -> Result<(), EncodeError> {
-        let b = self.begin(t_us);
-        put_str(b, text);
-        self.end(tag::NOTE)
-    }
-
-    /// Records that `count` records of kind `record_tag` were dropped.
-    pub fn dropped(&mut self, t_us: u64, record_tag: u8, count: u64) -> Result<(), EncodeError> {
-        let b = self.begin(t_us);
-        b.push(record_tag);
-        put_u64(b, count);
-        self.end(tag::DROPPED)
+    /// Writes one record (a mark, an OOM, …; see [`Record`]): its names go into the string
+    /// table on first use, its body is laid out by [`super::records`].
+    pub fn write(&mut self, record: &Record) -> Result<(), EncodeError> {
+        super::records::encode(self, record)
     }
 
     /// Writes everything pending (the sample block and the chunk) to the underlying writer and
@@ -366,14 +219,15 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Starts a record body that begins with a timestamp; returns the body buffer.
-    fn begin(&mut self, t_us: u64) -> &mut Vec<u8> {
+    pub(super) fn begin(&mut self, t_us: u64) -> &mut Vec<u8> {
         self.last_t_us = self.last_t_us.max(t_us);
         self.body.clear();
         put_u64(&mut self.body, t_us);
         &mut self.body
     }
 
-    fn end(&mut self, record_tag: u8) -> Result<(), EncodeError> {
+    /// Ends the record begun with [`TraceWriter::begin`].
+    pub(super) fn end(&mut self, record_tag: u8) -> Result<(), EncodeError> {
         self.push_record(record_tag);
         self.after_record()
     }
@@ -398,31 +252,6 @@ impl<W: Write> TraceWriter<W> {
         self.chunk.push(record_tag);
         put_u64(&mut self.chunk, self.body.len() as u64);
         self.chunk.extend_from_slice(&self.body);
-    }
-
-    fn encode_metadata(&mut self, m: &Metadata) {
-        let b = &mut self.body;
-        b.clear();
-        put_str(b, &m.host);
-        put_u64(b, u64::from(m.pid));
-        put_u64(b, m.command.len() as u64);
-        for arg in &m.command {
-            put_str(b, arg);
-        }
-        put_u64(b, m.start_unix_ns);
-        put_str(b, &m.collector_version);
-        put_u64(b, m.sample_interval_us);
-        put_opt_u32(b, m.rank);
-        put_opt_u32(b, m.world_size);
-        put_u64(b, m.gpus.len() as u64);
-        for g in &m.gpus {
-            put_u64(b, u64::from(g.index));
-            put_str(b, &g.name);
-            put_str(b, &g.uuid);
-            put_u64(b, g.total_memory_bytes);
-            put_str(b, &g.driver_version);
-            put_str(b, &g.cuda_version);
-        }
     }
 
     /// Column-encodes the pending sample rows into a SAMPLES record (see FORMAT.md).
@@ -499,26 +328,6 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
         (a, b) = (b, a % b);
     }
     a
-}
-
-fn put_str(out: &mut Vec<u8>, text: &str) {
-    put_u64(out, text.len() as u64);
-    out.extend_from_slice(text.as_bytes());
-}
-
-/// Optional value: 0 for none, else 1 followed by the value.
-fn put_opt_u64(out: &mut Vec<u8>, value: Option<u64>) {
-    match value {
-        None => out.push(0),
-        Some(v) => {
-            out.push(1);
-            put_u64(out, v);
-        }
-    }
-}
-
-fn put_opt_u32(out: &mut Vec<u8>, value: Option<u32>) {
-    put_opt_u64(out, value.map(u64::from));
 }
 
 #[cfg(test)]

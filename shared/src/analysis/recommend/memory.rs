@@ -589,8 +589,7 @@ mod tests {
             ..Run::default()
         }
         .build();
-        let post_backward = trace.intern("post_backward");
-        trace.ooms[0].stage = Some(post_backward);
+        trace.ooms[0].stage = Some("post_backward".into());
         let f = find(&trace, "oom").unwrap();
         assert!(
             f.explanation

@@ -121,14 +121,14 @@ impl Rule for NonFiniteTensors {
             .filter(|t| t.nan_count > 0 || t.inf_count > 0)
             .collect();
         let first = *bad.iter().min_by_key(|t| (t.step, t.t_us))?;
-        let mut names: Vec<&str> = bad.iter().map(|t| trace.str(t.name)).collect();
+        let mut names: Vec<&str> = bad.iter().map(|t| t.name.as_ref()).collect();
         names.sort_unstable();
         names.dedup();
         let any_nan = bad.iter().any(|t| t.nan_count > 0);
         let explanation = format!(
             "tensor {} had {} NaN and {} Inf elements at step {} ({} record{} of {} tensor{} \
              affected: {})",
-            trace.str(first.name),
+            first.name.as_ref(),
             format_count(first.nan_count),
             format_count(first.inf_count),
             format_count(first.step),
@@ -155,7 +155,7 @@ impl Rule for NonFiniteTensors {
         Some(finding(
             self,
             severity,
-            format!("Non-finite values in tensor {}", trace.str(first.name)),
+            format!("Non-finite values in tensor {}", first.name.as_ref()),
             explanation,
             change.to_owned(),
             &[
@@ -259,14 +259,12 @@ mod tests {
     }
 
     fn tensor(trace: &mut Trace, name: &str, step: u64, nan: u64, inf: u64) {
-        let name = trace.intern(name);
-        let dtype = trace.intern("f32");
         trace.tensors.push(TensorStats {
             t_us: step,
             step,
-            name,
+            name: name.into(),
             shape: vec![32, 1024],
-            dtype,
+            dtype: "f32".into(),
             bytes: 32 * 1024 * 4,
             min: -1.0,
             max: 1.0,

@@ -1,0 +1,518 @@
+//! The body of each record kind, its encoder and decoder side by side, in `FORMAT.md`'s order.
+//!
+//! Why one file: a record's layout is one fact. With the encoder in the writer and the decoder in
+//! the reader, a field added to one and forgotten in the other only shows as garbled traces; here
+//! the pair sits on one screen and the round-trip tests hold them together. The writer and the
+//! reader keep only what is not a record: chunks, sample blocks, budgets and resynchronisation.
+//!
+//! Every body starts with the record's time (`t_us`, varint). Names (stages, tensors, dtypes,
+//! component extras) are written as string-table ids: [`Encoder::name`] defines a string the first
+//! time it is used, before the record that uses it, and [`Names`] resolves an id while reading
+//! (an id whose definition was lost with a damaged chunk reads as `?`).
+//!
+//! Bodies may grow at their end: a reader reads the fields it knows and ignores bytes after them,
+//! and reads a trailing field only when bytes remain (the mark's sender, format 1.2).
+
+use std::io::Write;
+use std::sync::Arc;
+
+use super::tag;
+use super::writer::TraceWriter;
+use crate::error::EncodeError;
+use crate::model::{
+    AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
+    GradientSummary, Metadata, Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessExit,
+    Record, StageMark, TensorStats, TrialOutcome,
+};
+use crate::varint::{Cursor, ReadError, put_u64, zigzag};
+
+/// Writes one record through the writer's string table and chunking.
+pub(super) fn encode<W: Write>(w: &mut TraceWriter<W>, record: &Record) -> Result<(), EncodeError> {
+    match record {
+        Record::Mark(m) => encode_mark(w, m),
+        Record::Components(c) => encode_components(w, c),
+        Record::Gradients(g) => encode_gradients(w, g),
+        Record::Tensor(t) => encode_tensor(w, t),
+        Record::Oom(o) => encode_oom(w, o),
+        Record::Trial(t) => encode_trial(w, t),
+        Record::Exit(e) => encode_exit(w, e),
+        Record::Note(n) => encode_note(w, n),
+        Record::Dropped(d) => encode_dropped(w, d),
+    }
+}
+
+/// Reads the body of a record kind; `Ok(None)` for a tag that is not a record kind here
+/// (metadata, strings, counters, samples and the end are the reader's own).
+pub(super) fn decode(
+    record_tag: u8,
+    c: &mut Cursor<'_>,
+    names: &Names,
+) -> Result<Option<Record>, ReadError> {
+    Ok(Some(match record_tag {
+        tag::MARK => Record::Mark(decode_mark(c, names)?),
+        tag::COMPONENTS => Record::Components(decode_components(c, names)?),
+        tag::GRADIENTS => Record::Gradients(decode_gradients(c)?),
+        tag::TENSOR => Record::Tensor(decode_tensor(c, names)?),
+        tag::OOM => Record::Oom(decode_oom(c, names)?),
+        tag::BATCH_TRIAL => Record::Trial(decode_trial(c)?),
+        tag::EXIT => Record::Exit(decode_exit(c)?),
+        tag::NOTE => Record::Note(decode_note(c)?),
+        tag::DROPPED => Record::Dropped(decode_dropped(c)?),
+        _ => return Ok(None),
+    }))
+}
+
+/// The string table as read so far: ids to shared names.
+#[derive(Debug)]
+pub(super) struct Names {
+    table: Vec<Name>,
+    unknown: Name,
+}
+
+impl Default for Names {
+    fn default() -> Names {
+        Names {
+            table: Vec::new(),
+            unknown: Arc::from("?"),
+        }
+    }
+}
+
+impl Names {
+    /// Defines (or redefines) a string id; ids skipped by a damaged chunk read as `?`.
+    pub(super) fn define(&mut self, id: usize, text: String) {
+        if id >= self.table.len() {
+            self.table.resize(id + 1, self.unknown.clone());
+        }
+        self.table[id] = Arc::from(text);
+    }
+
+    /// How many ids are defined (or skipped) so far.
+    pub(super) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Reads a string id and resolves it (`?` when it was never defined).
+    fn read(&self, c: &mut Cursor<'_>) -> Result<Name, ReadError> {
+        let id = c.u32()? as usize;
+        Ok(self.table.get(id).unwrap_or(&self.unknown).clone())
+    }
+}
+
+// METADATA (the first record; no time): host, pid, command (count, strings), start (Unix ns),
+// collector version, sample interval (µs), rank?, world size?, GPUs (count, then index, name,
+// UUID, total bytes, driver version, CUDA version each).
+
+/// Lays out the metadata body.
+pub(super) fn encode_metadata(b: &mut Vec<u8>, m: &Metadata) {
+    b.clear();
+    put_str(b, &m.host);
+    put_u64(b, u64::from(m.pid));
+    put_u64(b, m.command.len() as u64);
+    for arg in &m.command {
+        put_str(b, arg);
+    }
+    put_u64(b, m.start_unix_ns);
+    put_str(b, &m.collector_version);
+    put_u64(b, m.sample_interval_us);
+    put_opt_u32(b, m.rank);
+    put_opt_u32(b, m.world_size);
+    put_u64(b, m.gpus.len() as u64);
+    for g in &m.gpus {
+        put_u64(b, u64::from(g.index));
+        put_str(b, &g.name);
+        put_str(b, &g.uuid);
+        put_u64(b, g.total_memory_bytes);
+        put_str(b, &g.driver_version);
+        put_str(b, &g.cuda_version);
+    }
+}
+
+/// Reads the metadata body.
+pub(super) fn decode_metadata(c: &mut Cursor<'_>) -> Result<Metadata, ReadError> {
+    let host = c.string()?;
+    let pid = c.u32()?;
+    let argc = c.count(1)?;
+    let mut command = Vec::with_capacity(argc);
+    for _ in 0..argc {
+        command.push(c.string()?);
+    }
+    let start_unix_ns = c.u64()?;
+    let collector_version = c.string()?;
+    let sample_interval_us = c.u64()?;
+    let rank = opt_u32(c)?;
+    let world_size = opt_u32(c)?;
+    let gpu_count = c.count(6)?;
+    let mut gpus = Vec::with_capacity(gpu_count);
+    for _ in 0..gpu_count {
+        gpus.push(GpuInfo {
+            index: c.u32()?,
+            name: c.string()?,
+            uuid: c.string()?,
+            total_memory_bytes: c.u64()?,
+            driver_version: c.string()?,
+            cuda_version: c.string()?,
+        });
+    }
+    Ok(Metadata {
+        host,
+        pid,
+        command,
+        start_unix_ns,
+        collector_version,
+        sample_interval_us,
+        rank,
+        world_size,
+        gpus,
+    })
+}
+
+// Each kind below: the encoder (names defined first — a definition is a record of its own and
+// may flush the chunk, which must not see this record's time yet — then the body after its
+// time), and the decoder reading the same fields in the same order.
+
+// MARK: name id, step, epoch, phase, snapshot flag [+ 8 allocator values], then (1.2) the
+// sender's pid and rank as two optional values, written only when either is known.
+
+fn encode_mark<W: Write>(w: &mut TraceWriter<W>, m: &StageMark) -> Result<(), EncodeError> {
+    let name = w.name(&m.name)?;
+    let b = w.begin(m.t_us);
+    put_u64(b, u64::from(name));
+    put_u64(b, m.step);
+    put_u64(b, u64::from(m.epoch));
+    b.push(m.phase.code());
+    match &m.snapshot {
+        None => b.push(0),
+        Some(s) => {
+            b.push(1);
+            for v in s.values() {
+                put_u64(b, v);
+            }
+        }
+    }
+    if m.pid.is_some() || m.rank.is_some() {
+        put_opt_u32(b, m.pid);
+        put_opt_u32(b, m.rank);
+    }
+    w.end(tag::MARK)
+}
+
+fn decode_mark(c: &mut Cursor<'_>, names: &Names) -> Result<StageMark, ReadError> {
+    let t_us = c.u64()?;
+    let name = names.read(c)?;
+    let step = c.u64()?;
+    let epoch = c.u32()?;
+    let phase = Phase::from_code(c.u8()?);
+    let snapshot = if c.u8()? == 0 {
+        None
+    } else {
+        let mut values = [0u64; 8];
+        for v in &mut values {
+            *v = c.u64()?;
+        }
+        Some(AllocatorSnapshot::from_values(values))
+    };
+    let (pid, rank) = if c.is_empty() {
+        (None, None)
+    } else {
+        (opt_u32(c)?, opt_u32(c)?)
+    };
+    Ok(StageMark {
+        t_us,
+        name,
+        step,
+        epoch,
+        phase,
+        snapshot,
+        pid,
+        rank,
+    })
+}
+
+// COMPONENTS: step, batch size?, parameters, buffers, gradients, optimizer state, extras
+// (count, then name id and bytes each).
+
+fn encode_components<W: Write>(
+    w: &mut TraceWriter<W>,
+    c: &ComponentBreakdown,
+) -> Result<(), EncodeError> {
+    let extra_names = c
+        .extras
+        .iter()
+        .map(|e| w.name(&e.name))
+        .collect::<Result<Vec<_>, _>>()?;
+    let b = w.begin(c.t_us);
+    put_u64(b, c.step);
+    put_opt_u64(b, c.batch_size);
+    for v in [
+        c.parameters_bytes,
+        c.buffers_bytes,
+        c.gradients_bytes,
+        c.optimizer_state_bytes,
+    ] {
+        put_u64(b, v);
+    }
+    put_u64(b, c.extras.len() as u64);
+    for (e, name) in c.extras.iter().zip(extra_names) {
+        put_u64(b, u64::from(name));
+        put_u64(b, e.bytes);
+    }
+    w.end(tag::COMPONENTS)
+}
+
+fn decode_components(c: &mut Cursor<'_>, names: &Names) -> Result<ComponentBreakdown, ReadError> {
+    let t_us = c.u64()?;
+    let step = c.u64()?;
+    let batch_size = opt_u64(c)?;
+    let parameters_bytes = c.u64()?;
+    let buffers_bytes = c.u64()?;
+    let gradients_bytes = c.u64()?;
+    let optimizer_state_bytes = c.u64()?;
+    let count = c.count(2)?;
+    let mut extras = Vec::with_capacity(count);
+    for _ in 0..count {
+        extras.push(NamedBytes {
+            name: names.read(c)?,
+            bytes: c.u64()?,
+        });
+    }
+    Ok(ComponentBreakdown {
+        t_us,
+        step,
+        batch_size,
+        parameters_bytes,
+        buffers_bytes,
+        gradients_bytes,
+        optimizer_state_bytes,
+        extras,
+    })
+}
+
+// GRADIENTS: step, parameters with a gradient, gradient bytes, global norm (f64 LE), NaN and
+// Inf element counts.
+
+fn encode_gradients<W: Write>(
+    w: &mut TraceWriter<W>,
+    g: &GradientSummary,
+) -> Result<(), EncodeError> {
+    let b = w.begin(g.t_us);
+    put_u64(b, g.step);
+    put_u64(b, g.params_with_grad);
+    put_u64(b, g.gradient_bytes);
+    b.extend_from_slice(&g.global_norm.to_le_bytes());
+    put_u64(b, g.nan_count);
+    put_u64(b, g.inf_count);
+    w.end(tag::GRADIENTS)
+}
+
+fn decode_gradients(c: &mut Cursor<'_>) -> Result<GradientSummary, ReadError> {
+    Ok(GradientSummary {
+        t_us: c.u64()?,
+        step: c.u64()?,
+        params_with_grad: c.u64()?,
+        gradient_bytes: c.u64()?,
+        global_norm: c.f64()?,
+        nan_count: c.u64()?,
+        inf_count: c.u64()?,
+    })
+}
+
+// TENSOR: step, name id, shape (count, dims), dtype id, bytes, min/max/mean/std (f64 LE), NaN
+// and Inf element counts.
+
+fn encode_tensor<W: Write>(w: &mut TraceWriter<W>, t: &TensorStats) -> Result<(), EncodeError> {
+    let name = w.name(&t.name)?;
+    let dtype = w.name(&t.dtype)?;
+    let b = w.begin(t.t_us);
+    put_u64(b, t.step);
+    put_u64(b, u64::from(name));
+    put_u64(b, t.shape.len() as u64);
+    for d in &t.shape {
+        put_u64(b, *d);
+    }
+    put_u64(b, u64::from(dtype));
+    put_u64(b, t.bytes);
+    for v in [t.min, t.max, t.mean, t.std] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    put_u64(b, t.nan_count);
+    put_u64(b, t.inf_count);
+    w.end(tag::TENSOR)
+}
+
+fn decode_tensor(c: &mut Cursor<'_>, names: &Names) -> Result<TensorStats, ReadError> {
+    let t_us = c.u64()?;
+    let step = c.u64()?;
+    let name = names.read(c)?;
+    let dims = c.count(1)?;
+    let mut shape = Vec::with_capacity(dims);
+    for _ in 0..dims {
+        shape.push(c.u64()?);
+    }
+    Ok(TensorStats {
+        t_us,
+        step,
+        name,
+        shape,
+        dtype: names.read(c)?,
+        bytes: c.u64()?,
+        min: c.f64()?,
+        max: c.f64()?,
+        mean: c.f64()?,
+        std: c.f64()?,
+        nan_count: c.u64()?,
+        inf_count: c.u64()?,
+    })
+}
+
+// OOM: source, stage id?, step?, requested bytes?, device?, device free?, device total?, message.
+
+fn encode_oom<W: Write>(w: &mut TraceWriter<W>, o: &OomEvent) -> Result<(), EncodeError> {
+    let stage = o.stage.as_ref().map(|s| w.name(s)).transpose()?;
+    let b = w.begin(o.t_us);
+    b.push(o.source.code());
+    put_opt_u32(b, stage);
+    put_opt_u64(b, o.step);
+    put_opt_u64(b, o.requested_bytes);
+    put_opt_u32(b, o.device);
+    put_opt_u64(b, o.device_free_bytes);
+    put_opt_u64(b, o.device_total_bytes);
+    put_str(b, &o.message);
+    w.end(tag::OOM)
+}
+
+fn decode_oom(c: &mut Cursor<'_>, names: &Names) -> Result<OomEvent, ReadError> {
+    Ok(OomEvent {
+        t_us: c.u64()?,
+        source: OomSource::from_code(c.u8()?),
+        stage: if c.u8()? == 0 {
+            None
+        } else {
+            Some(names.read(c)?)
+        },
+        step: opt_u64(c)?,
+        requested_bytes: opt_u64(c)?,
+        device: opt_u32(c)?,
+        device_free_bytes: opt_u64(c)?,
+        device_total_bytes: opt_u64(c)?,
+        message: c.string()?,
+    })
+}
+
+// BATCH_TRIAL: batch size, outcome, peak bytes?.
+
+fn encode_trial<W: Write>(w: &mut TraceWriter<W>, t: &BatchTrial) -> Result<(), EncodeError> {
+    let b = w.begin(t.t_us);
+    put_u64(b, t.batch_size);
+    b.push(t.outcome.code());
+    put_opt_u64(b, t.peak_bytes);
+    w.end(tag::BATCH_TRIAL)
+}
+
+fn decode_trial(c: &mut Cursor<'_>) -> Result<BatchTrial, ReadError> {
+    Ok(BatchTrial {
+        t_us: c.u64()?,
+        batch_size: c.u64()?,
+        outcome: TrialOutcome::from_code(c.u8()?),
+        peak_bytes: opt_u64(c)?,
+    })
+}
+
+// EXIT: kind (0 code, 1 signal), value (zigzag varint), probable host OOM (0/1).
+
+fn encode_exit<W: Write>(w: &mut TraceWriter<W>, e: &ProcessExit) -> Result<(), EncodeError> {
+    let b = w.begin(e.t_us);
+    let (kind, value) = match e.status {
+        ExitStatus::Code(c) => (0u8, c),
+        ExitStatus::Signal(s) => (1u8, s),
+    };
+    b.push(kind);
+    put_u64(b, zigzag(i64::from(value)));
+    b.push(u8::from(e.probable_host_oom));
+    w.end(tag::EXIT)
+}
+
+fn decode_exit(c: &mut Cursor<'_>) -> Result<ProcessExit, ReadError> {
+    let t_us = c.u64()?;
+    let kind = c.u8()?;
+    let value = i32::try_from(c.i64()?).map_err(|_| ReadError::Overlong)?;
+    let status = if kind == 0 {
+        ExitStatus::Code(value)
+    } else {
+        ExitStatus::Signal(value)
+    };
+    Ok(ProcessExit {
+        t_us,
+        status,
+        probable_host_oom: c.u8()? != 0,
+    })
+}
+
+// NOTE: text.
+
+fn encode_note<W: Write>(w: &mut TraceWriter<W>, n: &Note) -> Result<(), EncodeError> {
+    put_str(w.begin(n.t_us), &n.text);
+    w.end(tag::NOTE)
+}
+
+fn decode_note(c: &mut Cursor<'_>) -> Result<Note, ReadError> {
+    Ok(Note {
+        t_us: c.u64()?,
+        text: c.string()?,
+    })
+}
+
+// DROPPED: record tag of what was dropped, count.
+
+fn encode_dropped<W: Write>(w: &mut TraceWriter<W>, d: &Dropped) -> Result<(), EncodeError> {
+    let b = w.begin(d.t_us);
+    b.push(d.record_tag);
+    put_u64(b, d.count);
+    w.end(tag::DROPPED)
+}
+
+fn decode_dropped(c: &mut Cursor<'_>) -> Result<Dropped, ReadError> {
+    Ok(Dropped {
+        t_us: c.u64()?,
+        record_tag: c.u8()?,
+        count: c.u64()?,
+    })
+}
+
+/// A string: byte length, then UTF-8 bytes.
+pub(super) fn put_str(out: &mut Vec<u8>, text: &str) {
+    put_u64(out, text.len() as u64);
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// An optional value: 0 for none, else 1 followed by the value.
+pub(super) fn put_opt_u64(out: &mut Vec<u8>, value: Option<u64>) {
+    match value {
+        None => out.push(0),
+        Some(v) => {
+            out.push(1);
+            put_u64(out, v);
+        }
+    }
+}
+
+/// An optional 32-bit value, laid out as [`put_opt_u64`].
+pub(super) fn put_opt_u32(out: &mut Vec<u8>, value: Option<u32>) {
+    put_opt_u64(out, value.map(u64::from));
+}
+
+/// Reads a value written by [`put_opt_u64`].
+pub(super) fn opt_u64(c: &mut Cursor<'_>) -> Result<Option<u64>, ReadError> {
+    match c.u8()? {
+        0 => Ok(None),
+        _ => c.u64().map(Some),
+    }
+}
+
+/// Reads a value written by [`put_opt_u32`].
+pub(super) fn opt_u32(c: &mut Cursor<'_>) -> Result<Option<u32>, ReadError> {
+    match c.u8()? {
+        0 => Ok(None),
+        _ => c.u32().map(Some),
+    }
+}
