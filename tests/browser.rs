@@ -164,7 +164,7 @@ async fn a_report_shows_what_the_summary_says_and_compares_a_second_trace() {
         .unwrap();
     let tip = b.wait_for(".tooltip").await.text().await.unwrap();
     assert!(tip.contains("t = ") && tip.contains("step "), "{tip}");
-    assert!(tip.contains("host_rss: "), "{tip}");
+    assert!(tip.contains("host.rss: "), "{tip}");
 
     // Findings: the same ones, in the same order (most severe first).
     let titles = b

@@ -25,7 +25,7 @@
 //! target/release/examples/gpt --trace none          # uninstrumented (for overhead measurements)
 //! ```
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use oomscope_collector::torch::Session;
 use oomscope_trace::Phase;
 use tch::nn::{self, OptimizerConfig};
@@ -108,6 +108,14 @@ struct Config {
     /// Time N allocator snapshots (CUDA) and print the cost of one, then train.
     #[arg(long, value_name = "N", default_value_t = 0)]
     time_snapshots: u32,
+    /// Write every training step's end (Unix ns) and duration (ns) to this file, one step a
+    /// line, after training (nothing is written during the loop).
+    #[arg(long, value_name = "PATH")]
+    step_times: Option<std::path::PathBuf>,
+    /// Instrument the training loop only in every other block of N steps (0: always): with
+    /// `--step-times`, what the instrumentation costs, measured inside one process.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    instrument_alternately: i64,
 }
 
 impl Config {
@@ -317,7 +325,17 @@ fn main() -> Result<()> {
     let mut last_loss = f64::NAN;
     session.phase(Phase::Train);
     let started = std::time::Instant::now();
+    let mut step_times: Vec<(u128, u128, bool)> = Vec::with_capacity(c.steps.max(0) as usize);
+    let uninstrumented = Session::off();
     for step in 0..c.steps {
+        let step_started = std::time::Instant::now();
+        let instrumented =
+            c.instrument_alternately <= 0 || (step / c.instrument_alternately) % 2 == 0;
+        let session = if instrumented {
+            &session
+        } else {
+            &uninstrumented
+        };
         session.step(step as u64);
         let (x, y) = batch(&c, device);
         session.mark("pre_forward");
@@ -331,7 +349,7 @@ fn main() -> Result<()> {
         loss.backward();
         session.mark("post_backward");
         if c.check_allocator && step == 0 {
-            check_gradient_norms(&session, &params);
+            check_gradient_norms(session, &params);
         }
         if c.grad_stats_every > 0 && step % c.grad_stats_every == 0 {
             session.gradients(&params);
@@ -371,12 +389,25 @@ fn main() -> Result<()> {
         if c.leak_loss {
             kept_losses.push(loss.shallow_clone());
         }
+        if c.step_times.is_some() {
+            let end = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            step_times.push((end, step_started.elapsed().as_nanos(), instrumented));
+        }
         if c.eval_every > 0 && (step + 1) % c.eval_every == 0 {
-            evaluate(&c, &model, &session, device);
+            evaluate(&c, &model, session, device);
             session.phase(Phase::Train);
         }
     }
     std::hint::black_box((&kept_logits, &kept_losses));
+    if let Some(path) = &c.step_times {
+        let lines: String = step_times
+            .iter()
+            .map(|(end, took, instrumented)| format!("{end} {took} {}\n", u8::from(*instrumented)))
+            .collect();
+        std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))?;
+    }
     #[allow(clippy::print_stdout)]
     {
         println!(

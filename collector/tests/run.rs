@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::codec::tag;
 use oomscope_trace::{Decoded, ExitStatus, OomSource, TrialOutcome, decode, protocol};
@@ -255,7 +256,7 @@ os.kill(os.getpid(), signal.SIGKILL)
         analysis
             .findings
             .iter()
-            .any(|f| f.id == "host-memory-pressure"),
+            .any(|f| f.kind == FindingKind::HostMemoryPressure),
         "{:?}",
         analysis.findings
     );

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::{Phase, Trace, decode};
 
@@ -126,7 +127,10 @@ fn a_planted_leak_is_found_within_20_percent_of_its_true_rate() {
     let analysis = analyze(&t, &AnalysisOptions::default());
     // Each step keeps its logits: 8 × 64 × 2048 f32.
     let truth = f64::from(8 * 64 * 2048 * 4);
-    let leak = analysis.findings.iter().find(|f| f.id == "leak");
+    let leak = analysis
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Leak);
     assert!(leak.is_some(), "{:?}", analysis.findings);
     let fits: Vec<f64> = analysis.leaks().map(|f| f.slope_bytes_per_step).collect();
     assert!(!fits.is_empty());

@@ -16,10 +16,7 @@ fn main() {
 fn encode_sample_row(bencher: Bencher) {
     let mut w = TraceWriter::new(Vec::with_capacity(64 << 20), &Metadata::default()).unwrap();
     let ids: Vec<_> = (0..6)
-        .map(|i| {
-            w.declare_counter(CounterKind::GpuUsed, Some(i), "c")
-                .unwrap()
-        })
+        .map(|i| w.declare_counter(CounterKind::GpuUsed, Some(i)).unwrap())
         .collect();
     let mut t = 0u64;
     bencher.counter(ItemsCount::new(1usize)).bench_local(|| {

@@ -65,10 +65,10 @@ pub fn host_error() -> Vec<u8> {
     };
     let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
     let rss = w
-        .declare_counter(CounterKind::HostRss, None, "host.rss")
+        .declare_counter(CounterKind::HostRss, None)
         .expect("in memory");
     let available = w
-        .declare_counter(CounterKind::HostAvailable, None, "host.available")
+        .declare_counter(CounterKind::HostAvailable, None)
         .expect("in memory");
     for i in 0..20u64 {
         let used = (1 + i) << 30;
@@ -123,7 +123,7 @@ pub fn mark_senders() -> Vec<u8> {
     };
     let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
     let rss = w
-        .declare_counter(CounterKind::HostRss, None, "host.rss")
+        .declare_counter(CounterKind::HostRss, None)
         .expect("in memory");
     for step in 0..3u64 {
         let t_us = step * 100_000;

@@ -12,7 +12,7 @@
 //! use oomscope_trace::{decode, CounterKind, Metadata, Record, StageMark, TraceWriter};
 //!
 //! let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
-//! let rss = w.declare_counter(CounterKind::HostRss, None, "host_rss").unwrap();
+//! let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
 //! w.sample(1_000, &[(rss, 512 << 20)]).unwrap();
 //! let mark = StageMark { t_us: 2_000, name: "post_forward".into(), step: 1, ..StageMark::default() };
 //! w.write(&Record::Mark(mark)).unwrap();

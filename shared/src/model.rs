@@ -139,6 +139,33 @@ impl CounterKind {
             .unwrap_or(CounterKind::Other(code))
     }
 
+    /// The standard name of this kind's counter on `device` (`gpu0.used`, `host.rss`,
+    /// `gpu0.allocator.reserved`): the one name every writer declares (the collector, the tch
+    /// `Session`, the simulator, tests), so the CSV header, the viewer's legend and the findings
+    /// say the same thing. Allocator counters are `allocator.*`, apart from the mark snapshot's
+    /// `allocated`/`reserved` metrics.
+    pub fn counter_name(self, device: Option<u32>) -> String {
+        let field = match self {
+            CounterKind::GpuUsed => "used",
+            CounterKind::GpuFree => "free",
+            CounterKind::GpuReserved => "driver_reserved",
+            CounterKind::GpuTotal => "total",
+            CounterKind::ProcessGpu => "process",
+            CounterKind::AllocAllocated => "allocator.allocated",
+            CounterKind::AllocReserved => "allocator.reserved",
+            CounterKind::AllocActive => "allocator.active",
+            CounterKind::AllocPeakAllocated => "allocator.peak_allocated",
+            CounterKind::AllocPeakReserved => "allocator.peak_reserved",
+            CounterKind::HostRss => return "host.rss".to_owned(),
+            CounterKind::HostAvailable => return "host.available".to_owned(),
+            CounterKind::Other(code) => return format!("other{code}"),
+        };
+        match device {
+            Some(d) => format!("gpu{d}.{field}"),
+            None => format!("gpu.{field}"),
+        }
+    }
+
     /// A short, stable label used in tables, CSV headers and JSON (`gpu_used`, `host_rss`, ...).
     pub fn label(self) -> &'static str {
         match self {
@@ -868,10 +895,7 @@ impl Trace {
 
     /// Declares a counter (used when building traces in memory) and returns its id.
     pub fn declare_counter(&mut self, kind: CounterKind, device: Option<u32>) -> CounterId {
-        let name = match device {
-            Some(d) => format!("gpu{d}.{}", kind.label()),
-            None => kind.label().to_owned(),
-        };
+        let name = kind.counter_name(device);
         self.counters.push(Counter { kind, device, name });
         let id = CounterId((self.counters.len() - 1) as u32);
         self.samples.column_mut(id);

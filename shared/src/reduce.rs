@@ -49,7 +49,7 @@ pub fn encode(trace: &Trace) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
     let mut w = TraceWriter::with_options(&mut out, &trace.metadata, ENCODE_OPTIONS)?;
     for c in &trace.counters {
-        w.declare_counter(c.kind, c.device, &c.name)?;
+        w.declare_counter_named(c.kind, c.device, &c.name)?;
     }
     let mut rows = RowWriter::new(&trace.samples);
     for record in trace.records_in_time() {

@@ -296,12 +296,12 @@ impl<'a> Simulation<'a> {
     fn run<W: Write>(mut self, out: W) -> Result<W, EncodeError> {
         let run = self.run;
         let mut w = TraceWriter::with_options(out, &self.metadata(), run.writer)?;
-        let used = w.declare_counter(CounterKind::GpuUsed, Some(0), "gpu0.used")?;
-        let free = w.declare_counter(CounterKind::GpuFree, Some(0), "gpu0.free")?;
-        let process = w.declare_counter(CounterKind::ProcessGpu, Some(0), "gpu0.process")?;
-        let reserved = w.declare_counter(CounterKind::AllocReserved, Some(0), "gpu0.reserved")?;
-        let rss = w.declare_counter(CounterKind::HostRss, None, "host.rss")?;
-        let available = w.declare_counter(CounterKind::HostAvailable, None, "host.available")?;
+        let used = w.declare_counter(CounterKind::GpuUsed, Some(0))?;
+        let free = w.declare_counter(CounterKind::GpuFree, Some(0))?;
+        let process = w.declare_counter(CounterKind::ProcessGpu, Some(0))?;
+        let reserved = w.declare_counter(CounterKind::AllocReserved, Some(0))?;
+        let rss = w.declare_counter(CounterKind::HostRss, None)?;
+        let available = w.declare_counter(CounterKind::HostAvailable, None)?;
 
         let mut t_us = 0u64;
         if run.batch_search {

@@ -61,7 +61,12 @@ pub fn render_brief(trace: &Trace, analysis: &Analysis) -> String {
     }
     for f in analysis.findings.iter().take(BRIEF_FINDINGS) {
         let tag = format!("[{}]", f.severity.label().to_ascii_uppercase());
-        wrap(&mut out, &format!("{tag} {} ({})", f.title, f.id), 2, 4);
+        wrap(
+            &mut out,
+            &format!("{tag} {} ({})", f.title, f.kind.id()),
+            2,
+            4,
+        );
         wrap(&mut out, &format!("→ {}", f.change), 4, 6);
     }
     if analysis.findings.len() > BRIEF_FINDINGS {
@@ -526,7 +531,7 @@ fn findings(out: &mut String, analysis: &Analysis) {
     }
     for f in &analysis.findings {
         let tag = format!("[{}]", f.severity.label().to_ascii_uppercase());
-        wrap(out, &format!("{tag} {} ({})", f.title, f.id), 2, 4);
+        wrap(out, &format!("{tag} {} ({})", f.title, f.kind.id()), 2, 4);
         wrap(out, &f.explanation, 4, 4);
         wrap(out, &format!("→ {}", f.change), 4, 6);
     }
@@ -621,7 +626,7 @@ mod tests {
         assert!(text.contains("60 steps (0-59)"));
         assert!(text.contains("exit code 0; the trace ended cleanly"));
         assert!(
-            text.contains("  peak_allocated     28.0 GiB  at post_forward of step 0\n"),
+            text.contains("  peak_allocated   28.0 GiB  at post_forward of step 0\n"),
             "{text}"
         );
         assert!(text.contains(

@@ -2,7 +2,7 @@
 //! decoded, and analysed; each finding must fire on its fault (with the planted numbers) and stay
 //! silent on a healthy run.
 
-use oomscope_trace::analysis::recommend::Severity;
+use oomscope_trace::analysis::recommend::{FindingKind, Severity};
 use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{Trace, decode, text};
@@ -18,7 +18,7 @@ fn analysed(run: &TrainingRun) -> (Trace, Analysis) {
 }
 
 fn ids(analysis: &Analysis) -> Vec<&str> {
-    analysis.findings.iter().map(|f| f.id.as_str()).collect()
+    analysis.findings.iter().map(|f| f.kind.id()).collect()
 }
 
 /// Batch 20: activations 6.25 GiB (44% of the peak) against 8 GiB of model state (Adam's state
@@ -93,7 +93,7 @@ fn eval_that_keeps_its_outputs_is_reported() {
     let finding = analysis
         .findings
         .iter()
-        .find(|f| f.id == "eval-retains-memory");
+        .find(|f| f.kind == FindingKind::EvalRetainsMemory);
     let finding = finding.unwrap_or_else(|| panic!("{:?}", ids(&analysis)));
     assert!(
         finding.explanation.contains("1.00 GiB"),
@@ -118,7 +118,7 @@ fn allocator_retries_are_reported_as_fragmentation() {
     let finding = analysis
         .findings
         .iter()
-        .find(|f| f.id == "fragmentation")
+        .find(|f| f.kind == FindingKind::Fragmentation)
         .unwrap();
     assert!(finding.change.contains("expandable_segments:True"));
     assert!(
@@ -140,7 +140,7 @@ fn activations_that_dominate_get_a_batch_that_fits() {
     let finding = analysis
         .findings
         .iter()
-        .find(|f| f.id == "activations-dominate")
+        .find(|f| f.kind == FindingKind::ActivationsDominate)
         .unwrap_or_else(|| panic!("{:?}", ids(&analysis)));
     // 10% margin on 80 GiB leaves 72 GiB; 8 GiB of model state; 2.2 GiB per sample: 29 fit.
     let fit = analysis.batch_fit.as_ref().unwrap();
@@ -183,7 +183,7 @@ fn non_finite_gradients_are_critical() {
     let finding = analysis
         .findings
         .iter()
-        .find(|f| f.id == "non-finite-gradients")
+        .find(|f| f.kind == FindingKind::NonFiniteGradients)
         .unwrap();
     assert_eq!(finding.severity, Severity::Critical);
     assert!(
@@ -202,7 +202,7 @@ fn the_oom_golden_trace_explains_its_oom() {
     .unwrap();
     let trace = decode(&bytes).unwrap().trace;
     let analysis = analyze(&trace, &AnalysisOptions::default());
-    assert_eq!(analysis.findings[0].id, "oom");
+    assert_eq!(analysis.findings[0].kind, FindingKind::Oom);
     assert_eq!(analysis.findings[0].severity, Severity::Critical);
     let oom = &analysis.ooms[0];
     assert_eq!(oom.step, Some(12));

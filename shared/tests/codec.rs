@@ -98,11 +98,11 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
         .enumerate()
         .map(|(i, k)| {
             let dev = (i == 0).then_some(0);
-            let id = w.declare_counter(*k, dev, &format!("c{i}")).unwrap();
+            let id = w.declare_counter(*k, dev).unwrap();
             expected.counters.push(oomscope_trace::Counter {
                 kind: *k,
                 device: dev,
-                name: format!("c{i}"),
+                name: k.counter_name(dev),
             });
             id
         })
@@ -447,9 +447,7 @@ fn a_sample_block_claiming_more_cells_than_allowed_is_capped() {
 #[test]
 fn an_unfinished_recording_says_so() {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).unwrap();
-    let id = w
-        .declare_counter(CounterKind::HostRss, None, "rss")
-        .unwrap();
+    let id = w.declare_counter(CounterKind::HostRss, None).unwrap();
     for i in 0..100 {
         w.sample(i * 10_000, &[(id, 1 << 30)]).unwrap();
     }

@@ -4,6 +4,7 @@
 //! (its error texts and `torch.cuda.memory_stats()`, kept in BENCHMARKS.md). Never regenerate
 //! these files: add new ones from later runs.
 
+use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::{ExitStatus, OomSource, Trace, decode};
 
@@ -43,7 +44,7 @@ fn a_pytorch_oom_recognised_from_stderr() {
     );
     assert_eq!(oom.allocator_mark_stage, None);
     let top = &a.findings[0];
-    assert_eq!(top.id, "oom");
+    assert_eq!(top.kind, FindingKind::Oom);
     assert!(
         top.explanation
             .contains("when it failed, tensors held 171 MiB and the allocator 186 MiB reserved"),

@@ -162,12 +162,9 @@ fn a_truncated_trace_stays_truncated() {
 /// two senders.
 fn odd_trace() -> Trace {
     let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
-    let a = w
-        .declare_counter(CounterKind::GpuUsed, Some(0), "a")
-        .unwrap();
-    let b = w.declare_counter(CounterKind::HostRss, None, "b").unwrap();
-    w.declare_counter(CounterKind::Other(999), Some(3), "never")
-        .unwrap();
+    let a = w.declare_counter(CounterKind::GpuUsed, Some(0)).unwrap();
+    let b = w.declare_counter(CounterKind::HostRss, None).unwrap();
+    w.declare_counter(CounterKind::Other(999), Some(3)).unwrap();
     for i in 0..100u64 {
         let t = i * 1000;
         match i % 7 {
@@ -468,7 +465,7 @@ fn generated(
     let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
     let ids: Vec<CounterId> = kinds
         .iter()
-        .map(|k| w.declare_counter(*k, Some(0), k.label()).unwrap())
+        .map(|k| w.declare_counter(*k, Some(0)).unwrap())
         .collect();
     let stages = ["pre_forward", "post_forward", "post_backward"];
     let mut marks = marks.to_vec();

@@ -188,18 +188,6 @@ pub fn CounterPeaks(analysis: Arc<Analysis>) -> impl IntoView {
     }
 }
 
-fn evidence_text(label: &str, value: f64) -> String {
-    if label.ends_with("_bytes") {
-        format_bytes_f64(value)
-    } else if label.ends_with("_us") {
-        format_duration_us(value.max(0.0) as u64)
-    } else if value.fract() == 0.0 && value.abs() < 1e15 {
-        format!("{value:.0}")
-    } else {
-        format!("{value:.3}")
-    }
-}
-
 /// Findings and what to change, most severe first (the analysis sorts them).
 #[component]
 pub fn Findings(analysis: Arc<Analysis>) -> impl IntoView {
@@ -221,13 +209,13 @@ pub fn Findings(analysis: Arc<Analysis>) -> impl IntoView {
                     view! {
                         <tr data-label=e.label.clone() data-value=e.value.to_string()>
                             <td>{e.label.clone()}</td>
-                            <td class="num">{evidence_text(&e.label, e.value)}</td>
+                            <td class="num">{e.text()}</td>
                         </tr>
                     }
                 })
                 .collect_view();
             view! {
-                <article class=format!("finding {}", f.severity.label()) data-id=f.id.clone()>
+                <article class=format!("finding {}", f.severity.label()) data-id=f.kind.id()>
                     <h3><span class="severity">{f.severity.label()}</span>" "{f.title.clone()}</h3>
                     <p>{f.explanation.clone()}</p>
                     <p class="change"><strong>"Change: "</strong>{f.change.clone()}</p>

@@ -14,7 +14,7 @@ use oomscope_trace::{CounterId, CounterKind, Phase, Trace};
 pub struct Plotted {
     /// The counter.
     pub id: CounterId,
-    /// Legend label (`gpu_used (GPU 0)`).
+    /// Legend label: the counter's standard name (`gpu0.used`, `host.rss`).
     pub label: String,
     /// Index into [`PALETTE`].
     pub color: usize,
@@ -47,13 +47,9 @@ pub fn plotted_counters(trace: &Trace) -> Vec<Plotted> {
             .column(id)
             .is_some_and(|col| col.iter().any(|v| *v != oomscope_trace::MISSING));
         if shown && has_data {
-            let label = match c.device {
-                Some(d) => format!("{} (GPU {d})", c.kind.label()),
-                None => c.kind.label().to_owned(),
-            };
             out.push(Plotted {
                 id,
-                label,
+                label: c.kind.counter_name(c.device),
                 color: out.len() % PALETTE.len(),
             });
         }
@@ -213,11 +209,8 @@ mod tests {
     fn plotted_counters_skip_complements() {
         let t = run(0);
         let labels: Vec<_> = plotted_counters(&t).into_iter().map(|p| p.label).collect();
-        assert!(
-            labels.iter().any(|l| l.starts_with("gpu_used")),
-            "{labels:?}"
-        );
-        assert!(labels.iter().any(|l| l == "host_rss"), "{labels:?}");
+        assert!(labels.iter().any(|l| l == "gpu0.used"), "{labels:?}");
+        assert!(labels.iter().any(|l| l == "host.rss"), "{labels:?}");
         assert!(
             !labels
                 .iter()

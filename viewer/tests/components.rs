@@ -137,7 +137,7 @@ async fn recorded_markup_is_text() {
     };
     let mut w = TraceWriter::new(Vec::new(), &meta).unwrap();
     let rss = w
-        .declare_counter(oomscope_trace::CounterKind::HostRss, None, "host_rss")
+        .declare_counter(oomscope_trace::CounterKind::HostRss, None)
         .unwrap();
     for step in 0..3 {
         w.sample(step * 1000 + 1, &[(rss, 100 << 20)]).unwrap();

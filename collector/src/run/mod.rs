@@ -311,28 +311,16 @@ pub(crate) fn declare_counters<W: std::io::Write>(
     for g in gpus {
         let i = g.index;
         per_gpu.push(GpuCounters {
-            used: writer.declare_counter(CounterKind::GpuUsed, Some(i), &format!("gpu{i}.used"))?,
-            free: writer.declare_counter(CounterKind::GpuFree, Some(i), &format!("gpu{i}.free"))?,
-            reserved: writer.declare_counter(
-                CounterKind::GpuReserved,
-                Some(i),
-                &format!("gpu{i}.driver_reserved"),
-            )?,
-            process: writer.declare_counter(
-                CounterKind::ProcessGpu,
-                Some(i),
-                &format!("gpu{i}.process"),
-            )?,
+            used: writer.declare_counter(CounterKind::GpuUsed, Some(i))?,
+            free: writer.declare_counter(CounterKind::GpuFree, Some(i))?,
+            reserved: writer.declare_counter(CounterKind::GpuReserved, Some(i))?,
+            process: writer.declare_counter(CounterKind::ProcessGpu, Some(i))?,
         });
     }
     Ok(Counters {
         gpus: per_gpu,
-        host_rss: writer.declare_counter(CounterKind::HostRss, None, "host.rss")?,
-        host_available: writer.declare_counter(
-            CounterKind::HostAvailable,
-            None,
-            "host.available",
-        )?,
+        host_rss: writer.declare_counter(CounterKind::HostRss, None)?,
+        host_available: writer.declare_counter(CounterKind::HostAvailable, None)?,
     })
 }
 

@@ -156,6 +156,12 @@ impl Session {
         }
     }
 
+    /// A session that records nothing (every call returns at once): for code paths that should
+    /// run uninstrumented, e.g. to measure what the instrumentation costs.
+    pub fn off() -> Session {
+        Session::with_sink(Sink::Off)
+    }
+
     /// Reports to the `collector run` watching this process; off when there is none.
     pub fn from_env() -> Session {
         let probe = Probe::from_env();
@@ -210,8 +216,8 @@ impl Session {
         let cuda = allocator::device_count() > 0;
         let allocator_counters = if cuda {
             Some((
-                writer.declare_counter(CounterKind::AllocAllocated, Some(0), "cuda0.allocated")?,
-                writer.declare_counter(CounterKind::AllocReserved, Some(0), "cuda0.reserved")?,
+                writer.declare_counter(CounterKind::AllocAllocated, Some(0))?,
+                writer.declare_counter(CounterKind::AllocReserved, Some(0))?,
             ))
         } else {
             None

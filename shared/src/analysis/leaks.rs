@@ -379,7 +379,7 @@ mod tests {
         assert_eq!(p.time_to_full_us, Some(remaining * 250_000));
         // Reserved grows with it; RSS does not.
         assert!(leaks.iter().any(|f| f.metric == "reserved"));
-        assert!(leaks.iter().all(|f| f.metric != "host_rss"));
+        assert!(leaks.iter().all(|f| f.metric != "host.rss"));
     }
 
     #[test]
@@ -472,12 +472,12 @@ mod tests {
             ..Run::default()
         };
         let leaks = leaks(&run);
-        let rss = leaks.iter().find(|f| f.metric == "host_rss").unwrap();
+        let rss = leaks.iter().find(|f| f.metric == "host.rss").unwrap();
         assert!(rss.host_memory);
         let p = rss.projection.as_ref().unwrap();
         assert_eq!(p.limit_basis, LimitBasis::HostMemory);
         assert_eq!(p.limit_bytes, 256 * GIB);
-        assert!(leaks.iter().all(|f| f.metric == "host_rss"));
+        assert!(leaks.iter().all(|f| f.metric == "host.rss"));
     }
 
     #[test]

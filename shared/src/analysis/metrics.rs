@@ -360,7 +360,7 @@ mod tests {
         assert_eq!(value_at_mark(&trace, 0, Metric::Counter(rss)), Some(5));
         assert_eq!(value_at_mark(&trace, 0, Metric::Allocated), None);
         assert_eq!(value_at_mark(&trace, 9, Metric::Counter(used)), None);
-        assert_eq!(Metric::Counter(process).label(&trace), "gpu0.process_gpu");
+        assert_eq!(Metric::Counter(process).label(&trace), "gpu0.process");
         assert!(Metric::Counter(rss).is_host(&trace));
         assert_eq!(Metric::Counter(used).device(&trace), Some(0));
     }

@@ -289,6 +289,7 @@ fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::recommend::FindingKind;
     use crate::analysis::testkit::{GIB, MIB, Run};
     use crate::model::{Dropped, Phase};
 
@@ -332,7 +333,7 @@ mod tests {
             ]
         );
         let labels: Vec<&str> = o.counter_peaks.iter().map(|p| p.label.as_str()).collect();
-        assert_eq!(labels, ["gpu0.gpu_used", "gpu0.process_gpu", "host_rss"]);
+        assert_eq!(labels, ["gpu0.used", "gpu0.process", "host.rss"]);
         assert_eq!(o.duration_us, trace.duration_us());
     }
 
@@ -358,7 +359,14 @@ mod tests {
         let tuned = analyze(&trace, &options);
         assert!(tuned.leaks().next().is_some());
         assert_eq!(tuned.stage_table.baseline.as_ref().unwrap().mark_index, 0);
-        assert_eq!(tuned.findings.iter().filter(|f| f.id == "leak").count(), 1);
+        assert_eq!(
+            tuned
+                .findings
+                .iter()
+                .filter(|f| f.kind == FindingKind::Leak)
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -83,7 +83,7 @@ mod tests {
         assert_eq!(o.median_bytes, (600 * MIB) as i64);
         assert_eq!(o.max_bytes, (600 * MIB) as i64);
         assert_eq!(o.marks, 240);
-        assert_eq!(o.process_metric, "gpu0.process_gpu");
+        assert_eq!(o.process_metric, "gpu0.process");
         assert_eq!(o.reserved_metric, "reserved");
         assert_eq!(o.median_reserved_bytes, 28 * GIB + 512 * MIB);
     }

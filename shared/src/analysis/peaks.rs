@@ -399,9 +399,9 @@ mod tests {
                 "peak_allocated",
                 "allocated",
                 "reserved",
-                "gpu0.gpu_used",
-                "gpu0.process_gpu",
-                "host_rss"
+                "gpu0.used",
+                "gpu0.process",
+                "host.rss"
             ]
         );
         let peak = memory_peak(&peaks).unwrap();
@@ -432,7 +432,7 @@ mod tests {
                 .activations_bytes
                 .is_none()
         );
-        let host = peaks.iter().find(|p| p.metric == "host_rss").unwrap();
+        let host = peaks.iter().find(|p| p.metric == "host.rss").unwrap();
         assert!(host.components.is_none());
         assert_eq!(host.measure, Measure::HostRss);
     }

@@ -56,20 +56,135 @@ impl Severity {
     }
 }
 
+/// What a finding is about: one kind per rule. Its id (`oom`, `leak`, …, kebab-case) is what
+/// `collector summary --json` writes and the text shows after a finding's title.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// The run died of an out-of-memory error.
+    Oom,
+    /// Activations dominate the peak.
+    ActivationsDominate,
+    /// The caching allocator holds much more than the tensors use.
+    Fragmentation,
+    /// The optimizer's state is a large share of the model's memory.
+    OptimizerStateHeavy,
+    /// Memory grows step after step.
+    Leak,
+    /// Evaluation leaves memory behind.
+    EvalRetainsMemory,
+    /// The process holds device memory outside the caching allocator.
+    OutsideAllocator,
+    /// Gradients turned NaN or infinite.
+    NonFiniteGradients,
+    /// Recorded tensors hold NaN or infinite elements.
+    NonFiniteTensors,
+    /// The host ran short of memory.
+    HostMemoryPressure,
+    /// What batch size fits.
+    BatchSize,
+}
+
+impl FindingKind {
+    /// The stable kebab-case id.
+    pub fn id(self) -> &'static str {
+        match self {
+            FindingKind::Oom => "oom",
+            FindingKind::ActivationsDominate => "activations-dominate",
+            FindingKind::Fragmentation => "fragmentation",
+            FindingKind::OptimizerStateHeavy => "optimizer-state-heavy",
+            FindingKind::Leak => "leak",
+            FindingKind::EvalRetainsMemory => "eval-retains-memory",
+            FindingKind::OutsideAllocator => "outside-allocator",
+            FindingKind::NonFiniteGradients => "non-finite-gradients",
+            FindingKind::NonFiniteTensors => "non-finite-tensors",
+            FindingKind::HostMemoryPressure => "host-memory-pressure",
+            FindingKind::BatchSize => "batch-size",
+        }
+    }
+}
+
+/// The unit of an evidence value, so every layer formats it the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unit {
+    /// Bytes (negative for a shrink).
+    Bytes,
+    /// A count of things (steps, records, elements, a batch size, a step number).
+    Count,
+    /// A share of a whole, 0–1.
+    Share,
+    /// A duration in microseconds.
+    Micros,
+    /// A plain number (a fit's R²).
+    Number,
+}
+
 /// A machine-readable number behind a finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {
-    /// What it is, with its unit (`shortfall_bytes`, `r_squared`, `step`).
+    /// What it is (`shortfall_bytes`, `r_squared`, `step`).
     pub label: String,
     /// The value.
     pub value: f64,
+    /// Its unit.
+    pub unit: Unit,
+}
+
+impl Evidence {
+    /// Bytes.
+    pub fn bytes(label: &str, value: f64) -> Evidence {
+        Evidence::new(label, value, Unit::Bytes)
+    }
+
+    /// A count.
+    pub fn count(label: &str, value: f64) -> Evidence {
+        Evidence::new(label, value, Unit::Count)
+    }
+
+    /// A share of a whole (0–1).
+    pub fn share(label: &str, value: f64) -> Evidence {
+        Evidence::new(label, value, Unit::Share)
+    }
+
+    /// A duration in microseconds.
+    pub fn micros(label: &str, value: f64) -> Evidence {
+        Evidence::new(label, value, Unit::Micros)
+    }
+
+    /// A plain number.
+    pub fn number(label: &str, value: f64) -> Evidence {
+        Evidence::new(label, value, Unit::Number)
+    }
+
+    fn new(label: &str, value: f64, unit: Unit) -> Evidence {
+        Evidence {
+            label: label.to_owned(),
+            value,
+            unit,
+        }
+    }
+
+    /// The value for a reader: bytes as `1.5 GiB`, durations as `3m 20s`, shares as `37.5%`.
+    pub fn text(&self) -> String {
+        match self.unit {
+            Unit::Bytes => crate::units::format_bytes_f64(self.value),
+            Unit::Micros => crate::units::format_duration_us(self.value.max(0.0) as u64),
+            Unit::Share => format!("{:.1}%", self.value * 100.0),
+            Unit::Count if self.value.fract() == 0.0 && self.value.abs() < 1e15 => {
+                format!("{:.0}", self.value)
+            }
+            Unit::Count | Unit::Number => format!("{:.3}", self.value),
+        }
+    }
 }
 
 /// One diagnosis with its numbers and the change to make.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
-    /// Stable kebab-case id of the rule (`oom`, `leak`, ...).
-    pub id: String,
+    /// What it is about (serialised as its kebab-case id, e.g. `"id": "oom"`).
+    #[serde(rename = "id")]
+    pub kind: FindingKind,
     /// How urgent.
     pub severity: Severity,
     /// One line.
@@ -95,8 +210,8 @@ pub struct RuleContext<'a> {
 
 /// A diagnosis: looks for one pattern and explains it when the trace shows it.
 pub trait Rule {
-    /// Stable kebab-case id.
-    fn id(&self) -> &'static str;
+    /// What its findings are about.
+    fn kind(&self) -> FindingKind;
     /// The finding, when the evidence is in the trace.
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding>;
 }
@@ -121,32 +236,30 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
 /// Runs every rule; findings most severe first, then by id.
 pub fn findings(ctx: &RuleContext<'_>) -> Vec<Finding> {
     let mut out: Vec<Finding> = rules().iter().filter_map(|r| r.check(ctx)).collect();
-    out.sort_by(|a, b| b.severity.cmp(&a.severity).then_with(|| a.id.cmp(&b.id)));
+    out.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then_with(|| a.kind.id().cmp(b.kind.id()))
+    });
     out
 }
 
-/// Builds a finding; `evidence` pairs a label with its value.
+/// Builds a finding.
 pub(crate) fn finding(
     rule: &dyn Rule,
     severity: Severity,
     title: String,
     explanation: String,
     change: String,
-    evidence: &[(&str, f64)],
+    evidence: Vec<Evidence>,
 ) -> Finding {
     Finding {
-        id: rule.id().to_owned(),
+        kind: rule.kind(),
         severity,
         title,
         explanation,
         change,
-        evidence: evidence
-            .iter()
-            .map(|(label, value)| Evidence {
-                label: (*label).to_owned(),
-                value: *value,
-            })
-            .collect(),
+        evidence,
     }
 }
 
@@ -206,9 +319,9 @@ pub(crate) mod test_support {
         analyze(trace, &AnalysisOptions::default()).findings
     }
 
-    /// The finding with `id`, if it fired.
-    pub(crate) fn find(trace: &Trace, id: &str) -> Option<Finding> {
-        findings_of(trace).into_iter().find(|f| f.id == id)
+    /// The finding of `kind`, if it fired.
+    pub(crate) fn find(trace: &Trace, kind: FindingKind) -> Option<Finding> {
+        findings_of(trace).into_iter().find(|f| f.kind == kind)
     }
 
     /// The evidence value labelled `label`.
@@ -230,12 +343,14 @@ mod tests {
 
     #[test]
     fn rule_ids_are_unique_and_kebab_case() {
-        let ids: Vec<&str> = rules().iter().map(|r| r.id()).collect();
-        for id in &ids {
+        let ids: Vec<&str> = rules().iter().map(|r| r.kind().id()).collect();
+        for (rule, id) in rules().iter().zip(&ids) {
             assert!(
                 id.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
                 "{id}"
             );
+            // `summary --json` writes the kind through serde: the same id.
+            assert_eq!(serde_json::to_value(rule.kind()).unwrap(), *id);
         }
         let mut unique = ids.clone();
         unique.sort_unstable();
@@ -262,7 +377,9 @@ mod tests {
         assert!(findings.len() >= 3, "{findings:#?}");
         for pair in findings.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
-            assert!(a.severity > b.severity || (a.severity == b.severity && a.id < b.id));
+            assert!(
+                a.severity > b.severity || (a.severity == b.severity && a.kind.id() < b.kind.id())
+            );
         }
         assert_eq!(findings[0].severity, Severity::Critical);
     }
@@ -295,5 +412,22 @@ mod tests {
         assert_eq!(LoopPart::running(Some("pre_forward"), None), Forward);
         assert_eq!(LoopPart::running(Some("post_forward"), None), Other);
         assert_eq!(LoopPart::running(None, None), Other);
+    }
+}
+
+#[cfg(test)]
+mod evidence_tests {
+    use super::Evidence;
+
+    #[test]
+    fn evidence_is_written_in_its_unit() {
+        assert_eq!(
+            Evidence::bytes("x", 1.5 * 1024.0 * 1024.0 * 1024.0).text(),
+            "1.50 GiB"
+        );
+        assert_eq!(Evidence::share("x", 0.375).text(), "37.5%");
+        assert_eq!(Evidence::count("x", 12.0).text(), "12");
+        assert_eq!(Evidence::number("x", 0.98765).text(), "0.988");
+        assert_eq!(Evidence::micros("x", 2_500_000.0).text(), "2.50 s");
     }
 }

@@ -139,8 +139,18 @@ impl<W: Write> TraceWriter<W> {
         Ok(id)
     }
 
-    /// Declares a counter; samples then refer to it by the returned id.
+    /// Declares a counter under its standard name ([`CounterKind::counter_name`]); samples then
+    /// refer to it by the returned id.
     pub fn declare_counter(
+        &mut self,
+        kind: CounterKind,
+        device: Option<u32>,
+    ) -> Result<CounterId, EncodeError> {
+        self.declare_counter_named(kind, device, &kind.counter_name(device))
+    }
+
+    /// Declares a counter under the name a decoded trace stored (re-encoding keeps it).
+    pub(crate) fn declare_counter_named(
         &mut self,
         kind: CounterKind,
         device: Option<u32>,
@@ -355,9 +365,7 @@ mod tests {
     #[test]
     fn constant_column_costs_no_bytes_per_row() {
         let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
-        let id = w
-            .declare_counter(CounterKind::GpuTotal, Some(0), "total")
-            .unwrap();
+        let id = w.declare_counter(CounterKind::GpuTotal, Some(0)).unwrap();
         let before = w.bytes_written();
         for i in 0..1000u64 {
             w.sample(i * 1000, &[(id, 80 << 30)]).unwrap();
@@ -375,9 +383,7 @@ mod tests {
             ..WriterOptions::default()
         };
         let mut w = TraceWriter::with_options(Vec::new(), &Metadata::default(), options).unwrap();
-        let id = w
-            .declare_counter(CounterKind::HostRss, None, "rss")
-            .unwrap();
+        let id = w.declare_counter(CounterKind::HostRss, None).unwrap();
         w.sample(0, &[(id, 1)]).unwrap();
         let after_first = w.get_ref().len();
         w.sample(150_000, &[(id, 2)]).unwrap();

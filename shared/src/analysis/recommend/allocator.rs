@@ -1,6 +1,6 @@
 //! Rules about the caching allocator: fragmentation and retries, and memory outside it.
 
-use super::{Finding, Rule, RuleContext, Severity, finding};
+use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
 use crate::analysis::oom::OomKind;
 use crate::units::{format_bytes, format_count, format_percent};
 
@@ -20,8 +20,8 @@ pub const OUTSIDE_ALLOCATOR_MIN_BYTES: i64 = 1 << 30;
 pub struct Fragmentation;
 
 impl Rule for Fragmentation {
-    fn id(&self) -> &'static str {
-        "fragmentation"
+    fn kind(&self) -> FindingKind {
+        FindingKind::Fragmentation
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -106,14 +106,14 @@ impl Rule for Fragmentation {
             )
         };
         let mut evidence = vec![
-            ("peak_gap_bytes", gap.bytes as f64),
-            ("peak_gap_fraction", gap.fraction_of_reserved),
-            ("peak_reserved_bytes", gap.reserved_bytes as f64),
-            ("peak_allocated_bytes", gap.allocated_bytes as f64),
-            ("alloc_retries", retries as f64),
+            Evidence::bytes("peak_gap_bytes", gap.bytes as f64),
+            Evidence::share("peak_gap_fraction", gap.fraction_of_reserved),
+            Evidence::bytes("peak_reserved_bytes", gap.reserved_bytes as f64),
+            Evidence::bytes("peak_allocated_bytes", gap.allocated_bytes as f64),
+            Evidence::count("alloc_retries", retries as f64),
         ];
         if let Some(split) = p.max_inactive_split_bytes {
-            evidence.push(("max_inactive_split_bytes", split as f64));
+            evidence.push(Evidence::bytes("max_inactive_split_bytes", split as f64));
         }
         Some(finding(
             self,
@@ -121,7 +121,7 @@ impl Rule for Fragmentation {
             title,
             facts.join("; "),
             change,
-            &evidence,
+            evidence,
         ))
     }
 }
@@ -131,8 +131,8 @@ impl Rule for Fragmentation {
 pub struct OutsideAllocatorRule;
 
 impl Rule for OutsideAllocatorRule {
-    fn id(&self) -> &'static str {
-        "outside-allocator"
+    fn kind(&self) -> FindingKind {
+        FindingKind::OutsideAllocator
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -163,12 +163,12 @@ impl Rule for OutsideAllocatorRule {
             format!("{outside} of GPU memory is outside the allocator"),
             explanation,
             change,
-            &[
-                ("median_outside_bytes", o.median_bytes as f64),
-                ("max_outside_bytes", o.max_bytes as f64),
-                ("median_process_gpu_bytes", o.median_process_bytes as f64),
-                ("median_reserved_bytes", o.median_reserved_bytes as f64),
-                ("marks", o.marks as f64),
+            vec![
+                Evidence::bytes("median_outside_bytes", o.median_bytes as f64),
+                Evidence::bytes("max_outside_bytes", o.max_bytes as f64),
+                Evidence::bytes("median_process_gpu_bytes", o.median_process_bytes as f64),
+                Evidence::bytes("median_reserved_bytes", o.median_reserved_bytes as f64),
+                Evidence::count("marks", o.marks as f64),
             ],
         ))
     }
@@ -186,7 +186,7 @@ mod tests {
             reserved_gap_bytes: 10 * GIB,
             ..Run::default()
         };
-        let f = find(&run.build(), "fragmentation").unwrap();
+        let f = find(&run.build(), FindingKind::Fragmentation).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(
             f.title,
@@ -210,7 +210,7 @@ mod tests {
             retries: Some((12, 2)),
             ..Run::default()
         };
-        let f = find(&run.build(), "fragmentation").unwrap();
+        let f = find(&run.build(), FindingKind::Fragmentation).unwrap();
         assert_eq!(f.title, "The allocator retried allocations 96 times");
         assert!(
             f.explanation
@@ -227,7 +227,7 @@ mod tests {
             oom_requested_bytes: 4 * GIB,
             ..Run::default()
         };
-        let f = find(&run.build(), "fragmentation").unwrap();
+        let f = find(&run.build(), FindingKind::Fragmentation).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         // At pre_forward of step 20: 38 GiB reserved, 16 GiB allocated.
         assert!(f.explanation.contains(
@@ -237,19 +237,19 @@ mod tests {
 
     #[test]
     fn ordinary_cache_is_not_fragmentation() {
-        assert!(find(&Run::default().build(), "fragmentation").is_none());
+        assert!(find(&Run::default().build(), FindingKind::Fragmentation).is_none());
         // Near miss: 8 GiB of 36 GiB is 22%, under a quarter.
         let near = Run {
             reserved_gap_bytes: 8 * GIB,
             ..Run::default()
         };
-        assert!(find(&near.build(), "fragmentation").is_none());
+        assert!(find(&near.build(), FindingKind::Fragmentation).is_none());
         let no_allocator = Run {
             snapshots: false,
             reserved_gap_bytes: 20 * GIB,
             ..Run::default()
         };
-        assert!(find(&no_allocator.build(), "fragmentation").is_none());
+        assert!(find(&no_allocator.build(), FindingKind::Fragmentation).is_none());
     }
 
     #[test]
@@ -258,7 +258,7 @@ mod tests {
             context_bytes: GIB + GIB / 2,
             ..Run::default()
         };
-        let f = find(&run.build(), "outside-allocator").unwrap();
+        let f = find(&run.build(), FindingKind::OutsideAllocator).unwrap();
         assert_eq!(f.severity, Severity::Info);
         assert_eq!(f.title, "1.50 GiB of GPU memory is outside the allocator");
         assert!(f.explanation.contains(
@@ -270,6 +270,6 @@ mod tests {
             context_bytes: 900 * MIB,
             ..Run::default()
         };
-        assert!(find(&small.build(), "outside-allocator").is_none());
+        assert!(find(&small.build(), FindingKind::OutsideAllocator).is_none());
     }
 }

@@ -1,6 +1,6 @@
 //! Rules about memory that does not come back: per-step leaks and eval retention.
 
-use super::{Finding, Rule, RuleContext, Severity, finding};
+use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
 use crate::analysis::leaks::GrowthFit;
 use crate::analysis::phases::PhaseTransition;
 use crate::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
@@ -46,8 +46,8 @@ fn headline_leak<'a>(fits: &'a [GrowthFit], primary: Option<&str>) -> Option<&'a
 }
 
 impl Rule for Leak {
-    fn id(&self) -> &'static str {
-        "leak"
+    fn kind(&self) -> FindingKind {
+        FindingKind::Leak
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -98,19 +98,19 @@ impl Rule for Leak {
              compare torch.cuda.memory_snapshot() at the same stage of two steps to find them"
         };
         let mut evidence = vec![
-            ("slope_bytes_per_step", leak.slope_bytes_per_step),
-            ("r_squared", leak.r_squared),
-            ("first_step", leak.first_step as f64),
-            ("last_step", leak.last_step as f64),
-            ("growth_bytes", leak.growth_bytes as f64),
-            ("leaking_fits", leaking as f64),
+            Evidence::bytes("slope_bytes_per_step", leak.slope_bytes_per_step),
+            Evidence::number("r_squared", leak.r_squared),
+            Evidence::count("first_step", leak.first_step as f64),
+            Evidence::count("last_step", leak.last_step as f64),
+            Evidence::bytes("growth_bytes", leak.growth_bytes as f64),
+            Evidence::count("leaking_fits", leaking as f64),
         ];
         if let Some(p) = &leak.projection {
-            evidence.push(("limit_bytes", p.limit_bytes as f64));
-            evidence.push(("current_bytes", p.current_bytes as f64));
-            evidence.push(("full_at_step", p.full_at_step as f64));
+            evidence.push(Evidence::bytes("limit_bytes", p.limit_bytes as f64));
+            evidence.push(Evidence::bytes("current_bytes", p.current_bytes as f64));
+            evidence.push(Evidence::count("full_at_step", p.full_at_step as f64));
             if let Some(us) = p.time_to_full_us {
-                evidence.push(("time_to_full_us", us as f64));
+                evidence.push(Evidence::micros("time_to_full_us", us as f64));
             }
         }
         Some(finding(
@@ -123,7 +123,7 @@ impl Rule for Leak {
             ),
             explanation,
             change.to_owned(),
-            &evidence,
+            evidence,
         ))
     }
 }
@@ -146,8 +146,8 @@ fn retains(t: &PhaseTransition) -> bool {
 }
 
 impl Rule for EvalRetainsMemory {
-    fn id(&self) -> &'static str {
-        "eval-retains-memory"
+    fn kind(&self) -> FindingKind {
+        FindingKind::EvalRetainsMemory
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -196,13 +196,13 @@ impl Rule for EvalRetainsMemory {
              collected predictions to the CPU (.cpu()) or reduce them to numbers (.item()), and \
              drop references to eval batches and outputs before training resumes"
                 .to_owned(),
-            &[
-                ("jump_bytes", jump as f64),
-                ("retained_bytes", retained as f64),
-                ("entry_step", worst.entry_step as f64),
-                ("retaining_evals", retaining.len() as f64),
-                ("evals", transitions.len() as f64),
-                ("total_retained_bytes", total as f64),
+            vec![
+                Evidence::bytes("jump_bytes", jump as f64),
+                Evidence::bytes("retained_bytes", retained as f64),
+                Evidence::count("entry_step", worst.entry_step as f64),
+                Evidence::count("retaining_evals", retaining.len() as f64),
+                Evidence::count("evals", transitions.len() as f64),
+                Evidence::bytes("total_retained_bytes", total as f64),
             ],
         ))
     }
@@ -221,7 +221,7 @@ mod tests {
             leak_bytes_per_step: 40 * MIB,
             ..Run::default()
         };
-        let f = find(&run.build(), "leak").unwrap();
+        let f = find(&run.build(), FindingKind::Leak).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(
             f.title,
@@ -249,7 +249,7 @@ mod tests {
             leak_bytes_per_step: 12 * MIB,
             ..Run::default()
         };
-        let f = find(&run.build(), "leak").unwrap();
+        let f = find(&run.build(), FindingKind::Leak).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         // (80 GiB − 28 GiB − 99 × 12 MiB) / 12 MiB = 4 338.3 → 4 339 steps after step 99.
         assert!(
@@ -267,10 +267,10 @@ mod tests {
             host_rss_growth_per_step: 200 * MIB,
             ..Run::default()
         };
-        let f = find(&run.build(), "leak").unwrap();
+        let f = find(&run.build(), FindingKind::Leak).unwrap();
         assert!(
             f.explanation
-                .starts_with("memory at post_optimizer_step (host_rss) grows 200 MiB/step"),
+                .starts_with("memory at post_optimizer_step (host.rss) grows 200 MiB/step"),
             "{}",
             f.explanation
         );
@@ -280,14 +280,14 @@ mod tests {
 
     #[test]
     fn no_leak_no_finding() {
-        assert!(find(&Run::default().build(), "leak").is_none());
+        assert!(find(&Run::default().build(), FindingKind::Leak).is_none());
         // Near miss: 50 MiB over 100 steps is under 1% of the device.
         let small = Run {
             steps: 100,
             leak_bytes_per_step: MIB / 2,
             ..Run::default()
         };
-        assert!(find(&small.build(), "leak").is_none());
+        assert!(find(&small.build(), FindingKind::Leak).is_none());
     }
 
     #[test]
@@ -299,7 +299,7 @@ mod tests {
             eval_retain_bytes: 2 * GIB,
             ..Run::default()
         };
-        let f = find(&run.build(), "eval-retains-memory").unwrap();
+        let f = find(&run.build(), FindingKind::EvalRetainsMemory).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(f.title, "Eval keeps 2.00 GiB after returning to training");
         assert!(
@@ -322,25 +322,25 @@ mod tests {
             eval_jump_bytes: 3 * GIB,
             ..Run::default()
         };
-        assert!(find(&clean.build(), "eval-retains-memory").is_none());
+        assert!(find(&clean.build(), FindingKind::EvalRetainsMemory).is_none());
         // Near miss: keeps 280 MiB of a 3 GiB jump (over 256 MiB, but under a tenth of the jump).
         let partial = Run {
             eval_retain_bytes: 280 * MIB,
             ..clean.clone()
         };
-        assert!(find(&partial.build(), "eval-retains-memory").is_none());
+        assert!(find(&partial.build(), FindingKind::EvalRetainsMemory).is_none());
         // Keeping a third of the jump after every eval is reported.
         let third = Run {
             eval_retain_bytes: GIB,
             ..clean.clone()
         };
-        assert!(find(&third.build(), "eval-retains-memory").is_some());
+        assert!(find(&third.build(), FindingKind::EvalRetainsMemory).is_some());
         // Near miss: keeps all of a 200 MiB jump (under 256 MiB).
         let small = Run {
             eval_jump_bytes: 200 * MIB,
             eval_retain_bytes: 200 * MIB,
             ..clean
         };
-        assert!(find(&small.build(), "eval-retains-memory").is_none());
+        assert!(find(&small.build(), FindingKind::EvalRetainsMemory).is_none());
     }
 }

@@ -1,6 +1,6 @@
 //! Rule about host memory: near exhaustion, or the kernel's OOM killer.
 
-use super::{Finding, Rule, RuleContext, Severity, finding};
+use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
 use crate::analysis::oom::OomKind;
 use crate::units::{format_bytes, format_count, format_duration_us, format_percent};
 
@@ -13,8 +13,8 @@ pub const HOST_AVAILABLE_MIN_FRACTION: f64 = 0.10;
 pub struct HostMemoryPressure;
 
 impl Rule for HostMemoryPressure {
-    fn id(&self) -> &'static str {
-        "host-memory-pressure"
+    fn kind(&self) -> FindingKind {
+        FindingKind::HostMemoryPressure
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -58,15 +58,21 @@ impl Rule for HostMemoryPressure {
         }
         let mut evidence = Vec::new();
         if let Some(h) = host {
-            evidence.push(("min_available_bytes", h.min_available_bytes as f64));
+            evidence.push(Evidence::bytes(
+                "min_available_bytes",
+                h.min_available_bytes as f64,
+            ));
             if let Some(f) = h.min_available_fraction {
-                evidence.push(("min_available_fraction", f));
+                evidence.push(Evidence::share("min_available_fraction", f));
             }
             if let Some(r) = h.rss_at_min_bytes {
-                evidence.push(("rss_at_min_bytes", r as f64));
+                evidence.push(Evidence::bytes("rss_at_min_bytes", r as f64));
             }
         }
-        evidence.push(("killed", if kill.is_some() { 1.0 } else { 0.0 }));
+        evidence.push(Evidence::count(
+            "killed",
+            if kill.is_some() { 1.0 } else { 0.0 },
+        ));
         let (severity, title) = if kill.is_some() {
             (
                 Severity::Critical,
@@ -84,7 +90,7 @@ impl Rule for HostMemoryPressure {
              instead of loading them into RAM, keep per-sample Python objects out of worker \
              datasets (copy-on-write duplicates them per worker), and pin less memory"
                 .to_owned(),
-            &evidence,
+            evidence,
         ))
     }
 }
@@ -104,7 +110,7 @@ mod tests {
             host_rss_growth_per_step: 300 * MIB,
             ..Run::default()
         };
-        let f = find(&run.build(), "host-memory-pressure").unwrap();
+        let f = find(&run.build(), FindingKind::HostMemoryPressure).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         // Step 59: RSS 42 GiB + 59 × 300 MiB = 59.3 GiB, 4.71 GiB available (7%).
         assert_eq!(
@@ -128,7 +134,7 @@ mod tests {
             }),
             ..Run::default()
         };
-        let f = find(&run.build(), "host-memory-pressure").unwrap();
+        let f = find(&run.build(), FindingKind::HostMemoryPressure).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert!(
             f.explanation.ends_with(
@@ -143,13 +149,13 @@ mod tests {
 
     #[test]
     fn comfortable_host_does_not_fire() {
-        assert!(find(&Run::default().build(), "host-memory-pressure").is_none());
+        assert!(find(&Run::default().build(), FindingKind::HostMemoryPressure).is_none());
         // Near miss: 12% available at the end.
         let near = Run {
             host_total_bytes: 100 * GIB,
             host_rss_bytes: 88 * GIB,
             ..Run::default()
         };
-        assert!(find(&near.build(), "host-memory-pressure").is_none());
+        assert!(find(&near.build(), FindingKind::HostMemoryPressure).is_none());
     }
 }

@@ -3,7 +3,7 @@
 //! They share the memory model of [`crate::analysis::batch_fit`], so the batch the `oom` finding
 //! suggests is the batch `activations-dominate` and `batch-size` compute.
 
-use super::{Finding, LoopPart, Rule, RuleContext, Severity, finding};
+use super::{Evidence, Finding, FindingKind, LoopPart, Rule, RuleContext, Severity, finding};
 use crate::analysis::batch_fit::{BatchFit, BatchFitMethod};
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
@@ -73,8 +73,8 @@ fn smaller_batch_advice(fit: &BatchFit) -> Option<String> {
 pub struct Oom;
 
 impl Rule for Oom {
-    fn id(&self) -> &'static str {
-        "oom"
+    fn kind(&self) -> FindingKind {
+        FindingKind::Oom
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -89,9 +89,9 @@ impl Rule for Oom {
         if gpu.len() > 1 {
             explanation.push_str(&format!(" ({} OOM events in all)", gpu.len()));
         }
-        let mut evidence: Vec<(&str, f64)> = vec![("oom_events", gpu.len() as f64)];
-        let optional = [
-            ("step", first.step),
+        let mut evidence = vec![Evidence::count("oom_events", gpu.len() as f64)];
+        evidence.extend(first.step.map(|s| Evidence::count("step", s as f64)));
+        let optional_bytes = [
             ("requested_bytes", first.requested_bytes),
             ("device_free_bytes", first.device_free_bytes),
             ("device_total_bytes", first.device_total_bytes),
@@ -99,12 +99,12 @@ impl Rule for Oom {
             ("reserved_bytes", first.reserved_bytes),
         ];
         evidence.extend(
-            optional
+            optional_bytes
                 .iter()
-                .filter_map(|(l, v)| Some((*l, (*v)? as f64))),
+                .filter_map(|(l, v)| Some(Evidence::bytes(l, (*v)? as f64))),
         );
         if let Some(s) = first.shortfall_bytes {
-            evidence.push(("shortfall_bytes", s as f64));
+            evidence.push(Evidence::bytes("shortfall_bytes", s as f64));
         }
         let title = match first.step {
             Some(step) => format!("Out of GPU memory at step {}", format_count(step)),
@@ -116,7 +116,7 @@ impl Rule for Oom {
             title,
             explanation,
             oom_change(ctx, first),
-            &evidence,
+            evidence,
         ))
     }
 }
@@ -233,8 +233,8 @@ fn oom_change(ctx: &RuleContext<'_>, oom: &OomContext) -> String {
 pub struct ActivationsDominate;
 
 impl Rule for ActivationsDominate {
-    fn id(&self) -> &'static str {
-        "activations-dominate"
+    fn kind(&self) -> FindingKind {
+        FindingKind::ActivationsDominate
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -305,19 +305,19 @@ impl Rule for ActivationsDominate {
             Severity::Info
         };
         let mut evidence = vec![
-            ("activations_bytes", activations as f64),
-            ("peak_bytes", peak.bytes as f64),
-            ("activations_share", share),
+            Evidence::bytes("activations_bytes", activations as f64),
+            Evidence::bytes("peak_bytes", peak.bytes as f64),
+            Evidence::share("activations_share", share),
         ];
         if let Some(f) = fit {
-            evidence.push(("per_sample_bytes", f.per_sample_bytes));
-            evidence.push(("max_batch", f.max_batch as f64));
-            evidence.push(("margin", f.margin));
+            evidence.push(Evidence::bytes("per_sample_bytes", f.per_sample_bytes));
+            evidence.push(Evidence::count("max_batch", f.max_batch as f64));
+            evidence.push(Evidence::share("margin", f.margin));
             if let Some(b) = f.current_batch {
-                evidence.push(("current_batch", b as f64));
+                evidence.push(Evidence::count("current_batch", b as f64));
             }
             if let Some(k) = f.accumulation_steps {
-                evidence.push(("accumulation_steps", k as f64));
+                evidence.push(Evidence::count("accumulation_steps", k as f64));
             }
         }
         Some(finding(
@@ -326,7 +326,7 @@ impl Rule for ActivationsDominate {
             format!("Activations are {} of peak memory", format_percent(share)),
             explanation,
             change,
-            &evidence,
+            evidence,
         ))
     }
 }
@@ -336,8 +336,8 @@ impl Rule for ActivationsDominate {
 pub struct OptimizerStateHeavy;
 
 impl Rule for OptimizerStateHeavy {
-    fn id(&self) -> &'static str {
-        "optimizer-state-heavy"
+    fn kind(&self) -> FindingKind {
+        FindingKind::OptimizerStateHeavy
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -388,12 +388,12 @@ impl Rule for OptimizerStateHeavy {
             ),
             explanation,
             change,
-            &[
-                ("optimizer_state_bytes", optimizer as f64),
-                ("parameters_bytes", components.parameters_bytes as f64),
-                ("peak_bytes", peak.bytes as f64),
-                ("optimizer_share", share),
-                ("estimated_saving_bytes", saving as f64),
+            vec![
+                Evidence::bytes("optimizer_state_bytes", optimizer as f64),
+                Evidence::bytes("parameters_bytes", components.parameters_bytes as f64),
+                Evidence::bytes("peak_bytes", peak.bytes as f64),
+                Evidence::share("optimizer_share", share),
+                Evidence::bytes("estimated_saving_bytes", saving as f64),
             ],
         ))
     }
@@ -404,8 +404,8 @@ impl Rule for OptimizerStateHeavy {
 pub struct BatchSize;
 
 impl Rule for BatchSize {
-    fn id(&self) -> &'static str {
-        "batch-size"
+    fn kind(&self) -> FindingKind {
+        FindingKind::BatchSize
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -421,16 +421,16 @@ impl Rule for BatchSize {
             facts.push(format!("batch {b} ran out of memory"));
         }
         let mut explanation = facts.join(", ");
-        let mut evidence = vec![("trials", trials.trials as f64)];
+        let mut evidence = vec![Evidence::count("trials", trials.trials as f64)];
         evidence.extend(
             trials
                 .largest_fit_batch
-                .map(|b| ("largest_fit_batch", b as f64)),
+                .map(|b| Evidence::count("largest_fit_batch", b as f64)),
         );
         evidence.extend(
             trials
                 .smallest_oom_batch
-                .map(|b| ("smallest_oom_batch", b as f64)),
+                .map(|b| Evidence::count("smallest_oom_batch", b as f64)),
         );
         let fit = ctx
             .analysis
@@ -448,10 +448,10 @@ impl Rule for BatchSize {
                     format_percent(f.margin),
                     format_bytes(f.device_total_bytes),
                 ));
-                evidence.push(("per_sample_bytes", f.per_sample_bytes));
-                evidence.push(("fixed_bytes", f.fixed_bytes));
-                evidence.push(("max_batch", f.max_batch as f64));
-                evidence.push(("margin", f.margin));
+                evidence.push(Evidence::bytes("per_sample_bytes", f.per_sample_bytes));
+                evidence.push(Evidence::bytes("fixed_bytes", f.fixed_bytes));
+                evidence.push(Evidence::count("max_batch", f.max_batch as f64));
+                evidence.push(Evidence::share("margin", f.margin));
                 let margin = format_percent(f.margin);
                 match trials.largest_fit_batch {
                     Some(m) if f.max_batch > m => format!(
@@ -495,7 +495,7 @@ impl Rule for BatchSize {
             title,
             explanation,
             change,
-            &evidence,
+            evidence,
         ))
     }
 }
@@ -530,7 +530,7 @@ mod tests {
             ..Run::default()
         }
         .build();
-        let f = find(&trace, "oom").unwrap();
+        let f = find(&trace, FindingKind::Oom).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.title, "Out of GPU memory at step 30");
         assert!(
@@ -565,7 +565,7 @@ mod tests {
             ..tight()
         }
         .build();
-        let f = find(&trace, "oom").unwrap();
+        let f = find(&trace, FindingKind::Oom).unwrap();
         assert!(
             f.explanation.contains("2.00 GiB short"),
             "{}",
@@ -590,7 +590,7 @@ mod tests {
         }
         .build();
         trace.ooms[0].stage = Some("post_backward".into());
-        let f = find(&trace, "oom").unwrap();
+        let f = find(&trace, FindingKind::Oom).unwrap();
         assert!(
             f.explanation
                 .contains("between post_backward and post_optimizer_step of step 30")
@@ -608,14 +608,14 @@ mod tests {
         .build();
         let eval_mark = trace.marks.iter().find(|m| m.phase == Phase::Eval).unwrap();
         trace.ooms[0].t_us = eval_mark.t_us + 1;
-        let f = find(&trace, "oom").unwrap();
+        let f = find(&trace, FindingKind::Oom).unwrap();
         assert!(f.explanation.contains("(eval)"), "{}", f.explanation);
         assert!(f.change.contains("torch.no_grad()"));
     }
 
     #[test]
     fn no_oom_finding_without_a_gpu_oom() {
-        assert!(find(&Run::default().build(), "oom").is_none());
+        assert!(find(&Run::default().build(), FindingKind::Oom).is_none());
         let host_kill = Run {
             exit: Some(ProcessExit {
                 t_us: 1_000,
@@ -625,7 +625,7 @@ mod tests {
             ..Run::default()
         }
         .build();
-        assert!(find(&host_kill, "oom").is_none());
+        assert!(find(&host_kill, FindingKind::Oom).is_none());
     }
 
     #[test]
@@ -635,7 +635,7 @@ mod tests {
             ..Run::default()
         }
         .build();
-        let f = find(&trace, "activations-dominate").unwrap();
+        let f = find(&trace, FindingKind::ActivationsDominate).unwrap();
         assert_eq!(f.severity, Severity::Info);
         assert_eq!(
             f.explanation,
@@ -647,7 +647,7 @@ mod tests {
 
     #[test]
     fn activations_dominate_and_the_batch_is_too_big() {
-        let f = find(&tight().build(), "activations-dominate").unwrap();
+        let f = find(&tight().build(), FindingKind::ActivationsDominate).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert!(
             f.explanation.ends_with(
@@ -670,12 +670,17 @@ mod tests {
             ..Run::default()
         };
         let analysis = crate::analysis::analyze(&run.build(), &Default::default());
-        assert!(analysis.findings.iter().any(|f| f.id == "leak"));
         assert!(
             analysis
                 .findings
                 .iter()
-                .all(|f| f.id != "activations-dominate")
+                .any(|f| f.kind == FindingKind::Leak)
+        );
+        assert!(
+            analysis
+                .findings
+                .iter()
+                .all(|f| f.kind != FindingKind::ActivationsDominate)
         );
         assert!(analysis.batch_fit.is_none());
     }
@@ -683,20 +688,20 @@ mod tests {
     #[test]
     fn activations_below_half_or_without_allocator_data_do_not_fire() {
         // 12 of 28 GiB (43%).
-        assert!(find(&Run::default().build(), "activations-dominate").is_none());
+        assert!(find(&Run::default().build(), FindingKind::ActivationsDominate).is_none());
         // Near miss: 15.5 of 31.5 GiB (49%).
         let near = Run {
             activations_bytes: 15 * GIB + GIB / 2,
             ..Run::default()
         };
-        assert!(find(&near.build(), "activations-dominate").is_none());
+        assert!(find(&near.build(), FindingKind::ActivationsDominate).is_none());
         // Process memory only: the remainder includes cache and context, so no claim is made.
         let no_allocator = Run {
             snapshots: false,
             activations_bytes: 48 * GIB,
             ..Run::default()
         };
-        assert!(find(&no_allocator.build(), "activations-dominate").is_none());
+        assert!(find(&no_allocator.build(), FindingKind::ActivationsDominate).is_none());
     }
 
     #[test]
@@ -707,7 +712,7 @@ mod tests {
         }
         .build();
         trace.metadata.world_size = Some(8);
-        let f = find(&trace, "optimizer-state-heavy").unwrap();
+        let f = find(&trace, FindingKind::OptimizerStateHeavy).unwrap();
         assert_eq!(f.severity, Severity::Info);
         assert_eq!(
             f.explanation,
@@ -717,13 +722,13 @@ mod tests {
         assert!(f.change.contains("saves about 6.00 GiB"));
         assert!(f.change.contains("across the 8 ranks"));
         // 8 of 28 GiB (29%) is below the threshold; no breakdown, no finding.
-        assert!(find(&Run::default().build(), "optimizer-state-heavy").is_none());
+        assert!(find(&Run::default().build(), FindingKind::OptimizerStateHeavy).is_none());
         let no_components = Run {
             activations_bytes: 6 * GIB,
             components: false,
             ..Run::default()
         };
-        assert!(find(&no_components.build(), "optimizer-state-heavy").is_none());
+        assert!(find(&no_components.build(), FindingKind::OptimizerStateHeavy).is_none());
     }
 
     fn with_trials(trials: &[(u64, TrialOutcome, Option<u64>)]) -> Trace {
@@ -747,7 +752,7 @@ mod tests {
             (96, TrialOutcome::Fit, Some(64 * GIB)),
             (128, TrialOutcome::Oom, None),
         ]);
-        let f = find(&trace, "batch-size").unwrap();
+        let f = find(&trace, FindingKind::BatchSize).unwrap();
         assert_eq!(f.severity, Severity::Info);
         assert_eq!(f.title, "Batch search: 96 is the largest batch that fit");
         assert_eq!(
@@ -763,10 +768,10 @@ mod tests {
     #[test]
     fn batch_search_where_nothing_fit() {
         let trace = with_trials(&[(8, TrialOutcome::Oom, None), (4, TrialOutcome::Oom, None)]);
-        let f = find(&trace, "batch-size").unwrap();
+        let f = find(&trace, FindingKind::BatchSize).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert!(f.explanation.contains("batch 4 ran out of memory"));
         assert!(f.change.starts_with("no batch size fit"));
-        assert!(find(&Run::default().build(), "batch-size").is_none());
+        assert!(find(&Run::default().build(), FindingKind::BatchSize).is_none());
     }
 }

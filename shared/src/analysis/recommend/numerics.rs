@@ -3,7 +3,7 @@
 //! Not memory, but the same trace shows it, and a run that produces NaN wastes its GPU hours as
 //! surely as one that runs out of memory.
 
-use super::{Finding, Rule, RuleContext, Severity, finding};
+use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
 use crate::model::GradientSummary;
 use crate::units::format_count;
 
@@ -20,8 +20,8 @@ fn non_finite(g: &GradientSummary) -> bool {
 }
 
 impl Rule for NonFiniteGradients {
-    fn id(&self) -> &'static str {
-        "non-finite-gradients"
+    fn kind(&self) -> FindingKind {
+        FindingKind::NonFiniteGradients
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -93,12 +93,12 @@ impl Rule for NonFiniteGradients {
             ),
             explanation,
             change.to_owned(),
-            &[
-                ("first_step", first.step as f64),
-                ("non_finite_steps", bad.len() as f64),
-                ("recorded_steps", gradients.len() as f64),
-                ("nan_elements", nan as f64),
-                ("inf_elements", inf as f64),
+            vec![
+                Evidence::count("first_step", first.step as f64),
+                Evidence::count("non_finite_steps", bad.len() as f64),
+                Evidence::count("recorded_steps", gradients.len() as f64),
+                Evidence::count("nan_elements", nan as f64),
+                Evidence::count("inf_elements", inf as f64),
             ],
         ))
     }
@@ -109,8 +109,8 @@ impl Rule for NonFiniteGradients {
 pub struct NonFiniteTensors;
 
 impl Rule for NonFiniteTensors {
-    fn id(&self) -> &'static str {
-        "non-finite-tensors"
+    fn kind(&self) -> FindingKind {
+        FindingKind::NonFiniteTensors
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
@@ -158,15 +158,15 @@ impl Rule for NonFiniteTensors {
             format!("Non-finite values in tensor {}", first.name.as_ref()),
             explanation,
             change.to_owned(),
-            &[
-                ("first_step", first.step as f64),
-                ("records", bad.len() as f64),
-                ("tensors", names.len() as f64),
-                (
+            vec![
+                Evidence::count("first_step", first.step as f64),
+                Evidence::count("records", bad.len() as f64),
+                Evidence::count("tensors", names.len() as f64),
+                Evidence::count(
                     "nan_elements",
                     bad.iter().map(|t| t.nan_count).sum::<u64>() as f64,
                 ),
-                (
+                Evidence::count(
                     "inf_elements",
                     bad.iter().map(|t| t.inf_count).sum::<u64>() as f64,
                 ),
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn nan_gradients_are_critical() {
         let trace = with_gradients(&[(31, 4, 0), (32, 10, 2)], 60);
-        let f = find(&trace, "non-finite-gradients").unwrap();
+        let f = find(&trace, FindingKind::NonFiniteGradients).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.title, "Non-finite gradients from step 31");
         assert_eq!(
@@ -223,7 +223,7 @@ mod tests {
         let mut trace = with_gradients(&[], 60);
         let g = trace.gradients.iter_mut().find(|g| g.step == 10).unwrap();
         g.global_norm = f64::NAN;
-        let f = find(&trace, "non-finite-gradients").unwrap();
+        let f = find(&trace, FindingKind::NonFiniteGradients).unwrap();
         assert_eq!(
             f.severity,
             Severity::Critical,
@@ -241,21 +241,23 @@ mod tests {
     #[test]
     fn sporadic_inf_is_the_loss_scaler() {
         let trace = with_gradients(&[(10, 0, 3)], 60);
-        let f = find(&trace, "non-finite-gradients").unwrap();
+        let f = find(&trace, FindingKind::NonFiniteGradients).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert!(f.change.contains("GradScaler"));
         // Still Inf at the end: critical.
         let trace = with_gradients(&[(59, 0, 3)], 60);
         assert_eq!(
-            find(&trace, "non-finite-gradients").unwrap().severity,
+            find(&trace, FindingKind::NonFiniteGradients)
+                .unwrap()
+                .severity,
             Severity::Critical
         );
     }
 
     #[test]
     fn finite_gradients_do_not_fire() {
-        assert!(find(&with_gradients(&[], 60), "non-finite-gradients").is_none());
-        assert!(find(&Run::default().build(), "non-finite-gradients").is_none());
+        assert!(find(&with_gradients(&[], 60), FindingKind::NonFiniteGradients).is_none());
+        assert!(find(&Run::default().build(), FindingKind::NonFiniteGradients).is_none());
     }
 
     fn tensor(trace: &mut Trace, name: &str, step: u64, nan: u64, inf: u64) {
@@ -281,7 +283,7 @@ mod tests {
         tensor(&mut trace, "block3.out", 5, 0, 0);
         tensor(&mut trace, "block3.out", 12, 1_024, 0);
         tensor(&mut trace, "logits", 13, 5, 1);
-        let f = find(&trace, "non-finite-tensors").unwrap();
+        let f = find(&trace, FindingKind::NonFiniteTensors).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(
             f.explanation,
@@ -291,12 +293,12 @@ mod tests {
 
         let mut inf_only = Run::default().build();
         tensor(&mut inf_only, "attn.mask", 3, 0, 4_096);
-        let f = find(&inf_only, "non-finite-tensors").unwrap();
+        let f = find(&inf_only, FindingKind::NonFiniteTensors).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert!(f.change.contains("attention masks"));
 
         let mut clean = Run::default().build();
         tensor(&mut clean, "block3.out", 5, 0, 0);
-        assert!(find(&clean, "non-finite-tensors").is_none());
+        assert!(find(&clean, FindingKind::NonFiniteTensors).is_none());
     }
 }
