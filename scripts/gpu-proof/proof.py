@@ -413,15 +413,22 @@ class Proof:
                    "median_off_ms": statistics.median(off), "median_on_ms": statistics.median(on),
                    "overhead_percent_mean": round(mean, 3), "ci95_percent": [round(mean - half, 3), round(mean + half, 3)],
                    "parts_median_ms": {k: statistics.median(v) for k, v in part_ms.items() if v}}
-        figures["sampler"] = self.sampler_cpu()
         figures["snapshot"] = self.snapshot_cost()
         figures["nvml_calls"] = self.nvml_call_cost()
+        # Separate processes differ by about ±1.5% in step time on an H100 (GPU clocks, memory
+        # placement), which 12 pairs cannot resolve below ~1%: the step-time target is judged
+        # inside one process (overhead_windows, instrumentation_ab); these figures stay as the
+        # end-to-end picture.
+        return figures, None, "", ("between-process figures, not judged: overhead_windows and "
+                                   "instrumentation_ab measure the cost inside one process")
+
+    def check_sampler(self):
+        """The collector's own CPU while it watches an idle program (see sampler_cpu)."""
+        figures = self.sampler_cpu()
         if not self.cuda["cuda"]:
-            return figures, None, "", "the step-time target is for GPU steps (dry run: measured on CPU, not judged)"
-        samp = figures["sampler"]
-        ok = mean + half <= 0.5 and samp["100"]["cpu_percent"] <= 1.0 and samp["1000"]["cpu_percent"] <= 4.2
-        return figures, ok, ("step-time overhead's 95% upper bound <= 0.5%; sampler <= 1% of a core at 100 Hz and "
-                             "<= 3% + NVML's cost (1.2%) at 1 kHz"), None
+            return figures, None, "", "judged with the real driver (dry run: the fake NVML)"
+        ok = figures["100"]["cpu_percent"] <= 1.0 and figures["1000"]["cpu_percent"] <= 4.2
+        return figures, ok, "sampler <= 1% of a core at 100 Hz and <= 3% + NVML's cost (1.2%) at 1 kHz", None
 
     def check_overhead_windows(self):
         """The collector's cost inside ONE training process: the collector is frozen (SIGSTOP)
@@ -618,7 +625,9 @@ CHECKS = (
     ("oom_torch", "A real CUDA OOM in a PyTorch loop, recognised from its error text", Proof.check_oom_torch),
     ("oom_tch", "A real CUDA OOM in the tch GPT example, seen by the allocator's OOM observer", Proof.check_oom_tch),
     ("batch", "Batch finder against a plain scan", Proof.check_batch),
-    ("overhead", "Overhead: step time, sampler CPU, allocator snapshot cost", Proof.check_overhead),
+    ("overhead", "Overhead between processes: step time with and without the collector, snapshot and NVML costs",
+     Proof.check_overhead),
+    ("sampler", "The collector's CPU while it watches an idle program, at 100 Hz and 1 kHz", Proof.check_sampler),
     ("overhead_windows", "Overhead inside one training process: the collector frozen and thawed in turns",
      Proof.check_overhead_windows),
     ("instrumentation_ab", "Overhead inside one training process: the loop instrumented in every other block",

@@ -34,8 +34,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use oomscope_trace::{
-    CounterId, CounterKind, ExitStatus, Metadata, OomEvent, OomSource, ProcessExit, TraceWriter,
-    WriterOptions,
+    CounterKind, ExitStatus, Metadata, OomEvent, OomSource, ProcessExit, TraceWriter, WriterOptions,
 };
 
 use crate::gpu::{GpuSelection, Gpus};
@@ -47,13 +46,8 @@ use shared_state::RunState;
 /// Events for the recorder. The channel holds [`CHANNEL_EVENTS`] of them; producers never wait.
 #[derive(Debug)]
 pub enum Event {
-    /// One sampling instant.
-    Sample {
-        /// When.
-        t_us: u64,
-        /// Counter values.
-        values: Vec<(CounterId, u64)>,
-    },
+    /// Sample rows are waiting in [`shared_state::PendingRows`]: write them.
+    SamplesReady,
     /// A marker message, or an OOM error seen on stderr.
     Message {
         /// When it arrived.

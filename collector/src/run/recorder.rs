@@ -45,8 +45,19 @@ pub fn record_loop(
     let mut ctx = Context::default();
     let mut last_flush = Instant::now();
     let mut dropped_written = [0u64; 2];
+    let mut rows = Vec::new();
     loop {
-        match events.recv_timeout(FLUSH_EVERY / 2) {
+        let event = events.recv_timeout(FLUSH_EVERY / 2);
+        // The rows taken before what arrived go first, so the trace stays in time order.
+        let through_us = match &event {
+            Ok(Event::Message { t_us, .. }) => *t_us,
+            _ => u64::MAX,
+        };
+        state.rows.take_through(through_us, &mut rows);
+        for (t_us, values) in rows.drain(..) {
+            writer.sample(t_us, &values)?;
+        }
+        match event {
             Ok(Event::Finish { exit, host_kill }) => {
                 let t_us = exit.t_us;
                 write_drops(&mut writer, state, t_us, &mut dropped_written)?;
@@ -108,7 +119,7 @@ fn handle(
     event: Event,
 ) -> Result<()> {
     match event {
-        Event::Sample { t_us, values } => w.sample(t_us, &values)?,
+        Event::SamplesReady => {}
         Event::Message { t_us, message } => match message {
             Message::Step { step, epoch } => {
                 ctx.step = step;

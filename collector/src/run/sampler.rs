@@ -2,7 +2,8 @@
 //!
 //! The fast sampler reads device memory (NVML) and host memory (`/proc`) every interval on an
 //! absolute schedule (it never drifts; after a stall it skips ahead instead of bursting), drains
-//! the marker socket between ticks, and hands everything to the recorder with non-blocking sends.
+//! the marker socket between ticks, and hands everything to the recorder without blocking: rows
+//! through [`PendingRows`] (nudging the recorder now and then), messages through the channel.
 //! The slow poller finds the process tree and
 //! asks NVML for per-process GPU memory about once a second, because that query holds the
 //! driver's global lock.
@@ -16,7 +17,7 @@ use oomscope_trace::{CounterId, Record};
 
 use super::Event;
 use super::markers::MarkerSocket;
-use super::shared_state::RunState;
+use super::shared_state::{PendingRows, RunState};
 use crate::gpu::Gpus;
 use crate::host::{MemInfo, TreeRss, process_tree};
 use crate::protocol::{MAX_DATAGRAM_BYTES, Message};
@@ -75,6 +76,8 @@ struct Reader<'a> {
     generation: u64,
     row: Vec<(CounterId, u64)>,
     last_t_us: Option<u64>,
+    /// When the recorder was last told that rows are waiting.
+    last_nudge: Instant,
 }
 
 impl Reader<'_> {
@@ -121,17 +124,18 @@ impl Reader<'_> {
         if self.row.is_empty() {
             return true;
         }
-        match events.try_send(Event::Sample {
-            t_us,
-            values: self.row.clone(),
-        }) {
-            Ok(()) => true,
-            Err(TrySendError::Full(_)) => {
-                state.dropped_samples.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Err(TrySendError::Disconnected(_)) => false,
+        if !state.rows.push((t_us, self.row.clone())) {
+            state.dropped_samples.fetch_add(1, Ordering::Relaxed);
         }
+        if self.last_nudge.elapsed() < PendingRows::NUDGE_EVERY {
+            return true;
+        }
+        self.last_nudge = Instant::now();
+        // A full channel is fine: the rows wait, and the recorder takes them at its next event.
+        !matches!(
+            events.try_send(Event::SamplesReady),
+            Err(TrySendError::Disconnected(_))
+        )
     }
 }
 
@@ -162,6 +166,7 @@ pub fn sample_loop(
         generation: 0,
         row: Vec::with_capacity(counters.gpus.len() * 4 + 2),
         last_t_us: None,
+        last_nudge: Instant::now(),
     };
     let mut datagram = vec![0u8; MAX_DATAGRAM_BYTES];
     let mut next = Instant::now();
