@@ -5,6 +5,11 @@
 //! library allocating on the GPU. It is invisible to `torch.cuda.memory_allocated()` but counts
 //! toward an OOM, so batch-size arithmetic that ignores it is optimistic. It is measured at marks,
 //! where the allocator's snapshot and the sampled process memory describe the same instant.
+//!
+//! The process reading is slow (NVML's per-process query runs about once a second), so at a mark
+//! it can predate the allocator's growth: a process never holds less than its allocator has
+//! reserved, and a mark where the last reading says so is left out as stale rather than read as
+//! negative memory outside the allocator (an H100 OOM trace showed "-24 MiB" that way).
 
 use serde::Serialize;
 
@@ -32,8 +37,8 @@ pub struct OutsideAllocator {
     pub median_reserved_bytes: u64,
 }
 
-/// Measures memory outside the allocator; `None` without both process and reserved values at
-/// any mark.
+/// Measures memory outside the allocator; `None` without a mark where both values are known and
+/// the process reading is not stale.
 pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAllocator> {
     let process = Metric::Counter(counter_with_data(trace, CounterKind::ProcessGpu)?);
     let reserved = reserved_metric(trace)?;
@@ -43,6 +48,7 @@ pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAl
         .iter()
         .zip(values.column(r))
         .filter_map(|(p, r)| p.zip(*r))
+        .filter(|(process, reserved)| process >= reserved)
         .collect();
     if pairs.is_empty() {
         return None;
@@ -86,6 +92,20 @@ mod tests {
         assert_eq!(o.process_metric, "gpu0.process");
         assert_eq!(o.reserved_metric, "reserved");
         assert_eq!(o.median_reserved_bytes, 28 * GIB + 512 * MIB);
+    }
+
+    #[test]
+    fn stale_process_readings_are_left_out() {
+        let mut trace = Run::default().build();
+        let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
+        let column = trace.samples.column_mut(id);
+        let half = column.len() / 2;
+        column[..half].fill(0);
+        let o = outside_allocator(&trace, &MarkValues::new(&trace)).unwrap();
+        assert!(o.marks > 0 && o.marks < 240, "{}", o.marks);
+        assert_eq!(o.median_bytes, (600 * MIB) as i64);
+        trace.samples.column_mut(id).fill(0);
+        assert!(outside_allocator(&trace, &MarkValues::new(&trace)).is_none());
     }
 
     #[test]
