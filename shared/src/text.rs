@@ -166,11 +166,11 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
     line(
         out,
         &format!(
-            "  {} recorded: {} samples, {} marks, {} steps{steps}",
+            "  {} recorded: {}, {}, {}{steps}",
             format_duration_us(o.duration_us),
-            format_count(o.samples as u64),
-            format_count(o.marks as u64),
-            format_count(o.steps as u64),
+            counted(o.samples as u64, "sample"),
+            counted(o.marks as u64, "mark"),
+            counted(o.steps as u64, "step"),
         ),
     );
     let exit = match o.exit.map(|e| e.status) {
@@ -575,6 +575,12 @@ fn wrap_words(text: &str) -> Vec<String> {
 
 /// Appends `text` word-wrapped to [`WIDTH`], the first line indented by `first` spaces and the
 /// rest by `rest`. Words longer than a line are cut.
+/// `1 mark`, `2 marks`, `12 345 marks`.
+fn counted(n: u64, thing: &str) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} {thing}{s}", format_count(n))
+}
+
 fn wrap(out: &mut String, text: &str, first: usize, rest: usize) {
     let mut current = " ".repeat(first);
     let mut empty = true;
