@@ -10,20 +10,23 @@
 //!   and it flushes at least twice a second;
 //! - the **status** thread redraws the live line on a terminal.
 //!
-//! The main thread spawns the child, waits for it, then stops the producers, lets the recorder
-//! write the exit and close the trace, and prints the summary. The collector's exit code is the
-//! child's (128 + signal when the child was killed).
+//! The trace file, the recorder and the sampler are a [`Recording`], the same one the tch
+//! `Session` starts when a program records itself. The main thread spawns the child, starts the
+//! recording and the other threads, waits for the child, then stops the producers and finishes
+//! the recording with the child's exit. The collector's exit code is the child's (128 + signal
+//! when the child was killed).
 
 mod child;
 mod markers;
 pub(crate) mod recorder;
+pub mod recording;
 pub(crate) mod sampler;
 pub(crate) mod shared_state;
 mod status;
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal};
+use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -33,14 +36,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_trace::{
-    CounterKind, ExitStatus, Metadata, OomEvent, OomSource, ProcessExit, TraceWriter, WriterOptions,
-};
+use oomscope_trace::{ExitStatus, OomEvent, OomSource, ProcessExit};
 
 use crate::gpu::{GpuSelection, Gpus};
 use crate::protocol::{Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
-pub use sampler::Counters;
-use sampler::GpuCounters;
+pub use recording::Recording;
+use recording::spawn;
 use shared_state::RunState;
 
 /// Events for the recorder. The channel holds [`CHANNEL_EVENTS`] of them; producers never wait.
@@ -64,8 +65,6 @@ pub enum Event {
     },
 }
 
-/// Room in the recorder's channel: 8 s of 1 kHz samples.
-const CHANNEL_EVENTS: usize = 8192;
 /// A child killed by SIGKILL is a probable host OOM kill when its RSS was at least this share of
 /// the host's (or its cgroup's) limit, or available memory was below [`HOST_AVAILABLE_SHARE`].
 const HOST_KILL_RSS_SHARE: f64 = 0.9;
@@ -147,71 +146,43 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
     child::forward_signals_to(child.id());
     let child_pid = child.id();
 
-    let gpu_infos = gpus
-        .as_ref()
-        .map(|g| g.infos().to_vec())
-        .unwrap_or_default();
-    let metadata = Metadata {
-        host: host_name(),
+    let recording = Recording::start(recording::Source {
+        file,
+        path: options.out.clone(),
+        gpus: gpus.map(Arc::new),
         pid: child_pid,
         command: options
             .command
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        start_unix_ns: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0)),
-        collector_version: concat!("oomscope-collector ", env!("CARGO_PKG_VERSION")).into(),
-        sample_interval_us: u64::try_from(options.interval.as_micros()).unwrap_or(u64::MAX),
-        rank: env_number("RANK"),
-        world_size: env_number("WORLD_SIZE"),
-        gpus: gpu_infos.clone(),
-    };
-    let mut writer = TraceWriter::with_options(
-        BufWriter::with_capacity(64 << 10, file),
-        &metadata,
-        WriterOptions::default(),
-    )?;
-    let counters = declare_counters(&mut writer, &gpu_infos)?;
-
-    let state = Arc::new(RunState::new(&gpu_infos, child_pid));
-    let (events, receiver) = sync_channel::<Event>(CHANNEL_EVENTS);
+        interval: options.interval,
+        writer: "",
+        socket: Some(socket),
+        extra: None,
+    })?;
+    let state = Arc::clone(recording.state());
     let show_status = !options.quiet && std::io::stderr().is_terminal();
     let terminal = Arc::new(Mutex::new(status::Terminal::new(show_status)));
     let stderr = child
         .stderr
         .take()
         .ok_or_else(|| anyhow!("the child's stderr was not piped"))?;
-    let gpus = gpus.map(Arc::new);
-
-    let recorder = spawn("oomscope-recorder", {
-        let state = Arc::clone(&state);
-        move || recorder::record_loop(writer, &receiver, &state)
-    })?;
-    let sampler = spawn("oomscope-sampler", {
-        let (state, gpus, events, interval) = (
-            Arc::clone(&state),
-            gpus.clone(),
-            events.clone(),
-            options.interval,
-        );
-        move || {
-            let sources = sampler::Sources {
-                gpus: gpus.as_deref(),
-                counters: &counters,
-                extra: None,
-            };
-            sampler::sample_loop(&state, sources, interval, Some(&socket), &events);
-        }
-    })?;
     let poller = spawn("oomscope-poller", {
-        let (state, gpus, interval) = (Arc::clone(&state), gpus.clone(), options.process_interval);
+        let (state, gpus, interval) = (
+            Arc::clone(&state),
+            recording.gpus().cloned(),
+            options.process_interval,
+        );
         move || sampler::poll_loop(&state, child_pid, gpus.as_deref(), interval)
     })?;
     let (stderr_done, stderr_finished) = sync_channel::<()>(1);
     spawn("oomscope-stderr", {
-        let (state, events, terminal) = (Arc::clone(&state), events.clone(), Arc::clone(&terminal));
+        let (state, events, terminal) = (
+            Arc::clone(&state),
+            recording.events().clone(),
+            Arc::clone(&terminal),
+        );
         move || {
             child::pass_stderr(stderr, &state, &events, &terminal);
             let _ = stderr_done.send(());
@@ -231,7 +202,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
     // A grandchild may keep stderr open after the child exits: wait briefly, not forever.
     let _ = stderr_finished.recv_timeout(Duration::from_secs(2));
     state.request_stop();
-    for thread in [sampler, poller].into_iter().chain(status_thread) {
+    for thread in [poller].into_iter().chain(status_thread) {
         let _ = thread.join();
     }
 
@@ -246,33 +217,13 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         status: exit_status,
         probable_host_oom: host_kill.is_some(),
     };
-    events
-        .send(Event::Finish { exit, host_kill })
-        .map_err(|_| anyhow!("the recorder stopped early"))?;
-    drop(events);
-    recorder
-        .join()
-        .map_err(|_| anyhow!("the recorder thread panicked"))?
-        .with_context(|| format!("writing the trace {} failed", options.out.display()))?;
+    let trace = recording.finish(exit, host_kill)?;
 
     let exit_code = match exit_status {
         ExitStatus::Code(code) => code,
         ExitStatus::Signal(signal) => 128 + signal,
     };
-    Ok(RunOutcome {
-        exit_code,
-        trace: options.out.clone(),
-    })
-}
-
-fn spawn<T: Send + 'static>(
-    name: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<std::thread::JoinHandle<T>> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(f)
-        .with_context(|| format!("cannot start thread {name}"))
+    Ok(RunOutcome { exit_code, trace })
 }
 
 /// The program could not be started. Exits like a shell would: 127 when it does not exist,
@@ -295,27 +246,6 @@ impl CannotRun {
             _ => 126,
         }
     }
-}
-
-pub(crate) fn declare_counters<W: std::io::Write>(
-    writer: &mut TraceWriter<W>,
-    gpus: &[oomscope_trace::GpuInfo],
-) -> Result<Counters> {
-    let mut per_gpu = Vec::with_capacity(gpus.len());
-    for g in gpus {
-        let i = g.index;
-        per_gpu.push(GpuCounters {
-            used: writer.declare_counter(CounterKind::GpuUsed, Some(i))?,
-            free: writer.declare_counter(CounterKind::GpuFree, Some(i))?,
-            reserved: writer.declare_counter(CounterKind::GpuReserved, Some(i))?,
-            process: writer.declare_counter(CounterKind::ProcessGpu, Some(i))?,
-        });
-    }
-    Ok(Counters {
-        gpus: per_gpu,
-        host_rss: writer.declare_counter(CounterKind::HostRss, None)?,
-        host_available: writer.declare_counter(CounterKind::HostAvailable, None)?,
-    })
 }
 
 /// A SIGKILL while the tree's RSS was near the memory limit, or the host nearly out of memory, is
@@ -356,19 +286,4 @@ fn judge_host_kill(
             limit >> 20
         ),
     })
-}
-
-pub(crate) fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    if !ok {
-        return String::new();
-    }
-    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-fn env_number(name: &str) -> Option<u32> {
-    std::env::var(name).ok()?.parse().ok()
 }

@@ -12,15 +12,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use oomscope_trace::{
-    ComponentBreakdown, CounterKind, ExitStatus, GradientSummary, Metadata, Name, NamedBytes, Note,
-    OomEvent, OomSource, Phase, ProcessExit, Record, StageMark, TraceWriter,
+    ComponentBreakdown, CounterId, CounterKind, ExitStatus, GradientSummary, Name, NamedBytes,
+    Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
 };
 
 use super::allocator::{self, ObservedOom};
@@ -29,8 +27,7 @@ use crate::gpu::{GpuSelection, Gpus};
 use crate::probe::{Probe, rank_from_env};
 use crate::protocol::{self, Message};
 use crate::run::Event;
-use crate::run::sampler::{Sources, sample_loop};
-use crate::run::shared_state::RunState;
+use crate::run::recording::{self, ExtraCounters, Recording};
 
 /// Default sampling interval of a standalone session.
 const STANDALONE_INTERVAL: Duration = Duration::from_millis(10);
@@ -47,16 +44,7 @@ const EXACT_GRADIENT_STEPS_AFTER_NON_FINITE: u64 = 10;
 enum Sink {
     Off,
     Parent(Probe),
-    Own(Box<Own>),
-}
-
-/// A standalone recording.
-struct Own {
-    path: PathBuf,
-    state: Arc<RunState>,
-    events: SyncSender<Event>,
-    sampler: JoinHandle<()>,
-    recorder: JoinHandle<Result<()>>,
+    Own(Box<Recording>),
 }
 
 /// What the program last said.
@@ -186,80 +174,30 @@ impl Session {
         let path = path.as_ref().to_path_buf();
         let file = std::fs::File::create(&path)
             .with_context(|| format!("cannot write the trace to {}", path.display()))?;
-        let gpus = Gpus::open(&GpuSelection::All).ok().map(Arc::new);
-        let gpu_infos = gpus
-            .as_ref()
-            .map(|g| g.infos().to_vec())
-            .unwrap_or_default();
-        let pid = std::process::id();
-        let metadata = Metadata {
-            host: crate::run::host_name(),
-            pid,
-            command: std::env::args().collect(),
-            start_unix_ns: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0)),
-            collector_version: concat!(
-                "oomscope-collector ",
-                env!("CARGO_PKG_VERSION"),
-                " (tch session)"
-            )
-            .into(),
-            sample_interval_us: u64::try_from(STANDALONE_INTERVAL.as_micros()).unwrap_or(0),
-            rank: None,
-            world_size: None,
-            gpus: gpu_infos.clone(),
-        };
-        let mut writer =
-            TraceWriter::new(std::io::BufWriter::with_capacity(64 << 10, file), &metadata)?;
-        let counters = crate::run::declare_counters(&mut writer, &gpu_infos)?;
-        let cuda = allocator::device_count() > 0;
-        let allocator_counters = if cuda {
-            Some((
-                writer.declare_counter(CounterKind::AllocAllocated, Some(0))?,
-                writer.declare_counter(CounterKind::AllocReserved, Some(0))?,
-            ))
-        } else {
-            None
-        };
-        let state = Arc::new(RunState::new(&gpu_infos, pid));
-        let (events, receiver) = sync_channel::<Event>(8192);
-        let recorder = std::thread::Builder::new()
-            .name("oomscope-recorder".into())
-            .spawn({
-                let state = Arc::clone(&state);
-                move || crate::run::recorder::record_loop(writer, &receiver, &state)
-            })?;
-        let sampler = std::thread::Builder::new()
-            .name("oomscope-sampler".into())
-            .spawn({
-                let (state, events) = (Arc::clone(&state), events.clone());
-                move || {
-                    let extra = move |row: &mut Vec<(oomscope_trace::CounterId, u64)>| {
-                        if let (Some((allocated, reserved)), Ok(s)) =
-                            (allocator_counters, allocator::snapshot(0))
-                        {
-                            row.extend([
-                                (allocated, s.allocated_bytes),
-                                (reserved, s.reserved_bytes),
-                            ]);
-                        }
-                    };
-                    let sources = Sources {
-                        gpus: gpus.as_deref(),
-                        counters: &counters,
-                        extra: Some(&extra),
-                    };
-                    sample_loop(&state, sources, STANDALONE_INTERVAL, None, &events);
+        // The caching allocator's counters of device 0, read on every tick.
+        let extra = (allocator::device_count() > 0).then(|| ExtraCounters {
+            counters: vec![
+                (CounterKind::AllocAllocated, Some(0)),
+                (CounterKind::AllocReserved, Some(0)),
+            ],
+            read: Box::new(|ids: &[CounterId], row: &mut Vec<(CounterId, u64)>| {
+                if let (&[allocated, reserved], Ok(s)) = (ids, allocator::snapshot(0)) {
+                    row.extend([(allocated, s.allocated_bytes), (reserved, s.reserved_bytes)]);
                 }
-            })?;
-        Ok(Session::with_sink(Sink::Own(Box::new(Own {
+            }),
+        });
+        let recording = Recording::start(recording::Source {
+            file,
             path,
-            state,
-            events,
-            sampler,
-            recorder,
-        }))))
+            gpus: Gpus::open(&GpuSelection::All).ok().map(Arc::new),
+            pid: std::process::id(),
+            command: std::env::args().collect(),
+            interval: STANDALONE_INTERVAL,
+            writer: " (tch session)",
+            socket: None,
+            extra,
+        })?;
+        Ok(Session::with_sink(Sink::Own(Box::new(recording))))
     }
 
     /// Whether anything is recorded.
@@ -550,34 +488,15 @@ impl Session {
         allocator::set_oom_hook(None);
         let sink =
             Arc::try_unwrap(self.sink).map_err(|_| anyhow!("the session is still shared"))?;
-        let Sink::Own(own) = sink else {
+        let Sink::Own(recording) = sink else {
             return Ok(None);
         };
-        let Own {
-            path,
-            state,
-            events,
-            sampler,
-            recorder,
-        } = *own;
-        state.request_stop();
-        let _ = sampler.join();
-        let t_us = state.now_us();
-        events
-            .send(Event::Finish {
-                exit: ProcessExit {
-                    t_us,
-                    status: ExitStatus::Code(0),
-                    probable_host_oom: false,
-                },
-                host_kill: None,
-            })
-            .map_err(|_| anyhow!("the recorder stopped early"))?;
-        drop(events);
-        recorder
-            .join()
-            .map_err(|_| anyhow!("the recorder thread panicked"))??;
-        Ok(Some(path))
+        let exit = ProcessExit {
+            t_us: recording.state().now_us(),
+            status: ExitStatus::Code(0),
+            probable_host_oom: false,
+        };
+        recording.finish(exit, None).map(Some)
     }
 }
 
@@ -618,14 +537,15 @@ fn send_to(sink: &Sink, message: Message) {
     match sink {
         Sink::Off => {}
         Sink::Parent(probe) => probe.send_message(&message),
-        Sink::Own(own) => {
-            let t_us = own.state.now_us();
-            if own
-                .events
+        Sink::Own(recording) => {
+            let state = recording.state();
+            let t_us = state.now_us();
+            if recording
+                .events()
                 .try_send(Event::Message { t_us, message })
                 .is_err()
             {
-                own.state.dropped_messages.fetch_add(1, Ordering::Relaxed);
+                state.dropped_messages.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
