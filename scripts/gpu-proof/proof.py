@@ -473,18 +473,7 @@ class Proof:
                 if len(inside) >= 5:
                     medians.append((on, statistics.median(inside)))
             # Pairs of neighbouring windows, thawed against frozen.
-            diffs = []
-            for (a_on, a), (b_on, b) in zip(medians, medians[1:]):
-                if a_on != b_on:
-                    on_ms, off_ms = (a, b) if a_on else (b, a)
-                    diffs.append((on_ms - off_ms) / off_ms * 100)
-            mean = statistics.mean(diffs) if diffs else float("nan")
-            half = t95(len(diffs)) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
-            figures[name] = {"windows": len(medians), "pairs": len(diffs),
-                             "median_on_ms": statistics.median([m for on, m in medians if on] or [float("nan")]),
-                             "median_off_ms": statistics.median([m for on, m in medians if not on] or [float("nan")]),
-                             "overhead_percent_mean": round(mean, 3),
-                             "ci95_percent": [round(mean - half, 3), round(mean + half, 3)]}
+            figures[name] = dict(windows=len(medians), **neighbour_pairs(medians, "on", "off"))
         if not self.cuda["cuda"]:
             return figures, None, "", "the step-time target is for GPU steps (dry run: measured on CPU, not judged)"
         upper = figures["default"]["ci95_percent"][1]
@@ -512,18 +501,7 @@ class Proof:
                 chunk = rows[b * block:(b + 1) * block][2:]  # the first steps of a block settle
                 blocks.append((bool(chunk[0][2]), statistics.median(took / 1e6 for _, took, _ in chunk)))
             blocks = blocks[2:]  # warm-up
-            diffs = []
-            for (a_on, a), (b_on, b) in zip(blocks, blocks[1:]):
-                if a_on != b_on:
-                    on_ms, off_ms = (a, b) if a_on else (b, a)
-                    diffs.append((on_ms - off_ms) / off_ms * 100)
-            mean = statistics.mean(diffs)
-            half = t95(len(diffs)) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
-            figures[name] = {"pairs": len(diffs),
-                             "median_instrumented_ms": statistics.median(m for on, m in blocks if on),
-                             "median_plain_ms": statistics.median(m for on, m in blocks if not on),
-                             "overhead_percent_mean": round(mean, 3),
-                             "ci95_percent": [round(mean - half, 3), round(mean + half, 3)]}
+            figures[name] = neighbour_pairs(blocks, "instrumented", "plain")
         if not self.cuda["cuda"]:
             return figures, None, "", "the step-time target is for GPU steps (dry run: measured on CPU, not judged)"
         upper = figures["default"]["ci95_percent"][1]
@@ -596,6 +574,25 @@ print(json.dumps({"memory_info_v2_us": memory, "compute_running_processes_v3_us"
                 "print(json.dumps({'cuda': c, 'us_per_memory_stats': flat, 'us_per_memory_stats_as_nested_dict': nested}))")
         _, out, _ = self.run([sys.executable, "-c", code], check=True)
         return {"tch_shim": tch, "python_memory_stats": json.loads(out)}
+
+
+def neighbour_pairs(periods, on_name, off_name):
+    """Step-time cost from alternating periods of one process: `periods` is [(on, median ms)] in
+    time order; each neighbouring on/off pair gives (on − off) / off in percent. Returns the pair
+    count, the medians of each kind, the mean and its 95% interval."""
+    diffs = []
+    for (a_on, a), (b_on, b) in zip(periods, periods[1:]):
+        if a_on != b_on:
+            on_ms, off_ms = (a, b) if a_on else (b, a)
+            diffs.append((on_ms - off_ms) / off_ms * 100)
+    mean = statistics.mean(diffs) if diffs else float("nan")
+    half = t95(len(diffs)) * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("inf")
+    median = lambda values: statistics.median(values) if values else float("nan")
+    return {"pairs": len(diffs),
+            "median_%s_ms" % on_name: median([m for on, m in periods if on]),
+            "median_%s_ms" % off_name: median([m for on, m in periods if not on]),
+            "overhead_percent_mean": round(mean, 3),
+            "ci95_percent": [round(mean - half, 3), round(mean + half, 3)]}
 
 
 def on_cpu_seconds(pid):

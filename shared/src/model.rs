@@ -585,6 +585,27 @@ pub struct TensorStats {
     pub inf_count: u64,
 }
 
+impl TensorStats {
+    /// Statistics of the tensor `name` before anything was measured: no shape, dtype `?`, 0
+    /// bytes, NaN statistics, no NaN/Inf elements counted.
+    pub fn unmeasured(name: Name) -> TensorStats {
+        TensorStats {
+            t_us: 0,
+            step: 0,
+            name,
+            shape: Vec::new(),
+            dtype: "?".into(),
+            bytes: 0,
+            min: f64::NAN,
+            max: f64::NAN,
+            mean: f64::NAN,
+            std: f64::NAN,
+            nan_count: 0,
+            inf_count: 0,
+        }
+    }
+}
+
 /// How an out-of-memory event came to be known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -658,6 +679,23 @@ pub struct OomEvent {
     pub device_total_bytes: Option<u64>,
     /// The error text (first line(s) of it).
     pub message: String,
+}
+
+impl OomEvent {
+    /// An OOM of `source` saying `message`, with nothing else known yet (stage, step, sizes).
+    pub fn new(t_us: u64, source: OomSource, message: String) -> OomEvent {
+        OomEvent {
+            t_us,
+            source,
+            stage: None,
+            step: None,
+            requested_bytes: None,
+            device: None,
+            device_free_bytes: None,
+            device_total_bytes: None,
+            message,
+        }
+    }
 }
 
 /// Outcome of one batch-size trial.

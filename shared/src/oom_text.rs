@@ -54,19 +54,16 @@ impl OomText {
     /// The OOM record of an error seen on stderr at `t_us`; its stage and step are the
     /// recorder's to fill in from what the program said last.
     pub fn into_event(self, t_us: u64) -> OomEvent {
+        let source = match self.kind {
+            OomKind::Gpu => OomSource::Stderr,
+            OomKind::Host => OomSource::HostError,
+        };
         OomEvent {
-            t_us,
-            source: match self.kind {
-                OomKind::Gpu => OomSource::Stderr,
-                OomKind::Host => OomSource::HostError,
-            },
-            stage: None,
-            step: None,
             requested_bytes: self.requested_bytes,
             device: self.device,
             device_free_bytes: self.free_bytes,
             device_total_bytes: self.total_bytes,
-            message: self.message,
+            ..OomEvent::new(t_us, source, self.message)
         }
     }
 }

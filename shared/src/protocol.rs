@@ -415,17 +415,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
                     None => (rest, ""),
                 },
             };
-            let mut oom = OomEvent {
-                t_us: 0,
-                source: OomSource::Marker,
-                stage: None,
-                step: None,
-                requested_bytes: None,
-                device: None,
-                device_free_bytes: None,
-                device_total_bytes: None,
-                message: message.to_owned(),
-            };
+            let mut oom = OomEvent::new(0, OomSource::Marker, message.to_owned());
             let f = Fields::parse(fields);
             f.read(&OOM, &mut oom)?;
             with_context(verb, &f, Record::Oom(oom))
@@ -467,20 +457,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
         "tensor" => {
             let (name, rest) = name_token(rest)?;
             let f = Fields::parse(rest);
-            let mut tensor = TensorStats {
-                t_us: 0,
-                step: 0,
-                name,
-                shape: Vec::new(),
-                dtype: "?".into(),
-                bytes: 0,
-                min: f64::NAN,
-                max: f64::NAN,
-                mean: f64::NAN,
-                std: f64::NAN,
-                nan_count: 0,
-                inf_count: 0,
-            };
+            let mut tensor = TensorStats::unmeasured(name);
             f.read(&TENSOR, &mut tensor)?;
             with_context(verb, &f, Record::Tensor(tensor))
         }

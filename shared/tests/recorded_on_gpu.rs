@@ -123,7 +123,10 @@ fn the_batch_search_on_an_h100() {
 /// GPT example, each the collector's direct child here, so the sender is the metadata's pid.
 #[test]
 fn marks_recorded_on_an_h100_name_their_sender() {
-    for (name, marks) in [("h100_v1_2_torch_loop.oomt", 49), ("h100_v1_2_gpt.oomt", 109)] {
+    for (name, marks) in [
+        ("h100_v1_2_torch_loop.oomt", 49),
+        ("h100_v1_2_gpt.oomt", 109),
+    ] {
         let t = trace(name);
         assert_eq!(t.format_version, (1, 2), "{name}");
         assert_eq!(t.marks.len(), marks, "{name}");

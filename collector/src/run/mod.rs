@@ -271,19 +271,12 @@ fn judge_host_kill(
             .host_available
             .current()
             .is_some_and(|a| (a as f64) < HOST_AVAILABLE_SHARE * total as f64);
-    (rss_near_limit || host_exhausted).then(|| OomEvent {
-        t_us,
-        source: OomSource::HostKill,
-        stage: None,
-        step: None,
-        requested_bytes: None,
-        device: None,
-        device_free_bytes: None,
-        device_total_bytes: None,
-        message: format!(
+    (rss_near_limit || host_exhausted).then(|| {
+        let message = format!(
             "killed by SIGKILL with {} MiB resident of a {} MiB limit",
             rss >> 20,
             limit >> 20
-        ),
+        );
+        OomEvent::new(t_us, OomSource::HostKill, message)
     })
 }

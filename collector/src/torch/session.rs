@@ -509,17 +509,7 @@ fn own_rss_bytes() -> Option<u64> {
 
 /// An OOM the program reports itself (its time, stage and step are the recorder's).
 fn marker_oom(message: String) -> OomEvent {
-    OomEvent {
-        t_us: 0,
-        source: OomSource::Marker,
-        stage: None,
-        step: None,
-        requested_bytes: None,
-        device: None,
-        device_free_bytes: None,
-        device_total_bytes: None,
-        message,
-    }
+    OomEvent::new(0, OomSource::Marker, message)
 }
 
 /// An OOM at the loop's position: the stage and step it last announced.

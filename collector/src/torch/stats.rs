@@ -167,18 +167,10 @@ pub fn tensor_summary(name: &str, t: &Tensor) -> TensorStats {
             .map(|d| u64::try_from(*d).unwrap_or(0))
             .collect();
         let mut summary = TensorStats {
-            t_us: 0,
-            step: 0,
-            name: name.into(),
             shape,
             dtype: format!("{:?}", t.kind()).into(),
             bytes: tensor_bytes(t),
-            min: f64::NAN,
-            max: f64::NAN,
-            mean: f64::NAN,
-            std: f64::NAN,
-            nan_count: 0,
-            inf_count: 0,
+            ..TensorStats::unmeasured(name.into())
         };
         if t.numel() == 0 {
             return summary;
