@@ -8,12 +8,13 @@
 //! collector run -- target/release/examples/train_loop --steps 40 --leak-mib 4 --eval-every 10
 //! ```
 //!
-//! Until the tch GPT example exists (issue 4) this is the README's main-job workload.
+//! It needs no libtorch: the collector's tests and the README's quick start run it anywhere.
 
 use std::time::Duration;
 
 use oomscope_collector::probe::Probe;
-use oomscope_trace::Phase;
+use oomscope_collector::protocol::Message;
+use oomscope_trace::{ComponentBreakdown, Phase, Record};
 
 const MIB: usize = 1 << 20;
 
@@ -27,63 +28,38 @@ fn resident(mib: usize) -> Vec<u8> {
     block
 }
 
+/// A training loop that allocates host memory like a model and marks its stages.
+#[derive(Debug, clap::Parser)]
+#[command(name = "train_loop")]
 struct Options {
+    /// Training steps.
+    #[arg(long, default_value_t = 40)]
     steps: usize,
+    /// Milliseconds per step.
+    #[arg(long, default_value_t = 60)]
     step_ms: u64,
+    /// Parameters (and gradients, and each of Adam's two moments), MiB.
+    #[arg(long, default_value_t = 64)]
     params_mib: usize,
+    /// Activations of one step, MiB.
+    #[arg(long, default_value_t = 96)]
     activation_mib: usize,
-    batch_size: usize,
+    /// Batch size reported with the components.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..))]
+    batch_size: u64,
+    /// Memory kept every step (a planted leak), MiB.
+    #[arg(long, default_value_t = 0)]
     leak_mib: usize,
+    /// Evaluate every N steps (0: never).
+    #[arg(long, default_value_t = 0)]
     eval_every: usize,
+    /// Memory each evaluation keeps (its outputs), MiB.
+    #[arg(long, default_value_t = 0)]
     eval_keep_mib: usize,
 }
 
-fn parse() -> Result<Options, String> {
-    let mut o = Options {
-        steps: 40,
-        step_ms: 60,
-        params_mib: 64,
-        activation_mib: 96,
-        batch_size: 8,
-        leak_mib: 0,
-        eval_every: 0,
-        eval_keep_mib: 0,
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let [flag, value] = pair else {
-            return Err(format!("{} needs a value", pair[0]));
-        };
-        let value: usize = value
-            .parse()
-            .map_err(|_| format!("{flag}: `{value}` is not a number"))?;
-        match flag.as_str() {
-            "--steps" => o.steps = value,
-            "--step-ms" => o.step_ms = value as u64,
-            "--params-mib" => o.params_mib = value,
-            "--activation-mib" => o.activation_mib = value,
-            "--batch-size" => o.batch_size = value.max(1),
-            "--leak-mib" => o.leak_mib = value,
-            "--eval-every" => o.eval_every = value,
-            "--eval-keep-mib" => o.eval_keep_mib = value,
-            other => return Err(format!("unknown option {other}")),
-        }
-    }
-    Ok(o)
-}
-
 fn main() {
-    let o = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            // An example's one line of usage error.
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("error: {e}");
-            }
-            std::process::exit(2);
-        }
-    };
+    let o = <Options as clap::Parser>::parse();
     let probe = Probe::from_env();
     let pause = Duration::from_millis(o.step_ms / 6);
     let params = resident(o.params_mib);
@@ -114,13 +90,14 @@ fn main() {
         }
         probe.mark("post_optimizer_step");
         if step == 1 {
-            probe.send(&format!(
-                "components parameters_bytes={} gradients_bytes={} optimizer_state_bytes={} batch_size={}\n",
-                o.params_mib * MIB,
-                o.params_mib * MIB,
-                2 * o.params_mib * MIB,
-                o.batch_size
-            ));
+            let params_bytes = (o.params_mib * MIB) as u64;
+            probe.send_message(&Message::record(Record::Components(ComponentBreakdown {
+                batch_size: Some(o.batch_size),
+                parameters_bytes: params_bytes,
+                gradients_bytes: params_bytes,
+                optimizer_state_bytes: 2 * params_bytes,
+                ..ComponentBreakdown::default()
+            })));
         }
         std::thread::sleep(pause);
         if o.eval_every > 0 && (step + 1) % o.eval_every == 0 {

@@ -526,14 +526,12 @@ impl<'a> Fields<'a> {
         record: &mut R,
     ) -> Option<()> {
         for field in table {
-            match self.map.get(field.key) {
-                None if field.need == Need::Required => return None,
-                None => {}
-                Some(text) => {
-                    if (field.read)(record, text).is_none() && field.need != Need::Optional {
-                        return None;
-                    }
-                }
+            let well_read = match self.map.get(field.key) {
+                None => field.need != Need::Required,
+                Some(text) => (field.read)(record, text).is_some() || field.need == Need::Optional,
+            };
+            if !well_read {
+                return None;
             }
         }
         Some(())

@@ -130,7 +130,7 @@ async fn zoom_buttons_redraw_and_whole_run_restores_the_chart() {
 
 #[wasm_bindgen_test]
 async fn recorded_markup_is_text() {
-    use oomscope_trace::{Metadata, Phase, TraceWriter};
+    use oomscope_trace::{Metadata, Note, Phase, Record, StageMark, TraceWriter};
     let meta = Metadata {
         command: vec!["<b>bold</b>".into(), "<img src=x onerror=alert(1)>".into()],
         ..Metadata::default()
@@ -141,10 +141,20 @@ async fn recorded_markup_is_text() {
         .unwrap();
     for step in 0..3 {
         w.sample(step * 1000 + 1, &[(rss, 100 << 20)]).unwrap();
-        w.mark(step * 1000 + 2, "<i>stage</i>", step, 0, Phase::Train, None)
-            .unwrap();
+        w.write(&Record::Mark(StageMark {
+            t_us: step * 1000 + 2,
+            name: "<i>stage</i>".into(),
+            step,
+            phase: Phase::Train,
+            ..StageMark::default()
+        }))
+        .unwrap();
     }
-    w.note(3500, "<script>alert(2)</script>").unwrap();
+    w.write(&Record::Note(Note {
+        t_us: 3500,
+        text: "<script>alert(2)</script>".into(),
+    }))
+    .unwrap();
     let bytes = w.finish(4000).unwrap();
     let c = mount("app-markup", Loaded::decode("m.oomt".into(), &bytes, None));
     settle(20).await;

@@ -29,13 +29,16 @@ use crate::probe::rank_from_env;
 /// Room in the recorder's channel: messages wait here while the recorder writes.
 const CHANNEL_EVENTS: usize = 8192;
 
+/// Appends the values of extra counters to a sample row, given their declared ids.
+pub type ReadExtra = Box<dyn Fn(&[CounterId], &mut Vec<(CounterId, u64)>) + Send + Sync>;
+
 /// Readings taken on every tick besides NVML and `/proc`: the counters they fill (declared by
 /// the recording, in this order) and a function appending their values to a row.
 pub struct ExtraCounters {
     /// Kind and device of each counter.
     pub counters: Vec<(CounterKind, Option<u32>)>,
     /// Appends (counter, value) pairs to a row; receives the declared ids in the same order.
-    pub read: Box<dyn Fn(&[CounterId], &mut Vec<(CounterId, u64)>) + Send + Sync>,
+    pub read: ReadExtra,
 }
 
 impl std::fmt::Debug for ExtraCounters {
