@@ -29,6 +29,7 @@ pub mod codec;
 mod error;
 pub mod estimate;
 pub mod export;
+pub mod headline;
 pub mod model;
 pub mod oom_text;
 pub mod protocol;

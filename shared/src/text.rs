@@ -9,7 +9,8 @@ use crate::analysis::Analysis;
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::memory_peak;
 use crate::analysis::stages::StageTable;
-use crate::model::{ExitStatus, Trace};
+use crate::headline;
+use crate::model::Trace;
 use crate::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
     format_signed_bytes, format_signed_bytes_f64,
@@ -173,17 +174,10 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
             counted(o.steps as u64, "step"),
         ),
     );
-    let exit = match o.exit.map(|e| e.status) {
-        Some(ExitStatus::Code(c)) => format!("exit code {c}"),
-        Some(ExitStatus::Signal(s)) => format!("killed by signal {s}"),
-        None => "no exit recorded".to_owned(),
-    };
-    let ending = if o.ended_cleanly {
-        "the trace ended cleanly"
-    } else {
-        "the trace did not end cleanly (recorder crashed, was killed, or the file is truncated)"
-    };
-    wrap(out, &format!("{exit}; {ending}"), 2, 4);
+    wrap(out, &headline::ending(trace), 2, 4);
+    if let Some(oom) = headline::first_oom(trace) {
+        wrap(out, &oom, 2, 4);
+    }
     if o.dropped_total > 0 {
         let tags: Vec<String> = o
             .dropped
@@ -630,7 +624,7 @@ mod tests {
         assert!(text.starts_with("oomscope: python train.py\n  host gpu-node-7, pid 4242\n"));
         assert!(text.contains("  GPU 0: NVIDIA H100 80GB HBM3, 80.0 GiB\n"));
         assert!(text.contains("60 steps (0-59)"));
-        assert!(text.contains("exit code 0; the trace ended cleanly"));
+        assert!(text.contains("exited with code 0; the trace ended cleanly"));
         assert!(
             text.contains("  peak_allocated   28.0 GiB  at post_forward of step 0\n"),
             "{text}"

@@ -19,7 +19,7 @@ use oomscope_trace::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_signed_bytes,
     format_signed_bytes_f64,
 };
-use oomscope_trace::{ExitStatus, Trace, TrialOutcome, export};
+use oomscope_trace::{Trace, TrialOutcome, export, headline};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
@@ -88,45 +88,9 @@ pub fn Overview(loaded: Arc<Loaded>) -> impl IntoView {
             .collect::<Vec<_>>()
             .join("; ")
     };
-    let exit = match trace.exit {
-        Some(e) => match e.status {
-            ExitStatus::Code(c) => format!("exited with code {c}"),
-            ExitStatus::Signal(s) if e.probable_host_oom => {
-                format!("killed by signal {s} (probably the host OOM killer)")
-            }
-            ExitStatus::Signal(s) => format!("killed by signal {s}"),
-        },
-        None if trace.end_us.is_some() => "still running when recording stopped".to_owned(),
-        None => "recording ended abruptly (crash, kill or truncation)".to_owned(),
-    };
-    let oom = trace.ooms.first().map(|o| {
-        let stage = o.stage.as_deref().map(str::to_owned);
-        let mut text = format!(
-            "Out of memory ({})",
-            if o.source.is_host() { "host" } else { "GPU" }
-        );
-        if let Some(s) = stage {
-            text.push_str(&format!(" in stage {s}"));
-        }
-        if let Some(step) = o.step {
-            text.push_str(&format!(", step {step}"));
-        }
-        if let Some(r) = o.requested_bytes {
-            text.push_str(&format!(": tried to allocate {}", format_bytes(r)));
-        }
-        if let (Some(free), Some(total)) = (o.device_free_bytes, o.device_total_bytes) {
-            text.push_str(&format!(
-                " with {} free of {}",
-                format_bytes(free),
-                format_bytes(total)
-            ));
-        }
-        let more = trace.ooms.len().saturating_sub(1);
-        if more > 0 {
-            text.push_str(&format!(" (and {more} more)"));
-        }
-        view! { <div class="banner error" id="oom-banner">{text}</div> }
-    });
+    let exit = headline::ending(&trace);
+    let oom = headline::first_oom(&trace)
+        .map(|text| view! { <div class="banner error" id="oom-banner">{text}</div> });
     let notes = (!trace.notes.is_empty()).then(|| {
         let shown = trace.notes.iter().take(MAX_NOTES).map(|n| {
             view! { <li><span class="hint">{format_duration_us(n.t_us)}" "</span>{n.text.clone()}</li> }

@@ -1,0 +1,61 @@
+//! The two sentences a trace opens with: how the run ended, and its first out-of-memory error.
+//!
+//! Why a module: the terminal summary and the viewer's overview both lead with them, and they
+//! said the same facts in different words ("exit code 1" and "exited with code 1"; the viewer
+//! named a probable host OOM kill, the terminal did not). Both print these functions' sentences.
+
+use crate::model::{ExitStatus, Trace};
+use crate::units::{format_bytes, format_count};
+
+/// How the watched program ended and whether the recording finished cleanly.
+pub fn ending(trace: &Trace) -> String {
+    let exit = trace.exit.map(|e| match e.status {
+        ExitStatus::Code(c) => format!("exited with code {c}"),
+        ExitStatus::Signal(s) if e.probable_host_oom => {
+            format!("killed by signal {s} (probably the host's OOM killer)")
+        }
+        ExitStatus::Signal(s) => format!("killed by signal {s}"),
+    });
+    const CUT: &str = "the recorder crashed or was killed, or the file is cut short";
+    match (exit, trace.end_us.is_some()) {
+        (Some(exit), true) => format!("{exit}; the trace ended cleanly"),
+        (Some(exit), false) => format!("{exit}; the trace did not end cleanly ({CUT})"),
+        (None, true) => "still running when the recording stopped".to_owned(),
+        (None, false) => {
+            format!("the recording ended abruptly ({CUT}): how the program ended is unknown")
+        }
+    }
+}
+
+/// The first out-of-memory error in one sentence, when the run had one: what ran out, where in
+/// the loop, what was asked for and what was free (and how many more OOMs followed).
+pub fn first_oom(trace: &Trace) -> Option<String> {
+    let first = trace.ooms.first()?;
+    let what = if first.source.is_host() {
+        "host"
+    } else {
+        "GPU"
+    };
+    let mut text = format!("Out of {what} memory");
+    if let Some(step) = first.step {
+        text.push_str(&format!(" at step {}", format_count(step)));
+    }
+    if let Some(stage) = first.stage.as_deref() {
+        text.push_str(&format!(" after {stage}"));
+    }
+    if let Some(requested) = first.requested_bytes {
+        text.push_str(&format!(": tried to allocate {}", format_bytes(requested)));
+        if let (Some(free), Some(total)) = (first.device_free_bytes, first.device_total_bytes) {
+            text.push_str(&format!(
+                " with {} free of {}",
+                format_bytes(free),
+                format_bytes(total)
+            ));
+        }
+    }
+    let more = trace.ooms.len() - 1;
+    if more > 0 {
+        text.push_str(&format!(" (and {more} more)"));
+    }
+    Some(text)
+}
