@@ -1,0 +1,123 @@
+//! `collector run -- CMD`: arguments, and what is printed after the program exits.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use oomscope_trace::analysis::{AnalysisOptions, analyze};
+use oomscope_trace::text;
+
+use crate::gpu::GpuSelection;
+use crate::run::RunOptions;
+use crate::trace_file::read_trace;
+
+/// `collector run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Trace file to write [default: oomscope-YYYYMMDD-HHMMSS.oomt in the current directory].
+    #[arg(short, long)]
+    pub out: Option<PathBuf>,
+    /// Sampling interval of GPU and host memory, in milliseconds (1 = 1 kHz).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub interval_ms: u64,
+    /// Interval of the per-process GPU memory query, in milliseconds. That NVML query takes the
+    /// driver's global lock, so it runs far less often than the sampler.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub process_interval_ms: u64,
+    /// GPUs to watch: `all` or indices such as `0,2`.
+    #[arg(long, default_value = "all")]
+    pub gpus: GpuSelection,
+    /// No live status line and no summary; only the trace path is printed.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Memory limit used to judge whether a SIGKILL was the host OOM killer [default: the
+    /// cgroup's memory.max, else the host's RAM].
+    #[arg(long, hide = true)]
+    pub host_limit_bytes: Option<u64>,
+    /// The program to run and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+pub fn run(args: RunArgs) -> Result<i32> {
+    let out = args.out.unwrap_or_else(default_trace_name);
+    let options = RunOptions {
+        out,
+        interval: Duration::from_millis(args.interval_ms),
+        process_interval: Duration::from_millis(args.process_interval_ms),
+        gpus: args.gpus,
+        quiet: args.quiet,
+        host_limit_bytes: args.host_limit_bytes,
+        command: args.command,
+    };
+    let outcome = crate::run::run(&options)?;
+    let mut report = String::new();
+    if !options.quiet {
+        match read_trace(&outcome.trace) {
+            Ok(decoded) => {
+                let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
+                report.push('\n');
+                report.push_str(&text::render_brief(&decoded.trace, &analysis));
+                for w in &decoded.warnings {
+                    report.push_str(&format!("warning: {w}\n"));
+                }
+            }
+            Err(e) => report.push_str(&format!("oomscope: could not summarize the trace: {e:#}\n")),
+        }
+    }
+    report.push_str(&format!(
+        "oomscope: trace written to {}\n",
+        outcome.trace.display()
+    ));
+    // The summary goes to stderr: the program's stdout stays exactly the program's.
+    let _ = std::io::stderr().write_all(report.as_bytes());
+    Ok(outcome.exit_code)
+}
+
+/// `oomscope-20261121-091500.oomt` (UTC).
+fn default_trace_name() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    PathBuf::from(format!(
+        "oomscope-{y:04}{m:02}{d:02}-{:02}{:02}{:02}.oomt",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    ))
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + u64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+}
