@@ -9,11 +9,11 @@ use oomscope_trace::analysis::Analysis;
 
 use crate::browser;
 use crate::load::{Loaded, analyse};
-use crate::sections::{
+use crate::timeline::Timeline;
+use crate::views::{
     BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview, StageTable,
     Statistics, StepTable,
 };
-use crate::timeline::Timeline;
 
 /// When the analysis starts if no animation frame came first.
 const ANALYSIS_FALLBACK: Duration = Duration::from_millis(100);

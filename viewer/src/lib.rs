@@ -7,7 +7,8 @@
 //!
 //! Modules: [`load`] (bytes → trace, prefix kept on damage), [`view_model`] (pure, unit-tested
 //! values the page shows), [`browser`] (the report's embedded trace, files, downloads),
-//! [`timeline`] and [`sections`] (components), [`app`] (layout and opening files).
+//! [`timeline`] and [`views`] (components, one view per file), [`app`] (layout and opening
+//! files).
 
 // leptos components receive their props by value (the macro builds a props struct), so this
 // lint would flag every component that only reads an `Arc` it was given.
@@ -16,9 +17,9 @@
 pub mod app;
 pub mod browser;
 pub mod load;
-pub mod sections;
 pub mod timeline;
 pub mod view_model;
+pub mod views;
 
 pub use app::App;
 

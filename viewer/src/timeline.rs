@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::analysis::series::{BlockIndex, Bucket, decimate_indexed};
+use oomscope_trace::analysis::series::{BlockIndex, Bucket, decimate_indexed, decimate_points};
 use oomscope_trace::units::format_bytes;
 use oomscope_trace::{Phase, Trace};
 use plotters::coord::types::RangedCoordf64;
@@ -366,37 +366,10 @@ fn draw_envelope(
 fn allocated_buckets(trace: &Trace, w: Window, buckets: usize) -> Vec<Bucket> {
     let start = trace.marks.partition_point(|m| m.t_us < w.t0_us);
     let end = trace.marks.partition_point(|m| m.t_us <= w.t1_us);
-    let width = w.width_us().max(1);
-    let mut out: Vec<Bucket> = Vec::new();
-    let mut current: Option<(usize, Bucket)> = None;
-    for m in &trace.marks[start..end] {
-        let Some(s) = m.snapshot else { continue };
-        let v = s.allocated_bytes;
-        let index = (u128::from(m.t_us - w.t0_us) * buckets as u128 / u128::from(width)) as usize;
-        match &mut current {
-            Some((i, b)) if *i == index => {
-                b.min = b.min.min(v);
-                b.max = b.max.max(v);
-                b.last = v;
-                b.t_end_us = m.t_us;
-            }
-            _ => {
-                out.extend(current.take().map(|(_, b)| b));
-                current = Some((
-                    index,
-                    Bucket {
-                        t_start_us: m.t_us,
-                        t_end_us: m.t_us,
-                        min: v,
-                        max: v,
-                        last: v,
-                    },
-                ));
-            }
-        }
-    }
-    out.extend(current.map(|(_, b)| b));
-    out
+    let allocated = trace.marks[start..end]
+        .iter()
+        .filter_map(|m| Some((m.t_us, m.snapshot?.allocated_bytes)));
+    decimate_points(allocated, w.t0_us, w.t1_us, buckets)
 }
 
 /// Whether the marks include an eval phase (the legend mentions the shading only then).

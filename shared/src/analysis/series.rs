@@ -38,6 +38,34 @@ pub fn decimate(
     decimate_with(samples, counter, None, t0_us, t1_us, buckets)
 }
 
+/// Reduces points that are not a counter column (the allocator's `allocated` reported with each
+/// stage mark) exactly as [`decimate`] reduces a counter: the same slices, the same min, max and
+/// last. `points` are `(t_us, value)` in time order; those outside `[t0_us, t1_us]` are skipped.
+pub fn decimate_points(
+    points: impl IntoIterator<Item = (u64, u64)>,
+    t0_us: u64,
+    t1_us: u64,
+    buckets: usize,
+) -> Vec<Bucket> {
+    if buckets == 0 || t1_us < t0_us {
+        return Vec::new();
+    }
+    let mut merger = Merger {
+        out: Vec::new(),
+        current: None,
+        next_start_us: 0,
+        next_is_open: false,
+        slicer: Slicer::new(t0_us, t1_us, buckets),
+    };
+    for (t_us, v) in points {
+        if (t0_us..=t1_us).contains(&t_us) {
+            merger.add(t_us, v, v, v);
+        }
+    }
+    merger.out.extend(merger.current);
+    merger.out
+}
+
 /// Rows per block of a [`BlockIndex`].
 pub const BLOCK_ROWS: usize = 64;
 
@@ -394,6 +422,22 @@ mod tests {
                 let last = inside.iter().rev().find(|(t, _)| (b.t_start_us..=b.t_end_us).contains(t));
                 prop_assert_eq!(last.map(|p| p.1), Some(b.last));
             }
+        }
+    }
+
+    #[test]
+    fn points_are_decimated_like_a_counter() {
+        let mut samples = Samples::with_counters(1);
+        let points: Vec<(u64, u64)> = (0..500u64).map(|i| (i * 7, (i * 37) % 101)).collect();
+        for (t, v) in &points {
+            samples.push_row(*t, &[(CounterId(0), *v)]);
+        }
+        for buckets in [1, 3, 64, 1000] {
+            assert_eq!(
+                decimate_points(points.iter().copied(), 100, 3_000, buckets),
+                decimate(&samples, CounterId(0), 100, 3_000, buckets),
+                "{buckets} buckets"
+            );
         }
     }
 }

@@ -1,0 +1,68 @@
+//! Two traces side by side: peaks and stages compared.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use oomscope_trace::analysis::Analysis;
+use oomscope_trace::analysis::compare::{compare_peaks, compare_stages};
+use oomscope_trace::units::format_signed_bytes_f64;
+
+use crate::view_model::{bytes_text, change_text};
+
+use super::{opt_num, opt_text};
+
+/// Two traces side by side: peaks and per-stage figures, before vs after a fix.
+#[component]
+pub fn Compare(
+    a_name: String,
+    a: Arc<Analysis>,
+    b_name: String,
+    b: Arc<Analysis>,
+) -> impl IntoView {
+    let peaks = compare_peaks(&a, &b)
+        .into_iter()
+        .map(|p| {
+            let change = p.change_bytes();
+            view! {
+                <tr data-metric=p.metric.clone() data-a-bytes=opt_num(p.a_bytes)
+                    data-b-bytes=opt_num(p.b_bytes) class:better=change.is_some_and(|c| c < 0)
+                    class:worse=change.is_some_and(|c| c > 0)>
+                    <td>{p.metric.clone()}</td><td class="num">{bytes_text(p.a_bytes)}</td>
+                    <td class="num">{bytes_text(p.b_bytes)}</td>
+                    <td class="num">{change_text(p.a_bytes, p.b_bytes)}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let stages = compare_stages(&a, &b).map(|(metric, rows)| {
+        let rows = rows
+            .into_iter()
+            .map(|r| {
+                view! {
+                    <tr data-stage=r.stage.clone()>
+                        <td>{r.stage.clone()}</td>
+                        <td class="num">{bytes_text(r.a_max_bytes)}</td>
+                        <td class="num">{bytes_text(r.b_max_bytes)}</td>
+                        <td class="num">{opt_text(r.a_mean_delta_bytes.map(format_signed_bytes_f64))}</td>
+                        <td class="num">{opt_text(r.b_mean_delta_bytes.map(format_signed_bytes_f64))}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <h3>{format!("Stages ({metric})")}</h3>
+            <table id="compare-stages"><thead><tr><th>"stage"</th><th>"max A"</th><th>"max B"</th>
+                <th>"mean delta A"</th><th>"mean delta B"</th></tr></thead><tbody>{rows}</tbody></table>
+        }
+    });
+    view! {
+        <section id="compare" class="compare">
+            <h2>"Comparison"</h2>
+            <p>"A: "<strong>{a_name}</strong>" · B: "<strong>{b_name}</strong></p>
+            <h3>"Peaks"</h3>
+            <table id="compare-peaks"><thead><tr><th>"metric"</th><th>"A"</th><th>"B"</th><th>"B − A"</th></tr></thead>
+                <tbody>{peaks}</tbody></table>
+            {stages}
+        </section>
+    }
+}

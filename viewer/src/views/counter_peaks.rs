@@ -1,0 +1,32 @@
+//! The peak of every sampled counter.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use oomscope_trace::analysis::Analysis;
+use oomscope_trace::units::format_bytes;
+
+/// Peak of every sampled counter.
+#[component]
+pub fn CounterPeaks(analysis: Arc<Analysis>) -> impl IntoView {
+    let rows = analysis
+        .overview
+        .counter_peaks
+        .iter()
+        .map(|p| {
+            view! {
+                <tr data-metric=p.label.clone() data-bytes=p.bytes.to_string()>
+                    <td>{p.label.clone()}</td>
+                    <td class="num">{format_bytes(p.bytes)}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <section id="peaks">
+            <h2>"Peaks"</h2>
+            <table class="peaks"><thead><tr><th>"counter"</th><th>"peak"</th></tr></thead>
+            <tbody>{rows}</tbody></table>
+        </section>
+    }
+}

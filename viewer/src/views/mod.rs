@@ -1,0 +1,36 @@
+//! The report's views below the timeline, one per file: overview, findings, stage and step tables,
+//! breakdown at the peak, gradient and tensor statistics, batch-size trials, comparison, exports.
+//!
+//! Every recorded string reaches the page as a text node or a DOM property, never as markup:
+//! traces come attached to tickets and are untrusted. Exact byte values ride along in `data-`
+//! attributes next to the formatted text, for tests and for copying.
+
+mod batch_trials;
+mod breakdown;
+mod compare;
+mod counter_peaks;
+mod exports;
+mod findings;
+mod overview;
+mod stage_table;
+mod statistics;
+mod step_table;
+
+pub use batch_trials::BatchTrials;
+pub use breakdown::Breakdown;
+pub use compare::Compare;
+pub use counter_peaks::CounterPeaks;
+pub use exports::Exports;
+pub use findings::Findings;
+pub use overview::Overview;
+pub use stage_table::StageTable;
+pub use statistics::Statistics;
+pub use step_table::StepTable;
+
+pub(crate) fn opt_text(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".to_owned())
+}
+
+pub(crate) fn opt_num<T: ToString>(v: Option<T>) -> String {
+    v.map(|x| x.to_string()).unwrap_or_default()
+}

@@ -1,0 +1,96 @@
+//! The stage table: memory at each stage mark, per stage, for the shown metric.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use oomscope_trace::analysis::Analysis;
+use oomscope_trace::units::{
+    format_bytes, format_bytes_f64, format_count, format_signed_bytes, format_signed_bytes_f64,
+};
+
+use super::{opt_num, opt_text};
+
+/// The stage table of one metric, the numbers `collector summary` prints.
+#[component]
+pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
+    let table = analysis.stage_table.clone();
+    if table.rows.is_empty() {
+        return view! {
+            <section id="stages"><h2>"Stages"</h2>
+            <p class="empty">"No stage marks in this trace: instrument the loop (README: marker protocol) to get a stage table."</p></section>
+        }
+        .into_any();
+    }
+    let initial = table
+        .primary_metric
+        .clone()
+        .unwrap_or_else(|| table.metrics[0].clone());
+    let metric = RwSignal::new(initial);
+    let options = table
+        .metrics
+        .iter()
+        .map(|m| view! { <option value=m.clone()>{m.clone()}</option> })
+        .collect_view();
+    let growth = analysis.largest_growth.clone();
+    let growth_text = growth.as_ref().map(|g| {
+        view! {
+            <p id="largest-growth" class="highlight-text">
+                {format!("Largest growth: {} {} from {} (step {}) to {} (step {})",
+                    g.metric, format_signed_bytes(g.bytes as i64), g.from_stage, g.from_step, g.to_stage, g.step)}
+            </p>
+        }
+    });
+    let body_table = table.clone();
+    let body = move || {
+        let shown = metric.get();
+        let Some(mi) = body_table.metric_index(&shown) else {
+            return Vec::new();
+        };
+        body_table
+            .rows
+            .iter()
+            .map(|row| {
+                let s = &row.metrics[mi];
+                let eval = row.phase.suffix();
+                let largest = growth.as_ref().is_some_and(|g| {
+                    g.metric == shown && g.to_stage == row.stage && g.phase == row.phase
+                });
+                view! {
+                    <tr class:largest-growth=largest
+                        data-stage=row.stage.clone()
+                        data-phase=row.phase.label()
+                        data-count=row.count.to_string()
+                        data-mean-bytes=opt_num(s.mean_bytes)
+                        data-max-bytes=opt_num(s.max_bytes)
+                        data-mean-delta-bytes=opt_num(s.mean_delta_bytes)
+                        data-max-delta-bytes=opt_num(s.max_delta_bytes)>
+                        <td>{format!("{}{eval}", row.stage)}</td>
+                        <td class="num">{format_count(row.count as u64)}</td>
+                        <td class="num">{opt_text(s.mean_bytes.map(format_bytes_f64))}</td>
+                        <td class="num">{opt_text(s.max_bytes.map(format_bytes))}</td>
+                        <td class="num">{opt_text(s.mean_delta_bytes.map(format_signed_bytes_f64))}</td>
+                        <td class="num">{opt_text(s.max_delta_bytes.map(format_signed_bytes))}</td>
+                        <td class="num">{opt_text(s.max_vs_baseline_bytes.map(format_signed_bytes))}</td>
+                    </tr>
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    view! {
+        <section id="stages">
+            <h2>"Stages"</h2>
+            <label>"metric "
+                <select id="stage-metric" prop:value=move || metric.get()
+                    on:change=move |ev| metric.set(event_target_value(&ev))>{options}</select>
+            </label>
+            <span class="hint">" delta = change since the previous mark"</span>
+            {growth_text}
+            <table id="stage-table" class="stages">
+                <thead><tr><th>"stage"</th><th>"count"</th><th>"mean"</th><th>"max"</th>
+                <th>"mean delta"</th><th>"max delta"</th><th>"max vs baseline"</th></tr></thead>
+                <tbody>{body}</tbody>
+            </table>
+        </section>
+    }
+    .into_any()
+}
