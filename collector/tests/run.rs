@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use oomscope_trace::analysis::metrics::MetricKey;
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::codec::tag;
-use oomscope_trace::{Decoded, ExitStatus, OomSource, TrialOutcome, decode, protocol};
+use oomscope_trace::{CounterKind, Decoded, ExitStatus, OomSource, TrialOutcome, decode, protocol};
 
 const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
 const MIB: f64 = (1u64 << 20) as f64;
@@ -123,7 +124,11 @@ for step in range(6):
         .iter()
         .find(|r| r.stage == "post_forward")
         .unwrap();
-    let m = analysis.stage_table.metric_index("host.rss").unwrap();
+    let host_rss = MetricKey::Counter {
+        kind: CounterKind::HostRss,
+        device: None,
+    };
+    let m = analysis.stage_table.metric_index(host_rss).unwrap();
     let mean_delta = row.metrics[m].mean_delta_bytes.unwrap();
     assert!(
         (mean_delta - 64.0 * MIB).abs() < 6.0 * MIB,

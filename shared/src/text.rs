@@ -6,6 +6,7 @@
 //! from the [`Analysis`] (nothing is recomputed here), formatted by [`crate::units`].
 
 use crate::analysis::Analysis;
+use crate::analysis::metrics::MetricKey;
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::memory_peak;
 use crate::analysis::stages::StageTable;
@@ -49,7 +50,7 @@ pub fn render_brief(trace: &Trace, analysis: &Analysis) -> String {
     let mut out = String::new();
     overview(&mut out, trace, analysis);
     peaks(&mut out, analysis);
-    if let Some(primary) = analysis.stage_table.primary_metric.as_deref() {
+    if let Some(primary) = analysis.stage_table.primary_metric {
         stage_table(&mut out, &analysis.stage_table, primary);
     }
     ooms(&mut out, analysis);
@@ -211,7 +212,7 @@ fn peaks(out: &mut String, analysis: &Analysis) {
     let width = analysis
         .peaks
         .iter()
-        .map(|p| p.metric.len())
+        .map(|p| p.metric.label().len())
         .max()
         .unwrap_or(0)
         .min(24);
@@ -229,7 +230,7 @@ fn peaks(out: &mut String, analysis: &Analysis) {
             &shorten(
                 &format!(
                     "  {:<width$}  {:>9}{at}",
-                    shorten(&p.metric, width),
+                    shorten(&p.metric.label(), width),
                     format_bytes(p.bytes)
                 ),
                 WIDTH,
@@ -271,17 +272,17 @@ fn stage_tables(out: &mut String, analysis: &Analysis) {
     if table.rows.is_empty() {
         return;
     }
-    let mut shown: Vec<&str> = Vec::new();
-    shown.extend(table.primary_metric.as_deref());
-    if table.metric_index("reserved").is_some() && !shown.contains(&"reserved") {
-        shown.push("reserved");
+    let mut shown: Vec<MetricKey> = Vec::new();
+    shown.extend(table.primary_metric);
+    if table.metric_index(MetricKey::RESERVED).is_some() && !shown.contains(&MetricKey::RESERVED) {
+        shown.push(MetricKey::RESERVED);
     }
     for metric in shown {
         stage_table(out, table, metric);
     }
 }
 
-fn stage_table(out: &mut String, table: &StageTable, metric: &str) {
+fn stage_table(out: &mut String, table: &StageTable, metric: MetricKey) {
     let Some(m) = table.metric_index(metric) else {
         return;
     };
@@ -362,10 +363,10 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
     let mut i = 0;
     while i < leaks.len() {
         let f = leaks[i];
-        let others: Vec<&str> = leaks[i + 1..]
+        let others: Vec<String> = leaks[i + 1..]
             .iter()
             .take_while(|g| g.stage == f.stage)
-            .map(|g| g.metric.as_str())
+            .map(|g| g.metric.label())
             .collect();
         i += 1 + others.len();
         let mut text = format!(

@@ -66,7 +66,7 @@ async fn stage_table_and_timeline_of_a_trace() {
     assert_eq!(table.len(), expected.stage_table.rows.len());
     let m = expected
         .stage_table
-        .metric_index(expected.stage_table.primary_metric.as_deref().unwrap())
+        .metric_index(expected.stage_table.primary_metric.unwrap())
         .unwrap();
     for (tr, want) in table.iter().zip(&expected.stage_table.rows) {
         assert_eq!(

@@ -3,13 +3,14 @@
 //! oomscope shows comes from `shared`.
 
 use crate::analysis::Analysis;
+use crate::analysis::metrics::MetricKey;
 use crate::analysis::stages::StageRow;
 
 /// One metric's peak in two traces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeakComparison {
     /// Metric label.
-    pub metric: String,
+    pub metric: MetricKey,
     /// Peak in the first trace.
     pub a_bytes: Option<u64>,
     /// Peak in the second.
@@ -25,13 +26,13 @@ impl PeakComparison {
 
 /// Peaks of every metric either trace has, first-seen order.
 pub fn compare_peaks(a: &Analysis, b: &Analysis) -> Vec<PeakComparison> {
-    let mut metrics: Vec<String> = Vec::new();
+    let mut metrics: Vec<MetricKey> = Vec::new();
     for p in a.peaks.iter().chain(&b.peaks) {
         if !metrics.contains(&p.metric) {
-            metrics.push(p.metric.clone());
+            metrics.push(p.metric);
         }
     }
-    let peak = |x: &Analysis, m: &str| {
+    let peak = |x: &Analysis, m: MetricKey| {
         x.peaks
             .iter()
             .filter(|p| p.metric == m)
@@ -41,8 +42,8 @@ pub fn compare_peaks(a: &Analysis, b: &Analysis) -> Vec<PeakComparison> {
     metrics
         .into_iter()
         .map(|m| PeakComparison {
-            a_bytes: peak(a, &m),
-            b_bytes: peak(b, &m),
+            a_bytes: peak(a, m),
+            b_bytes: peak(b, m),
             metric: m,
         })
         .collect()
@@ -65,10 +66,10 @@ pub struct StageComparison {
 
 /// Compares the stage tables on the first trace's primary metric (the metric both were
 /// recorded with; `None` when the second trace lacks it).
-pub fn compare_stages(a: &Analysis, b: &Analysis) -> Option<(String, Vec<StageComparison>)> {
-    let metric = a.stage_table.primary_metric.clone()?;
-    let ma = a.stage_table.metric_index(&metric)?;
-    let mb = b.stage_table.metric_index(&metric)?;
+pub fn compare_stages(a: &Analysis, b: &Analysis) -> Option<(MetricKey, Vec<StageComparison>)> {
+    let metric = a.stage_table.primary_metric?;
+    let ma = a.stage_table.metric_index(metric)?;
+    let mb = b.stage_table.metric_index(metric)?;
     let key = |r: &StageRow| format!("{}{}", r.stage, r.phase.suffix());
     let mut rows: Vec<StageComparison> = Vec::new();
     for r in &a.stage_table.rows {

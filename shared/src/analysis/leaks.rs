@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::analysis::fit::robust_line;
 use crate::analysis::marks::{StageIndex, is_train};
 use crate::analysis::metrics::{
-    MarkValues, Metric, counter_with_data, primary_metric, reserved_metric,
+    MarkValues, Metric, MetricKey, counter_with_data, primary_metric, reserved_metric,
 };
 use crate::model::{CounterKind, Trace};
 
@@ -77,7 +77,7 @@ pub struct GrowthFit {
     /// Stage name.
     pub stage: String,
     /// Metric label.
-    pub metric: String,
+    pub metric: MetricKey,
     /// True when the metric is host memory (RSS) rather than GPU memory.
     pub host_memory: bool,
     /// Fitted growth per step.
@@ -250,7 +250,7 @@ fn fit_stage(
     };
     Some(GrowthFit {
         stage: stage.to_owned(),
-        metric: values.label(index).to_owned(),
+        metric: values.key(index),
         host_memory: values.metrics()[index].is_host(trace),
         slope_bytes_per_step: line.slope,
         intercept_bytes: line.intercept,
@@ -341,7 +341,7 @@ mod tests {
         // 4 stages × (allocated, reserved, host_rss).
         assert_eq!(fits.len(), 12);
         assert_eq!(fits[0].stage, "pre_forward");
-        assert_eq!(fits[0].metric, "allocated");
+        assert_eq!(fits[0].metric.label(), "allocated");
         assert!(fits.iter().all(|f| !f.is_leak && f.projection.is_none()));
         assert!(fits.iter().all(|f| f.slope_bytes_per_step.abs() < 1.0));
     }
@@ -356,7 +356,7 @@ mod tests {
         let leaks = leaks(&run);
         let post_opt = leaks
             .iter()
-            .find(|f| f.stage == "post_optimizer_step" && f.metric == "allocated")
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
             .unwrap();
         assert!((post_opt.slope_bytes_per_step - (12 * MIB) as f64).abs() < 1.0);
         assert!(post_opt.r_squared > 0.999);
@@ -378,8 +378,8 @@ mod tests {
         assert_eq!(p.us_per_step, Some(250_000.0));
         assert_eq!(p.time_to_full_us, Some(remaining * 250_000));
         // Reserved grows with it; RSS does not.
-        assert!(leaks.iter().any(|f| f.metric == "reserved"));
-        assert!(leaks.iter().all(|f| f.metric != "host.rss"));
+        assert!(leaks.iter().any(|f| f.metric.label() == "reserved"));
+        assert!(leaks.iter().all(|f| f.metric.label() != "host.rss"));
     }
 
     #[test]
@@ -472,12 +472,15 @@ mod tests {
             ..Run::default()
         };
         let leaks = leaks(&run);
-        let rss = leaks.iter().find(|f| f.metric == "host.rss").unwrap();
+        let rss = leaks
+            .iter()
+            .find(|f| f.metric.label() == "host.rss")
+            .unwrap();
         assert!(rss.host_memory);
         let p = rss.projection.as_ref().unwrap();
         assert_eq!(p.limit_basis, LimitBasis::HostMemory);
         assert_eq!(p.limit_bytes, 256 * GIB);
-        assert!(leaks.iter().all(|f| f.metric == "host.rss"));
+        assert!(leaks.iter().all(|f| f.metric.label() == "host.rss"));
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! one the headline numbers use, and [`MarkValues`] evaluates every metric at every mark once so
 //! the passes that follow are plain array scans.
 
+use serde::Serialize;
+
 use crate::model::{AllocatorSnapshot, CounterId, CounterKind, MISSING, Trace};
 
 /// A memory quantity that can be read at a stage mark.
@@ -40,21 +42,24 @@ impl Metric {
         Metric::PeakReserved,
     ];
 
-    /// Stable label: `allocated`, `reserved`, `active`, `inactive_split`, `peak_allocated`,
-    /// `peak_reserved`, or the counter's name (`gpu0.used`, `host_rss`, ...).
-    pub fn label(self, trace: &Trace) -> &str {
+    /// What it measures, independent of this trace's counter numbering.
+    pub fn key(self, trace: &Trace) -> MetricKey {
         match self {
-            Metric::Allocated => "allocated",
-            Metric::Reserved => "reserved",
-            Metric::Active => "active",
-            Metric::InactiveSplit => "inactive_split",
-            Metric::PeakAllocated => "peak_allocated",
-            Metric::PeakReserved => "peak_reserved",
-            Metric::Counter(id) => trace
-                .counters
-                .get(id.0 as usize)
-                .map_or("?", |c| c.name.as_str()),
+            Metric::Counter(id) => {
+                let counter = trace.counters.get(id.0 as usize);
+                MetricKey::Counter {
+                    kind: counter.map_or(CounterKind::Other(0), |c| c.kind),
+                    device: counter.and_then(|c| c.device),
+                }
+            }
+            snapshot => MetricKey::Snapshot(snapshot),
         }
+    }
+
+    /// Stable label: `allocated`, `reserved`, `active`, `inactive_split`, `peak_allocated`,
+    /// `peak_reserved`, or the counter's standard name (`gpu0.used`, `host.rss`, ...).
+    pub fn label(self, trace: &Trace) -> String {
+        self.key(trace).label()
     }
 
     /// The field of an allocator snapshot this metric reads; `None` for counters.
@@ -92,6 +97,70 @@ impl Metric {
             Metric::Counter(id) => trace.counters.get(id.0 as usize).and_then(|c| c.device),
             _ => None,
         }
+    }
+}
+
+/// What a metric measures, the same in every trace: a field of the allocator snapshot taken at
+/// marks, or a counter's kind on a device. Every analysis output names its metric by this key;
+/// the label is for the edges (text, viewer, JSON). It is serialised as its label (`allocated`,
+/// `gpu0.used`), so `summary --json` reads as it did when metrics were strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricKey {
+    /// A field of the allocator snapshot (one of [`Metric::SNAPSHOT`], never a counter).
+    Snapshot(Metric),
+    /// A sampled counter.
+    Counter {
+        /// What it counts.
+        kind: CounterKind,
+        /// On which GPU, for device counters.
+        device: Option<u32>,
+    },
+}
+
+impl MetricKey {
+    /// The allocator snapshot's `allocated` field.
+    pub const ALLOCATED: MetricKey = MetricKey::Snapshot(Metric::Allocated);
+    /// The allocator snapshot's `reserved` field.
+    pub const RESERVED: MetricKey = MetricKey::Snapshot(Metric::Reserved);
+
+    /// `allocated`, `reserved`, …, or the counter's standard name (`gpu0.used`).
+    pub fn label(self) -> String {
+        match self {
+            MetricKey::Snapshot(metric) => match metric {
+                Metric::Allocated => "allocated",
+                Metric::Reserved => "reserved",
+                Metric::Active => "active",
+                Metric::InactiveSplit => "inactive_split",
+                Metric::PeakAllocated => "peak_allocated",
+                Metric::PeakReserved => "peak_reserved",
+                Metric::Counter(_) => "?",
+            }
+            .to_owned(),
+            MetricKey::Counter { kind, device } => kind.counter_name(device),
+        }
+    }
+
+    /// True when it measures host memory.
+    pub fn is_host(self) -> bool {
+        matches!(
+            self,
+            MetricKey::Counter {
+                kind: CounterKind::HostRss | CounterKind::HostAvailable,
+                ..
+            }
+        )
+    }
+}
+
+impl std::fmt::Display for MetricKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+impl Serialize for MetricKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.label())
     }
 }
 
@@ -221,7 +290,7 @@ fn rows_at_marks(trace: &Trace) -> Vec<Option<usize>> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkValues {
     metrics: Vec<Metric>,
-    labels: Vec<String>,
+    keys: Vec<MetricKey>,
     /// One column per metric, one entry per mark.
     columns: Vec<Vec<Option<u64>>>,
     primary: Option<usize>,
@@ -247,7 +316,7 @@ impl MarkValues {
     /// same values as [`value_at_mark`], but finds each mark's sample row once for all counters,
     /// walking forward through the samples as the marks advance.
     pub fn for_metrics(trace: &Trace, metrics: Vec<Metric>) -> MarkValues {
-        let labels = metrics.iter().map(|m| m.label(trace).to_owned()).collect();
+        let keys = metrics.iter().map(|m| m.key(trace)).collect();
         let rows = if metrics.iter().any(|m| matches!(m, Metric::Counter(_))) {
             rows_at_marks(trace)
         } else {
@@ -269,7 +338,7 @@ impl MarkValues {
             .collect();
         MarkValues {
             metrics,
-            labels,
+            keys,
             columns,
             primary: None,
         }
@@ -280,14 +349,14 @@ impl MarkValues {
         &self.metrics
     }
 
-    /// Label of metric number `index`.
-    pub fn label(&self, index: usize) -> &str {
-        &self.labels[index]
+    /// What metric number `index` measures.
+    pub fn key(&self, index: usize) -> MetricKey {
+        self.keys[index]
     }
 
-    /// Labels of every metric, in column order.
-    pub fn labels(&self) -> &[String] {
-        &self.labels
+    /// What every metric measures, in column order.
+    pub fn keys(&self) -> &[MetricKey] {
+        &self.keys
     }
 
     /// Column number of `metric`, if it was evaluated.
@@ -383,8 +452,8 @@ mod tests {
         let values = MarkValues::new(&trace);
         assert_eq!(values.primary(), Some(0));
         assert_eq!(values.get(0, 0), Some(3));
-        assert_eq!(values.label(1), "reserved");
-        assert_eq!(values.labels().len(), values.metrics().len());
+        assert_eq!(values.key(1).label(), "reserved");
+        assert_eq!(values.keys().len(), values.metrics().len());
     }
 
     #[test]

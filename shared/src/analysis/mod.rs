@@ -34,7 +34,7 @@ use batch_fit::{BatchFit, DEFAULT_BATCH_MARGIN, TrialSummary};
 use host::HostMemory;
 use leaks::{DEFAULT_MIN_STEPS, GrowthFit};
 use marks::StageIndex;
-use metrics::MarkValues;
+use metrics::{MarkValues, MetricKey};
 use oom::OomContext;
 use overhead::OutsideAllocator;
 use peaks::{Peak, PeakSource};
@@ -98,8 +98,8 @@ pub struct DroppedSummary {
 /// The highest value of one counter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CounterPeak {
-    /// Counter label.
-    pub label: String,
+    /// The counter (serialised as its label, `gpu0.used`).
+    pub label: MetricKey,
     /// Its peak.
     pub bytes: u64,
 }
@@ -134,7 +134,7 @@ pub struct Overview {
     /// Highest step.
     pub last_step: Option<u64>,
     /// Label of the metric headline numbers use.
-    pub primary_metric: Option<String>,
+    pub primary_metric: Option<MetricKey>,
     /// How the process ended, if it did while recorded.
     pub exit: Option<ExitSummary>,
     /// The recorder wrote its end record (false: crash, kill or truncation).
@@ -200,7 +200,7 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
     let primary_leaks = values.primary().is_some_and(|p| {
         leak_fits
             .iter()
-            .any(|f| f.is_leak && f.metric == values.label(p))
+            .any(|f| f.is_leak && f.metric == values.key(p))
     });
     let batch_fit = batch_fit::batch_fit(trace, &peaks, options.batch_margin)
         .filter(|f| f.method == batch_fit::BatchFitMethod::Trials || !primary_leaks);
@@ -266,7 +266,7 @@ fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
         steps: steps.len(),
         first_step: steps.first().copied(),
         last_step: steps.last().copied(),
-        primary_metric: values.primary().map(|p| values.label(p).to_owned()),
+        primary_metric: values.primary().map(|p| values.key(p)),
         exit: trace.exit.map(|e| ExitSummary {
             t_us: e.t_us,
             status: e.status,
@@ -279,7 +279,7 @@ fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
             .iter()
             .filter(|p| p.source == PeakSource::Counter)
             .map(|p| CounterPeak {
-                label: p.metric.clone(),
+                label: p.metric,
                 bytes: p.bytes,
             })
             .collect(),
@@ -315,7 +315,10 @@ mod tests {
         assert_eq!(o.gpus[0].total_memory_bytes, 80 * GIB);
         assert_eq!((o.samples, o.marks, o.steps), (240, 240, 60));
         assert_eq!((o.first_step, o.last_step), (Some(0), Some(59)));
-        assert_eq!(o.primary_metric.as_deref(), Some("allocated"));
+        assert_eq!(
+            o.primary_metric.map(MetricKey::label).as_deref(),
+            Some("allocated")
+        );
         assert_eq!(o.exit.unwrap().status, ExitStatus::Code(0));
         assert!(o.ended_cleanly);
         assert_eq!(o.dropped_total, 13);
@@ -332,7 +335,7 @@ mod tests {
                 }
             ]
         );
-        let labels: Vec<&str> = o.counter_peaks.iter().map(|p| p.label.as_str()).collect();
+        let labels: Vec<String> = o.counter_peaks.iter().map(|p| p.label.label()).collect();
         assert_eq!(labels, ["gpu0.used", "gpu0.process", "host.rss"]);
         assert_eq!(o.duration_us, trace.duration_us());
     }

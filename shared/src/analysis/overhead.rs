@@ -14,7 +14,7 @@
 use serde::Serialize;
 
 use crate::analysis::fit::median;
-use crate::analysis::metrics::{MarkValues, Metric, counter_with_data, reserved_metric};
+use crate::analysis::metrics::{MarkValues, Metric, MetricKey, counter_with_data, reserved_metric};
 use crate::analysis::stages::signed_delta;
 use crate::model::{CounterKind, Trace};
 
@@ -22,9 +22,9 @@ use crate::model::{CounterKind, Trace};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutsideAllocator {
     /// Label of the process memory metric.
-    pub process_metric: String,
+    pub process_metric: MetricKey,
     /// Label of the allocator reserved metric.
-    pub reserved_metric: String,
+    pub reserved_metric: MetricKey,
     /// Marks with both values.
     pub marks: usize,
     /// Median of `process − reserved`.
@@ -63,8 +63,8 @@ pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAl
         median(&mut v) as u64
     };
     Some(OutsideAllocator {
-        process_metric: values.label(p).to_owned(),
-        reserved_metric: values.label(r).to_owned(),
+        process_metric: values.key(p),
+        reserved_metric: values.key(r),
         marks: pairs.len(),
         median_bytes: median(&mut diffs) as i64,
         max_bytes,
@@ -89,8 +89,8 @@ mod tests {
         assert_eq!(o.median_bytes, (600 * MIB) as i64);
         assert_eq!(o.max_bytes, (600 * MIB) as i64);
         assert_eq!(o.marks, 240);
-        assert_eq!(o.process_metric, "gpu0.process");
-        assert_eq!(o.reserved_metric, "reserved");
+        assert_eq!(o.process_metric.label(), "gpu0.process");
+        assert_eq!(o.reserved_metric.label(), "reserved");
         assert_eq!(o.median_reserved_bytes, 28 * GIB + 512 * MIB);
     }
 

@@ -12,7 +12,7 @@
 use serde::Serialize;
 
 use crate::analysis::marks::StageAt;
-use crate::analysis::metrics::{MarkValues, Metric, counter_with_data, has_snapshots};
+use crate::analysis::metrics::{MarkValues, Metric, MetricKey, counter_with_data, has_snapshots};
 use crate::model::{ComponentBreakdown, CounterId, CounterKind, Trace};
 
 /// Where a peak was read.
@@ -173,7 +173,7 @@ impl PeakComponents {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Peak {
     /// Metric label (`peak_allocated`, `gpu0.used`, `host_rss`, ...).
-    pub metric: String,
+    pub metric: MetricKey,
     /// Where it was read.
     pub source: PeakSource,
     /// What it measures.
@@ -231,7 +231,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         Measure::DeviceUsed if !allocator && !has_process => Some(ActivationsBasis::DeviceUsed),
         _ => None,
     };
-    let finish = |metric: String, source, measure: Measure, device, bytes, t_us| {
+    let finish = |metric: MetricKey, source, measure: Measure, device, bytes, t_us| {
         let components = measure
             .is_device()
             .then(|| breakdown_near(trace, t_us))
@@ -260,7 +260,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         };
         if let Some((mark, bytes)) = first_max(values.column(index).iter().copied()) {
             let t_us = trace.marks[mark].t_us;
-            let label = values.label(index).to_owned();
+            let label = values.key(index);
             let mut peak = finish(label, PeakSource::Snapshot, measure, None, bytes, t_us);
             // The mark that reported it, even when another mark shares its timestamp.
             peak.stage = StageAt::of_mark(trace, mark);
@@ -277,7 +277,10 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         };
         if let Some((row, bytes)) = first_max_present(column) {
             out.push(finish(
-                counter.name.clone(),
+                MetricKey::Counter {
+                    kind: counter.kind,
+                    device: counter.device,
+                },
                 PeakSource::Counter,
                 measure,
                 counter.device,
@@ -392,7 +395,7 @@ mod tests {
     fn snapshot_peak_is_split_into_components_and_activations() {
         let trace = Run::default().build();
         let peaks = peaks_of(&trace);
-        let labels: Vec<&str> = peaks.iter().map(|p| p.metric.as_str()).collect();
+        let labels: Vec<String> = peaks.iter().map(|p| p.metric.label()).collect();
         assert_eq!(
             labels,
             [
@@ -405,7 +408,7 @@ mod tests {
             ]
         );
         let peak = memory_peak(&peaks).unwrap();
-        assert_eq!(peak.metric, "peak_allocated");
+        assert_eq!(peak.metric.label(), "peak_allocated");
         assert_eq!(peak.bytes, 28 * GIB);
         let stage = peak.stage.as_ref().unwrap();
         assert_eq!(
@@ -422,7 +425,10 @@ mod tests {
         assert_eq!(c.largest().unwrap().name, "optimizer_state");
 
         // Reserved and NVML peaks carry components but no activations; the host peak neither.
-        let reserved = peaks.iter().find(|p| p.metric == "reserved").unwrap();
+        let reserved = peaks
+            .iter()
+            .find(|p| p.metric.label() == "reserved")
+            .unwrap();
         assert_eq!(reserved.bytes, 28 * GIB + 512 * MIB);
         assert!(
             reserved
@@ -432,7 +438,10 @@ mod tests {
                 .activations_bytes
                 .is_none()
         );
-        let host = peaks.iter().find(|p| p.metric == "host.rss").unwrap();
+        let host = peaks
+            .iter()
+            .find(|p| p.metric.label() == "host.rss")
+            .unwrap();
         assert!(host.components.is_none());
         assert_eq!(host.measure, Measure::HostRss);
     }

@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::analysis::marks::is_train;
-use crate::analysis::metrics::MarkValues;
+use crate::analysis::metrics::{MarkValues, MetricKey};
 use crate::analysis::stages::signed_delta;
 use crate::model::{Phase, Trace};
 
@@ -18,7 +18,7 @@ use crate::model::{Phase, Trace};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PhaseTransition {
     /// Metric label.
-    pub metric: String,
+    pub metric: MetricKey,
     /// Stage of the last training mark before eval.
     pub before_stage: String,
     /// Step of the last training mark before eval.
@@ -81,7 +81,7 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
         let before_bytes = column[before];
         let after_bytes = after.and_then(|j| column[j]);
         out.push(PhaseTransition {
-            metric: values.label(primary).to_owned(),
+            metric: values.key(primary),
             before_stage: marks[before].name.as_ref().to_owned(),
             before_step: marks[before].step,
             before_bytes,
@@ -125,7 +125,7 @@ mod tests {
         let t = transitions(&run);
         assert_eq!(t.len(), 3);
         let first = &t[0];
-        assert_eq!(first.metric, "allocated");
+        assert_eq!(first.metric.label(), "allocated");
         assert_eq!(
             (first.before_stage.as_str(), first.before_step),
             ("post_optimizer_step", 9)

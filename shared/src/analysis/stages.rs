@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::analysis::marks::{StageAt, StageIndex};
-use crate::analysis::metrics::{MarkValues, Metric, value_at_mark};
+use crate::analysis::metrics::{MarkValues, Metric, MetricKey, value_at_mark};
 use crate::model::{Phase, Trace};
 
 /// Options of the stage table.
@@ -30,9 +30,9 @@ pub struct StageTableOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct StageTable {
     /// Labels of the metrics, in the order each row's `metrics` lists them.
-    pub metrics: Vec<String>,
+    pub metrics: Vec<MetricKey>,
     /// Label of the primary metric, if any.
-    pub primary_metric: Option<String>,
+    pub primary_metric: Option<MetricKey>,
     /// The baseline mark, when one was asked for and exists.
     pub baseline: Option<StageAt>,
     /// One row per (stage name, phase), in first-appearance order.
@@ -40,9 +40,9 @@ pub struct StageTable {
 }
 
 impl StageTable {
-    /// Column number of a metric label.
-    pub fn metric_index(&self, label: &str) -> Option<usize> {
-        self.metrics.iter().position(|m| m == label)
+    /// Column number of a metric.
+    pub fn metric_index(&self, metric: MetricKey) -> Option<usize> {
+        self.metrics.iter().position(|m| *m == metric)
     }
 }
 
@@ -63,7 +63,7 @@ pub struct StageRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct StageMetric {
     /// Metric label.
-    pub metric: String,
+    pub metric: MetricKey,
     /// Marks where the metric had a value.
     pub values: usize,
     /// Mean value at the mark.
@@ -86,7 +86,7 @@ pub struct StageMetric {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Growth {
     /// Metric label.
-    pub metric: String,
+    pub metric: MetricKey,
     /// Stage of the earlier mark.
     pub from_stage: String,
     /// Step of the earlier mark.
@@ -129,10 +129,10 @@ struct Accumulator {
 }
 
 impl Accumulator {
-    fn finish(&self, metric: &str) -> StageMetric {
+    fn finish(&self, metric: MetricKey) -> StageMetric {
         let mean = |sum: f64, n: usize| (n > 0).then(|| sum / n as f64);
         StageMetric {
-            metric: metric.to_owned(),
+            metric,
             values: self.values,
             mean_bytes: mean(self.sum as f64, self.values),
             max_bytes: self.max,
@@ -223,13 +223,13 @@ pub fn stage_table(
             phase,
             count: counts[r],
             metrics: (0..metric_count)
-                .map(|m| acc[r * metric_count + m].finish(values.label(m)))
+                .map(|m| acc[r * metric_count + m].finish(values.key(m)))
                 .collect(),
         })
         .collect();
     StageTable {
-        metrics: values.labels().to_vec(),
-        primary_metric: values.primary().map(|p| values.label(p).to_owned()),
+        metrics: values.keys().to_vec(),
+        primary_metric: values.primary().map(|p| values.key(p)),
         baseline,
         rows,
     }
@@ -251,7 +251,7 @@ pub fn largest_growth(trace: &Trace, values: &MarkValues) -> Option<Growth> {
     let (to, bytes) = best?;
     let (from_mark, to_mark) = (&trace.marks[to - 1], &trace.marks[to]);
     Some(Growth {
-        metric: values.label(primary).to_owned(),
+        metric: values.key(primary),
         from_stage: from_mark.name.as_ref().to_owned(),
         from_step: from_mark.step,
         to_stage: to_mark.name.as_ref().to_owned(),
@@ -355,8 +355,11 @@ mod tests {
                 "post_optimizer_step"
             ]
         );
-        assert_eq!(table.primary_metric.as_deref(), Some("allocated"));
-        let alloc = table.metric_index("allocated").unwrap();
+        assert_eq!(
+            table.primary_metric.map(MetricKey::label).as_deref(),
+            Some("allocated")
+        );
+        let alloc = table.metric_index(MetricKey::ALLOCATED).unwrap();
         let fwd = &table.rows[1].metrics[alloc];
         assert_eq!(table.rows[1].count, 60);
         assert_eq!(fwd.max_bytes, Some(28 * GIB));
@@ -387,7 +390,7 @@ mod tests {
         );
         let baseline = table.baseline.as_ref().unwrap();
         assert_eq!((baseline.stage.as_str(), baseline.step), ("pre_forward", 0));
-        let alloc = table.metric_index("allocated").unwrap();
+        let alloc = table.metric_index(MetricKey::ALLOCATED).unwrap();
         let post_opt = &table.rows[3].metrics[alloc];
         // Steps 0..=10 leak 0..=100 MiB relative to step 0's pre_forward.
         assert_eq!(post_opt.max_vs_baseline_bytes, Some((100 * MIB) as i64));

@@ -24,10 +24,10 @@ pub fn Compare(
         .map(|p| {
             let change = p.change_bytes();
             view! {
-                <tr data-metric=p.metric.clone() data-a-bytes=opt_num(p.a_bytes)
+                <tr data-metric=p.metric.label() data-a-bytes=opt_num(p.a_bytes)
                     data-b-bytes=opt_num(p.b_bytes) class:better=change.is_some_and(|c| c < 0)
                     class:worse=change.is_some_and(|c| c > 0)>
-                    <td>{p.metric.clone()}</td><td class="num">{bytes_text(p.a_bytes)}</td>
+                    <td>{p.metric.label()}</td><td class="num">{bytes_text(p.a_bytes)}</td>
                     <td class="num">{bytes_text(p.b_bytes)}</td>
                     <td class="num">{change_text(p.a_bytes, p.b_bytes)}</td>
                 </tr>

@@ -15,8 +15,8 @@ pub fn CounterPeaks(analysis: Arc<Analysis>) -> impl IntoView {
         .iter()
         .map(|p| {
             view! {
-                <tr data-metric=p.label.clone() data-bytes=p.bytes.to_string()>
-                    <td>{p.label.clone()}</td>
+                <tr data-metric=p.label.label() data-bytes=p.bytes.to_string()>
+                    <td>{p.label.label()}</td>
                     <td class="num">{format_bytes(p.bytes)}</td>
                 </tr>
             }

@@ -21,16 +21,20 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
         }
         .into_any();
     }
-    let initial = table
-        .primary_metric
-        .clone()
-        .unwrap_or_else(|| table.metrics[0].clone());
+    let initial = table.primary_metric.unwrap_or(table.metrics[0]);
     let metric = RwSignal::new(initial);
     let options = table
         .metrics
         .iter()
-        .map(|m| view! { <option value=m.clone()>{m.clone()}</option> })
+        .map(|m| view! { <option value=m.label()>{m.label()}</option> })
         .collect_view();
+    // The select speaks labels; the table is indexed by metric.
+    let metrics = table.metrics.clone();
+    let choose = move |label: String| {
+        if let Some(m) = metrics.iter().find(|m| m.label() == label) {
+            metric.set(*m);
+        }
+    };
     let growth = analysis.largest_growth.clone();
     let growth_text = growth.as_ref().map(|g| {
         view! {
@@ -43,7 +47,7 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
     let body_table = table.clone();
     let body = move || {
         let shown = metric.get();
-        let Some(mi) = body_table.metric_index(&shown) else {
+        let Some(mi) = body_table.metric_index(shown) else {
             return Vec::new();
         };
         body_table
@@ -80,8 +84,8 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
         <section id="stages">
             <h2>"Stages"</h2>
             <label>"metric "
-                <select id="stage-metric" prop:value=move || metric.get()
-                    on:change=move |ev| metric.set(event_target_value(&ev))>{options}</select>
+                <select id="stage-metric" prop:value=move || metric.get().label()
+                    on:change=move |ev| choose(event_target_value(&ev))>{options}</select>
             </label>
             <span class="hint">" delta = change since the previous mark"</span>
             {growth_text}

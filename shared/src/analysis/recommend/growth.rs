@@ -2,6 +2,7 @@
 
 use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
 use crate::analysis::leaks::GrowthFit;
+use crate::analysis::metrics::MetricKey;
 use crate::analysis::phases::PhaseTransition;
 use crate::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
 
@@ -26,13 +27,13 @@ pub struct Leak;
 /// report uses), then the one that fills memory first, then the steepest, then the straightest,
 /// then the later stage in the step (end-of-step memory is where nothing of the step should
 /// remain). `fits` are in stage order, metrics in priority order within a stage.
-fn headline_leak<'a>(fits: &'a [GrowthFit], primary: Option<&str>) -> Option<&'a GrowthFit> {
+fn headline_leak(fits: &[GrowthFit], primary: Option<MetricKey>) -> Option<&GrowthFit> {
     let rank = |f: &GrowthFit| {
         let remaining = f
             .projection
             .as_ref()
             .map_or(u64::MAX, |p| p.steps_remaining);
-        (primary != Some(f.metric.as_str()), remaining)
+        (primary != Some(f.metric), remaining)
     };
     fits.iter().filter(|f| f.is_leak).reduce(|best, f| {
         let better = rank(f).cmp(&rank(best)).then_with(|| {
@@ -51,7 +52,7 @@ impl Rule for Leak {
     }
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        let primary = ctx.analysis.stage_table.primary_metric.as_deref();
+        let primary = ctx.analysis.stage_table.primary_metric;
         let leak = headline_leak(&ctx.analysis.leak_fits, primary)?;
         let leaking = ctx.analysis.leaks().count();
         let host = leak.host_memory;

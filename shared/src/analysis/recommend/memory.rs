@@ -246,12 +246,8 @@ impl Rule for ActivationsDominate {
         }
         // With the primary metric leaking, the remainder is activations plus leaked memory: the
         // `leak` finding explains that instead.
-        let primary = ctx.analysis.stage_table.primary_metric.as_deref();
-        if ctx
-            .analysis
-            .leaks()
-            .any(|f| Some(f.metric.as_str()) == primary)
-        {
+        let primary = ctx.analysis.stage_table.primary_metric;
+        if ctx.analysis.leaks().any(|f| Some(f.metric) == primary) {
             return None;
         }
         let activations = components.activations_bytes?;
