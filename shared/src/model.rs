@@ -496,7 +496,7 @@ pub struct StageMark {
 }
 
 /// Named bytes, e.g. an extra model copy the user registered (`ema`: 1.2 GiB).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NamedBytes {
     /// What it is.
     pub name: Name,
@@ -505,7 +505,7 @@ pub struct NamedBytes {
 }
 
 /// Where the model's own memory goes: the part of the peak that is not activations.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ComponentBreakdown {
     /// When it was measured.
     pub t_us: u64,

@@ -241,15 +241,22 @@ fn peaks(out: &mut String, analysis: &Analysis) {
         return;
     };
     let mut parts = vec![
-        format!("parameters {}", format_bytes(c.parameters_bytes)),
-        format!("gradients {}", format_bytes(c.gradients_bytes)),
-        format!("optimizer {}", format_bytes(c.optimizer_state_bytes)),
+        format!("parameters {}", format_bytes(c.breakdown.parameters_bytes)),
+        format!("gradients {}", format_bytes(c.breakdown.gradients_bytes)),
+        format!(
+            "optimizer {}",
+            format_bytes(c.breakdown.optimizer_state_bytes)
+        ),
     ];
-    if c.buffers_bytes > 0 {
-        parts.push(format!("buffers {}", format_bytes(c.buffers_bytes)));
+    if c.breakdown.buffers_bytes > 0 {
+        parts.push(format!(
+            "buffers {}",
+            format_bytes(c.breakdown.buffers_bytes)
+        ));
     }
     parts.extend(
-        c.extras
+        c.breakdown
+            .extras
             .iter()
             .map(|e| format!("{} {}", e.name, format_bytes(e.bytes))),
     );

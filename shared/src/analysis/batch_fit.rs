@@ -163,7 +163,7 @@ pub fn batch_fit(trace: &Trace, peaks: &[Peak], margin: f64) -> Option<BatchFit>
     let peak = memory_peak(peaks);
     let components = peak.and_then(|p| p.components.as_ref());
     let current_batch = components
-        .and_then(|c| c.batch_size)
+        .and_then(|c| c.breakdown.batch_size)
         .or_else(|| trace.components.iter().rev().find_map(|c| c.batch_size))
         .filter(|b| *b > 0);
 
@@ -180,7 +180,7 @@ pub fn batch_fit(trace: &Trace, peaks: &[Peak], margin: f64) -> Option<BatchFit>
         None => {
             let components = components?;
             let activations = components.activations_bytes? as f64;
-            let batch = components.batch_size.filter(|b| *b > 0)?;
+            let batch = components.breakdown.batch_size.filter(|b| *b > 0)?;
             if activations <= 0.0 {
                 return None;
             }

@@ -10,9 +10,9 @@ use serde::Serialize;
 
 use crate::analysis::marks::{StageAt, mark_at_or_before};
 use crate::analysis::metrics::counter_with_data;
-use crate::analysis::peaks::{NamedSize, PeakComponents, breakdown_near};
+use crate::analysis::peaks::{PeakComponents, breakdown_near};
 use crate::analysis::stages::signed_delta;
-use crate::model::{CounterId, CounterKind, OomSource, Phase, Trace};
+use crate::model::{CounterId, CounterKind, NamedBytes, OomSource, Phase, Trace};
 
 /// Which memory ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -70,7 +70,7 @@ pub struct OomContext {
     /// Last sampled host available memory.
     pub host_available_bytes: Option<u64>,
     /// The largest component of the nearest breakdown.
-    pub largest_component: Option<NamedSize>,
+    pub largest_component: Option<NamedBytes>,
     /// The error text.
     pub message: String,
 }
@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(c.allocator_mark_stage.as_deref(), Some("pre_forward"));
         assert_eq!(c.process_gpu_bytes, Some(28 * GIB + 512 * MIB + 600 * MIB));
         assert_eq!(
-            c.largest_component.as_ref().unwrap().name,
+            c.largest_component.as_ref().unwrap().name.as_ref(),
             "optimizer_state"
         );
         assert!(c.message.contains("CUDA out of memory"));

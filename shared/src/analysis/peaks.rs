@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::analysis::marks::StageAt;
 use crate::analysis::metrics::{MarkValues, Metric, MetricKey, counter_with_data, has_snapshots};
-use crate::model::{ComponentBreakdown, CounterId, CounterKind, Trace};
+use crate::model::{ComponentBreakdown, CounterId, CounterKind, NamedBytes, Trace};
 
 /// Where a peak was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -83,34 +83,12 @@ pub enum ActivationsBasis {
     DeviceUsed,
 }
 
-/// A named amount of memory.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct NamedSize {
-    /// What it is.
-    pub name: String,
-    /// How big.
-    pub bytes: u64,
-}
-
 /// The component breakdown nearest to a peak, and the activations it implies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PeakComponents {
-    /// When the breakdown was measured.
-    pub t_us: u64,
-    /// Step of the breakdown.
-    pub step: u64,
-    /// Batch size in use, when the program said.
-    pub batch_size: Option<u64>,
-    /// Parameters.
-    pub parameters_bytes: u64,
-    /// Buffers.
-    pub buffers_bytes: u64,
-    /// Gradients.
-    pub gradients_bytes: u64,
-    /// Optimizer state.
-    pub optimizer_state_bytes: u64,
-    /// Registered extras (EMA copies, teachers, ...).
-    pub extras: Vec<NamedSize>,
+    /// The breakdown (its fields appear inline in JSON).
+    #[serde(flatten)]
+    pub breakdown: ComponentBreakdown,
     /// Sum of all components.
     pub total_bytes: u64,
     /// Peak minus the components (saturating), when the peak's measure allows it.
@@ -128,21 +106,7 @@ impl PeakComponents {
     ) -> PeakComponents {
         let total_bytes = breakdown.total_bytes();
         PeakComponents {
-            t_us: breakdown.t_us,
-            step: breakdown.step,
-            batch_size: breakdown.batch_size,
-            parameters_bytes: breakdown.parameters_bytes,
-            buffers_bytes: breakdown.buffers_bytes,
-            gradients_bytes: breakdown.gradients_bytes,
-            optimizer_state_bytes: breakdown.optimizer_state_bytes,
-            extras: breakdown
-                .extras
-                .iter()
-                .map(|e| NamedSize {
-                    name: e.name.to_string(),
-                    bytes: e.bytes,
-                })
-                .collect(),
+            breakdown: breakdown.clone(),
             total_bytes,
             activations_bytes: basis.map(|_| peak_bytes.saturating_sub(total_bytes)),
             activations_basis: basis,
@@ -151,19 +115,20 @@ impl PeakComponents {
 
     /// The largest single component (parameters, buffers, gradients, optimizer state or an
     /// extra), if any is non-zero.
-    pub fn largest(&self) -> Option<NamedSize> {
+    pub fn largest(&self) -> Option<NamedBytes> {
+        let b = &self.breakdown;
         [
-            ("parameters", self.parameters_bytes),
-            ("buffers", self.buffers_bytes),
-            ("gradients", self.gradients_bytes),
-            ("optimizer_state", self.optimizer_state_bytes),
+            ("parameters", b.parameters_bytes),
+            ("buffers", b.buffers_bytes),
+            ("gradients", b.gradients_bytes),
+            ("optimizer_state", b.optimizer_state_bytes),
         ]
         .into_iter()
-        .map(|(name, bytes)| NamedSize {
-            name: name.to_owned(),
+        .map(|(name, bytes)| NamedBytes {
+            name: name.into(),
             bytes,
         })
-        .chain(self.extras.iter().cloned())
+        .chain(b.extras.iter().cloned())
         .filter(|c| c.bytes > 0)
         .reduce(|best, c| if c.bytes > best.bytes { c } else { best })
     }
@@ -346,20 +311,21 @@ impl Peak {
     /// Its make-up as named parts, in chart order: parameters (with buffers), gradients,
     /// optimizer state, each extra, activations when known, and `other` (the rest of the peak).
     /// Empty without components.
-    pub fn parts(&self) -> Vec<NamedSize> {
+    pub fn parts(&self) -> Vec<NamedBytes> {
         let Some(c) = &self.components else {
             return Vec::new();
         };
-        let named = |name: &str, bytes: u64| NamedSize {
-            name: name.to_owned(),
+        let named = |name: &str, bytes: u64| NamedBytes {
+            name: name.into(),
             bytes,
         };
+        let b = &c.breakdown;
         let mut parts = vec![
-            named("parameters", c.parameters_bytes + c.buffers_bytes),
-            named("gradients", c.gradients_bytes),
-            named("optimizer state", c.optimizer_state_bytes),
+            named("parameters", b.parameters_bytes + b.buffers_bytes),
+            named("gradients", b.gradients_bytes),
+            named("optimizer state", b.optimizer_state_bytes),
         ];
-        parts.extend(c.extras.iter().cloned());
+        parts.extend(b.extras.iter().cloned());
         parts.extend(c.activations_bytes.map(|a| named("activations", a)));
         let accounted: u64 = parts.iter().map(|p| p.bytes).sum();
         parts.push(named("other", self.bytes.saturating_sub(accounted)));
@@ -422,7 +388,7 @@ mod tests {
             c.activations_basis,
             Some(ActivationsBasis::AllocatorAllocated)
         );
-        assert_eq!(c.largest().unwrap().name, "optimizer_state");
+        assert_eq!(c.largest().unwrap().name.as_ref(), "optimizer_state");
 
         // Reserved and NVML peaks carry components but no activations; the host peak neither.
         let reserved = peaks
@@ -504,8 +470,8 @@ mod tests {
         assert_eq!(c.activations_bytes, Some(0));
         assert_eq!(
             c.largest().unwrap(),
-            NamedSize {
-                name: "ema".to_owned(),
+            NamedBytes {
+                name: "ema".into(),
                 bytes: 30
             }
         );
@@ -552,7 +518,11 @@ mod tests {
         let all = peaks(&trace, &values);
         let p = breakdown_peak(&trace, &all).expect("a host peak");
         assert_eq!((p.measure, p.bytes), (Measure::HostRss, 900));
-        let parts: Vec<(String, u64)> = p.parts().into_iter().map(|n| (n.name, n.bytes)).collect();
+        let parts: Vec<(String, u64)> = p
+            .parts()
+            .into_iter()
+            .map(|n| (n.name.to_string(), n.bytes))
+            .collect();
         assert_eq!(
             parts,
             vec![

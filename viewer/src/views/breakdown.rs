@@ -64,7 +64,7 @@ pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     let parts: Vec<(String, u64)> = peak
         .parts()
         .into_iter()
-        .map(|p| (p.name, p.bytes))
+        .map(|p| (p.name.to_string(), p.bytes))
         .collect();
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
     let drawn = parts.clone();

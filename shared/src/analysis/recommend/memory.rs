@@ -204,7 +204,7 @@ fn oom_change(ctx: &RuleContext<'_>, oom: &OomContext) -> String {
             let opt = peak_with_components(ctx).map_or_else(String::new, |(_, c)| {
                 format!(
                     " (optimizer state is {})",
-                    format_bytes(c.optimizer_state_bytes)
+                    format_bytes(c.breakdown.optimizer_state_bytes)
                 )
             });
             format!(
@@ -338,16 +338,16 @@ impl Rule for OptimizerStateHeavy {
 
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
         let (peak, components) = peak_with_components(ctx)?;
-        let optimizer = components.optimizer_state_bytes;
+        let optimizer = components.breakdown.optimizer_state_bytes;
         let share = optimizer as f64 / peak.bytes.max(1) as f64;
         if optimizer == 0 || share < OPTIMIZER_MIN_SHARE {
             return None;
         }
-        let vs_params = if components.parameters_bytes > 0 {
+        let vs_params = if components.breakdown.parameters_bytes > 0 {
             format!(
                 ", {:.1}× the parameters ({})",
-                optimizer as f64 / components.parameters_bytes as f64,
-                format_bytes(components.parameters_bytes)
+                optimizer as f64 / components.breakdown.parameters_bytes as f64,
+                format_bytes(components.breakdown.parameters_bytes)
             )
         } else {
             String::new()
@@ -386,7 +386,10 @@ impl Rule for OptimizerStateHeavy {
             change,
             vec![
                 Evidence::bytes("optimizer_state_bytes", optimizer as f64),
-                Evidence::bytes("parameters_bytes", components.parameters_bytes as f64),
+                Evidence::bytes(
+                    "parameters_bytes",
+                    components.breakdown.parameters_bytes as f64,
+                ),
                 Evidence::bytes("peak_bytes", peak.bytes as f64),
                 Evidence::share("optimizer_share", share),
                 Evidence::bytes("estimated_saving_bytes", saving as f64),
