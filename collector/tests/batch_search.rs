@@ -6,7 +6,9 @@
 use oomscope_collector::torch::{BatchSearch, Session};
 use tch::{Device, Kind, Tensor};
 
-const MIB: u64 = 1 << 20;
+mod support;
+
+use support::MIB;
 
 fn peak_rss_after_reset() -> u64 {
     std::fs::write("/proc/self/clear_refs", "5").unwrap();

@@ -2,73 +2,20 @@
 //! then the trace it wrote read back and analysed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use oomscope_trace::analysis::metrics::MetricKey;
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::codec::tag;
-use oomscope_trace::{CounterKind, Decoded, ExitStatus, OomSource, TrialOutcome, decode, protocol};
+use oomscope_trace::{CounterKind, ExitStatus, OomSource, TrialOutcome, decode, protocol};
 
-const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
-const MIB: f64 = (1u64 << 20) as f64;
+mod support;
 
-/// A scratch directory per test, removed on success.
-struct Scratch(PathBuf);
+use support::{COLLECTOR, Scratch, collector, python_path, read, run, stderr};
 
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("oomscope-it-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    fn script(&self, name: &str, body: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::write(&path, body).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn python_path() -> String {
-    format!("{}/python", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn collector(args: &[&str]) -> Command {
-    let mut c = Command::new(COLLECTOR);
-    c.args(args)
-        .env("PYTHONPATH", python_path())
-        .env("PYTHONUNBUFFERED", "1");
-    // No GPU library unless a test asks for the fake one.
-    c.env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1");
-    c
-}
-
-fn run(args: &[&str]) -> Output {
-    collector(args).output().unwrap()
-}
-
-fn read(path: &Path) -> Decoded {
-    decode(&std::fs::read(path).unwrap()).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+const MIB: f64 = support::MIB as f64;
 
 #[test]
 fn host_memory_steps_show_in_the_stage_table() {
@@ -623,12 +570,8 @@ for step in range(8):
     assert_eq!(t.metadata.gpus[0].name, "NVIDIA H100 80GB HBM3");
     assert_eq!(t.metadata.gpus[0].total_memory_bytes, 85_899_345_920);
     assert_eq!(t.metadata.gpus[0].driver_version, "580.65.06");
-    let used = t
-        .counter(oomscope_trace::CounterKind::GpuUsed, Some(0))
-        .unwrap();
-    let process = t
-        .counter(oomscope_trace::CounterKind::ProcessGpu, Some(0))
-        .unwrap();
+    let used = t.counter(CounterKind::GpuUsed, Some(0)).unwrap();
+    let process = t.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
     let used_values: Vec<u64> = t.samples.points(used).map(|(_, v)| v).collect();
     let max_used = *used_values.iter().max().unwrap();
     assert_eq!(

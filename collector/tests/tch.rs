@@ -8,53 +8,30 @@ use std::process::Command;
 
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::{Phase, Trace, decode};
+use oomscope_trace::{Phase, Trace};
 
-const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
+mod support;
 
-/// `cargo test` builds the examples next to the test binaries' directory.
+use support::{Scratch, collector, example, read, stderr};
+
 fn gpt() -> PathBuf {
-    let deps = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let exe = deps.parent().unwrap().join("examples/gpt");
-    assert!(
-        exe.exists(),
-        "{} missing: cargo test builds examples",
-        exe.display()
-    );
-    exe
+    example("gpt")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("oomscope-tch-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn run_under_collector(dir: &std::path::Path, args: &[&str]) -> Trace {
-    let trace = dir.join("t.oomt");
-    let out = Command::new(COLLECTOR)
-        .args(["run", "-q", "-o", trace.to_str().unwrap(), "--"])
+fn run_under_collector(dir: &Scratch, args: &[&str]) -> Trace {
+    let trace = dir.path("t.oomt");
+    let out = collector(&["run", "-q", "-o", trace.to_str().unwrap(), "--"])
         .arg(gpt())
         .args(args)
-        .env("OOMSCOPE_NVML_LIB", "/nonexistent")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    decode(&std::fs::read(&trace).unwrap()).unwrap().trace
+    assert!(out.status.success(), "{}", stderr(&out));
+    read(&trace).trace
 }
 
 #[test]
 fn the_gpt_example_under_the_collector_shows_its_stages() {
-    let dir = scratch("stages");
+    let dir = Scratch::new("tch-stages");
     let t = run_under_collector(
         &dir,
         &["--steps", "20", "--eval-every", "10", "--device", "cpu"],
@@ -111,7 +88,7 @@ fn the_gpt_example_under_the_collector_shows_its_stages() {
 
 #[test]
 fn a_planted_leak_is_found_within_20_percent_of_its_true_rate() {
-    let dir = scratch("leak");
+    let dir = Scratch::new("tch-leak");
     let t = run_under_collector(
         &dir,
         &[
@@ -144,8 +121,8 @@ fn a_planted_leak_is_found_within_20_percent_of_its_true_rate() {
 
 #[test]
 fn the_gpt_example_records_itself_without_a_collector() {
-    let dir = scratch("standalone");
-    let trace = dir.join("gpt.oomt");
+    let dir = Scratch::new("tch-standalone");
+    let trace = dir.path("gpt.oomt");
     let out = Command::new(gpt())
         .args([
             "--steps",
@@ -160,12 +137,8 @@ fn the_gpt_example_records_itself_without_a_collector() {
         .env_remove("OOMSCOPE_SOCKET")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let decoded = decode(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let decoded = read(&trace);
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
     let t = decoded.trace;
     assert_eq!(t.marks.len(), 25);

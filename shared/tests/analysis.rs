@@ -7,8 +7,9 @@ use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{Trace, decode, text};
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
+mod support;
+
+use support::{GIB, MIB};
 
 fn analysed(run: &TrainingRun) -> (Trace, Analysis) {
     let decoded = decode(&run.to_bytes()).unwrap();
@@ -195,11 +196,7 @@ fn non_finite_gradients_are_critical() {
 
 #[test]
 fn the_oom_golden_trace_explains_its_oom() {
-    let bytes = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/v1_0_oom.oomt"
-    ))
-    .unwrap();
+    let bytes = support::data("v1_0_oom.oomt");
     let trace = decode(&bytes).unwrap().trace;
     let analysis = analyze(&trace, &AnalysisOptions::default());
     assert_eq!(analysis.findings[0].kind, FindingKind::Oom);

@@ -3,10 +3,9 @@
 
 use oomscope_trace::{CounterKind, ExitStatus, OomSource, Phase, TrialOutcome, decode};
 
-fn read(name: &str) -> Vec<u8> {
-    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+mod support;
+
+use support::data as read;
 
 #[test]
 fn v1_0_instrumented() {

@@ -8,16 +8,16 @@ use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::{ExitStatus, OomSource, Trace, decode};
 
+mod support;
+
 fn trace(name: &str) -> Trace {
-    let path = format!("{}/tests/data/gpu/{name}", env!("CARGO_MANIFEST_DIR"));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let decoded = decode(&bytes).unwrap();
+    let decoded = decode(&support::data(&format!("gpu/{name}"))).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
     decoded.trace
 }
 
-const MIB: f64 = (1u64 << 20) as f64;
-const GIB: f64 = (1u64 << 30) as f64;
+const MIB: f64 = support::MIB as f64;
+const GIB: f64 = support::GIB as f64;
 
 #[test]
 fn a_pytorch_oom_recognised_from_stderr() {

@@ -11,8 +11,9 @@ use oomscope_trace::{
 };
 use proptest::prelude::*;
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
+mod support;
+
+use support::{GIB, MIB};
 
 fn decoded(bytes: &[u8]) -> Trace {
     let decoded = decode(bytes).unwrap();
@@ -20,10 +21,7 @@ fn decoded(bytes: &[u8]) -> Trace {
     decoded.trace
 }
 
-fn golden(name: &str) -> Vec<u8> {
-    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+use support::data as golden;
 
 /// Asserts `decode(encode(trace)) == trace`. `format_version` becomes the writer's (documented);
 /// gradient norms are compared bit for bit first, since NaN (a planted fault) is not equal to

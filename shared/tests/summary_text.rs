@@ -10,10 +10,10 @@ use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{Trace, decode, text};
 
+mod support;
+
 fn file(path: &str) -> Trace {
-    let path = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    decode(&bytes).unwrap().trace
+    decode(&support::data(path)).unwrap().trace
 }
 
 fn summary(trace: &Trace) -> String {
