@@ -319,6 +319,18 @@ pub(crate) mod test_support {
         analyze(trace, &AnalysisOptions::default()).findings
     }
 
+    /// Runs `f` with the rule context of `trace` (default options): detection tests read a
+    /// rule's typed diagnosis through it.
+    pub(crate) fn with_context<R>(trace: &Trace, f: impl FnOnce(&RuleContext<'_>) -> R) -> R {
+        let options = AnalysisOptions::default();
+        let analysis = analyze(trace, &options);
+        f(&RuleContext {
+            trace,
+            analysis: &analysis,
+            options: &options,
+        })
+    }
+
     /// The finding of `kind`, if it fired.
     pub(crate) fn find(trace: &Trace, kind: FindingKind) -> Option<Finding> {
         findings_of(trace).into_iter().find(|f| f.kind == kind)

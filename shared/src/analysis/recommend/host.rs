@@ -1,7 +1,8 @@
 //! Rule about host memory: near exhaustion, or the kernel's OOM killer.
 
 use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
-use crate::analysis::oom::OomKind;
+use crate::analysis::host::HostMemory;
+use crate::analysis::oom::{OomContext, OomKind};
 use crate::units::{format_bytes, format_count, format_duration_us, format_percent};
 
 /// Available host memory below this share of (available + the process's RSS) is pressure: the
@@ -12,23 +13,33 @@ pub const HOST_AVAILABLE_MIN_FRACTION: f64 = 0.10;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostMemoryPressure;
 
-impl Rule for HostMemoryPressure {
-    fn kind(&self) -> FindingKind {
-        FindingKind::HostMemoryPressure
-    }
+/// What [`HostMemoryPressure`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct HostPressure<'a> {
+    /// The host's tightest moment (also when it was not tight: the evidence quotes it).
+    pub host: Option<&'a HostMemory>,
+    /// Whether available memory fell below [`HOST_AVAILABLE_MIN_FRACTION`] then.
+    pub low: bool,
+    /// The probable kill by the kernel's OOM killer.
+    pub kill: Option<&'a OomContext>,
+}
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+impl HostMemoryPressure {
+    /// Detection: the host ran low, or the process was probably OOM-killed; `None` otherwise.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<HostPressure<'a>> {
         let kill = ctx.analysis.ooms.iter().find(|o| o.kind == OomKind::Host);
         let host = ctx.analysis.host_memory.as_ref();
-        let low = host.filter(|h| {
+        let low = host.is_some_and(|h| {
             h.min_available_fraction
                 .is_some_and(|f| f < HOST_AVAILABLE_MIN_FRACTION)
         });
-        if kill.is_none() && low.is_none() {
-            return None;
-        }
+        (low || kill.is_some()).then_some(HostPressure { host, low, kill })
+    }
+
+    /// Wording: what happened, the change to make, and the numbers.
+    fn explain(&self, d: &HostPressure<'_>) -> Finding {
         let mut facts = Vec::new();
-        if let Some(h) = low {
+        if let Some(h) = d.host.filter(|_| d.low) {
             let total = h.rss_at_min_bytes.map(|r| r + h.min_available_bytes);
             let stage = h.stage.as_ref().map_or_else(String::new, |s| {
                 format!(" at {} of step {}", s.stage, format_count(s.step))
@@ -42,7 +53,7 @@ impl Rule for HostMemoryPressure {
                 format_bytes(h.rss_at_min_bytes.unwrap_or(0)),
             ));
         }
-        if let Some(k) = kill {
+        if let Some(k) = d.kill {
             let mut fact = format!(
                 "the process was killed with SIGKILL at {}",
                 format_duration_us(k.t_us)
@@ -57,7 +68,7 @@ impl Rule for HostMemoryPressure {
             facts.push(fact);
         }
         let mut evidence = Vec::new();
-        if let Some(h) = host {
+        if let Some(h) = d.host {
             evidence.push(Evidence::bytes(
                 "min_available_bytes",
                 h.min_available_bytes as f64,
@@ -71,9 +82,9 @@ impl Rule for HostMemoryPressure {
         }
         evidence.push(Evidence::count(
             "killed",
-            if kill.is_some() { 1.0 } else { 0.0 },
+            if d.kill.is_some() { 1.0 } else { 0.0 },
         ));
-        let (severity, title) = if kill.is_some() {
+        let (severity, title) = if d.kill.is_some() {
             (
                 Severity::Critical,
                 "The process was probably killed for host memory".to_owned(),
@@ -81,7 +92,7 @@ impl Rule for HostMemoryPressure {
         } else {
             (Severity::Warning, "Host memory nearly ran out".to_owned())
         };
-        Some(finding(
+        finding(
             self,
             severity,
             title,
@@ -91,13 +102,23 @@ impl Rule for HostMemoryPressure {
              datasets (copy-on-write duplicates them per worker), and pin less memory"
                 .to_owned(),
             evidence,
-        ))
+        )
+    }
+}
+
+impl Rule for HostMemoryPressure {
+    fn kind(&self) -> FindingKind {
+        FindingKind::HostMemoryPressure
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{evidence, find};
+    use super::super::test_support::{evidence, find, with_context};
     use super::*;
     use crate::analysis::testkit::{GIB, MIB, Run};
     use crate::model::{ExitStatus, ProcessExit};
@@ -110,7 +131,15 @@ mod tests {
             host_rss_growth_per_step: 300 * MIB,
             ..Run::default()
         };
-        let f = find(&run.build(), FindingKind::HostMemoryPressure).unwrap();
+        let trace = run.build();
+        // Detection, in numbers: 4.71 GiB of 64 GiB available at the tightest moment, no kill.
+        let (low, available, killed) = with_context(&trace, |ctx| {
+            let d = HostMemoryPressure.detect(ctx).unwrap();
+            (d.low, d.host.unwrap().min_available_bytes, d.kill.is_some())
+        });
+        assert!(low && !killed);
+        assert_eq!(available, 64 * GIB - (42 * GIB + 59 * 300 * MIB));
+        let f = find(&trace, FindingKind::HostMemoryPressure).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         // Step 59: RSS 42 GiB + 59 × 300 MiB = 59.3 GiB, 4.71 GiB available (7%).
         assert_eq!(
