@@ -4,7 +4,7 @@
 //! surely as one that runs out of memory.
 
 use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
-use crate::model::GradientSummary;
+use crate::model::{GradientSummary, TensorStats};
 use crate::units::format_count;
 
 /// Inf-only gradients in at most this share of the summaries, with the last one finite, are the
@@ -19,23 +19,53 @@ fn non_finite(g: &GradientSummary) -> bool {
     g.nan_count > 0 || g.inf_count > 0 || !g.global_norm.is_finite()
 }
 
-impl Rule for NonFiniteGradients {
-    fn kind(&self) -> FindingKind {
-        FindingKind::NonFiniteGradients
-    }
+/// What [`NonFiniteGradients`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct NonFiniteGradientSteps<'a> {
+    /// The first non-finite summary.
+    pub first: &'a GradientSummary,
+    /// The last summary recorded (finite or not).
+    pub last: &'a GradientSummary,
+    /// Summaries with NaN or Inf.
+    pub non_finite_steps: usize,
+    /// Summaries recorded.
+    pub recorded_steps: usize,
+    /// NaN elements counted over them.
+    pub nan_elements: u64,
+    /// Inf elements counted over them.
+    pub inf_elements: u64,
+    /// Inf only, in at most [`SPORADIC_INF_MAX_FRACTION`] of the steps, and the last finite: the
+    /// fp16 loss scaler at work.
+    pub sporadic_inf: bool,
+}
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+impl NonFiniteGradients {
+    /// Detection: the summaries with NaN or Inf; `None` when every one is finite.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<NonFiniteGradientSteps<'a>> {
         let gradients = &ctx.trace.gradients;
         let bad: Vec<&GradientSummary> = gradients.iter().filter(|g| non_finite(g)).collect();
         let first = *bad.iter().min_by_key(|g| (g.step, g.t_us))?;
         let last = gradients.iter().max_by_key(|g| (g.step, g.t_us))?;
-        let nan: u64 = bad.iter().map(|g| g.nan_count).sum();
-        let inf: u64 = bad.iter().map(|g| g.inf_count).sum();
+        let nan_elements: u64 = bad.iter().map(|g| g.nan_count).sum();
+        let inf_elements: u64 = bad.iter().map(|g| g.inf_count).sum();
         let fraction = bad.len() as f64 / gradients.len() as f64;
         // A NaN norm with no counts comes from a summary that did not count (oomscope's
         // asynchronous CUDA path): it still means NaN.
-        let any_nan = nan > 0 || bad.iter().any(|g| g.global_norm.is_nan());
-        let sporadic_inf = !any_nan && fraction <= SPORADIC_INF_MAX_FRACTION && !non_finite(last);
+        let any_nan = nan_elements > 0 || bad.iter().any(|g| g.global_norm.is_nan());
+        Some(NonFiniteGradientSteps {
+            first,
+            last,
+            non_finite_steps: bad.len(),
+            recorded_steps: gradients.len(),
+            nan_elements,
+            inf_elements,
+            sporadic_inf: !any_nan && fraction <= SPORADIC_INF_MAX_FRACTION && !non_finite(last),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &NonFiniteGradientSteps<'_>) -> Finding {
+        let (first, last) = (d.first, d.last);
         let persisting = if non_finite(last) {
             format!(
                 "; the last summary (step {}) is still non-finite",
@@ -62,13 +92,13 @@ impl Rule for NonFiniteGradients {
         let explanation = format!(
             "gradients were non-finite at {} of {} recorded steps, first at step {} ({then}; {} \
              NaN and {} Inf elements counted in all){persisting}",
-            format_count(bad.len() as u64),
-            format_count(gradients.len() as u64),
+            format_count(d.non_finite_steps as u64),
+            format_count(d.recorded_steps as u64),
             format_count(first.step),
-            format_count(nan),
-            format_count(inf),
+            format_count(d.nan_elements),
+            format_count(d.inf_elements),
         );
-        let (severity, change) = if sporadic_inf {
+        let (severity, change) = if d.sporadic_inf {
             (
                 Severity::Warning,
                 "occasional Inf-only gradients are what fp16 loss scaling produces (GradScaler \
@@ -84,7 +114,7 @@ impl Rule for NonFiniteGradients {
                  switch to bf16",
             )
         };
-        Some(finding(
+        finding(
             self,
             severity,
             format!(
@@ -95,12 +125,22 @@ impl Rule for NonFiniteGradients {
             change.to_owned(),
             vec![
                 Evidence::count("first_step", first.step as f64),
-                Evidence::count("non_finite_steps", bad.len() as f64),
-                Evidence::count("recorded_steps", gradients.len() as f64),
-                Evidence::count("nan_elements", nan as f64),
-                Evidence::count("inf_elements", inf as f64),
+                Evidence::count("non_finite_steps", d.non_finite_steps as f64),
+                Evidence::count("recorded_steps", d.recorded_steps as f64),
+                Evidence::count("nan_elements", d.nan_elements as f64),
+                Evidence::count("inf_elements", d.inf_elements as f64),
             ],
-        ))
+        )
+    }
+}
+
+impl Rule for NonFiniteGradients {
+    fn kind(&self) -> FindingKind {
+        FindingKind::NonFiniteGradients
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
@@ -108,23 +148,46 @@ impl Rule for NonFiniteGradients {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NonFiniteTensors;
 
-impl Rule for NonFiniteTensors {
-    fn kind(&self) -> FindingKind {
-        FindingKind::NonFiniteTensors
-    }
+/// What [`NonFiniteTensors`] detected.
+#[derive(Debug, Clone)]
+pub struct NonFiniteTensorRecords<'a> {
+    /// The first record with NaN or Inf.
+    pub first: &'a TensorStats,
+    /// Records with NaN or Inf.
+    pub records: usize,
+    /// The distinct tensors among them, by name.
+    pub tensors: Vec<&'a str>,
+    /// NaN elements counted over them.
+    pub nan_elements: u64,
+    /// Inf elements counted over them.
+    pub inf_elements: u64,
+}
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        let trace = ctx.trace;
-        let bad: Vec<_> = trace
+impl NonFiniteTensors {
+    /// Detection: the tensor records with NaN or Inf; `None` when every one is finite.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<NonFiniteTensorRecords<'a>> {
+        let bad: Vec<&TensorStats> = ctx
+            .trace
             .tensors
             .iter()
             .filter(|t| t.nan_count > 0 || t.inf_count > 0)
             .collect();
         let first = *bad.iter().min_by_key(|t| (t.step, t.t_us))?;
-        let mut names: Vec<&str> = bad.iter().map(|t| t.name.as_ref()).collect();
-        names.sort_unstable();
-        names.dedup();
-        let any_nan = bad.iter().any(|t| t.nan_count > 0);
+        let mut tensors: Vec<&str> = bad.iter().map(|t| t.name.as_ref()).collect();
+        tensors.sort_unstable();
+        tensors.dedup();
+        Some(NonFiniteTensorRecords {
+            first,
+            records: bad.len(),
+            tensors,
+            nan_elements: bad.iter().map(|t| t.nan_count).sum(),
+            inf_elements: bad.iter().map(|t| t.inf_count).sum(),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &NonFiniteTensorRecords<'_>) -> Finding {
+        let first = d.first;
         let explanation = format!(
             "tensor {} had {} NaN and {} Inf elements at step {} ({} record{} of {} tensor{} \
              affected: {})",
@@ -132,13 +195,13 @@ impl Rule for NonFiniteTensors {
             format_count(first.nan_count),
             format_count(first.inf_count),
             format_count(first.step),
-            bad.len(),
-            if bad.len() == 1 { "" } else { "s" },
-            names.len(),
-            if names.len() == 1 { "" } else { "s" },
-            names.join(", "),
+            d.records,
+            if d.records == 1 { "" } else { "s" },
+            d.tensors.len(),
+            if d.tensors.len() == 1 { "" } else { "s" },
+            d.tensors.join(", "),
         );
-        let (severity, change) = if any_nan {
+        let (severity, change) = if d.nan_elements > 0 {
             (
                 Severity::Critical,
                 "NaN propagates through everything downstream: check the first tensor's inputs \
@@ -152,7 +215,7 @@ impl Rule for NonFiniteTensors {
                  fp16 (use bf16 or scale down) in the first tensor's producer",
             )
         };
-        Some(finding(
+        finding(
             self,
             severity,
             format!("Non-finite values in tensor {}", first.name.as_ref()),
@@ -160,27 +223,31 @@ impl Rule for NonFiniteTensors {
             change.to_owned(),
             vec![
                 Evidence::count("first_step", first.step as f64),
-                Evidence::count("records", bad.len() as f64),
-                Evidence::count("tensors", names.len() as f64),
-                Evidence::count(
-                    "nan_elements",
-                    bad.iter().map(|t| t.nan_count).sum::<u64>() as f64,
-                ),
-                Evidence::count(
-                    "inf_elements",
-                    bad.iter().map(|t| t.inf_count).sum::<u64>() as f64,
-                ),
+                Evidence::count("records", d.records as f64),
+                Evidence::count("tensors", d.tensors.len() as f64),
+                Evidence::count("nan_elements", d.nan_elements as f64),
+                Evidence::count("inf_elements", d.inf_elements as f64),
             ],
-        ))
+        )
+    }
+}
+
+impl Rule for NonFiniteTensors {
+    fn kind(&self) -> FindingKind {
+        FindingKind::NonFiniteTensors
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{evidence, find};
+    use super::super::test_support::{evidence, find, with_context};
     use super::*;
     use crate::analysis::testkit::Run;
-    use crate::model::{TensorStats, Trace};
+    use crate::model::Trace;
 
     fn with_gradients(bad: &[(u64, u64, u64)], steps: u64) -> Trace {
         let mut trace = Run::default().build();
@@ -205,6 +272,17 @@ mod tests {
     #[test]
     fn nan_gradients_are_critical() {
         let trace = with_gradients(&[(31, 4, 0), (32, 10, 2)], 60);
+        let counts = with_context(&trace, |ctx| {
+            let d = NonFiniteGradients.detect(ctx).unwrap();
+            (
+                d.first.step,
+                d.non_finite_steps,
+                d.nan_elements,
+                d.inf_elements,
+                d.sporadic_inf,
+            )
+        });
+        assert_eq!(counts, (31, 2, 14, 2, false));
         let f = find(&trace, FindingKind::NonFiniteGradients).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(f.title, "Non-finite gradients from step 31");
