@@ -1,7 +1,9 @@
 //! Rules about the caching allocator: fragmentation and retries, and memory outside it.
 
 use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
-use crate::analysis::oom::OomKind;
+use crate::analysis::oom::{OomContext, OomKind};
+use crate::analysis::overhead::OutsideAllocator;
+use crate::analysis::pressure::PressureReport;
 use crate::units::{format_bytes, format_count, format_percent};
 
 /// A peak gap (reserved beyond what tensors needed) of at least this many bytes...
@@ -19,12 +21,24 @@ pub const OUTSIDE_ALLOCATOR_MIN_BYTES: i64 = 1 << 30;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fragmentation;
 
-impl Rule for Fragmentation {
-    fn kind(&self) -> FindingKind {
-        FindingKind::Fragmentation
-    }
+/// What [`Fragmentation`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct FragmentedCache<'a> {
+    /// The allocator's pressure report it read.
+    pub pressure: &'a PressureReport,
+    /// The peak gap reached the thresholds ([`FRAGMENTATION_MIN_GAP_BYTES`],
+    /// [`FRAGMENTATION_MIN_GAP_FRACTION`]).
+    pub large_gap: bool,
+    /// Times the allocator freed its cache and retried.
+    pub retries: u64,
+    /// An OOM the cache could have served: its request was no larger than what the allocator
+    /// held unused at that moment.
+    pub served_by_cache: Option<&'a OomContext>,
+}
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+impl Fragmentation {
+    /// Detection: a large gap at the peak, or any retry; `None` otherwise.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<FragmentedCache<'a>> {
         let p = ctx.analysis.pressure.as_ref()?;
         let gap = &p.peak_gap;
         let min_gap = FRAGMENTATION_MIN_GAP_BYTES
@@ -34,6 +48,25 @@ impl Rule for Fragmentation {
         if !large_gap && retries == 0 {
             return None;
         }
+        let served_by_cache = ctx.analysis.ooms.iter().find(|o| {
+            o.kind == OomKind::Gpu
+                && matches!(
+                    (o.requested_bytes, o.reserved_bytes, o.allocated_bytes),
+                    (Some(req), Some(res), Some(alloc)) if req <= res.saturating_sub(alloc)
+                )
+        });
+        Some(FragmentedCache {
+            pressure: p,
+            large_gap,
+            retries,
+            served_by_cache,
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &FragmentedCache<'_>) -> Finding {
+        let (p, retries) = (d.pressure, d.retries);
+        let gap = &p.peak_gap;
         let mut facts = vec![format!(
             "at its peak the allocator reserved {}, {} ({}) more than tensors ever held at once \
              ({})",
@@ -57,16 +90,7 @@ impl Rule for Fragmentation {
                 format_bytes(split)
             ));
         }
-        // An OOM the cache could have served: the request was no larger than what the allocator
-        // held unused at that moment.
-        let served_by_cache = ctx.analysis.ooms.iter().find(|o| {
-            o.kind == OomKind::Gpu
-                && matches!(
-                    (o.requested_bytes, o.reserved_bytes, o.allocated_bytes),
-                    (Some(req), Some(res), Some(alloc)) if req <= res.saturating_sub(alloc)
-                )
-        });
-        if let Some(o) = served_by_cache {
+        if let Some(o) = d.served_by_cache {
             let unused = o
                 .reserved_bytes
                 .unwrap_or(0)
@@ -89,12 +113,12 @@ impl Rule for Fragmentation {
                  step time",
             );
         }
-        let severity = if served_by_cache.is_some() {
+        let severity = if d.served_by_cache.is_some() {
             Severity::Critical
         } else {
             Severity::Warning
         };
-        let title = if large_gap {
+        let title = if d.large_gap {
             format!(
                 "Allocator fragmentation: {} reserved but unused at the peak",
                 format_bytes(gap.bytes)
@@ -115,14 +139,17 @@ impl Rule for Fragmentation {
         if let Some(split) = p.max_inactive_split_bytes {
             evidence.push(Evidence::bytes("max_inactive_split_bytes", split as f64));
         }
-        Some(finding(
-            self,
-            severity,
-            title,
-            facts.join("; "),
-            change,
-            evidence,
-        ))
+        finding(self, severity, title, facts.join("; "), change, evidence)
+    }
+}
+
+impl Rule for Fragmentation {
+    fn kind(&self) -> FindingKind {
+        FindingKind::Fragmentation
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
@@ -130,16 +157,18 @@ impl Rule for Fragmentation {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OutsideAllocatorRule;
 
-impl Rule for OutsideAllocatorRule {
-    fn kind(&self) -> FindingKind {
-        FindingKind::OutsideAllocator
+impl OutsideAllocatorRule {
+    /// Detection: the median memory outside the allocator reached
+    /// [`OUTSIDE_ALLOCATOR_MIN_BYTES`]; `None` otherwise.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<&'a OutsideAllocator> {
+        ctx.analysis
+            .outside_allocator
+            .as_ref()
+            .filter(|o| o.median_bytes >= OUTSIDE_ALLOCATOR_MIN_BYTES)
     }
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        let o = ctx.analysis.outside_allocator.as_ref()?;
-        if o.median_bytes < OUTSIDE_ALLOCATOR_MIN_BYTES {
-            return None;
-        }
+    /// Wording.
+    fn explain(&self, o: &OutsideAllocator) -> Finding {
         let outside = format_bytes(o.median_bytes.unsigned_abs());
         let explanation = format!(
             "the process holds {outside} of GPU memory outside PyTorch's allocator (median over \
@@ -157,7 +186,7 @@ impl Rule for OutsideAllocatorRule {
              (CuPy, JAX, TensorRT, a CUDA context created in a DataLoader worker), lower \
              NCCL_BUFFSIZE, or cap cuDNN workspaces with torch.backends.cudnn.benchmark=False"
         );
-        Some(finding(
+        finding(
             self,
             Severity::Info,
             format!("{outside} of GPU memory is outside the allocator"),
@@ -170,13 +199,23 @@ impl Rule for OutsideAllocatorRule {
                 Evidence::bytes("median_reserved_bytes", o.median_reserved_bytes as f64),
                 Evidence::count("marks", o.marks as f64),
             ],
-        ))
+        )
+    }
+}
+
+impl Rule for OutsideAllocatorRule {
+    fn kind(&self) -> FindingKind {
+        FindingKind::OutsideAllocator
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|o| self.explain(o))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{evidence, find};
+    use super::super::test_support::{evidence, find, with_context};
     use super::*;
     use crate::analysis::testkit::{GIB, MIB, Run};
 
@@ -186,7 +225,13 @@ mod tests {
             reserved_gap_bytes: 10 * GIB,
             ..Run::default()
         };
-        let f = find(&run.build(), FindingKind::Fragmentation).unwrap();
+        let trace = run.build();
+        let (gap, large, retries) = with_context(&trace, |ctx| {
+            let d = Fragmentation.detect(ctx).unwrap();
+            (d.pressure.peak_gap.bytes, d.large_gap, d.retries)
+        });
+        assert_eq!((gap, large, retries), (10 * GIB, true, 0));
+        let f = find(&trace, FindingKind::Fragmentation).unwrap();
         assert_eq!(f.severity, Severity::Warning);
         assert_eq!(
             f.title,
