@@ -46,15 +46,37 @@ fn headline_leak(fits: &[GrowthFit], primary: Option<MetricKey>) -> Option<&Grow
     })
 }
 
-impl Rule for Leak {
-    fn kind(&self) -> FindingKind {
-        FindingKind::Leak
+/// What [`Leak`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct GrowingMemory<'a> {
+    /// The leak to headline (see `headline_leak`).
+    pub headline: &'a GrowthFit,
+    /// Stage/metric fits that grow.
+    pub leaking_fits: usize,
+    /// At this rate memory fills within [`CRITICAL_RUNWAY_FACTOR`] × the steps observed.
+    pub critical: bool,
+}
+
+impl Leak {
+    /// Detection: a stage whose memory grows steadily with the step; `None` without one.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<GrowingMemory<'a>> {
+        let primary = ctx.analysis.stage_table.primary_metric;
+        let headline = headline_leak(&ctx.analysis.leak_fits, primary)?;
+        let steps_run = (headline.last_step - headline.first_step) as f64;
+        let critical = headline
+            .projection
+            .as_ref()
+            .is_some_and(|p| p.steps_remaining as f64 <= CRITICAL_RUNWAY_FACTOR * steps_run);
+        Some(GrowingMemory {
+            headline,
+            leaking_fits: ctx.analysis.leaks().count(),
+            critical,
+        })
     }
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        let primary = ctx.analysis.stage_table.primary_metric;
-        let leak = headline_leak(&ctx.analysis.leak_fits, primary)?;
-        let leaking = ctx.analysis.leaks().count();
+    /// Wording.
+    fn explain(&self, d: &GrowingMemory<'_>) -> Finding {
+        let leak = d.headline;
         let host = leak.host_memory;
         let what = if host { "host memory" } else { "the device" };
         let mut explanation = format!(
@@ -67,8 +89,6 @@ impl Rule for Leak {
             format_count(leak.last_step),
             format_bytes(leak.growth_bytes.max(0).unsigned_abs()),
         );
-        let steps_run = (leak.last_step - leak.first_step) as f64;
-        let mut severity = Severity::Warning;
         if let Some(p) = &leak.projection {
             if p.steps_remaining == 0 {
                 explanation.push_str(&format!(": {what} is already full"));
@@ -81,10 +101,8 @@ impl Rule for Leak {
                     format_count(p.full_at_step)
                 ));
             }
-            if p.steps_remaining as f64 <= CRITICAL_RUNWAY_FACTOR * steps_run {
-                severity = Severity::Critical;
-            }
         }
+        let leaking = d.leaking_fits;
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
@@ -114,7 +132,12 @@ impl Rule for Leak {
                 evidence.push(Evidence::micros("time_to_full_us", us as f64));
             }
         }
-        Some(finding(
+        let severity = if d.critical {
+            Severity::Critical
+        } else {
+            Severity::Warning
+        };
+        finding(
             self,
             severity,
             format!(
@@ -125,7 +148,17 @@ impl Rule for Leak {
             explanation,
             change.to_owned(),
             evidence,
-        ))
+        )
+    }
+}
+
+impl Rule for Leak {
+    fn kind(&self) -> FindingKind {
+        FindingKind::Leak
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
@@ -146,23 +179,43 @@ fn retains(t: &PhaseTransition) -> bool {
     }
 }
 
-impl Rule for EvalRetainsMemory {
-    fn kind(&self) -> FindingKind {
-        FindingKind::EvalRetainsMemory
-    }
+/// What [`EvalRetainsMemory`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalRetention<'a> {
+    /// The eval that kept the most (the earliest of equals).
+    pub worst: &'a PhaseTransition,
+    /// Evals that kept memory.
+    pub retaining_evals: usize,
+    /// Evals recorded.
+    pub evals: usize,
+    /// Memory kept by all of them.
+    pub total_retained_bytes: i64,
+}
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+impl EvalRetainsMemory {
+    /// Detection: an eval whose memory did not come back (see `retains`); `None` without one.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<EvalRetention<'a>> {
         let transitions = &ctx.analysis.phase_transitions;
         let retaining: Vec<&PhaseTransition> = transitions.iter().filter(|t| retains(t)).collect();
-        // The largest retention; the earliest of equals.
         let worst = *retaining.iter().max_by(|a, b| {
             a.retained_bytes
                 .cmp(&b.retained_bytes)
                 .then(b.entry_t_us.cmp(&a.entry_t_us))
         })?;
+        Some(EvalRetention {
+            worst,
+            retaining_evals: retaining.len(),
+            evals: transitions.len(),
+            total_retained_bytes: retaining.iter().filter_map(|t| t.retained_bytes).sum(),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &EvalRetention<'_>) -> Finding {
+        let worst = d.worst;
         let jump = worst.jump_bytes.unwrap_or(0).unsigned_abs();
         let retained = worst.retained_bytes.unwrap_or(0).unsigned_abs();
-        let total: i64 = retaining.iter().filter_map(|t| t.retained_bytes).sum();
+        let total = d.total_retained_bytes;
         let after = match (&worst.after_stage, worst.after_step) {
             (Some(stage), Some(step)) => format!(" at {stage} of step {}", format_count(step)),
             _ => String::new(),
@@ -177,15 +230,15 @@ impl Rule for EvalRetainsMemory {
             worst.before_stage,
             format_count(worst.before_step),
         );
-        if retaining.len() > 1 {
+        if d.retaining_evals > 1 {
             explanation.push_str(&format!(
                 " ({} of {} evals kept memory, {} in all)",
-                retaining.len(),
-                transitions.len(),
+                d.retaining_evals,
+                d.evals,
                 format_bytes(total.max(0).unsigned_abs())
             ));
         }
-        Some(finding(
+        finding(
             self,
             Severity::Warning,
             format!(
@@ -201,17 +254,27 @@ impl Rule for EvalRetainsMemory {
                 Evidence::bytes("jump_bytes", jump as f64),
                 Evidence::bytes("retained_bytes", retained as f64),
                 Evidence::count("entry_step", worst.entry_step as f64),
-                Evidence::count("retaining_evals", retaining.len() as f64),
-                Evidence::count("evals", transitions.len() as f64),
+                Evidence::count("retaining_evals", d.retaining_evals as f64),
+                Evidence::count("evals", d.evals as f64),
                 Evidence::bytes("total_retained_bytes", total as f64),
             ],
-        ))
+        )
+    }
+}
+
+impl Rule for EvalRetainsMemory {
+    fn kind(&self) -> FindingKind {
+        FindingKind::EvalRetainsMemory
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{evidence, find};
+    use super::super::test_support::{evidence, find, with_context};
     use super::*;
     use crate::analysis::testkit::{GIB, MIB, Run};
 
@@ -222,7 +285,15 @@ mod tests {
             leak_bytes_per_step: 40 * MIB,
             ..Run::default()
         };
-        let f = find(&run.build(), FindingKind::Leak).unwrap();
+        let trace = run.build();
+        let (slope, full_at, critical) = with_context(&trace, |ctx| {
+            let d = Leak.detect(ctx).unwrap();
+            let full_at = d.headline.projection.as_ref().map(|p| p.full_at_step);
+            (d.headline.slope_bytes_per_step, full_at, d.critical)
+        });
+        assert!((slope - (40 * MIB) as f64).abs() < 1.0, "{slope}");
+        assert_eq!((full_at, critical), (Some(1_332), true));
+        let f = find(&trace, FindingKind::Leak).unwrap();
         assert_eq!(f.severity, Severity::Critical);
         assert_eq!(
             f.title,
