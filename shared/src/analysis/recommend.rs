@@ -6,6 +6,12 @@
 //! [`Finding`] whose explanation quotes the measured numbers and whose change is concrete enough
 //! to try. Thresholds are named constants next to their rule, with the reasoning behind them.
 //! Rules never guess: no evidence in the trace, no finding.
+//!
+//! Each rule is two steps (as tokio-console's warnings are): `detect` decides, from the
+//! analysis, whether the pattern is there and returns a typed diagnosis with the numbers
+//! (unit tests assert them); `explain` turns a diagnosis into the finding's words and evidence,
+//! the one place a rule's wording lives (the whole summary text of a set of traces is
+//! snapshot-tested in `tests/summary_text.rs`, so a wording change is a reviewed diff).
 
 mod allocator;
 mod growth;
@@ -265,7 +271,7 @@ pub(crate) fn finding(
 
 /// What part of the training loop a stage name belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LoopPart {
+pub enum LoopPart {
     /// The forward pass (activations are being built).
     Forward,
     /// The backward pass (activations are consumed, gradients built).
@@ -278,7 +284,7 @@ pub(crate) enum LoopPart {
 
 impl LoopPart {
     /// Classifies a stage name by the words in it.
-    pub(crate) fn of_stage(name: &str) -> LoopPart {
+    pub fn of_stage(name: &str) -> LoopPart {
         let name = name.to_ascii_lowercase();
         if name.contains("backward") {
             LoopPart::Backward
@@ -293,7 +299,7 @@ impl LoopPart {
 
     /// The part of the loop running between a mark `stage` and the next one, `next`: heading to
     /// `post_X` means X is running; right after `pre_X`, X is running; otherwise unknown.
-    pub(crate) fn running(stage: Option<&str>, next: Option<&str>) -> LoopPart {
+    pub fn running(stage: Option<&str>, next: Option<&str>) -> LoopPart {
         let starts_pre = |s: &str| s.to_ascii_lowercase().starts_with("pre");
         if let Some(next) = next
             && !starts_pre(next)

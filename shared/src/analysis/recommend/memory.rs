@@ -4,7 +4,7 @@
 //! suggests is the batch `activations-dominate` and `batch-size` compute.
 
 use super::{Evidence, Finding, FindingKind, LoopPart, Rule, RuleContext, Severity, finding};
-use crate::analysis::batch_fit::{BatchFit, BatchFitMethod};
+use crate::analysis::batch_fit::{BatchFit, BatchFitMethod, TrialSummary};
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
 use crate::model::Phase;
@@ -72,24 +72,44 @@ fn smaller_batch_advice(fit: &BatchFit) -> Option<String> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Oom;
 
-impl Rule for Oom {
-    fn kind(&self) -> FindingKind {
-        FindingKind::Oom
+/// What [`Oom`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct OutOfGpuMemory<'a> {
+    /// The first GPU OOM, in context.
+    pub first: &'a OomContext,
+    /// GPU OOM events in all.
+    pub events: usize,
+    /// The part of the loop that was running then.
+    pub part: LoopPart,
+    /// The memory model's batch that fits, when it knows one.
+    pub fit: Option<&'a BatchFit>,
+    /// The optimizer's state at the peak, when the components are known.
+    pub optimizer_state_bytes: Option<u64>,
+}
+
+impl Oom {
+    /// Detection: the first GPU OOM and where in the loop it struck; `None` without one.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<OutOfGpuMemory<'a>> {
+        let mut gpu = ctx.analysis.ooms.iter().filter(|o| o.kind == OomKind::Gpu);
+        let first = gpu.next()?;
+        Some(OutOfGpuMemory {
+            first,
+            events: 1 + gpu.count(),
+            part: LoopPart::running(first.stage.as_deref(), first.next_stage.as_deref()),
+            fit: ctx.analysis.batch_fit.as_ref(),
+            optimizer_state_bytes: peak_with_components(ctx)
+                .map(|(_, c)| c.breakdown.optimizer_state_bytes),
+        })
     }
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        let gpu: Vec<&OomContext> = ctx
-            .analysis
-            .ooms
-            .iter()
-            .filter(|o| o.kind == OomKind::Gpu)
-            .collect();
-        let first = *gpu.first()?;
+    /// Wording.
+    fn explain(&self, d: &OutOfGpuMemory<'_>) -> Finding {
+        let first = d.first;
         let mut explanation = oom_explanation(first);
-        if gpu.len() > 1 {
-            explanation.push_str(&format!(" ({} OOM events in all)", gpu.len()));
+        if d.events > 1 {
+            explanation.push_str(&format!(" ({} OOM events in all)", d.events));
         }
-        let mut evidence = vec![Evidence::count("oom_events", gpu.len() as f64)];
+        let mut evidence = vec![Evidence::count("oom_events", d.events as f64)];
         evidence.extend(first.step.map(|s| Evidence::count("step", s as f64)));
         let optional_bytes = [
             ("requested_bytes", first.requested_bytes),
@@ -110,14 +130,24 @@ impl Rule for Oom {
             Some(step) => format!("Out of GPU memory at step {}", format_count(step)),
             None => "Out of GPU memory".to_owned(),
         };
-        Some(finding(
+        finding(
             self,
             Severity::Critical,
             title,
             explanation,
-            oom_change(ctx, first),
+            oom_change(d),
             evidence,
-        ))
+        )
+    }
+}
+
+impl Rule for Oom {
+    fn kind(&self) -> FindingKind {
+        FindingKind::Oom
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
@@ -188,24 +218,17 @@ fn oom_explanation(oom: &OomContext) -> String {
 
 /// What to change, by the part of the loop that ran out: eval, the optimizer step, or the
 /// forward/backward pass (the batch that fits, when the memory model knows it).
-fn oom_change(ctx: &RuleContext<'_>, oom: &OomContext) -> String {
-    if oom.phase == Some(Phase::Eval) {
+fn oom_change(d: &OutOfGpuMemory<'_>) -> String {
+    if d.first.phase == Some(Phase::Eval) {
         return "evaluate under torch.no_grad() (or torch.inference_mode()) with model.eval(), \
                 use a smaller eval batch, and move collected outputs to the CPU"
             .to_owned();
     }
-    let fit_advice = ctx
-        .analysis
-        .batch_fit
-        .as_ref()
-        .and_then(smaller_batch_advice);
-    match LoopPart::running(oom.stage.as_deref(), oom.next_stage.as_deref()) {
+    let fit_advice = d.fit.and_then(smaller_batch_advice);
+    match d.part {
         LoopPart::Optimizer => {
-            let opt = peak_with_components(ctx).map_or_else(String::new, |(_, c)| {
-                format!(
-                    " (optimizer state is {})",
-                    format_bytes(c.breakdown.optimizer_state_bytes)
-                )
+            let opt = d.optimizer_state_bytes.map_or_else(String::new, |b| {
+                format!(" (optimizer state is {})", format_bytes(b))
             });
             format!(
                 "the optimizer step ran out of memory{opt}: use an 8-bit or factored optimizer, \
@@ -232,12 +255,25 @@ fn oom_change(ctx: &RuleContext<'_>, oom: &OomContext) -> String {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ActivationsDominate;
 
-impl Rule for ActivationsDominate {
-    fn kind(&self) -> FindingKind {
-        FindingKind::ActivationsDominate
-    }
+/// What [`ActivationsDominate`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivationShare<'a> {
+    /// The memory peak.
+    pub peak: &'a Peak,
+    /// Its activations (peak minus the model's components, against the allocator's own numbers).
+    pub activations_bytes: u64,
+    /// `activations / peak`, at least [`ACTIVATIONS_MIN_SHARE`].
+    pub share: f64,
+    /// The memory model's batch that fits, when it knows one.
+    pub fit: Option<&'a BatchFit>,
+    /// The run pressed on memory: it hit a GPU OOM or peaked within [`NEAR_FULL_FRACTION`].
+    pub pressed: bool,
+}
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+impl ActivationsDominate {
+    /// Detection: activations are at least [`ACTIVATIONS_MIN_SHARE`] of the peak, measured
+    /// against the allocator, with no leak of the primary metric inflating the remainder.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<ActivationShare<'a>> {
         let (peak, components) = peak_with_components(ctx)?;
         // Only against the allocator's own numbers: a process-level remainder also holds the
         // cache and the CUDA context and would overstate activations.
@@ -250,12 +286,20 @@ impl Rule for ActivationsDominate {
         if ctx.analysis.leaks().any(|f| Some(f.metric) == primary) {
             return None;
         }
-        let activations = components.activations_bytes?;
-        let share = activations as f64 / peak.bytes.max(1) as f64;
-        if share < ACTIVATIONS_MIN_SHARE {
-            return None;
-        }
-        let fit = ctx.analysis.batch_fit.as_ref();
+        let activations_bytes = components.activations_bytes?;
+        let share = activations_bytes as f64 / peak.bytes.max(1) as f64;
+        (share >= ACTIVATIONS_MIN_SHARE).then(|| ActivationShare {
+            peak,
+            activations_bytes,
+            share,
+            fit: ctx.analysis.batch_fit.as_ref(),
+            pressed: had_gpu_oom(ctx) || near_full(ctx, peak),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &ActivationShare<'_>) -> Finding {
+        let (peak, activations, share, fit) = (d.peak, d.activations_bytes, d.share, d.fit);
         let per_sample = fit.map_or_else(String::new, |f| {
             let source = match f.method {
                 BatchFitMethod::Trials => " from the batch trials".to_owned(),
@@ -295,7 +339,7 @@ impl Rule for ActivationsDominate {
                      batch with gradient accumulation"
                 .to_owned(),
         };
-        let severity = if had_gpu_oom(ctx) || advice.is_some() || near_full(ctx, peak) {
+        let severity = if d.pressed || advice.is_some() {
             Severity::Warning
         } else {
             Severity::Info
@@ -316,14 +360,24 @@ impl Rule for ActivationsDominate {
                 evidence.push(Evidence::count("accumulation_steps", k as f64));
             }
         }
-        Some(finding(
+        finding(
             self,
             severity,
             format!("Activations are {} of peak memory", format_percent(share)),
             explanation,
             change,
             evidence,
-        ))
+        )
+    }
+}
+
+impl Rule for ActivationsDominate {
+    fn kind(&self) -> FindingKind {
+        FindingKind::ActivationsDominate
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
@@ -331,18 +385,40 @@ impl Rule for ActivationsDominate {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OptimizerStateHeavy;
 
-impl Rule for OptimizerStateHeavy {
-    fn kind(&self) -> FindingKind {
-        FindingKind::OptimizerStateHeavy
-    }
+/// What [`OptimizerStateHeavy`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct OptimizerShare<'a> {
+    /// The memory peak.
+    pub peak: &'a Peak,
+    /// The components at the peak.
+    pub components: &'a PeakComponents,
+    /// `optimizer state / peak`, at least [`OPTIMIZER_MIN_SHARE`].
+    pub share: f64,
+    /// Ranks the state could be sharded across (more than one).
+    pub ranks: Option<u32>,
+    /// The run pressed on memory: it hit a GPU OOM or peaked within [`NEAR_FULL_FRACTION`].
+    pub pressed: bool,
+}
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+impl OptimizerStateHeavy {
+    /// Detection: the optimizer's state is at least [`OPTIMIZER_MIN_SHARE`] of the peak.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<OptimizerShare<'a>> {
         let (peak, components) = peak_with_components(ctx)?;
         let optimizer = components.breakdown.optimizer_state_bytes;
         let share = optimizer as f64 / peak.bytes.max(1) as f64;
-        if optimizer == 0 || share < OPTIMIZER_MIN_SHARE {
-            return None;
-        }
+        (optimizer > 0 && share >= OPTIMIZER_MIN_SHARE).then(|| OptimizerShare {
+            peak,
+            components,
+            share,
+            ranks: ctx.trace.metadata.world_size.filter(|w| *w > 1),
+            pressed: had_gpu_oom(ctx) || near_full(ctx, peak),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &OptimizerShare<'_>) -> Finding {
+        let (peak, components, share) = (d.peak, d.components, d.share);
+        let optimizer = components.breakdown.optimizer_state_bytes;
         let vs_params = if components.breakdown.parameters_bytes > 0 {
             format!(
                 ", {:.1}× the parameters ({})",
@@ -365,17 +441,17 @@ impl Rule for OptimizerStateHeavy {
              of the space (saves about {}); a factored optimizer (Adafactor) keeps even less",
             format_bytes(saving)
         );
-        if let Some(world) = ctx.trace.metadata.world_size.filter(|w| *w > 1) {
+        if let Some(world) = d.ranks {
             change.push_str(&format!(
                 "; sharding the state across the {world} ranks (ZeRO-1 / FSDP) divides it by {world}"
             ));
         }
-        let severity = if had_gpu_oom(ctx) || near_full(ctx, peak) {
+        let severity = if d.pressed {
             Severity::Warning
         } else {
             Severity::Info
         };
-        Some(finding(
+        finding(
             self,
             severity,
             format!(
@@ -394,7 +470,17 @@ impl Rule for OptimizerStateHeavy {
                 Evidence::share("optimizer_share", share),
                 Evidence::bytes("estimated_saving_bytes", saving as f64),
             ],
-        ))
+        )
+    }
+}
+
+impl Rule for OptimizerStateHeavy {
+    fn kind(&self) -> FindingKind {
+        FindingKind::OptimizerStateHeavy
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
@@ -402,13 +488,31 @@ impl Rule for OptimizerStateHeavy {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchSize;
 
-impl Rule for BatchSize {
-    fn kind(&self) -> FindingKind {
-        FindingKind::BatchSize
+/// What [`BatchSize`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSearchResult<'a> {
+    /// The trials, summarised.
+    pub trials: &'a TrialSummary,
+    /// The memory model fitted to them, when it could be.
+    pub fit: Option<&'a BatchFit>,
+}
+
+impl BatchSize {
+    /// Detection: a batch-size search ran; `None` otherwise.
+    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<BatchSearchResult<'a>> {
+        Some(BatchSearchResult {
+            trials: ctx.analysis.batch_trials.as_ref()?,
+            fit: ctx
+                .analysis
+                .batch_fit
+                .as_ref()
+                .filter(|f| f.method == BatchFitMethod::Trials),
+        })
     }
 
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        let trials = ctx.analysis.batch_trials.as_ref()?;
+    /// Wording.
+    fn explain(&self, d: &BatchSearchResult<'_>) -> Finding {
+        let (trials, fit) = (d.trials, d.fit);
         let mut facts = vec![format!("the batch search ran {} trials", trials.trials)];
         if let Some(b) = trials.largest_fit_batch {
             let peak = trials
@@ -431,11 +535,6 @@ impl Rule for BatchSize {
                 .smallest_oom_batch
                 .map(|b| Evidence::count("smallest_oom_batch", b as f64)),
         );
-        let fit = ctx
-            .analysis
-            .batch_fit
-            .as_ref()
-            .filter(|f| f.method == BatchFitMethod::Trials);
         let change = match fit {
             Some(f) => {
                 explanation.push_str(&format!(
@@ -488,20 +587,23 @@ impl Rule for BatchSize {
             Some(b) => format!("Batch search: {b} is the largest batch that fit"),
             None => "Batch search: no batch size fit".to_owned(),
         };
-        Some(finding(
-            self,
-            severity,
-            title,
-            explanation,
-            change,
-            evidence,
-        ))
+        finding(self, severity, title, explanation, change, evidence)
+    }
+}
+
+impl Rule for BatchSize {
+    fn kind(&self) -> FindingKind {
+        FindingKind::BatchSize
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{evidence, find};
+    use super::super::test_support::{evidence, find, with_context};
     use super::*;
     use crate::analysis::testkit::{GIB, MIB, Run};
     use crate::model::{BatchTrial, ExitStatus, ProcessExit, Trace, TrialOutcome};
@@ -589,6 +691,11 @@ mod tests {
         }
         .build();
         trace.ooms[0].stage = Some("post_backward".into());
+        let (events, step, part) = with_context(&trace, |ctx| {
+            let d = Oom.detect(ctx).unwrap();
+            (d.events, d.first.step, d.part)
+        });
+        assert_eq!((events, step, part), (1, Some(30), LoopPart::Optimizer));
         let f = find(&trace, FindingKind::Oom).unwrap();
         assert!(
             f.explanation
