@@ -659,7 +659,7 @@ impl OomSource {
 }
 
 /// An out-of-memory error.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OomEvent {
     /// When.
     pub t_us: u64,

@@ -469,8 +469,8 @@ fn ooms(out: &mut String, analysis: &Analysis) {
     section(out, "Out of memory");
     for o in &analysis.ooms {
         wrap(out, &oom_line(o), 2, 4);
-        if !o.message.is_empty() {
-            let first = o.message.lines().next().unwrap_or_default();
+        if !o.event.message.is_empty() {
+            let first = o.event.message.lines().next().unwrap_or_default();
             line(out, &shorten(&format!("    \"{first}\""), WIDTH));
         }
     }
@@ -481,20 +481,20 @@ fn oom_line(o: &OomContext) -> String {
         OomKind::Gpu => "GPU".to_owned(),
         OomKind::Host => "host".to_owned(),
     };
-    text.push_str(&format!(" OOM at {}", format_duration_us(o.t_us)));
-    if let Some(step) = o.step {
+    text.push_str(&format!(" OOM at {}", format_duration_us(o.event.t_us)));
+    if let Some(step) = o.event.step {
         text.push_str(&format!(", step {}", format_count(step)));
     }
-    match (&o.stage, &o.next_stage) {
+    match (&o.event.stage, &o.next_stage) {
         (Some(s), Some(n)) => text.push_str(&format!(", between {s} and {n}")),
         (Some(s), None) => text.push_str(&format!(", after {s}")),
         _ => {}
     }
     let mut facts = Vec::new();
-    if let Some(r) = o.requested_bytes {
+    if let Some(r) = o.event.requested_bytes {
         facts.push(format!("requested {}", format_bytes(r)));
     }
-    match (o.device_free_bytes, o.device_total_bytes) {
+    match (o.event.device_free_bytes, o.event.device_total_bytes) {
         (Some(f), Some(t)) => {
             facts.push(format!("free {} of {}", format_bytes(f), format_bytes(t)));
         }

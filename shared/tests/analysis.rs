@@ -202,8 +202,8 @@ fn the_oom_golden_trace_explains_its_oom() {
     assert_eq!(analysis.findings[0].kind, FindingKind::Oom);
     assert_eq!(analysis.findings[0].severity, Severity::Critical);
     let oom = &analysis.ooms[0];
-    assert_eq!(oom.step, Some(12));
-    assert_eq!(oom.stage.as_deref(), Some("post_forward"));
+    assert_eq!(oom.event.step, Some(12));
+    assert_eq!(oom.event.stage.as_deref(), Some("post_forward"));
     assert!(oom.shortfall_bytes.unwrap() > 0);
     let summary = text::render(&trace, &analysis);
     assert!(summary.contains("step 12"), "{summary}");

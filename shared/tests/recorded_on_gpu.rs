@@ -28,14 +28,21 @@ fn a_pytorch_oom_recognised_from_stderr() {
     let [oom] = a.ooms.as_slice() else {
         panic!("{:?}", a.ooms)
     };
-    assert_eq!(oom.source, OomSource::Stderr);
+    assert_eq!(oom.event.source, OomSource::Stderr);
     assert_eq!(
-        (oom.stage.as_deref(), oom.next_stage.as_deref(), oom.step),
+        (
+            oom.event.stage.as_deref(),
+            oom.next_stage.as_deref(),
+            oom.event.step
+        ),
         (Some("post_forward"), Some("post_backward"), Some(5))
     );
     // torch: "Tried to allocate 117.32 GiB ... Of the allocated memory 171.06 MiB is allocated by
     // PyTorch, and 14.94 MiB is reserved by PyTorch but unallocated."
-    assert_eq!(oom.requested_bytes, Some((117.32 * GIB).round() as u64));
+    assert_eq!(
+        oom.event.requested_bytes,
+        Some((117.32 * GIB).round() as u64)
+    );
     let allocated = (171.06 * MIB).round() as u64;
     assert_eq!(oom.allocated_bytes, Some(allocated));
     assert_eq!(
@@ -61,12 +68,12 @@ fn a_tch_oom_seen_by_the_allocator_observer_states_the_allocator_at_the_failure(
         panic!("{:?}", a.ooms)
     };
     assert_eq!(
-        (oom.stage.as_deref(), oom.step),
+        (oom.event.stage.as_deref(), oom.event.step),
         (Some("pre_forward"), Some(0))
     );
     // libtorch: "Tried to allocate 32.00 GiB ... 64.73 GiB is allocated by PyTorch, and
     // 43.35 MiB is reserved by PyTorch but unallocated": the observer's exact bytes agree.
-    assert_eq!(oom.requested_bytes, Some(32 << 30));
+    assert_eq!(oom.event.requested_bytes, Some(32 << 30));
     assert_eq!(oom.allocated_bytes, Some(69_506_587_136));
     assert_eq!(oom.reserved_bytes, Some(69_552_046_080));
     assert_eq!(

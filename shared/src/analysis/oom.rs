@@ -12,7 +12,7 @@ use crate::analysis::marks::{StageAt, mark_at_or_before};
 use crate::analysis::metrics::counter_with_data;
 use crate::analysis::peaks::{PeakComponents, breakdown_near};
 use crate::analysis::stages::signed_delta;
-use crate::model::{CounterId, CounterKind, NamedBytes, OomSource, Phase, Trace};
+use crate::model::{CounterId, CounterKind, NamedBytes, OomEvent, OomSource, Phase, Trace};
 
 /// Which memory ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -24,32 +24,23 @@ pub enum OomKind {
     Host,
 }
 
-/// One out-of-memory event in context.
+/// One out-of-memory event in context: the record with what it left out resolved from the
+/// trace, and what the trace knew at that moment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OomContext {
+    /// The OOM record, resolved: its stage is the event's own, else the last mark's at or before
+    /// it; its step likewise; free device memory the event's own, else the last sampled
+    /// `gpu_free`; total device memory the event's own, else the trace's. (Its fields appear
+    /// inline in JSON.)
+    #[serde(flatten)]
+    pub event: OomEvent,
     /// GPU or host.
     pub kind: OomKind,
-    /// How it was detected.
-    pub source: OomSource,
-    /// When.
-    pub t_us: u64,
-    /// The stage: the event's own, else the last mark at or before it.
-    pub stage: Option<String>,
     /// The stage that followed `stage` the last time the loop passed it: the OOM happened on the
     /// way from `stage` to this one (e.g. `pre_forward` → `post_forward`: in the forward pass).
     pub next_stage: Option<String>,
-    /// The step: the event's own, else that mark's.
-    pub step: Option<u64>,
     /// Phase of the last mark at or before the event.
     pub phase: Option<Phase>,
-    /// Which GPU.
-    pub device: Option<u32>,
-    /// Bytes the failing allocation asked for.
-    pub requested_bytes: Option<u64>,
-    /// Free device memory: the event's own, else the last sampled `gpu_free`.
-    pub device_free_bytes: Option<u64>,
-    /// Total device memory: the event's own, else the trace's.
-    pub device_total_bytes: Option<u64>,
     /// `requested − free` when both are known; negative when the device had more free memory
     /// than asked for (the request still failed: fragmentation, or another process won the race).
     pub shortfall_bytes: Option<i64>,
@@ -71,8 +62,6 @@ pub struct OomContext {
     pub host_available_bytes: Option<u64>,
     /// The largest component of the nearest breakdown.
     pub largest_component: Option<NamedBytes>,
-    /// The error text.
-    pub message: String,
 }
 
 /// Every OOM event in context, then a probable host OOM kill of the process when the trace has
@@ -89,16 +78,17 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
             };
             let mut c = context_at(trace, kind, event.source, event.t_us, event.device);
             if let Some(stage) = &event.stage {
-                c.stage = Some(stage.as_ref().to_owned());
-                c.next_stage = next_stage(trace, stage.as_ref(), event.t_us);
+                c.event.stage = Some(stage.clone());
+                c.next_stage = next_stage(trace, stage, event.t_us);
             }
-            c.step = event.step.or(c.step);
-            c.requested_bytes = event.requested_bytes;
-            c.device_free_bytes = event.device_free_bytes.or(c.device_free_bytes);
-            c.device_total_bytes = event.device_total_bytes.or(c.device_total_bytes);
-            c.shortfall_bytes = c
+            let e = &mut c.event;
+            e.step = event.step.or(e.step);
+            e.requested_bytes = event.requested_bytes;
+            e.device_free_bytes = event.device_free_bytes.or(e.device_free_bytes);
+            e.device_total_bytes = event.device_total_bytes.or(e.device_total_bytes);
+            c.shortfall_bytes = e
                 .requested_bytes
-                .zip(c.device_free_bytes)
+                .zip(e.device_free_bytes)
                 .map(|(r, f)| signed_delta(r, f));
             if let Some(stated) = crate::oom_text::recognise(&event.message)
                 && let (Some(a), Some(r)) = (stated.allocated_bytes, stated.reserved_bytes)
@@ -107,7 +97,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
                 c.reserved_bytes = Some(r);
                 c.allocator_mark_stage = None;
             }
-            c.message.clone_from(&event.message);
+            c.event.message.clone_from(&event.message);
             c
         })
         .collect();
@@ -116,7 +106,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
         && !trace.ooms.iter().any(|o| o.source == OomSource::HostKill)
     {
         let mut c = context_at(trace, OomKind::Host, OomSource::HostKill, exit.t_us, None);
-        c.message =
+        c.event.message =
             "the process was killed (SIGKILL) while host memory was nearly exhausted".to_owned();
         out.push(c);
     }
@@ -152,19 +142,19 @@ fn context_at(
     let largest_component =
         breakdown_near(trace, t_us).and_then(|b| PeakComponents::new(b, 0, None).largest());
     OomContext {
+        event: OomEvent {
+            stage: stage.as_ref().map(|s| s.stage.as_str().into()),
+            step: stage.as_ref().map(|s| s.step),
+            device,
+            device_free_bytes: sampled(CounterKind::GpuFree, device),
+            device_total_bytes,
+            ..OomEvent::new(t_us, source, String::new())
+        },
         kind,
-        source,
-        t_us,
         next_stage: stage
             .as_ref()
             .and_then(|s| next_stage(trace, &s.stage, t_us)),
-        stage: stage.as_ref().map(|s| s.stage.clone()),
-        step: stage.as_ref().map(|s| s.step),
         phase: stage.as_ref().map(|s| s.phase),
-        device,
-        requested_bytes: None,
-        device_free_bytes: sampled(CounterKind::GpuFree, device),
-        device_total_bytes,
         shortfall_bytes: None,
         allocated_bytes: snapshot.map(|s| s.allocated_bytes),
         reserved_bytes: snapshot.map(|s| s.reserved_bytes),
@@ -174,7 +164,6 @@ fn context_at(
         host_rss_bytes: sampled(CounterKind::HostRss, None),
         host_available_bytes: sampled(CounterKind::HostAvailable, None),
         largest_component,
-        message: String::new(),
     }
 }
 
@@ -207,13 +196,13 @@ mod tests {
         let c = &contexts[0];
         assert_eq!(c.kind, OomKind::Gpu);
         // The stderr event knows no stage: it comes from the last mark (pre_forward, step 30).
-        assert_eq!(c.stage.as_deref(), Some("pre_forward"));
+        assert_eq!(c.event.stage.as_deref(), Some("pre_forward"));
         assert_eq!(c.next_stage.as_deref(), Some("post_forward"));
-        assert_eq!(c.step, Some(30));
+        assert_eq!(c.event.step, Some(30));
         assert_eq!(c.phase, Some(Phase::Train));
-        assert_eq!(c.requested_bytes, Some(4 * GIB));
+        assert_eq!(c.event.requested_bytes, Some(4 * GIB));
         let free = 80 * GIB - (28 * GIB + 512 * MIB + 600 * MIB);
-        assert_eq!(c.device_free_bytes, Some(free));
+        assert_eq!(c.event.device_free_bytes, Some(free));
         assert_eq!(c.shortfall_bytes, Some(4 * GIB as i64 - free as i64));
         assert_eq!(c.allocated_bytes, Some(16 * GIB));
         assert_eq!(c.reserved_bytes, Some(28 * GIB + 512 * MIB));
@@ -223,7 +212,7 @@ mod tests {
             c.largest_component.as_ref().unwrap().name.as_ref(),
             "optimizer_state"
         );
-        assert!(c.message.contains("CUDA out of memory"));
+        assert!(c.event.message.contains("CUDA out of memory"));
     }
 
     #[test]
@@ -234,9 +223,9 @@ mod tests {
             ..Run::default()
         };
         let c = &oom_contexts(&run.build())[0];
-        assert_eq!(c.stage.as_deref(), Some("post_forward"));
+        assert_eq!(c.event.stage.as_deref(), Some("post_forward"));
         assert_eq!(c.next_stage.as_deref(), Some("post_backward"));
-        assert_eq!(c.step, Some(3));
+        assert_eq!(c.event.step, Some(3));
     }
 
     #[test]
@@ -266,10 +255,10 @@ mod tests {
         trace.ooms[0].device_total_bytes = None;
         let c = &oom_contexts(&trace)[0];
         assert_eq!(
-            c.device_free_bytes,
+            c.event.device_free_bytes,
             Some(80 * GIB - (28 * GIB + 512 * MIB + 600 * MIB))
         );
-        assert_eq!(c.device_total_bytes, Some(80 * GIB));
+        assert_eq!(c.event.device_total_bytes, Some(80 * GIB));
     }
 
     #[test]
@@ -285,10 +274,13 @@ mod tests {
         let contexts = oom_contexts(&run.build());
         assert_eq!(contexts.len(), 1);
         let c = &contexts[0];
-        assert_eq!((c.kind, c.source), (OomKind::Host, OomSource::HostKill));
+        assert_eq!(
+            (c.kind, c.event.source),
+            (OomKind::Host, OomSource::HostKill)
+        );
         assert_eq!(c.host_rss_bytes, Some(6 * GIB));
         assert_eq!(c.host_available_bytes, Some(250 * GIB));
-        assert!(c.requested_bytes.is_none() && c.shortfall_bytes.is_none());
+        assert!(c.event.requested_bytes.is_none() && c.shortfall_bytes.is_none());
     }
 
     #[test]

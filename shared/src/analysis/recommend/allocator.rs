@@ -51,7 +51,7 @@ impl Fragmentation {
         let served_by_cache = ctx.analysis.ooms.iter().find(|o| {
             o.kind == OomKind::Gpu
                 && matches!(
-                    (o.requested_bytes, o.reserved_bytes, o.allocated_bytes),
+                    (o.event.requested_bytes, o.reserved_bytes, o.allocated_bytes),
                     (Some(req), Some(res), Some(alloc)) if req <= res.saturating_sub(alloc)
                 )
         });
@@ -97,9 +97,10 @@ impl Fragmentation {
                 .saturating_sub(o.allocated_bytes.unwrap_or(0));
             facts.push(format!(
                 "the OOM{} asked for {} while {} was reserved but unused",
-                o.step
+                o.event
+                    .step
                     .map_or_else(String::new, |s| format!(" at step {}", format_count(s))),
-                format_bytes(o.requested_bytes.unwrap_or(0)),
+                format_bytes(o.event.requested_bytes.unwrap_or(0)),
                 format_bytes(unused),
             ));
         }

@@ -56,9 +56,9 @@ impl HostMemoryPressure {
         if let Some(k) = d.kill {
             let mut fact = format!(
                 "the process was killed with SIGKILL at {}",
-                format_duration_us(k.t_us)
+                format_duration_us(k.event.t_us)
             );
-            if let Some(step) = k.step {
+            if let Some(step) = k.event.step {
                 fact.push_str(&format!(" (step {})", format_count(step)));
             }
             if let Some(a) = k.host_available_bytes {

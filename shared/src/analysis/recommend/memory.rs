@@ -95,7 +95,7 @@ impl Oom {
         Some(OutOfGpuMemory {
             first,
             events: 1 + gpu.count(),
-            part: LoopPart::running(first.stage.as_deref(), first.next_stage.as_deref()),
+            part: LoopPart::running(first.event.stage.as_deref(), first.next_stage.as_deref()),
             fit: ctx.analysis.batch_fit.as_ref(),
             optimizer_state_bytes: peak_with_components(ctx)
                 .map(|(_, c)| c.breakdown.optimizer_state_bytes),
@@ -110,11 +110,11 @@ impl Oom {
             explanation.push_str(&format!(" ({} OOM events in all)", d.events));
         }
         let mut evidence = vec![Evidence::count("oom_events", d.events as f64)];
-        evidence.extend(first.step.map(|s| Evidence::count("step", s as f64)));
+        evidence.extend(first.event.step.map(|s| Evidence::count("step", s as f64)));
         let optional_bytes = [
-            ("requested_bytes", first.requested_bytes),
-            ("device_free_bytes", first.device_free_bytes),
-            ("device_total_bytes", first.device_total_bytes),
+            ("requested_bytes", first.event.requested_bytes),
+            ("device_free_bytes", first.event.device_free_bytes),
+            ("device_total_bytes", first.event.device_total_bytes),
             ("allocated_bytes", first.allocated_bytes),
             ("reserved_bytes", first.reserved_bytes),
         ];
@@ -126,7 +126,7 @@ impl Oom {
         if let Some(s) = first.shortfall_bytes {
             evidence.push(Evidence::bytes("shortfall_bytes", s as f64));
         }
-        let title = match first.step {
+        let title = match first.event.step {
             Some(step) => format!("Out of GPU memory at step {}", format_count(step)),
             None => "Out of GPU memory".to_owned(),
         };
@@ -153,21 +153,22 @@ impl Rule for Oom {
 
 /// Where the OOM happened, what was asked for and free, and what held the memory.
 fn oom_explanation(oom: &OomContext) -> String {
-    let mut where_ = match (&oom.stage, &oom.next_stage) {
+    let mut where_ = match (&oom.event.stage, &oom.next_stage) {
         (Some(stage), Some(next)) => format!(" between {stage} and {next}"),
         (Some(stage), None) => format!(" after {stage}"),
         _ => String::new(),
     };
-    if let Some(step) = oom.step {
+    if let Some(step) = oom.event.step {
         where_.push_str(&format!(" of step {}", format_count(step)));
     }
     if oom.phase == Some(Phase::Eval) {
         where_.push_str(" (eval)");
     }
     let mut facts: Vec<String> = Vec::new();
-    match (oom.requested_bytes, oom.device_free_bytes) {
+    match (oom.event.requested_bytes, oom.event.device_free_bytes) {
         (Some(r), Some(f)) => {
             let total = oom
+                .event
                 .device_total_bytes
                 .map_or_else(String::new, |t| format!(" of {}", format_bytes(t)));
             let short = match oom.shortfall_bytes {
@@ -693,7 +694,7 @@ mod tests {
         trace.ooms[0].stage = Some("post_backward".into());
         let (events, step, part) = with_context(&trace, |ctx| {
             let d = Oom.detect(ctx).unwrap();
-            (d.events, d.first.step, d.part)
+            (d.events, d.first.event.step, d.part)
         });
         assert_eq!((events, step, part), (1, Some(30), LoopPart::Optimizer));
         let f = find(&trace, FindingKind::Oom).unwrap();
