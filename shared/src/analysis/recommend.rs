@@ -214,12 +214,36 @@ pub struct RuleContext<'a> {
     pub options: &'a AnalysisOptions,
 }
 
-/// A diagnosis: looks for one pattern and explains it when the trace shows it.
+/// A diagnosis: looks for one pattern and explains it when the trace shows it. Every rule is a
+/// [`Diagnose`]; this object-safe face lets [`rules`] list them together.
 pub trait Rule {
     /// What its findings are about.
     fn kind(&self) -> FindingKind;
     /// The finding, when the evidence is in the trace.
     fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding>;
+}
+
+/// A rule in two steps: detection decides and measures, explanation words.
+pub trait Diagnose {
+    /// What its findings are about.
+    const KIND: FindingKind;
+    /// What detection found, with the numbers (tested as numbers).
+    type Diagnosis<'a>;
+    /// Detection: the diagnosis when the pattern is in the analysis; `None` otherwise.
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>>;
+    /// Wording: the finding's title, explanation, change and evidence for a diagnosis (the one
+    /// place the rule's words live).
+    fn explain(&self, diagnosis: &Self::Diagnosis<'_>) -> Finding;
+}
+
+impl<T: Diagnose> Rule for T {
+    fn kind(&self) -> FindingKind {
+        T::KIND
+    }
+
+    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
+        self.detect(ctx).map(|d| self.explain(&d))
+    }
 }
 
 /// Every rule, in no particular order (findings are sorted afterwards).

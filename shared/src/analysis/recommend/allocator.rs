@@ -1,6 +1,6 @@
 //! Rules about the caching allocator: fragmentation and retries, and memory outside it.
 
-use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
+use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::overhead::OutsideAllocator;
 use crate::analysis::pressure::PressureReport;
@@ -36,9 +36,12 @@ pub struct FragmentedCache<'a> {
     pub served_by_cache: Option<&'a OomContext>,
 }
 
-impl Fragmentation {
+impl Diagnose for Fragmentation {
+    const KIND: FindingKind = FindingKind::Fragmentation;
+    type Diagnosis<'a> = FragmentedCache<'a>;
+
     /// Detection: a large gap at the peak, or any retry; `None` otherwise.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<FragmentedCache<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let p = ctx.analysis.pressure.as_ref()?;
         let gap = &p.peak_gap;
         let min_gap = FRAGMENTATION_MIN_GAP_BYTES
@@ -64,7 +67,7 @@ impl Fragmentation {
     }
 
     /// Wording.
-    fn explain(&self, d: &FragmentedCache<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let (p, retries) = (d.pressure, d.retries);
         let gap = &p.peak_gap;
         let mut facts = vec![format!(
@@ -144,24 +147,17 @@ impl Fragmentation {
     }
 }
 
-impl Rule for Fragmentation {
-    fn kind(&self) -> FindingKind {
-        FindingKind::Fragmentation
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
-    }
-}
-
 /// `outside-allocator`: the process holds a lot of GPU memory the allocator does not know about.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OutsideAllocatorRule;
 
-impl OutsideAllocatorRule {
+impl Diagnose for OutsideAllocatorRule {
+    const KIND: FindingKind = FindingKind::OutsideAllocator;
+    type Diagnosis<'a> = &'a OutsideAllocator;
+
     /// Detection: the median memory outside the allocator reached
     /// [`OUTSIDE_ALLOCATOR_MIN_BYTES`]; `None` otherwise.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<&'a OutsideAllocator> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         ctx.analysis
             .outside_allocator
             .as_ref()
@@ -169,7 +165,7 @@ impl OutsideAllocatorRule {
     }
 
     /// Wording.
-    fn explain(&self, o: &OutsideAllocator) -> Finding {
+    fn explain(&self, o: &Self::Diagnosis<'_>) -> Finding {
         let outside = format_bytes(o.median_bytes.unsigned_abs());
         let explanation = format!(
             "the process holds {outside} of GPU memory outside PyTorch's allocator (median over \
@@ -201,16 +197,6 @@ impl OutsideAllocatorRule {
                 Evidence::count("marks", o.marks as f64),
             ],
         )
-    }
-}
-
-impl Rule for OutsideAllocatorRule {
-    fn kind(&self) -> FindingKind {
-        FindingKind::OutsideAllocator
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|o| self.explain(o))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Rules about memory that does not come back: per-step leaks and eval retention.
 
-use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
+use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
 use crate::analysis::leaks::GrowthFit;
 use crate::analysis::metrics::MetricKey;
 use crate::analysis::phases::PhaseTransition;
@@ -57,9 +57,12 @@ pub struct GrowingMemory<'a> {
     pub critical: bool,
 }
 
-impl Leak {
+impl Diagnose for Leak {
+    const KIND: FindingKind = FindingKind::Leak;
+    type Diagnosis<'a> = GrowingMemory<'a>;
+
     /// Detection: a stage whose memory grows steadily with the step; `None` without one.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<GrowingMemory<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let primary = ctx.analysis.stage_table.primary_metric;
         let headline = headline_leak(&ctx.analysis.leak_fits, primary)?;
         let steps_run = (headline.last_step - headline.first_step) as f64;
@@ -75,7 +78,7 @@ impl Leak {
     }
 
     /// Wording.
-    fn explain(&self, d: &GrowingMemory<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let leak = d.headline;
         let host = leak.host_memory;
         let what = if host { "host memory" } else { "the device" };
@@ -152,16 +155,6 @@ impl Leak {
     }
 }
 
-impl Rule for Leak {
-    fn kind(&self) -> FindingKind {
-        FindingKind::Leak
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
-    }
-}
-
 /// `eval-retains-memory`: memory rises on entering eval and does not come back.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EvalRetainsMemory;
@@ -192,9 +185,12 @@ pub struct EvalRetention<'a> {
     pub total_retained_bytes: i64,
 }
 
-impl EvalRetainsMemory {
+impl Diagnose for EvalRetainsMemory {
+    const KIND: FindingKind = FindingKind::EvalRetainsMemory;
+    type Diagnosis<'a> = EvalRetention<'a>;
+
     /// Detection: an eval whose memory did not come back (see `retains`); `None` without one.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<EvalRetention<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let transitions = &ctx.analysis.phase_transitions;
         let retaining: Vec<&PhaseTransition> = transitions.iter().filter(|t| retains(t)).collect();
         let worst = *retaining.iter().max_by(|a, b| {
@@ -211,7 +207,7 @@ impl EvalRetainsMemory {
     }
 
     /// Wording.
-    fn explain(&self, d: &EvalRetention<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let worst = d.worst;
         let jump = worst.jump_bytes.unwrap_or(0).unsigned_abs();
         let retained = worst.retained_bytes.unwrap_or(0).unsigned_abs();
@@ -259,16 +255,6 @@ impl EvalRetainsMemory {
                 Evidence::bytes("total_retained_bytes", total as f64),
             ],
         )
-    }
-}
-
-impl Rule for EvalRetainsMemory {
-    fn kind(&self) -> FindingKind {
-        FindingKind::EvalRetainsMemory
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 

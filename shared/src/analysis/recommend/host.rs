@@ -1,6 +1,6 @@
 //! Rule about host memory: near exhaustion, or the kernel's OOM killer.
 
-use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
+use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
 use crate::analysis::host::HostMemory;
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::units::{format_bytes, format_count, format_duration_us, format_percent};
@@ -24,9 +24,12 @@ pub struct HostPressure<'a> {
     pub kill: Option<&'a OomContext>,
 }
 
-impl HostMemoryPressure {
+impl Diagnose for HostMemoryPressure {
+    const KIND: FindingKind = FindingKind::HostMemoryPressure;
+    type Diagnosis<'a> = HostPressure<'a>;
+
     /// Detection: the host ran low, or the process was probably OOM-killed; `None` otherwise.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<HostPressure<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let kill = ctx.analysis.ooms.iter().find(|o| o.kind == OomKind::Host);
         let host = ctx.analysis.host_memory.as_ref();
         let low = host.is_some_and(|h| {
@@ -37,7 +40,7 @@ impl HostMemoryPressure {
     }
 
     /// Wording: what happened, the change to make, and the numbers.
-    fn explain(&self, d: &HostPressure<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let mut facts = Vec::new();
         if let Some(h) = d.host.filter(|_| d.low) {
             let total = h.rss_at_min_bytes.map(|r| r + h.min_available_bytes);
@@ -103,16 +106,6 @@ impl HostMemoryPressure {
                 .to_owned(),
             evidence,
         )
-    }
-}
-
-impl Rule for HostMemoryPressure {
-    fn kind(&self) -> FindingKind {
-        FindingKind::HostMemoryPressure
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 

@@ -3,7 +3,7 @@
 //! They share the memory model of [`crate::analysis::batch_fit`], so the batch the `oom` finding
 //! suggests is the batch `activations-dominate` and `batch-size` compute.
 
-use super::{Evidence, Finding, FindingKind, LoopPart, Rule, RuleContext, Severity, finding};
+use super::{Diagnose, Evidence, Finding, FindingKind, LoopPart, RuleContext, Severity, finding};
 use crate::analysis::batch_fit::{BatchFit, BatchFitMethod, TrialSummary};
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
@@ -87,9 +87,12 @@ pub struct OutOfGpuMemory<'a> {
     pub optimizer_state_bytes: Option<u64>,
 }
 
-impl Oom {
+impl Diagnose for Oom {
+    const KIND: FindingKind = FindingKind::Oom;
+    type Diagnosis<'a> = OutOfGpuMemory<'a>;
+
     /// Detection: the first GPU OOM and where in the loop it struck; `None` without one.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<OutOfGpuMemory<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let mut gpu = ctx.analysis.ooms.iter().filter(|o| o.kind == OomKind::Gpu);
         let first = gpu.next()?;
         Some(OutOfGpuMemory {
@@ -103,7 +106,7 @@ impl Oom {
     }
 
     /// Wording.
-    fn explain(&self, d: &OutOfGpuMemory<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let first = d.first;
         let mut explanation = oom_explanation(first);
         if d.events > 1 {
@@ -138,16 +141,6 @@ impl Oom {
             oom_change(d),
             evidence,
         )
-    }
-}
-
-impl Rule for Oom {
-    fn kind(&self) -> FindingKind {
-        FindingKind::Oom
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
@@ -271,10 +264,13 @@ pub struct ActivationShare<'a> {
     pub pressed: bool,
 }
 
-impl ActivationsDominate {
+impl Diagnose for ActivationsDominate {
+    const KIND: FindingKind = FindingKind::ActivationsDominate;
+    type Diagnosis<'a> = ActivationShare<'a>;
+
     /// Detection: activations are at least [`ACTIVATIONS_MIN_SHARE`] of the peak, measured
     /// against the allocator, with no leak of the primary metric inflating the remainder.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<ActivationShare<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let (peak, components) = peak_with_components(ctx)?;
         // Only against the allocator's own numbers: a process-level remainder also holds the
         // cache and the CUDA context and would overstate activations.
@@ -299,7 +295,7 @@ impl ActivationsDominate {
     }
 
     /// Wording.
-    fn explain(&self, d: &ActivationShare<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let (peak, activations, share, fit) = (d.peak, d.activations_bytes, d.share, d.fit);
         let per_sample = fit.map_or_else(String::new, |f| {
             let source = match f.method {
@@ -372,16 +368,6 @@ impl ActivationsDominate {
     }
 }
 
-impl Rule for ActivationsDominate {
-    fn kind(&self) -> FindingKind {
-        FindingKind::ActivationsDominate
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
-    }
-}
-
 /// `optimizer-state-heavy`: optimizer state is a large share of the peak.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OptimizerStateHeavy;
@@ -401,9 +387,12 @@ pub struct OptimizerShare<'a> {
     pub pressed: bool,
 }
 
-impl OptimizerStateHeavy {
+impl Diagnose for OptimizerStateHeavy {
+    const KIND: FindingKind = FindingKind::OptimizerStateHeavy;
+    type Diagnosis<'a> = OptimizerShare<'a>;
+
     /// Detection: the optimizer's state is at least [`OPTIMIZER_MIN_SHARE`] of the peak.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<OptimizerShare<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let (peak, components) = peak_with_components(ctx)?;
         let optimizer = components.breakdown.optimizer_state_bytes;
         let share = optimizer as f64 / peak.bytes.max(1) as f64;
@@ -417,7 +406,7 @@ impl OptimizerStateHeavy {
     }
 
     /// Wording.
-    fn explain(&self, d: &OptimizerShare<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let (peak, components, share) = (d.peak, d.components, d.share);
         let optimizer = components.breakdown.optimizer_state_bytes;
         let vs_params = if components.breakdown.parameters_bytes > 0 {
@@ -475,16 +464,6 @@ impl OptimizerStateHeavy {
     }
 }
 
-impl Rule for OptimizerStateHeavy {
-    fn kind(&self) -> FindingKind {
-        FindingKind::OptimizerStateHeavy
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
-    }
-}
-
 /// `batch-size`: a batch-size search ran.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchSize;
@@ -498,9 +477,12 @@ pub struct BatchSearchResult<'a> {
     pub fit: Option<&'a BatchFit>,
 }
 
-impl BatchSize {
+impl Diagnose for BatchSize {
+    const KIND: FindingKind = FindingKind::BatchSize;
+    type Diagnosis<'a> = BatchSearchResult<'a>;
+
     /// Detection: a batch-size search ran; `None` otherwise.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<BatchSearchResult<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         Some(BatchSearchResult {
             trials: ctx.analysis.batch_trials.as_ref()?,
             fit: ctx
@@ -512,7 +494,7 @@ impl BatchSize {
     }
 
     /// Wording.
-    fn explain(&self, d: &BatchSearchResult<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let (trials, fit) = (d.trials, d.fit);
         let mut facts = vec![format!("the batch search ran {} trials", trials.trials)];
         if let Some(b) = trials.largest_fit_batch {
@@ -589,16 +571,6 @@ impl BatchSize {
             None => "Batch search: no batch size fit".to_owned(),
         };
         finding(self, severity, title, explanation, change, evidence)
-    }
-}
-
-impl Rule for BatchSize {
-    fn kind(&self) -> FindingKind {
-        FindingKind::BatchSize
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 

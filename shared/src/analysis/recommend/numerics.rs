@@ -3,7 +3,7 @@
 //! Not memory, but the same trace shows it, and a run that produces NaN wastes its GPU hours as
 //! surely as one that runs out of memory.
 
-use super::{Evidence, Finding, FindingKind, Rule, RuleContext, Severity, finding};
+use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
 use crate::model::{GradientSummary, TensorStats};
 use crate::units::format_count;
 
@@ -39,9 +39,12 @@ pub struct NonFiniteGradientSteps<'a> {
     pub sporadic_inf: bool,
 }
 
-impl NonFiniteGradients {
+impl Diagnose for NonFiniteGradients {
+    const KIND: FindingKind = FindingKind::NonFiniteGradients;
+    type Diagnosis<'a> = NonFiniteGradientSteps<'a>;
+
     /// Detection: the summaries with NaN or Inf; `None` when every one is finite.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<NonFiniteGradientSteps<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let gradients = &ctx.trace.gradients;
         let bad: Vec<&GradientSummary> = gradients.iter().filter(|g| non_finite(g)).collect();
         let first = *bad.iter().min_by_key(|g| (g.step, g.t_us))?;
@@ -64,7 +67,7 @@ impl NonFiniteGradients {
     }
 
     /// Wording.
-    fn explain(&self, d: &NonFiniteGradientSteps<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let (first, last) = (d.first, d.last);
         let persisting = if non_finite(last) {
             format!(
@@ -134,16 +137,6 @@ impl NonFiniteGradients {
     }
 }
 
-impl Rule for NonFiniteGradients {
-    fn kind(&self) -> FindingKind {
-        FindingKind::NonFiniteGradients
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
-    }
-}
-
 /// `non-finite-tensors`: watched tensors contained NaN or Inf.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NonFiniteTensors;
@@ -163,9 +156,12 @@ pub struct NonFiniteTensorRecords<'a> {
     pub inf_elements: u64,
 }
 
-impl NonFiniteTensors {
+impl Diagnose for NonFiniteTensors {
+    const KIND: FindingKind = FindingKind::NonFiniteTensors;
+    type Diagnosis<'a> = NonFiniteTensorRecords<'a>;
+
     /// Detection: the tensor records with NaN or Inf; `None` when every one is finite.
-    pub fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<NonFiniteTensorRecords<'a>> {
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let bad: Vec<&TensorStats> = ctx
             .trace
             .tensors
@@ -186,7 +182,7 @@ impl NonFiniteTensors {
     }
 
     /// Wording.
-    fn explain(&self, d: &NonFiniteTensorRecords<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let first = d.first;
         let explanation = format!(
             "tensor {} had {} NaN and {} Inf elements at step {} ({} record{} of {} tensor{} \
@@ -229,16 +225,6 @@ impl NonFiniteTensors {
                 Evidence::count("inf_elements", d.inf_elements as f64),
             ],
         )
-    }
-}
-
-impl Rule for NonFiniteTensors {
-    fn kind(&self) -> FindingKind {
-        FindingKind::NonFiniteTensors
-    }
-
-    fn check(&self, ctx: &RuleContext<'_>) -> Option<Finding> {
-        self.detect(ctx).map(|d| self.explain(&d))
     }
 }
 
