@@ -6,9 +6,9 @@
 //! reader keep only what is not a record: chunks, sample blocks, budgets and resynchronisation.
 //!
 //! Every body starts with the record's time (`t_us`, varint). Names (stages, tensors, dtypes,
-//! component extras) are written as string-table ids: [`Encoder::name`] defines a string the first
-//! time it is used, before the record that uses it, and [`Names`] resolves an id while reading
-//! (an id whose definition was lost with a damaged chunk reads as `?`).
+//! component extras) are written as string-table ids: the writer defines a string the first time
+//! a record uses it, before that record, and [`Names`] resolves an id while reading (an id whose
+//! definition was lost with a damaged chunk reads as `?`).
 //!
 //! Bodies may grow at their end: a reader reads the fields it knows and ignores bytes after them,
 //! and reads a trailing field only when bytes remain (the mark's sender, format 1.2).
