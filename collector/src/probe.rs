@@ -35,7 +35,12 @@ pub struct Probe {
 
 /// The distributed rank of this process, from `RANK` (`None` when unset or not a number).
 pub fn rank_from_env() -> Option<u32> {
-    std::env::var("RANK").ok()?.trim().parse().ok()
+    env_u32("RANK")
+}
+
+/// A number from the environment (`RANK`, `WORLD_SIZE`); `None` when unset or not a number.
+pub fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.trim().parse().ok()
 }
 
 impl Probe {

@@ -24,7 +24,7 @@ use super::markers::MarkerSocket;
 use super::sampler::{self, Counters, GpuCounters, Sources};
 use super::shared_state::RunState;
 use crate::gpu::Gpus;
-use crate::probe::rank_from_env;
+use crate::probe::{env_u32, rank_from_env};
 
 /// Room in the recorder's channel: messages wait here while the recorder writes.
 const CHANNEL_EVENTS: usize = 8192;
@@ -114,9 +114,7 @@ impl Recording {
             ),
             sample_interval_us: u64::try_from(interval.as_micros()).unwrap_or(u64::MAX),
             rank: rank_from_env(),
-            world_size: std::env::var("WORLD_SIZE")
-                .ok()
-                .and_then(|v| v.parse().ok()),
+            world_size: env_u32("WORLD_SIZE"),
             gpus: gpu_infos.clone(),
         };
         let mut writer = TraceWriter::new(BufWriter::with_capacity(64 << 10, file), &metadata)?;

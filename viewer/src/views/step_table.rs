@@ -27,7 +27,7 @@ pub fn StepTable(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     if lines.is_empty() {
         return ().into_any();
     }
-    let label = metric.label(&trace).to_owned();
+    let label = metric.label(&trace);
     let pages = lines.len().div_ceil(STEPS_PER_PAGE);
     let growth = analysis.largest_growth.clone();
     // Open on the page with the largest growth: that is where the reader wants to look.
