@@ -25,8 +25,8 @@
 //! tensor <name> [step=N] shape=AxBxC dtype=<dtype> bytes=N min=F max=F mean=F std=F
 //!      nan_count=N inf_count=N
 //! trial batch_size=N outcome=fit|oom|error [peak_bytes=N]
-//! oom [stage=<stage>] [step=N] [requested_bytes=N] [device=N] [free_bytes=N] [total_bytes=N]
-//!      [-- <message>]
+//! oom [stage=<stage>] [step=N] [source=marker|allocator|host_error] [requested_bytes=N] [device=N]
+//!      [free_bytes=N] [total_bytes=N] [-- <message>]
 //! ```
 //!
 //! Rules: tokens are separated by ASCII whitespace; stage and tensor names are single tokens;
@@ -252,7 +252,8 @@ const TRIAL: [Field<BatchTrial>; 3] = [
     field!("peak_bytes", Optional, peak_bytes),
 ];
 
-const OOM: [Field<OomEvent>; 4] = [
+const OOM: [Field<OomEvent>; 5] = [
+    field!("source", Optional, source),
     field!("requested_bytes", Optional, requested_bytes),
     field!("device", Optional, device),
     field!("free_bytes", Optional, device_free_bytes),
@@ -347,6 +348,32 @@ impl Value for Phase {
     }
     fn shown(&self) -> bool {
         *self != Phase::Unknown
+    }
+}
+
+/// Who saw an OOM, as a program reports it: `marker` (the program caught it and says so; the
+/// default, never written), `allocator` (the caching allocator's OOM observer, from inside the
+/// process: the zero-code hooks and the tch `Session`) or `host_error` (a failed host allocation
+/// the program raised, e.g. libtorch's `DefaultCPUAllocator`). Sources only the collector itself
+/// can know (stderr, a SIGKILL) are not accepted from a program.
+impl Value for OomSource {
+    fn parse(text: &str) -> Option<OomSource> {
+        match text {
+            "marker" => Some(OomSource::Marker),
+            "allocator" => Some(OomSource::Allocator),
+            "host_error" => Some(OomSource::HostError),
+            _ => None,
+        }
+    }
+    fn show(&self, out: &mut String) {
+        out.push_str(match self {
+            OomSource::Allocator => "allocator",
+            OomSource::HostError => "host_error",
+            _ => "marker",
+        });
+    }
+    fn shown(&self) -> bool {
+        matches!(self, OomSource::Allocator | OomSource::HostError)
     }
 }
 
@@ -906,7 +933,7 @@ mod tests {
             Message::Record(
                 Record::Oom(OomEvent {
                     t_us: 0,
-                    source: OomSource::Marker,
+                    source: OomSource::Allocator,
                     stage: None,
                     step: None,
                     requested_bytes: Some(2048),

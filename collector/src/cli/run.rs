@@ -36,6 +36,15 @@ pub struct RunArgs {
     /// cgroup's memory.max, else the host's RAM].
     #[arg(long, hide = true)]
     pub host_limit_bytes: Option<u64>,
+    /// Do not load the zero-code PyTorch hooks into Python programs (stage marks, steps, phases,
+    /// allocator statistics and the OOM moment, with no code change). Without them a Python
+    /// program is recorded like any other: memory from outside, OOMs from stderr.
+    #[arg(long)]
+    pub no_python_hooks: bool,
+    /// With the hooks, on CUDA: keep the Python stack of every live allocation (`stacks="python"`,
+    /// ~1-2 us per allocation) so that an OOM says what was alive, by source line.
+    #[arg(long, conflicts_with = "no_python_hooks")]
+    pub oom_snapshot: bool,
     /// The program to run and its arguments (after `--`).
     #[arg(
         required = true,
@@ -55,6 +64,8 @@ pub fn run(args: RunArgs) -> Result<i32> {
         gpus: args.gpus,
         quiet: args.quiet,
         host_limit_bytes: args.host_limit_bytes,
+        python_hooks: !args.no_python_hooks,
+        oom_snapshot: args.oom_snapshot,
         command: args.command,
     };
     let outcome = crate::run::run(&options)?;

@@ -66,6 +66,11 @@ impl MarkerSocket {
         Ok(MarkerSocket { socket, dir, path })
     }
 
+    /// The run's private directory (mode 0700; removed with everything in it when the run ends).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The socket path to export as `OOMSCOPE_SOCKET`.
     pub fn path(&self) -> &Path {
         &self.path
@@ -124,7 +129,7 @@ impl MarkerSocket {
 impl Drop for MarkerSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -18,6 +18,7 @@
 
 mod child;
 mod markers;
+pub mod python_hooks;
 pub(crate) mod recorder;
 pub mod recording;
 pub(crate) mod sampler;
@@ -86,6 +87,10 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Memory limit used to judge a SIGKILL as a host OOM kill (default: cgroup limit, else RAM).
     pub host_limit_bytes: Option<u64>,
+    /// Load the zero-code Python hooks into Python children (`python_hooks`).
+    pub python_hooks: bool,
+    /// With the hooks: record what is alive at an OOM, by source line (`--oom-snapshot`).
+    pub oom_snapshot: bool,
     /// The program and its arguments.
     pub command: Vec<OsString>,
 }
@@ -132,6 +137,16 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped());
+    if options.python_hooks {
+        let boot = python_hooks::write_bootstrap(socket.dir())?;
+        command.env(
+            "PYTHONPATH",
+            python_hooks::python_path(&boot, std::env::var_os("PYTHONPATH")),
+        );
+        if options.oom_snapshot {
+            command.env(python_hooks::OOM_SNAPSHOT_ENV, "1");
+        }
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {

@@ -21,8 +21,11 @@ use crate::protocol::{self, Message};
 /// Longest time between two flushes of the trace file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
 /// Two OOM reports closer than this with the same (or unknown) size are one OOM told twice
-/// (e.g. a marker from the program and the traceback on stderr).
+/// (e.g. the allocator's observer inside the program, then the traceback on stderr).
 const OOM_DEDUP_US: u64 = 2_000_000;
+/// Sizes this close are the same request: the traceback rounds it (`Tried to allocate 2.34 GiB`)
+/// where the observer gives the allocator's exact, block-rounded bytes.
+const OOM_SAME_SIZE_SHARE: f64 = 0.01;
 
 /// What the program said last: a record that leaves a field to its context takes it from here.
 #[derive(Debug, Default)]
@@ -142,7 +145,7 @@ fn handle(
                     // on stderr (its traceback) is not recorded twice.
                     Record::Oom(oom) => {
                         ctx.is_duplicate_oom(t_us, oom.requested_bytes)
-                            && oom.source != OomSource::Marker
+                            && oom.source == OomSource::Stderr
                     }
                     _ => false,
                 };
@@ -182,10 +185,13 @@ impl Context {
     }
 
     fn is_duplicate_oom(&mut self, t_us: u64, requested: Option<u64>) -> bool {
-        let duplicate = self.last_oom.is_some_and(|(t, r)| {
-            t_us.saturating_sub(t) < OOM_DEDUP_US
-                && (r == requested || r.is_none() || requested.is_none())
-        });
+        let same_size = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => a.abs_diff(b) as f64 <= OOM_SAME_SIZE_SHARE * a.max(b) as f64,
+            _ => true,
+        };
+        let duplicate = self
+            .last_oom
+            .is_some_and(|(t, r)| t_us.saturating_sub(t) < OOM_DEDUP_US && same_size(r, requested));
         self.last_oom = Some((t_us, requested));
         duplicate
     }

@@ -1,0 +1,563 @@
+"""oomscope's zero-code PyTorch hooks: stage marks, steps, phases and the OOM moment from an
+unmodified training script. The bootstrap (sitecustomize.py) loads this module right after the
+program imports torch; nothing here runs before that, and nothing here raises into the program.
+
+Where each mark comes from, and why that source:
+- `pre_forward` / `post_forward`: the outermost forward of a module with parameters. Global
+  forward pre/post hooks with a depth counter find it. Loss modules (no parameters), forwards
+  re-run inside backward (activation checkpointing: `_current_graph_task_id() != -1`) and code
+  being traced by `torch.compile` (`torch.compiler.is_compiling()`: a hook inside a compiled
+  region would break the graph) do not count. Global hooks take every module call off torch's
+  fast path (~4 us a call), so once the roots are known (eight outermost forwards with no new
+  root) they are swapped for hooks on the roots alone; `module.train()/eval()` re-arms the
+  search, since that is when another model (an EMA copy, a teacher) tends to start running.
+- `pre_backward` / `post_backward`: a multi-grad hook on the forward's outputs fires when
+  backward reaches them, and queues an end-of-backward callback on the autograd engine. Global
+  module backward hooks are never used: they slow backward ~5x and break in-place ops.
+- `pre_optimizer_step` / `post_optimizer_step`: torch's global optimizer step hooks. The step
+  number counts applied optimizer steps (an iteration that steps two optimizers counts once;
+  micro-batches under gradient accumulation are several forwards and backwards in one step); a
+  step GradScaler skips (inf/NaN gradients) fires no optimizer hook and is sent as a note.
+- the phase: `eval` when the module is not training, grad is off or inference mode is on.
+
+On CUDA (only once the program initialised it: this module never does) every mark carries the
+caching allocator's statistics, and the allocator's OOM observer reports an OOM the moment it
+happens, before the exception unwinds. A failed host allocation that ends the program
+(libtorch's `DefaultCPUAllocator`, `MemoryError`) is reported from `sys.excepthook`.
+
+Who sends: DataLoader workers never do (their marks would repeat the trainer's); forked
+children start over with their own step count. Marks carry the pid and RANK (the helper adds
+them); a process with RANK/LOCAL_RANK/WORLD_SIZE says so once in a note.
+"""
+
+import os
+import sys
+
+_ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks go
+
+_probe = None
+_torch = None
+_S = None  # the state, one per process
+
+
+class _State:
+    def __init__(self):
+        self.active = None  # None: not decided yet (first mark decides)
+        self.depth = 0
+        self.outer_emits = False
+        self.outer_phase = "train"
+        self.step = 0
+        self.step_pending = False
+        self.in_opt_step = 0
+        self.opt_steps_applied = 0
+        self.roots = []  # modules seen as outermost forwards with parameters
+        self.since_new_root = 0
+        self.mode = "search"  # or "roots"
+        self.global_handles = []
+        self.root_handles = []
+        self.bw_task = None
+        self.stage = None
+        self.user_stages = set()
+        self.user_steps = False
+        self.user_phases = False
+        self.cuda_ready = False
+        self.snapshot = False
+
+
+def install(torch, here):
+    """Called once, right after `import torch` finished."""
+    global _probe, _torch, _S
+    _torch = torch
+    _S = _State()
+    _S.snapshot = os.environ.get("OOMSCOPE_OOM_SNAPSHOT") == "1"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_oomscope_probe", os.path.join(here, "oomscope_probe.py"))
+    probe_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe_module)
+    _probe = probe_module.Probe()
+    if not _probe.enabled:
+        return
+    import warnings
+
+    # Our global hooks make torch warn on every `torch.compile(module)` call; the warning is
+    # about us, not the program, and must not appear on its stderr.
+    warnings.filterwarnings(
+        "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+    _search()
+    from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                       register_optimizer_step_pre_hook)
+
+    register_optimizer_step_pre_hook(_guard(_opt_pre))
+    register_optimizer_step_post_hook(_guard(_opt_post))
+    _patch_train()
+    _patch_compile()
+    _patch_grad_scaler()
+    _patch_cuda_init()
+    _patch_excepthook()
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _guard(fn):
+    """A hook that can never raise into torch or the program."""
+    def hook(*args):
+        try:
+            return fn(*args)
+        except BaseException:
+            return None
+    hook.__name__ = fn.__name__
+    return hook
+
+
+# --- the program's own marks (the helper) win over ours ---------------------------------------
+
+def user_mark(stage):
+    """The helper module sent `stage` itself: from now on we do not send it."""
+    if _S is not None:
+        _S.user_stages.add(stage)
+
+
+def user_step():
+    if _S is not None:
+        _S.user_steps = True
+
+
+def user_phase():
+    if _S is not None:
+        _S.user_phases = True
+
+
+# --- sending ---------------------------------------------------------------------------------
+
+def _emit(stage, phase):
+    S = _S
+    if S.active is None:
+        S.active = _decide_active()
+    if not S.active:
+        return
+    S.stage = stage
+    if stage in S.user_stages:
+        return
+    if not S.cuda_ready:
+        _cuda_ready_check()
+    _probe._mark(stage, step=None if S.user_steps else S.step,
+                 phase=None if S.user_phases else phase)
+
+
+def _decide_active():
+    try:
+        from torch.utils.data import get_worker_info
+
+        if get_worker_info() is not None:
+            return False
+    except BaseException:
+        pass
+    ids = [(key, os.environ.get(env)) for key, env in
+           (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"))]
+    ids = [(k, v) for k, v in ids if v is not None]
+    if ids:
+        _probe.note("zero-code hooks in pid %d: %s" % (
+            os.getpid(), " ".join("%s=%s" % kv for kv in ids)))
+    return True
+
+
+def _after_fork():
+    """A forked child (a DataLoader worker, a fork-started rank) starts over."""
+    global _S
+    try:
+        old = _S
+        _S = _State()
+        _S.snapshot = old.snapshot
+        _S.user_stages = old.user_stages
+        _S.user_steps, _S.user_phases = old.user_steps, old.user_phases
+        _S.mode, _S.roots = old.mode, old.roots
+        _S.global_handles, _S.root_handles = old.global_handles, old.root_handles
+        _probe._reopen()
+    except BaseException:
+        pass
+
+
+# --- forward -----------------------------------------------------------------------------------
+
+def _phase_of(module):
+    t = _torch
+    if module.training and t.is_grad_enabled() and not t.is_inference_mode_enabled():
+        return "train"
+    return "eval"
+
+
+def _has_params(module):
+    for _ in module.parameters():
+        return True
+    return False
+
+
+def _fw_pre(module, args):
+    try:
+        if _torch.compiler.is_compiling():
+            return None
+        S = _S
+        if S.depth:
+            S.depth += 1
+            return None
+        S.depth = 1
+        S.outer_emits = _torch._C._current_graph_task_id() == -1 and _has_params(module)
+        if S.outer_emits:
+            if S.step_pending:
+                S.step_pending = False
+                S.step += 1
+            S.outer_phase = _phase_of(module)
+            _emit("pre_forward", S.outer_phase)
+    except BaseException:
+        pass
+    return None
+
+
+def _fw_post(module, args, output):
+    try:
+        if _torch.compiler.is_compiling():
+            return None
+        S = _S
+        if S.depth > 1:
+            S.depth -= 1
+            return None
+        if S.depth == 0:
+            return None
+        S.depth = 0
+        if not S.outer_emits or sys.exc_info()[0] is not None:
+            return None  # the forward raised: no post_forward
+        _emit("post_forward", S.outer_phase)
+        if S.outer_phase == "train":
+            _watch_backward(output)
+        _saw_root(module)
+    except BaseException:
+        pass
+    return None
+
+
+def _saw_root(module):
+    S = _S
+    if any(r is module for r in S.roots):
+        S.since_new_root += 1
+    else:
+        S.roots.append(module)
+        S.since_new_root = 0
+    if S.mode == "search" and S.since_new_root >= _ROOTS_AFTER:
+        _roots_only()
+
+
+def _search():
+    """Global forward hooks: every module call is seen (and pays for it)."""
+    S = _S
+    for h in S.root_handles:
+        h.remove()
+    S.root_handles = []
+    from torch.nn.modules.module import (register_module_forward_hook,
+                                         register_module_forward_pre_hook)
+
+    S.global_handles = [register_module_forward_pre_hook(_fw_pre),
+                        register_module_forward_hook(_fw_post, always_call=True)]
+    S.mode = "search"
+    S.since_new_root = 0
+
+
+def _roots_only():
+    """Hooks on the roots alone: every other module call returns to torch's fast path."""
+    S = _S
+    handles = []
+    for root in S.roots:
+        handles.append(root.register_forward_pre_hook(_fw_pre, prepend=True))
+        handles.append(root.register_forward_hook(_fw_post, prepend=True, always_call=True))
+    for h in S.global_handles:
+        h.remove()
+    S.global_handles = []
+    S.root_handles = handles
+    S.mode = "roots"
+
+
+def _patch_train():
+    """`model.train()` / `model.eval()`: another model may start running; search again."""
+    Module = _torch.nn.Module
+    original = Module.train
+
+    def train(self, mode=True):
+        result = original(self, mode)
+        try:
+            if _S.mode == "roots" and _S.depth == 0:
+                _search()
+        except BaseException:
+            pass
+        return result
+
+    train.__wrapped__ = original
+    train.__doc__ = original.__doc__
+    Module.train = train
+
+
+def _patch_compile():
+    """`model.compile()` compiles `_call_impl`, hooks included, so they would be traced (no marks
+    at all under the compile guard): run our forward hooks eagerly around the compiled call."""
+    Module = _torch.nn.Module
+    original = Module.compile
+
+    def compile(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        try:
+            inner = self._compiled_call_impl
+            if inner is not None:
+                def call(*a, **k):
+                    _fw_pre(self, a)
+                    try:
+                        out = inner(*a, **k)
+                    except BaseException:
+                        _fw_post(self, a, None)
+                        raise
+                    _fw_post(self, a, out)
+                    return out
+
+                self._compiled_call_impl = call
+        except BaseException:
+            pass
+        return result
+
+    compile.__wrapped__ = original
+    compile.__doc__ = original.__doc__
+    Module.compile = compile
+
+
+# --- backward ----------------------------------------------------------------------------------
+
+def _grad_tensors(output, depth=0):
+    Tensor = _torch.Tensor
+    if isinstance(output, Tensor):
+        return [output] if output.requires_grad else []
+    if depth >= 2:
+        return []
+    if isinstance(output, dict):
+        items = output.values()
+    elif isinstance(output, (list, tuple)):
+        items = output
+    else:
+        return []
+    found = []
+    for item in items:
+        found.extend(_grad_tensors(item, depth + 1))
+        if len(found) >= 16:
+            break
+    return found
+
+
+def _watch_backward(output):
+    tensors = _grad_tensors(output)
+    if tensors:
+        _torch.autograd.graph.register_multi_grad_hook(tensors, _bw_start, mode="any")
+
+
+def _bw_start(grad):
+    try:
+        S = _S
+        task = _torch._C._current_graph_task_id()
+        if task == S.bw_task:
+            return None  # two forwards in one backward: one pre_backward
+        S.bw_task = task
+        _emit("pre_backward", "train")
+        _torch.autograd.Variable._execution_engine.queue_callback(_bw_end)
+    except BaseException:
+        pass
+    return None
+
+
+def _bw_end():
+    try:
+        _emit("post_backward", "train")
+    except BaseException:
+        pass
+
+
+# --- optimizer ---------------------------------------------------------------------------------
+
+def _opt_pre(optimizer, args, kwargs):
+    S = _S
+    S.in_opt_step += 1
+    if S.in_opt_step == 1:
+        _emit("pre_optimizer_step", "train")
+    return None
+
+
+def _opt_post(optimizer, args, kwargs):
+    S = _S
+    S.in_opt_step -= 1
+    if S.in_opt_step:
+        return
+    S.opt_steps_applied += 1
+    _emit("post_optimizer_step", "train")
+    # The next step begins with the next forward: a second optimizer stepped right after this
+    # one (a GAN's two) belongs to the same step.
+    S.step_pending = True
+
+
+def _patch_grad_scaler():
+    try:
+        from torch.amp.grad_scaler import GradScaler
+    except BaseException:
+        return
+    original = GradScaler.step
+
+    def step(self, optimizer, *args, **kwargs):
+        before = _S.opt_steps_applied
+        result = original(self, optimizer, *args, **kwargs)
+        try:
+            if _S.opt_steps_applied == before and self.is_enabled() and _S.active:
+                _probe.note("GradScaler skipped the optimizer step at step %d (inf/NaN "
+                            "gradients)" % _S.step)
+        except BaseException:
+            pass
+        return result
+
+    step.__wrapped__ = original
+    step.__doc__ = original.__doc__
+    GradScaler.step = step
+
+
+# --- CUDA: allocator statistics, the OOM observer, snapshots ------------------------------------
+
+def _patch_cuda_init():
+    """The moment the program initialises CUDA (never before, never by us), attach the OOM
+    observer (attaching initialises CUDA, which would break a program that forks first)."""
+    cuda = _torch.cuda
+    original = cuda._lazy_init
+
+    def _lazy_init():
+        original()
+        if not _S.cuda_ready:
+            _cuda_ready_check()
+
+    _lazy_init.__wrapped__ = original
+    cuda._lazy_init = _lazy_init
+
+
+def _cuda_ready_check():
+    S = _S
+    try:
+        if not _torch.cuda.is_initialized():
+            return
+    except BaseException:
+        return
+    S.cuda_ready = True
+    try:
+        if S.snapshot:
+            _torch.cuda.memory._record_memory_history(
+                enabled="state", context="state", stacks="python")
+    except BaseException:
+        S.snapshot = False
+    try:
+        _torch._C._cuda_attach_out_of_memory_observer(_observer)
+    except BaseException:
+        pass
+
+
+def _observer(device, alloc, total, free):
+    """Called by the caching allocator after a failed allocation, lock released, before the
+    OutOfMemoryError is raised. Also called for OOMs the program catches (cuDNN falls back to a
+    smaller workspace; batch finders): how the process ended tells fatal from caught."""
+    try:
+        S = _S
+        if S.active is False:
+            return
+        stats = _torch._C._cuda_memoryStats(device)
+        allocated = stats["allocated_bytes"]["all"]["current"]
+        reserved = stats["reserved_bytes"]["all"]["current"]
+        # PyTorch's own wording (oomscope's reader parses it), with exact byte counts.
+        text = ("CUDA out of memory (allocator observer). Tried to allocate %d bytes. GPU %d has a "
+                "total capacity of %d bytes of which %d bytes is free. Of the allocated memory %d "
+                "bytes is allocated by PyTorch, and %d bytes is reserved by PyTorch but "
+                "unallocated." % (alloc, device, total, free, allocated,
+                                  max(reserved - allocated, 0)))
+        _probe._oom(text, source="allocator", stage=S.stage,
+                    step=None if S.user_steps else S.step, requested_bytes=alloc,
+                    device=device, free_bytes=free, total_bytes=total)
+        if S.snapshot:
+            _probe.alive(alive_by_line(_torch.cuda.memory._snapshot()))
+    except BaseException:
+        pass
+
+
+def _user_frame(frames, skip):
+    for frame in frames:
+        name = frame.get("filename") or ""
+        if not name or name.startswith("<") or any(part in name for part in skip):
+            continue
+        return frame
+    return None
+
+
+def alive_by_line(snapshot, top=20):
+    """Reduces a `torch.cuda.memory._snapshot()` to the live blocks grouped by the first frame in
+    the program's own code: [(filename, line, function, bytes, count)], largest first, at most
+    `top` rows, then one row `("<other>", 0, "", bytes, count)` for the rest and
+    `("<unknown>", 0, "", ...)` for blocks recorded before history was on."""
+    import sysconfig
+
+    skip = ["/torch/", "/site-packages/", "/dist-packages/", "_oomscope_"]
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            skip.append(path + os.sep)
+    groups = {}
+    for segment in snapshot.get("segments", ()):
+        for block in segment.get("blocks", ()):
+            if block.get("state") != "active_allocated":
+                continue
+            frame = _user_frame(block.get("frames") or (), skip)
+            if frame is None:
+                key = ("<unknown>", 0, "")
+            else:
+                key = (frame.get("filename", "?"), int(frame.get("line", 0)), frame.get("name", ""))
+            size = int(block.get("requested_size") or block.get("size") or 0)
+            bytes_count = groups.get(key, (0, 0))
+            groups[key] = (bytes_count[0] + size, bytes_count[1] + 1)
+    rows = sorted(((k[0], k[1], k[2], v[0], v[1]) for k, v in groups.items()),
+                  key=lambda r: (-r[3], r[0], r[1]))
+    if len(rows) > top:
+        rest = rows[top:]
+        rows = rows[:top] + [("<other>", 0, "", sum(r[3] for r in rest), sum(r[4] for r in rest))]
+    return rows
+
+
+# --- host allocation failures --------------------------------------------------------------------
+
+def _host_error(value):
+    """(requested bytes or None, first line) for a failed host allocation, else None."""
+    text = str(value)
+    first = text.strip().splitlines()[0] if text.strip() else type(value).__name__
+    if "DefaultCPUAllocator" in text or "can't allocate memory" in text:
+        requested = None
+        marker = "you tried to allocate "
+        at = text.find(marker)
+        if at >= 0:
+            digits = text[at + len(marker):].split(" ", 1)[0]
+            if digits.isdigit():
+                requested = int(digits)
+        line = next((l for l in text.splitlines() if "allocate memory" in l), first)
+        return requested, line.strip()
+    if isinstance(value, MemoryError):
+        return None, "MemoryError: " + first if first != "MemoryError" else first
+    return None
+
+
+def _patch_excepthook():
+    previous = sys.excepthook
+
+    def excepthook(kind, value, traceback):
+        try:
+            found = _host_error(value)
+            if found is not None and _S.active is not False:
+                requested, line = found
+                _probe._oom(line, source="host_error", stage=_S.stage,
+                            step=None if _S.user_steps else _S.step, requested_bytes=requested)
+        except BaseException:
+            pass
+        previous(kind, value, traceback)
+
+    sys.excepthook = excepthook

@@ -1,0 +1,110 @@
+"""oomscope's bootstrap: `collector run` puts this directory first on the child's PYTHONPATH.
+
+Python runs `sitecustomize` before the program's own code (not under `python -I`, `-E` or `-S`:
+those run uninstrumented). This file does three things and nothing else:
+1. it runs the user's own sitecustomize, if there is one further down the path (the ddtrace-run
+   way: step aside, import again, step back), so nothing the user set up is lost;
+2. when the program imports torch, and only then, it loads `_oomscope_torch` (the hooks) right
+   after torch finishes importing. torch is never imported from here: a Python that never
+   imports torch (pip, a multiprocessing helper, a non-training script) pays one dictionary
+   lookup per import and nothing else;
+3. nothing more: no output, no thread, no CUDA. Every failure of oomscope's own code is
+   swallowed (`BaseException`: a SystemExit escaping sitecustomize would kill the interpreter),
+   so the program runs exactly as it would without the collector.
+"""
+
+
+def _oomscope_install():
+    import os
+    import sys
+
+    if not os.environ.get("OOMSCOPE_SOCKET"):
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    class _TorchWatcher:
+        """A meta-path finder that only answers for `torch`, to run the hooks after it loads."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name != "torch":
+                return None
+            try:
+                sys.meta_path.remove(self)
+            except ValueError:
+                return None
+            try:
+                import importlib.util
+
+                spec = importlib.util.find_spec("torch")
+            except BaseException:
+                return None
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            spec.loader = _AfterLoad(spec.loader)
+            return spec
+
+    class _AfterLoad:
+        """Wraps torch's loader: run it, then (never failing) install the hooks."""
+
+        def __init__(self, loader):
+            self._loader = loader
+
+        def __getattr__(self, name):
+            return getattr(self._loader, name)
+
+        def create_module(self, spec):
+            return self._loader.create_module(spec)
+
+        def exec_module(self, module):
+            self._loader.exec_module(module)
+            try:
+                module.__spec__.loader = self._loader
+            except BaseException:
+                pass
+            try:
+                import importlib.util
+
+                hooks_path = os.path.join(here, "_oomscope_torch.py")
+                hooks_spec = importlib.util.spec_from_file_location("_oomscope_torch", hooks_path)
+                hooks = importlib.util.module_from_spec(hooks_spec)
+                sys.modules["_oomscope_torch"] = hooks
+                hooks_spec.loader.exec_module(hooks)
+                hooks.install(module, here)
+            except BaseException:
+                sys.modules.pop("_oomscope_torch", None)
+
+    if "torch" in sys.modules:
+        return
+    sys.meta_path.insert(0, _TorchWatcher())
+
+
+def _oomscope_chain():
+    """Imports the next `sitecustomize` on the path, as Python would have without us. Its own
+    exceptions propagate: Python's `site` then reports them exactly as it always does."""
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = sys.modules.pop("sitecustomize", None)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        try:
+            import sitecustomize  # noqa: F401  (the user's)
+        except ImportError as e:
+            if e.name != "sitecustomize":
+                raise
+    finally:
+        sys.path[:] = saved
+        if ours is not None:
+            sys.modules["_oomscope_sitecustomize"] = ours
+            # Python's import machinery looks the name up once we return: without a user's
+            # sitecustomize, the name stays ours.
+            sys.modules.setdefault("sitecustomize", ours)
+
+
+try:
+    _oomscope_install()
+except BaseException:
+    pass
+_oomscope_chain()

@@ -1,0 +1,84 @@
+//! The zero-code Python hooks: a bootstrap directory, embedded in the collector binary, written
+//! into the run's private directory and put first on the child's `PYTHONPATH`.
+//!
+//! Why this way (the convention of `ddtrace-run` and `opentelemetry-instrument`): Python runs a
+//! `sitecustomize` module found on its path before the program's own code, in every Python
+//! process the program starts (torchrun's workers, multiprocessing's spawn children), with no
+//! change to the program or its command line. The bootstrap chains a `sitecustomize` the user
+//! already has, imports nothing heavy, and only when the program itself imports torch loads the
+//! hooks (`collector/python/boot/_oomscope_torch.py`, whose module doc says what each hook does).
+//! `python -I`, `-E` and `-S` skip `sitecustomize`: such runs are recorded without marks, like
+//! any other program.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// The files of the bootstrap directory: (name, contents).
+const FILES: [(&str, &str); 3] = [
+    (
+        "sitecustomize.py",
+        include_str!("../../python/boot/sitecustomize.py"),
+    ),
+    (
+        "_oomscope_torch.py",
+        include_str!("../../python/boot/_oomscope_torch.py"),
+    ),
+    // The helper: the hooks send through it, and the program can `import oomscope_probe`
+    // without copying it.
+    ("oomscope_probe.py", include_str!("../../python/oomscope_probe.py")),
+];
+
+/// Set to `1` in the child's environment by `--oom-snapshot`: the hooks record the allocator's
+/// history of live blocks (Python stacks) and send what was alive at an OOM, by source line.
+pub const OOM_SNAPSHOT_ENV: &str = "OOMSCOPE_OOM_SNAPSHOT";
+
+/// Writes the bootstrap into `run_dir/python` (the run's private 0700 directory) and returns it.
+pub fn write_bootstrap(run_dir: &Path) -> Result<PathBuf> {
+    let dir = run_dir.join("python");
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the Python bootstrap in {}", dir.display()))?;
+    for (name, contents) in FILES {
+        let path = dir.join(name);
+        std::fs::write(&path, contents)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(dir)
+}
+
+/// `PYTHONPATH` for the child: the bootstrap first, then whatever the user had.
+pub fn python_path(bootstrap: &Path, existing: Option<OsString>) -> OsString {
+    let mut value = bootstrap.as_os_str().to_owned();
+    if let Some(existing) = existing.filter(|e| !e.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bootstrap_goes_first_and_keeps_the_users_path() {
+        let boot = Path::new("/run/x/python");
+        assert_eq!(python_path(boot, None), "/run/x/python");
+        assert_eq!(python_path(boot, Some("".into())), "/run/x/python");
+        assert_eq!(
+            python_path(boot, Some("/a:/b".into())),
+            "/run/x/python:/a:/b"
+        );
+    }
+
+    #[test]
+    fn the_bootstrap_is_written_whole() {
+        let dir = std::env::temp_dir().join(format!("oomscope-boot-test-{}", std::process::id()));
+        let written = write_bootstrap(&dir).unwrap();
+        for (name, contents) in FILES {
+            assert_eq!(std::fs::read_to_string(written.join(name)).unwrap(), contents);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
