@@ -118,7 +118,8 @@ class Probe:
 
     def mark(self, stage, step=None, phase=None, epoch=None):
         """Marks a stage; attaches allocator statistics when torch/CUDA are in use."""
-        _tell_hooks("user_mark", _token(stage))
+        if _tell_hooks("user_mark", _token(stage)) is True:
+            return  # the zero-code hooks marked this very stage a moment ago
         self._mark(stage, step=step, phase=phase, epoch=epoch)
 
     def _mark(self, stage, step=None, phase=None, epoch=None):
@@ -241,9 +242,10 @@ def _tell_hooks(what, *args):
     hooks = sys.modules.get("_oomscope_torch")
     if hooks is not None:
         try:
-            getattr(hooks, what)(*args)
+            return getattr(hooks, what)(*args)
         except Exception:
-            pass
+            return None
+    return None
 
 
 def _float(value):

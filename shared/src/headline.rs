@@ -30,7 +30,8 @@ pub fn ending(trace: &Trace) -> String {
 /// The first out-of-memory error in one sentence, when the run had one: what ran out, where in
 /// the loop, what was asked for and what was free (and how many more OOMs followed).
 pub fn first_oom(trace: &Trace) -> Option<String> {
-    let first = trace.ooms.first()?;
+    let mut ooms = crate::analysis::oom::distinct_ooms(trace);
+    let first = ooms.next()?;
     let what = if first.source.is_host() {
         "host"
     } else {
@@ -53,7 +54,7 @@ pub fn first_oom(trace: &Trace) -> Option<String> {
             ));
         }
     }
-    let more = trace.ooms.len() - 1;
+    let more = ooms.count();
     if more > 0 {
         text.push_str(&format!(" (and {more} more)"));
     }

@@ -682,6 +682,24 @@ pub struct OomEvent {
 }
 
 impl OomEvent {
+    /// Two reports closer than this (µs) can be one OOM told twice.
+    pub const SAME_OOM_WITHIN_US: u64 = 2_000_000;
+    /// Requested sizes this close (a share of the larger) are one request: a traceback rounds it
+    /// (`Tried to allocate 2.34 GiB`) where the allocator's observer gives exact bytes.
+    pub const SAME_SIZE_SHARE: f64 = 0.01;
+
+    /// Whether `later` is this OOM told again (e.g. the allocator's observer inside the program,
+    /// then the traceback on stderr): within [`Self::SAME_OOM_WITHIN_US`], of the same memory
+    /// (device or host), and the same requested size or one of them unknown.
+    pub fn same_oom(&self, later: &OomEvent) -> bool {
+        let close = later.t_us.abs_diff(self.t_us) < Self::SAME_OOM_WITHIN_US;
+        let same_size = match (self.requested_bytes, later.requested_bytes) {
+            (Some(a), Some(b)) => a.abs_diff(b) as f64 <= Self::SAME_SIZE_SHARE * a.max(b) as f64,
+            _ => true,
+        };
+        close && same_size && self.source.is_host() == later.source.is_host()
+    }
+
     /// An OOM of `source` saying `message`, with nothing else known yet (stage, step, sizes).
     pub fn new(t_us: u64, source: OomSource, message: String) -> OomEvent {
         OomEvent {

@@ -58,6 +58,7 @@ class _State:
         self.bw_task = None
         self.stage = None
         self.user_stages = set()
+        self.emitted = {}  # stage -> step we last marked it at (until the program marks it)
         self.user_steps = False
         self.user_phases = False
         self.cuda_ready = False
@@ -113,9 +114,12 @@ def _guard(fn):
 # --- the program's own marks (the helper) win over ours ---------------------------------------
 
 def user_mark(stage):
-    """The helper module sent `stage` itself: from now on we do not send it."""
-    if _S is not None:
-        _S.user_stages.add(stage)
+    """The program marks `stage` itself (through the helper): from now on we do not. Returns
+    True when we already marked it in this step, so that the helper does not send it twice."""
+    if _S is None:
+        return False
+    _S.user_stages.add(stage)
+    return _S.emitted.pop(stage, None) == _S.step
 
 
 def user_step():
@@ -139,6 +143,7 @@ def _emit(stage, phase):
     S.stage = stage
     if stage in S.user_stages:
         return
+    S.emitted[stage] = S.step
     if not S.cuda_ready:
         _cuda_ready_check()
     _probe._mark(stage, step=None if S.user_steps else S.step,

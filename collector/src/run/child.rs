@@ -14,8 +14,6 @@ use std::sync::{Arc, Mutex};
 
 use super::Event;
 use super::shared_state::RunState;
-use crate::protocol::Message;
-use oomscope_trace::Record;
 use oomscope_trace::oom_text::recognise;
 
 /// Pid of the child, read by the signal handler (0 before it exists).
@@ -102,10 +100,7 @@ fn scan_line(line: &[u8], state: &RunState, events: &SyncSender<Event>) {
         // An OOM is rare and precious: retry a full channel for up to ~50 ms before giving up,
         // but never block the child's stderr for longer.
         let t_us = state.now_us();
-        let mut event = Event::Message {
-            t_us,
-            message: Message::record(Record::Oom(oom.into_event(t_us))),
-        };
+        let mut event = Event::StderrOom(oom.into_event(t_us));
         for _ in 0..50 {
             match events.try_send(event) {
                 Ok(()) | Err(TrySendError::Disconnected(_)) => return,

@@ -50,7 +50,10 @@ use shared_state::RunState;
 pub enum Event {
     /// Sample rows are waiting in [`shared_state::PendingRows`]: write them.
     SamplesReady,
-    /// A marker message, or an OOM error seen on stderr.
+    /// An OOM error recognised on the program's stderr (left out when the program itself
+    /// already reported it: its traceback).
+    StderrOom(OomEvent),
+    /// A marker message.
     Message {
         /// When it arrived.
         t_us: u64,

@@ -27,7 +27,10 @@ const FILES: [(&str, &str); 3] = [
     ),
     // The helper: the hooks send through it, and the program can `import oomscope_probe`
     // without copying it.
-    ("oomscope_probe.py", include_str!("../../python/oomscope_probe.py")),
+    (
+        "oomscope_probe.py",
+        include_str!("../../python/oomscope_probe.py"),
+    ),
 ];
 
 /// Set to `1` in the child's environment by `--oom-snapshot`: the hooks record the allocator's
@@ -77,7 +80,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("oomscope-boot-test-{}", std::process::id()));
         let written = write_bootstrap(&dir).unwrap();
         for (name, contents) in FILES {
-            assert_eq!(std::fs::read_to_string(written.join(name)).unwrap(), contents);
+            assert_eq!(
+                std::fs::read_to_string(written.join(name)).unwrap(),
+                contents
+            );
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

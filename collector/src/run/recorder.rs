@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use oomscope_trace::codec::tag;
-use oomscope_trace::{Dropped, Name, OomSource, Phase, Record, TraceWriter};
+use oomscope_trace::{Dropped, Name, OomEvent, Phase, Record, TraceWriter};
 
 use super::Event;
 use super::shared_state::RunState;
@@ -20,12 +20,6 @@ use crate::protocol::{self, Message};
 
 /// Longest time between two flushes of the trace file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
-/// Two OOM reports closer than this with the same (or unknown) size are one OOM told twice
-/// (e.g. the allocator's observer inside the program, then the traceback on stderr).
-const OOM_DEDUP_US: u64 = 2_000_000;
-/// Sizes this close are the same request: the traceback rounds it (`Tried to allocate 2.34 GiB`)
-/// where the observer gives the allocator's exact, block-rounded bytes.
-const OOM_SAME_SIZE_SHARE: f64 = 0.01;
 
 /// What the program said last: a record that leaves a field to its context takes it from here.
 #[derive(Debug, Default)]
@@ -36,7 +30,7 @@ struct Context {
     epoch: u32,
     phase: Phase,
     stage: Option<Name>,
-    last_oom: Option<(u64, Option<u64>)>,
+    last_oom: Option<OomEvent>,
 }
 
 /// Writes events to the trace until the `Finish` event, then closes it.
@@ -54,6 +48,7 @@ pub fn record_loop(
         // The rows taken before what arrived go first, so the trace stays in time order.
         let through_us = match &event {
             Ok(Event::Message { t_us, .. }) => *t_us,
+            Ok(Event::StderrOom(oom)) => oom.t_us,
             _ => u64::MAX,
         };
         state.rows.take_through(through_us, &mut rows);
@@ -123,6 +118,15 @@ fn handle(
 ) -> Result<()> {
     match event {
         Event::SamplesReady => {}
+        Event::StderrOom(oom) => {
+            // The same OOM the program reported a moment ago (its traceback) is not recorded
+            // twice; the analysis also keeps one of each (the order of arrival can be either).
+            if !ctx.is_duplicate_oom(&oom) {
+                let mut record = Record::Oom(oom);
+                ctx.resolve(&mut record, &protocol::Context::default());
+                w.write(&record)?;
+            }
+        }
         Event::Message { t_us, message } => match message {
             Message::Step { step, epoch } => {
                 ctx.step = step;
@@ -140,18 +144,11 @@ fn handle(
                     shown.0.push_str(&mark.name);
                     shown.1 = mark.step;
                 }
-                let duplicate = match &record {
-                    // The program's own report of an OOM is always kept; the same OOM seen again
-                    // on stderr (its traceback) is not recorded twice.
-                    Record::Oom(oom) => {
-                        ctx.is_duplicate_oom(t_us, oom.requested_bytes)
-                            && oom.source == OomSource::Stderr
-                    }
-                    _ => false,
-                };
-                if !duplicate {
-                    w.write(&record)?;
+                // The program's own report of an OOM is always kept.
+                if let Record::Oom(oom) = &record {
+                    ctx.is_duplicate_oom(oom);
                 }
+                w.write(&record)?;
             }
         },
         Event::Finish { .. } => {}
@@ -184,15 +181,12 @@ impl Context {
         }
     }
 
-    fn is_duplicate_oom(&mut self, t_us: u64, requested: Option<u64>) -> bool {
-        let same_size = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => a.abs_diff(b) as f64 <= OOM_SAME_SIZE_SHARE * a.max(b) as f64,
-            _ => true,
-        };
+    fn is_duplicate_oom(&mut self, oom: &OomEvent) -> bool {
         let duplicate = self
             .last_oom
-            .is_some_and(|(t, r)| t_us.saturating_sub(t) < OOM_DEDUP_US && same_size(r, requested));
-        self.last_oom = Some((t_us, requested));
+            .as_ref()
+            .is_some_and(|last| last.same_oom(oom));
+        self.last_oom = Some(oom.clone());
         duplicate
     }
 }

@@ -67,9 +67,7 @@ pub struct OomContext {
 /// Every OOM event in context, then a probable host OOM kill of the process when the trace has
 /// no host-kill event of its own.
 pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
-    let mut out: Vec<OomContext> = trace
-        .ooms
-        .iter()
+    let mut out: Vec<OomContext> = distinct_ooms(trace)
         .map(|event| {
             let kind = if event.source.is_host() {
                 OomKind::Host
@@ -111,6 +109,23 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
         out.push(c);
     }
     out
+}
+
+/// The trace's OOMs, each told once: of the reports of one OOM ([`OomEvent::same_oom`]: the
+/// allocator's observer or the hooks inside the program, then the traceback on stderr, in
+/// whichever order they reached the collector) the one that knows the requested size is kept,
+/// then the program's own over the stderr text, then the first.
+pub fn distinct_ooms(trace: &Trace) -> impl Iterator<Item = &OomEvent> {
+    let rank = |o: &OomEvent| (o.requested_bytes.is_some(), o.source != OomSource::Stderr);
+    let ooms = &trace.ooms;
+    ooms.iter().enumerate().filter_map(move |(i, event)| {
+        let better = ooms.iter().enumerate().any(|(j, other)| {
+            j != i
+                && (other.same_oom(event) || event.same_oom(other))
+                && (rank(other) > rank(event) || (rank(other) == rank(event) && j < i))
+        });
+        (!better).then_some(event)
+    })
 }
 
 /// What the trace knew at `t_us`, before the event's own fields are applied.

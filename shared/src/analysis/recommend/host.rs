@@ -3,6 +3,7 @@
 use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
 use crate::analysis::host::HostMemory;
 use crate::analysis::oom::{OomContext, OomKind};
+use crate::model::OomSource;
 use crate::units::{format_bytes, format_count, format_duration_us, format_percent};
 
 /// Available host memory below this share of (available + the process's RSS) is pressure: the
@@ -22,6 +23,9 @@ pub struct HostPressure<'a> {
     pub low: bool,
     /// The probable kill by the kernel's OOM killer.
     pub kill: Option<&'a OomContext>,
+    /// A host allocation the program saw fail (libtorch's `DefaultCPUAllocator`, `MemoryError`):
+    /// the process was not killed, it raised.
+    pub failed: Option<&'a OomContext>,
 }
 
 impl Diagnose for HostMemoryPressure {
@@ -30,13 +34,27 @@ impl Diagnose for HostMemoryPressure {
 
     /// Detection: the host ran low, or the process was probably OOM-killed; `None` otherwise.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
-        let kill = ctx.analysis.ooms.iter().find(|o| o.kind == OomKind::Host);
+        let kill = ctx
+            .analysis
+            .ooms
+            .iter()
+            .find(|o| o.kind == OomKind::Host && o.event.source == OomSource::HostKill);
+        let failed = ctx
+            .analysis
+            .ooms
+            .iter()
+            .find(|o| o.kind == OomKind::Host && o.event.source != OomSource::HostKill);
         let host = ctx.analysis.host_memory.as_ref();
         let low = host.is_some_and(|h| {
             h.min_available_fraction
                 .is_some_and(|f| f < HOST_AVAILABLE_MIN_FRACTION)
         });
-        (low || kill.is_some()).then_some(HostPressure { host, low, kill })
+        (low || kill.is_some() || failed.is_some()).then_some(HostPressure {
+            host,
+            low,
+            kill,
+            failed,
+        })
     }
 
     /// Wording: what happened, the change to make, and the numbers.
@@ -70,7 +88,24 @@ impl Diagnose for HostMemoryPressure {
             fact.push_str(": probably the kernel's OOM killer");
             facts.push(fact);
         }
+        if let Some(f) = d.failed {
+            let mut fact = match f.event.requested_bytes {
+                Some(r) => format!("allocating {} failed", format_bytes(r)),
+                None => "a host allocation failed".to_owned(),
+            };
+            fact.push_str(&format!(" at {}", format_duration_us(f.event.t_us)));
+            if let Some(step) = f.event.step {
+                fact.push_str(&format!(" (step {})", format_count(step)));
+            }
+            if let Some(a) = f.host_available_bytes {
+                fact.push_str(&format!(" with {} available", format_bytes(a)));
+            }
+            facts.push(fact);
+        }
         let mut evidence = Vec::new();
+        if let Some(r) = d.failed.and_then(|f| f.event.requested_bytes) {
+            evidence.push(Evidence::bytes("failed_request_bytes", r as f64));
+        }
         if let Some(h) = d.host {
             evidence.push(Evidence::bytes(
                 "min_available_bytes",
@@ -92,92 +127,36 @@ impl Diagnose for HostMemoryPressure {
                 Severity::Critical,
                 "The process was probably killed for host memory".to_owned(),
             )
+        } else if d.failed.is_some() {
+            (Severity::Critical, "A host allocation failed".to_owned())
         } else {
             (Severity::Warning, "Host memory nearly ran out".to_owned())
         };
-        finding(
-            self,
-            severity,
-            title,
-            facts.join("; "),
-            "use fewer DataLoader workers or a lower prefetch_factor, memory-map datasets \
-             instead of loading them into RAM, keep per-sample Python objects out of worker \
-             datasets (copy-on-write duplicates them per worker), and pin less memory"
-                .to_owned(),
-            evidence,
-        )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_support::{evidence, find, with_context};
-    use super::*;
-    use crate::analysis::testkit::{GIB, MIB, Run};
-    use crate::model::{ExitStatus, ProcessExit};
-
-    #[test]
-    fn host_nearly_full() {
-        let run = Run {
-            host_total_bytes: 64 * GIB,
-            host_rss_bytes: 42 * GIB,
-            host_rss_growth_per_step: 300 * MIB,
-            ..Run::default()
-        };
-        let trace = run.build();
-        // Detection, in numbers: 4.71 GiB of 64 GiB available at the tightest moment, no kill.
-        let (low, available, killed) = with_context(&trace, |ctx| {
-            let d = HostMemoryPressure.detect(ctx).unwrap();
-            (d.low, d.host.unwrap().min_available_bytes, d.kill.is_some())
-        });
-        assert!(low && !killed);
-        assert_eq!(available, 64 * GIB - (42 * GIB + 59 * 300 * MIB));
-        let f = find(&trace, FindingKind::HostMemoryPressure).unwrap();
-        assert_eq!(f.severity, Severity::Warning);
-        // Step 59: RSS 42 GiB + 59 × 300 MiB = 59.3 GiB, 4.71 GiB available (7%).
-        assert_eq!(
-            f.explanation,
-            "host memory available fell to 4.71 GiB (7% of 64.0 GiB) at pre_forward of step 59 \
-             while the process held 59.3 GiB resident"
-        );
-        assert!(evidence(&f, "min_available_fraction") < HOST_AVAILABLE_MIN_FRACTION);
-        assert_eq!(evidence(&f, "killed"), 0.0);
-    }
-
-    #[test]
-    fn oom_kill_is_critical() {
-        let run = Run {
-            host_total_bytes: 64 * GIB,
-            host_rss_bytes: 61 * GIB,
-            exit: Some(ProcessExit {
-                t_us: 10_000_000,
-                status: ExitStatus::Signal(9),
-                probable_host_oom: true,
-            }),
-            ..Run::default()
-        };
-        let f = find(&run.build(), FindingKind::HostMemoryPressure).unwrap();
-        assert_eq!(f.severity, Severity::Critical);
-        assert!(
-            f.explanation.ends_with(
-                "; the process was killed with SIGKILL at 10.0 s (step 39) with 3.00 GiB \
-                 available: probably the kernel's OOM killer"
+        // One request larger than all the host's memory is a shape or configuration bug (a size
+        // taken from the wrong field), not a sign of too many workers or too big a batch.
+        let host_total = d
+            .failed
+            .and_then(|f| Some(f.host_rss_bytes? + f.host_available_bytes?));
+        let impossible = d
+            .failed
+            .and_then(|f| f.event.requested_bytes)
+            .zip(host_total)
+            .filter(|&(r, total)| r > total);
+        let advice = match impossible {
+            Some((r, total)) => format!(
+                "one request of {} is larger than all of the host's memory ({}): a shape or \
+                 configuration bug, not a batch-size problem; check the sizes that reach the \
+                 allocation that failed (a length taken from a maximum, a wrong dtype or a \
+                 missing dimension)",
+                format_bytes(r),
+                format_bytes(total)
             ),
-            "{}",
-            f.explanation
-        );
-        assert_eq!(evidence(&f, "killed"), 1.0);
-    }
-
-    #[test]
-    fn comfortable_host_does_not_fire() {
-        assert!(find(&Run::default().build(), FindingKind::HostMemoryPressure).is_none());
-        // Near miss: 12% available at the end.
-        let near = Run {
-            host_total_bytes: 100 * GIB,
-            host_rss_bytes: 88 * GIB,
-            ..Run::default()
+            None => "use fewer DataLoader workers or a lower prefetch_factor, memory-map datasets \
+                     instead of loading them into RAM, keep per-sample Python objects out of \
+                     worker datasets (copy-on-write duplicates them per worker), and pin less \
+                     memory"
+                .to_owned(),
         };
-        assert!(find(&near.build(), FindingKind::HostMemoryPressure).is_none());
+        finding(self, severity, title, facts.join("; "), advice, evidence)
     }
 }

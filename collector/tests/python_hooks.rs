@@ -1,0 +1,463 @@
+//! The zero-code PyTorch hooks, end to end: real, unmodified PyTorch programs
+//! (`tests/torch_programs/`, which know nothing about oomscope) run under `collector run` with
+//! PyTorch 2.11 on CPU, and the trace is checked against what the programs did: the six stages at
+//! every step, micro-batches, eval as its own phase, one sender (no DataLoader worker, no torchrun
+//! agent), a planted leak at its true rate, a clean run clean, a host allocation failure inside
+//! libtorch with its size — and the program's output and exit code unchanged.
+//!
+//! PyTorch comes from `OOMSCOPE_TORCH_VENV` (`scripts/setup-torch.sh`, which `scripts/test.sh`
+//! runs); without it these tests fail and say so.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use oomscope_trace::analysis::recommend::FindingKind;
+use oomscope_trace::analysis::{AnalysisOptions, analyze};
+use oomscope_trace::{OomSource, Phase, Trace};
+use support::{Scratch, collector, read, stderr};
+
+const STAGES: [&str; 6] = [
+    "pre_forward",
+    "post_forward",
+    "pre_backward",
+    "post_backward",
+    "pre_optimizer_step",
+    "post_optimizer_step",
+];
+
+/// The Python that has torch.
+fn torch_python() -> PathBuf {
+    let venv = std::env::var_os("OOMSCOPE_TORCH_VENV").expect(
+        "OOMSCOPE_TORCH_VENV is not set: run `source scripts/env.sh` after scripts/setup-torch.sh",
+    );
+    let python = Path::new(&venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/setup-torch.sh",
+        python.display()
+    );
+    python
+}
+
+fn program(name: &str) -> String {
+    format!("{}/tests/torch_programs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `collector run -q -o TRACE [extra] -- CMD...`.
+fn record(s: &Scratch, extra: &[&str], cmd: &[&str]) -> (Output, Trace) {
+    let trace = s.path("t.oomt");
+    let mut args = vec!["run", "-q", "-o", trace.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(cmd);
+    let out = collector(&args)
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let t = read(&trace).trace;
+    (out, t)
+}
+
+/// The same command without the collector.
+fn plain(cmd: &[&str]) -> Output {
+    Command::new(cmd[0])
+        .args(&cmd[1..])
+        .env("OMP_NUM_THREADS", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .unwrap()
+}
+
+/// The program's own stderr lines out of the collector's stderr (which adds `oomscope:` lines).
+fn program_stderr(o: &Output) -> String {
+    stderr(o)
+        .lines()
+        .filter(|l| !l.starts_with("oomscope:"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn count(t: &Trace, stage: &str, phase: Phase) -> usize {
+    t.marks
+        .iter()
+        .filter(|m| m.name.as_ref() == stage && m.phase == phase)
+        .count()
+}
+
+fn senders(t: &Trace) -> BTreeSet<(Option<u32>, Option<u32>)> {
+    t.marks.iter().map(|m| (m.pid, m.rank)).collect()
+}
+
+#[test]
+fn an_unmodified_loop_gets_stages_steps_micro_batches_and_eval_with_output_unchanged() {
+    let s = Scratch::new("zc-loop");
+    let py = torch_python();
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("train.py"),
+        "--steps",
+        "6",
+        "--accum",
+        "2",
+        "--eval-every",
+        "3",
+        "--workers",
+        "2",
+        "--mp-context",
+        "fork",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    let without = plain(&cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        out.stdout, without.stdout,
+        "the program's stdout is unchanged"
+    );
+    assert_eq!(
+        program_stderr(&out),
+        String::from_utf8_lossy(&without.stderr)
+    );
+
+    // Six stages; two micro-batches a step; optimizer marks once a step; steps 0..=5.
+    for stage in &STAGES[..4] {
+        assert_eq!(count(&t, stage, Phase::Train), 12, "{stage}");
+    }
+    for stage in &STAGES[4..] {
+        assert_eq!(count(&t, stage, Phase::Train), 6, "{stage}");
+    }
+    let steps = |phase: Phase| -> BTreeSet<u64> {
+        t.marks
+            .iter()
+            .filter(|m| m.phase == phase)
+            .map(|m| m.step)
+            .collect()
+    };
+    assert_eq!(steps(Phase::Train), (0..6).collect());
+    // An eval after the 3rd and the 6th applied step is at step 3 and 6.
+    assert_eq!(steps(Phase::Eval), [3, 6].into_iter().collect());
+    // Each step's marks in loop order.
+    let step2: Vec<&str> = t
+        .marks
+        .iter()
+        .filter(|m| m.step == 1 && m.phase == Phase::Train)
+        .map(|m| m.name.as_ref())
+        .collect();
+    assert_eq!(
+        step2,
+        [&STAGES[..4], &STAGES[..4], &STAGES[4..]].concat(),
+        "micro-batches then the step"
+    );
+    // Eval after steps 3 and 6: two batches each, forward only, its own phase.
+    assert_eq!(count(&t, "pre_forward", Phase::Eval), 4);
+    assert_eq!(count(&t, "post_forward", Phase::Eval), 4);
+    assert_eq!(t.marks.iter().filter(|m| m.phase == Phase::Eval).count(), 8);
+    // One sender: the DataLoader's forked workers emit nothing.
+    let senders = senders(&t);
+    assert_eq!(senders.len(), 1, "{senders:?}");
+    let (pid, rank) = *senders.iter().next().unwrap();
+    assert!(pid.is_some());
+    assert_eq!(rank, None);
+    // The analysis sees the stages (host memory on CPU).
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let table = analysis.stage_table;
+    let names: BTreeSet<&str> = table.rows.iter().map(|r| r.stage.as_str()).collect();
+    assert_eq!(names, STAGES.iter().copied().collect());
+}
+
+#[test]
+fn spawned_workers_checkpointing_and_bf16_autocast_keep_the_marks_exact() {
+    let s = Scratch::new("zc-spawn");
+    let py = torch_python();
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("train.py"),
+        "--steps",
+        "4",
+        "--workers",
+        "2",
+        "--mp-context",
+        "spawn",
+        "--checkpoint",
+        "--bf16",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Recomputation inside backward (checkpointing) is not a forward; spawned workers (which
+    // run the bootstrap again) send nothing.
+    for stage in STAGES {
+        assert_eq!(count(&t, stage, Phase::Train), 4, "{stage}");
+    }
+    assert_eq!(t.marks.len(), 24);
+    assert_eq!(senders(&t).len(), 1);
+}
+
+#[test]
+fn torch_compile_in_both_forms_keeps_every_mark_and_adds_no_warning() {
+    let s = Scratch::new("zc-compile");
+    let py = torch_python();
+    for form in ["wrap", "method"] {
+        let cmd = [
+            py.to_str().unwrap(),
+            &program("train.py"),
+            "--steps",
+            "10",
+            "--compile",
+            form,
+        ];
+        let (out, t) = record(&s, &[], &cmd);
+        assert_eq!(out.status.code(), Some(0), "{form}: {}", stderr(&out));
+        for stage in STAGES {
+            assert_eq!(count(&t, stage, Phase::Train), 10, "{form} {stage}");
+        }
+        let err = program_stderr(&out);
+        assert!(!err.contains("global hooks"), "{form}: {err}");
+        assert!(!err.contains("graph break"), "{form}: {err}");
+    }
+}
+
+#[test]
+fn a_planted_leak_is_found_at_its_rate_and_a_clean_run_has_none() {
+    let s = Scratch::new("zc-leak");
+    let py = torch_python();
+    let leak_mib = 4.0;
+    for leak in ["list", "none"] {
+        let cmd = [
+            py.to_str().unwrap(),
+            &program("train.py"),
+            "--steps",
+            "40",
+            "--leak",
+            leak,
+            "--leak-mib",
+            "4",
+        ];
+        let (out, t) = record(&s, &[], &cmd);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let analysis = analyze(&t, &AnalysisOptions::default());
+        let leaks: Vec<_> = analysis
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::Leak)
+            .collect();
+        if leak == "none" {
+            assert!(leaks.is_empty(), "{leaks:?}");
+            continue;
+        }
+        assert_eq!(leaks.len(), 1, "{:?}", analysis.findings);
+        let fit = analysis
+            .leak_fits
+            .iter()
+            .filter(|f| f.is_leak)
+            .max_by(|a, b| a.r_squared.total_cmp(&b.r_squared))
+            .unwrap();
+        let rate_mib = fit.slope_bytes_per_step / (1u64 << 20) as f64;
+        assert!(
+            (rate_mib - leak_mib).abs() <= 0.2 * leak_mib,
+            "found {rate_mib:.2} MiB/step, planted {leak_mib}"
+        );
+        assert!(STAGES.contains(&fit.stage.as_str()), "{}", fit.stage);
+    }
+}
+
+#[test]
+fn a_host_allocation_failure_inside_libtorch_is_one_oom_with_its_size() {
+    let s = Scratch::new("zc-hostoom");
+    let py = torch_python();
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("train.py"),
+        "--steps",
+        "2",
+        "--host-oom",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    let without = plain(&cmd);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.stdout, without.stdout);
+    assert_eq!(
+        program_stderr(&out),
+        String::from_utf8_lossy(&without.stderr)
+    );
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert_eq!(analysis.ooms.len(), 1, "{:?}", t.ooms);
+    let oom = &analysis.ooms[0].event;
+    assert_eq!(oom.source, OomSource::HostError);
+    assert_eq!(oom.requested_bytes, Some(1 << 52));
+    assert_eq!(oom.stage.as_deref(), Some("post_optimizer_step"));
+    assert_eq!(oom.step, Some(1));
+    let finding = &analysis.findings[0];
+    assert_eq!(finding.kind, FindingKind::HostMemoryPressure);
+    assert_eq!(finding.title, "A host allocation failed");
+    assert!(!finding.explanation.contains("SIGKILL"), "{finding:?}");
+    assert!(
+        finding
+            .change
+            .contains("larger than all of the host's memory")
+    );
+}
+
+#[test]
+fn under_torchrun_only_the_ranks_mark_and_each_says_who_it_is() {
+    let s = Scratch::new("zc-torchrun");
+    let py = torch_python();
+    let cmd = [
+        py.to_str().unwrap(),
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        &program("ddp.py"),
+        "--steps",
+        "3",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("rank 0 of 2") && stdout.contains("rank 1 of 2"),
+        "{stdout}"
+    );
+    // Two senders, ranks 0 and 1, neither of them the agent (the collector's child).
+    let senders = senders(&t);
+    let ranks: BTreeSet<Option<u32>> = senders.iter().map(|s| s.1).collect();
+    assert_eq!(ranks, [Some(0), Some(1)].into_iter().collect());
+    assert_eq!(senders.len(), 2);
+    assert!(senders.iter().all(|s| s.0 != Some(t.metadata.pid)));
+    for stage in STAGES {
+        assert_eq!(count(&t, stage, Phase::Train), 6, "{stage}");
+    }
+    for rank in 0..2 {
+        let said = t.notes.iter().any(|n| {
+            n.text
+                .contains(&format!("rank={rank} local_rank={rank} world_size=2"))
+        });
+        assert!(said, "{:?}", t.notes);
+    }
+}
+
+#[test]
+fn the_programs_own_marks_add_to_the_automatic_ones_without_duplicates() {
+    let s = Scratch::new("zc-user");
+    let child = s.script(
+        "user.py",
+        r#"
+import torch, oomscope_probe as oom
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(3):
+    oom.mark("batch_ready")
+    loss = model(torch.ones(4, 8)).sum()
+    oom.mark("post_forward")   # also marked by the hooks: sent once
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("done")
+"#,
+    );
+    let py = torch_python();
+    let (out, t) = record(&s, &[], &[py.to_str().unwrap(), child.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        count(&t, "batch_ready", Phase::Unknown) + count(&t, "batch_ready", Phase::Train),
+        3
+    );
+    assert_eq!(
+        t.marks
+            .iter()
+            .filter(|m| m.name.as_ref() == "post_forward")
+            .count(),
+        3
+    );
+    assert_eq!(count(&t, "pre_forward", Phase::Train), 3);
+    assert_eq!(count(&t, "post_optimizer_step", Phase::Train), 3);
+}
+
+#[test]
+fn without_hooks_or_under_python_isolated_mode_a_program_gets_no_marks() {
+    let s = Scratch::new("zc-off");
+    let py = torch_python();
+    let cmd = [py.to_str().unwrap(), &program("train.py"), "--steps", "2"];
+    let (out, t) = record(&s, &["--no-python-hooks"], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(t.marks.is_empty());
+    let isolated = [
+        py.to_str().unwrap(),
+        "-I",
+        &program("train.py"),
+        "--steps",
+        "2",
+    ];
+    let (out, t) = record(&s, &[], &isolated);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(t.marks.is_empty(), "python -I skips sitecustomize");
+}
+
+#[test]
+fn the_users_sitecustomize_still_runs_and_its_errors_read_as_before() {
+    let s = Scratch::new("zc-chain");
+    let site = s.dir().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    let prog = s.script(
+        "prog.py",
+        "import os, sys\nprint('user site ran:', os.environ.get('USER_SITE_RAN'))\n",
+    );
+    // A user's sitecustomize that sets something up.
+    std::fs::write(
+        site.join("sitecustomize.py"),
+        "import os\nos.environ['USER_SITE_RAN'] = 'yes'\n",
+    )
+    .unwrap();
+    let user_path = format!("{}:{}", site.display(), support::python_path());
+    let run_with = |hooks: bool| {
+        let trace = s.path("c.oomt");
+        let mut args = vec!["run", "-q", "-o", trace.to_str().unwrap()];
+        if !hooks {
+            args.push("--no-python-hooks");
+        }
+        args.extend(["--", "python3", prog.to_str().unwrap()]);
+        collector(&args)
+            .env("PYTHONPATH", &user_path)
+            .output()
+            .unwrap()
+    };
+    let out = run_with(true);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "user site ran: yes\n");
+    // A user's sitecustomize that fails: Python's own message, exactly as without the hooks.
+    std::fs::write(site.join("sitecustomize.py"), "raise ValueError('boom')\n").unwrap();
+    let (with, without) = (run_with(true), run_with(false));
+    assert_eq!(with.stdout, without.stdout);
+    assert_eq!(program_stderr(&with), program_stderr(&without));
+    assert!(program_stderr(&with).contains("Error in sitecustomize"));
+    assert!(program_stderr(&with).contains("ValueError: boom"));
+}
+
+#[test]
+fn a_failing_bootstrap_leaves_the_program_running_untouched() {
+    // A `torch` the hooks cannot work with (no nn, no optim): installing them fails, silently,
+    // and the program goes on as it would.
+    let s = Scratch::new("zc-broken");
+    let fake = s.dir().join("fake");
+    std::fs::create_dir_all(fake.join("torch")).unwrap();
+    std::fs::write(fake.join("torch/__init__.py"), "answer = 42\n").unwrap();
+    let prog = s.script(
+        "prog.py",
+        "import sys, torch\nprint('torch says', torch.answer)\nsys.exit(3)\n",
+    );
+    let trace = s.path("b.oomt");
+    let out = collector(&["run", "-q", "-o", trace.to_str().unwrap(), "--", "python3"])
+        .arg(&prog)
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", fake.display(), support::python_path()),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "torch says 42\n");
+    assert_eq!(program_stderr(&out), "");
+    assert!(read(&trace).trace.marks.is_empty());
+}
