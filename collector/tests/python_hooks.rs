@@ -461,3 +461,126 @@ fn a_failing_bootstrap_leaves_the_program_running_untouched() {
     assert_eq!(program_stderr(&out), "");
     assert!(read(&trace).trace.marks.is_empty());
 }
+
+/// The CUDA side of the hooks without a GPU: the real hooks and a real training step, with the
+/// two CUDA allocator calls they make at an OOM (`torch._C._cuda_memoryStats` and
+/// `torch.cuda.memory._snapshot`) standing in with torch's exact structures, and the caching
+/// allocator's call into the OOM observer made by the script. The GPU proof runs it for real.
+const FAKE_CUDA_OOM: &str = r#"
+import sys, torch
+hooks = sys.modules["_oomscope_torch"]
+
+def frames(*fs):
+    return [{"filename": f, "line": l, "name": n} for f, l, n in fs]
+
+LINEAR = ("/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward")
+ME = "/home/me/project/train.py"
+blocks = [
+    # Two activations from the same user line, below a torch frame: grouped together.
+    {"size": 1 << 30, "requested_size": 1 << 30, "address": 0, "state": "active_allocated",
+     "frames": frames(LINEAR, (ME, 20, "forward"), (ME, 40, "<module>"))},
+    {"size": 1 << 30, "requested_size": (1 << 30) - 512, "address": 1 << 30,
+     "state": "active_allocated", "frames": frames(LINEAR, (ME, 20, "forward"))},
+    # Kept logits: another line.
+    {"size": 512 << 20, "requested_size": 512 << 20, "address": 2 << 30,
+     "state": "active_allocated", "frames": frames((ME, 55, "train_step"))},
+    # Free cache and a block waiting on a stream: not alive.
+    {"size": 4 << 30, "requested_size": 4 << 30, "address": 3 << 30, "state": "inactive",
+     "frames": []},
+    # Allocated before history was on: no frames.
+    {"size": 256 << 20, "requested_size": 256 << 20, "address": 8 << 30,
+     "state": "active_allocated", "frames": []},
+]
+# 25 small lines: the reducer keeps the 20 largest rows and sums the rest as <other>.
+for i in range(25):
+    blocks.append({"size": (1 + i) << 10, "requested_size": (1 + i) << 10, "address": i,
+                   "state": "active_allocated", "frames": frames((ME, 100 + i, "small"))})
+SNAPSHOT = {"segments": [{"address": 0, "total_size": 9 << 30, "stream": 0,
+                          "segment_type": "large", "allocated_size": 3 << 30,
+                          "active_size": 3 << 30, "blocks": blocks}],
+            "device_traces": [[]], "allocator_settings": {}}
+STATS = {"allocated_bytes": {"all": {"current": 3 << 30, "peak": 5 << 30}},
+         "reserved_bytes": {"all": {"current": 7 << 30, "peak": 7 << 30}},
+         "num_alloc_retries": 1, "num_ooms": 1}
+torch._C._cuda_memoryStats = lambda device: STATS
+torch.cuda.memory._snapshot = lambda device=None: SNAPSHOT
+hooks._S.snapshot = True
+
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    loss = model(torch.ones(2, 4)).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+model(torch.ones(2, 4))  # the forward of step 2, which "runs out"
+hooks._observer(0, 2 << 30, 80 << 30, 1 << 30)
+raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+                             "total capacity of 80.00 GiB of which 1.00 GiB is free.")
+"#;
+
+#[test]
+fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
+    let s = Scratch::new("zc-observer");
+    let child = s.script("oom.py", FAKE_CUDA_OOM);
+    let py = torch_python();
+    let (out, t) = record(
+        &s,
+        &["--oom-snapshot"],
+        &[py.to_str().unwrap(), child.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    // One OOM: the observer's (the traceback on stderr is the same one).
+    assert_eq!(analysis.ooms.len(), 1, "{:?}", t.ooms);
+    let oom = &analysis.ooms[0];
+    assert_eq!(oom.event.source, OomSource::Allocator);
+    assert_eq!(oom.event.requested_bytes, Some(2 << 30));
+    assert_eq!(oom.event.device_free_bytes, Some(1 << 30));
+    assert_eq!(oom.event.device_total_bytes, Some(80 << 30));
+    assert_eq!(oom.event.stage.as_deref(), Some("post_forward"));
+    assert_eq!(oom.event.step, Some(2));
+    // The allocator's state at the failure, from the observer.
+    assert_eq!(oom.allocated_bytes, Some(3 << 30));
+    assert_eq!(oom.reserved_bytes, Some(7 << 30));
+    assert_eq!(oom.allocator_mark_stage, None);
+    // What was alive, by the first frame in user code, largest first.
+    let rows: Vec<(&str, u32, &str, u64, u64)> = oom
+        .alive
+        .iter()
+        .map(|a| {
+            (
+                a.file.as_ref(),
+                a.line,
+                a.function.as_ref(),
+                a.bytes,
+                a.count,
+            )
+        })
+        .collect();
+    let me = "/home/me/project/train.py";
+    assert_eq!(rows[0], (me, 20, "forward", (2 << 30) - 512, 2));
+    assert_eq!(rows[1], (me, 55, "train_step", 512 << 20, 1));
+    assert_eq!(rows[2], ("<unknown>", 0, "?", 256 << 20, 1));
+    assert_eq!(rows.len(), 21, "20 rows and <other>");
+    let other = rows.iter().find(|r| r.0 == "<other>").unwrap();
+    // The 25 small lines are 1..=25 KiB: the 17 largest are rows, the 8 smallest (1..=8 KiB)
+    // are <other>.
+    assert_eq!((other.3, other.4), ((1..=8u64).sum::<u64>() << 10, 8));
+    // The terminal says it, and the OOM finding points at the line.
+    let text = oomscope_trace::text::render(&t, &analysis);
+    assert!(text.contains("alive at the OOM, by source line:"), "{text}");
+    assert!(text.contains("train.py:20 (forward)"), "{text}");
+    let finding = analysis
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Oom)
+        .unwrap();
+    assert!(
+        finding
+            .explanation
+            .contains("most came from train.py:20 (forward): 2.00 GiB in 2 tensors"),
+        "{}",
+        finding.explanation
+    );
+}

@@ -675,8 +675,8 @@ for step in range(12):
 }
 
 /// torch is not installed for these tests: the helper only reads `sys.modules["torch"]`, so a
-/// stand-in module with the three functions it calls exercises exactly the code that runs on a
-/// GPU host, with the shape of torch 2.11's `memory_stats_as_nested_dict()` (the GPU proof checks
+/// stand-in module with the functions it calls exercises exactly the code that runs on a
+/// GPU host, with the shape of torch 2.11's `torch._C._cuda_memoryStats(device)` (the GPU proof checks
 /// the real one).
 const STAND_IN_TORCH: &str = r#"
 import sys, types
@@ -684,15 +684,17 @@ torch = types.ModuleType("torch")
 torch.cuda = types.SimpleNamespace(
     is_available=lambda: True,
     is_initialized=lambda: True,
-    memory_stats_as_nested_dict=lambda: {
-        "allocated_bytes": {"all": {"current": 9_000_000_000, "peak": 14_000_000_000}},
-        "reserved_bytes": {"all": {"current": 12_000_000_000, "peak": 15_000_000_000}},
-        "active_bytes": {"all": {"current": 9_100_000_000}},
-        "inactive_split_bytes": {"all": {"current": 300_000_000}},
-        "num_alloc_retries": 3,
-        "num_ooms": 1,
-    },
+    current_device=lambda: 0,
 )
+# The allocator's nested statistics, as torch._C returns them (the helper reads them directly).
+torch._C = types.SimpleNamespace(_cuda_memoryStats=lambda device: {
+    "allocated_bytes": {"all": {"current": 9_000_000_000, "peak": 14_000_000_000}},
+    "reserved_bytes": {"all": {"current": 12_000_000_000, "peak": 15_000_000_000}},
+    "active_bytes": {"all": {"current": 9_100_000_000}},
+    "inactive_split_bytes": {"all": {"current": 300_000_000}},
+    "num_alloc_retries": 3,
+    "num_ooms": 1,
+})
 sys.modules["torch"] = torch
 "#;
 
@@ -879,7 +881,9 @@ p.components(parameters_bytes=1, buffers_bytes=2, gradients_bytes=3, optimizer_s
 p.gradients(1, 2, 0.5, nan_count=0, inf_count=0, step=1)
 p.tensor("logits", (2, 3), "f32", 24, -1.0, 1.0, 0.0, 0.5, step=1)
 p.trial(8, "fit", peak_bytes=9)
-p.oom("boom", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2, total_bytes=3)
+p._oom("boom", source="allocator", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2,
+       total_bytes=3)
+p.alive([("/home/me/train.py", 20, "forward", 1 << 30, 2)])
 print("\n".join(lines))
 "#
         ),

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
-    CounterKind, ExitStatus, Metadata, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
-    TraceWriter, WriterOptions,
+    AliveSite, CounterKind, ExitStatus, Metadata, OomEvent, OomSource, Phase, ProcessExit, Record,
+    StageMark, TraceWriter, WriterOptions,
 };
 
 /// The instrumented run: snapshots, components, gradients, tensors, batch search, eval, a leak.
@@ -160,6 +160,67 @@ pub fn mark_senders() -> Vec<u8> {
     w.finish(310_000).expect("in memory")
 }
 
+/// v1.3: a GPU OOM reported by the zero-code hooks' allocator observer, then what was alive at
+/// it by source line (`collector run --oom-snapshot`).
+pub fn alive_at_oom() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5100,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    for (t_us, stage) in [(10_000, "pre_forward"), (20_000, "post_forward")] {
+        w.write(&Record::Mark(StageMark {
+            t_us,
+            name: stage.into(),
+            step: 7,
+            phase: Phase::Train,
+            pid: Some(5101),
+            ..StageMark::default()
+        }))
+        .expect("in memory");
+    }
+    w.write(&Record::Oom(OomEvent {
+        stage: Some("post_forward".into()),
+        step: Some(7),
+        requested_bytes: Some(2 << 30),
+        device: Some(0),
+        device_free_bytes: Some(1 << 30),
+        device_total_bytes: Some(80 << 30),
+        ..OomEvent::new(
+            30_000,
+            OomSource::Allocator,
+            "CUDA out of memory (allocator observer). Tried to allocate 2147483648 bytes.".into(),
+        )
+    }))
+    .expect("in memory");
+    for (file, line, function, bytes, count) in [
+        ("/home/me/train.py", 20, "forward", 6u64 << 30, 12u64),
+        ("/home/me/train.py", 55, "train_step", 512 << 20, 1),
+        ("<unknown>", 0, "?", 256 << 20, 3),
+    ] {
+        w.write(&Record::Alive(AliveSite {
+            t_us: 31_000,
+            file: file.into(),
+            line,
+            function: function.into(),
+            bytes,
+            count,
+        }))
+        .expect("in memory");
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 40_000,
+        status: ExitStatus::Code(1),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(40_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -177,6 +238,7 @@ fn main() -> std::io::Result<()> {
         ),
         ("v1_1_host_error.oomt", host_error()),
         ("v1_2_mark_senders.oomt", mark_senders()),
+        ("v1_3_alive_at_oom.oomt", alive_at_oom()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -782,6 +782,27 @@ pub struct ProcessExit {
     pub probable_host_oom: bool,
 }
 
+/// One source line's share of the GPU memory alive at an OOM: the caching allocator's live
+/// blocks grouped by the first stack frame in the program's own code (not torch, not a library),
+/// as the zero-code hooks send them with `collector run --oom-snapshot`. The rows of one OOM
+/// arrive together, right after it. Added in format v1.3.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AliveSite {
+    /// When (the moment the rows arrived, just after their OOM).
+    pub t_us: u64,
+    /// The source file (`<unknown>` for blocks allocated before history was recorded, `<other>`
+    /// for the rows beyond the ones sent).
+    pub file: Name,
+    /// The line in `file` (0 when unknown).
+    pub line: u32,
+    /// The function that line is in.
+    pub function: Name,
+    /// Bytes the allocations from this line asked for, alive at the OOM.
+    pub bytes: u64,
+    /// How many live blocks.
+    pub count: u64,
+}
+
 /// A free-text note from the program or the recorder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -825,6 +846,8 @@ pub enum Record {
     Note(Note),
     /// Drop accounting.
     Dropped(Dropped),
+    /// What was alive at an OOM, one source line (format v1.3).
+    Alive(AliveSite),
 }
 
 impl Record {
@@ -849,6 +872,7 @@ impl Record {
             Record::Exit(r) => &r.t_us,
             Record::Note(r) => &r.t_us,
             Record::Dropped(r) => &r.t_us,
+            Record::Alive(r) => &r.t_us,
         }
     }
 
@@ -863,6 +887,7 @@ impl Record {
             Record::Exit(r) => &mut r.t_us,
             Record::Note(r) => &mut r.t_us,
             Record::Dropped(r) => &mut r.t_us,
+            Record::Alive(r) => &mut r.t_us,
         }
     }
 }
@@ -896,6 +921,8 @@ pub struct Trace {
     pub notes: Vec<Note>,
     /// Drop accounting.
     pub dropped: Vec<Dropped>,
+    /// What was alive at OOMs, by source line.
+    pub alive: Vec<AliveSite>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
 }
@@ -913,6 +940,7 @@ impl Trace {
             Record::Exit(r) => self.exit = Some(r),
             Record::Note(r) => self.notes.push(r),
             Record::Dropped(r) => self.dropped.push(r),
+            Record::Alive(r) => self.alive.push(r),
         }
     }
 
@@ -938,6 +966,7 @@ impl Trace {
             list(&self.exit, Record::Exit),
             list(&self.notes, Record::Note),
             list(&self.dropped, Record::Dropped),
+            list(&self.alive, Record::Alive),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists

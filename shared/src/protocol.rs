@@ -27,6 +27,7 @@
 //! trial batch_size=N outcome=fit|oom|error [peak_bytes=N]
 //! oom [stage=<stage>] [step=N] [source=marker|allocator|host_error] [requested_bytes=N] [device=N]
 //!      [free_bytes=N] [total_bytes=N] [-- <message>]
+//! alive bytes=N count=N [line=N] [function=<name>] -- <file>
 //! ```
 //!
 //! Rules: tokens are separated by ASCII whitespace; stage and tensor names are single tokens;
@@ -40,8 +41,8 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::model::{
-    AllocatorSnapshot, BatchTrial, ComponentBreakdown, GradientSummary, Name, NamedBytes, Note,
-    OomEvent, OomSource, Phase, Record, StageMark, TensorStats, TrialOutcome,
+    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GradientSummary, Name,
+    NamedBytes, Note, OomEvent, OomSource, Phase, Record, StageMark, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -54,7 +55,7 @@ pub const PROTOCOL_ENV: &str = "OOMSCOPE_PROTOCOL";
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 
 /// Every verb of the protocol, in the order the grammar lists them.
-pub const VERBS: [&str; 9] = [
+pub const VERBS: [&str; 10] = [
     "mark",
     "step",
     "phase",
@@ -64,6 +65,7 @@ pub const VERBS: [&str; 9] = [
     "tensor",
     "trial",
     "oom",
+    "alive",
 ];
 
 /// What a record's sender may leave out and the collector fills in from what the program said
@@ -116,6 +118,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Tensor(_) => "tensor",
         Record::Trial(_) => "trial",
         Record::Oom(_) => "oom",
+        Record::Alive(_) => "alive",
         Record::Exit(_) | Record::Dropped(_) => return None,
     })
 }
@@ -141,6 +144,7 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
         "tensor" => keys.extend(TENSOR.iter().map(|f| f.key)),
         "trial" => keys.extend(TRIAL.iter().map(|f| f.key)),
         "oom" => keys.extend(OOM.iter().map(|f| f.key)),
+        "alive" => keys.extend(ALIVE.iter().map(|f| f.key)),
         _ => {}
     }
     keys
@@ -258,6 +262,13 @@ const OOM: [Field<OomEvent>; 5] = [
     field!("device", Optional, device),
     field!("free_bytes", Optional, device_free_bytes),
     field!("total_bytes", Optional, device_total_bytes),
+];
+
+const ALIVE: [Field<AliveSite>; 4] = [
+    field!("bytes", Required, bytes),
+    field!("count", Required, count),
+    field!("line", Optional, line),
+    field!("function", Optional, function),
 ];
 
 /// How a field's value is written in a line and read back.
@@ -446,6 +457,15 @@ pub fn parse_line(line: &str) -> Option<Message> {
             let f = Fields::parse(fields);
             f.read(&OOM, &mut oom)?;
             with_context(verb, &f, Record::Oom(oom))
+        }
+        "alive" => {
+            let (fields, file) = rest.split_once(" -- ")?;
+            let mut site = AliveSite {
+                file: file.trim().into(),
+                ..AliveSite::default()
+            };
+            Fields::parse(fields).read(&ALIVE, &mut site)?;
+            Some(Message::record(Record::Alive(site)))
         }
         "mark" => {
             let (name, rest) = name_token(rest)?;
@@ -646,6 +666,11 @@ pub fn format(out: &mut String, message: &Message) {
                     show_all(out, &OOM, o);
                     out.push_str(" -- ");
                     push_text(out, &o.message);
+                }
+                Record::Alive(a) => {
+                    show_all(out, &ALIVE, a);
+                    out.push_str(" -- ");
+                    push_text(out, &a.file);
                 }
                 Record::Note(_) | Record::Exit(_) | Record::Dropped(_) => {}
             }
@@ -947,6 +972,14 @@ mod tests {
                     ..step(9)
                 },
             ),
+            Message::record(Record::Alive(AliveSite {
+                t_us: 0,
+                file: "/home/me/my project/train.py".into(),
+                line: 42,
+                function: "forward".into(),
+                bytes: 3 << 30,
+                count: 7,
+            })),
         ]
     }
 

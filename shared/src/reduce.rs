@@ -288,6 +288,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         exit: trace.exit,
         notes: trace.notes.clone(),
         dropped: trace.dropped.clone(),
+        alive: trace.alive.clone(),
         end_us: trace.end_us,
     }
 }

@@ -11,7 +11,7 @@ use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::memory_peak;
 use crate::analysis::stages::StageTable;
 use crate::headline;
-use crate::model::Trace;
+use crate::model::{AliveSite, Trace};
 use crate::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
     format_signed_bytes, format_signed_bytes_f64,
@@ -473,6 +473,62 @@ fn ooms(out: &mut String, analysis: &Analysis) {
             let first = o.event.message.lines().next().unwrap_or_default();
             line(out, &shorten(&format!("    \"{first}\""), WIDTH));
         }
+        alive(out, o);
+    }
+}
+
+/// Rows of "alive at the OOM, by source line" printed under an OOM.
+const MAX_ALIVE_ROWS: usize = 8;
+
+fn alive(out: &mut String, o: &OomContext) {
+    if o.alive.is_empty() {
+        return;
+    }
+    line(out, "    alive at the OOM, by source line:");
+    for a in o.alive.iter().take(MAX_ALIVE_ROWS) {
+        line(
+            out,
+            &shorten(
+                &format!(
+                    "    {:>10}  {:>12}  {}",
+                    format_bytes(a.bytes),
+                    tensor_count(a.count),
+                    source_line(a)
+                ),
+                WIDTH,
+            ),
+        );
+    }
+    if o.alive.len() > MAX_ALIVE_ROWS {
+        let rest = &o.alive[MAX_ALIVE_ROWS..];
+        line(
+            out,
+            &format!(
+                "    {:>10}  {:>12}  {} more lines",
+                format_bytes(rest.iter().map(|a| a.bytes).sum()),
+                tensor_count(rest.iter().map(|a| a.count).sum()),
+                rest.len()
+            ),
+        );
+    }
+}
+
+/// `train.py:42 (forward)`: a source line as the terminal and the viewer show it.
+pub fn source_line(a: &AliveSite) -> String {
+    let file = a.file.rsplit('/').next().unwrap_or(&a.file);
+    match (a.line, a.function.as_ref()) {
+        (0, _) => file.to_owned(),
+        (line, "" | "?") => format!("{file}:{line}"),
+        (line, function) => format!("{file}:{line} ({function})"),
+    }
+}
+
+/// `1 tensor`, `3 tensors`.
+pub fn tensor_count(count: u64) -> String {
+    if count == 1 {
+        "1 tensor".to_owned()
+    } else {
+        format!("{} tensors", format_count(count))
     }
 }
 

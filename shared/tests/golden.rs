@@ -1,6 +1,7 @@
 //! Golden traces: files written by format v1.0 and committed. Whatever the reader becomes, these
 //! must keep decoding to the same facts. Never regenerate them; add new files for new versions.
 
+use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::{CounterKind, ExitStatus, OomSource, Phase, TrialOutcome, decode};
 
 mod support;
@@ -126,6 +127,55 @@ fn v1_2_mark_senders() {
         (last.name.as_ref(), last.pid, last.rank),
         ("done", None, None)
     );
+}
+
+#[test]
+fn v1_3_alive_at_oom() {
+    let decoded = decode(&read("v1_3_alive_at_oom.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 3));
+    assert_eq!(t.ooms.len(), 1);
+    assert_eq!(t.ooms[0].source, OomSource::Allocator);
+    let rows: Vec<_> = t
+        .alive
+        .iter()
+        .map(|a| {
+            (
+                a.t_us,
+                a.file.as_ref(),
+                a.line,
+                a.function.as_ref(),
+                a.bytes,
+                a.count,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (31_000, "/home/me/train.py", 20, "forward", 6 << 30, 12),
+            (31_000, "/home/me/train.py", 55, "train_step", 512 << 20, 1),
+            (31_000, "<unknown>", 0, "?", 256 << 20, 3),
+        ]
+    );
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert_eq!(analysis.ooms[0].alive.len(), 3);
+}
+
+#[test]
+fn older_versions_have_nothing_alive() {
+    for name in [
+        "v1_0_instrumented.oomt",
+        "v1_0_oom.oomt",
+        "v1_1_host_error.oomt",
+        "v1_2_mark_senders.oomt",
+    ] {
+        assert!(
+            decode(&read(name)).unwrap().trace.alive.is_empty(),
+            "{name}"
+        );
+    }
 }
 
 #[test]

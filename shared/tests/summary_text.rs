@@ -28,6 +28,7 @@ fn golden_traces() {
         ("v1_0_truncated", "v1_0_truncated.oomt"),
         ("v1_1_host_error", "v1_1_host_error.oomt"),
         ("v1_2_mark_senders", "v1_2_mark_senders.oomt"),
+        ("v1_3_alive_at_oom", "v1_3_alive_at_oom.oomt"),
     ] {
         insta::assert_snapshot!(name, summary(&file(path)));
     }

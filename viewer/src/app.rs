@@ -11,8 +11,8 @@ use crate::browser;
 use crate::load::{Loaded, analyse};
 use crate::timeline::Timeline;
 use crate::views::{
-    BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview, StageTable,
-    Statistics, StepTable,
+    AliveAtOom, BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview,
+    StageTable, Statistics, StepTable,
 };
 
 /// When the analysis starts if no animation frame came first.
@@ -188,6 +188,7 @@ fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoView {
         Some(a) => view! {
             <CounterPeaks analysis=a.clone()/>
             <Findings analysis=a.clone()/>
+            <AliveAtOom analysis=a.clone()/>
             <StageTable analysis=a.clone()/>
             <StepTable trace=analysed_trace.clone() analysis=a.clone()/>
             <Breakdown trace=analysed_trace.clone() analysis=a.clone()/>

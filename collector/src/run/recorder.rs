@@ -177,7 +177,11 @@ impl Context {
                 o.stage = given.stage.clone().or_else(|| self.stage.clone());
                 o.step = given.step.or(self.step_known.then_some(self.step));
             }
-            Record::Trial(_) | Record::Exit(_) | Record::Note(_) | Record::Dropped(_) => {}
+            Record::Trial(_)
+            | Record::Exit(_)
+            | Record::Note(_)
+            | Record::Dropped(_)
+            | Record::Alive(_) => {}
         }
     }
 

@@ -12,7 +12,9 @@ use crate::analysis::marks::{StageAt, mark_at_or_before};
 use crate::analysis::metrics::counter_with_data;
 use crate::analysis::peaks::{PeakComponents, breakdown_near};
 use crate::analysis::stages::signed_delta;
-use crate::model::{CounterId, CounterKind, NamedBytes, OomEvent, OomSource, Phase, Trace};
+use crate::model::{
+    AliveSite, CounterId, CounterKind, NamedBytes, OomEvent, OomSource, Phase, Trace,
+};
 
 /// Which memory ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,7 +64,14 @@ pub struct OomContext {
     pub host_available_bytes: Option<u64>,
     /// The largest component of the nearest breakdown.
     pub largest_component: Option<NamedBytes>,
+    /// What was alive at the failure, by source line, largest first (`collector run
+    /// --oom-snapshot`: the rows the hooks sent right after this OOM; empty without them).
+    pub alive: Vec<AliveSite>,
 }
+
+/// Rows of what was alive that arrive this long after their OOM still belong to it (the hooks
+/// send them a moment after the OOM itself, once the snapshot is reduced).
+pub const ALIVE_WITHIN_US: u64 = 5_000_000;
 
 /// Every OOM event in context, then a probable host OOM kill of the process when the trace has
 /// no host-kill event of its own.
@@ -99,6 +108,20 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
             c
         })
         .collect();
+    let times: Vec<u64> = out.iter().map(|c| c.event.t_us).collect();
+    for (i, c) in out.iter_mut().enumerate() {
+        let next = times.get(i + 1).copied().unwrap_or(u64::MAX);
+        c.alive = trace
+            .alive
+            .iter()
+            .filter(|a| a.t_us >= c.event.t_us && a.t_us < next)
+            .filter(|a| a.t_us - c.event.t_us <= ALIVE_WITHIN_US)
+            .cloned()
+            .collect();
+        // Largest first; the hooks' `<other>` row (the lines beyond the ones sent) last.
+        c.alive
+            .sort_by_key(|a| (a.file.as_ref() == "<other>", std::cmp::Reverse(a.bytes)));
+    }
     if let Some(exit) = trace.exit
         && exit.probable_host_oom
         && !trace.ooms.iter().any(|o| o.source == OomSource::HostKill)
@@ -179,6 +202,7 @@ fn context_at(
         host_rss_bytes: sampled(CounterKind::HostRss, None),
         host_available_bytes: sampled(CounterKind::HostAvailable, None),
         largest_component,
+        alive: Vec::new(),
     }
 }
 

@@ -21,8 +21,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// of existing enumerations (which older readers keep as "other").
 ///
 /// History: 1.0 (2026-11-21) first release; 1.1 (2026-11-21) adds OOM source 5, `HostError`;
-/// 1.2 (2026-11-22) adds the sender's pid and rank at the end of a MARK.
-pub const FORMAT_MINOR: u16 = 2;
+/// 1.2 (2026-11-22) adds the sender's pid and rank at the end of a MARK; 1.3 (2026-11-23) adds
+/// the ALIVE record (what was alive at an OOM, by source line).
+pub const FORMAT_MINOR: u16 = 3;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
@@ -72,6 +73,8 @@ pub mod tag {
     pub const DROPPED: u8 = 0x0D;
     /// The recorder finished cleanly.
     pub const END: u8 = 0x0E;
+    /// What was alive at an OOM, one source line (format v1.3).
+    pub const ALIVE: u8 = 0x0F;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -90,6 +93,7 @@ pub mod tag {
             NOTE => "note",
             DROPPED => "dropped",
             END => "end",
+            ALIVE => "alive",
             _ => "unknown",
         }
     }

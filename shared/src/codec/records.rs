@@ -20,7 +20,7 @@ use super::tag;
 use super::writer::TraceWriter;
 use crate::error::EncodeError;
 use crate::model::{
-    AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
+    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
     GradientSummary, Metadata, Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessExit,
     Record, StageMark, TensorStats, TrialOutcome,
 };
@@ -38,6 +38,7 @@ pub(super) fn encode<W: Write>(w: &mut TraceWriter<W>, record: &Record) -> Resul
         Record::Exit(e) => encode_exit(w, e),
         Record::Note(n) => encode_note(w, n),
         Record::Dropped(d) => encode_dropped(w, d),
+        Record::Alive(a) => encode_alive(w, a),
     }
 }
 
@@ -58,6 +59,7 @@ pub(super) fn decode(
         tag::EXIT => Record::Exit(decode_exit(c)?),
         tag::NOTE => Record::Note(decode_note(c)?),
         tag::DROPPED => Record::Dropped(decode_dropped(c)?),
+        tag::ALIVE => Record::Alive(decode_alive(c, names)?),
         _ => return Ok(None),
     }))
 }
@@ -475,6 +477,31 @@ fn decode_dropped(c: &mut Cursor<'_>) -> Result<Dropped, ReadError> {
     Ok(Dropped {
         t_us: c.u64()?,
         record_tag: c.u8()?,
+        count: c.u64()?,
+    })
+}
+
+// ALIVE (v1.3): file id, line, function id, bytes, count.
+
+fn encode_alive<W: Write>(w: &mut TraceWriter<W>, a: &AliveSite) -> Result<(), EncodeError> {
+    let file = w.name(&a.file)?;
+    let function = w.name(&a.function)?;
+    let b = w.begin(a.t_us);
+    put_u64(b, u64::from(file));
+    put_u64(b, u64::from(a.line));
+    put_u64(b, u64::from(function));
+    put_u64(b, a.bytes);
+    put_u64(b, a.count);
+    w.end(tag::ALIVE)
+}
+
+fn decode_alive(c: &mut Cursor<'_>, names: &Names) -> Result<AliveSite, ReadError> {
+    Ok(AliveSite {
+        t_us: c.u64()?,
+        file: names.read(c)?,
+        line: c.u32()?,
+        function: names.read(c)?,
+        bytes: c.u64()?,
         count: c.u64()?,
     })
 }

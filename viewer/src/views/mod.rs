@@ -1,10 +1,12 @@
-//! The report's views below the timeline, one per file: overview, findings, stage and step tables,
+//! The report's views below the timeline, one per file: overview, findings, what was alive at an
+//! OOM, stage and step tables,
 //! breakdown at the peak, gradient and tensor statistics, batch-size trials, comparison, exports.
 //!
 //! Every recorded string reaches the page as a text node or a DOM property, never as markup:
 //! traces come attached to tickets and are untrusted. Exact byte values ride along in `data-`
 //! attributes next to the formatted text, for tests and for copying.
 
+mod alive_at_oom;
 mod batch_trials;
 mod breakdown;
 mod compare;
@@ -16,6 +18,7 @@ mod stage_table;
 mod statistics;
 mod step_table;
 
+pub use alive_at_oom::AliveAtOom;
 pub use batch_trials::BatchTrials;
 pub use breakdown::Breakdown;
 pub use compare::Compare;

@@ -195,6 +195,14 @@ fn oom_explanation(oom: &OomContext) -> String {
         (_, _, Some(p)) => facts.push(format!("the process held {} on the GPU", format_bytes(p))),
         _ => {}
     }
+    if let Some(top) = oom.alive.first() {
+        facts.push(format!(
+            "of what was alive, most came from {}: {} in {}",
+            crate::text::source_line(top),
+            format_bytes(top.bytes),
+            crate::text::tensor_count(top.count)
+        ));
+    }
     if let Some(c) = &oom.largest_component {
         facts.push(format!(
             "the largest model component is {} ({})",
