@@ -11,8 +11,9 @@ Where each mark comes from, and why that source:
   fast path (~4 us a call), so once the roots are known (eight outermost forwards with no new
   root) they are swapped for hooks on the roots alone; `module.train()/eval()` re-arms the
   search, since that is when another model (an EMA copy, a teacher) tends to start running.
-- `pre_backward` / `post_backward`: a multi-grad hook on the forward's outputs fires when
-  backward reaches them, and queues an end-of-backward callback on the autograd engine. Global
+- `pre_backward` / `post_backward`: a pre-hook on the autograd node of the forward's outputs
+  fires when backward reaches them, and queues an end-of-backward callback on the autograd
+  engine. Global
   module backward hooks are never used: they slow backward ~5x and break in-place ops.
 - `pre_optimizer_step` / `post_optimizer_step`: torch's global optimizer step hooks. The step
   number counts applied optimizer steps (an iteration that steps two optimizers counts once;
@@ -32,6 +33,7 @@ them); a process with RANK/LOCAL_RANK/WORLD_SIZE says so once in a note.
 
 import os
 import sys
+import weakref
 
 _ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks go
 
@@ -50,7 +52,8 @@ class _State:
         self.step_pending = False
         self.in_opt_step = 0
         self.opt_steps_applied = 0
-        self.roots = []  # modules seen as outermost forwards with parameters
+        self.roots = []  # weak references to the modules seen as outermost forwards with
+        # parameters (weak: a model the program drops must be freed as it would be without us)
         self.since_new_root = 0
         self.mode = "search"  # or "roots"
         self.global_handles = []
@@ -63,6 +66,7 @@ class _State:
         self.user_phases = False
         self.cuda_ready = False
         self.snapshot = False
+        self.paused = False
 
 
 def install(torch, here):
@@ -111,6 +115,28 @@ def _guard(fn):
     return hook
 
 
+# --- measuring our own cost (scripts/measure_zero_code.py) ------------------------------------
+
+def pause():
+    """Takes every hook off the program's path (forward hooks removed; the optimizer and
+    backward hooks return at once), so that the same process can be timed with and without."""
+    S = _S
+    for h in S.global_handles + S.root_handles:
+        h.remove()
+    S.global_handles, S.root_handles = [], []
+    S.paused = True
+
+
+def resume():
+    """Undoes `pause()`: back to hooks on the roots, or to the search when none is known yet."""
+    S = _S
+    S.paused = False
+    if S.mode == "roots" and S.roots:
+        _roots_only()
+    else:
+        _search()
+
+
 # --- the program's own marks (the helper) win over ours ---------------------------------------
 
 def user_mark(stage):
@@ -136,6 +162,8 @@ def user_phase():
 
 def _emit(stage, phase):
     S = _S
+    if S.paused:
+        return
     if S.active is None:
         S.active = _decide_active()
     if not S.active:
@@ -243,10 +271,11 @@ def _fw_post(module, args, output):
 
 def _saw_root(module):
     S = _S
-    if any(r is module for r in S.roots):
+    if any(r() is module for r in S.roots):
         S.since_new_root += 1
     else:
-        S.roots.append(module)
+        S.roots = [r for r in S.roots if r() is not None]
+        S.roots.append(weakref.ref(module))
         S.since_new_root = 0
     if S.mode == "search" and S.since_new_root >= _ROOTS_AFTER:
         _roots_only()
@@ -255,7 +284,7 @@ def _saw_root(module):
 def _search():
     """Global forward hooks: every module call is seen (and pays for it)."""
     S = _S
-    for h in S.root_handles:
+    for h in S.root_handles + S.global_handles:
         h.remove()
     S.root_handles = []
     from torch.nn.modules.module import (register_module_forward_hook,
@@ -271,7 +300,10 @@ def _roots_only():
     """Hooks on the roots alone: every other module call returns to torch's fast path."""
     S = _S
     handles = []
-    for root in S.roots:
+    for ref in S.roots:
+        root = ref()
+        if root is None:
+            continue
         handles.append(root.register_forward_pre_hook(_fw_pre, prepend=True))
         handles.append(root.register_forward_hook(_fw_post, prepend=True, always_call=True))
     for h in S.global_handles:
@@ -354,9 +386,15 @@ def _grad_tensors(output, depth=0):
 
 
 def _watch_backward(output):
-    tensors = _grad_tensors(output)
-    if tensors:
-        _torch.autograd.graph.register_multi_grad_hook(tensors, _bw_start, mode="any")
+    """A pre-hook on the autograd node of each output (a tensor hook on a leaf): the first to
+    run is backward reaching the forward's outputs. Cheaper than `register_multi_grad_hook` (one
+    C call per output instead of a Python object graph), and `_bw_start` keeps one per backward."""
+    for tensor in _grad_tensors(output):
+        node = tensor.grad_fn
+        if node is not None:
+            node.register_prehook(_bw_start)
+        else:
+            tensor.register_hook(_bw_start)
 
 
 def _bw_start(grad):
@@ -364,7 +402,7 @@ def _bw_start(grad):
         S = _S
         task = _torch._C._current_graph_task_id()
         if task == S.bw_task:
-            return None  # two forwards in one backward: one pre_backward
+            return None  # two outputs (or two forwards) in one backward: one pre_backward
         S.bw_task = task
         _emit("pre_backward", "train")
         _torch.autograd.Variable._execution_engine.queue_callback(_bw_end)
@@ -384,6 +422,8 @@ def _bw_end():
 
 def _opt_pre(optimizer, args, kwargs):
     S = _S
+    if S.paused:
+        return None
     S.in_opt_step += 1
     if S.in_opt_step == 1:
         _emit("pre_optimizer_step", "train")
@@ -392,6 +432,8 @@ def _opt_pre(optimizer, args, kwargs):
 
 def _opt_post(optimizer, args, kwargs):
     S = _S
+    if S.paused:
+        return
     S.in_opt_step -= 1
     if S.in_opt_step:
         return
