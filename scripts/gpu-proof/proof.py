@@ -107,10 +107,12 @@ class Proof:
             raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr[-2000:]))
         return p.returncode, p.stdout, p.stderr
 
-    def record(self, name, cmd, extra=(), timeout=240):
-        """`collector run` around cmd; returns (trace path, exit code, stdout, stderr)."""
+    def record(self, name, cmd, extra=(), timeout=240, hooks=False):
+        """`collector run` around cmd; returns (trace path, exit code, stdout, stderr). The zero-code
+        hooks are off unless asked for: the other checks compare the helper's marks one by one."""
         trace = os.path.join(self.work, name + ".oomt")
-        code, out, err = self.run([self.exe("collector"), "run", "-q", "-o", trace, *extra, "--", *cmd],
+        off = () if hooks else ("--no-python-hooks",)
+        code, out, err = self.run([self.exe("collector"), "run", "-q", "-o", trace, *off, *extra, "--", *cmd],
                                   timeout=timeout)
         return trace, code, out, err
 
@@ -346,6 +348,67 @@ class Proof:
         ok = ok and code != 0 and figures["top_finding_fits"] and fcode == 0
         return figures, ok, ("the allocator's OOM observer: stage pre_forward, step 0, requested bytes equal libtorch's "
                              "error (to its 2 decimals); the top finding is about the OOM; the fixed run completes"), None
+
+    def check_zero_code(self):
+        """An unmodified PyTorch program (the test suite's GPT-style trainer) under the zero-code hooks
+        with --oom-snapshot: its marks against the memory_stats() it wrote down itself after every
+        backward and optimizer step, then a real CUDA OOM seen by the allocator's observer, with what
+        was alive at it by source line."""
+        program = os.path.join(self.py, "train.py")
+        report = os.path.join(self.work, "zero_code.json")
+        device = "cuda" if self.cuda["cuda"] else "cpu"
+        cmd = [sys.executable, program, "--device", device, "--steps", "8", "--eval-every", "4", "--d", "512",
+               "--layers", "4", "--heads", "8", "--seq", "256", "--batch", "16", "--vocab", "8192",
+               "--report", report]
+        if self.cuda["cuda"]:
+            cmd += ["--oom-step", "6"]
+        trace, code, _, err = self.record("zero_code", cmd, extra=("--oom-snapshot",), hooks=True, timeout=300)
+        self.keep(trace, "zero_code.oomt")
+        marks = self.marks(trace)
+        stages = {}
+        for m in marks:
+            stages[m["stage"]] = stages.get(m["stage"], 0) + 1
+        s = self.summary(trace)
+        figures = {"exit_code": code, "marks": len(marks), "marks_per_stage": stages}
+        want = {"pre_forward", "post_forward", "pre_backward", "post_backward", "pre_optimizer_step",
+                "post_optimizer_step"}
+        ok = want <= set(stages)
+        if not self.cuda["cuda"]:
+            ok = ok and code == 0
+            return figures, ok, "the six stages on CPU (the CUDA figures need a GPU)", None
+        with open(report) as f:
+            truth = json.load(f)
+        # The marks that follow those points: nothing is allocated between the hook and the program's call.
+        def allocated(stage):
+            return [int(m["allocated_bytes"]) for m in marks if m["stage"] == stage and m["phase"] == "train"
+                    and m.get("allocated_bytes")]
+        pairs = [("post_backward", "after_backward"), ("post_optimizer_step", "after_step")]
+        diffs = {}
+        for stage, where in pairs:
+            ours = allocated(stage)
+            theirs = [t["allocated_bytes.all.current"] for t in truth[where]]
+            n = min(len(ours), len(theirs))
+            diffs[stage] = {"compared": n, "max_abs_diff_bytes": max((abs(a - b) for a, b in zip(ours, theirs)),
+                                                                     default=None)}
+        figures["allocated_vs_memory_stats"] = diffs
+        said = self.tried(truth.get("oom") or "")
+        o = s["ooms"][0] if s["ooms"] else {}
+        figures["oom"] = {k: o.get(k) for k in ("source", "stage", "step", "requested_bytes", "device_free_bytes",
+                                                "device_total_bytes", "allocated_bytes", "reserved_bytes")}
+        figures["ooms_in_trace"] = len(s["ooms"])
+        figures["torch_says_requested_bytes"] = said
+        figures["alive_top"] = (o.get("alive") or [])[:3]
+        close = said is not None and o.get("requested_bytes") is not None and \
+            abs(o["requested_bytes"] - said) <= 0.006 * (GIB if said >= GIB else MIB)
+        exact = all(d["compared"] >= 5 and d["max_abs_diff_bytes"] is not None and d["max_abs_diff_bytes"] <= 1 << 20
+                    for d in diffs.values())
+        alive_ok = bool(o.get("alive")) and o["alive"][0].get("file", "").endswith("train.py")
+        ok = ok and code == 1 and len(s["ooms"]) == 1 and o.get("source") == "allocator" and \
+            o.get("stage") == "post_forward" and o.get("step") == 6 and close and exact and alive_ok
+        return figures, ok, ("the six stages; post_backward/post_optimizer_step allocated within 1 MiB of "
+                             "the program's own memory_stats(); one OOM, from the allocator's observer, at "
+                             "post_forward of step 6, requested bytes equal torch's error (to its 2 decimals); "
+                             "what was alive at it led by a line of train.py; exit 1 kept"), None
 
     # ---- 4. batch finder -------------------------------------------------------------------
 
@@ -624,6 +687,8 @@ CHECKS = (
     ("allocator_tch", "Allocator truth: the tch GPT example's marks equal libtorch's counters", Proof.check_allocator_tch),
     ("oom_torch", "A real CUDA OOM in a PyTorch loop, recognised from its error text", Proof.check_oom_torch),
     ("oom_tch", "A real CUDA OOM in the tch GPT example, seen by the allocator's OOM observer", Proof.check_oom_tch),
+    ("zero_code", "An unmodified PyTorch program under the zero-code hooks: marks, a real OOM, what was alive",
+     Proof.check_zero_code),
     ("batch", "Batch finder against a plain scan", Proof.check_batch),
     ("overhead", "Overhead between processes: step time with and without the collector, snapshot and NVML costs",
      Proof.check_overhead),

@@ -538,6 +538,9 @@ fn oom_line(o: &OomContext) -> String {
         OomKind::Host => "host".to_owned(),
     };
     text.push_str(&format!(" OOM at {}", format_duration_us(o.event.t_us)));
+    if !o.fatal {
+        text.push_str(" (caught)");
+    }
     if let Some(step) = o.event.step {
         text.push_str(&format!(", step {}", format_count(step)));
     }

@@ -93,11 +93,34 @@ def main():
     p.add_argument("--leak-mib", type=float, default=4.0, help="--leak list: MiB kept per step")
     p.add_argument("--host-oom", action="store_true", help="end with an impossible allocation")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--oom-step", type=int, default=-1,
+                   help="at this step, after the forward, ask for 1.5x the free device memory")
+    p.add_argument("--report", default=None,
+                   help="write torch.cuda.memory_stats() after every backward and optimizer step, "
+                        "and the OOM's text, to this JSON file (what users print by hand)")
     args = p.parse_args()
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    report = {"after_backward": [], "after_step": [], "oom": None}
+
+    def note(where):
+        if args.report and cuda:
+            stats = torch.cuda.memory_stats()
+            report[where].append({k: stats.get(k) for k in (
+                "allocated_bytes.all.current", "reserved_bytes.all.current")})
+
+    def save():
+        if args.report:
+            import json
+            with open(args.report, "w") as f:
+                json.dump(report, f)
+
     model = GPT(args.vocab, args.d, args.layers, args.heads, args.seq, ckpt=args.checkpoint)
+    model.to(device)
     if args.compile == "method":
         model.compile()
     run = torch.compile(model) if args.compile == "wrap" else model
@@ -112,16 +135,27 @@ def main():
     step = 0
     micro = 0
     for x, y in loader:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        x, y = x.to(device), y.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
             logits = run(x)
             loss = F.cross_entropy(logits.float().view(-1, args.vocab), y.view(-1))
+        if step == args.oom_step and cuda:
+            free, _ = torch.cuda.mem_get_info()
+            try:  # an accidental broadcast: far more than the device has free
+                logits.new_empty(int(free * 1.5) // logits.element_size())
+            except torch.OutOfMemoryError as e:
+                report["oom"] = str(e)
+                save()
+                raise
         (loss / args.accum).backward()
+        note("after_backward")
         if args.leak == "graph":
             total = total + loss  # keeps every step's graph (and its activations) alive
         micro += 1
         if micro % args.accum:
             continue
         opt.step()
+        note("after_step")
         opt.zero_grad(set_to_none=True)
         if args.leak == "list":
             kept.append(torch.ones(int(args.leak_mib * (1 << 20)) // 4))
@@ -135,6 +169,7 @@ def main():
             print("step %d eval loss %.4f" % (step, val))
         if step >= args.steps:
             break
+    save()
     print("final loss %.4f after %d steps" % (loss.item(), step))
     if args.host_oom:
         torch.empty(1 << 50, dtype=torch.float32)  # 4 PiB: no host has it

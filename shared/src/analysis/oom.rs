@@ -38,6 +38,11 @@ pub struct OomContext {
     pub event: OomEvent,
     /// GPU or host.
     pub kind: OomKind,
+    /// Whether the run died of it: the last OOM of a run that then failed (a non-zero exit, a
+    /// signal, or no recorded end). An OOM the program survived (it caught it: cuDNN retrying with
+    /// a smaller workspace, a batch-size finder, a retry loop) is not fatal: later OOMs followed,
+    /// or the program exited with code 0.
+    pub fatal: bool,
     /// The stage that followed `stage` the last time the loop passed it: the OOM happened on the
     /// way from `stage` to this one (e.g. `pre_forward` → `post_forward`: in the forward pass).
     pub next_stage: Option<String>,
@@ -108,6 +113,13 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
             c
         })
         .collect();
+    let failed = trace
+        .exit
+        .is_none_or(|e| e.status != crate::model::ExitStatus::Code(0));
+    let last = out.len().checked_sub(1);
+    for (i, c) in out.iter_mut().enumerate() {
+        c.fatal = failed && Some(i) == last;
+    }
     let times: Vec<u64> = out.iter().map(|c| c.event.t_us).collect();
     for (i, c) in out.iter_mut().enumerate() {
         let next = times.get(i + 1).copied().unwrap_or(u64::MAX);
@@ -129,6 +141,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
         let mut c = context_at(trace, OomKind::Host, OomSource::HostKill, exit.t_us, None);
         c.event.message =
             "the process was killed (SIGKILL) while host memory was nearly exhausted".to_owned();
+        c.fatal = true;
         out.push(c);
     }
     out
@@ -189,6 +202,7 @@ fn context_at(
             ..OomEvent::new(t_us, source, String::new())
         },
         kind,
+        fatal: false,
         next_stage: stage
             .as_ref()
             .and_then(|s| next_stage(trace, &s.stage, t_us)),
@@ -221,6 +235,30 @@ mod tests {
     use super::*;
     use crate::analysis::testkit::{GIB, MIB, Run};
     use crate::model::{ExitStatus, ProcessExit};
+
+    #[test]
+    fn only_the_last_oom_of_a_failed_run_is_fatal() {
+        let run = Run {
+            oom_at_step: Some(30),
+            oom_requested_bytes: 4 * GIB,
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        // A caught OOM earlier (a cuDNN fallback): the program went on.
+        let mut caught = trace.ooms[0].clone();
+        caught.t_us -= 5_000_000;
+        caught.requested_bytes = Some(GIB);
+        trace.ooms.insert(0, caught);
+        let fatal: Vec<bool> = oom_contexts(&trace).iter().map(|c| c.fatal).collect();
+        assert_eq!(fatal, [false, true]);
+        // The same OOMs in a run that exited with code 0: all caught.
+        trace.exit = Some(ProcessExit {
+            status: ExitStatus::Code(0),
+            ..trace.exit.unwrap()
+        });
+        let fatal: Vec<bool> = oom_contexts(&trace).iter().map(|c| c.fatal).collect();
+        assert_eq!(fatal, [false, false]);
+    }
 
     #[test]
     fn gpu_oom_in_context() {

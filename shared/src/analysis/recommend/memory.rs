@@ -7,7 +7,7 @@ use super::{Diagnose, Evidence, Finding, FindingKind, LoopPart, RuleContext, Sev
 use crate::analysis::batch_fit::{BatchFit, BatchFitMethod, TrialSummary};
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
-use crate::model::Phase;
+use crate::model::{Phase, TrialOutcome};
 use crate::units::{format_bytes, format_bytes_f64, format_count, format_percent};
 
 /// Activations at or above this share of the peak are what to shrink first.
@@ -85,6 +85,8 @@ pub struct OutOfGpuMemory<'a> {
     pub fit: Option<&'a BatchFit>,
     /// The optimizer's state at the peak, when the components are known.
     pub optimizer_state_bytes: Option<u64>,
+    /// Batch-size trials that ran out of memory (a batch search probing the limit).
+    pub oom_trials: usize,
 }
 
 impl Diagnose for Oom {
@@ -93,15 +95,27 @@ impl Diagnose for Oom {
 
     /// Detection: the first GPU OOM and where in the loop it struck; `None` without one.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
-        let mut gpu = ctx.analysis.ooms.iter().filter(|o| o.kind == OomKind::Gpu);
-        let first = gpu.next()?;
+        let gpu: Vec<&OomContext> = ctx
+            .analysis
+            .ooms
+            .iter()
+            .filter(|o| o.kind == OomKind::Gpu)
+            .collect();
+        // The OOM the run died of explains the run; without one, the first the program survived.
+        let first = gpu.iter().find(|o| o.fatal).or(gpu.first()).copied()?;
         Some(OutOfGpuMemory {
             first,
-            events: 1 + gpu.count(),
+            events: gpu.len(),
             part: LoopPart::running(first.event.stage.as_deref(), first.next_stage.as_deref()),
             fit: ctx.analysis.batch_fit.as_ref(),
             optimizer_state_bytes: peak_with_components(ctx)
                 .map(|(_, c)| c.breakdown.optimizer_state_bytes),
+            oom_trials: ctx
+                .trace
+                .batch_trials
+                .iter()
+                .filter(|t| t.outcome == TrialOutcome::Oom)
+                .count(),
         })
     }
 
@@ -129,10 +143,36 @@ impl Diagnose for Oom {
         if let Some(s) = first.shortfall_bytes {
             evidence.push(Evidence::bytes("shortfall_bytes", s as f64));
         }
-        let title = match first.event.step {
+        let mut title = match first.event.step {
             Some(step) => format!("Out of GPU memory at step {}", format_count(step)),
             None => "Out of GPU memory".to_owned(),
         };
+        if !first.fatal {
+            // Every OOM was survived: the program caught them (a cuDNN workspace fallback, a
+            // batch-size finder, a retry) and went on. Worth knowing, not the cause of a failure.
+            title.push_str(", caught by the program");
+            explanation.push_str(
+                "; the program caught it and went on (the run did not die of it): each caught OOM \
+                 costs a cache flush and a retry",
+            );
+            let change = if d.oom_trials > 0 {
+                format!(
+                    "nothing: these are the batch search's {} trial(s) that did not fit, probing \
+                     the limit on purpose (see the batch-size finding)",
+                    d.oom_trials
+                )
+            } else {
+                oom_change(d)
+            };
+            return finding(
+                self,
+                Severity::Warning,
+                title,
+                explanation,
+                change,
+                evidence,
+            );
+        }
         finding(
             self,
             Severity::Critical,
