@@ -16,7 +16,7 @@ if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q "$MATURIN_VERSION"; the
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$venv/bin/maturin" build --quiet --profile dev -m collector/Cargo.toml --compatibility linux \
+"$venv/bin/maturin" build --quiet --locked --profile dev -m collector/Cargo.toml --compatibility linux \
     --out "$work/wheels" >&2
 wheel=$(ls "$work"/wheels/oomscope-*.whl)
 echo "[wheel] built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)" >&2

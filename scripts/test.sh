@@ -35,6 +35,9 @@ bash scripts/build-viewer.sh
 step "tests (tch instrumentation on CPU and end-to-end reports in chromium included)"
 cargo test --workspace --locked $TCH
 
+step "the Python wheel (maturin): built, installed into a fresh venv, recording an unmodified PyTorch program"
+bash scripts/test-wheel.sh
+
 step "GPU proof harness, dry run (CPU, fake NVML; the GPU-only assertions are skipped with the reason)"
 bash scripts/gpu-proof.sh --dry-run --bins "$CARGO_TARGET_DIR/debug"
 
