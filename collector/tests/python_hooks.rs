@@ -584,3 +584,46 @@ fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
         finding.explanation
     );
 }
+
+#[test]
+fn a_step_gradscaler_skips_is_noted_and_inference_mode_is_eval() {
+    let s = Scratch::new("zc-scaler");
+    let child = s.script(
+        "scaler.py",
+        r#"
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu")
+for step in range(2):
+    loss = model(torch.ones(4, 8)).sum()
+    if step == 0:
+        loss = loss * float("inf")  # inf gradients: GradScaler skips this step
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    opt.zero_grad()
+model.eval()
+with torch.inference_mode():
+    model(torch.ones(4, 8))
+print("done")
+"#,
+    );
+    let py = torch_python();
+    let (out, t) = record(&s, &[], &[py.to_str().unwrap(), child.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let skipped: Vec<&str> = t
+        .notes
+        .iter()
+        .map(|n| n.text.as_str())
+        .filter(|n| n.contains("GradScaler skipped"))
+        .collect();
+    assert_eq!(
+        skipped,
+        ["GradScaler skipped the optimizer step at step 0 (inf/NaN gradients)"]
+    );
+    // One applied step; two training forwards; the inference-mode forward is eval.
+    assert_eq!(count(&t, "post_optimizer_step", Phase::Train), 1);
+    assert_eq!(count(&t, "pre_forward", Phase::Train), 2);
+    assert_eq!(count(&t, "pre_forward", Phase::Eval), 1);
+}

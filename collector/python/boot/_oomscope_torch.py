@@ -313,54 +313,62 @@ def _roots_only():
     S.mode = "roots"
 
 
+def _replace(owner, name, make):
+    """Replaces `owner.name` (a method or module function) with `make(original)`, keeping the
+    original's name and docstring, and `__wrapped__` for whoever inspects it."""
+    original = getattr(owner, name)
+    wrapper = make(original)
+    wrapper.__wrapped__ = original
+    wrapper.__name__ = getattr(original, "__name__", name)
+    wrapper.__doc__ = original.__doc__
+    setattr(owner, name, wrapper)
+
+
 def _patch_train():
     """`model.train()` / `model.eval()`: another model may start running; search again."""
-    Module = _torch.nn.Module
-    original = Module.train
+    def make(original):
+        def train(self, mode=True):
+            result = original(self, mode)
+            try:
+                if _S.mode == "roots" and _S.depth == 0:
+                    _search()
+            except BaseException:
+                pass
+            return result
+        return train
 
-    def train(self, mode=True):
-        result = original(self, mode)
-        try:
-            if _S.mode == "roots" and _S.depth == 0:
-                _search()
-        except BaseException:
-            pass
-        return result
-
-    train.__wrapped__ = original
-    train.__doc__ = original.__doc__
-    Module.train = train
+    _replace(_torch.nn.Module, "train", make)
 
 
 def _patch_compile():
     """`model.compile()` compiles `_call_impl`, hooks included, so they would be traced (no marks
     at all under the compile guard): run our forward hooks eagerly around the compiled call."""
-    Module = _torch.nn.Module
-    original = Module.compile
+    def make(original):
+        def compile(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            try:
+                inner = self._compiled_call_impl
+                if inner is not None:
+                    self._compiled_call_impl = _eager_hooks_around(self, inner)
+            except BaseException:
+                pass
+            return result
+        return compile
 
-    def compile(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
+    _replace(_torch.nn.Module, "compile", make)
+
+
+def _eager_hooks_around(module, inner):
+    def call(*args, **kwargs):
+        _fw_pre(module, args)
         try:
-            inner = self._compiled_call_impl
-            if inner is not None:
-                def call(*a, **k):
-                    _fw_pre(self, a)
-                    try:
-                        out = inner(*a, **k)
-                    except BaseException:
-                        _fw_post(self, a, None)
-                        raise
-                    _fw_post(self, a, out)
-                    return out
-
-                self._compiled_call_impl = call
+            out = inner(*args, **kwargs)
         except BaseException:
-            pass
-        return result
-
-    compile.__wrapped__ = original
-    compile.__doc__ = original.__doc__
-    Module.compile = compile
+            _fw_post(module, args, None)
+            raise
+        _fw_post(module, args, out)
+        return out
+    return call
 
 
 # --- backward ----------------------------------------------------------------------------------
@@ -449,22 +457,21 @@ def _patch_grad_scaler():
         from torch.amp.grad_scaler import GradScaler
     except BaseException:
         return
-    original = GradScaler.step
 
-    def step(self, optimizer, *args, **kwargs):
-        before = _S.opt_steps_applied
-        result = original(self, optimizer, *args, **kwargs)
-        try:
-            if _S.opt_steps_applied == before and self.is_enabled() and _S.active:
-                _probe.note("GradScaler skipped the optimizer step at step %d (inf/NaN "
-                            "gradients)" % _S.step)
-        except BaseException:
-            pass
-        return result
+    def make(original):
+        def step(self, optimizer, *args, **kwargs):
+            before = _S.opt_steps_applied
+            result = original(self, optimizer, *args, **kwargs)
+            try:
+                if _S.opt_steps_applied == before and self.is_enabled() and _S.active:
+                    _probe.note("GradScaler skipped the optimizer step at step %d (inf/NaN "
+                                "gradients)" % _S.step)
+            except BaseException:
+                pass
+            return result
+        return step
 
-    step.__wrapped__ = original
-    step.__doc__ = original.__doc__
-    GradScaler.step = step
+    _replace(GradScaler, "step", make)
 
 
 # --- CUDA: allocator statistics, the OOM observer, snapshots ------------------------------------
@@ -472,16 +479,14 @@ def _patch_grad_scaler():
 def _patch_cuda_init():
     """The moment the program initialises CUDA (never before, never by us), attach the OOM
     observer (attaching initialises CUDA, which would break a program that forks first)."""
-    cuda = _torch.cuda
-    original = cuda._lazy_init
+    def make(original):
+        def _lazy_init():
+            original()
+            if not _S.cuda_ready:
+                _cuda_ready_check()
+        return _lazy_init
 
-    def _lazy_init():
-        original()
-        if not _S.cuda_ready:
-            _cuda_ready_check()
-
-    _lazy_init.__wrapped__ = original
-    cuda._lazy_init = _lazy_init
+    _replace(_torch.cuda, "_lazy_init", make)
 
 
 def _cuda_ready_check():
@@ -594,17 +599,17 @@ def _host_error(value):
 
 
 def _patch_excepthook():
-    previous = sys.excepthook
+    def make(previous):
+        def excepthook(kind, value, traceback):
+            try:
+                found = _host_error(value)
+                if found is not None and _S.active is not False:
+                    requested, line = found
+                    _probe._oom(line, source="host_error", stage=_S.stage,
+                                step=None if _S.user_steps else _S.step, requested_bytes=requested)
+            except BaseException:
+                pass
+            previous(kind, value, traceback)
+        return excepthook
 
-    def excepthook(kind, value, traceback):
-        try:
-            found = _host_error(value)
-            if found is not None and _S.active is not False:
-                requested, line = found
-                _probe._oom(line, source="host_error", stage=_S.stage,
-                            step=None if _S.user_steps else _S.step, requested_bytes=requested)
-        except BaseException:
-            pass
-        previous(kind, value, traceback)
-
-    sys.excepthook = excepthook
+    _replace(sys, "excepthook", make)
