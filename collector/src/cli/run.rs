@@ -41,8 +41,9 @@ pub struct RunArgs {
     /// program is recorded like any other: memory from outside, OOMs from stderr.
     #[arg(long)]
     pub no_python_hooks: bool,
-    /// With the hooks, on CUDA: keep the Python stack of every live allocation (`stacks="python"`,
-    /// ~1-2 us per allocation) so that an OOM says what was alive, by source line.
+    /// With the hooks, on CUDA: keep the Python stack of every live allocation (PyTorch's
+    /// `_record_memory_history(stacks="python")`, which PyTorch documents at ~2 us per
+    /// allocation) so that an OOM says what was alive, by source line.
     #[arg(long, conflicts_with = "no_python_hooks")]
     pub oom_snapshot: bool,
     /// The program to run and its arguments (after `--`).
