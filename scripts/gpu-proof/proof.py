@@ -357,11 +357,11 @@ class Proof:
         program = os.path.join(self.py, "train.py")
         report = os.path.join(self.work, "zero_code.json")
         device = "cuda" if self.cuda["cuda"] else "cpu"
-        cmd = [sys.executable, program, "--device", device, "--steps", "8", "--eval-every", "4", "--d", "512",
-               "--layers", "4", "--heads", "8", "--seq", "256", "--batch", "16", "--vocab", "8192",
-               "--report", report]
+        cmd = [sys.executable, program, "--device", device, "--steps", "8", "--eval-every", "4", "--report", report]
         if self.cuda["cuda"]:
-            cmd += ["--oom-step", "6"]
+            # A model worth a GPU; on CPU (the dry run) the program's small default proves the harness.
+            cmd += ["--d", "512", "--layers", "4", "--heads", "8", "--seq", "256", "--batch", "16", "--vocab", "8192",
+                    "--oom-step", "6"]
         trace, code, _, err = self.record("zero_code", cmd, extra=("--oom-snapshot",), hooks=True, timeout=300)
         self.keep(trace, "zero_code.oomt")
         marks = self.marks(trace)
