@@ -562,3 +562,46 @@ async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
     assert!(rows.as_u64().unwrap() >= 1, "the fix lowers a peak: {rows}");
     b.quit().await;
 }
+
+#[tokio::test]
+async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
+    // The v1.3 golden trace: an allocator-observer OOM of the zero-code hooks, then what was
+    // alive at it by source line (`collector run --oom-snapshot`).
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("alive");
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/tests/data/v1_3_alive_at_oom.oomt");
+    let html = s.path("alive.html");
+    report(&trace, &html, &[]);
+    let text =
+        String::from_utf8(run_collector(&["summary", trace.to_str().unwrap()]).stdout).unwrap();
+    assert!(text.contains("train.py:20 (forward)"), "{text}");
+
+    let b = Browser::start("alive").await;
+    b.open(&html).await;
+    b.wait_for("#alive-at-oom tbody tr").await;
+    let rows = b
+        .d()
+        .find_all(By::Css("#alive-at-oom tbody tr"))
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for row in &rows {
+        let bytes = row.attr("data-bytes").await.unwrap().unwrap();
+        seen.push((bytes, row.text().await.unwrap()));
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen[0].0, (6u64 << 30).to_string());
+    for (_, row) in &seen {
+        // Every row's words, as the terminal prints them.
+        let line = row.split_whitespace().collect::<Vec<_>>().join(" ");
+        let terminal = text
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "));
+        assert!(
+            terminal.clone().any(|l| l == line),
+            "{line:?} not in\n{text}"
+        );
+    }
+    b.quit().await;
+}

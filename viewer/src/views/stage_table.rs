@@ -21,7 +21,14 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
         }
         .into_any();
     }
-    let initial = table.primary_metric.unwrap_or(table.metrics[0]);
+    let Some(initial) = table.primary_metric.or(table.metrics.first().copied()) else {
+        // Marks, but nothing measured at them (no samples, no allocator statistics).
+        return view! {
+            <section id="stages"><h2>"Stages"</h2>
+            <p class="empty">"This trace has stage marks but no memory readings at them (no samples and no allocator statistics), so there is no stage table."</p></section>
+        }
+        .into_any();
+    };
     let metric = RwSignal::new(initial);
     let options = table
         .metrics
