@@ -627,3 +627,43 @@ print("done")
     assert_eq!(count(&t, "pre_forward", Phase::Train), 2);
     assert_eq!(count(&t, "pre_forward", Phase::Eval), 1);
 }
+
+#[test]
+fn a_loop_without_a_torch_optimizer_still_counts_its_steps() {
+    // pytorch/examples' word_language_model updates its weights by hand (`p.data.add_`), with
+    // no optimizer: each training forward after a backward is a step.
+    let s = Scratch::new("zc-manual");
+    let child = s.script(
+        "manual.py",
+        r#"
+import torch
+model = torch.nn.LSTM(8, 8)
+head = torch.nn.Linear(8, 4)
+criterion = torch.nn.CrossEntropyLoss()
+for step in range(5):
+    model.zero_grad()
+    out, _ = model(torch.ones(3, 2, 8))
+    loss = criterion(head(out).view(-1, 4), torch.zeros(6, dtype=torch.long))
+    loss.backward()
+    for p in list(model.parameters()) + list(head.parameters()):
+        p.data.add_(p.grad, alpha=-0.1)
+model.eval()
+with torch.no_grad():
+    model(torch.ones(3, 2, 8))
+"#,
+    );
+    let py = torch_python();
+    let (out, t) = record(&s, &[], &[py.to_str().unwrap(), child.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let train: Vec<(&str, u64)> = t
+        .marks
+        .iter()
+        .filter(|m| m.phase == Phase::Train && m.name.as_ref() == "pre_forward")
+        .map(|m| (m.name.as_ref(), m.step))
+        .collect();
+    // The LSTM is the outermost module with parameters; the head is a second root.
+    let steps: BTreeSet<u64> = train.iter().map(|m| m.1).collect();
+    assert_eq!(steps, (0..5).collect(), "{train:?}");
+    assert_eq!(count(&t, "post_backward", Phase::Train), 5);
+    assert_eq!(count(&t, "pre_forward", Phase::Eval), 1);
+}

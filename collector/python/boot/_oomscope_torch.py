@@ -18,7 +18,9 @@ Where each mark comes from, and why that source:
 - `pre_optimizer_step` / `post_optimizer_step`: torch's global optimizer step hooks. The step
   number counts applied optimizer steps (an iteration that steps two optimizers counts once;
   micro-batches under gradient accumulation are several forwards and backwards in one step); a
-  step GradScaler skips (inf/NaN gradients) fires no optimizer hook and is sent as a note.
+  step GradScaler skips (inf/NaN gradients) fires no optimizer hook and is sent as a note. A
+  program with no torch optimizer at all (weights updated by hand) counts a step at every
+  training forward that follows a backward.
 - the phase: `eval` when the module is not training, grad is off or inference mode is on.
 
 On CUDA (only once the program initialised it: this module never does) every mark carries the
@@ -51,6 +53,8 @@ class _State:
         self.step = 0
         self.step_pending = False
         self.in_opt_step = 0
+        self.has_optimizer = False  # a torch.optim.Optimizer was created
+        self.backward_done = False  # a backward ended since the last training forward
         self.opt_steps_applied = 0
         self.roots = []  # weak references to the modules seen as outermost forwards with
         # parameters (weak: a model the program drops must be freed as it would be without us)
@@ -97,6 +101,7 @@ def install(torch, here):
     register_optimizer_step_pre_hook(_guard(_opt_pre))
     register_optimizer_step_post_hook(_guard(_opt_post))
     _patch_train()
+    _patch_optimizer_init()
     _patch_compile()
     _patch_grad_scaler()
     _patch_cuda_init()
@@ -237,10 +242,16 @@ def _fw_pre(module, args):
         S.depth = 1
         S.outer_emits = _torch._C._current_graph_task_id() == -1 and _has_params(module)
         if S.outer_emits:
+            S.outer_phase = _phase_of(module)
             if S.step_pending:
                 S.step_pending = False
                 S.step += 1
-            S.outer_phase = _phase_of(module)
+            elif S.outer_phase == "train" and S.backward_done and not S.has_optimizer:
+                # A loop that updates its weights by hand (no torch optimizer, e.g. pytorch's
+                # word_language_model example): a training forward after a backward is a step.
+                S.step += 1
+            if S.outer_phase == "train":
+                S.backward_done = False
             _emit("pre_forward", S.outer_phase)
     except BaseException:
         pass
@@ -340,6 +351,19 @@ def _patch_train():
     _replace(_torch.nn.Module, "train", make)
 
 
+def _patch_optimizer_init():
+    """Knowing that the program has a torch optimizer tells how to count steps: by its steps, or
+    (a loop that updates weights by hand) by training forwards that follow a backward."""
+    def make(original):
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            if _S is not None:
+                _S.has_optimizer = True
+        return __init__
+
+    _replace(_torch.optim.Optimizer, "__init__", make)
+
+
 def _patch_compile():
     """`model.compile()` compiles `_call_impl`, hooks included, so they would be traced (no marks
     at all under the compile guard): run our forward hooks eagerly around the compiled call."""
@@ -421,6 +445,7 @@ def _bw_start(grad):
 
 def _bw_end():
     try:
+        _S.backward_done = True
         _emit("post_backward", "train")
     except BaseException:
         pass
