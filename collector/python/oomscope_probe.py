@@ -25,11 +25,14 @@ cannot keep up, the message is dropped and counted in `Probe.dropped`.
 The wire format is the oomscope marker protocol, version 1 (see the collector's README).
 """
 
+import atexit
 import os
 import socket
 import sys
 
 PROTOCOL_VERSION = 1
+# Lines kept while the collector's socket queue is full, sent with the next message.
+_MAX_PENDING = 64
 
 # Paths in the allocator's nested statistics (torch._C._cuda_memoryStats) -> protocol fields. The
 # nested dict is what memory_stats() flattens; reading it directly costs ~24 us a mark instead of
@@ -78,11 +81,13 @@ class Probe:
         self.torch_stats = torch_stats
         self.rank = _rank()
         self.dropped = 0
+        self._pending = []
         self._sock = None
         if self.path:
             try:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._sock.setblocking(False)
+                atexit.register(self.flush)
             except OSError:
                 self._sock = None
 
@@ -91,13 +96,39 @@ class Probe:
         return self._sock is not None
 
     def send(self, line):
-        """Sends raw protocol line(s); never blocks, never raises."""
+        """Sends raw protocol line(s); never blocks, never raises.
+
+        The kernel queues only a few datagrams per Unix socket (`net.unix.max_dgram_qlen`, often
+        10): when the collector falls behind for a moment, a send fails at once. The line is then
+        kept (up to `_MAX_PENDING`) and goes out with the next send, several lines in one datagram,
+        which the protocol allows; only beyond that is a line dropped (and counted)."""
         if self._sock is None:
             return
+        lines = self._pending + [line] if self._pending else [line]
         try:
-            self._sock.sendto(line.encode("utf-8", "replace"), self.path)
+            self._sock.sendto("\n".join(lines).encode("utf-8", "replace"), self.path)
+            self._pending = []
         except OSError:
-            self.dropped += 1
+            if len(lines) > _MAX_PENDING:
+                self.dropped += len(lines) - _MAX_PENDING
+                lines = lines[-_MAX_PENDING:]
+            self._pending = lines
+
+    def flush(self, tries=100):
+        """Sends what is still pending; at exit, waiting up to ~0.1 s for the collector to make
+        room (the program is ending: a moment's wait costs it nothing). What cannot be sent is
+        counted as dropped."""
+        import time
+
+        for _ in range(tries):
+            if not self._pending or self._sock is None:
+                return
+            lines, self._pending = self._pending, []
+            self.send("\n".join(lines))
+            if self._pending:
+                time.sleep(0.001)
+        self.dropped += len(self._pending)
+        self._pending = []
 
     def _allocator_fields(self):
         if not self.torch_stats:
@@ -232,7 +263,12 @@ class Probe:
 
     def _reopen(self):
         """A fresh socket after fork (the child must not share the parent's)."""
-        self._sock = None
+        old, self._sock = self._sock, None
+        if old is not None:
+            try:
+                old.close()
+            except OSError:
+                pass
         self.__init__(self.path, self.torch_stats)
 
 

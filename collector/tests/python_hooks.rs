@@ -667,3 +667,59 @@ with torch.no_grad():
     assert_eq!(count(&t, "post_backward", Phase::Train), 5);
     assert_eq!(count(&t, "pre_forward", Phase::Eval), 1);
 }
+
+#[test]
+fn the_hooks_never_travel_with_the_model_and_survive_probes_and_except_blocks() {
+    // Found by review: hooks on a root must not be pickled, deep-copied or scripted with it; a
+    // library probing `find_spec("torch")` before the import must not disarm the bootstrap; a
+    // forward run inside an `except` block is still a forward.
+    let s = Scratch::new("zc-travel");
+    let saved = s.path("model.pt");
+    let child = s.script(
+        "travel.py",
+        &format!(
+            r#"
+import copy, importlib.util, subprocess, sys
+assert importlib.util.find_spec("torch") is not None  # what datasets/transformers do first
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+def step():
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+for _ in range(10):  # past the search: the hooks now sit on the root
+    step()
+try:
+    raise ValueError("a retry loop")
+except ValueError:
+    step()  # inside an except block: still a full step
+ema = copy.deepcopy(model)
+print("copy hooks", len(ema._forward_pre_hooks), len(ema._forward_hooks))
+torch.save(model, {saved:?})
+scripted = torch.jit.script(model)
+print("scripted", scripted(torch.ones(1, 4)).shape)
+# A plain Python (no bootstrap: -I) loads the saved model.
+code = "import torch; m = torch.load(%r, weights_only=False); print(type(m).__name__)" % {saved:?}
+print("plain load", subprocess.run([sys.executable, "-I", "-c", code], capture_output=True,
+                                   text=True).stdout.strip())
+"#
+        ),
+    );
+    let py = torch_python();
+    let (out, t) = record(&s, &[], &[py.to_str().unwrap(), child.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", stderr(&out));
+    assert!(stdout.contains("copy hooks 0 0"), "{stdout}");
+    assert!(stdout.contains("scripted torch.Size([1, 1])"), "{stdout}");
+    assert!(stdout.contains("plain load Sequential"), "{stdout}");
+    // 11 steps; the scripted model's one call is a forward too.
+    for stage in STAGES {
+        let forward = stage.ends_with("_forward");
+        assert_eq!(
+            count(&t, stage, Phase::Train),
+            11 + usize::from(forward),
+            "{stage}"
+        );
+    }
+}

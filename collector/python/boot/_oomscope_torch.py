@@ -53,6 +53,7 @@ class _State:
         self.step = 0
         self.step_pending = False
         self.in_opt_step = 0
+        self.opt_outer = 0  # id() of the optimizer of the outermost step in progress
         self.has_optimizer = False  # a torch.optim.Optimizer was created
         self.backward_done = False  # a backward ended since the last training forward
         self.opt_steps_applied = 0
@@ -62,6 +63,10 @@ class _State:
         self.mode = "search"  # or "roots"
         self.global_handles = []
         self.root_handles = []
+        self.root_hook_ids = {}  # id(root module) -> ids of our hooks on it
+        self.outer_module = 0  # id() of the module of the current outermost forward
+        self.outer_exc = None  # id() of the exception being handled when it started
+        self.in_train_call = 0
         self.bw_task = None
         self.stage = None
         self.user_stages = set()
@@ -94,19 +99,22 @@ def install(torch, here):
     # about us, not the program, and must not appear on its stderr.
     warnings.filterwarnings(
         "ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+    if not hasattr(torch, "compiler") or not hasattr(torch.compiler, "is_compiling"):
+        return  # older than the torch these hooks know (2.1+): record from outside only
+    os.register_at_fork(after_in_child=_after_fork)
     _search()
     from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                        register_optimizer_step_pre_hook)
 
     register_optimizer_step_pre_hook(_guard(_opt_pre))
     register_optimizer_step_post_hook(_guard(_opt_post))
-    _patch_train()
-    _patch_optimizer_init()
-    _patch_compile()
-    _patch_grad_scaler()
-    _patch_cuda_init()
-    _patch_excepthook()
-    os.register_at_fork(after_in_child=_after_fork)
+    # Each patch on its own: one that this torch does not support leaves the others in place.
+    for patch in (_patch_train, _patch_optimizer_init, _patch_getstate, _patch_jit,
+                  _patch_compile, _patch_grad_scaler, _patch_cuda_init, _patch_excepthook):
+        try:
+            patch()
+        except BaseException:
+            pass
 
 
 def _guard(fn):
@@ -128,7 +136,7 @@ def pause():
     S = _S
     for h in S.global_handles + S.root_handles:
         h.remove()
-    S.global_handles, S.root_handles = [], []
+    S.global_handles, S.root_handles, S.root_hook_ids = [], [], {}
     S.paused = True
 
 
@@ -237,9 +245,15 @@ def _fw_pre(module, args):
             return None
         S = _S
         if S.depth:
-            S.depth += 1
-            return None
+            if id(module) != S.outer_module:
+                S.depth += 1
+                return None
+            # The outermost module again while "inside" it: its last forward ended without our
+            # post hook (a KeyboardInterrupt, which torch's always_call does not cover). Start over.
         S.depth = 1
+        S.outer_module = id(module)
+        exc = sys.exc_info()[1]
+        S.outer_exc = None if exc is None else id(exc)
         S.outer_emits = _torch._C._current_graph_task_id() == -1 and _has_params(module)
         if S.outer_emits:
             S.outer_phase = _phase_of(module)
@@ -269,8 +283,10 @@ def _fw_post(module, args, output):
         if S.depth == 0:
             return None
         S.depth = 0
-        if not S.outer_emits or sys.exc_info()[0] is not None:
-            return None  # the forward raised: no post_forward
+        S.outer_module = 0
+        exc = sys.exc_info()[1]
+        if not S.outer_emits or (exc is not None and id(exc) != S.outer_exc):
+            return None  # the forward raised (not merely ran inside an except block)
         _emit("post_forward", S.outer_phase)
         if S.outer_phase == "train":
             _watch_backward(output)
@@ -298,6 +314,7 @@ def _search():
     for h in S.root_handles + S.global_handles:
         h.remove()
     S.root_handles = []
+    S.root_hook_ids = {}
     from torch.nn.modules.module import (register_module_forward_hook,
                                          register_module_forward_pre_hook)
 
@@ -311,16 +328,20 @@ def _roots_only():
     """Hooks on the roots alone: every other module call returns to torch's fast path."""
     S = _S
     handles = []
+    ids = {}
     for ref in S.roots:
         root = ref()
         if root is None:
             continue
-        handles.append(root.register_forward_pre_hook(_fw_pre, prepend=True))
-        handles.append(root.register_forward_hook(_fw_post, prepend=True, always_call=True))
+        pre = root.register_forward_pre_hook(_fw_pre, prepend=True)
+        post = root.register_forward_hook(_fw_post, prepend=True, always_call=True)
+        handles += [pre, post]
+        ids[id(root)] = {pre.id, post.id}
     for h in S.global_handles:
         h.remove()
     S.global_handles = []
     S.root_handles = handles
+    S.root_hook_ids = ids
     S.mode = "roots"
 
 
@@ -339,9 +360,17 @@ def _patch_train():
     """`model.train()` / `model.eval()`: another model may start running; search again."""
     def make(original):
         def train(self, mode=True):
-            result = original(self, mode)
+            S = _S
+            S.in_train_call += 1
             try:
-                if _S.mode == "roots" and _S.depth == 0:
+                result = original(self, mode)
+            finally:
+                S.in_train_call -= 1
+            try:
+                # Only the outermost call (train() recurses into every child), and only for a
+                # module that is not a root already (HF Trainer calls model.train() every step).
+                if (S.in_train_call == 0 and S.mode == "roots" and S.depth == 0
+                        and not any(r() is self for r in S.roots)):
                     _search()
             except BaseException:
                 pass
@@ -349,6 +378,52 @@ def _patch_train():
         return train
 
     _replace(_torch.nn.Module, "train", make)
+
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called",
+               "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs")
+
+
+def _patch_getstate():
+    """Our hooks on a root must never travel with it: `torch.save(model)`, `copy.deepcopy(model)`
+    (an EMA copy) and pickling take the module's state without them."""
+    def make(original):
+        def __getstate__(self):
+            state = original(self)
+            try:
+                ours = _S.root_hook_ids.get(id(self)) if _S is not None else None
+                if ours:
+                    state = dict(state)
+                    for key in _HOOK_DICTS:
+                        hooks = state.get(key)
+                        if hooks and any(k in ours for k in hooks):
+                            state[key] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
+            except BaseException:
+                pass
+            return state
+        return __getstate__
+
+    _replace(_torch.nn.Module, "__getstate__", make)
+
+
+def _patch_jit():
+    """TorchScript compiles a module's own hooks (ours hold try/except, which it cannot): go back
+    to the global hooks (which it does not see) before scripting or tracing."""
+    jit = _torch.jit
+
+    def make(original):
+        def entry(*args, **kwargs):
+            try:
+                if _S.mode == "roots":
+                    _search()
+            except BaseException:
+                pass
+            return original(*args, **kwargs)
+        return entry
+
+    for name in ("script", "trace", "trace_module"):
+        if hasattr(jit, name):
+            _replace(jit, name, make)
 
 
 def _patch_optimizer_init():
@@ -418,15 +493,13 @@ def _grad_tensors(output, depth=0):
 
 
 def _watch_backward(output):
-    """A pre-hook on the autograd node of each output (a tensor hook on a leaf): the first to
+    """A pre-hook on the autograd node of each output (leaves are skipped): the first to
     run is backward reaching the forward's outputs. Cheaper than `register_multi_grad_hook` (one
     C call per output instead of a Python object graph), and `_bw_start` keeps one per backward."""
     for tensor in _grad_tensors(output):
         node = tensor.grad_fn
-        if node is not None:
+        if node is not None:  # a leaf (a Parameter returned as is) would keep the hook forever
             node.register_prehook(_bw_start)
-        else:
-            tensor.register_hook(_bw_start)
 
 
 def _bw_start(grad):
@@ -457,8 +530,11 @@ def _opt_pre(optimizer, args, kwargs):
     S = _S
     if S.paused:
         return None
+    if S.in_opt_step and id(optimizer) == S.opt_outer:
+        S.in_opt_step = 0  # its last step raised (a caught OOM): the post hook never ran
     S.in_opt_step += 1
     if S.in_opt_step == 1:
+        S.opt_outer = id(optimizer)
         _emit("pre_optimizer_step", "train")
     return None
 
@@ -467,7 +543,7 @@ def _opt_post(optimizer, args, kwargs):
     S = _S
     if S.paused:
         return
-    S.in_opt_step -= 1
+    S.in_opt_step = max(S.in_opt_step - 1, 0)
     if S.in_opt_step:
         return
     S.opt_steps_applied += 1

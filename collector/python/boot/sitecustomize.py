@@ -23,31 +23,35 @@ def _oomscope_install():
     here = os.path.dirname(os.path.abspath(__file__))
 
     class _TorchWatcher:
-        """A meta-path finder that only answers for `torch`, to run the hooks after it loads."""
+        """A meta-path finder that only answers for `torch`, to run the hooks after it loads. It
+        stays on `sys.meta_path` until torch is actually loaded: libraries probe with
+        `importlib.util.find_spec("torch")` long before (or without) importing it."""
+
+        busy = False
 
         def find_spec(self, name, path=None, target=None):
-            if name != "torch":
+            if name != "torch" or self.busy:
                 return None
-            try:
-                sys.meta_path.remove(self)
-            except ValueError:
-                return None
+            self.busy = True
             try:
                 import importlib.util
 
                 spec = importlib.util.find_spec("torch")
             except BaseException:
                 return None
+            finally:
+                self.busy = False
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
-            spec.loader = _AfterLoad(spec.loader)
+            spec.loader = _AfterLoad(spec.loader, self)
             return spec
 
     class _AfterLoad:
         """Wraps torch's loader: run it, then (never failing) install the hooks."""
 
-        def __init__(self, loader):
+        def __init__(self, loader, watcher):
             self._loader = loader
+            self._watcher = watcher
 
         def __getattr__(self, name):
             return getattr(self._loader, name)
@@ -56,11 +60,17 @@ def _oomscope_install():
             return self._loader.create_module(spec)
 
         def exec_module(self, module):
-            self._loader.exec_module(module)
             try:
-                module.__spec__.loader = self._loader
+                sys.meta_path.remove(self._watcher)
             except BaseException:
                 pass
+            # torch sees its own loader, as it would without us.
+            try:
+                module.__spec__.loader = self._loader
+                module.__loader__ = self._loader
+            except BaseException:
+                pass
+            self._loader.exec_module(module)
             try:
                 import importlib.util
 
@@ -86,8 +96,11 @@ def _oomscope_chain():
 
     here = os.path.dirname(os.path.abspath(__file__))
     ours = sys.modules.pop("sitecustomize", None)
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    # Step aside (our entries only), and step back in at the same places afterwards: whatever
+    # the user's sitecustomize adds to sys.path stays.
+    removed = [(i, p) for i, p in enumerate(sys.path) if os.path.abspath(p or ".") == here]
+    for i, _ in reversed(removed):
+        del sys.path[i]
     try:
         try:
             import sitecustomize  # noqa: F401  (the user's)
@@ -95,7 +108,8 @@ def _oomscope_chain():
             if e.name != "sitecustomize":
                 raise
     finally:
-        sys.path[:] = saved
+        for i, p in removed:
+            sys.path.insert(min(i, len(sys.path)), p)
         if ours is not None:
             sys.modules["_oomscope_sitecustomize"] = ours
             # Python's import machinery looks the name up once we return: without a user's
