@@ -219,6 +219,8 @@ def _after_fork():
         _S.user_steps, _S.user_phases = old.user_steps, old.user_phases
         _S.mode, _S.roots = old.mode, old.roots
         _S.global_handles, _S.root_handles = old.global_handles, old.root_handles
+        _S.root_hook_ids = old.root_hook_ids
+        _S.has_optimizer, _S.paused = old.has_optimizer, old.paused
         _probe._reopen()
     except BaseException:
         pass
