@@ -85,6 +85,8 @@ def _oomscope_install():
 
     if "torch" in sys.modules:
         return
+    if any(type(f).__name__ == "_TorchWatcher" for f in sys.meta_path):
+        return  # a collector inside a collector: the innermost bootstrap (first on the path) won
     sys.meta_path.insert(0, _TorchWatcher())
 
 
