@@ -18,10 +18,13 @@ use oomscope_trace::oom_text::recognise;
 
 /// Pid of the child, read by the signal handler (0 before it exists).
 static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+/// A signal that arrived before the child existed, forwarded once it does (0: none).
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-/// Installs the SIGINT/SIGTERM forwarding handler for `child_pid`.
-pub fn forward_signals_to(child_pid: u32) {
-    CHILD_PID.store(i32::try_from(child_pid).unwrap_or(0), Ordering::SeqCst);
+/// Installs the SIGINT/SIGTERM forwarding handler before the child is spawned, so that a
+/// scheduler's SIGTERM in the first milliseconds neither kills the collector (orphaning the
+/// child) nor is lost: it is held until [`forward_signals_to`] names the child.
+pub fn install_signal_forwarding() {
     for signal in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only calls async-signal-safe functions (kill) and reads an atomic.
         unsafe {
@@ -30,6 +33,19 @@ pub fn forward_signals_to(child_pid: u32) {
             action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigemptyset(&raw mut action.sa_mask);
             libc::sigaction(signal, &raw const action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Names the child that signals go to, and hands it any signal that came before it existed.
+pub fn forward_signals_to(child_pid: u32) {
+    let pid = i32::try_from(child_pid).unwrap_or(0);
+    CHILD_PID.store(pid, Ordering::SeqCst);
+    let pending = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
+    if pending != 0 && pid > 0 {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid, pending);
         }
     }
 }
@@ -50,6 +66,8 @@ extern "C" fn forward(
             unsafe {
                 libc::kill(pid, signal);
             }
+        } else {
+            PENDING_SIGNAL.store(signal, Ordering::SeqCst);
         }
     }
 }

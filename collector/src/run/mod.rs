@@ -150,6 +150,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
             command.env(python_hooks::OOM_SNAPSHOT_ENV, "1");
         }
     }
+    child::install_signal_forwarding();
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
