@@ -217,14 +217,10 @@ fn peaks(out: &mut String, analysis: &Analysis) {
         .unwrap_or(0)
         .min(24);
     for p in &analysis.peaks {
-        let at = p.stage.as_ref().map_or_else(String::new, |s| {
-            format!(
-                "  at {} of step {}{}",
-                s.stage,
-                format_count(s.step),
-                s.phase.suffix()
-            )
-        });
+        let at = match p.place() {
+            place if place.is_empty() => place,
+            place => format!(" {place}"),
+        };
         line(
             out,
             &shorten(

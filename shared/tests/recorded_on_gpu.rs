@@ -50,14 +50,24 @@ fn a_pytorch_oom_recognised_from_stderr() {
         Some(allocated + (14.94 * MIB).round() as u64)
     );
     assert_eq!(oom.allocator_mark_stage, None);
+    // 117 GiB on a 79 GiB H100 can never fit: that is the headline, not the batch size.
     let top = &a.findings[0];
-    assert_eq!(top.kind, FindingKind::Oom);
+    assert_eq!(top.kind, FindingKind::ImpossibleRequest);
     assert!(
-        top.explanation
+        top.title
+            .starts_with("One request of 117 GiB can never fit"),
+        "{}",
+        top.title
+    );
+    let oom = &a.findings[1];
+    assert_eq!(oom.kind, FindingKind::Oom);
+    assert!(
+        oom.explanation
             .contains("when it failed, tensors held 171 MiB and the allocator 186 MiB reserved"),
         "{}",
-        top.explanation
+        oom.explanation
     );
+    assert!(oom.change.contains("impossible-request"), "{}", oom.change);
 }
 
 #[test]

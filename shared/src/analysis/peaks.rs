@@ -149,10 +149,91 @@ pub struct Peak {
     pub bytes: u64,
     /// When it was first reached (for snapshots: the mark that reported it).
     pub t_us: u64,
-    /// The stage active then.
+    /// The stage active then; `None` when the peak came before the first mark or after the
+    /// last one (see `outside_marks`).
     pub stage: Option<StageAt>,
+    /// Set when the peak came before the first mark (setup, loading) or after the last one
+    /// (teardown, saving): no stage was running then.
+    pub outside_marks: Option<OutsideMarks>,
     /// The nearest component breakdown (device peaks only).
     pub components: Option<PeakComponents>,
+}
+
+/// A moment outside the marked loop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "when")]
+pub enum OutsideMarks {
+    /// Before the first mark: imports, data loading, model construction.
+    BeforeFirstMark {
+        /// How long before the first mark.
+        before_us: u64,
+    },
+    /// After the last mark, in a run that then ended without an OOM: teardown, saving,
+    /// evaluation code that does not mark.
+    AfterLastMark {
+        /// The last mark.
+        last: StageAt,
+        /// How long after it.
+        after_us: u64,
+    },
+}
+
+impl Peak {
+    /// Where the peak happened, for a reader: ` at post_forward of step 3`, ` after the last mark
+    /// (222 ms after post_step of step 9)`, ` before the first mark (1.20 s before it)`, or empty.
+    /// Outside the marks no stage was running: setup, loading or a batch search before, teardown
+    /// or saving after, or code the program does not mark; the words do not guess which.
+    pub fn place(&self) -> String {
+        use crate::units::{format_count, format_duration_us};
+        match (&self.stage, &self.outside_marks) {
+            (Some(s), _) => format!(
+                " at {} of step {}{}",
+                s.stage,
+                format_count(s.step),
+                s.phase.suffix()
+            ),
+            (None, Some(OutsideMarks::BeforeFirstMark { before_us })) => format!(
+                " before the first mark ({} before it)",
+                format_duration_us(*before_us)
+            ),
+            (None, Some(OutsideMarks::AfterLastMark { last, after_us })) => format!(
+                " after the last mark ({} after {} of step {})",
+                format_duration_us(*after_us),
+                last.stage,
+                format_count(last.step)
+            ),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// Where `t_us` lies against the marks: the stage running then, or outside the marked loop.
+///
+/// After the last mark counts as outside only when the run then ended (an exit was recorded)
+/// with no OOM after the last mark and was not killed by a signal: a run that dies in a stage
+/// peaks in that stage after its last mark (a sampled peak may even come a moment after the
+/// error, as per-process readings lag).
+fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>) {
+    let (Some(first), Some(last)) = (trace.marks.first(), trace.marks.last()) else {
+        return (None, None);
+    };
+    if t_us < first.t_us {
+        let before_us = first.t_us - t_us;
+        return (None, Some(OutsideMarks::BeforeFirstMark { before_us }));
+    }
+    let stage = StageAt::at(trace, t_us);
+    let died_there = trace.ooms.iter().any(|o| o.t_us >= last.t_us)
+        || trace.exit.is_none_or(|e| {
+            matches!(e.status, crate::model::ExitStatus::Signal(_)) || e.probable_host_oom
+        });
+    if t_us > last.t_us && !died_there {
+        let last = StageAt::of_mark(trace, trace.marks.len() - 1);
+        if let Some(last) = last {
+            let after_us = t_us - last.t_us;
+            return (None, Some(OutsideMarks::AfterLastMark { last, after_us }));
+        }
+    }
+    (stage, None)
 }
 
 /// Latest component breakdown at or before `t_us`, else the first one after it.
@@ -202,6 +283,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
             .then(|| breakdown_near(trace, t_us))
             .flatten()
             .map(|b| PeakComponents::new(b, bytes, basis_for(measure)));
+        let (stage, outside_marks) = place_of(trace, t_us);
         Peak {
             metric,
             source,
@@ -209,7 +291,8 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
             device,
             bytes,
             t_us,
-            stage: StageAt::at(trace, t_us),
+            stage,
+            outside_marks,
             components,
         }
     };
@@ -229,6 +312,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
             let mut peak = finish(label, PeakSource::Snapshot, measure, None, bytes, t_us);
             // The mark that reported it, even when another mark shares its timestamp.
             peak.stage = StageAt::of_mark(trace, mark);
+            peak.outside_marks = None;
             out.push(peak);
         }
     }
@@ -355,6 +439,92 @@ mod tests {
 
     fn peaks_of(trace: &Trace) -> Vec<Peak> {
         peaks(trace, &MarkValues::new(trace))
+    }
+
+    /// A healthy run whose host RSS (`host.rss`) peaks `offset_us` after the last mark (or
+    /// before the first when negative), then exits with `status`.
+    fn host_peak_outside(offset_us: i64, status: crate::model::ExitStatus) -> Trace {
+        let mut trace = Run {
+            steps: 4,
+            ..Run::default()
+        }
+        .build();
+        let rss = trace.counter(CounterKind::HostRss, None).unwrap();
+        let t_us = if offset_us >= 0 {
+            trace.marks.last().unwrap().t_us + offset_us as u64
+        } else {
+            trace.marks[0].t_us - offset_us.unsigned_abs()
+        };
+        let mut samples = std::mem::take(&mut trace.samples);
+        let mut rows: Vec<(u64, Vec<(CounterId, u64)>)> = (0..samples.len())
+            .map(|row| {
+                let t = samples.times_us()[row];
+                let values = (0..trace.counters.len() as u32)
+                    .filter_map(|c| Some((CounterId(c), samples.value(CounterId(c), row)?)))
+                    .collect();
+                (t, values)
+            })
+            .collect();
+        rows.push((t_us, vec![(rss, 100 * GIB)]));
+        rows.sort_by_key(|(t, _)| *t);
+        samples = crate::model::Samples::with_counters(trace.counters.len());
+        for (t, values) in rows {
+            samples.push_row(t, &values);
+        }
+        trace.samples = samples;
+        let exit_t_us = trace.marks.last().unwrap().t_us + offset_us.unsigned_abs() + 1000;
+        trace.exit = Some(crate::model::ProcessExit {
+            t_us: exit_t_us,
+            status,
+            probable_host_oom: false,
+        });
+        trace
+    }
+
+    fn host_peak(trace: &Trace) -> Peak {
+        let values = MarkValues::new(trace);
+        peaks(trace, &values)
+            .into_iter()
+            .find(|p| p.measure == Measure::HostRss)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_peak_after_the_last_mark_is_teardown_not_the_last_stage() {
+        use crate::model::ExitStatus;
+        let trace = host_peak_outside(222_000, ExitStatus::Code(0));
+        let peak = host_peak(&trace);
+        assert_eq!(peak.bytes, 100 * GIB);
+        assert!(peak.stage.is_none());
+        let Some(OutsideMarks::AfterLastMark { last, after_us }) = &peak.outside_marks else {
+            panic!("{peak:?}");
+        };
+        assert_eq!(
+            (last.stage.as_str(), last.step, *after_us),
+            ("post_optimizer_step", 3, 222_000)
+        );
+        assert_eq!(
+            peak.place(),
+            " after the last mark (222 ms after post_optimizer_step of step 3)"
+        );
+        // Before the first mark: setup.
+        let trace = host_peak_outside(-40_000, ExitStatus::Code(0));
+        let peak = host_peak(&trace);
+        assert_eq!(
+            peak.outside_marks,
+            Some(OutsideMarks::BeforeFirstMark { before_us: 40_000 })
+        );
+        assert!(
+            peak.place()
+                .eq(" before the first mark (40.0 ms before it)"),
+            "{}",
+            peak.place()
+        );
+        // A run killed after its last mark died in that stage: the stage keeps the peak.
+        let trace = host_peak_outside(222_000, ExitStatus::Signal(9));
+        let peak = host_peak(&trace);
+        assert_eq!(peak.outside_marks, None);
+        assert_eq!(peak.stage.unwrap().stage, "post_optimizer_step");
     }
 
     #[test]

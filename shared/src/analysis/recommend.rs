@@ -16,6 +16,7 @@
 mod allocator;
 mod growth;
 mod host;
+mod impossible;
 mod memory;
 mod numerics;
 
@@ -33,6 +34,7 @@ pub use growth::{
     EvalRetainsMemory, Leak,
 };
 pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure};
+pub use impossible::{ImpossibleRequest, impossible};
 pub use memory::{
     ACTIVATIONS_MIN_SHARE, ActivationsDominate, BatchSize, NEAR_FULL_FRACTION, OPTIMIZER_MIN_SHARE,
     Oom, OptimizerStateHeavy,
@@ -89,6 +91,8 @@ pub enum FindingKind {
     HostMemoryPressure,
     /// What batch size fits.
     BatchSize,
+    /// One request larger than the whole device or host: a shape or configuration bug.
+    ImpossibleRequest,
 }
 
 impl FindingKind {
@@ -106,6 +110,16 @@ impl FindingKind {
             FindingKind::NonFiniteTensors => "non-finite-tensors",
             FindingKind::HostMemoryPressure => "host-memory-pressure",
             FindingKind::BatchSize => "batch-size",
+            FindingKind::ImpossibleRequest => "impossible-request",
+        }
+    }
+
+    /// Order among findings of one severity: lower first. A request that can never fit is the
+    /// cause whatever else the run shows, so it leads; the rest go by id.
+    pub fn rank(self) -> u8 {
+        match self {
+            FindingKind::ImpossibleRequest => 0,
+            _ => 1,
         }
     }
 }
@@ -260,15 +274,17 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(NonFiniteTensors),
         Box::new(HostMemoryPressure),
         Box::new(BatchSize),
+        Box::new(ImpossibleRequest),
     ]
 }
 
-/// Runs every rule; findings most severe first, then by id.
+/// Runs every rule; findings most severe first, then by [`FindingKind::rank`], then by id.
 pub fn findings(ctx: &RuleContext<'_>) -> Vec<Finding> {
     let mut out: Vec<Finding> = rules().iter().filter_map(|r| r.check(ctx)).collect();
     out.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)
+            .then_with(|| a.kind.rank().cmp(&b.kind.rank()))
             .then_with(|| a.kind.id().cmp(b.kind.id()))
     });
     out
@@ -407,7 +423,7 @@ mod tests {
     }
 
     #[test]
-    fn findings_are_sorted_most_severe_first_then_by_id() {
+    fn findings_are_sorted_most_severe_first_then_by_rank_and_id() {
         let run = Run {
             steps: 100,
             oom_at_step: Some(99),
@@ -420,7 +436,9 @@ mod tests {
         for pair in findings.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
             assert!(
-                a.severity > b.severity || (a.severity == b.severity && a.kind.id() < b.kind.id())
+                a.severity > b.severity
+                    || (a.severity == b.severity
+                        && (a.kind.rank(), a.kind.id()) < (b.kind.rank(), b.kind.id()))
             );
         }
         assert_eq!(findings[0].severity, Severity::Critical);

@@ -84,11 +84,7 @@ pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
                 <td class="num">{format_bytes(*bytes)}</td></tr> }
         })
         .collect_view();
-    let stage = peak
-        .stage
-        .as_ref()
-        .map(|s| format!(", stage {} of step {}", s.stage, s.step))
-        .unwrap_or_default();
+    let stage = peak.place();
     view! {
         <section id="breakdown">
             <h2>"At the peak"</h2>

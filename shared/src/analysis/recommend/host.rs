@@ -134,23 +134,10 @@ impl Diagnose for HostMemoryPressure {
         };
         // One request larger than all the host's memory is a shape or configuration bug (a size
         // taken from the wrong field), not a sign of too many workers or too big a batch.
-        let host_total = d
-            .failed
-            .and_then(|f| Some(f.host_rss_bytes? + f.host_available_bytes?));
-        let impossible = d
-            .failed
-            .and_then(|f| f.event.requested_bytes)
-            .zip(host_total)
-            .filter(|&(r, total)| r > total);
-        let advice = match impossible {
-            Some((r, total)) => format!(
-                "one request of {} is larger than all of the host's memory ({}): a shape or \
-                 configuration bug, not a batch-size problem; check the sizes that reach the \
-                 allocation that failed (a length taken from a maximum, a wrong dtype or a \
-                 missing dimension)",
-                format_bytes(r),
-                format_bytes(total)
-            ),
+        let advice = match d.failed.and_then(super::impossible) {
+            Some(_) => "no setting of workers or batch fits one request larger than the host: fix \
+                        the shape that reaches it (see impossible-request)"
+                .to_owned(),
             None => "use fewer DataLoader workers or a lower prefetch_factor, memory-map datasets \
                      instead of loading them into RAM, keep per-sample Python objects out of \
                      worker datasets (copy-on-write duplicates them per worker), and pin less \

@@ -39,11 +39,9 @@ fn near_full(ctx: &RuleContext<'_>, peak: &Peak) -> bool {
         .is_some_and(|total| peak.bytes as f64 >= NEAR_FULL_FRACTION * total as f64)
 }
 
-/// "at post_forward of step 412" for a peak.
+/// " at post_forward of step 412" (or outside the marks) for a peak.
 fn where_peak(peak: &Peak) -> String {
-    peak.stage.as_ref().map_or_else(String::new, |s| {
-        format!(" at {} of step {}", s.stage, format_count(s.step))
-    })
+    peak.place()
 }
 
 /// "batch 24 fits with a 10% margin; to keep the effective batch of 32, run 2 accumulation steps
@@ -261,6 +259,11 @@ fn oom_explanation(oom: &OomContext) -> String {
 /// What to change, by the part of the loop that ran out: eval, the optimizer step, or the
 /// forward/backward pass (the batch that fits, when the memory model knows it).
 fn oom_change(d: &OutOfGpuMemory<'_>) -> String {
+    if super::impossible(d.first).is_some() {
+        return "no batch size fits one request larger than the GPU: fix the shape that reaches \
+                it (see impossible-request)"
+            .to_owned();
+    }
     if d.first.phase == Some(Phase::Eval) {
         return "evaluate under torch.no_grad() (or torch.inference_mode()) with model.eval(), \
                 use a smaller eval batch, and move collected outputs to the CPU"
