@@ -383,9 +383,13 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
             format_bytes(f.growth_bytes.max(0).unsigned_abs()),
         );
         if let Some(p) = &f.projection {
-            text.push_str(&format!("; full at step {}", format_count(p.full_at_step)));
-            if let Some(us) = p.time_to_full_us {
-                text.push_str(&format!(" (in about {})", format_duration_us(us)));
+            if p.steps_remaining == 0 {
+                text.push_str("; already full");
+            } else {
+                text.push_str(&format!("; full at step {}", format_count(p.full_at_step)));
+                if let Some(us) = p.time_to_full_us {
+                    text.push_str(&format!(" (in about {})", format_duration_us(us)));
+                }
             }
         }
         if !others.is_empty() {

@@ -41,6 +41,44 @@ pub const STEADY_R_SQUARED: f64 = 0.98;
 /// See [`STEADY_R_SQUARED`].
 pub const STEADY_MIN_STEPS: usize = 30;
 
+/// A short run can show a leak too: most OOM runs die early. With at least this many distinct
+/// steps, a fit with R² ≥ [`SHORT_R_SQUARED`] whose growth continues into its second half
+/// ("sustained": not a warm-up that levelled off) and reaches [`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`]
+/// of the limit (and [`MIN_GROWTH_BYTES`]) is a leak.
+pub const SHORT_MIN_STEPS: usize = 8;
+
+/// See [`SHORT_MIN_STEPS`].
+pub const SHORT_R_SQUARED: f64 = 0.95;
+
+/// See [`SHORT_MIN_STEPS`].
+pub const SHORT_MIN_GROWTH_FRACTION_OF_LIMIT: f64 = 0.005;
+
+/// A run that died of an out-of-memory error of the same memory (GPU for device metrics, host
+/// for RSS) after sustained growth needs only this many steps, with R² ≥ [`MIN_R_SQUARED`] and
+/// the short-run growth floor: the OOM is the evidence the growth mattered.
+pub const BEFORE_OOM_MIN_STEPS: usize = 5;
+
+/// Growth continues when the second half of the points rises at least this share of the whole
+/// fit's slope (a warm-up rises, then stays flat: its second half does not).
+pub const SUSTAINED_SHARE: f64 = 0.5;
+
+/// Two consecutive training points further apart in time than this many times the median time
+/// per step have a pause between them (a checkpoint save, an eval that did not mark): growth
+/// across it belongs to the transition, not to the steps.
+pub const PAUSE_FACTOR: f64 = 3.0;
+
+/// Which evidence made a fit a leak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeakEvidence {
+    /// At least the configured number of steps (default [`DEFAULT_MIN_STEPS`]).
+    Long,
+    /// A short, very straight, sustained fit ([`SHORT_MIN_STEPS`]).
+    Short,
+    /// Sustained growth that ended in an out-of-memory error ([`BEFORE_OOM_MIN_STEPS`]).
+    BeforeOom,
+}
+
 /// Which limit a projection runs into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -100,8 +138,21 @@ pub struct GrowthFit {
     pub growth_bytes: i64,
     /// Growth needed to call it a leak.
     pub min_leak_growth_bytes: u64,
-    /// Long, straight, rising and large enough: see [`leak_fits`].
+    /// Growth between training points with nothing else between them, per step: what the steps
+    /// themselves keep. Equal to the slope when there are no transitions.
+    pub train_slope_bytes_per_step: f64,
+    /// Growth across transitions (an eval, or a pause such as a checkpoint save, between two
+    /// consecutive training points): what the transitions keep.
+    pub transition_growth_bytes: i64,
+    /// Transitions between the fitted points.
+    pub transitions: usize,
+    /// The second half of the points still rises (see [`SUSTAINED_SHARE`]).
+    pub sustained: bool,
+    /// Long, straight, rising and large enough, with the growth inside training steps: see
+    /// [`leak_fits`].
     pub is_leak: bool,
+    /// Which evidence made it a leak.
+    pub evidence: Option<LeakEvidence>,
     /// When memory is full (leaks with a known limit only).
     pub projection: Option<FullProjection>,
 }
@@ -131,14 +182,22 @@ fn fitted_metrics(trace: &Trace) -> Vec<Metric> {
     metrics
 }
 
-/// Fits every (stage, metric) pair of training marks that spans at least `min_steps` distinct
-/// steps, stage by stage in first-appearance order.
+/// Fits every (stage, metric) pair of training marks that spans at least
+/// [`BEFORE_OOM_MIN_STEPS`] distinct steps, stage by stage in first-appearance order.
 ///
-/// A fit is a leak when it spans ≥ `min_steps` distinct steps, has R² ≥ [`MIN_R_SQUARED`], a
-/// positive slope, and grows by at least max([`MIN_GROWTH_BYTES`],
-/// [`MIN_GROWTH_FRACTION_OF_LIMIT`] × limit) over its span — or, when the growth is steady
-/// ([`STEADY_R_SQUARED`] over [`STEADY_MIN_STEPS`] steps), by at least [`MIN_GROWTH_BYTES`]. Leaks get a [`FullProjection`] when
-/// the limit is known. Linear in the number of marks.
+/// The evidence a leak needs scales with its strength. A fit with a positive slope is a leak
+/// when the growth inside training steps (`train_slope × span`, so that memory kept only at
+/// eval or at pauses is the transitions' and not a per-step leak) reaches the growth floor, and
+/// one of:
+/// - **long**: ≥ `min_steps` distinct steps, R² ≥ [`MIN_R_SQUARED`], growth ≥ max([`MIN_GROWTH_BYTES`],
+///   [`MIN_GROWTH_FRACTION_OF_LIMIT`] × limit), or only [`MIN_GROWTH_BYTES`] when steady
+///   ([`STEADY_R_SQUARED`] over [`STEADY_MIN_STEPS`] steps);
+/// - **short**: ≥ [`SHORT_MIN_STEPS`], R² ≥ [`SHORT_R_SQUARED`], sustained, growth ≥
+///   max([`MIN_GROWTH_BYTES`], [`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`] × limit);
+/// - **before an OOM**: ≥ [`BEFORE_OOM_MIN_STEPS`], R² ≥ [`MIN_R_SQUARED`], sustained, the short
+///   growth floor, and the run died of an OOM of that memory.
+///
+/// Leaks get a [`FullProjection`] when the limit is known. Linear in the number of marks.
 pub fn leak_fits(
     trace: &Trace,
     values: &MarkValues,
@@ -150,9 +209,25 @@ pub fn leak_fits(
         .filter_map(|m| values.index_of(m).map(|i| (m, i)))
         .collect();
     let stage_count = stages.names().len();
+    // Non-training marks before each mark: two training points with a different count between
+    // them have an eval (or another phase) between them.
+    let mut outside_train = Vec::with_capacity(trace.marks.len() + 1);
+    outside_train.push(0u32);
+    for mark in &trace.marks {
+        let last = *outside_train.last().unwrap_or(&0);
+        outside_train.push(last + u32::from(!is_train(mark.phase)));
+    }
+    let (gpu_oom, host_oom) = died_of_oom(trace);
     let mut out = Vec::new();
     for &(metric, index) in &metrics {
         let limit = limit_of(trace, metric);
+        let host = metric.is_host(trace);
+        let context = FitContext {
+            limit,
+            min_steps,
+            died_of_oom: if host { host_oom } else { gpu_oom },
+            outside_train: &outside_train,
+        };
         // One pass over the marks sorts the points into their stages.
         let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
         for (i, (mark, value)) in trace.marks.iter().zip(values.column(index)).enumerate() {
@@ -169,7 +244,7 @@ pub fn leak_fits(
         }
         for (stage, points) in per_stage.iter().enumerate() {
             let name = &stages.names()[stage];
-            if let Some(fit) = fit_stage(trace, values, name, index, points, limit, min_steps) {
+            if let Some(fit) = fit_stage(trace, values, name, index, points, &context) {
                 out.push((stage, fit));
             }
         }
@@ -180,7 +255,7 @@ pub fn leak_fits(
 }
 
 /// The memory limit a metric runs into, if known.
-fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
+pub(crate) fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
     if metric.is_host(trace) {
         let available = counter_with_data(trace, CounterKind::HostAvailable)?;
         let rss = counter_with_data(trace, CounterKind::HostRss)?;
@@ -198,18 +273,44 @@ fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
     Some((total, LimitBasis::DeviceTotal))
 }
 
+/// Whether the run died of an out-of-memory error of the GPU, and of the host: it failed (a
+/// non-zero exit, a signal, or no recorded end) and recorded such an OOM (or a probable kill).
+fn died_of_oom(trace: &Trace) -> (bool, bool) {
+    let failed = trace
+        .exit
+        .is_none_or(|e| e.status != crate::model::ExitStatus::Code(0));
+    if !failed {
+        return (false, false);
+    }
+    let host = trace.ooms.iter().any(|o| o.source.is_host())
+        || trace.exit.is_some_and(|e| e.probable_host_oom);
+    let gpu = trace.ooms.iter().any(|o| !o.source.is_host());
+    (gpu, host)
+}
+
+/// What every fit of one metric shares.
+struct FitContext<'a> {
+    limit: Option<(u64, LimitBasis)>,
+    min_steps: usize,
+    died_of_oom: bool,
+    outside_train: &'a [u32],
+}
+
 /// Fits the points of metric number `index` at one stage; `None` when they span fewer than
-/// `min_steps` distinct steps.
+/// [`BEFORE_OOM_MIN_STEPS`] distinct steps (or fewer than `min_steps` when that is smaller).
 fn fit_stage(
     trace: &Trace,
     values: &MarkValues,
     stage: &str,
     index: usize,
     points: &[Point],
-    limit: Option<(u64, LimitBasis)>,
-    min_steps: usize,
+    context: &FitContext<'_>,
 ) -> Option<GrowthFit> {
-    if distinct_steps(points.iter().map(|p| p.step)) < min_steps.max(2) {
+    let &FitContext {
+        limit, min_steps, ..
+    } = context;
+    let fewest = BEFORE_OOM_MIN_STEPS.min(min_steps).max(2);
+    if distinct_steps(points.iter().map(|p| p.step)) < fewest {
         return None;
     }
     let xy: Vec<(f64, f64)> = points
@@ -228,18 +329,50 @@ fn fit_stage(
     let first = used().min_by_key(|p| (p.step, p.t_us))?;
     let last = used().max_by_key(|p| (p.step, p.t_us))?;
     let line = robust.line;
-    let growth = line.slope * (last.step - first.step) as f64;
-    let steady = line.r_squared >= STEADY_R_SQUARED && steps >= STEADY_MIN_STEPS;
-    let min_leak_growth_bytes = match limit {
-        Some((l, _)) if !steady => {
-            MIN_GROWTH_BYTES.max((l as f64 * MIN_GROWTH_FRACTION_OF_LIMIT) as u64)
-        }
-        _ => MIN_GROWTH_BYTES,
+    let span_steps = (last.step - first.step) as f64;
+    let growth = line.slope * span_steps;
+    let kept: Vec<&Point> = used().collect();
+    let split = split_growth(&kept, context.outside_train);
+    let sustained = sustained(&kept, line.slope);
+    let train_growth = split.train_slope * span_steps;
+    let fraction = |share: f64| match limit {
+        Some((l, _)) => MIN_GROWTH_BYTES.max((l as f64 * share) as u64),
+        None => MIN_GROWTH_BYTES,
     };
-    let is_leak = steps >= min_steps
+    let steady = line.r_squared >= STEADY_R_SQUARED && steps >= STEADY_MIN_STEPS;
+    let long_floor = if steady {
+        MIN_GROWTH_BYTES
+    } else {
+        fraction(MIN_GROWTH_FRACTION_OF_LIMIT)
+    };
+    let short_floor = fraction(SHORT_MIN_GROWTH_FRACTION_OF_LIMIT);
+    let grows = |floor: u64| growth >= floor as f64 && train_growth >= floor as f64;
+    let rising = line.slope > 0.0 && split.train_slope > 0.0;
+    let evidence = if !rising {
+        None
+    } else if steps >= min_steps && line.r_squared >= MIN_R_SQUARED && grows(long_floor) {
+        Some(LeakEvidence::Long)
+    } else if steps >= SHORT_MIN_STEPS
+        && line.r_squared >= SHORT_R_SQUARED
+        && sustained
+        && grows(short_floor)
+    {
+        Some(LeakEvidence::Short)
+    } else if context.died_of_oom
+        && steps >= BEFORE_OOM_MIN_STEPS
         && line.r_squared >= MIN_R_SQUARED
-        && line.slope > 0.0
-        && growth >= min_leak_growth_bytes as f64;
+        && sustained
+        && grows(short_floor)
+    {
+        Some(LeakEvidence::BeforeOom)
+    } else {
+        None
+    };
+    let is_leak = evidence.is_some();
+    let min_leak_growth_bytes = match evidence {
+        Some(LeakEvidence::Short | LeakEvidence::BeforeOom) => short_floor,
+        _ => long_floor,
+    };
     let projection = if is_leak {
         limit.map(|(limit_bytes, limit_basis)| {
             let current = highest_in_step(trace, values, index, last.mark);
@@ -262,9 +395,85 @@ fn fit_stage(
         last_step: last.step,
         growth_bytes: growth.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
         min_leak_growth_bytes,
+        train_slope_bytes_per_step: split.train_slope,
+        transition_growth_bytes: split
+            .transition_growth
+            .clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+        transitions: split.transitions,
+        sustained,
         is_leak,
+        evidence,
         projection,
     })
+}
+
+/// Growth of consecutive fitted points, split into what the training steps kept and what the
+/// transitions between them kept.
+struct GrowthSplit {
+    /// Growth per step between points with no transition between them (0 without such pairs).
+    train_slope: f64,
+    /// Growth across transitions.
+    transition_growth: f64,
+    /// Transitions crossed.
+    transitions: usize,
+}
+
+/// Walks consecutive points (in step order): a pair with a non-training mark between them, or
+/// a pause longer than [`PAUSE_FACTOR`] × the median time per step, is a transition; the pair
+/// after it (the first step back in training) is counted with it.
+fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
+    let mut per_step_us: Vec<f64> = points
+        .windows(2)
+        .filter(|w| w[1].step > w[0].step)
+        .map(|w| w[1].t_us.saturating_sub(w[0].t_us) as f64 / (w[1].step - w[0].step) as f64)
+        .collect();
+    per_step_us.sort_by(f64::total_cmp);
+    let median_us = per_step_us.get(per_step_us.len() / 2).copied();
+    let (mut train_growth, mut train_steps) = (0.0, 0u64);
+    let (mut transition_growth, mut transitions) = (0.0, 0);
+    let mut after_transition = false;
+    for w in points.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let delta = b.value as f64 - a.value as f64;
+        let steps = b.step.saturating_sub(a.step);
+        let other_phase = outside_train[b.mark] != outside_train[a.mark + 1];
+        let paused = steps > 0
+            && median_us.is_some_and(|m| {
+                b.t_us.saturating_sub(a.t_us) as f64 / steps as f64 > PAUSE_FACTOR * m.max(1.0)
+            });
+        if other_phase || paused {
+            transition_growth += delta;
+            transitions += 1;
+            after_transition = true;
+        } else if std::mem::take(&mut after_transition) {
+            // The first step after a transition settles it: what the transition kept shows in
+            // the allocator's reserved bytes once training next reaches its high point.
+            transition_growth += delta;
+        } else {
+            train_growth += delta;
+            train_steps += steps;
+        }
+    }
+    GrowthSplit {
+        train_slope: if train_steps > 0 {
+            train_growth / train_steps as f64
+        } else {
+            0.0
+        },
+        transition_growth,
+        transitions,
+    }
+}
+
+/// Whether the second half of the points (by step) still rises at [`SUSTAINED_SHARE`] of the
+/// whole fit's slope.
+fn sustained(points: &[&Point], slope: f64) -> bool {
+    let half = &points[points.len() / 2..];
+    let xy: Vec<(f64, f64)> = half
+        .iter()
+        .map(|p| (p.step as f64, p.value as f64))
+        .collect();
+    crate::analysis::fit::least_squares(&xy).is_some_and(|l| l.slope >= SUSTAINED_SHARE * slope)
 }
 
 /// Distinct values of a sequence that is non-decreasing in a normal run, in one pass: counts the
@@ -393,10 +602,10 @@ mod tests {
             })
             .is_empty()
         );
-        // Too short: 19 steps.
+        // Too short: 7 steps, even perfectly straight, without an OOM at the end.
         assert!(
             leaks(&Run {
-                steps: 19,
+                steps: 7,
                 leak_bytes_per_step: 100 * MIB,
                 ..Run::default()
             })
@@ -481,6 +690,130 @@ mod tests {
         assert_eq!(p.limit_basis, LimitBasis::HostMemory);
         assert_eq!(p.limit_bytes, 256 * GIB);
         assert!(leaks.iter().all(|f| f.metric.label() == "host.rss"));
+    }
+
+    #[test]
+    fn a_short_straight_leak_is_found_without_waiting_for_twenty_steps() {
+        // +64 MiB kept every step for 12 steps (+704 MiB fitted): the example.
+        let found = leaks(&Run {
+            steps: 12,
+            leak_bytes_per_step: 64 * MIB,
+            ..Run::default()
+        });
+        let post_opt = found
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert_eq!(post_opt.evidence, Some(LeakEvidence::Short));
+        assert!((post_opt.slope_bytes_per_step - (64 * MIB) as f64).abs() < 1.0);
+        assert!(post_opt.sustained);
+        // Half a percent of 80 GiB.
+        assert_eq!(
+            post_opt.min_leak_growth_bytes,
+            ((80 * GIB) as f64 * SHORT_MIN_GROWTH_FRACTION_OF_LIMIT) as u64
+        );
+    }
+
+    /// A run whose allocated memory rises `warmup` per step for the first `warm_steps` steps and
+    /// then stays flat (a cache filling, lazily built buffers), with `noise` added to every mark
+    /// alternately up and down.
+    fn warmup_run(steps: u64, warm_steps: u64, warmup: u64, noise: u64) -> Trace {
+        let mut trace = Run {
+            steps,
+            ..Run::default()
+        }
+        .build();
+        for (i, mark) in trace.marks.iter_mut().enumerate() {
+            let extra = warmup * mark.step.min(warm_steps) + if i % 2 == 0 { noise } else { 0 };
+            if let Some(s) = mark.snapshot.as_mut() {
+                s.allocated_bytes += extra;
+                s.peak_allocated_bytes += extra;
+                s.reserved_bytes += extra;
+            }
+        }
+        trace
+    }
+
+    #[test]
+    fn warm_up_and_noise_in_a_short_run_are_not_leaks() {
+        let of = |trace: &Trace| -> Vec<GrowthFit> {
+            let values = MarkValues::new(trace);
+            leak_fits(trace, &values, &StageIndex::new(trace), DEFAULT_MIN_STEPS)
+                .into_iter()
+                .filter(|f| f.is_leak)
+                .collect()
+        };
+        // 300 MiB per step for 4 steps, then flat for 8: a warm-up that levelled off.
+        let warm = warmup_run(12, 4, 300 * MIB, 0);
+        assert!(of(&warm).is_empty(), "{:#?}", of(&warm));
+        // The same levelled-off shape, over 25 steps, is no leak either.
+        assert!(of(&warmup_run(25, 4, 300 * MIB, 0)).is_empty());
+        // ±500 MiB of noise around a flat line.
+        assert!(of(&warmup_run(12, 0, 0, 500 * MIB)).is_empty());
+    }
+
+    #[test]
+    fn growth_that_ends_in_an_oom_is_a_leak_after_a_few_steps() {
+        // 2 GiB kept per step, OOM in the forward pass of step 5: five steps of evidence.
+        let oom = Run {
+            steps: 6,
+            leak_bytes_per_step: 2 * GIB,
+            oom_at_step: Some(5),
+            ..Run::default()
+        };
+        let found = leaks(&oom);
+        assert!(
+            found
+                .iter()
+                .any(|f| f.evidence == Some(LeakEvidence::BeforeOom)),
+            "{found:#?}"
+        );
+        // The same growth in a run that finished cleanly is too short to tell.
+        let clean = Run {
+            oom_at_step: None,
+            ..oom
+        };
+        assert!(leaks(&clean).is_empty());
+    }
+
+    #[test]
+    fn memory_kept_at_every_eval_is_not_a_per_step_leak() {
+        // Flat training steps; each eval (every 10 steps) keeps 200 MiB: a staircase whose line
+        // fit is straight enough to pass for a leak.
+        let staircase = Run {
+            steps: 100,
+            eval_every: Some(10),
+            eval_jump_bytes: GIB,
+            eval_retain_bytes: 200 * MIB,
+            ..Run::default()
+        };
+        let fits = fits(&staircase);
+        let post_opt = fits
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert!(post_opt.r_squared > MIN_R_SQUARED, "{}", post_opt.r_squared);
+        assert_eq!(post_opt.transitions, 9);
+        assert_eq!(post_opt.transition_growth_bytes, 9 * 200 * MIB as i64);
+        assert!(post_opt.train_slope_bytes_per_step.abs() < 1.0);
+        assert!(fits.iter().all(|f| !f.is_leak), "{fits:#?}");
+        // A real leak that also has evals is still a leak, at its per-step rate.
+        let both = Run {
+            leak_bytes_per_step: 20 * MIB,
+            ..staircase
+        };
+        let found = leaks(&both);
+        let post_opt = found
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert!(
+            (post_opt.train_slope_bytes_per_step - (20 * MIB) as f64).abs() < 1.0,
+            "{}",
+            post_opt.train_slope_bytes_per_step
+        );
+        // Each transition carries its eval's 200 MiB plus the steps' own growth over it.
+        assert!(post_opt.transition_growth_bytes >= 9 * 220 * MIB as i64);
     }
 
     #[test]

@@ -343,20 +343,20 @@ mod tests {
     #[test]
     fn options_reach_the_analyses() {
         let trace = Run {
-            steps: 15,
-            leak_bytes_per_step: 100 * MIB,
+            steps: 7,
+            leak_bytes_per_step: 200 * MIB,
             ..Run::default()
         }
         .build();
         let defaults = analyze(&trace, &AnalysisOptions::default());
         assert!(
             defaults.leaks().next().is_none(),
-            "15 steps are under the default 20"
+            "7 steps are under the default 20 and the short-run 8"
         );
         assert!(defaults.stage_table.baseline.is_none());
         let options = AnalysisOptions {
             baseline_mark: Some(0),
-            leak_min_steps: 10,
+            leak_min_steps: 5,
             batch_margin: 0.5,
         };
         let tuned = analyze(&trace, &options);

@@ -1,7 +1,7 @@
 //! Rules about memory that does not come back: per-step leaks and eval retention.
 
 use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
-use crate::analysis::leaks::GrowthFit;
+use crate::analysis::leaks::{GrowthFit, LeakEvidence};
 use crate::analysis::metrics::MetricKey;
 use crate::analysis::phases::PhaseTransition;
 use crate::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
@@ -10,8 +10,15 @@ use crate::units::{format_bytes, format_bytes_f64, format_count, format_duration
 /// run will not finish (or barely will) at the current rate.
 pub const CRITICAL_RUNWAY_FACTOR: f64 = 2.0;
 
-/// Eval retention below this is noise (allocator rounding, lazily built eval buffers).
+/// Eval retention below this is noise (allocator rounding, lazily built eval buffers)...
 pub const EVAL_RETAIN_MIN_BYTES: i64 = 256 << 20;
+
+/// ...unless at least [`EVAL_RETAIN_REPEATS`] evals each keep this much: memory kept again and
+/// again at every eval is a staircase that ends in an OOM, however small each stair.
+pub const EVAL_RETAIN_REPEATED_MIN_BYTES: i64 = 64 << 20;
+
+/// See [`EVAL_RETAIN_REPEATED_MIN_BYTES`].
+pub const EVAL_RETAIN_REPEATS: usize = 2;
 
 /// Retention must also be at least this share of the jump on entering eval, so that allocator
 /// rounding on a huge eval jump is not reported. Kept low on purpose: eval that keeps 1.5 GiB of
@@ -92,6 +99,18 @@ impl Diagnose for Leak {
             format_count(leak.last_step),
             format_bytes(leak.growth_bytes.max(0).unsigned_abs()),
         );
+        match leak.evidence {
+            Some(LeakEvidence::Short) => explanation.push_str(&format!(
+                " (a short run, {} steps, but the growth is straight and does not level off)",
+                leak.steps
+            )),
+            Some(LeakEvidence::BeforeOom) => explanation.push_str(&format!(
+                " (only {} steps, but the growth did not level off and the run then ran out of \
+                 memory)",
+                leak.steps
+            )),
+            _ => {}
+        }
         if let Some(p) = &leak.projection {
             if p.steps_remaining == 0 {
                 explanation.push_str(&format!(": {what} is already full"));
@@ -104,6 +123,15 @@ impl Diagnose for Leak {
                     format_count(p.full_at_step)
                 ));
             }
+        }
+        if leak.transitions > 0 && leak.transition_growth_bytes > 0 {
+            explanation.push_str(&format!(
+                "; within training steps it grows {}/step, and {} more came at {} eval or pause \
+                 transition(s)",
+                format_bytes_f64(leak.train_slope_bytes_per_step),
+                format_bytes(leak.transition_growth_bytes.unsigned_abs()),
+                leak.transitions
+            ));
         }
         let leaking = d.leaking_fits;
         if leaking > 1 {
@@ -155,17 +183,52 @@ impl Diagnose for Leak {
     }
 }
 
+/// How many more evals like the retaining ones fit under the primary metric's limit.
+fn eval_projection(
+    ctx: &RuleContext<'_>,
+    transitions: &[PhaseTransition],
+    retaining: &[&PhaseTransition],
+    total_retained_bytes: i64,
+) -> Option<EvalProjection> {
+    let metric = crate::analysis::metrics::primary_metric(ctx.trace)?;
+    let (limit_bytes, _) = crate::analysis::leaks::limit_of(ctx.trace, metric)?;
+    let per_eval_bytes = u64::try_from(total_retained_bytes / retaining.len() as i64).ok()?;
+    if per_eval_bytes == 0 {
+        return None;
+    }
+    // The run's high point so far (the memory peak, or the last eval's if higher): the next
+    // eval adds to everything after it.
+    let last = transitions.last()?;
+    let current_bytes = crate::analysis::peaks::memory_peak(&ctx.analysis.peaks)
+        .map(|p| p.bytes)
+        .into_iter()
+        .chain(last.eval_peak_bytes)
+        .max()?;
+    let evals_remaining = limit_bytes.saturating_sub(current_bytes) / per_eval_bytes;
+    let mut gaps: Vec<u64> = transitions
+        .windows(2)
+        .map(|w| w[1].entry_step.saturating_sub(w[0].entry_step))
+        .collect();
+    gaps.sort_unstable();
+    Some(EvalProjection {
+        limit_bytes,
+        current_bytes,
+        per_eval_bytes,
+        evals_remaining,
+        steps_between_evals: gaps.get(gaps.len() / 2).copied(),
+    })
+}
+
 /// `eval-retains-memory`: memory rises on entering eval and does not come back.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EvalRetainsMemory;
 
 /// True when a transition kept memory: a positive jump, and retention of at least
-/// max([`EVAL_RETAIN_MIN_BYTES`], [`EVAL_RETAIN_MIN_FRACTION_OF_JUMP`] × jump).
-fn retains(t: &PhaseTransition) -> bool {
+/// max(`floor`, [`EVAL_RETAIN_MIN_FRACTION_OF_JUMP`] × jump).
+fn retains(t: &PhaseTransition, floor: i64) -> bool {
     match (t.jump_bytes, t.retained_bytes) {
         (Some(jump), Some(retained)) if jump > 0 => {
-            let min =
-                EVAL_RETAIN_MIN_BYTES.max((EVAL_RETAIN_MIN_FRACTION_OF_JUMP * jump as f64) as i64);
+            let min = floor.max((EVAL_RETAIN_MIN_FRACTION_OF_JUMP * jump as f64) as i64);
             retained >= min
         }
         _ => false,
@@ -183,26 +246,65 @@ pub struct EvalRetention<'a> {
     pub evals: usize,
     /// Memory kept by all of them.
     pub total_retained_bytes: i64,
+    /// When the evals fill memory at this rate, if the limit is known.
+    pub projection: Option<EvalProjection>,
+    /// Memory also leaks within training steps (a `leak` finding explains that part).
+    pub also_leaks: bool,
+}
+
+/// Where repeated eval retention leads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalProjection {
+    /// The memory limit (device total, or host memory).
+    pub limit_bytes: u64,
+    /// The run's high point so far: the memory peak, or the last eval's peak when higher (each
+    /// eval lifts everything after it).
+    pub current_bytes: u64,
+    /// Mean memory kept per retaining eval.
+    pub per_eval_bytes: u64,
+    /// More evals like these until an eval no longer fits (0: the next one does not).
+    pub evals_remaining: u64,
+    /// Training steps between evals (the median), when more than one eval ran.
+    pub steps_between_evals: Option<u64>,
 }
 
 impl Diagnose for EvalRetainsMemory {
     const KIND: FindingKind = FindingKind::EvalRetainsMemory;
     type Diagnosis<'a> = EvalRetention<'a>;
 
-    /// Detection: an eval whose memory did not come back (see `retains`); `None` without one.
+    /// Detection: an eval whose memory did not come back (see `retains`: at least
+    /// [`EVAL_RETAIN_MIN_BYTES`] once, or [`EVAL_RETAIN_REPEATED_MIN_BYTES`] at
+    /// [`EVAL_RETAIN_REPEATS`] evals or more); `None` without one. With the limit known, how many
+    /// more such evals fit.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let transitions = &ctx.analysis.phase_transitions;
-        let retaining: Vec<&PhaseTransition> = transitions.iter().filter(|t| retains(t)).collect();
+        let mut retaining: Vec<&PhaseTransition> = transitions
+            .iter()
+            .filter(|t| retains(t, EVAL_RETAIN_MIN_BYTES))
+            .collect();
+        if retaining.is_empty() {
+            retaining = transitions
+                .iter()
+                .filter(|t| retains(t, EVAL_RETAIN_REPEATED_MIN_BYTES))
+                .collect();
+            if retaining.len() < EVAL_RETAIN_REPEATS {
+                return None;
+            }
+        }
         let worst = *retaining.iter().max_by(|a, b| {
             a.retained_bytes
                 .cmp(&b.retained_bytes)
                 .then(b.entry_t_us.cmp(&a.entry_t_us))
         })?;
+        let total_retained_bytes: i64 = retaining.iter().filter_map(|t| t.retained_bytes).sum();
+        let projection = eval_projection(ctx, transitions, &retaining, total_retained_bytes);
         Some(EvalRetention {
             worst,
             retaining_evals: retaining.len(),
             evals: transitions.len(),
-            total_retained_bytes: retaining.iter().filter_map(|t| t.retained_bytes).sum(),
+            total_retained_bytes,
+            projection,
+            also_leaks: ctx.analysis.leaks().next().is_some(),
         })
     }
 
@@ -234,6 +336,38 @@ impl Diagnose for EvalRetainsMemory {
                 format_bytes(total.max(0).unsigned_abs())
             ));
         }
+        if let Some(p) = &d.projection {
+            let when = p.steps_between_evals.map_or_else(String::new, |k| {
+                format!(
+                    ", about {} training steps from now",
+                    format_count(p.evals_remaining.saturating_add(1).saturating_mul(k))
+                )
+            });
+            let kind = if d.also_leaks {
+                "besides the per-step leak, memory is kept at each eval; at that alone"
+            } else {
+                "this is memory kept at each eval, not a per-step leak; at"
+            };
+            explanation.push_str(&format!(
+                ": {kind} {} per eval, {} more eval(s) fit under the limit of {}{when}",
+                format_bytes(p.per_eval_bytes),
+                format_count(p.evals_remaining),
+                format_bytes(p.limit_bytes),
+            ));
+        }
+        let mut evidence = vec![
+            Evidence::bytes("jump_bytes", jump as f64),
+            Evidence::bytes("retained_bytes", retained as f64),
+            Evidence::count("entry_step", worst.entry_step as f64),
+            Evidence::count("retaining_evals", d.retaining_evals as f64),
+            Evidence::count("evals", d.evals as f64),
+            Evidence::bytes("total_retained_bytes", total as f64),
+        ];
+        if let Some(p) = &d.projection {
+            evidence.push(Evidence::bytes("per_eval_bytes", p.per_eval_bytes as f64));
+            evidence.push(Evidence::bytes("limit_bytes", p.limit_bytes as f64));
+            evidence.push(Evidence::count("evals_remaining", p.evals_remaining as f64));
+        }
         finding(
             self,
             Severity::Warning,
@@ -246,14 +380,7 @@ impl Diagnose for EvalRetainsMemory {
              collected predictions to the CPU (.cpu()) or reduce them to numbers (.item()), and \
              drop references to eval batches and outputs before training resumes"
                 .to_owned(),
-            vec![
-                Evidence::bytes("jump_bytes", jump as f64),
-                Evidence::bytes("retained_bytes", retained as f64),
-                Evidence::count("entry_step", worst.entry_step as f64),
-                Evidence::count("retaining_evals", d.retaining_evals as f64),
-                Evidence::count("evals", d.evals as f64),
-                Evidence::bytes("total_retained_bytes", total as f64),
-            ],
+            evidence,
         )
     }
 }
@@ -393,12 +520,41 @@ mod tests {
             ..clean.clone()
         };
         assert!(find(&third.build(), FindingKind::EvalRetainsMemory).is_some());
-        // Near miss: keeps all of a 200 MiB jump (under 256 MiB).
+        // Near miss: one eval keeps all of a 200 MiB jump (under 256 MiB).
         let small = Run {
+            steps: 15,
             eval_jump_bytes: 200 * MIB,
             eval_retain_bytes: 200 * MIB,
             ..clean
         };
         assert!(find(&small.build(), FindingKind::EvalRetainsMemory).is_none());
+    }
+
+    #[test]
+    fn small_retention_at_every_eval_is_a_staircase_to_an_oom_not_a_leak() {
+        // The issue's story: flat training, +200 MiB kept at each of 9 evals (every 10 steps).
+        let run = Run {
+            steps: 100,
+            eval_every: Some(10),
+            eval_jump_bytes: GIB,
+            eval_retain_bytes: 200 * MIB,
+            ..Run::default()
+        };
+        let trace = run.build();
+        assert!(find(&trace, FindingKind::Leak).is_none());
+        let f = find(&trace, FindingKind::EvalRetainsMemory).unwrap();
+        assert_eq!(f.title, "Eval keeps 200 MiB after returning to training");
+        assert_eq!(evidence(&f, "retaining_evals"), 9.0);
+        assert_eq!(evidence(&f, "per_eval_bytes"), (200 * MIB) as f64);
+        // The high point is the last step's forward pass, 28 GiB + 9 × 200 MiB: (80 GiB − that)
+        // / 200 MiB = 257 more evals fit.
+        assert_eq!(evidence(&f, "evals_remaining"), 257.0);
+        assert!(
+            f.explanation.contains(
+                "this is memory kept at each eval, not a per-step leak; at 200 MiB per eval"
+            ),
+            "{}",
+            f.explanation
+        );
     }
 }
