@@ -129,6 +129,8 @@ fn columns(samples: &Samples) -> Vec<&[u64]> {
 ///      for the time of each counter's last present value, the row at or before that instant, so
 ///      every "latest sample at or before" the analysis reads ([`Samples::value_at`]: memory at
 ///      each mark, the context of an OOM, the host limit of a leak) is unchanged;
+///    - the floor rows the over-time trends read ([`crate::analysis::trend::rows_read`]), in
+///      traces without steps;
 ///    - the rows where the whole-trace scans of derived quantities find their extremes, which no
 ///      single counter's extremes need be: the host's tightest moment (available against RSS),
 ///      and the allocator's largest reserved − allocated gap and its reserved and allocated peaks
@@ -249,6 +251,9 @@ impl<'a> RowPlan<'a> {
             keep.add_time(times, h.t_us);
         }
         keep_pressure_rows(&mut keep, trace, &columns);
+        for row in crate::analysis::trend::rows_read(trace) {
+            keep.add(row);
+        }
 
         RowPlan {
             trace,
@@ -629,7 +634,13 @@ mod tests {
         let (mut trace, id) = one_counter(&cells);
         mark_at(&mut trace, 510_000);
         let thinned = thin_samples(&trace, 10);
-        assert!(thinned.samples.len() < 20, "{}", thinned.samples.len());
+        // A handful of rows, plus the floors the over-time trend reads (a trace without steps).
+        let floors = crate::analysis::trend::BUCKETS;
+        assert!(
+            thinned.samples.len() < 20 + floors,
+            "{}",
+            thinned.samples.len()
+        );
         assert_eq!(thinned.samples.value_at(id, 510_000), Some(9));
     }
 

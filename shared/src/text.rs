@@ -197,12 +197,14 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
     if let Some(primary) = &o.primary_metric {
         line(out, &format!("  memory at marks is read as `{primary}`"));
     } else if trace.marks.is_empty() {
-        line(
-            out,
-            "  no stage marks: per-stage analysis needs the oomscope hooks in the program",
-        );
+        wrap(out, &format!("no stage marks: {NO_MARKS_HINT}"), 2, 4);
     }
 }
+
+/// How to get stages into a trace that has none: the terminal and the viewer say the same.
+pub const NO_MARKS_HINT: &str = "for stages and steps, run a Python program under `collector \
+run` with the zero-code hooks (on unless --no-python-hooks), or mark stages yourself with \
+oomscope_probe.mark() or the Rust Probe; without marks, growth is judged over time";
 
 fn peaks(out: &mut String, analysis: &Analysis) {
     if analysis.peaks.is_empty() {
@@ -356,6 +358,32 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
             2,
             4,
         );
+    }
+    if !analysis.time_trends.is_empty() {
+        section(
+            out,
+            "Growth over time (no step marks; the floor of each moment, after warm-up)",
+        );
+        for t in &analysis.time_trends {
+            let mut text = format!(
+                "{}: {}/min, R² {:.2}, {} to {}, {}",
+                t.metric,
+                format_signed_bytes_f64(t.slope_bytes_per_s * 60.0),
+                t.r_squared,
+                format_duration_us(t.from_us),
+                format_duration_us(t.to_us),
+                format_signed_bytes(t.growth_bytes),
+            );
+            text.push_str(match (t.is_leak, t.sustained) {
+                (true, _) => "; grows steadily",
+                (false, false) => "; levels off",
+                (false, true) => "; no steady growth",
+            });
+            if let Some(us) = t.time_to_full_us {
+                text.push_str(&format!("; full in about {}", format_duration_us(us)));
+            }
+            wrap(out, &text, 2, 4);
+        }
     }
     let leaks: Vec<_> = analysis.leaks().collect();
     if leaks.is_empty() {

@@ -26,6 +26,7 @@ pub mod series;
 pub mod stages;
 #[cfg(test)]
 pub(crate) mod testkit;
+pub mod trend;
 
 use serde::Serialize;
 
@@ -160,6 +161,8 @@ pub struct Analysis {
     pub largest_growth: Option<Growth>,
     /// Per-stage growth fits; `is_leak` marks the leaks.
     pub leak_fits: Vec<GrowthFit>,
+    /// Growth of the main counters over time, for runs without step marks.
+    pub time_trends: Vec<trend::TimeTrend>,
     /// Allocator fragmentation and retries.
     pub pressure: Option<PressureReport>,
     /// GPU memory outside the allocator.
@@ -209,6 +212,7 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         stage_table: stages::stage_table(trace, &values, &stages, &stage_options),
         largest_growth: stages::largest_growth(trace, &values),
         leak_fits,
+        time_trends: trend::time_trends(trace),
         pressure: pressure::pressure(trace),
         outside_allocator: overhead::outside_allocator(trace, &values),
         host_memory: host::host_memory(trace),

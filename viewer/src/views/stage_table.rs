@@ -17,7 +17,7 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
     if table.rows.is_empty() {
         return view! {
             <section id="stages"><h2>"Stages"</h2>
-            <p class="empty">"No stage marks in this trace: instrument the loop (README: marker protocol) to get a stage table."</p></section>
+            <p class="empty">{format!("No stage marks in this trace: {}.", oomscope_trace::text::NO_MARKS_HINT)}</p></section>
         }
         .into_any();
     }

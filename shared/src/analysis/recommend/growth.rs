@@ -4,6 +4,7 @@ use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, fin
 use crate::analysis::leaks::{GrowthFit, LeakEvidence};
 use crate::analysis::metrics::MetricKey;
 use crate::analysis::phases::PhaseTransition;
+use crate::analysis::trend::TimeTrend;
 use crate::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
 
 /// A leak that fills memory within this many times the steps already observed is critical: the
@@ -53,7 +54,16 @@ fn headline_leak(fits: &[GrowthFit], primary: Option<MetricKey>) -> Option<&Grow
     })
 }
 
-/// What [`Leak`] detected.
+/// What [`Leak`] detected: a per-stage leak, or, in a run without step marks, growth over time.
+#[derive(Debug, Clone, Copy)]
+pub enum LeakDiagnosis<'a> {
+    /// Memory at a stage grows step after step.
+    PerStep(GrowingMemory<'a>),
+    /// A counter grows for the whole of a run that has no step marks.
+    OverTime(&'a TimeTrend),
+}
+
+/// A per-step leak.
 #[derive(Debug, Clone, Copy)]
 pub struct GrowingMemory<'a> {
     /// The leak to headline (see `headline_leak`).
@@ -66,26 +76,125 @@ pub struct GrowingMemory<'a> {
 
 impl Diagnose for Leak {
     const KIND: FindingKind = FindingKind::Leak;
-    type Diagnosis<'a> = GrowingMemory<'a>;
+    type Diagnosis<'a> = LeakDiagnosis<'a>;
 
-    /// Detection: a stage whose memory grows steadily with the step; `None` without one.
+    /// Detection: a stage whose memory grows steadily with the step; without step marks, a
+    /// counter that grows for the whole run (the one that fills first); `None` otherwise.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let primary = ctx.analysis.stage_table.primary_metric;
-        let headline = headline_leak(&ctx.analysis.leak_fits, primary)?;
+        let Some(headline) = headline_leak(&ctx.analysis.leak_fits, primary) else {
+            return ctx
+                .analysis
+                .time_trends
+                .iter()
+                .filter(|t| t.is_leak)
+                .min_by_key(|t| t.time_to_full_us.unwrap_or(u64::MAX))
+                .map(LeakDiagnosis::OverTime);
+        };
         let steps_run = (headline.last_step - headline.first_step) as f64;
         let critical = headline
             .projection
             .as_ref()
             .is_some_and(|p| p.steps_remaining as f64 <= CRITICAL_RUNWAY_FACTOR * steps_run);
-        Some(GrowingMemory {
+        Some(LeakDiagnosis::PerStep(GrowingMemory {
             headline,
             leaking_fits: ctx.analysis.leaks().count(),
             critical,
-        })
+        }))
     }
 
     /// Wording.
     fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        match d {
+            LeakDiagnosis::PerStep(d) => self.explain_per_step(d),
+            LeakDiagnosis::OverTime(t) => self.explain_over_time(t),
+        }
+    }
+}
+
+/// What to look for, by memory.
+fn leak_change(host: bool) -> &'static str {
+    if host {
+        "look for host objects kept across steps: growing lists or dicts of metrics, caches \
+         keyed by sample, tensors moved to the CPU and kept; DataLoader workers that touch \
+         Python objects copy them (copy-on-write), so keep datasets in numpy arrays or \
+         memory-mapped files"
+    } else {
+        "look for tensors kept across steps: a loss or metric accumulated without .item() or \
+         .detach(), lists of outputs, caches keyed by step, hooks that store activations; \
+         compare torch.cuda.memory_snapshot() at the same stage of two steps to find them"
+    }
+}
+
+impl Leak {
+    /// Wording of a growth over time in a run without step marks.
+    fn explain_over_time(&self, t: &TimeTrend) -> Finding {
+        let per_minute = t.slope_bytes_per_s * 60.0;
+        let mut explanation = format!(
+            "{} grows {}/min (R² {:.2}) from {} to {} of the run (+{}), measured on the lowest \
+             reading of each moment so the steps' own rise and fall does not count",
+            t.metric,
+            format_bytes_f64(per_minute),
+            t.r_squared,
+            format_duration_us(t.from_us),
+            format_duration_us(t.to_us),
+            format_bytes(t.growth_bytes.max(0).unsigned_abs()),
+        );
+        if let (Some(us), Some(limit)) = (t.time_to_full_us, t.limit_bytes) {
+            explanation.push_str(&format!(
+                ": at this rate {} is full ({}) in about {}",
+                if t.host_memory {
+                    "host memory"
+                } else {
+                    "the device"
+                },
+                format_bytes(limit),
+                format_duration_us(us)
+            ));
+        }
+        explanation.push_str(
+            "; the run has no step marks, so the stage that keeps it is unknown (run Python \
+             programs with the zero-code hooks, or mark stages with oomscope_probe)",
+        );
+        let mut evidence = vec![
+            Evidence::bytes("slope_bytes_per_s", t.slope_bytes_per_s),
+            Evidence::number("r_squared", t.r_squared),
+            Evidence::bytes("growth_bytes", t.growth_bytes as f64),
+            Evidence::micros("from_us", t.from_us as f64),
+            Evidence::micros("to_us", t.to_us as f64),
+        ];
+        evidence.extend(
+            t.limit_bytes
+                .map(|l| Evidence::bytes("limit_bytes", l as f64)),
+        );
+        evidence.extend(
+            t.time_to_full_us
+                .map(|us| Evidence::micros("time_to_full_us", us as f64)),
+        );
+        let elapsed = t.to_us.saturating_sub(t.from_us) as f64;
+        let critical = t
+            .time_to_full_us
+            .is_some_and(|us| us as f64 <= CRITICAL_RUNWAY_FACTOR * elapsed);
+        finding(
+            self,
+            if critical {
+                Severity::Critical
+            } else {
+                Severity::Warning
+            },
+            format!(
+                "Memory grows +{}/min for the whole run ({})",
+                format_bytes_f64(per_minute),
+                t.metric
+            ),
+            explanation,
+            leak_change(t.host_memory).to_owned(),
+            evidence,
+        )
+    }
+
+    /// Wording of a per-step leak.
+    fn explain_per_step(&self, d: &GrowingMemory<'_>) -> Finding {
         let leak = d.headline;
         let host = leak.host_memory;
         let what = if host { "host memory" } else { "the device" };
@@ -137,16 +246,7 @@ impl Diagnose for Leak {
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
-        let change = if host {
-            "look for host objects kept across steps: growing lists or dicts of metrics, caches \
-             keyed by sample, tensors moved to the CPU and kept; DataLoader workers that touch \
-             Python objects copy them (copy-on-write), so keep datasets in numpy arrays or \
-             memory-mapped files"
-        } else {
-            "look for tensors kept across steps: a loss or metric accumulated without .item() or \
-             .detach(), lists of outputs, caches keyed by step, hooks that store activations; \
-             compare torch.cuda.memory_snapshot() at the same stage of two steps to find them"
-        };
+        let change = leak_change(host);
         let mut evidence = vec![
             Evidence::bytes("slope_bytes_per_step", leak.slope_bytes_per_step),
             Evidence::number("r_squared", leak.r_squared),
@@ -400,7 +500,9 @@ mod tests {
         };
         let trace = run.build();
         let (slope, full_at, critical) = with_context(&trace, |ctx| {
-            let d = Leak.detect(ctx).unwrap();
+            let Some(LeakDiagnosis::PerStep(d)) = Leak.detect(ctx) else {
+                panic!("no per-step leak");
+            };
             let full_at = d.headline.projection.as_ref().map(|p| p.full_at_step);
             (d.headline.slope_bytes_per_step, full_at, d.critical)
         });
