@@ -235,14 +235,6 @@ fn parent_of(pid: u32) -> Option<u32> {
     after_comm.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
-/// The memory limit of this process's cgroup (v2 `memory.max`), when one is set.
-pub fn cgroup_limit_bytes() -> Option<u64> {
-    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let max = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/memory.max")).ok()?;
-    max.trim().parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

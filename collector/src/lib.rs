@@ -8,6 +8,7 @@
 //! Programs that want to say where they are use the marker protocol ([`protocol`]); Rust programs
 //! use [`probe::Probe`], which costs nothing when the program is not run under the collector.
 
+pub mod cgroup;
 pub mod cli;
 pub mod gpu;
 pub mod host;

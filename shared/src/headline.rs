@@ -9,8 +9,12 @@ use crate::units::{format_bytes, format_count};
 
 /// How the watched program ended and whether the recording finished cleanly.
 pub fn ending(trace: &Trace) -> String {
+    let killed_by_kernel = trace.oom_kills.iter().any(|k| k.main_process);
     let exit = trace.exit.map(|e| match e.status {
         ExitStatus::Code(c) => format!("exited with code {c}"),
+        ExitStatus::Signal(s) if killed_by_kernel => {
+            format!("killed by signal {s}: the kernel's OOM killer")
+        }
         ExitStatus::Signal(s) if e.probable_host_oom => {
             format!("killed by signal {s} (probably the host's OOM killer)")
         }
@@ -30,6 +34,9 @@ pub fn ending(trace: &Trace) -> String {
 /// The first out-of-memory error in one sentence, when the run had one: what ran out, where in
 /// the loop, what was asked for and what was free (and how many more OOMs followed).
 pub fn first_oom(trace: &Trace) -> Option<String> {
+    if let Some(k) = trace.oom_kills.first() {
+        return Some(kill_sentence(k, trace.oom_kills.len() - 1));
+    }
     let mut ooms = crate::analysis::oom::distinct_ooms(trace);
     let first = ooms.next()?;
     let what = if first.source.is_host() {
@@ -59,4 +66,43 @@ pub fn first_oom(trace: &Trace) -> Option<String> {
         text.push_str(&format!(" (and {more} more)"));
     }
     Some(text)
+}
+
+/// "The kernel's OOM killer killed python3 (pid 4242, the program) at 3.20 s: memory cgroup
+/// limit 400 MiB, 398 MiB resident".
+pub fn kill_sentence(k: &crate::model::OomKill, more: usize) -> String {
+    let who = match (k.process.is_empty(), k.pid, k.main_process) {
+        (_, _, true) if k.process.is_empty() => "the program".to_owned(),
+        (false, pid, main) if pid > 0 => format!(
+            "{} (pid {pid}, {})",
+            k.process,
+            if main {
+                "the program"
+            } else {
+                "a process of the program"
+            }
+        ),
+        _ => "a process of the program".to_owned(),
+    };
+    let mut text = format!(
+        "The kernel's OOM killer killed {who} at {}",
+        crate::units::format_duration_us(k.t_us)
+    );
+    let mut facts = Vec::new();
+    if k.global {
+        facts.push("the host ran out of memory".to_owned());
+    } else if let Some(limit) = k.limit_bytes {
+        facts.push(format!("memory cgroup limit {}", format_bytes(limit)));
+    }
+    if let Some(rss) = k.rss_bytes {
+        facts.push(format!("{} resident", format_bytes(rss)));
+    }
+    if !facts.is_empty() {
+        text.push_str(": ");
+        text.push_str(&facts.join(", "));
+    }
+    if more > 0 {
+        text.push_str(&format!(" (and {more} more)"));
+    }
+    text
 }

@@ -803,6 +803,36 @@ pub struct AliveSite {
     pub count: u64,
 }
 
+/// A process of the watched program killed by the kernel's OOM killer, as the kernel itself
+/// accounted for it: the memory cgroup's `oom_kill` counter (v2 `memory.events`, v1
+/// `memory.oom_control`) and, where readable, the kernel log's `Killed process PID (name)` line.
+/// The collector writes one per kill it can tell apart; the analysis says "killed by the kernel
+/// OOM killer" only on this evidence, "probably" otherwise. Added in format v1.4.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OomKill {
+    /// When: the kernel log's time, else when the collector saw the counter rise, else the
+    /// program's exit.
+    pub t_us: u64,
+    /// The killed process (0 when only the counter says a process was killed).
+    pub pid: u32,
+    /// Its name as the kernel gives it (`python3`); empty when unknown.
+    pub process: Name,
+    /// The killed process is the watched program itself (not a worker, a rank or a helper).
+    pub main_process: bool,
+    /// The kernel log named it.
+    pub from_kernel_log: bool,
+    /// The memory cgroup's OOM-kill counter rose.
+    pub from_cgroup_counter: bool,
+    /// The whole host ran out (`Out of memory: Killed process`), not a cgroup's limit.
+    pub global: bool,
+    /// Its resident memory when killed (anon + file + shmem, from the kernel log).
+    pub rss_bytes: Option<u64>,
+    /// The memory cgroup's limit, when it has one.
+    pub limit_bytes: Option<u64>,
+    /// The memory cgroup (`/job/123`), when known.
+    pub cgroup: Name,
+}
+
 /// A free-text note from the program or the recorder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -848,6 +878,8 @@ pub enum Record {
     Dropped(Dropped),
     /// What was alive at an OOM, one source line (format v1.3).
     Alive(AliveSite),
+    /// A process killed by the kernel's OOM killer (format v1.4).
+    OomKill(OomKill),
 }
 
 impl Record {
@@ -873,6 +905,7 @@ impl Record {
             Record::Note(r) => &r.t_us,
             Record::Dropped(r) => &r.t_us,
             Record::Alive(r) => &r.t_us,
+            Record::OomKill(r) => &r.t_us,
         }
     }
 
@@ -888,6 +921,7 @@ impl Record {
             Record::Note(r) => &mut r.t_us,
             Record::Dropped(r) => &mut r.t_us,
             Record::Alive(r) => &mut r.t_us,
+            Record::OomKill(r) => &mut r.t_us,
         }
     }
 }
@@ -923,6 +957,8 @@ pub struct Trace {
     pub dropped: Vec<Dropped>,
     /// What was alive at OOMs, by source line.
     pub alive: Vec<AliveSite>,
+    /// Processes the kernel's OOM killer killed.
+    pub oom_kills: Vec<OomKill>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
 }
@@ -941,6 +977,7 @@ impl Trace {
             Record::Note(r) => self.notes.push(r),
             Record::Dropped(r) => self.dropped.push(r),
             Record::Alive(r) => self.alive.push(r),
+            Record::OomKill(r) => self.oom_kills.push(r),
         }
     }
 
@@ -967,6 +1004,7 @@ impl Trace {
             list(&self.notes, Record::Note),
             list(&self.dropped, Record::Dropped),
             list(&self.alive, Record::Alive),
+            list(&self.oom_kills, Record::OomKill),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists

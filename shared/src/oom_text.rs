@@ -131,6 +131,59 @@ pub fn recognise(line: &str) -> Option<OomText> {
     })
 }
 
+/// What the kernel's OOM killer logged about one kill (`mm/oom_kill.c`):
+///
+/// ```text
+/// oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=/job,task_memcg=/job,task=python3,pid=12390,uid=0
+/// Memory cgroup out of memory: Killed process 12390 (python3) total-vm:1065144kB, anon-rss:408448kB, file-rss:6676kB, shmem-rss:0kB, UID:0 ...
+/// Out of memory: Killed process 14188 (python) total-vm:...kB, anon-rss:24383160kB, ...
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelKill {
+    /// The killed process.
+    pub pid: u32,
+    /// Its name (the kernel's `comm`, at most 15 bytes).
+    pub process: String,
+    /// Resident memory when killed: anon + file + shmem RSS.
+    pub rss_bytes: Option<u64>,
+    /// The whole host ran out (`Out of memory:`), rather than a memory cgroup's limit.
+    pub global: bool,
+}
+
+/// Reads a kernel log line that reports a kill by the OOM killer (`Killed process PID (name)`);
+/// `None` for every other line, including the OOM report's other lines.
+pub fn kernel_kill(line: &str) -> Option<KernelKill> {
+    const KILLED: &str = "Killed process ";
+    let at = line.find(KILLED)?;
+    let head = &line[..at];
+    if !head.contains("out of memory") && !head.contains("Out of memory") {
+        return None;
+    }
+    let rest = &line[at + KILLED.len()..];
+    let (pid, rest) = rest.split_once(" (")?;
+    let pid: u32 = pid.trim().parse().ok()?;
+    let (process, rest) = rest.split_once(") ")?;
+    let kib = |key: &str| -> Option<u64> {
+        let start = rest.find(key)? + key.len();
+        let digits: String = rest[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse::<u64>().ok().map(|k| k * 1024)
+    };
+    let parts = [kib("anon-rss:"), kib("file-rss:"), kib("shmem-rss:")];
+    let rss_bytes = parts
+        .iter()
+        .any(Option::is_some)
+        .then(|| parts.iter().flatten().sum());
+    Some(KernelKill {
+        pid,
+        process: process.to_owned(),
+        rss_bytes,
+        global: !head.contains("cgroup"),
+    })
+}
+
 fn size_after(line: &str, prefix: &str) -> Option<u64> {
     let start = line.find(prefix)? + prefix.len();
     parse_bytes(&line[start..])
@@ -211,6 +264,33 @@ mod tests {
         assert_eq!(oom.free_bytes, Some((3.19 * MIB).round() as u64));
         assert_eq!(oom.allocated_bytes, Some((14.56 * GIB).round() as u64));
         assert_eq!(oom.reserved_bytes, Some((14.64 * GIB).round() as u64));
+    }
+
+    #[test]
+    fn the_kernel_s_kill_lines() {
+        // Read off /dev/kmsg on this machine (kernel 6.18.44) after a real memory-cgroup kill.
+        let memcg = "Memory cgroup out of memory: Killed process 12390 (python3) total-vm:1065144kB, anon-rss:408448kB, file-rss:6676kB, shmem-rss:0kB, UID:0 pgtables:876kB oom_score_adj:0";
+        assert_eq!(
+            kernel_kill(memcg),
+            Some(KernelKill {
+                pid: 12390,
+                process: "python3".to_owned(),
+                rss_bytes: Some((408_448 + 6676) * 1024),
+                global: false,
+            })
+        );
+        let global = "Out of memory: Killed process 14188 (python) total-vm:36593972kB, anon-rss:24383160kB, file-rss:76kB, shmem-rss:0kB, UID:0 pgtables:48992kB oom_score_adj:0";
+        let k = kernel_kill(global).unwrap();
+        assert!(k.global && k.pid == 14188 && k.process == "python");
+        // The report's other lines are not kills.
+        assert!(
+            kernel_kill(
+                "python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0"
+            )
+            .is_none()
+        );
+        assert!(kernel_kill("[  pid  ]   uid  tgid total_vm      rss rss_anon name").is_none());
+        assert!(kernel_kill("Killed process 5 (x) by the user").is_none());
     }
 
     #[test]

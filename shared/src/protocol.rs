@@ -119,7 +119,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Trial(_) => "trial",
         Record::Oom(_) => "oom",
         Record::Alive(_) => "alive",
-        Record::Exit(_) | Record::Dropped(_) => return None,
+        Record::Exit(_) | Record::Dropped(_) | Record::OomKill(_) => return None,
     })
 }
 
@@ -672,7 +672,7 @@ pub fn format(out: &mut String, message: &Message) {
                     out.push_str(" -- ");
                     push_text(out, &a.file);
                 }
-                Record::Note(_) | Record::Exit(_) | Record::Dropped(_) => {}
+                Record::Note(_) | Record::Exit(_) | Record::Dropped(_) | Record::OomKill(_) => {}
             }
         }
     }

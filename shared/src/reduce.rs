@@ -294,6 +294,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         notes: trace.notes.clone(),
         dropped: trace.dropped.clone(),
         alive: trace.alive.clone(),
+        oom_kills: trace.oom_kills.clone(),
         end_us: trace.end_us,
     }
 }

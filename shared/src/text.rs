@@ -194,7 +194,7 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
             ),
         );
     }
-    if let Some(primary) = &o.primary_metric {
+    if let Some(primary) = o.primary_metric.as_ref().filter(|_| !trace.marks.is_empty()) {
         line(out, &format!("  memory at marks is read as `{primary}`"));
     } else if trace.marks.is_empty() {
         wrap(out, &format!("no stage marks: {NO_MARKS_HINT}"), 2, 4);

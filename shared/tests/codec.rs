@@ -4,8 +4,8 @@ use oomscope_trace::codec::{CHUNK_HEADER_LEN, FORMAT_MAJOR, FORMAT_MINOR, HEADER
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
     AllocatorSnapshot, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
-    GpuInfo, Metadata, Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark, Trace,
-    TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
+    GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessExit, Record, StageMark,
+    Trace, TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
 };
 use proptest::prelude::*;
 
@@ -45,6 +45,7 @@ enum Op {
     Note(u64, String),
     Oom(u64, Option<u64>, String),
     Trial(u64, u64, bool),
+    Kill(u64, u32, String, u8, Option<u64>, Option<u64>),
 }
 
 fn snapshot_strategy() -> impl Strategy<Value = AllocatorSnapshot> {
@@ -70,6 +71,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0..5_000u64, ".{0,40}").prop_map(|(dt, t)| Op::Note(dt, t)),
         1 => (0..5_000u64, proptest::option::of(any::<u64>()), ".{0,80}").prop_map(|(dt, r, m)| Op::Oom(dt, r, m)),
         1 => (0..5_000u64, 1..4096u64, any::<bool>()).prop_map(|(dt, b, f)| Op::Trial(dt, b, f)),
+        1 => (0..5_000u64, any::<u32>(), "[a-z0-9_]{0,15}", 0..16u8,
+              proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()))
+            .prop_map(|(dt, pid, name, flags, rss, limit)| Op::Kill(dt, pid, name, flags, rss, limit)),
     ]
 }
 
@@ -174,6 +178,23 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 };
                 w.write(&Record::Trial(trial)).unwrap();
                 expected.batch_trials.push(trial);
+            }
+            Op::Kill(dt, pid, name, flags, rss, limit) => {
+                t += dt;
+                let kill = Record::OomKill(OomKill {
+                    t_us: t,
+                    pid: *pid,
+                    process: name.as_str().into(),
+                    main_process: flags & 1 != 0,
+                    from_kernel_log: flags & 2 != 0,
+                    from_cgroup_counter: flags & 4 != 0,
+                    global: flags & 8 != 0,
+                    rss_bytes: *rss,
+                    limit_bytes: *limit,
+                    cgroup: "/job/42".into(),
+                });
+                w.write(&kill).unwrap();
+                expected.push(kill);
             }
         }
     }

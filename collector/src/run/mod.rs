@@ -18,6 +18,7 @@
 
 mod child;
 mod markers;
+mod oom_kills;
 pub mod python_hooks;
 pub(crate) mod recorder;
 pub mod recording;
@@ -64,8 +65,10 @@ pub enum Event {
     Finish {
         /// How it ended.
         exit: ProcessExit,
-        /// A probable host OOM kill, when the evidence says so.
+        /// A probable host OOM kill, when the evidence says so (only without `kills`).
         host_kill: Option<OomEvent>,
+        /// The kernel's OOM kills of the program's processes.
+        kills: Vec<oomscope_trace::model::OomKill>,
     },
 }
 
@@ -181,6 +184,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         extra: None,
     })?;
     let state = Arc::clone(recording.state());
+    let kill_watch = oom_kills::KillWatch::start(child_pid, state.now_us());
     let show_status = !options.quiet && std::io::stderr().is_terminal();
     let terminal = Arc::new(Mutex::new(status::Terminal::new(show_status)));
     let stderr = child
@@ -230,13 +234,32 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         (None, Some(signal)) => ExitStatus::Signal(signal),
         (None, None) => ExitStatus::Code(-1),
     };
-    let host_kill = judge_host_kill(&state, exit_status, options.host_limit_bytes, exit_t_us);
+    let limit = options
+        .host_limit_bytes
+        .or_else(|| kill_watch.limit_bytes());
+    let tree_pids = state
+        .seen_pids
+        .lock()
+        .map(|p| p.clone())
+        .unwrap_or_default();
+    let kills = kill_watch.finish(&oom_kills::RunEnd {
+        child_pid,
+        tree_pids: &tree_pids,
+        status: exit_status,
+        t_us: exit_t_us,
+        rss_bytes: state.host_rss.current(),
+    });
+    let host_kill = if kills.iter().any(|k| k.main_process) {
+        None
+    } else {
+        judge_host_kill(&state, exit_status, limit, exit_t_us)
+    };
     let exit = ProcessExit {
         t_us: exit_t_us,
         status: exit_status,
-        probable_host_oom: host_kill.is_some(),
+        probable_host_oom: host_kill.is_some() || kills.iter().any(|k| k.main_process),
     };
-    let trace = recording.finish(exit, host_kill)?;
+    let trace = recording.finish(exit, host_kill, kills)?;
 
     let exit_code = match exit_status {
         ExitStatus::Code(code) => code,
@@ -280,7 +303,6 @@ fn judge_host_kill(
     }
     let total = state.host_total_bytes.load(Ordering::Relaxed);
     let limit = limit_override
-        .or_else(crate::host::cgroup_limit_bytes)
         .unwrap_or(total)
         .min(if total > 0 { total } else { u64::MAX });
     let rss = state.host_rss.current()?;

@@ -56,9 +56,16 @@ pub fn record_loop(
             writer.sample(t_us, &values)?;
         }
         match event {
-            Ok(Event::Finish { exit, host_kill }) => {
+            Ok(Event::Finish {
+                exit,
+                host_kill,
+                kills,
+            }) => {
                 let t_us = exit.t_us;
                 write_drops(&mut writer, state, t_us, &mut dropped_written)?;
+                for kill in kills {
+                    writer.write(&Record::OomKill(kill))?;
+                }
                 if let Some(oom) = host_kill {
                     writer.write(&Record::Oom(oom))?;
                 }
@@ -181,7 +188,8 @@ impl Context {
             | Record::Exit(_)
             | Record::Note(_)
             | Record::Dropped(_)
-            | Record::Alive(_) => {}
+            | Record::Alive(_)
+            | Record::OomKill(_) => {}
         }
     }
 

@@ -177,11 +177,20 @@ impl Recording {
     /// Stops the sampler, writes the exit (and a host OOM kill, when judged one), closes the
     /// trace and returns its path. Threads the caller started on [`Recording::state`] should be
     /// joined first; their messages are written before the exit.
-    pub fn finish(self, exit: ProcessExit, host_kill: Option<OomEvent>) -> Result<PathBuf> {
+    pub fn finish(
+        self,
+        exit: ProcessExit,
+        host_kill: Option<OomEvent>,
+        kills: Vec<oomscope_trace::model::OomKill>,
+    ) -> Result<PathBuf> {
         self.state.request_stop();
         let _ = self.sampler.join();
         self.events
-            .send(Event::Finish { exit, host_kill })
+            .send(Event::Finish {
+                exit,
+                host_kill,
+                kills,
+            })
             .map_err(|_| anyhow!("the recorder stopped early"))?;
         drop(self.events);
         self.recorder

@@ -219,6 +219,11 @@ pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, inte
             if let Ok(mut shared) = state.tree.lock() {
                 shared.clone_from(&tree);
             }
+            if let Ok(mut seen) = state.seen_pids.lock() {
+                seen.extend_from_slice(&tree);
+                seen.sort_unstable();
+                seen.dedup();
+            }
             state.tree_generation.fetch_add(1, Ordering::Relaxed);
             last_tree = tree;
         }

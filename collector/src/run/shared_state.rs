@@ -69,6 +69,8 @@ pub struct RunState {
     pub rejected_lines: AtomicU64,
     /// The watched process tree (root first), refreshed by the slow poller.
     pub tree: Mutex<Vec<u32>>,
+    /// Every process ever seen in the tree (sorted): whose OOM kills are the program's.
+    pub seen_pids: Mutex<Vec<u32>>,
     /// Bumped whenever `tree` changes, so the sampler reopens files only then.
     pub tree_generation: AtomicU64,
     /// Per watched GPU: memory used by the process tree (slow poll).
@@ -147,6 +149,7 @@ impl RunState {
             dropped_messages: AtomicU64::new(0),
             rejected_lines: AtomicU64::new(0),
             tree: Mutex::new(vec![root_pid]),
+            seen_pids: Mutex::new(vec![root_pid]),
             tree_generation: AtomicU64::new(1),
             process_gpu_bytes: (0..gpus).map(|_| Gauge::new()).collect(),
             gpu_used: (0..gpus).map(|_| Gauge::new()).collect(),

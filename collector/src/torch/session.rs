@@ -496,7 +496,7 @@ impl Session {
             status: ExitStatus::Code(0),
             probable_host_oom: false,
         };
-        recording.finish(exit, None).map(Some)
+        recording.finish(exit, None, Vec::new()).map(Some)
     }
 }
 

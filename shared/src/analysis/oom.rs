@@ -13,7 +13,7 @@ use crate::analysis::metrics::counter_with_data;
 use crate::analysis::peaks::{PeakComponents, breakdown_near};
 use crate::analysis::stages::signed_delta;
 use crate::model::{
-    AliveSite, CounterId, CounterKind, NamedBytes, OomEvent, OomSource, Phase, Trace,
+    AliveSite, CounterId, CounterKind, NamedBytes, OomEvent, OomKill, OomSource, Phase, Trace,
 };
 
 /// Which memory ran out.
@@ -72,6 +72,9 @@ pub struct OomContext {
     /// What was alive at the failure, by source line, largest first (`collector run
     /// --oom-snapshot`: the rows the hooks sent right after this OOM; empty without them).
     pub alive: Vec<AliveSite>,
+    /// The kernel's own account of a kill by its OOM killer (the cgroup counter, the kernel
+    /// log); `None` for every other OOM, including a kill only inferred from a SIGKILL.
+    pub kill: Option<OomKill>,
 }
 
 /// Rows of what was alive that arrive this long after their OOM still belong to it (the hooks
@@ -81,7 +84,11 @@ pub const ALIVE_WITHIN_US: u64 = 5_000_000;
 /// Every OOM event in context, then a probable host OOM kill of the process when the trace has
 /// no host-kill event of its own.
 pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
+    // A kill the kernel accounted for replaces the collector's inference from the SIGKILL.
+    let inferred_kill =
+        |e: &&OomEvent| e.source == OomSource::HostKill && !trace.oom_kills.is_empty();
     let mut out: Vec<OomContext> = distinct_ooms(trace)
+        .filter(|e| !inferred_kill(e))
         .map(|event| {
             let kind = if event.source.is_host() {
                 OomKind::Host
@@ -134,7 +141,20 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
         c.alive
             .sort_by_key(|a| (a.file.as_ref() == "<other>", std::cmp::Reverse(a.bytes)));
     }
-    if let Some(exit) = trace.exit
+    // The kernel's own account of its kills, then (only without one) a kill inferred from a
+    // SIGKILL near the memory limit.
+    for k in &trace.oom_kills {
+        let mut c = context_at(trace, OomKind::Host, OomSource::HostKill, k.t_us, None);
+        c.event.message = crate::headline::kill_sentence(k, 0);
+        c.fatal = k.main_process
+            || trace
+                .exit
+                .is_none_or(|e| e.status != crate::model::ExitStatus::Code(0));
+        c.kill = Some(k.clone());
+        out.push(c);
+    }
+    if trace.oom_kills.is_empty()
+        && let Some(exit) = trace.exit
         && exit.probable_host_oom
         && !trace.ooms.iter().any(|o| o.source == OomSource::HostKill)
     {
@@ -217,6 +237,7 @@ fn context_at(
         host_available_bytes: sampled(CounterKind::HostAvailable, None),
         largest_component,
         alive: Vec::new(),
+        kill: None,
     }
 }
 

@@ -22,8 +22,10 @@ pub const FORMAT_MAJOR: u16 = 1;
 ///
 /// History: 1.0 (2026-11-21) first release; 1.1 (2026-11-21) adds OOM source 5, `HostError`;
 /// 1.2 (2026-11-22) adds the sender's pid and rank at the end of a MARK; 1.3 (2026-11-23) adds
-/// the ALIVE record (what was alive at an OOM, by source line).
-pub const FORMAT_MINOR: u16 = 3;
+/// the ALIVE record (what was alive at an OOM, by source line); 1.4 (2026-11-23) adds the
+/// OOM_KILL record (the kernel's OOM killer, from the cgroup's counter and the kernel log) and
+/// the host PSS counter.
+pub const FORMAT_MINOR: u16 = 4;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
@@ -75,6 +77,8 @@ pub mod tag {
     pub const END: u8 = 0x0E;
     /// What was alive at an OOM, one source line (format v1.3).
     pub const ALIVE: u8 = 0x0F;
+    /// A process killed by the kernel's OOM killer (format v1.4).
+    pub const OOM_KILL: u8 = 0x10;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -94,6 +98,7 @@ pub mod tag {
             DROPPED => "dropped",
             END => "end",
             ALIVE => "alive",
+            OOM_KILL => "oom_kill",
             _ => "unknown",
         }
     }

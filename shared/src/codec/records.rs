@@ -21,8 +21,8 @@ use super::writer::TraceWriter;
 use crate::error::EncodeError;
 use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
-    GradientSummary, Metadata, Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessExit,
-    Record, StageMark, TensorStats, TrialOutcome,
+    GradientSummary, Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase,
+    ProcessExit, Record, StageMark, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -39,6 +39,7 @@ pub(super) fn encode<W: Write>(w: &mut TraceWriter<W>, record: &Record) -> Resul
         Record::Note(n) => encode_note(w, n),
         Record::Dropped(d) => encode_dropped(w, d),
         Record::Alive(a) => encode_alive(w, a),
+        Record::OomKill(k) => encode_oom_kill(w, k),
     }
 }
 
@@ -60,6 +61,7 @@ pub(super) fn decode(
         tag::NOTE => Record::Note(decode_note(c)?),
         tag::DROPPED => Record::Dropped(decode_dropped(c)?),
         tag::ALIVE => Record::Alive(decode_alive(c, names)?),
+        tag::OOM_KILL => Record::OomKill(decode_oom_kill(c, names)?),
         _ => return Ok(None),
     }))
 }
@@ -503,6 +505,57 @@ fn decode_alive(c: &mut Cursor<'_>, names: &Names) -> Result<AliveSite, ReadErro
         function: names.read(c)?,
         bytes: c.u64()?,
         count: c.u64()?,
+    })
+}
+
+// OOM_KILL (v1.4): pid, process id, flags, rss?, limit?, cgroup id.
+
+/// OOM_KILL flag bits.
+mod kill_flags {
+    pub const MAIN_PROCESS: u8 = 1;
+    pub const KERNEL_LOG: u8 = 2;
+    pub const CGROUP_COUNTER: u8 = 4;
+    pub const GLOBAL: u8 = 8;
+}
+
+fn encode_oom_kill<W: Write>(w: &mut TraceWriter<W>, k: &OomKill) -> Result<(), EncodeError> {
+    let process = w.name(&k.process)?;
+    let cgroup = w.name(&k.cgroup)?;
+    let b = w.begin(k.t_us);
+    put_u64(b, u64::from(k.pid));
+    put_u64(b, u64::from(process));
+    let flags = [
+        (k.main_process, kill_flags::MAIN_PROCESS),
+        (k.from_kernel_log, kill_flags::KERNEL_LOG),
+        (k.from_cgroup_counter, kill_flags::CGROUP_COUNTER),
+        (k.global, kill_flags::GLOBAL),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .fold(0u8, |acc, (_, bit)| acc | bit);
+    b.push(flags);
+    put_opt_u64(b, k.rss_bytes);
+    put_opt_u64(b, k.limit_bytes);
+    put_u64(b, u64::from(cgroup));
+    w.end(tag::OOM_KILL)
+}
+
+fn decode_oom_kill(c: &mut Cursor<'_>, names: &Names) -> Result<OomKill, ReadError> {
+    let t_us = c.u64()?;
+    let pid = c.u32()?;
+    let process = names.read(c)?;
+    let flags = c.u8()?;
+    Ok(OomKill {
+        t_us,
+        pid,
+        process,
+        main_process: flags & kill_flags::MAIN_PROCESS != 0,
+        from_kernel_log: flags & kill_flags::KERNEL_LOG != 0,
+        from_cgroup_counter: flags & kill_flags::CGROUP_COUNTER != 0,
+        global: flags & kill_flags::GLOBAL != 0,
+        rss_bytes: opt_u64(c)?,
+        limit_bytes: opt_u64(c)?,
+        cgroup: names.read(c)?,
     })
 }
 

@@ -74,7 +74,22 @@ impl Diagnose for HostMemoryPressure {
                 format_bytes(h.rss_at_min_bytes.unwrap_or(0)),
             ));
         }
-        if let Some(k) = d.kill {
+        if let Some(k) = d.kill
+            && let Some(kill) = &k.kill
+        {
+            let mut fact = crate::headline::kill_sentence(kill, 0);
+            fact.replace_range(..1, "t");
+            if let Some(step) = k.event.step {
+                fact.push_str(&format!(" (step {})", format_count(step)));
+            }
+            let said = match (kill.from_kernel_log, kill.from_cgroup_counter) {
+                (true, true) => "the kernel log and the memory cgroup's oom_kill counter say so",
+                (true, false) => "the kernel log says so",
+                _ => "the memory cgroup's oom_kill counter says so",
+            };
+            fact.push_str(&format!(" ({said})"));
+            facts.push(fact);
+        } else if let Some(k) = d.kill {
             let mut fact = format!(
                 "the process was killed with SIGKILL at {}",
                 format_duration_us(k.event.t_us)
@@ -122,7 +137,33 @@ impl Diagnose for HostMemoryPressure {
             "killed",
             if d.kill.is_some() { 1.0 } else { 0.0 },
         ));
-        let (severity, title) = if d.kill.is_some() {
+        if let Some(kill) = d.kill.and_then(|k| k.kill.as_ref()) {
+            evidence.extend(
+                kill.limit_bytes
+                    .map(|l| Evidence::bytes("limit_bytes", l as f64)),
+            );
+            evidence.extend(
+                kill.rss_bytes
+                    .map(|r| Evidence::bytes("rss_at_kill_bytes", r as f64)),
+            );
+            evidence.push(Evidence::count("killed_pid", f64::from(kill.pid)));
+        }
+        let exact = d.kill.and_then(|k| k.kill.as_ref());
+        let (severity, title) = if let Some(kill) = exact {
+            let whom = if kill.main_process {
+                "The program was killed by the kernel's OOM killer".to_owned()
+            } else {
+                format!(
+                    "A process of the program{} was killed by the kernel's OOM killer",
+                    if kill.process.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", kill.process)
+                    }
+                )
+            };
+            (Severity::Critical, whom)
+        } else if d.kill.is_some() {
             (
                 Severity::Critical,
                 "The process was probably killed for host memory".to_owned(),
@@ -138,6 +179,13 @@ impl Diagnose for HostMemoryPressure {
             Some(_) => "no setting of workers or batch fits one request larger than the host: fix \
                         the shape that reaches it (see impossible-request)"
                 .to_owned(),
+            None if exact.is_some_and(|k| !k.global && k.limit_bytes.is_some()) => {
+                "the memory cgroup's limit (the job's or container's memory request) is what ran \
+                 out: raise it, or use fewer DataLoader workers or a lower prefetch_factor, \
+                 memory-map datasets instead of loading them into RAM, and keep per-sample Python \
+                 objects out of worker datasets (copy-on-write duplicates them per worker)"
+                    .to_owned()
+            }
             None => "use fewer DataLoader workers or a lower prefetch_factor, memory-map datasets \
                      instead of loading them into RAM, keep per-sample Python objects out of \
                      worker datasets (copy-on-write duplicates them per worker), and pin less \
