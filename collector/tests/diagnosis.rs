@@ -247,7 +247,8 @@ sys.exit(1)
 
 #[test]
 fn growth_without_marks_is_found_over_time() {
-    // Hooks off, no helper: nothing but the counters. 12 MiB kept every 100 ms for 14 s.
+    // Hooks off, no helper: nothing but the counters. 12 MiB kept every 100 ms for 14 s. (One
+    // process: its PSS is its RSS; the PSS is what the trend reads.)
     let s = Scratch::new("unmarked-growth");
     let program = s.script(
         "grow.py",
@@ -277,7 +278,7 @@ for i in range(140):
     let rss = a
         .time_trends
         .iter()
-        .find(|tr| tr.metric.label() == "host.rss")
+        .find(|tr| tr.metric.label() == "host.pss")
         .unwrap();
     assert!(rss.is_leak, "{rss:#?}");
     // 120 MiB/s planted; the floors of 64 slices see it within 15%.
@@ -289,7 +290,7 @@ for i in range(140):
         .find(|f| f.kind == FindingKind::Leak)
         .unwrap();
     assert!(
-        leak.title.contains("for the whole run (host.rss)"),
+        leak.title.contains("for the whole run (host.pss)"),
         "{}",
         leak.title
     );
@@ -298,4 +299,65 @@ for i in range(140):
         summary.contains("no stage marks: for stages and steps"),
         "{summary}"
     );
+}
+
+#[test]
+fn forked_workers_sharing_a_buffer_are_counted_once_and_from_their_first_tick() {
+    // The parent touches 256 MiB, then forks 4 workers that only read it for 0.6 s each
+    // (shorter than the process-tree poll), twice.
+    let s = Scratch::new("forked-workers");
+    let program = s.script(
+        "workers.py",
+        r#"
+import os, time
+data = bytearray(256 << 20)
+for i in range(0, len(data), 4096):
+    data[i] = 1
+for round in range(2):
+    pids = []
+    for w in range(4):
+        pid = os.fork()
+        if pid == 0:
+            end = time.time() + 0.6
+            total = 0
+            while time.time() < end:
+                total += data[(int(time.time() * 1e6) * 4096) % len(data)]
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    time.sleep(0.3)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = support::run(&[
+        "run",
+        "-q",
+        "--no-python-hooks",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        program.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let t = read(&trace).trace;
+    let a = analyze(&t, &AnalysisOptions::default());
+    let peak = |label: &str| {
+        a.overview
+            .counter_peaks
+            .iter()
+            .find(|p| p.label.label() == label)
+            .map(|p| p.bytes)
+            .unwrap()
+    };
+    let (rss, pss) = (peak("host.rss"), peak("host.pss"));
+    // Summed RSS sees the buffer five times: the workers were in the tree from their first
+    // tick, though each lived less than the poll interval.
+    assert!(rss >= 5 * 250 * MIB, "rss peak {} MiB", rss / MIB);
+    // PSS sees it about once (plus five interpreters).
+    assert!(pss < 2 * 256 * MIB, "pss peak {} MiB", pss / MIB);
+    assert!(pss >= 256 * MIB, "pss peak {} MiB", pss / MIB);
+    let summary = text::render(&t, &a);
+    assert!(summary.contains("of the RSS peak is shared"), "{summary}");
 }

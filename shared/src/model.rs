@@ -91,13 +91,17 @@ pub enum CounterKind {
     HostRss,
     /// Host memory available (`MemAvailable`).
     HostAvailable,
+    /// Proportional set size of the watched process tree: each shared page counted once, split
+    /// among the processes that map it (forked DataLoader workers share their parent's pages;
+    /// summed RSS counts them once per worker). Format v1.4.
+    HostPss,
     /// A kind this reader does not know (written by a newer recorder); the code is kept.
     Other(u16),
 }
 
 impl CounterKind {
     /// Every kind this version knows, in code order.
-    pub const KNOWN: [CounterKind; 12] = [
+    pub const KNOWN: [CounterKind; 13] = [
         CounterKind::GpuUsed,
         CounterKind::GpuFree,
         CounterKind::GpuReserved,
@@ -110,6 +114,7 @@ impl CounterKind {
         CounterKind::AllocPeakReserved,
         CounterKind::HostRss,
         CounterKind::HostAvailable,
+        CounterKind::HostPss,
     ];
 
     /// The stable numeric code written to the trace.
@@ -127,6 +132,7 @@ impl CounterKind {
             CounterKind::AllocPeakReserved => 10,
             CounterKind::HostRss => 11,
             CounterKind::HostAvailable => 12,
+            CounterKind::HostPss => 13,
             CounterKind::Other(code) => code,
         }
     }
@@ -158,6 +164,7 @@ impl CounterKind {
             CounterKind::AllocPeakReserved => "allocator.peak_reserved",
             CounterKind::HostRss => return "host.rss".to_owned(),
             CounterKind::HostAvailable => return "host.available".to_owned(),
+            CounterKind::HostPss => return "host.pss".to_owned(),
             CounterKind::Other(code) => return format!("other{code}"),
         };
         match device {
@@ -181,6 +188,7 @@ impl CounterKind {
             CounterKind::AllocPeakReserved => "peak_reserved",
             CounterKind::HostRss => "host_rss",
             CounterKind::HostAvailable => "host_available",
+            CounterKind::HostPss => "host_pss",
             CounterKind::Other(_) => "other",
         }
     }

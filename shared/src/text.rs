@@ -8,7 +8,7 @@
 use crate::analysis::Analysis;
 use crate::analysis::metrics::MetricKey;
 use crate::analysis::oom::{OomContext, OomKind};
-use crate::analysis::peaks::memory_peak;
+use crate::analysis::peaks::{Measure, memory_peak};
 use crate::analysis::stages::StageTable;
 use crate::headline;
 use crate::model::{AliveSite, Trace};
@@ -194,7 +194,11 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
             ),
         );
     }
-    if let Some(primary) = o.primary_metric.as_ref().filter(|_| !trace.marks.is_empty()) {
+    if let Some(primary) = o
+        .primary_metric
+        .as_ref()
+        .filter(|_| !trace.marks.is_empty())
+    {
         line(out, &format!("  memory at marks is read as `{primary}`"));
     } else if trace.marks.is_empty() {
         wrap(out, &format!("no stage marks: {NO_MARKS_HINT}"), 2, 4);
@@ -233,6 +237,22 @@ fn peaks(out: &mut String, analysis: &Analysis) {
                 ),
                 WIDTH,
             ),
+        );
+    }
+    let host_peak = |m: Measure| analysis.peaks.iter().find(|p| p.measure == m);
+    if let (Some(rss), Some(pss)) = (host_peak(Measure::HostRss), host_peak(Measure::HostPss))
+        && let Some(shared) = shared_share(rss.bytes, pss.bytes)
+    {
+        wrap(
+            out,
+            &format!(
+                "host.rss counts pages the program's processes share once per process; host.pss \
+                 counts them once: {} of the RSS peak is shared (forked workers, shared \
+                 libraries), and host.pss is the memory in use",
+                format_percent(shared)
+            ),
+            4,
+            4,
         );
     }
     let Some(c) = memory_peak(&analysis.peaks).and_then(|p| p.components.as_ref()) else {
@@ -810,4 +830,11 @@ mod tests {
         assert_eq!(shorten("abcdef", 4), "abc~");
         assert_eq!(shorten("abc", 4), "abc");
     }
+}
+
+/// The share of an RSS figure that is shared pages, from the PSS beside it; `None` when it is
+/// under 10% (nothing worth a line).
+fn shared_share(rss_bytes: u64, pss_bytes: u64) -> Option<f64> {
+    let share = 1.0 - pss_bytes as f64 / rss_bytes.max(1) as f64;
+    (share >= 0.1).then_some(share)
 }

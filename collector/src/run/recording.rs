@@ -231,6 +231,7 @@ fn declare_counters<W: std::io::Write>(
         gpus: per_gpu,
         host_rss: writer.declare_counter(CounterKind::HostRss, None)?,
         host_available: writer.declare_counter(CounterKind::HostAvailable, None)?,
+        host_pss: writer.declare_counter(CounterKind::HostPss, None)?,
     })
 }
 

@@ -19,7 +19,7 @@ use super::Event;
 use super::markers::MarkerSocket;
 use super::shared_state::{PendingRows, RunState};
 use crate::gpu::Gpus;
-use crate::host::{MemInfo, TreeRss, process_tree};
+use crate::host::{LastPid, MemInfo, TreeRss, process_tree};
 use crate::protocol::{MAX_DATAGRAM_BYTES, Message};
 
 /// Counter ids of one watched GPU.
@@ -44,6 +44,8 @@ pub struct Counters {
     pub host_rss: CounterId,
     /// Host available memory.
     pub host_available: CounterId,
+    /// Host PSS of the tree.
+    pub host_pss: CounterId,
 }
 
 /// What the fast sampler reads.
@@ -73,20 +75,52 @@ struct Reader<'a> {
     extra: Option<ExtraReadings<'a>>,
     rss: TreeRss,
     meminfo: Option<MemInfo>,
+    /// Watches for new processes, so a new worker or rank is in the RSS from its first tick.
+    last_pid: Option<LastPid>,
+    seen_last_pid: Option<u32>,
+    last_rescan: Instant,
     generation: u64,
+    tree_len: usize,
     row: Vec<(CounterId, u64)>,
     last_t_us: Option<u64>,
     /// When the recorder was last told that rows are waiting.
     last_nudge: Instant,
 }
 
+/// After a process is born, the tree is walked again no sooner than this (bounds the cost on a
+/// host where processes come and go all the time: at most 50 walks a second).
+const MIN_RESCAN_GAP: Duration = Duration::from_millis(20);
+
 impl Reader<'_> {
+    /// Walks the process tree again when the kernel has handed out a new pid since the last look
+    /// (and [`MIN_RESCAN_GAP`] has passed): a DataLoader worker or a rank is counted from the next
+    /// tick instead of the poller's next round, up to a second later.
+    fn rescan_on_birth(&mut self) {
+        let Some(newest) = self.last_pid.as_mut().and_then(LastPid::read) else {
+            return;
+        };
+        if self.seen_last_pid == Some(newest) || self.last_rescan.elapsed() < MIN_RESCAN_GAP {
+            return;
+        }
+        self.seen_last_pid = Some(newest);
+        self.last_rescan = Instant::now();
+        let state = self.state;
+        let Some(root) = state.tree.lock().ok().and_then(|t| t.first().copied()) else {
+            return;
+        };
+        let tree = process_tree(root);
+        state.set_tree(&tree);
+    }
+
     /// Reads every counter and sends the row stamped `t_us`.
     fn sample(&mut self, t_us: u64, events: &SyncSender<Event>) -> bool {
         let state = self.state;
+        self.rescan_on_birth();
         let current = state.tree_generation.load(Ordering::Relaxed);
         if current != self.generation {
-            self.rss.set_pids(&state.tree());
+            let tree = state.tree();
+            self.rss.set_pids(&tree);
+            self.tree_len = tree.len();
             self.generation = current;
         }
         self.row.clear();
@@ -108,6 +142,19 @@ impl Reader<'_> {
         if let Some(bytes) = self.rss.rss_bytes() {
             self.row.push((self.counters.host_rss, bytes));
             state.host_rss.set(bytes);
+            // One process shares nothing within the tree: its PSS is its RSS. Several: the last
+            // PSS reading, moved by the RSS change since (new memory is the process's own).
+            let reading = state.host_pss.lock().ok().and_then(|r| *r);
+            let pss = match reading {
+                _ if self.tree_len < 2 => Some(bytes),
+                Some((pss, rss_then, generation)) if generation == self.generation => {
+                    Some((pss + bytes).saturating_sub(rss_then).min(bytes))
+                }
+                // A new tree not read yet: no PSS rather than a wrong one.
+                _ => None,
+            };
+            self.row
+                .extend(pss.map(|pss| (self.counters.host_pss, pss)));
         }
         if let Some(m) = self.meminfo.as_mut().and_then(MemInfo::read) {
             self.row
@@ -163,7 +210,11 @@ pub fn sample_loop(
         extra,
         rss: TreeRss::new(),
         meminfo: MemInfo::open().ok(),
+        last_pid: LastPid::open().ok(),
+        seen_last_pid: None,
+        last_rescan: Instant::now(),
         generation: 0,
+        tree_len: 1,
         row: Vec::with_capacity(counters.gpus.len() * 4 + 2),
         last_t_us: None,
         last_nudge: Instant::now(),
@@ -209,23 +260,46 @@ pub fn sample_loop(
     }
 }
 
+/// The reading of the tree's PSS costs at most this share of one core: a walk of every page table
+/// of the tree (17 ms for 2 GiB on the development VM) is repeated no sooner than this many times
+/// its own duration, and never more than once per poll.
+const PSS_COST_FACTOR: u32 = 100;
+
+/// Reads the tree's PSS when it has several processes and a reading is due; with one process
+/// the sampler uses its RSS and no page tables are walked.
+fn read_pss(state: &RunState, tree: &[u32], interval: Duration, next: &mut Instant) {
+    if tree.len() < 2 {
+        if let Ok(mut r) = state.host_pss.lock() {
+            *r = None;
+        }
+        return;
+    }
+    let start = Instant::now();
+    if start < *next {
+        return;
+    }
+    let generation = state.tree_generation.load(Ordering::Relaxed);
+    let rss = state.host_rss.current();
+    if let (Some(pss), Some(rss)) = (crate::host::tree_pss_bytes(tree), rss)
+        && let Ok(mut r) = state.host_pss.lock()
+    {
+        *r = Some((pss, rss, generation));
+    }
+    *next = start + interval.max(start.elapsed() * PSS_COST_FACTOR);
+}
+
 /// Runs the slow poller until the run stops: refreshes the process tree and per-process GPU
 /// memory every `interval`.
 pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, interval: Duration) {
     let mut last_tree = Vec::new();
+    let mut next_pss = Instant::now();
     while !state.stopping() {
         let tree = process_tree(root_pid);
         if tree != last_tree {
-            if let Ok(mut shared) = state.tree.lock() {
-                shared.clone_from(&tree);
-            }
-            if let Ok(mut seen) = state.seen_pids.lock() {
-                seen.extend_from_slice(&tree);
-                seen.sort_unstable();
-                seen.dedup();
-            }
-            state.tree_generation.fetch_add(1, Ordering::Relaxed);
+            state.set_tree(&tree);
             last_tree = tree;
+            // A process came or went: its shared pages moved; read PSS again now.
+            next_pss = Instant::now();
         }
         if let Some(gpus) = gpus {
             for i in 0..gpus.len() {
@@ -234,6 +308,7 @@ pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, inte
                 }
             }
         }
-        state.sleep_unless_stopping(interval);
+        read_pss(state, &last_tree, interval, &mut next_pss);
+        state.poller_sleep(interval);
     }
 }

@@ -61,6 +61,8 @@ pub struct RunState {
     /// Wakes the threads that sleep between rare tasks (poller, status line) when the run ends,
     /// so that they sleep whole intervals instead of waking every few milliseconds to look.
     stop_signal: (Mutex<bool>, std::sync::Condvar),
+    /// Wakes the poller early (the tree changed: read PSS for the new tree now).
+    poll_signal: (Mutex<bool>, std::sync::Condvar),
     /// Samples dropped because the recorder fell behind.
     pub dropped_samples: AtomicU64,
     /// Marker messages dropped because the recorder fell behind.
@@ -85,6 +87,10 @@ pub struct RunState {
     pub host_rss: Gauge,
     /// Host available memory.
     pub host_available: Gauge,
+    /// The tree's last PSS reading, its RSS at that moment and the tree generation it was taken
+    /// for (multi-process trees only): the sampler carries PSS forward between readings by the
+    /// change in RSS since, and writes none for a tree that has not been read yet.
+    pub host_pss: Mutex<Option<(u64, u64, u64)>>,
     /// Host total memory.
     pub host_total_bytes: AtomicU64,
     /// Current stage and step as the program last said (for the status line).
@@ -145,6 +151,7 @@ impl RunState {
             start: Instant::now(),
             stop: AtomicBool::new(false),
             stop_signal: (Mutex::new(false), std::sync::Condvar::new()),
+            poll_signal: (Mutex::new(false), std::sync::Condvar::new()),
             dropped_samples: AtomicU64::new(0),
             dropped_messages: AtomicU64::new(0),
             rejected_lines: AtomicU64::new(0),
@@ -157,6 +164,7 @@ impl RunState {
             gpu_indices,
             host_rss: Gauge::new(),
             host_available: Gauge::new(),
+            host_pss: Mutex::new(None),
             host_total_bytes: AtomicU64::new(0),
             stage: Mutex::new((String::new(), 0)),
             rows: PendingRows::default(),
@@ -181,6 +189,28 @@ impl RunState {
             *stopped = true;
         }
         wake.notify_all();
+        self.wake_poller();
+    }
+
+    /// Wakes the poller now.
+    pub fn wake_poller(&self) {
+        let (requested, wake) = &self.poll_signal;
+        if let Ok(mut requested) = requested.lock() {
+            *requested = true;
+        }
+        wake.notify_all();
+    }
+
+    /// The poller's sleep: `duration`, or less when the run ends or [`RunState::wake_poller`]
+    /// is called.
+    pub fn poller_sleep(&self, duration: Duration) {
+        let (requested, wake) = &self.poll_signal;
+        if let Ok(guard) = requested.lock()
+            && let Ok((mut guard, _)) =
+                wake.wait_timeout_while(guard, duration, |r| !*r && !self.stopping())
+        {
+            *guard = false;
+        }
     }
 
     /// Sleeps for `duration`, or less when the run ends meanwhile (one wake-up, not a poll).
@@ -194,6 +224,27 @@ impl RunState {
     /// The watched processes.
     pub fn tree(&self) -> Vec<u32> {
         self.tree.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Replaces the watched tree (when it changed), remembers its processes and tells the sampler
+    /// to reopen its files.
+    pub fn set_tree(&self, tree: &[u32]) {
+        let Ok(mut shared) = self.tree.lock() else {
+            return;
+        };
+        if shared.as_slice() == tree {
+            return;
+        }
+        shared.clear();
+        shared.extend_from_slice(tree);
+        drop(shared);
+        if let Ok(mut seen) = self.seen_pids.lock() {
+            seen.extend_from_slice(tree);
+            seen.sort_unstable();
+            seen.dedup();
+        }
+        self.tree_generation.fetch_add(1, Ordering::Relaxed);
+        self.wake_poller();
     }
 }
 

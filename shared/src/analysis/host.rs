@@ -35,8 +35,7 @@ pub fn host_memory(trace: &Trace) -> Option<HostMemory> {
     let available = trace
         .samples
         .column(counter_with_data(trace, CounterKind::HostAvailable)?)?;
-    let rss =
-        counter_with_data(trace, CounterKind::HostRss).and_then(|id| trace.samples.column(id));
+    let rss = crate::analysis::metrics::host_in_use(trace).and_then(|id| trace.samples.column(id));
     let times = trace.samples.times_us();
     let mut last_rss: Option<u64> = None;
     let mut peak_rss: Option<u64> = None;

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::analysis::fit::robust_line;
 use crate::analysis::marks::{StageIndex, is_train};
 use crate::analysis::metrics::{
-    MarkValues, Metric, MetricKey, counter_with_data, primary_metric, reserved_metric,
+    MarkValues, Metric, MetricKey, counter_with_data, host_in_use, primary_metric, reserved_metric,
 };
 use crate::model::{CounterKind, Trace};
 
@@ -172,7 +172,7 @@ fn fitted_metrics(trace: &Trace) -> Vec<Metric> {
     let candidates = [
         primary_metric(trace),
         reserved_metric(trace),
-        counter_with_data(trace, CounterKind::HostRss).map(Metric::Counter),
+        host_in_use(trace).map(Metric::Counter),
     ];
     for metric in candidates.into_iter().flatten() {
         if !metrics.contains(&metric) {
@@ -258,7 +258,7 @@ pub fn leak_fits(
 pub(crate) fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
     if metric.is_host(trace) {
         let available = counter_with_data(trace, CounterKind::HostAvailable)?;
-        let rss = counter_with_data(trace, CounterKind::HostRss)?;
+        let rss = host_in_use(trace)?;
         let (t_us, available_bytes) = trace.samples.points(available).last()?;
         let rss_bytes = trace.samples.value_at(rss, t_us)?;
         return Some((

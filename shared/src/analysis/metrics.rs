@@ -87,7 +87,7 @@ impl Metric {
     pub fn is_host(self, trace: &Trace) -> bool {
         matches!(
             self.counter_kind(trace),
-            Some(CounterKind::HostRss | CounterKind::HostAvailable)
+            Some(CounterKind::HostRss | CounterKind::HostAvailable | CounterKind::HostPss)
         )
     }
 
@@ -145,7 +145,7 @@ impl MetricKey {
         matches!(
             self,
             MetricKey::Counter {
-                kind: CounterKind::HostRss | CounterKind::HostAvailable,
+                kind: CounterKind::HostRss | CounterKind::HostAvailable | CounterKind::HostPss,
                 ..
             }
         )
@@ -190,14 +190,22 @@ pub fn counter_with_data(trace: &Trace, kind: CounterKind) -> Option<CounterId> 
 
 /// Counter kinds worth reading at marks: memory in use. Totals, free memory, availability and
 /// running peaks are limits or summaries, not "memory at this point".
-const MARK_COUNTER_KINDS: [CounterKind; 6] = [
+const MARK_COUNTER_KINDS: [CounterKind; 7] = [
     CounterKind::GpuUsed,
     CounterKind::ProcessGpu,
     CounterKind::AllocAllocated,
     CounterKind::AllocReserved,
     CounterKind::AllocActive,
     CounterKind::HostRss,
+    CounterKind::HostPss,
 ];
+
+/// The host memory the program really uses: the tree's PSS when recorded (forked workers'
+/// shared pages counted once), else its summed RSS.
+pub fn host_in_use(trace: &Trace) -> Option<CounterId> {
+    counter_with_data(trace, CounterKind::HostPss)
+        .or_else(|| counter_with_data(trace, CounterKind::HostRss))
+}
 
 /// The metrics the per-mark analyses use: the snapshot metrics when any mark has a snapshot, then
 /// every counter measuring memory in use (used, process, allocator, RSS) that has data, in
@@ -242,6 +250,7 @@ pub fn primary_metric(trace: &Trace) -> Option<Metric> {
         CounterKind::AllocAllocated,
         CounterKind::ProcessGpu,
         CounterKind::GpuUsed,
+        CounterKind::HostPss,
         CounterKind::HostRss,
     ]
     .into_iter()

@@ -233,7 +233,8 @@ fn context_at(
         allocator_mark_stage: snapshot_mark.map(|m| m.name.as_ref().to_owned()),
         gpu_used_bytes: sampled(CounterKind::GpuUsed, device),
         process_gpu_bytes: sampled(CounterKind::ProcessGpu, device),
-        host_rss_bytes: sampled(CounterKind::HostRss, None),
+        host_rss_bytes: crate::analysis::metrics::host_in_use(trace)
+            .and_then(|id| trace.samples.value_at(id, t_us)),
         host_available_bytes: sampled(CounterKind::HostAvailable, None),
         largest_component,
         alive: Vec::new(),

@@ -43,6 +43,8 @@ pub enum Measure {
     ProcessGpu,
     /// Host resident set size.
     HostRss,
+    /// Host proportional set size (shared pages counted once).
+    HostPss,
 }
 
 impl Measure {
@@ -56,6 +58,7 @@ impl Measure {
             CounterKind::AllocReserved | CounterKind::AllocPeakReserved => Measure::Reserved,
             CounterKind::AllocActive => Measure::Active,
             CounterKind::HostRss => Measure::HostRss,
+            CounterKind::HostPss => Measure::HostPss,
             CounterKind::GpuFree
             | CounterKind::GpuTotal
             | CounterKind::HostAvailable
@@ -63,9 +66,9 @@ impl Measure {
         })
     }
 
-    /// True for device memory (everything but the host RSS).
+    /// True for device memory (everything but the host RSS and PSS).
     pub fn is_device(self) -> bool {
-        self != Measure::HostRss
+        !matches!(self, Measure::HostRss | Measure::HostPss)
     }
 }
 

@@ -20,7 +20,7 @@ use crate::analysis::fit::{least_squares, robust_line};
 use crate::analysis::leaks::{
     LimitBasis, MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION_OF_LIMIT, limit_of,
 };
-use crate::analysis::metrics::{Metric, MetricKey};
+use crate::analysis::metrics::{Metric, MetricKey, counter_with_data};
 use crate::model::{CounterId, CounterKind, MISSING, Trace};
 
 /// The start of the run skipped as warm-up.
@@ -77,9 +77,10 @@ pub struct TimeTrend {
 }
 
 /// The counters fitted, in order: per-process GPU memory, device used memory, host RSS.
-const FITTED: [CounterKind; 3] = [
+const FITTED: [CounterKind; 4] = [
     CounterKind::ProcessGpu,
     CounterKind::GpuUsed,
+    CounterKind::HostPss,
     CounterKind::HostRss,
 ];
 
@@ -98,8 +99,11 @@ fn fitted_counters(trace: &Trace) -> Vec<CounterId> {
     if steps.len() >= 2 {
         return Vec::new();
     }
+    // The tree's PSS, when recorded, stands for its RSS (which counts shared pages per process).
+    let has_pss = counter_with_data(trace, CounterKind::HostPss).is_some();
     FITTED
         .iter()
+        .filter(|&&kind| !(has_pss && kind == CounterKind::HostRss))
         .flat_map(|&kind| {
             trace
                 .counters
