@@ -712,6 +712,13 @@ fn wrap(out: &mut String, text: &str, first: usize, rest: usize) {
     }
 }
 
+/// The share of an RSS figure that is shared pages, from the PSS beside it; `None` when it is
+/// under 10% (nothing worth a line).
+fn shared_share(rss_bytes: u64, pss_bytes: u64) -> Option<f64> {
+    let share = 1.0 - pss_bytes as f64 / rss_bytes.max(1) as f64;
+    (share >= 0.1).then_some(share)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -830,11 +837,4 @@ mod tests {
         assert_eq!(shorten("abcdef", 4), "abc~");
         assert_eq!(shorten("abc", 4), "abc");
     }
-}
-
-/// The share of an RSS figure that is shared pages, from the PSS beside it; `None` when it is
-/// under 10% (nothing worth a line).
-fn shared_share(rss_bytes: u64, pss_bytes: u64) -> Option<f64> {
-    let share = 1.0 - pss_bytes as f64 / rss_bytes.max(1) as f64;
-    (share >= 0.1).then_some(share)
 }
