@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
-    AliveSite, CounterKind, ExitStatus, Metadata, OomEvent, OomSource, Phase, ProcessExit, Record,
-    StageMark, TraceWriter, WriterOptions,
+    AliveSite, CounterKind, ExitStatus, Metadata, OomEvent, OomKill, OomSource, Phase, ProcessExit,
+    Record, StageMark, TraceWriter, WriterOptions,
 };
 
 /// The instrumented run: snapshots, components, gradients, tensors, batch search, eval, a leak.
@@ -221,6 +221,65 @@ pub fn alive_at_oom() -> Vec<u8> {
     w.finish(40_000).expect("in memory")
 }
 
+/// v1.4: a program with four forked workers in a 4 GiB memory cgroup, its PSS beside the summed
+/// RSS (the workers share the parent's pages), killed by the kernel's OOM killer: the cgroup's
+/// counter and the kernel log both say so.
+pub fn oom_kill() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "k8s-node-3".into(),
+        pid: 4242,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 100_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let declare = |w: &mut TraceWriter<Vec<u8>>, kind| {
+        w.declare_counter(kind, None).expect("in memory")
+    };
+    let rss = declare(&mut w, CounterKind::HostRss);
+    let available = declare(&mut w, CounterKind::HostAvailable);
+    let pss = declare(&mut w, CounterKind::HostPss);
+    for i in 0..30u64 {
+        let own = (1 << 30) + i * (100 << 20);
+        w.sample(
+            i * 100_000,
+            &[(rss, own * 5), (pss, own), (available, (64 << 30) - own)],
+        )
+        .expect("in memory");
+        if i % 10 == 0 {
+            w.write(&Record::Mark(StageMark {
+                t_us: i * 100_000,
+                name: "pre_forward".into(),
+                step: i / 10,
+                phase: Phase::Train,
+                ..StageMark::default()
+            }))
+            .expect("in memory");
+        }
+    }
+    w.write(&Record::OomKill(OomKill {
+        t_us: 2_950_000,
+        pid: 4242,
+        process: "python".into(),
+        main_process: true,
+        from_kernel_log: true,
+        from_cgroup_counter: true,
+        global: false,
+        rss_bytes: Some(4 << 30),
+        limit_bytes: Some(4 << 30),
+        cgroup: "/kubepods/burstable/pod-1234".into(),
+    }))
+    .expect("in memory");
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 2_960_000,
+        status: ExitStatus::Signal(9),
+        probable_host_oom: true,
+    }))
+    .expect("in memory");
+    w.finish(2_960_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -239,6 +298,7 @@ fn main() -> std::io::Result<()> {
         ("v1_1_host_error.oomt", host_error()),
         ("v1_2_mark_senders.oomt", mark_senders()),
         ("v1_3_alive_at_oom.oomt", alive_at_oom()),
+        ("v1_4_oom_kill.oomt", oom_kill()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

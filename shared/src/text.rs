@@ -616,7 +616,7 @@ fn oom_line(o: &OomContext) -> String {
     }
     if o.kind == OomKind::Host {
         if let Some(r) = o.host_rss_bytes {
-            facts.push(format!("RSS {}", format_bytes(r)));
+            facts.push(format!("in use {}", format_bytes(r)));
         }
         if let Some(a) = o.host_available_bytes {
             facts.push(format!("available {}", format_bytes(a)));
