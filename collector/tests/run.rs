@@ -948,6 +948,10 @@ fn estimate_reads_a_safetensors_header_and_matches_hand_computed_figures() {
         "estimate",
         "--safetensors",
         file.to_str().unwrap(),
+        "--precision",
+        "bf16",
+        "--cuda-context",
+        "0",
         "--batch",
         "8",
         "--activation-bytes-per-sample",
@@ -958,18 +962,32 @@ fn estimate_reads_a_safetensors_header_and_matches_hand_computed_figures() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    // By hand: 4 194 304 + 1 024 parameters; weights as stored, 8 392 704 B; gradients the same;
-    // AdamW in the dominant dtype (bf16): 2 × 2 B × 4 195 328 = 16 781 312 B; activations
-    // 8 × 2 MiB = 16 777 216 B; total 50 343 936 B = 75% of 64 MiB.
+    // By hand: 4 194 304 + 1 024 parameters, everything bf16: weights and gradients 2 B each
+    // (8 390 656 B), AdamW moments 4 B (16 781 312 B); activations 8 × 2 MiB = 16 777 216 B;
+    // the allocator's 10% on top of those 50 339 840 B: 5 033 984 B; total 55 373 824 B.
     assert_eq!(e["parameters"], 4_195_328);
-    assert_eq!(e["weights_bytes"], 8_392_704);
-    assert_eq!(e["gradients_bytes"], 8_392_704);
+    assert_eq!(e["weights_bytes"], 8_390_656);
+    assert_eq!(e["gradients_bytes"], 8_390_656);
+    assert_eq!(e["master_weights_bytes"], 0);
     assert_eq!(e["optimizer_bytes"], 16_781_312);
     assert_eq!(e["activations_bytes"], 16_777_216);
-    assert_eq!(e["total_bytes"], 50_343_936);
-    // 90% of 64 MiB = 60 397 977 B; minus 33 566 720 B fixed = 26 831 257 B → 12 samples of 2 MiB.
-    assert_eq!(e["max_batch_within_90_percent"], 12);
+    assert_eq!(e["allocator_overhead_bytes"], 5_033_984);
+    assert_eq!(e["total_bytes"], 55_373_824);
+    // (90% of 64 MiB − 1.1 × 33 562 624 B) / (1.1 × 2 MiB) = 10.2 → 10 samples.
+    assert_eq!(e["max_batch_within_90_percent"], 10);
     assert_eq!(e["warnings"].as_array().unwrap().len(), 0);
+    // The default is mixed precision: 16 bytes per parameter (fp32 master weights and moments).
+    let out = run(&[
+        "estimate",
+        "--params",
+        "7B",
+        "--gpu-memory",
+        "80GiB",
+        "--json",
+    ]);
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["bytes_per_trainable_parameter"], 16.0);
+    assert!(e["fraction_of_gpu"].as_f64().unwrap() > 1.3, "{e}");
     // Past 90% it warns, in the table too.
     let out = run(&[
         "estimate",

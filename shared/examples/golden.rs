@@ -234,9 +234,8 @@ pub fn oom_kill() -> Vec<u8> {
         ..Metadata::default()
     };
     let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
-    let declare = |w: &mut TraceWriter<Vec<u8>>, kind| {
-        w.declare_counter(kind, None).expect("in memory")
-    };
+    let declare =
+        |w: &mut TraceWriter<Vec<u8>>, kind| w.declare_counter(kind, None).expect("in memory");
     let rss = declare(&mut w, CounterKind::HostRss);
     let available = declare(&mut w, CounterKind::HostAvailable);
     let pss = declare(&mut w, CounterKind::HostPss);

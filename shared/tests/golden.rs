@@ -173,19 +173,30 @@ fn v1_4_oom_kill() {
         panic!("{:?}", t.oom_kills)
     };
     assert_eq!(
-        (kill.t_us, kill.pid, kill.process.as_ref(), kill.cgroup.as_ref()),
+        (
+            kill.t_us,
+            kill.pid,
+            kill.process.as_ref(),
+            kill.cgroup.as_ref()
+        ),
         (2_950_000, 4242, "python", "/kubepods/burstable/pod-1234")
     );
     assert!(kill.main_process && kill.from_kernel_log && kill.from_cgroup_counter && !kill.global);
-    assert_eq!((kill.rss_bytes, kill.limit_bytes), (Some(4 << 30), Some(4 << 30)));
+    assert_eq!(
+        (kill.rss_bytes, kill.limit_bytes),
+        (Some(4 << 30), Some(4 << 30))
+    );
     assert!(
         t.counters
             .iter()
-            .any(|c| c.kind == oomscope_trace::CounterKind::HostPss && c.name == "host.pss")
+            .any(|c| c.kind == CounterKind::HostPss && c.name == "host.pss")
     );
     let analysis = analyze(&t, &AnalysisOptions::default());
     let top = &analysis.findings[0];
-    assert_eq!(top.title, "The program was killed by the kernel's OOM killer");
+    assert_eq!(
+        top.title,
+        "The program was killed by the kernel's OOM killer"
+    );
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-pub use estimate::{DtypeArg, EstimateArgs, OptimizerArg};
+pub use estimate::{EstimateArgs, OptimizerArg, PrecisionArg, ShardArg};
 pub use export::{ExportArgs, ExportFormat};
 pub use report::ReportArgs;
 pub use run::RunArgs;

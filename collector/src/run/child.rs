@@ -109,9 +109,16 @@ pub fn pass_stderr(
 }
 
 fn scan_line(line: &[u8], state: &RunState, events: &SyncSender<Event>) {
-    // Cheap pre-filter: every recognised message contains "memory" or "alloc".
+    // Cheap pre-filter: every recognised message contains "memory" or "alloc" in some case
+    // (CUBLAS_STATUS_ALLOC_FAILED, posix_memalign, RESOURCE_EXHAUSTED's "Out of memory").
     let text = String::from_utf8_lossy(line);
-    if !(text.contains("memory") || text.contains("alloc") || text.contains("Memory")) {
+    if !(text.contains("memory")
+        || text.contains("alloc")
+        || text.contains("Memory")
+        || text.contains("ALLOC")
+        || text.contains("OOM")
+        || text.contains("RESOURCE_EXHAUSTED"))
+    {
         return;
     }
     if let Some(oom) = recognise(&text) {
