@@ -80,7 +80,10 @@ struct Reader<'a> {
     seen_last_pid: Option<u32>,
     last_rescan: Instant,
     generation: u64,
-    tree_len: usize,
+    /// The processes `rss` reads.
+    tree: Vec<u32>,
+    /// The PSS reading in use and this sampler's RSS when it first saw it.
+    pss_anchor: Option<(u64, u64)>,
     row: Vec<(CounterId, u64)>,
     last_t_us: Option<u64>,
     /// When the recorder was last told that rows are waiting.
@@ -118,9 +121,8 @@ impl Reader<'_> {
         self.rescan_on_birth();
         let current = state.tree_generation.load(Ordering::Relaxed);
         if current != self.generation {
-            let tree = state.tree();
-            self.rss.set_pids(&tree);
-            self.tree_len = tree.len();
+            self.tree = state.tree();
+            self.rss.set_pids(&self.tree);
             self.generation = current;
         }
         self.row.clear();
@@ -144,11 +146,20 @@ impl Reader<'_> {
             state.host_rss.set(bytes);
             // One process shares nothing within the tree: its PSS is its RSS. Several: the last
             // PSS reading, moved by the RSS change since (new memory is the process's own).
-            let reading = state.host_pss.lock().ok().and_then(|r| *r);
+            let reading = state.host_pss.lock().ok().and_then(|r| {
+                r.as_ref()
+                    .filter(|(_, tree)| *tree == self.tree)
+                    .map(|(p, _)| *p)
+            });
             let pss = match reading {
-                _ if self.tree_len < 2 => Some(bytes),
-                Some((pss, rss_then, generation)) if generation == self.generation => {
-                    Some((pss + bytes).saturating_sub(rss_then).min(bytes))
+                _ if self.tree.len() < 2 => Some(bytes),
+                Some(pss) => {
+                    // Anchored to this sampler's RSS of the same tree when the reading is new.
+                    if self.pss_anchor.is_none_or(|(p, _)| p != pss) {
+                        self.pss_anchor = Some((pss, bytes));
+                    }
+                    self.pss_anchor
+                        .map(|(p, rss_then)| (p + bytes).saturating_sub(rss_then).min(bytes))
                 }
                 // A new tree not read yet: no PSS rather than a wrong one.
                 _ => None,
@@ -214,7 +225,8 @@ pub fn sample_loop(
         seen_last_pid: None,
         last_rescan: Instant::now(),
         generation: 0,
-        tree_len: 1,
+        tree: Vec::new(),
+        pss_anchor: None,
         row: Vec::with_capacity(counters.gpus.len() * 4 + 2),
         last_t_us: None,
         last_nudge: Instant::now(),
@@ -267,7 +279,8 @@ const PSS_COST_FACTOR: u32 = 100;
 
 /// Reads the tree's PSS when it has several processes and a reading is due; with one process
 /// the sampler uses its RSS and no page tables are walked.
-fn read_pss(state: &RunState, tree: &[u32], interval: Duration, next: &mut Instant) {
+fn read_pss(state: &RunState, interval: Duration, next: &mut Instant) {
+    let tree = state.tree();
     if tree.len() < 2 {
         if let Ok(mut r) = state.host_pss.lock() {
             *r = None;
@@ -278,12 +291,10 @@ fn read_pss(state: &RunState, tree: &[u32], interval: Duration, next: &mut Insta
     if start < *next {
         return;
     }
-    let generation = state.tree_generation.load(Ordering::Relaxed);
-    let rss = state.host_rss.current();
-    if let (Some(pss), Some(rss)) = (crate::host::tree_pss_bytes(tree), rss)
+    if let Some(pss) = crate::host::tree_pss_bytes(&tree)
         && let Ok(mut r) = state.host_pss.lock()
     {
-        *r = Some((pss, rss, generation));
+        *r = Some((pss, tree));
     }
     *next = start + interval.max(start.elapsed() * PSS_COST_FACTOR);
 }
@@ -293,6 +304,7 @@ fn read_pss(state: &RunState, tree: &[u32], interval: Duration, next: &mut Insta
 pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, interval: Duration) {
     let mut last_tree = Vec::new();
     let mut next_pss = Instant::now();
+    let mut next_gpu = Instant::now();
     while !state.stopping() {
         let tree = process_tree(root_pid);
         if tree != last_tree {
@@ -301,14 +313,24 @@ pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, inte
             // A process came or went: its shared pages moved; read PSS again now.
             next_pss = Instant::now();
         }
-        if let Some(gpus) = gpus {
+        // The per-process GPU query holds the driver's global lock: on its own schedule, not
+        // again when a new process wakes the poller early for its PSS.
+        if let Some(gpus) = gpus
+            && Instant::now() >= next_gpu
+        {
+            next_gpu = Instant::now() + interval;
             for i in 0..gpus.len() {
                 if let Some(bytes) = gpus.process_bytes(i, &last_tree) {
                     state.process_gpu_bytes[i].set(bytes);
                 }
             }
         }
-        read_pss(state, &last_tree, interval, &mut next_pss);
-        state.poller_sleep(interval);
+        read_pss(state, interval, &mut next_pss);
+        let until_gpu = next_gpu.saturating_duration_since(Instant::now());
+        state.poller_sleep(if gpus.is_some() && !until_gpu.is_zero() {
+            until_gpu
+        } else {
+            interval
+        });
     }
 }

@@ -87,10 +87,10 @@ pub struct RunState {
     pub host_rss: Gauge,
     /// Host available memory.
     pub host_available: Gauge,
-    /// The tree's last PSS reading, its RSS at that moment and the tree generation it was taken
-    /// for (multi-process trees only): the sampler carries PSS forward between readings by the
-    /// change in RSS since, and writes none for a tree that has not been read yet.
-    pub host_pss: Mutex<Option<(u64, u64, u64)>>,
+    /// The tree's last PSS reading and the processes it was read for (multi-process trees only):
+    /// the sampler carries PSS forward between readings by the change in its own RSS reading
+    /// since it first saw this one, and writes none for a tree not read yet.
+    pub host_pss: Mutex<Option<(u64, Vec<u32>)>>,
     /// Host total memory.
     pub host_total_bytes: AtomicU64,
     /// Current stage and step as the program last said (for the status line).
