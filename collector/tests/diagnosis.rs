@@ -361,3 +361,45 @@ for round in range(2):
     let summary = text::render(&t, &a);
     assert!(summary.contains("of the RSS peak is shared"), "{summary}");
 }
+
+#[test]
+fn libtorch_s_own_host_allocation_error_from_stderr_is_an_impossible_request() {
+    // Hooks off: only stderr says what happened. torch 2.11 prints (tests/data/oom_texts.md,
+    // torch211-cpu-alloc-huge): "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0.
+    // DefaultCPUAllocator: can't allocate memory: you tried to allocate 1125899906842624 bytes.
+    // Error code 12 (Cannot allocate memory)".
+    let venv = std::env::var("OOMSCOPE_TORCH_VENV").expect(
+        "OOMSCOPE_TORCH_VENV is not set: run `source scripts/env.sh` after scripts/setup-torch.sh",
+    );
+    let s = Scratch::new("libtorch-cpu-oom");
+    let program = s.script(
+        "huge.py",
+        "import torch\nx = torch.ones(4)\ny = torch.empty(1 << 50, dtype=torch.uint8)\n",
+    );
+    let trace = s.path("t.oomt");
+    let python = format!("{venv}/bin/python");
+    let out = support::run(&[
+        "run",
+        "-q",
+        "--no-python-hooks",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        &python,
+        "-W",
+        "ignore",
+        program.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let t = read(&trace).trace;
+    let [oom] = t.ooms.as_slice() else {
+        panic!("{:?}", t.ooms)
+    };
+    assert!(oom.source.is_host());
+    assert_eq!(oom.requested_bytes, Some(1 << 50));
+    let a = analyze(&t, &AnalysisOptions::default());
+    assert_eq!(a.findings[0].kind, FindingKind::ImpossibleRequest, "{:#?}", a.findings);
+    let summary = text::render(&t, &a);
+    assert!(!summary.contains("SIGKILL"), "{summary}");
+    assert!(summary.contains("exited with code 1"), "{summary}");
+}
