@@ -260,26 +260,44 @@ fn parent_of(pid: u32) -> Option<u32> {
     after_comm.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
-/// The proportional set size of `pids` summed (`Pss:` of `/proc/PID/smaps_rollup`): shared pages
-/// split among the processes that map them, so forked workers sharing their parent's memory are
-/// not counted once each. Costs a page-table walk per process (17 ms for a 2 GiB process on the
-/// 2-vCPU development VM, against 19 µs for `statm`), so callers read it rarely (see
-/// `sampler::poll_loop`). `None` when no process could be read.
+/// What `/proc/PID/smaps_rollup` says of one process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rollup {
+    /// The process.
+    pub pid: u32,
+    /// Proportional set size: shared pages split among the processes that map them.
+    pub pss_bytes: u64,
+    /// Pages only it maps (`Private_Clean + Private_Dirty`).
+    pub private_bytes: u64,
+}
+
+/// The memory rollup of each of `pids` that could be read. PSS splits shared pages among the
+/// processes that map them, so forked workers sharing their parent's memory are not counted once
+/// each. Costs a page-table walk per process (17 ms for a 2 GiB process on the 2-vCPU development
+/// VM, against 19 µs for `statm`), so callers read it rarely (see `sampler::poll_loop`).
+pub fn tree_rollups(pids: &[u32]) -> Vec<Rollup> {
+    let kib = |text: &str, key: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |k| k * 1024)
+    };
+    pids.iter()
+        .filter_map(|&pid| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+            text.contains("Pss:").then(|| Rollup {
+                pid,
+                pss_bytes: kib(&text, "Pss:"),
+                private_bytes: kib(&text, "Private_Clean:") + kib(&text, "Private_Dirty:"),
+            })
+        })
+        .collect()
+}
+
+/// The summed PSS of `pids` ([`tree_rollups`]); `None` when no process could be read.
 pub fn tree_pss_bytes(pids: &[u32]) -> Option<u64> {
-    let mut total = None;
-    for pid in pids {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")) else {
-            continue;
-        };
-        let kib = text.lines().find_map(|l| {
-            l.strip_prefix("Pss:")
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        });
-        if let Some(kib) = kib {
-            total = Some(total.unwrap_or(0) + kib * 1024);
-        }
-    }
-    total
+    let rollups = tree_rollups(pids);
+    (!rollups.is_empty()).then(|| rollups.iter().map(|r| r.pss_bytes).sum())
 }
 
 #[cfg(test)]

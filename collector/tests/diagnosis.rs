@@ -398,8 +398,88 @@ fn libtorch_s_own_host_allocation_error_from_stderr_is_an_impossible_request() {
     assert!(oom.source.is_host());
     assert_eq!(oom.requested_bytes, Some(1 << 50));
     let a = analyze(&t, &AnalysisOptions::default());
-    assert_eq!(a.findings[0].kind, FindingKind::ImpossibleRequest, "{:#?}", a.findings);
+    assert_eq!(
+        a.findings[0].kind,
+        FindingKind::ImpossibleRequest,
+        "{:#?}",
+        a.findings
+    );
     let summary = text::render(&t, &a);
     assert!(!summary.contains("SIGKILL"), "{summary}");
     assert!(summary.contains("exited with code 1"), "{summary}");
+}
+
+#[test]
+fn workers_that_copy_their_parent_s_python_objects_are_named() {
+    // The classic copy-on-write "DataLoader leak": the parent holds a dataset as two million
+    // Python strings, two forked workers walk it slowly; each read writes a reference count, so
+    // each worker copies the pages it reads.
+    let s = Scratch::new("cow-workers");
+    let program = s.script(
+        "cow.py",
+        r#"
+import os, sys, time
+data = [str(i) * 3 for i in range(2_000_000)]
+pids = []
+for w in range(2):
+    pid = os.fork()
+    if pid == 0:
+        chunk = len(data) // 24
+        for c in range(24):
+            for item in data[c * chunk:(c + 1) * chunk]:
+                pass
+            time.sleep(0.35)
+        os._exit(0)
+    pids.append(pid)
+print("workers", *pids, flush=True)
+for pid in pids:
+    os.waitpid(pid, 0)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = support::run(&[
+        "run",
+        "-q",
+        "--no-python-hooks",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        program.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let workers: Vec<u32> = stdout
+        .split_whitespace()
+        .skip(1)
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let t = read(&trace).trace;
+    let a = analyze(&t, &AnalysisOptions::default());
+    let growing: Vec<u32> = a.growing_workers.iter().map(|w| w.pid).collect();
+    for pid in &workers {
+        assert!(
+            growing.contains(pid),
+            "{pid} not in {:#?}",
+            a.growing_workers
+        );
+    }
+    for w in &a.growing_workers {
+        assert!(
+            w.last_private_bytes - w.first_private_bytes >= 64 * MIB,
+            "{w:?}"
+        );
+    }
+    let f = a
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::WorkerPrivateGrowth)
+        .unwrap();
+    for pid in &workers {
+        assert!(
+            f.explanation.contains(&pid.to_string()),
+            "{}",
+            f.explanation
+        );
+    }
 }

@@ -841,6 +841,23 @@ pub struct OomKill {
     pub cgroup: Name,
 }
 
+/// One process of the watched tree other than the program itself (a DataLoader worker, a rank
+/// under a launcher), as the kernel accounts its memory: what only it uses and its proportional
+/// share. The collector writes one per such process at every PSS reading (about once a second),
+/// so the analysis can see a worker's private memory grow: copy-on-write of the parent's pages
+/// (refcount updates touch every Python object a worker reads). Added in format v1.4.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessMemory {
+    /// When it was read.
+    pub t_us: u64,
+    /// The process.
+    pub pid: u32,
+    /// Pages only it maps (`Private_Clean + Private_Dirty` of `smaps_rollup`).
+    pub private_bytes: u64,
+    /// Its proportional set size.
+    pub pss_bytes: u64,
+}
+
 /// A free-text note from the program or the recorder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -888,6 +905,8 @@ pub enum Record {
     Alive(AliveSite),
     /// A process killed by the kernel's OOM killer (format v1.4).
     OomKill(OomKill),
+    /// The memory of one process of the tree other than the program (format v1.4).
+    ProcessMemory(ProcessMemory),
 }
 
 impl Record {
@@ -914,6 +933,7 @@ impl Record {
             Record::Dropped(r) => &r.t_us,
             Record::Alive(r) => &r.t_us,
             Record::OomKill(r) => &r.t_us,
+            Record::ProcessMemory(r) => &r.t_us,
         }
     }
 
@@ -930,6 +950,7 @@ impl Record {
             Record::Dropped(r) => &mut r.t_us,
             Record::Alive(r) => &mut r.t_us,
             Record::OomKill(r) => &mut r.t_us,
+            Record::ProcessMemory(r) => &mut r.t_us,
         }
     }
 }
@@ -967,6 +988,8 @@ pub struct Trace {
     pub alive: Vec<AliveSite>,
     /// Processes the kernel's OOM killer killed.
     pub oom_kills: Vec<OomKill>,
+    /// Memory of the tree's other processes, over time.
+    pub process_memory: Vec<ProcessMemory>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
 }
@@ -986,6 +1009,7 @@ impl Trace {
             Record::Dropped(r) => self.dropped.push(r),
             Record::Alive(r) => self.alive.push(r),
             Record::OomKill(r) => self.oom_kills.push(r),
+            Record::ProcessMemory(r) => self.process_memory.push(r),
         }
     }
 
@@ -1013,6 +1037,7 @@ impl Trace {
             list(&self.dropped, Record::Dropped),
             list(&self.alive, Record::Alive),
             list(&self.oom_kills, Record::OomKill),
+            list(&self.process_memory, Record::ProcessMemory),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists

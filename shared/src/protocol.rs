@@ -119,7 +119,9 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Trial(_) => "trial",
         Record::Oom(_) => "oom",
         Record::Alive(_) => "alive",
-        Record::Exit(_) | Record::Dropped(_) | Record::OomKill(_) => return None,
+        Record::Exit(_) | Record::Dropped(_) | Record::OomKill(_) | Record::ProcessMemory(_) => {
+            return None;
+        }
     })
 }
 
@@ -672,7 +674,11 @@ pub fn format(out: &mut String, message: &Message) {
                     out.push_str(" -- ");
                     push_text(out, &a.file);
                 }
-                Record::Note(_) | Record::Exit(_) | Record::Dropped(_) | Record::OomKill(_) => {}
+                Record::Note(_)
+                | Record::Exit(_)
+                | Record::Dropped(_)
+                | Record::OomKill(_)
+                | Record::ProcessMemory(_) => {}
             }
         }
     }

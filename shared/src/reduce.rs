@@ -295,6 +295,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         dropped: trace.dropped.clone(),
         alive: trace.alive.clone(),
         oom_kills: trace.oom_kills.clone(),
+        process_memory: trace.process_memory.clone(),
         end_us: trace.end_us,
     }
 }

@@ -4,8 +4,8 @@ use oomscope_trace::codec::{CHUNK_HEADER_LEN, FORMAT_MAJOR, FORMAT_MINOR, HEADER
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
     AllocatorSnapshot, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
-    GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessExit, Record, StageMark,
-    Trace, TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
+    GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessExit, ProcessMemory,
+    Record, StageMark, Trace, TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
 };
 use proptest::prelude::*;
 
@@ -46,6 +46,7 @@ enum Op {
     Oom(u64, Option<u64>, String),
     Trial(u64, u64, bool),
     Kill(u64, u32, String, u8, Option<u64>, Option<u64>),
+    Process(u64, u32, u64, u64),
 }
 
 fn snapshot_strategy() -> impl Strategy<Value = AllocatorSnapshot> {
@@ -74,6 +75,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0..5_000u64, any::<u32>(), "[a-z0-9_]{0,15}", 0..16u8,
               proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()))
             .prop_map(|(dt, pid, name, flags, rss, limit)| Op::Kill(dt, pid, name, flags, rss, limit)),
+        1 => (0..5_000u64, any::<u32>(), any::<u64>(), any::<u64>())
+            .prop_map(|(dt, pid, private, pss)| Op::Process(dt, pid, private, pss)),
     ]
 }
 
@@ -195,6 +198,17 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 });
                 w.write(&kill).unwrap();
                 expected.push(kill);
+            }
+            Op::Process(dt, pid, private_bytes, pss_bytes) => {
+                t += dt;
+                let record = Record::ProcessMemory(ProcessMemory {
+                    t_us: t,
+                    pid: *pid,
+                    private_bytes: *private_bytes,
+                    pss_bytes: *pss_bytes,
+                });
+                w.write(&record).unwrap();
+                expected.push(record);
             }
         }
     }

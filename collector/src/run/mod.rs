@@ -192,12 +192,13 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         .take()
         .ok_or_else(|| anyhow!("the child's stderr was not piped"))?;
     let poller = spawn("oomscope-poller", {
-        let (state, gpus, interval) = (
+        let (state, gpus, interval, events) = (
             Arc::clone(&state),
             recording.gpus().cloned(),
             options.process_interval,
+            recording.events().clone(),
         );
-        move || sampler::poll_loop(&state, child_pid, gpus.as_deref(), interval)
+        move || sampler::poll_loop(&state, child_pid, gpus.as_deref(), interval, &events)
     })?;
     let (stderr_done, stderr_finished) = sync_channel::<()>(1);
     spawn("oomscope-stderr", {

@@ -189,7 +189,8 @@ impl Context {
             | Record::Note(_)
             | Record::Dropped(_)
             | Record::Alive(_)
-            | Record::OomKill(_) => {}
+            | Record::OomKill(_)
+            | Record::ProcessMemory(_) => {}
         }
     }
 

@@ -279,7 +279,7 @@ const PSS_COST_FACTOR: u32 = 100;
 
 /// Reads the tree's PSS when it has several processes and a reading is due; with one process
 /// the sampler uses its RSS and no page tables are walked.
-fn read_pss(state: &RunState, interval: Duration, next: &mut Instant) {
+fn read_pss(state: &RunState, interval: Duration, next: &mut Instant, events: &SyncSender<Event>) {
     let tree = state.tree();
     if tree.len() < 2 {
         if let Ok(mut r) = state.host_pss.lock() {
@@ -291,17 +291,42 @@ fn read_pss(state: &RunState, interval: Duration, next: &mut Instant) {
     if start < *next {
         return;
     }
-    if let Some(pss) = crate::host::tree_pss_bytes(&tree)
+    let rollups = crate::host::tree_rollups(&tree);
+    let t_us = state.now_us();
+    // Each process but the program itself, for the workers' private growth.
+    for r in rollups
+        .iter()
+        .filter(|r| Some(r.pid) != tree.first().copied())
+    {
+        let record = Record::ProcessMemory(oomscope_trace::model::ProcessMemory {
+            t_us,
+            pid: r.pid,
+            private_bytes: r.private_bytes,
+            pss_bytes: r.pss_bytes,
+        });
+        // Never wait for the recorder: a full channel loses one reading, not the run's pace.
+        let _ = events.try_send(Event::Message {
+            t_us,
+            message: Message::record(record),
+        });
+    }
+    if !rollups.is_empty()
         && let Ok(mut r) = state.host_pss.lock()
     {
-        *r = Some((pss, tree));
+        *r = Some((rollups.iter().map(|r| r.pss_bytes).sum(), tree));
     }
     *next = start + interval.max(start.elapsed() * PSS_COST_FACTOR);
 }
 
 /// Runs the slow poller until the run stops: refreshes the process tree and per-process GPU
 /// memory every `interval`.
-pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, interval: Duration) {
+pub fn poll_loop(
+    state: &Arc<RunState>,
+    root_pid: u32,
+    gpus: Option<&Gpus>,
+    interval: Duration,
+    events: &SyncSender<Event>,
+) {
     let mut last_tree = Vec::new();
     let mut next_pss = Instant::now();
     let mut next_gpu = Instant::now();
@@ -325,7 +350,7 @@ pub fn poll_loop(state: &Arc<RunState>, root_pid: u32, gpus: Option<&Gpus>, inte
                 }
             }
         }
-        read_pss(state, interval, &mut next_pss);
+        read_pss(state, interval, &mut next_pss, events);
         let until_gpu = next_gpu.saturating_duration_since(Instant::now());
         state.poller_sleep(if gpus.is_some() && !until_gpu.is_zero() {
             until_gpu

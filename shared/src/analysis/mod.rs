@@ -27,6 +27,7 @@ pub mod stages;
 #[cfg(test)]
 pub(crate) mod testkit;
 pub mod trend;
+pub mod workers;
 
 use serde::Serialize;
 
@@ -163,6 +164,8 @@ pub struct Analysis {
     pub leak_fits: Vec<GrowthFit>,
     /// Growth of the main counters over time, for runs without step marks.
     pub time_trends: Vec<trend::TimeTrend>,
+    /// The program's other processes (workers) whose private memory grows.
+    pub growing_workers: Vec<workers::WorkerGrowth>,
     /// Allocator fragmentation and retries.
     pub pressure: Option<PressureReport>,
     /// GPU memory outside the allocator.
@@ -213,6 +216,7 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         largest_growth: stages::largest_growth(trace, &values),
         leak_fits,
         time_trends: trend::time_trends(trace),
+        growing_workers: workers::growing_workers(trace),
         pressure: pressure::pressure(trace),
         outside_allocator: overhead::outside_allocator(trace, &values),
         host_memory: host::host_memory(trace),

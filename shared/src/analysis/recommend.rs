@@ -33,7 +33,7 @@ pub use growth::{
     CRITICAL_RUNWAY_FACTOR, EVAL_RETAIN_MIN_BYTES, EVAL_RETAIN_MIN_FRACTION_OF_JUMP,
     EvalRetainsMemory, Leak,
 };
-pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure};
+pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure, WorkerPrivateGrowth};
 pub use impossible::{ImpossibleRequest, impossible};
 pub use memory::{
     ACTIVATIONS_MIN_SHARE, ActivationsDominate, BatchSize, NEAR_FULL_FRACTION, OPTIMIZER_MIN_SHARE,
@@ -93,6 +93,8 @@ pub enum FindingKind {
     BatchSize,
     /// One request larger than the whole device or host: a shape or configuration bug.
     ImpossibleRequest,
+    /// The program's workers copy their parent's memory page by page (copy-on-write).
+    WorkerPrivateGrowth,
 }
 
 impl FindingKind {
@@ -111,6 +113,7 @@ impl FindingKind {
             FindingKind::HostMemoryPressure => "host-memory-pressure",
             FindingKind::BatchSize => "batch-size",
             FindingKind::ImpossibleRequest => "impossible-request",
+            FindingKind::WorkerPrivateGrowth => "worker-private-growth",
         }
     }
 
@@ -275,6 +278,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(HostMemoryPressure),
         Box::new(BatchSize),
         Box::new(ImpossibleRequest),
+        Box::new(WorkerPrivateGrowth),
     ]
 }
 

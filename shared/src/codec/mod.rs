@@ -24,7 +24,7 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 1.2 (2026-11-22) adds the sender's pid and rank at the end of a MARK; 1.3 (2026-11-23) adds
 /// the ALIVE record (what was alive at an OOM, by source line); 1.4 (2026-11-23) adds the
 /// OOM_KILL record (the kernel's OOM killer, from the cgroup's counter and the kernel log) and
-/// the host PSS counter.
+/// the host PSS counter and the PROCESS_MEMORY record (each worker's private memory).
 pub const FORMAT_MINOR: u16 = 4;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
@@ -79,6 +79,8 @@ pub mod tag {
     pub const ALIVE: u8 = 0x0F;
     /// A process killed by the kernel's OOM killer (format v1.4).
     pub const OOM_KILL: u8 = 0x10;
+    /// The memory of one process of the tree other than the program (format v1.4).
+    pub const PROCESS_MEMORY: u8 = 0x11;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -99,6 +101,7 @@ pub mod tag {
             END => "end",
             ALIVE => "alive",
             OOM_KILL => "oom_kill",
+            PROCESS_MEMORY => "process_memory",
             _ => "unknown",
         }
     }

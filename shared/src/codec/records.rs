@@ -22,7 +22,7 @@ use crate::error::EncodeError;
 use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
     GradientSummary, Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase,
-    ProcessExit, Record, StageMark, TensorStats, TrialOutcome,
+    ProcessExit, ProcessMemory, Record, StageMark, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -40,6 +40,7 @@ pub(super) fn encode<W: Write>(w: &mut TraceWriter<W>, record: &Record) -> Resul
         Record::Dropped(d) => encode_dropped(w, d),
         Record::Alive(a) => encode_alive(w, a),
         Record::OomKill(k) => encode_oom_kill(w, k),
+        Record::ProcessMemory(p) => encode_process_memory(w, p),
     }
 }
 
@@ -62,6 +63,7 @@ pub(super) fn decode(
         tag::DROPPED => Record::Dropped(decode_dropped(c)?),
         tag::ALIVE => Record::Alive(decode_alive(c, names)?),
         tag::OOM_KILL => Record::OomKill(decode_oom_kill(c, names)?),
+        tag::PROCESS_MEMORY => Record::ProcessMemory(decode_process_memory(c)?),
         _ => return Ok(None),
     }))
 }
@@ -556,6 +558,28 @@ fn decode_oom_kill(c: &mut Cursor<'_>, names: &Names) -> Result<OomKill, ReadErr
         rss_bytes: opt_u64(c)?,
         limit_bytes: opt_u64(c)?,
         cgroup: names.read(c)?,
+    })
+}
+
+// PROCESS_MEMORY (v1.4): pid, private bytes, PSS bytes.
+
+fn encode_process_memory<W: Write>(
+    w: &mut TraceWriter<W>,
+    p: &ProcessMemory,
+) -> Result<(), EncodeError> {
+    let b = w.begin(p.t_us);
+    put_u64(b, u64::from(p.pid));
+    put_u64(b, p.private_bytes);
+    put_u64(b, p.pss_bytes);
+    w.end(tag::PROCESS_MEMORY)
+}
+
+fn decode_process_memory(c: &mut Cursor<'_>) -> Result<ProcessMemory, ReadError> {
+    Ok(ProcessMemory {
+        t_us: c.u64()?,
+        pid: c.u32()?,
+        private_bytes: c.u64()?,
+        pss_bytes: c.u64()?,
     })
 }
 

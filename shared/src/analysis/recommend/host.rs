@@ -195,3 +195,70 @@ impl Diagnose for HostMemoryPressure {
         finding(self, severity, title, facts.join("; "), advice, evidence)
     }
 }
+
+/// `worker-private-growth`: the program's workers each grow private memory (copy-on-write).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WorkerPrivateGrowth;
+
+impl Diagnose for WorkerPrivateGrowth {
+    const KIND: FindingKind = FindingKind::WorkerPrivateGrowth;
+    type Diagnosis<'a> = &'a [crate::analysis::workers::WorkerGrowth];
+
+    /// Detection: at least one worker whose private memory grows steadily
+    /// ([`crate::analysis::workers::growing_workers`]).
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let workers = ctx.analysis.growing_workers.as_slice();
+        (!workers.is_empty()).then_some(workers)
+    }
+
+    /// Wording.
+    fn explain(&self, workers: &Self::Diagnosis<'_>) -> Finding {
+        let shown: Vec<String> = workers.iter().take(8).map(|w| w.pid.to_string()).collect();
+        let more = workers.len().saturating_sub(shown.len());
+        let rate: f64 = workers.iter().map(|w| w.slope_bytes_per_s).sum();
+        let growth: u64 = workers
+            .iter()
+            .map(|w| w.last_private_bytes.saturating_sub(w.first_private_bytes))
+            .sum();
+        let top = &workers[0];
+        let explanation = format!(
+            "the private memory of {} of the program's processes grows steadily ({}{}): together \
+             +{}/min, {} so far; the largest, pid {}, went from {} to {} in {}. A forked worker \
+             shares its parent's pages until it writes to them, and reading Python objects writes \
+             their reference counts, so each worker slowly copies what it reads",
+            workers.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+            crate::units::format_bytes_f64(rate * 60.0),
+            format_bytes(growth),
+            top.pid,
+            format_bytes(top.first_private_bytes),
+            format_bytes(top.last_private_bytes),
+            format_duration_us(top.to_us.saturating_sub(top.from_us)),
+        );
+        finding(
+            self,
+            Severity::Warning,
+            format!(
+                "{} worker process(es) copy their parent's memory (+{}/min private)",
+                workers.len(),
+                crate::units::format_bytes_f64(rate * 60.0)
+            ),
+            explanation,
+            "keep the dataset out of Python objects the workers read: numpy arrays, torch \
+             tensors, Arrow/pandas columns or a memory-mapped file are read without copying; or \
+             create the data inside each worker (worker_init_fn) and use fewer workers"
+                .to_owned(),
+            vec![
+                Evidence::count("workers", workers.len() as f64),
+                Evidence::bytes("private_growth_bytes", growth as f64),
+                Evidence::bytes("slope_bytes_per_s", rate),
+                Evidence::count("largest_worker_pid", f64::from(top.pid)),
+            ],
+        )
+    }
+}
