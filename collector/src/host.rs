@@ -253,8 +253,8 @@ fn tree_from_full_scan(root: u32) -> Vec<u32> {
 }
 
 /// Parent pid from `/proc/<pid>/stat` (the field after the parenthesised command name, which may
-/// itself contain spaces and parentheses).
-fn parent_of(pid: u32) -> Option<u32> {
+/// itself contain spaces and parentheses); `None` when it is gone.
+pub fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_comm = &stat[stat.rfind(')')? + 1..];
     after_comm.split_ascii_whitespace().nth(1)?.parse().ok()

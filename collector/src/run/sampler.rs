@@ -90,14 +90,16 @@ struct Reader<'a> {
     last_nudge: Instant,
 }
 
-/// After a process is born, the tree is walked again no sooner than this (bounds the cost on a
-/// host where processes come and go all the time: at most 50 walks a second).
+/// After a process of the tree is born, the tree is walked again no sooner than this.
 const MIN_RESCAN_GAP: Duration = Duration::from_millis(20);
 
 impl Reader<'_> {
-    /// Walks the process tree again when the kernel has handed out a new pid since the last look
-    /// (and [`MIN_RESCAN_GAP`] has passed): a DataLoader worker or a rank is counted from the next
-    /// tick instead of the poller's next round, up to a second later.
+    /// Walks the process tree again when the newest pid the kernel handed out belongs to a child
+    /// of the tree (and [`MIN_RESCAN_GAP`] has passed): a DataLoader worker or a rank is counted
+    /// from the next tick instead of at the poller's next round, up to a second later. Any
+    /// process born on the host changes the last pid (on a busy host, every tick), so only its
+    /// parent is read (one small file); walking the tree on every birth cost 0.05–0.1% of a core
+    /// at 100 Hz. A process born just before an unrelated one waits for the poller.
     fn rescan_on_birth(&mut self) {
         let Some(newest) = self.last_pid.as_mut().and_then(LastPid::read) else {
             return;
@@ -106,6 +108,9 @@ impl Reader<'_> {
             return;
         }
         self.seen_last_pid = Some(newest);
+        if !crate::host::parent_of(newest).is_some_and(|parent| self.tree.contains(&parent)) {
+            return;
+        }
         self.last_rescan = Instant::now();
         let state = self.state;
         let Some(root) = state.tree.lock().ok().and_then(|t| t.first().copied()) else {
