@@ -200,11 +200,47 @@ const MARK_COUNTER_KINDS: [CounterKind; 7] = [
     CounterKind::HostPss,
 ];
 
-/// The host memory the program really uses: the tree's PSS when recorded (forked workers'
-/// shared pages counted once), else its summed RSS.
+/// The host memory the program really uses: the tree's PSS when recorded and it ever differs
+/// from the summed RSS (several processes sharing pages: forked workers counted once), else the
+/// RSS (one process: the two are the same number, and RSS is the name everyone knows).
 pub fn host_in_use(trace: &Trace) -> Option<CounterId> {
-    counter_with_data(trace, CounterKind::HostPss)
-        .or_else(|| counter_with_data(trace, CounterKind::HostRss))
+    let rss = counter_with_data(trace, CounterKind::HostRss);
+    match counter_with_data(trace, CounterKind::HostPss) {
+        Some(pss) if rss.is_none_or(|rss| pss_differs(trace, pss, rss)) => Some(pss),
+        _ => rss,
+    }
+}
+
+/// Whether PSS is materially below RSS where RSS peaks (the moment host memory matters): at
+/// least [`SHARED_MIN_SHARE`] of the RSS peak is shared between the tree's processes. A brief
+/// second process at start-up (a launcher's shim) does not make a single-process run's memory a
+/// PSS story.
+fn pss_differs(trace: &Trace, pss: CounterId, rss: CounterId) -> bool {
+    let Some(r) = trace.samples.column(rss) else {
+        return false;
+    };
+    let Some((row, &peak)) = r
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v != MISSING)
+        .max_by_key(|(i, v)| (**v, std::cmp::Reverse(*i)))
+    else {
+        return false;
+    };
+    let t_us = trace.samples.times_us()[row];
+    trace
+        .samples
+        .value_at(pss, t_us)
+        .is_some_and(|p| (p as f64) < (1.0 - SHARED_MIN_SHARE) * peak as f64)
+}
+
+/// See `pss_differs`.
+pub const SHARED_MIN_SHARE: f64 = 0.05;
+
+/// True when the trace's PSS column says nothing the RSS does not (a single process).
+pub fn pss_is_rss(trace: &Trace) -> bool {
+    counter_with_data(trace, CounterKind::HostPss).is_some()
+        && host_in_use(trace) != counter_with_data(trace, CounterKind::HostPss)
 }
 
 /// The metrics the per-mark analyses use: the snapshot metrics when any mark has a snapshot, then
@@ -250,11 +286,10 @@ pub fn primary_metric(trace: &Trace) -> Option<Metric> {
         CounterKind::AllocAllocated,
         CounterKind::ProcessGpu,
         CounterKind::GpuUsed,
-        CounterKind::HostPss,
-        CounterKind::HostRss,
     ]
     .into_iter()
     .find_map(|kind| counter_with_data(trace, kind))
+    .or_else(|| host_in_use(trace))
     .map(Metric::Counter)
 }
 

@@ -320,10 +320,15 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         }
     }
     let times = trace.samples.times_us();
+    let pss_is_rss = crate::analysis::metrics::pss_is_rss(trace);
     for (i, counter) in trace.counters.iter().enumerate() {
         let Some(measure) = Measure::of_counter(counter.kind) else {
             continue;
         };
+        // One process: its PSS is its RSS, a second line would say nothing.
+        if measure == Measure::HostPss && pss_is_rss {
+            continue;
+        }
         let Some(column) = trace.samples.column(CounterId(i as u32)) else {
             continue;
         };

@@ -20,7 +20,7 @@ use crate::analysis::fit::{least_squares, robust_line};
 use crate::analysis::leaks::{
     LimitBasis, MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION_OF_LIMIT, limit_of,
 };
-use crate::analysis::metrics::{Metric, MetricKey, counter_with_data};
+use crate::analysis::metrics::{Metric, MetricKey};
 use crate::model::{CounterId, CounterKind, MISSING, Trace};
 
 /// The start of the run skipped as warm-up.
@@ -99,11 +99,14 @@ fn fitted_counters(trace: &Trace) -> Vec<CounterId> {
     if steps.len() >= 2 {
         return Vec::new();
     }
-    // The tree's PSS, when recorded, stands for its RSS (which counts shared pages per process).
-    let has_pss = counter_with_data(trace, CounterKind::HostPss).is_some();
+    // Host memory in use: the tree's PSS where it differs from its RSS, else the RSS.
+    let host = crate::analysis::metrics::host_in_use(trace);
     FITTED
         .iter()
-        .filter(|&&kind| !(has_pss && kind == CounterKind::HostRss))
+        .filter(|&&kind| {
+            !matches!(kind, CounterKind::HostRss | CounterKind::HostPss)
+                || host.is_some_and(|id| trace.counters[id.0 as usize].kind == kind)
+        })
         .flat_map(|&kind| {
             trace
                 .counters
