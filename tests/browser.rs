@@ -605,3 +605,53 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
     }
     b.quit().await;
 }
+
+#[tokio::test]
+async fn a_kernel_oom_kill_reads_in_the_report_as_in_the_terminal() {
+    // The v1.4 golden trace: a program with forked workers killed by the kernel's OOM killer in
+    // a memory cgroup. The report's overview and findings say what the terminal says.
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("oom-kill");
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/tests/data/v1_4_oom_kill.oomt");
+    let html = s.path("kill.html");
+    report(&trace, &html, &[]);
+    let text =
+        String::from_utf8(run_collector(&["summary", trace.to_str().unwrap()]).stdout).unwrap();
+    assert!(
+        text.contains("killed by signal 9: the kernel's OOM killer"),
+        "{text}"
+    );
+
+    let b = Browser::start("oom-kill").await;
+    b.open(&html).await;
+    b.wait_for("#findings article").await;
+    let overview = b
+        .d()
+        .find(By::Id("overview"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        overview.contains("killed by signal 9: the kernel's OOM killer"),
+        "{overview}"
+    );
+    assert!(
+        overview.contains("The kernel's OOM killer killed python (pid 4242, the program)"),
+        "{overview}"
+    );
+    let first = b.d().find(By::Css("#findings article")).await.unwrap();
+    assert_eq!(
+        first.attr("data-id").await.unwrap().as_deref(),
+        Some("host-memory-pressure")
+    );
+    let words = first.text().await.unwrap();
+    assert!(
+        words.contains("The program was killed by the kernel's OOM killer"),
+        "{words}"
+    );
+    assert!(text.contains("The program was killed by the kernel's OOM killer"));
+    b.quit().await;
+}

@@ -293,7 +293,10 @@ print("elapsed", time.monotonic() - start, flush=True)
         .unwrap();
     let planted = 1680.0 / elapsed;
     let rate = rss.slope_bytes_per_s / MIB as f64;
-    assert!((rate - planted).abs() < 0.15 * planted, "{rate} vs {planted}");
+    assert!(
+        (rate - planted).abs() < 0.15 * planted,
+        "{rate} vs {planted}"
+    );
     let leak = a
         .findings
         .iter()
