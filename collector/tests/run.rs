@@ -137,6 +137,47 @@ sys.exit(1)
 }
 
 #[test]
+fn an_oom_completed_by_the_lines_after_it_on_stderr() {
+    // NCCL's real lines (shared/tests/data/oom_texts.md, nccl-warn-alloc: NVIDIA/nccl#1235): the
+    // size is on the line after the error, written together with it.
+    let s = Scratch::new("nccl-oom");
+    let child = s.script(
+        "child.py",
+        r#"
+import sys
+sys.stderr.write(
+    "ng30903:3063028:3066152 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n"
+    "\n"
+    "ng30903:3063028:3066152 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes\n"
+    "ng30903:3063028:3066152 [3] NCCL INFO transport/p2p.cc:204 -> 1\n"
+)
+sys.stderr.flush()
+sys.exit(1)
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let t = read(&trace).trace;
+    let [oom] = t.ooms.as_slice() else {
+        panic!("{:?}", t.ooms)
+    };
+    assert_eq!(oom.source, OomSource::Stderr);
+    assert_eq!(
+        (oom.device, oom.requested_bytes),
+        (Some(3), Some(6_291_456))
+    );
+}
+
+#[test]
 fn exit_codes_and_signals_pass_through() {
     let s = Scratch::new("exit");
     let trace = s.path("t.oomt");

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Event;
 use super::shared_state::RunState;
-use oomscope_trace::oom_text::recognise;
+use oomscope_trace::oom_text::{recognise, recognise_text};
 
 /// Pid of the child, read by the signal handler (0 before it exists).
 static CHILD_PID: AtomicI32 = AtomicI32::new(0);
@@ -94,24 +94,41 @@ pub fn pass_stderr(
         } else {
             let _ = std::io::stderr().write_all(chunk);
         }
+        // The complete lines of this read; an error's following lines usually arrive with it
+        // (a traceback is written at once) and may state what its first line does not.
+        let mut lines: Vec<Vec<u8>> = Vec::new();
         for &byte in chunk {
             if byte == b'\n' {
-                scan_line(&line, state, events);
-                line.clear();
+                lines.push(std::mem::take(&mut line));
             } else if line.len() < 4096 {
                 line.push(byte);
             }
         }
+        for i in 0..lines.len() {
+            scan_lines(
+                &lines[i..lines.len().min(i + 1 + FOLLOWING_LINES)],
+                state,
+                events,
+            );
+        }
     }
     if !line.is_empty() {
-        scan_line(&line, state, events);
+        scan_lines(&[line], state, events);
     }
 }
 
-fn scan_line(line: &[u8], state: &RunState, events: &SyncSender<Event>) {
+/// Lines after an OOM line (of the same read) that may complete it (`oom_text::recognise_text`).
+const FOLLOWING_LINES: usize = 4;
+
+/// Sends an event when `lines[0]` is an out-of-memory error, completed with facts the lines after
+/// it state.
+fn scan_lines(lines: &[Vec<u8>], state: &RunState, events: &SyncSender<Event>) {
+    let Some(first) = lines.first() else {
+        return;
+    };
     // Cheap pre-filter: every recognised message contains "memory" or "alloc" in some case
     // (CUBLAS_STATUS_ALLOC_FAILED, posix_memalign, RESOURCE_EXHAUSTED's "Out of memory").
-    let text = String::from_utf8_lossy(line);
+    let text = String::from_utf8_lossy(first);
     if !(text.contains("memory")
         || text.contains("alloc")
         || text.contains("Memory")
@@ -121,7 +138,15 @@ fn scan_line(line: &[u8], state: &RunState, events: &SyncSender<Event>) {
     {
         return;
     }
-    if let Some(oom) = recognise(&text) {
+    if recognise(&text).is_none() {
+        return;
+    }
+    let whole: String = lines
+        .iter()
+        .map(|l| String::from_utf8_lossy(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Some(oom) = recognise_text(&whole) {
         // An OOM is rare and precious: retry a full channel for up to ~50 ms before giving up,
         // but never block the child's stderr for longer.
         let t_us = state.now_us();

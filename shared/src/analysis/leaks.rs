@@ -817,6 +817,35 @@ mod tests {
     }
 
     #[test]
+    fn memory_kept_at_pauses_such_as_checkpoint_saves_is_not_a_per_step_leak() {
+        // 100 flat training steps; every 10 steps a 5 s pause without marks (a checkpoint save)
+        // after which 300 MiB more stay allocated: a staircase no eval mark explains.
+        let mut trace = Run {
+            steps: 100,
+            ..Run::default()
+        }
+        .build();
+        for mark in &mut trace.marks {
+            let saves = mark.step / 10;
+            mark.t_us += saves * 5_000_000;
+            if let Some(s) = mark.snapshot.as_mut() {
+                s.allocated_bytes += saves * 300 * MIB;
+                s.peak_allocated_bytes += saves * 300 * MIB;
+            }
+        }
+        let values = MarkValues::new(&trace);
+        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let post_opt = fits
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert!(post_opt.r_squared > MIN_R_SQUARED, "{}", post_opt.r_squared);
+        assert_eq!(post_opt.transitions, 9);
+        assert_eq!(post_opt.transition_growth_bytes, 9 * 300 * MIB as i64);
+        assert!(!post_opt.is_leak, "{post_opt:#?}");
+    }
+
+    #[test]
     fn distinct_steps_counts_new_highs() {
         assert_eq!(distinct_steps([0, 0, 1, 2, 2, 3].into_iter()), 4);
         assert_eq!(distinct_steps([0, 1, 2, 0, 1, 2, 3].into_iter()), 4);
