@@ -13,7 +13,7 @@ use std::process::Command;
 
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::{ExitStatus, text};
+use oomscope_trace::{ExitStatus, Trace, text};
 use support::{COLLECTOR, MIB, Scratch, python_path, read};
 
 /// A memory cgroup made for one test, removed when dropped.
@@ -132,6 +132,24 @@ fn run_in_cgroup(name: &str, script: &str) -> Option<(std::process::Output, Path
         .unwrap();
     drop(cgroup);
     Some((out, trace, s))
+}
+
+/// Runs `python program` under the collector with the hooks off (nothing but the counters and
+/// stderr), returning its output and the decoded trace.
+fn record_unhooked(s: &Scratch, python: &str, args: &[&str]) -> (std::process::Output, Trace) {
+    let trace = s.path("t.oomt");
+    let mut cmd = vec![
+        "run",
+        "-q",
+        "--no-python-hooks",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        python,
+    ];
+    cmd.extend_from_slice(args);
+    let out = support::run(&cmd);
+    (out, read(&trace).trace)
 }
 
 /// Grows by 16 MiB every 20 ms until something stops it.
@@ -262,19 +280,8 @@ for i in range(140):
 print("elapsed", time.monotonic() - start, flush=True)
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = support::run(&[
-        "run",
-        "-q",
-        "--no-python-hooks",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        program.to_str().unwrap(),
-    ]);
+    let (out, t) = record_unhooked(&s, "python3", &[program.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
-    let t = read(&trace).trace;
     assert!(t.marks.is_empty());
     let a = analyze(&t, &AnalysisOptions::default());
     let rss = a
@@ -342,19 +349,8 @@ for round in range(2):
     time.sleep(0.3)
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = support::run(&[
-        "run",
-        "-q",
-        "--no-python-hooks",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        program.to_str().unwrap(),
-    ]);
+    let (out, t) = record_unhooked(&s, "python3", &[program.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
-    let t = read(&trace).trace;
     let a = analyze(&t, &AnalysisOptions::default());
     let peak = |label: &str| {
         a.overview
@@ -389,22 +385,9 @@ fn libtorch_s_own_host_allocation_error_from_stderr_is_an_impossible_request() {
         "huge.py",
         "import torch\nx = torch.ones(4)\ny = torch.empty(1 << 50, dtype=torch.uint8)\n",
     );
-    let trace = s.path("t.oomt");
     let python = format!("{venv}/bin/python");
-    let out = support::run(&[
-        "run",
-        "-q",
-        "--no-python-hooks",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        &python,
-        "-W",
-        "ignore",
-        program.to_str().unwrap(),
-    ]);
+    let (out, t) = record_unhooked(&s, &python, &["-W", "ignore", program.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let t = read(&trace).trace;
     let [oom] = t.ooms.as_slice() else {
         panic!("{:?}", t.ooms)
     };
@@ -449,17 +432,7 @@ for pid in pids:
     os.waitpid(pid, 0)
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = support::run(&[
-        "run",
-        "-q",
-        "--no-python-hooks",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        program.to_str().unwrap(),
-    ]);
+    let (out, t) = record_unhooked(&s, "python3", &[program.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let workers: Vec<u32> = stdout
@@ -467,7 +440,6 @@ for pid in pids:
         .skip(1)
         .map(|p| p.parse().unwrap())
         .collect();
-    let t = read(&trace).trace;
     let a = analyze(&t, &AnalysisOptions::default());
     let growing: Vec<u32> = a.growing_workers.iter().map(|w| w.pid).collect();
     for pid in &workers {
