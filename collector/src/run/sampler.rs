@@ -279,12 +279,24 @@ pub fn sample_loop(
 
 /// The reading of the tree's PSS costs at most this share of one core: a walk of every page table
 /// of the tree (17 ms for 2 GiB on the development VM) is repeated no sooner than this many times
-/// its own duration, and never more than once per poll.
+/// its own duration, whatever wakes the poller.
 const PSS_COST_FACTOR: u32 = 100;
+
+/// When the tree's PSS is read next: `due` (once a poll interval after the last reading, or as
+/// soon as the tree changes), never before `allowed` (the cost budget).
+struct PssSchedule {
+    due: Instant,
+    allowed: Instant,
+}
 
 /// Reads the tree's PSS when it has several processes and a reading is due; with one process
 /// the sampler uses its RSS and no page tables are walked.
-fn read_pss(state: &RunState, interval: Duration, next: &mut Instant, events: &SyncSender<Event>) {
+fn read_pss(
+    state: &RunState,
+    interval: Duration,
+    schedule: &mut PssSchedule,
+    events: &SyncSender<Event>,
+) {
     let tree = state.tree();
     if tree.len() < 2 {
         if let Ok(mut r) = state.host_pss.lock() {
@@ -293,7 +305,7 @@ fn read_pss(state: &RunState, interval: Duration, next: &mut Instant, events: &S
         return;
     }
     let start = Instant::now();
-    if start < *next {
+    if start < schedule.due.max(schedule.allowed) {
         return;
     }
     let rollups = crate::host::tree_rollups(&tree);
@@ -320,7 +332,9 @@ fn read_pss(state: &RunState, interval: Duration, next: &mut Instant, events: &S
     {
         *r = Some((rollups.iter().map(|r| r.pss_bytes).sum(), tree));
     }
-    *next = start + interval.max(start.elapsed() * PSS_COST_FACTOR);
+    let budget = start.elapsed() * PSS_COST_FACTOR;
+    schedule.allowed = start + budget;
+    schedule.due = start + interval.max(budget);
 }
 
 /// Runs the slow poller until the run stops: refreshes the process tree and per-process GPU
@@ -333,15 +347,19 @@ pub fn poll_loop(
     events: &SyncSender<Event>,
 ) {
     let mut last_tree = Vec::new();
-    let mut next_pss = Instant::now();
+    let mut pss = PssSchedule {
+        due: Instant::now(),
+        allowed: Instant::now(),
+    };
     let mut next_gpu = Instant::now();
     while !state.stopping() {
         let tree = process_tree(root_pid);
         if tree != last_tree {
             state.set_tree(&tree);
             last_tree = tree;
-            // A process came or went: its shared pages moved; read PSS again now.
-            next_pss = Instant::now();
+            // A process came or went: its shared pages moved; read PSS again as soon as the cost
+            // budget allows (a program spawning processes all the time cannot make it spin).
+            pss.due = Instant::now();
         }
         // The per-process GPU query holds the driver's global lock: on its own schedule, not
         // again when a new process wakes the poller early for its PSS.
@@ -355,7 +373,7 @@ pub fn poll_loop(
                 }
             }
         }
-        read_pss(state, interval, &mut next_pss, events);
+        read_pss(state, interval, &mut pss, events);
         let until_gpu = next_gpu.saturating_duration_since(Instant::now());
         state.poller_sleep(if gpus.is_some() && !until_gpu.is_zero() {
             until_gpu
