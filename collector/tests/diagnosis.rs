@@ -13,7 +13,7 @@ use std::process::Command;
 
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::{ExitStatus, Trace, text};
+use oomscope_trace::{CounterKind, ExitStatus, Trace, text};
 use support::{COLLECTOR, MIB, Scratch, python_path, read};
 
 /// A memory cgroup made for one test, removed when dropped.
@@ -364,9 +364,30 @@ for round in range(2):
     // Summed RSS sees the buffer five times: the workers were in the tree from their first
     // tick, though each lived less than the poll interval.
     assert!(rss >= 5 * 250 * MIB, "rss peak {} MiB", rss / MIB);
-    // PSS sees it about once (plus five interpreters).
+    // PSS sees it about once (plus five interpreters)...
     assert!(pss < 2 * 256 * MIB, "pss peak {} MiB", pss / MIB);
     assert!(pss >= 256 * MIB, "pss peak {} MiB", pss / MIB);
+    // ...and it was read while the workers ran: in the 400 ms before the RSS peak there are PSS
+    // readings of the five-process tree (not only of the parent alone).
+    let rss_id = t.counter(CounterKind::HostRss, None).unwrap();
+    let pss_id = t.counter(CounterKind::HostPss, None).unwrap();
+    let (peak_t, _) = t
+        .samples
+        .points(rss_id)
+        .max_by_key(|(t, v)| (*v, std::cmp::Reverse(*t)))
+        .unwrap();
+    let during: Vec<u64> = t
+        .samples
+        .points(pss_id)
+        .filter(|(at, _)| *at <= peak_t && peak_t - at <= 400_000)
+        .map(|(_, v)| v)
+        .collect();
+    assert!(!during.is_empty(), "no PSS reading while the workers ran");
+    assert!(
+        during.iter().all(|v| *v < 2 * 256 * MIB),
+        "{:?} MiB",
+        during.iter().map(|v| v / MIB).collect::<Vec<_>>()
+    );
     let summary = text::render(&t, &a);
     assert!(summary.contains("of the RSS peak is shared"), "{summary}");
 }

@@ -277,16 +277,40 @@ pub fn sample_loop(
     }
 }
 
-/// The reading of the tree's PSS costs at most this share of one core: a walk of every page table
-/// of the tree (17 ms for 2 GiB on the development VM) is repeated no sooner than this many times
-/// its own duration, whatever wakes the poller.
-const PSS_COST_FACTOR: u32 = 100;
+/// Reading the tree's PSS walks every page table of the tree (17 ms for 2 GiB on the development
+/// VM), so it has a budget: this share of one core over time...
+const PSS_CPU_SHARE: f64 = 0.01;
 
-/// When the tree's PSS is read next: `due` (once a poll interval after the last reading, or as
-/// soon as the tree changes), never before `allowed` (the cost budget).
+/// ...with bursts of up to this much (seconds), so that the workers a DataLoader starts are read
+/// at once even when each reading is slow, while a program that spawns processes all the time
+/// cannot make the poller walk page tables without pause.
+const PSS_BURST_S: f64 = 0.1;
+
+/// When the tree's PSS is read next: when `due` (a poll interval after the last reading, or as
+/// soon as the tree changes) and the budget (a token bucket of CPU seconds) is not spent.
 struct PssSchedule {
     due: Instant,
-    allowed: Instant,
+    tokens_s: f64,
+    refilled: Instant,
+}
+
+impl PssSchedule {
+    fn new() -> PssSchedule {
+        let now = Instant::now();
+        PssSchedule {
+            due: now,
+            tokens_s: PSS_BURST_S,
+            refilled: now,
+        }
+    }
+
+    /// Whether a reading may start now.
+    fn ready(&mut self, now: Instant) -> bool {
+        let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * PSS_CPU_SHARE;
+        self.tokens_s = (self.tokens_s + earned).min(PSS_BURST_S);
+        self.refilled = now;
+        now >= self.due && self.tokens_s > 0.0
+    }
 }
 
 /// Reads the tree's PSS when it has several processes and a reading is due; with one process
@@ -305,7 +329,7 @@ fn read_pss(
         return;
     }
     let start = Instant::now();
-    if start < schedule.due.max(schedule.allowed) {
+    if !schedule.ready(start) {
         return;
     }
     let rollups = crate::host::tree_rollups(&tree);
@@ -332,9 +356,8 @@ fn read_pss(
     {
         *r = Some((rollups.iter().map(|r| r.pss_bytes).sum(), tree));
     }
-    let budget = start.elapsed() * PSS_COST_FACTOR;
-    schedule.allowed = start + budget;
-    schedule.due = start + interval.max(budget);
+    schedule.tokens_s -= start.elapsed().as_secs_f64();
+    schedule.due = start + interval;
 }
 
 /// Runs the slow poller until the run stops: refreshes the process tree and per-process GPU
@@ -347,10 +370,7 @@ pub fn poll_loop(
     events: &SyncSender<Event>,
 ) {
     let mut last_tree = Vec::new();
-    let mut pss = PssSchedule {
-        due: Instant::now(),
-        allowed: Instant::now(),
-    };
+    let mut pss = PssSchedule::new();
     let mut next_gpu = Instant::now();
     while !state.stopping() {
         let tree = process_tree(root_pid);
