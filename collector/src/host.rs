@@ -294,12 +294,6 @@ pub fn tree_rollups(pids: &[u32]) -> Vec<Rollup> {
         .collect()
 }
 
-/// The summed PSS of `pids` ([`tree_rollups`]); `None` when no process could be read.
-pub fn tree_pss_bytes(pids: &[u32]) -> Option<u64> {
-    let rollups = tree_rollups(pids);
-    (!rollups.is_empty()).then(|| rollups.iter().map(|r| r.pss_bytes).sum())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,7 +322,7 @@ mod tests {
         let mut rss = TreeRss::new();
         rss.set_pids(&pids);
         let summed = rss.rss_bytes().unwrap();
-        let pss = tree_pss_bytes(&pids).unwrap();
+        let pss: u64 = tree_rollups(&pids).iter().map(|r| r.pss_bytes).sum();
         assert!(summed >= 3 * (60 << 20), "{summed}");
         assert!(pss < summed - (100 << 20), "pss {pss} summed {summed}");
         assert!(pss >= 60 << 20, "{pss}");

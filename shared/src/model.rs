@@ -995,6 +995,11 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Whether the program failed: a non-zero exit, a signal, or no recorded end.
+    pub fn failed(&self) -> bool {
+        self.exit.is_none_or(|e| e.status != ExitStatus::Code(0))
+    }
+
     /// Adds a record to the list of its kind (an exit replaces an earlier one).
     pub fn push(&mut self, record: Record) {
         match record {

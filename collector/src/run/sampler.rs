@@ -94,6 +94,26 @@ struct Reader<'a> {
 const MIN_RESCAN_GAP: Duration = Duration::from_millis(20);
 
 impl Reader<'_> {
+    /// The tree's PSS now, given its RSS now. One process shares nothing within the tree: its
+    /// PSS is its RSS (and nothing is locked). Several: the poller's last reading of exactly
+    /// these processes, moved by the RSS change since this sampler first saw it (new memory is
+    /// the process's own); none for a tree not read yet rather than a wrong one.
+    fn pss(&mut self, rss: u64) -> Option<u64> {
+        if self.tree.len() < 2 {
+            return Some(rss);
+        }
+        let reading = self.state.host_pss.lock().ok().and_then(|r| {
+            r.as_ref()
+                .filter(|(_, tree)| *tree == self.tree)
+                .map(|(p, _)| *p)
+        })?;
+        if self.pss_anchor.is_none_or(|(p, _)| p != reading) {
+            self.pss_anchor = Some((reading, rss));
+        }
+        self.pss_anchor
+            .map(|(p, rss_then)| (p + rss).saturating_sub(rss_then).min(rss))
+    }
+
     /// Walks the process tree again when the newest pid the kernel handed out belongs to a child
     /// of the tree (and [`MIN_RESCAN_GAP`] has passed): a DataLoader worker or a rank is counted
     /// from the next tick instead of at the poller's next round, up to a second later. Any
@@ -149,26 +169,7 @@ impl Reader<'_> {
         if let Some(bytes) = self.rss.rss_bytes() {
             self.row.push((self.counters.host_rss, bytes));
             state.host_rss.set(bytes);
-            // One process shares nothing within the tree: its PSS is its RSS. Several: the last
-            // PSS reading, moved by the RSS change since (new memory is the process's own).
-            let reading = state.host_pss.lock().ok().and_then(|r| {
-                r.as_ref()
-                    .filter(|(_, tree)| *tree == self.tree)
-                    .map(|(p, _)| *p)
-            });
-            let pss = match reading {
-                _ if self.tree.len() < 2 => Some(bytes),
-                Some(pss) => {
-                    // Anchored to this sampler's RSS of the same tree when the reading is new.
-                    if self.pss_anchor.is_none_or(|(p, _)| p != pss) {
-                        self.pss_anchor = Some((pss, bytes));
-                    }
-                    self.pss_anchor
-                        .map(|(p, rss_then)| (p + bytes).saturating_sub(rss_then).min(bytes))
-                }
-                // A new tree not read yet: no PSS rather than a wrong one.
-                _ => None,
-            };
+            let pss = self.pss(bytes);
             self.row
                 .extend(pss.map(|pss| (self.counters.host_pss, pss)));
         }

@@ -276,9 +276,7 @@ pub(crate) fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis
 /// Whether the run died of an out-of-memory error of the GPU, and of the host: it failed (a
 /// non-zero exit, a signal, or no recorded end) and recorded such an OOM (or a probable kill).
 fn died_of_oom(trace: &Trace) -> (bool, bool) {
-    let failed = trace
-        .exit
-        .is_none_or(|e| e.status != crate::model::ExitStatus::Code(0));
+    let failed = trace.failed();
     if !failed {
         return (false, false);
     }

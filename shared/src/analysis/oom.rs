@@ -120,9 +120,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
             c
         })
         .collect();
-    let failed = trace
-        .exit
-        .is_none_or(|e| e.status != crate::model::ExitStatus::Code(0));
+    let failed = trace.failed();
     let last = out.len().checked_sub(1);
     for (i, c) in out.iter_mut().enumerate() {
         c.fatal = failed && Some(i) == last;
@@ -146,10 +144,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
     for k in &trace.oom_kills {
         let mut c = context_at(trace, OomKind::Host, OomSource::HostKill, k.t_us, None);
         c.event.message = crate::headline::kill_sentence(k, 0);
-        c.fatal = k.main_process
-            || trace
-                .exit
-                .is_none_or(|e| e.status != crate::model::ExitStatus::Code(0));
+        c.fatal = k.main_process || failed;
         c.kill = Some(k.clone());
         out.push(c);
     }
