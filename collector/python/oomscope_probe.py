@@ -57,12 +57,35 @@ def _lookup(stats, path):
     return stats
 
 
+# The launchers' names for a process's place in the job, in order of precedence: the same lists
+# as `oomscope_trace::launch_env` (a test holds them equal).
+_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+_WORLD_SIZE_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+_ATTEMPT_VARS = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+
+
+def _first_number(names):
+    for name in names:
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _identity():
+    """This process's place in a distributed job, as its environment says now (launchers that set
+    the rank inside the process, like DeepSpeed's MPI path or Ray, are seen too)."""
+    return (("rank", _first_number(_RANK_VARS)),
+            ("local_rank", _first_number(_LOCAL_RANK_VARS)),
+            ("world_size", _first_number(_WORLD_SIZE_VARS)),
+            ("restart", _first_number(_ATTEMPT_VARS)))
+
+
 def _rank():
-    """This process's distributed rank (RANK, set by torchrun and the Slurm/Kubernetes launchers)."""
-    try:
-        return int(os.environ["RANK"])
-    except (KeyError, ValueError):
-        return None
+    """This process's distributed rank (RANK, SLURM_PROCID, ...), or None."""
+    return _identity()[0][1]
 
 
 def _token(text):
@@ -80,6 +103,7 @@ class Probe:
             self.path = None
         self.torch_stats = torch_stats
         self.rank = _rank()
+        self._announced = self.rank is None
         self.dropped = 0
         self._pending = []
         self._sock = None
@@ -104,6 +128,10 @@ class Probe:
         which the protocol allows; only beyond that is a line dropped (and counted)."""
         if self._sock is None:
             return
+        if not self._announced:
+            # Who this process is in the job, once, ahead of its first message.
+            self._announced = True
+            line = self._process_line() + "\n" + line
         lines = self._pending + [line] if self._pending else [line]
         try:
             self._sock.sendto("\n".join(lines).encode("utf-8", "replace"), self.path)
@@ -246,10 +274,21 @@ class Probe:
         if source is not None:
             line += " source=" + source
         for key, value in (("step", step), ("requested_bytes", requested_bytes), ("device", device),
-                           ("free_bytes", free_bytes), ("total_bytes", total_bytes)):
+                           ("free_bytes", free_bytes), ("total_bytes", total_bytes),
+                           ("pid", os.getpid()), ("rank", self.rank)):
             if value is not None:
                 line += " %s=%d" % (key, value)
         self.send(line + " -- " + " ".join(str(message).splitlines()))
+
+    def _process_line(self):
+        return "process" + "".join(" %s=%d" % (key, value) for key, value in _identity()
+                                   if value is not None)
+
+    def process(self):
+        """Says who this process is in the job (rank, local rank, world size, attempt); sent by
+        itself ahead of the first message, again after the rank changed (set in-process)."""
+        self.rank = _rank()
+        self.send(self._process_line())
 
     def alive(self, rows):
         """What was alive at an OOM, by source line: rows of (file, line, function, bytes, count),
@@ -270,6 +309,8 @@ class Probe:
             except OSError:
                 pass
         self.__init__(self.path, self.torch_stats)
+        # A forked child (a DataLoader worker) is its parent's helper, not a rank of its own.
+        self._announced = True
 
 
 def _tell_hooks(what, *args):

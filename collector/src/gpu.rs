@@ -145,18 +145,18 @@ impl Gpus {
         })
     }
 
-    /// Device memory used by the processes in `pids` on the `i`-th device (slow: ~1 Hz).
-    /// `None` when the query fails or the driver does not report per-process memory.
-    pub fn process_bytes(&self, i: usize, pids: &[u32]) -> Option<u64> {
+    /// Every compute process on the `i`-th device with its memory (slow: ~1 Hz; the pids are
+    /// the host's, whatever pid namespace this collector runs in). `None` when the query fails or
+    /// the driver does not report per-process memory.
+    pub fn processes(&self, i: usize) -> Option<Vec<(u32, u64)>> {
         let processes = self.devices.get(i)?.running_compute_processes().ok()?;
-        let mut total = 0u64;
-        for p in processes.iter().filter(|p| pids.contains(&p.pid)) {
-            match p.used_gpu_memory {
-                UsedGpuMemory::Used(bytes) => total += bytes,
-                UsedGpuMemory::Unavailable => return None,
-            }
-        }
-        Some(total)
+        processes
+            .iter()
+            .map(|p| match p.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some((p.pid, bytes)),
+                UsedGpuMemory::Unavailable => None,
+            })
+            .collect()
     }
 }
 

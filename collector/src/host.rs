@@ -18,6 +18,8 @@ use std::os::unix::fs::FileExt;
 #[derive(Debug)]
 pub struct TreeRss {
     statm: HashMap<u32, File>,
+    /// Each process's resident bytes at the last [`TreeRss::rss_bytes`].
+    last: HashMap<u32, u64>,
     page_bytes: u64,
     buf: Vec<u8>,
 }
@@ -29,6 +31,7 @@ impl TreeRss {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         TreeRss {
             statm: HashMap::new(),
+            last: HashMap::new(),
             page_bytes: u64::try_from(page).unwrap_or(4096),
             buf: vec![0; 256],
         }
@@ -37,6 +40,7 @@ impl TreeRss {
     /// Sets the processes to read: opens new ones, closes departed ones.
     pub fn set_pids(&mut self, pids: &[u32]) {
         self.statm.retain(|pid, _| pids.contains(pid));
+        self.last.retain(|pid, _| pids.contains(pid));
         for pid in pids {
             if !self.statm.contains_key(pid)
                 && let Ok(file) = File::open(format!("/proc/{pid}/statm"))
@@ -65,6 +69,7 @@ impl TreeRss {
                         Some(0) | None => gone.push(*pid),
                         Some(pages) => {
                             total += pages * self.page_bytes;
+                            self.last.insert(*pid, pages * self.page_bytes);
                             any = true;
                         }
                     }
@@ -74,8 +79,14 @@ impl TreeRss {
         }
         for pid in gone {
             self.statm.remove(&pid);
+            self.last.remove(&pid);
         }
         any.then_some(total)
+    }
+
+    /// One process's resident bytes at the last [`TreeRss::rss_bytes`] (`None` once it is gone).
+    pub fn rss_of(&self, pid: u32) -> Option<u64> {
+        self.last.get(&pid).copied()
     }
 }
 
@@ -258,6 +269,19 @@ pub fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_comm = &stat[stat.rfind(')')? + 1..];
     after_comm.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// A process's name (`/proc/PID/comm`), empty when it is gone.
+pub fn name_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_owned())
+        .unwrap_or_default()
+}
+
+/// The environment a process was started with (`/proc/PID/environ`; later changes inside the
+/// process are not in it). Empty when it is gone or not ours to read.
+pub fn environ_of(pid: u32) -> Vec<u8> {
+    std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default()
 }
 
 /// What `/proc/PID/smaps_rollup` says of one process.

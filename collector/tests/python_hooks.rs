@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::{OomSource, Phase, Trace};
+use oomscope_trace::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
 use support::{Scratch, collector, read, stderr};
 
 const STAGES: [&str; 6] = [
@@ -347,6 +347,157 @@ fn under_torchrun_only_the_ranks_mark_and_each_says_who_it_is() {
         });
         assert!(said, "{:?}", t.notes);
     }
+}
+
+/// torchrun with `n` ranks of the DDP test program (`args` after the program).
+fn torchrun(n: &str, args: &[&str]) -> Vec<String> {
+    let mut cmd: Vec<String> = [
+        torch_python().to_str().unwrap(),
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        n,
+        &program("ddp.py"),
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
+    cmd.extend(args.iter().map(|a| (*a).to_owned()));
+    cmd
+}
+
+/// The latest PROCESS record of each pid: (pid, role, rank).
+fn roles(t: &Trace) -> Vec<(u32, ProcessRole, Option<u32>)> {
+    let mut latest: Vec<(u32, ProcessRole, Option<u32>)> = Vec::new();
+    for p in &t.processes {
+        latest.retain(|(pid, _, _)| *pid != p.pid);
+        latest.push((p.pid, p.role, p.rank));
+    }
+    latest
+}
+
+#[test]
+fn each_rank_gets_its_stage_table_and_a_rank_holding_more_is_named() {
+    // Three ranks with a DataLoader worker each; rank 1 keeps 256 MiB more from its first step.
+    let s = Scratch::new("ranks-imbalance");
+    let cmd = torchrun(
+        "3",
+        &[
+            "--steps",
+            "12",
+            "--workers",
+            "1",
+            "--hold-rank",
+            "1",
+            "--hold-mib",
+            "256",
+        ],
+    );
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Who is who: the agent is the launcher, three ranks, their workers are workers.
+    let roles = roles(&t);
+    let of = |role: ProcessRole| roles.iter().filter(|r| r.1 == role).count();
+    assert!(
+        roles.contains(&(t.metadata.pid, ProcessRole::Launcher, None)),
+        "{roles:?}"
+    );
+    assert_eq!(of(ProcessRole::Rank), 3, "{roles:?}");
+    let ranks: BTreeSet<Option<u32>> = roles
+        .iter()
+        .filter(|r| r.1 == ProcessRole::Rank)
+        .map(|r| r.2)
+        .collect();
+    assert_eq!(ranks, [Some(0), Some(1), Some(2)].into_iter().collect());
+    assert!(
+        of(ProcessRole::Worker) >= 3,
+        "one DataLoader worker per rank: {roles:?}"
+    );
+    // Every mark names its sender's rank; each rank's own RSS is recorded.
+    assert!(t.marks.iter().all(|m| m.rank.is_some() && m.pid.is_some()));
+    let per_rank_rss = t
+        .counters
+        .iter()
+        .filter(|c| c.kind == CounterKind::PidRss)
+        .count();
+    assert_eq!(per_rank_rss, 3);
+    let a = analyze(&t, &AnalysisOptions::default());
+    let r = a.ranks.as_ref().expect("a rank analysis");
+    assert_eq!(r.ranks.len(), 3);
+    for rank in &r.ranks {
+        for row in &rank.stage_table.rows {
+            assert_eq!(row.count, 12, "rank {} {}", rank.rank, row.stage);
+        }
+    }
+    let top = &r.imbalance[0];
+    assert_eq!((top.rank, top.metric.as_str()), (1, "host.rss"));
+    let excess = top.excess_bytes() as f64 / (1 << 20) as f64;
+    assert!((230.0..290.0).contains(&excess), "{excess} MiB");
+    let f = a
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::RankImbalance)
+        .expect("the imbalance finding");
+    assert!(f.title.starts_with("Rank 1 holds"), "{}", f.title);
+    // The summary shows the ranks.
+    let summary = collector(&["summary", s.path("t.oomt").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&summary.stdout);
+    assert!(
+        text.contains("Ranks (3)") && text.contains("highest: rank 1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_rank_that_runs_out_first_is_named_with_the_others_fate() {
+    // Rank 1 asks libtorch for a petabyte at its fourth batch; torchrun stops ranks 0 and 2.
+    let s = Scratch::new("ranks-first-failure");
+    let cmd = torchrun(
+        "3",
+        &["--steps", "30", "--oom-rank", "1", "--oom-step", "3"],
+    );
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // The OOM is rank 1's (from its `[rank1]:` traceback and its hooks), torchrun's summary says
+    // how every rank ended.
+    assert!(!t.ooms.is_empty());
+    assert!(t.ooms.iter().all(|o| o.rank == Some(1)), "{:?}", t.ooms);
+    let launcher: Vec<_> = t.process_ends.iter().filter(|e| e.from_launcher).collect();
+    assert_eq!(launcher.len(), 3, "{launcher:?}");
+    let root = launcher.iter().find(|e| e.first_failure).unwrap();
+    assert_eq!(
+        (root.rank, root.status),
+        (Some(1), Some(ExitStatus::Code(1)))
+    );
+    let a = analyze(&t, &AnalysisOptions::default());
+    let first = a.ranks.as_ref().unwrap().first_failure.as_ref().unwrap();
+    assert_eq!(first.rank, 1);
+    assert!(
+        first.what.starts_with("ran out of host memory"),
+        "{}",
+        first.what
+    );
+    assert_eq!(first.others.len(), 2);
+    for other in &first.others {
+        assert_eq!(other.exit, Some(ExitStatus::Signal(15)), "{other:?}");
+        assert!(!other.oom);
+    }
+    let f = a
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::FirstRankFailure)
+        .expect("the first-failure finding");
+    assert!(f.title.starts_with("Rank 1 failed first"), "{}", f.title);
+    assert!(
+        f.explanation.contains("rank 0") && f.explanation.contains("SIGTERM"),
+        "{}",
+        f.explanation
+    );
 }
 
 #[test]

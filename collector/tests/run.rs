@@ -947,7 +947,11 @@ p.trial(8, "fit", peak_bytes=9)
 p._oom("boom", source="allocator", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2,
        total_bytes=3)
 p.alive([("/home/me/train.py", 20, "forward", 1 << 30, 2)])
+p.process()
 print("\n".join(lines))
+import sys
+for names in (oom._RANK_VARS, oom._LOCAL_RANK_VARS, oom._WORLD_SIZE_VARS, oom._ATTEMPT_VARS):
+    print(",".join(names), file=sys.stderr)
 "#
         ),
     );
@@ -955,9 +959,27 @@ print("\n".join(lines))
         .arg(&script)
         .env("PYTHONPATH", python_path())
         .env("RANK", "3")
+        .env("LOCAL_RANK", "1")
+        .env("WORLD_SIZE", "4")
+        .env("TORCHELASTIC_RESTART_COUNT", "0")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    use oomscope_trace::launch_env;
+    let lists: Vec<String> = [
+        &launch_env::RANK_VARS[..],
+        &launch_env::LOCAL_RANK_VARS,
+        &launch_env::WORLD_SIZE_VARS,
+        &launch_env::ATTEMPT_VARS,
+    ]
+    .iter()
+    .map(|l| l.join(","))
+    .collect();
+    assert_eq!(
+        stderr(&out).lines().collect::<Vec<_>>(),
+        lists,
+        "the helper reads the launchers' variables of launch_env"
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut verbs = Vec::new();
     for line in text.lines() {

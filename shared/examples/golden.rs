@@ -95,6 +95,8 @@ pub fn host_error() -> Vec<u8> {
         device_free_bytes: None,
         device_total_bytes: None,
         message: "OSError: [Errno 12] Cannot allocate memory".into(),
+        pid: None,
+        rank: None,
     }))
     .expect("in memory");
     w.write(&Record::Exit(ProcessExit {

@@ -30,6 +30,8 @@ mod error;
 pub mod estimate;
 pub mod export;
 pub mod headline;
+pub mod launch_env;
+pub mod launcher_text;
 pub mod model;
 pub mod oom_text;
 pub mod protocol;

@@ -95,13 +95,19 @@ pub enum CounterKind {
     /// among the processes that map it (forked DataLoader workers share their parent's pages;
     /// summed RSS counts them once per worker). Format v1.4.
     HostPss,
+    /// Resident set size of one process of the tree (a rank): the counter names its pid
+    /// ([`Counter::pid`]). Format v1.5.
+    PidRss,
+    /// Device memory of one process of the tree on one device (NVML per-process query): the
+    /// counter names its pid and device. Format v1.5.
+    PidGpu,
     /// A kind this reader does not know (written by a newer recorder); the code is kept.
     Other(u16),
 }
 
 impl CounterKind {
     /// Every kind this version knows, in code order.
-    pub const KNOWN: [CounterKind; 13] = [
+    pub const KNOWN: [CounterKind; 15] = [
         CounterKind::GpuUsed,
         CounterKind::GpuFree,
         CounterKind::GpuReserved,
@@ -115,6 +121,8 @@ impl CounterKind {
         CounterKind::HostRss,
         CounterKind::HostAvailable,
         CounterKind::HostPss,
+        CounterKind::PidRss,
+        CounterKind::PidGpu,
     ];
 
     /// The stable numeric code written to the trace.
@@ -133,6 +141,8 @@ impl CounterKind {
             CounterKind::HostRss => 11,
             CounterKind::HostAvailable => 12,
             CounterKind::HostPss => 13,
+            CounterKind::PidRss => 14,
+            CounterKind::PidGpu => 15,
             CounterKind::Other(code) => code,
         }
     }
@@ -165,12 +175,32 @@ impl CounterKind {
             CounterKind::HostRss => return "host.rss".to_owned(),
             CounterKind::HostAvailable => return "host.available".to_owned(),
             CounterKind::HostPss => return "host.pss".to_owned(),
+            CounterKind::PidRss => return "pid.rss".to_owned(),
+            CounterKind::PidGpu => "pid",
             CounterKind::Other(code) => return format!("other{code}"),
         };
         match device {
             Some(d) => format!("gpu{d}.{field}"),
             None => format!("gpu.{field}"),
         }
+    }
+
+    /// The standard name of one process's counter of this kind: `pid4101.rss`,
+    /// `gpu0.pid4101` (the per-process kinds), else [`Self::counter_name`].
+    pub fn process_counter_name(self, device: Option<u32>, pid: Option<u32>) -> String {
+        match (self, pid) {
+            (CounterKind::PidRss, Some(pid)) => format!("pid{pid}.rss"),
+            (CounterKind::PidGpu, Some(pid)) => match device {
+                Some(d) => format!("gpu{d}.pid{pid}"),
+                None => format!("gpu.pid{pid}"),
+            },
+            _ => self.counter_name(device),
+        }
+    }
+
+    /// Whether a counter of this kind measures one process ([`Counter::pid`]).
+    pub fn is_per_process(self) -> bool {
+        matches!(self, CounterKind::PidRss | CounterKind::PidGpu)
     }
 
     /// A short, stable label used in tables, CSV headers and JSON (`gpu_used`, `host_rss`, ...).
@@ -189,6 +219,8 @@ impl CounterKind {
             CounterKind::HostRss => "host_rss",
             CounterKind::HostAvailable => "host_available",
             CounterKind::HostPss => "host_pss",
+            CounterKind::PidRss => "pid_rss",
+            CounterKind::PidGpu => "pid_gpu",
             CounterKind::Other(_) => "other",
         }
     }
@@ -203,6 +235,9 @@ pub struct Counter {
     pub device: Option<u32>,
     /// Display name as the recorder chose it (e.g. `gpu0.used`).
     pub name: String,
+    /// The one process a per-process counter measures ([`CounterKind::PidRss`],
+    /// [`CounterKind::PidGpu`]); `None` for the others. Format v1.5.
+    pub pid: Option<u32>,
 }
 
 /// Counter samples as a table: one row per sampling instant, one column per declared counter.
@@ -315,6 +350,21 @@ impl Samples {
             self.columns.resize(index + 1, vec![MISSING; rows]);
         }
         &mut self.columns[index]
+    }
+
+    /// A table of some columns of this one (the same rows, the columns in the order given; an
+    /// unknown counter gives a column of [`MISSING`]).
+    pub fn select(&self, ids: &[CounterId]) -> Samples {
+        Samples {
+            times_us: self.times_us.clone(),
+            columns: ids
+                .iter()
+                .map(|id| match self.column(*id) {
+                    Some(column) => column.to_vec(),
+                    None => vec![MISSING; self.times_us.len()],
+                })
+                .collect(),
+        }
     }
 
     /// Number of columns (declared or sampled counters).
@@ -687,6 +737,10 @@ pub struct OomEvent {
     pub device_total_bytes: Option<u64>,
     /// The error text (first line(s) of it).
     pub message: String,
+    /// The process that ran out, when known (the sender of the message; format v1.5).
+    pub pid: Option<u32>,
+    /// That process's distributed rank, when it has one (format v1.5).
+    pub rank: Option<u32>,
 }
 
 impl OomEvent {
@@ -705,7 +759,11 @@ impl OomEvent {
             (Some(a), Some(b)) => a.abs_diff(b) as f64 <= Self::SAME_SIZE_SHARE * a.max(b) as f64,
             _ => true,
         };
-        close && same_size && self.source.is_host() == later.source.is_host()
+        let same_process = match (self.pid, later.pid) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        close && same_size && same_process && self.source.is_host() == later.source.is_host()
     }
 
     /// An OOM of `source` saying `message`, with nothing else known yet (stage, step, sizes).
@@ -720,6 +778,8 @@ impl OomEvent {
             device_free_bytes: None,
             device_total_bytes: None,
             message,
+            pid: None,
+            rank: None,
         }
     }
 }
@@ -858,6 +918,137 @@ pub struct ProcessMemory {
     pub pss_bytes: u64,
 }
 
+/// What a process of the watched tree is to the run. Codes are part of the format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessRole {
+    /// The watched program itself, training in its own process (no ranks below it).
+    #[default]
+    Program,
+    /// A process that starts the ranks and trains nothing itself (torchrun's agent, DeepSpeed's
+    /// `launch.py`, `mpirun`): the program when ranks appear below it.
+    Launcher,
+    /// A training process with a distributed rank.
+    Rank,
+    /// A helper of a rank (a DataLoader worker, a compile worker): it inherited the rank's
+    /// environment, so it is not a rank itself.
+    Worker,
+    /// Any other process of the tree (a shell between the program and a launcher).
+    Other,
+    /// A role this reader does not know.
+    Unknown(u8),
+}
+
+impl ProcessRole {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            ProcessRole::Program => 1,
+            ProcessRole::Launcher => 2,
+            ProcessRole::Rank => 3,
+            ProcessRole::Worker => 4,
+            ProcessRole::Other => 5,
+            ProcessRole::Unknown(code) => code,
+        }
+    }
+
+    /// The role for a code.
+    pub fn from_code(code: u8) -> ProcessRole {
+        match code {
+            1 => ProcessRole::Program,
+            2 => ProcessRole::Launcher,
+            3 => ProcessRole::Rank,
+            4 => ProcessRole::Worker,
+            5 => ProcessRole::Other,
+            other => ProcessRole::Unknown(other),
+        }
+    }
+}
+
+/// Where a process's rank came from. Codes are part of the format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankSource {
+    /// No rank is known.
+    #[default]
+    None,
+    /// The process said so in a message (`rank=`: the zero-code hooks and the helpers send it
+    /// from `torch.distributed` or the environment the process sees now).
+    Message,
+    /// The environment the process was started with (`/proc/PID/environ`: `RANK`,
+    /// `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `PMIX_RANK`).
+    Environment,
+}
+
+impl RankSource {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            RankSource::None => 0,
+            RankSource::Message => 1,
+            RankSource::Environment => 2,
+        }
+    }
+
+    /// The source for a code (unknown codes read as `None`).
+    pub fn from_code(code: u8) -> RankSource {
+        match code {
+            1 => RankSource::Message,
+            2 => RankSource::Environment,
+            _ => RankSource::None,
+        }
+    }
+}
+
+/// Who one process of the watched tree is: its role and, for a rank, its place in the job. The
+/// collector writes one when it first sees a process (a message from it, or the tree walk) and
+/// again when it learns more (a message names its rank; the program turns out to be a launcher);
+/// the latest record of a pid is what it is. Added in format v1.5.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessInfo {
+    /// When the collector learnt this.
+    pub t_us: u64,
+    /// The process (in the collector's pid namespace).
+    pub pid: u32,
+    /// Its parent, when it was read.
+    pub parent_pid: Option<u32>,
+    /// Its name (`/proc/PID/comm`: `python3`, `pt_main_thread`).
+    pub name: Name,
+    /// What it is to the run.
+    pub role: ProcessRole,
+    /// Where its rank came from.
+    pub rank_from: RankSource,
+    /// Global rank (`RANK`, `SLURM_PROCID`, …).
+    pub rank: Option<u32>,
+    /// Rank within the node (`LOCAL_RANK`, `SLURM_LOCALID`, …).
+    pub local_rank: Option<u32>,
+    /// Number of ranks in the job (`WORLD_SIZE`, `SLURM_NTASKS`, …).
+    pub world_size: Option<u32>,
+    /// Which attempt of an elastic job (`TORCHELASTIC_RESTART_COUNT`).
+    pub restart: Option<u32>,
+}
+
+/// The end of one process of the tree other than the program: seen by the collector (the process
+/// left the tree; its exit status is its parent's to read) or stated by its launcher (torchrun's
+/// `ChildFailedError` summary: rank, local rank, exit code or signal, pid). Added in format v1.5.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessEnd {
+    /// When: the collector saw it gone, or read the launcher's account of it.
+    pub t_us: u64,
+    /// The process (0 when the launcher did not say).
+    pub pid: u32,
+    /// Its rank, when known.
+    pub rank: Option<u32>,
+    /// Its local rank, when known.
+    pub local_rank: Option<u32>,
+    /// How it ended, when known (torchrun states a negative exit code for a signal).
+    pub status: Option<ExitStatus>,
+    /// The launcher named it the first failure (torchrun's "Root Cause").
+    pub first_failure: bool,
+    /// This is the launcher's account (`true`) rather than the collector's observation.
+    pub from_launcher: bool,
+}
+
 /// A free-text note from the program or the recorder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -907,6 +1098,10 @@ pub enum Record {
     OomKill(OomKill),
     /// The memory of one process of the tree other than the program (format v1.4).
     ProcessMemory(ProcessMemory),
+    /// Who one process of the tree is: its role and rank (format v1.5).
+    Process(ProcessInfo),
+    /// The end of one process of the tree other than the program (format v1.5).
+    ProcessEnd(ProcessEnd),
 }
 
 impl Record {
@@ -934,6 +1129,8 @@ impl Record {
             Record::Alive(r) => &r.t_us,
             Record::OomKill(r) => &r.t_us,
             Record::ProcessMemory(r) => &r.t_us,
+            Record::Process(r) => &r.t_us,
+            Record::ProcessEnd(r) => &r.t_us,
         }
     }
 
@@ -951,6 +1148,8 @@ impl Record {
             Record::Alive(r) => &mut r.t_us,
             Record::OomKill(r) => &mut r.t_us,
             Record::ProcessMemory(r) => &mut r.t_us,
+            Record::Process(r) => &mut r.t_us,
+            Record::ProcessEnd(r) => &mut r.t_us,
         }
     }
 }
@@ -990,6 +1189,10 @@ pub struct Trace {
     pub oom_kills: Vec<OomKill>,
     /// Memory of the tree's other processes, over time.
     pub process_memory: Vec<ProcessMemory>,
+    /// Who the tree's processes are, in the order learnt (the latest of a pid counts).
+    pub processes: Vec<ProcessInfo>,
+    /// Ends of the tree's other processes.
+    pub process_ends: Vec<ProcessEnd>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
 }
@@ -1015,6 +1218,8 @@ impl Trace {
             Record::Alive(r) => self.alive.push(r),
             Record::OomKill(r) => self.oom_kills.push(r),
             Record::ProcessMemory(r) => self.process_memory.push(r),
+            Record::Process(r) => self.processes.push(r),
+            Record::ProcessEnd(r) => self.process_ends.push(r),
         }
     }
 
@@ -1043,6 +1248,8 @@ impl Trace {
             list(&self.alive, Record::Alive),
             list(&self.oom_kills, Record::OomKill),
             list(&self.process_memory, Record::ProcessMemory),
+            list(&self.processes, Record::Process),
+            list(&self.process_ends, Record::ProcessEnd),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists
@@ -1057,7 +1264,31 @@ impl Trace {
     /// Declares a counter (used when building traces in memory) and returns its id.
     pub fn declare_counter(&mut self, kind: CounterKind, device: Option<u32>) -> CounterId {
         let name = kind.counter_name(device);
-        self.counters.push(Counter { kind, device, name });
+        self.counters.push(Counter {
+            kind,
+            device,
+            name,
+            pid: None,
+        });
+        let id = CounterId((self.counters.len() - 1) as u32);
+        self.samples.column_mut(id);
+        id
+    }
+
+    /// Declares a per-process counter (used when building traces in memory) and returns its id.
+    pub fn declare_process_counter(
+        &mut self,
+        kind: CounterKind,
+        device: Option<u32>,
+        pid: u32,
+    ) -> CounterId {
+        let name = kind.process_counter_name(device, Some(pid));
+        self.counters.push(Counter {
+            kind,
+            device,
+            name,
+            pid: Some(pid),
+        });
         let id = CounterId((self.counters.len() - 1) as u32);
         self.samples.column_mut(id);
         id

@@ -26,8 +26,9 @@
 //!      nan_count=N inf_count=N
 //! trial batch_size=N outcome=fit|oom|error [peak_bytes=N]
 //! oom [stage=<stage>] [step=N] [source=marker|allocator|host_error] [requested_bytes=N] [device=N]
-//!      [free_bytes=N] [total_bytes=N] [-- <message>]
+//!      [free_bytes=N] [total_bytes=N] [pid=N] [rank=N] [-- <message>]
 //! alive bytes=N count=N [line=N] [function=<name>] -- <file>
+//! process [rank=N] [local_rank=N] [world_size=N] [restart=N]
 //! ```
 //!
 //! Rules: tokens are separated by ASCII whitespace; stage and tensor names are single tokens;
@@ -35,14 +36,18 @@
 //! collectors); a mark without the allocator fields carries no snapshot, and a mark with only
 //! some of them is taken with the others as 0. A mark without `step=` keeps the last step the
 //! program announced. `pid=` and `rank=` name the sending process: several can share one
-//! collector (torchrun's workers under one `collector run`).
+//! collector (torchrun's workers under one `collector run`). The collector takes the sender's pid
+//! from the kernel (the socket's credentials) over `pid=`, and keeps each sender's step, phase and
+//! stage apart. `process` says who the sender is in the job (a rank's helper sends it once); a
+//! rank the sender states outranks the one in the environment it was started with.
 
 use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GradientSummary, Name,
-    NamedBytes, Note, OomEvent, OomSource, Phase, Record, StageMark, TensorStats, TrialOutcome,
+    NamedBytes, Note, OomEvent, OomSource, Phase, ProcessInfo, ProcessRole, RankSource, Record,
+    StageMark, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -55,7 +60,7 @@ pub const PROTOCOL_ENV: &str = "OOMSCOPE_PROTOCOL";
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 
 /// Every verb of the protocol, in the order the grammar lists them.
-pub const VERBS: [&str; 10] = [
+pub const VERBS: [&str; 11] = [
     "mark",
     "step",
     "phase",
@@ -66,6 +71,7 @@ pub const VERBS: [&str; 10] = [
     "trial",
     "oom",
     "alive",
+    "process",
 ];
 
 /// What a record's sender may leave out and the collector fills in from what the program said
@@ -119,7 +125,12 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Trial(_) => "trial",
         Record::Oom(_) => "oom",
         Record::Alive(_) => "alive",
-        Record::Exit(_) | Record::Dropped(_) | Record::OomKill(_) | Record::ProcessMemory(_) => {
+        Record::Process(_) => "process",
+        Record::Exit(_)
+        | Record::Dropped(_)
+        | Record::OomKill(_)
+        | Record::ProcessMemory(_)
+        | Record::ProcessEnd(_) => {
             return None;
         }
     })
@@ -147,6 +158,7 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
         "trial" => keys.extend(TRIAL.iter().map(|f| f.key)),
         "oom" => keys.extend(OOM.iter().map(|f| f.key)),
         "alive" => keys.extend(ALIVE.iter().map(|f| f.key)),
+        "process" => keys.extend(PROCESS.iter().map(|f| f.key)),
         _ => {}
     }
     keys
@@ -258,12 +270,14 @@ const TRIAL: [Field<BatchTrial>; 3] = [
     field!("peak_bytes", Optional, peak_bytes),
 ];
 
-const OOM: [Field<OomEvent>; 5] = [
+const OOM: [Field<OomEvent>; 7] = [
     field!("source", Optional, source),
     field!("requested_bytes", Optional, requested_bytes),
     field!("device", Optional, device),
     field!("free_bytes", Optional, device_free_bytes),
     field!("total_bytes", Optional, device_total_bytes),
+    field!("pid", Optional, pid),
+    field!("rank", Optional, rank),
 ];
 
 const ALIVE: [Field<AliveSite>; 4] = [
@@ -271,6 +285,13 @@ const ALIVE: [Field<AliveSite>; 4] = [
     field!("count", Required, count),
     field!("line", Optional, line),
     field!("function", Optional, function),
+];
+
+const PROCESS: [Field<ProcessInfo>; 4] = [
+    field!("rank", Optional, rank),
+    field!("local_rank", Optional, local_rank),
+    field!("world_size", Optional, world_size),
+    field!("restart", Optional, restart),
 ];
 
 /// How a field's value is written in a line and read back.
@@ -510,6 +531,15 @@ pub fn parse_line(line: &str) -> Option<Message> {
             f.read(&TENSOR, &mut tensor)?;
             with_context(verb, &f, Record::Tensor(tensor))
         }
+        "process" => {
+            let mut process = ProcessInfo::default();
+            Fields::parse(rest).read(&PROCESS, &mut process)?;
+            if process.rank.is_some() {
+                process.role = ProcessRole::Rank;
+                process.rank_from = RankSource::Message;
+            }
+            Some(Message::record(Record::Process(process)))
+        }
         "trial" => {
             let mut trial = BatchTrial {
                 t_us: 0,
@@ -674,11 +704,13 @@ pub fn format(out: &mut String, message: &Message) {
                     out.push_str(" -- ");
                     push_text(out, &a.file);
                 }
+                Record::Process(p) => show_all(out, &PROCESS, p),
                 Record::Note(_)
                 | Record::Exit(_)
                 | Record::Dropped(_)
                 | Record::OomKill(_)
-                | Record::ProcessMemory(_) => {}
+                | Record::ProcessMemory(_)
+                | Record::ProcessEnd(_) => {}
             }
         }
     }
@@ -972,6 +1004,8 @@ mod tests {
                     device_free_bytes: Some(1024),
                     device_total_bytes: Some(1 << 30),
                     message: "CUDA out of memory.\nTried".into(),
+                    pid: Some(77),
+                    rank: Some(2),
                 }),
                 Context {
                     stage: Some("post_forward".into()),

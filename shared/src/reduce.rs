@@ -49,7 +49,7 @@ pub fn encode(trace: &Trace) -> Result<Vec<u8>, EncodeError> {
     let mut out = Vec::new();
     let mut w = TraceWriter::with_options(&mut out, &trace.metadata, ENCODE_OPTIONS)?;
     for c in &trace.counters {
-        w.declare_counter_named(c.kind, c.device, &c.name)?;
+        w.declare_counter_named(c.kind, c.device, c.pid, &c.name)?;
     }
     let mut rows = RowWriter::new(&trace.samples);
     for record in trace.records_in_time() {
@@ -296,6 +296,8 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         alive: trace.alive.clone(),
         oom_kills: trace.oom_kills.clone(),
         process_memory: trace.process_memory.clone(),
+        processes: trace.processes.clone(),
+        process_ends: trace.process_ends.clone(),
         end_us: trace.end_us,
     }
 }

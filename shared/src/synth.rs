@@ -514,6 +514,8 @@ impl<'a> Simulation<'a> {
                 run.gpu_total_bytes as f64 / GIB as f64,
                 free as f64 / GIB as f64
             ),
+            pid: None,
+            rank: None,
         }))
     }
 

@@ -9,6 +9,7 @@ use crate::analysis::Analysis;
 use crate::analysis::metrics::MetricKey;
 use crate::analysis::oom::{OomContext, OomKind};
 use crate::analysis::peaks::{Measure, memory_peak};
+use crate::analysis::ranks::RankAnalysis;
 use crate::analysis::stages::StageTable;
 use crate::headline;
 use crate::model::{AliveSite, Trace};
@@ -31,6 +32,9 @@ pub fn render(trace: &Trace, analysis: &Analysis) -> String {
     let mut out = String::new();
     overview(&mut out, trace, analysis);
     peaks(&mut out, analysis);
+    if let Some(r) = &analysis.ranks {
+        ranks(&mut out, r, true);
+    }
     stage_tables(&mut out, analysis);
     growth_and_leaks(&mut out, analysis);
     allocator(&mut out, analysis);
@@ -49,9 +53,14 @@ const BRIEF_FINDINGS: usize = 3;
 pub fn render_brief(trace: &Trace, analysis: &Analysis) -> String {
     let mut out = String::new();
     overview(&mut out, trace, analysis);
-    peaks(&mut out, analysis);
-    if let Some(primary) = analysis.stage_table.primary_metric {
-        stage_table(&mut out, &analysis.stage_table, primary);
+    match &analysis.ranks {
+        Some(r) => ranks(&mut out, r, false),
+        None => {
+            peaks(&mut out, analysis);
+            if let Some(primary) = analysis.stage_table.primary_metric {
+                stage_table(&mut out, &analysis.stage_table, primary);
+            }
+        }
     }
     ooms(&mut out, analysis);
     section(&mut out, "Findings");
@@ -319,6 +328,88 @@ fn peaks(out: &mut String, analysis: &Analysis) {
         ));
     }
     wrap(out, &text, 4, 4);
+}
+
+/// The ranks side by side: the worst rank and the spread first, a row per rank, imbalance, and
+/// (in the full summary) each rank's stage table.
+pub fn ranks(out: &mut String, r: &RankAnalysis, each_stage_table: bool) {
+    section(out, &format!("Ranks ({})", r.ranks.len()));
+    if let Some((worst, spread, device)) = r.worst() {
+        let peak = if device {
+            worst.peak_device_bytes
+        } else {
+            worst.peak_host_bytes
+        };
+        wrap(
+            out,
+            &format!(
+                "highest: rank {} with {} of {} memory; spread between ranks {}",
+                worst.rank,
+                peak.map(format_bytes).unwrap_or_default(),
+                if device { "device" } else { "host" },
+                format_bytes(spread)
+            ),
+            2,
+            4,
+        );
+    }
+    let header = format!(
+        "  {:>5} {:>8} {:<14} {:>6} {:>6} {:>10} {:>10}  {}",
+        "rank", "pid", "host", "marks", "step", "host peak", "dev peak", "ended"
+    );
+    line(out, header.trim_end());
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+    for rank in &r.ranks {
+        let ended = match (&rank.oom, rank.exit) {
+            (Some(o), _) => format!(
+                "OOM ({}) at {}",
+                if o.host { "host" } else { "device" },
+                format_duration_us(o.t_us)
+            ),
+            (None, Some(status)) => crate::analysis::ranks::status_words(status),
+            (None, None) => "-".to_owned(),
+        };
+        line(
+            out,
+            &format!(
+                "  {:>5} {:>8} {:<14} {:>6} {:>6} {:>10} {:>10}  {}",
+                rank.rank,
+                opt(rank.pid.map(|p| p.to_string())),
+                shorten(&rank.host, 14),
+                format_count(rank.marks as u64),
+                opt(rank.last_step.map(format_count)),
+                opt(rank.peak_host_bytes.map(format_bytes)),
+                opt(rank.peak_device_bytes.map(format_bytes)),
+                ended
+            )
+            .trim_end(),
+        );
+    }
+    for i in r.imbalance.iter().take(3) {
+        wrap(
+            out,
+            &format!(
+                "imbalance at {}: rank {} {} vs median {} ({}, +{})",
+                i.stage,
+                i.rank,
+                format_bytes(i.max_bytes),
+                format_bytes(i.median_bytes),
+                i.metric,
+                format_bytes(i.excess_bytes())
+            ),
+            2,
+            4,
+        );
+    }
+    if each_stage_table {
+        for rank in &r.ranks {
+            if let Some(primary) = rank.stage_table.primary_metric {
+                line(out, "");
+                line(out, &format!("  rank {}:", rank.rank));
+                stage_table(out, &rank.stage_table, primary);
+            }
+        }
+    }
 }
 
 fn stage_tables(out: &mut String, analysis: &Analysis) {

@@ -4,8 +4,9 @@ use oomscope_trace::codec::{CHUNK_HEADER_LEN, FORMAT_MAJOR, FORMAT_MINOR, HEADER
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
     AllocatorSnapshot, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
-    GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessExit, ProcessMemory,
-    Record, StageMark, Trace, TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
+    GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
+    ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record, StageMark, Trace, TraceWriter,
+    TrialOutcome, WriterOptions, decode, decode_with,
 };
 use proptest::prelude::*;
 
@@ -43,10 +44,14 @@ enum Op {
         [Option<u32>; 2],
     ),
     Note(u64, String),
-    Oom(u64, Option<u64>, String),
+    Oom(u64, Option<u64>, String, [Option<u32>; 2]),
     Trial(u64, u64, bool),
     Kill(u64, u32, String, u8, Option<u64>, Option<u64>),
     Process(u64, u32, u64, u64),
+    Identity(u64, u32, Option<u32>, u8, [Option<u32>; 4]),
+    End(u64, u32, Option<u32>, Option<i32>, u8),
+    /// A per-process counter declared mid-trace, then sampled.
+    PidCounter(u64, u32, bool, u64),
 }
 
 fn snapshot_strategy() -> impl Strategy<Value = AllocatorSnapshot> {
@@ -70,7 +75,17 @@ fn op_strategy() -> impl Strategy<Value = Op> {
               proptest::array::uniform2(proptest::option::of(any::<u32>())))
             .prop_map(|(dt, n, s, p, snap, sender)| Op::Mark(dt, n, s, p, snap, sender)),
         1 => (0..5_000u64, ".{0,40}").prop_map(|(dt, t)| Op::Note(dt, t)),
-        1 => (0..5_000u64, proptest::option::of(any::<u64>()), ".{0,80}").prop_map(|(dt, r, m)| Op::Oom(dt, r, m)),
+        1 => (0..5_000u64, proptest::option::of(any::<u64>()), ".{0,80}",
+              proptest::array::uniform2(proptest::option::of(any::<u32>())))
+            .prop_map(|(dt, r, m, sender)| Op::Oom(dt, r, m, sender)),
+        1 => (0..5_000u64, any::<u32>(), proptest::option::of(any::<u32>()), 1..6u8,
+              proptest::array::uniform4(proptest::option::of(any::<u32>())))
+            .prop_map(|(dt, pid, parent, role, ids)| Op::Identity(dt, pid, parent, role, ids)),
+        1 => (0..5_000u64, any::<u32>(), proptest::option::of(any::<u32>()),
+              proptest::option::of(any::<i32>()), 0..8u8)
+            .prop_map(|(dt, pid, rank, status, flags)| Op::End(dt, pid, rank, status, flags)),
+        1 => (0..5_000u64, any::<u32>(), any::<bool>(), value_strategy())
+            .prop_map(|(dt, pid, gpu, v)| Op::PidCounter(dt, pid, gpu, v)),
         1 => (0..5_000u64, 1..4096u64, any::<bool>()).prop_map(|(dt, b, f)| Op::Trial(dt, b, f)),
         1 => (0..5_000u64, any::<u32>(), "[a-z0-9_]{0,15}", 0..16u8,
               proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()))
@@ -110,6 +125,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 kind: *k,
                 device: dev,
                 name: k.counter_name(dev),
+                pid: None,
             });
             id
         })
@@ -151,7 +167,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 w.write(&note).unwrap();
                 expected.push(note);
             }
-            Op::Oom(dt, requested, message) => {
+            Op::Oom(dt, requested, message, [pid, rank]) => {
                 t += dt;
                 let event = OomEvent {
                     t_us: t,
@@ -163,6 +179,8 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                     device_free_bytes: Some(1 << 20),
                     device_total_bytes: None,
                     message: message.clone(),
+                    pid: *pid,
+                    rank: *rank,
                 };
                 w.write(&Record::Oom(event.clone())).unwrap();
                 expected.ooms.push(event);
@@ -209,6 +227,56 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 });
                 w.write(&record).unwrap();
                 expected.push(record);
+            }
+            Op::Identity(dt, pid, parent_pid, role, [rank, local_rank, world_size, restart]) => {
+                t += dt;
+                let record = Record::Process(ProcessInfo {
+                    t_us: t,
+                    pid: *pid,
+                    parent_pid: *parent_pid,
+                    name: "pt_main_thread".into(),
+                    role: ProcessRole::from_code(*role),
+                    rank_from: RankSource::from_code(role % 3),
+                    rank: *rank,
+                    local_rank: *local_rank,
+                    world_size: *world_size,
+                    restart: *restart,
+                });
+                w.write(&record).unwrap();
+                expected.push(record);
+            }
+            Op::End(dt, pid, rank, status, flags) => {
+                t += dt;
+                let record = Record::ProcessEnd(ProcessEnd {
+                    t_us: t,
+                    pid: *pid,
+                    rank: *rank,
+                    local_rank: rank.map(|r| r % 8),
+                    status: status.map(|v| {
+                        if flags & 4 != 0 {
+                            ExitStatus::Signal(v)
+                        } else {
+                            ExitStatus::Code(v)
+                        }
+                    }),
+                    first_failure: flags & 1 != 0,
+                    from_launcher: flags & 2 != 0,
+                });
+                w.write(&record).unwrap();
+                expected.push(record);
+            }
+            Op::PidCounter(dt, pid, gpu, value) => {
+                t += dt;
+                let (kind, device) = if *gpu {
+                    (CounterKind::PidGpu, Some(1))
+                } else {
+                    (CounterKind::PidRss, None)
+                };
+                let id = w.declare_process_counter(kind, device, *pid).unwrap();
+                let id_expected = expected.declare_process_counter(kind, device, *pid);
+                assert_eq!(id, id_expected);
+                w.sample(t, &[(id, *value)]).unwrap();
+                expected.samples.push_row(t, &[(id, *value)]);
             }
         }
     }

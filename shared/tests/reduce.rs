@@ -207,6 +207,8 @@ fn odd_trace() -> Trace {
         device_free_bytes: None,
         device_total_bytes: None,
         message: String::new(),
+        pid: None,
+        rank: Some(1),
     }))
     .unwrap();
     w.write(&Record::Exit(ProcessExit {
@@ -516,6 +518,8 @@ fn generated(
         device_free_bytes: None,
         device_total_bytes: None,
         message: "CUDA out of memory".into(),
+        pid: Some(4101),
+        rank: Some(0),
     }))
     .unwrap();
     w.write(&Record::Exit(ProcessExit {

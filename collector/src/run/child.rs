@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use super::Event;
 use super::shared_state::RunState;
+use oomscope_trace::Record;
+use oomscope_trace::launcher_text::{ChildFailedSummary, rank_prefix};
 use oomscope_trace::oom_text::{recognise, recognise_text};
 
 /// Pid of the child, read by the signal handler (0 before it exists).
@@ -83,6 +85,7 @@ pub fn pass_stderr(
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut line = Vec::with_capacity(1024);
+    let mut summary = ChildFailedSummary::default();
     loop {
         let n = match stderr.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -104,6 +107,17 @@ pub fn pass_stderr(
                 line.push(byte);
             }
         }
+        for l in &lines {
+            if let Some(mut ends) = summary.feed(&String::from_utf8_lossy(l)) {
+                let t_us = state.now_us();
+                for end in &mut ends {
+                    end.t_us = t_us;
+                }
+                // The launcher's account of its ranks: rare, sent once; wait for room.
+                let records = ends.into_iter().map(Record::ProcessEnd).collect();
+                let _ = events.send(Event::Records(records));
+            }
+        }
         for i in 0..lines.len() {
             scan_lines(
                 &lines[i..lines.len().min(i + 1 + FOLLOWING_LINES)],
@@ -117,6 +131,16 @@ pub fn pass_stderr(
     }
 }
 
+/// A line's `[rankN]: ` prefix, read off.
+fn rank_prefix_bytes(line: &[u8]) -> (Option<u32>, &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    match rank_prefix(&text) {
+        // The prefix is ASCII: its length is the same in the bytes as in the text.
+        (Some(rank), rest) => (Some(rank), &line[text.len() - rest.len()..]),
+        (None, _) => (None, line),
+    }
+}
+
 /// Lines after an OOM line (of the same read) that may complete it (`oom_text::recognise_text`).
 const FOLLOWING_LINES: usize = 4;
 
@@ -126,6 +150,8 @@ fn scan_lines(lines: &[Vec<u8>], state: &RunState, events: &SyncSender<Event>) {
     let Some(first) = lines.first() else {
         return;
     };
+    // A rank's uncaught exception under torch.distributed: `[rank1]: RuntimeError: …`.
+    let (rank, first) = rank_prefix_bytes(first);
     // Cheap pre-filter: every recognised message contains "memory" or "alloc" in some case
     // (CUBLAS_STATUS_ALLOC_FAILED, posix_memalign, RESOURCE_EXHAUSTED's "Out of memory").
     let text = String::from_utf8_lossy(first);
@@ -143,14 +169,16 @@ fn scan_lines(lines: &[Vec<u8>], state: &RunState, events: &SyncSender<Event>) {
     }
     let whole: String = lines
         .iter()
-        .map(|l| String::from_utf8_lossy(l))
+        .map(|l| rank_prefix(&String::from_utf8_lossy(l)).1.to_owned())
         .collect::<Vec<_>>()
         .join("\n");
     if let Some(oom) = recognise_text(&whole) {
         // An OOM is rare and precious: retry a full channel for up to ~50 ms before giving up,
         // but never block the child's stderr for longer.
         let t_us = state.now_us();
-        let mut event = Event::StderrOom(oom.into_event(t_us));
+        let mut oom = oom.into_event(t_us);
+        oom.rank = rank;
+        let mut event = Event::StderrOom(oom);
         for _ in 0..50 {
             match events.try_send(event) {
                 Ok(()) | Err(TrySendError::Disconnected(_)) => return,

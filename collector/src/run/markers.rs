@@ -23,6 +23,15 @@ use crate::protocol::{Message, parse_datagram};
 /// Kernel receive buffer asked for (the kernel may cap it at `net.core.rmem_max`).
 const RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;
 
+/// One datagram read: its length and its sender's pid (kernel-verified), when the kernel said.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram {
+    /// Bytes read.
+    pub len: usize,
+    /// The sending process.
+    pub sender: Option<u32>,
+}
+
 /// The bound socket and its private directory (removed on drop).
 #[derive(Debug)]
 pub struct MarkerSocket {
@@ -63,6 +72,18 @@ impl MarkerSocket {
                 size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
+        let on: libc::c_int = 1;
+        // SAFETY: setsockopt on a valid socket with a correctly sized int option. With
+        // SO_PASSCRED every datagram carries its sender's credentials, checked by the kernel.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PASSCRED,
+                (&raw const on).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
         Ok(MarkerSocket { socket, dir, path })
     }
 
@@ -77,8 +98,10 @@ impl MarkerSocket {
     }
 
     /// Waits up to `timeout` for a datagram and reads it into `buf`; `None` when none came.
-    /// `ppoll` gives microsecond timeouts, which a 1 kHz schedule needs.
-    pub fn recv_within(&self, timeout: Duration, buf: &mut [u8]) -> Option<usize> {
+    /// `ppoll` gives microsecond timeouts, which a 1 kHz schedule needs. The datagram's length
+    /// comes with its sender's pid as the kernel states it (in this collector's pid namespace),
+    /// whatever the message says.
+    pub fn recv_within(&self, timeout: Duration, buf: &mut [u8]) -> Option<Datagram> {
         let mut fd = libc::pollfd {
             fd: self.socket.as_raw_fd(),
             events: libc::POLLIN,
@@ -93,7 +116,43 @@ impl MarkerSocket {
         if ready <= 0 {
             return None;
         }
-        self.socket.recv(buf).ok()
+        self.recv_with_sender(buf)
+    }
+
+    /// One `recvmsg` with room for an `SCM_CREDENTIALS` control message.
+    fn recv_with_sender(&self, buf: &mut [u8]) -> Option<Datagram> {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // Room for one ucred control message, aligned as cmsghdr needs.
+        let mut control = [0u64; 8];
+        // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = size_of_val(&control) as _;
+        // SAFETY: the iovec and the control buffer outlive the call and match their lengths.
+        let n = unsafe { libc::recvmsg(self.socket.as_raw_fd(), &raw mut msg, 0) };
+        let len = usize::try_from(n).ok()?;
+        let mut sender = None;
+        // SAFETY: walking the control messages the kernel wrote into `control`, with the
+        // libc macros that bound each header by msg_controllen.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&raw const msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                    && (*cmsg).cmsg_type == libc::SCM_CREDENTIALS
+                {
+                    let cred =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::ucred>());
+                    sender = u32::try_from(cred.pid).ok().filter(|p| *p != 0);
+                }
+                cmsg = libc::CMSG_NXTHDR(&raw const msg, cmsg);
+            }
+        }
+        Some(Datagram { len, sender })
     }
 
     /// Parses a datagram into its messages, counting lines that are not messages.
@@ -107,15 +166,21 @@ impl MarkerSocket {
         messages
     }
 
-    /// Forwards messages to the recorder, stamped `t_us`; what does not fit is counted.
+    /// Forwards messages to the recorder, stamped `t_us` and with their sender's pid; what does
+    /// not fit is counted.
     pub fn forward(
         messages: Vec<Message>,
         t_us: u64,
+        sender: Option<u32>,
         state: &RunState,
         events: &SyncSender<Event>,
     ) {
         for message in messages {
-            match events.try_send(Event::Message { t_us, message }) {
+            match events.try_send(Event::Message {
+                t_us,
+                message,
+                sender,
+            }) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => {
                     state.dropped_messages.fetch_add(1, Ordering::Relaxed);

@@ -19,6 +19,7 @@
 mod child;
 mod markers;
 mod oom_kills;
+pub(crate) mod processes;
 pub mod python_hooks;
 pub(crate) mod recorder;
 pub mod recording;
@@ -60,7 +61,13 @@ pub enum Event {
         t_us: u64,
         /// What it said.
         message: Message,
+        /// Who sent it: the pid the kernel states for the datagram (`None` from inside the
+        /// process: the tch `Session`).
+        sender: Option<u32>,
     },
+    /// Records the collector made itself, complete (who the tree's processes are, their ends):
+    /// written as they are.
+    Records(Vec<oomscope_trace::Record>),
     /// The child is gone: write its exit and close the trace.
     Finish {
         /// How it ended.

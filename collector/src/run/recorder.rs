@@ -4,6 +4,7 @@
 //! and the sampler and marker threads never wait on disk I/O. It flushes the trace at least every
 //! [`FLUSH_EVERY`] even when nothing arrives, so a killed collector leaves a readable file.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::sync::atomic::Ordering;
@@ -12,16 +13,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use oomscope_trace::codec::tag;
-use oomscope_trace::{Dropped, Name, OomEvent, Phase, Record, TraceWriter};
+use oomscope_trace::{CounterId, Dropped, Name, OomEvent, Phase, ProcessInfo, Record, TraceWriter};
 
 use super::Event;
-use super::shared_state::RunState;
+use super::shared_state::{PidCounters, RunState};
 use crate::protocol::{self, Message};
 
 /// Longest time between two flushes of the trace file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
 
-/// What the program said last: a record that leaves a field to its context takes it from here.
+/// What one sender said last: a record that leaves a field to its context takes it from here.
 #[derive(Debug, Default)]
 struct Context {
     step: u64,
@@ -30,7 +31,18 @@ struct Context {
     epoch: u32,
     phase: Phase,
     stage: Option<Name>,
+}
+
+/// Every sender's context: several processes (torchrun's ranks) share one collector, and each
+/// one's step, phase and stage are its own.
+#[derive(Debug, Default)]
+struct Senders {
+    by_pid: HashMap<Option<u32>, Context>,
+    /// Who sent the last record: a stderr OOM without a rank takes this sender's context.
+    last: Option<u32>,
     last_oom: Option<OomEvent>,
+    /// Provisional ids of per-process counters → declared ids.
+    counters: HashMap<CounterId, CounterId>,
 }
 
 /// Writes events to the trace until the `Finish` event, then closes it.
@@ -39,7 +51,7 @@ pub fn record_loop(
     events: &Receiver<Event>,
     state: &RunState,
 ) -> Result<()> {
-    let mut ctx = Context::default();
+    let mut senders = Senders::default();
     let mut last_flush = Instant::now();
     let mut dropped_written = [0u64; 2];
     let mut rows = Vec::new();
@@ -52,7 +64,11 @@ pub fn record_loop(
             _ => u64::MAX,
         };
         state.rows.take_through(through_us, &mut rows);
-        for (t_us, values) in rows.drain(..) {
+        if !rows.is_empty() {
+            senders.declare_pending(&mut writer, state)?;
+        }
+        for (t_us, mut values) in rows.drain(..) {
+            senders.map_provisional(&mut values);
             writer.sample(t_us, &values)?;
         }
         match event {
@@ -73,7 +89,7 @@ pub fn record_loop(
                 writer.finish(t_us)?;
                 return Ok(());
             }
-            Ok(event) => handle(&mut writer, &mut ctx, state, event)?,
+            Ok(event) => senders.handle(&mut writer, state, event)?,
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 // Every sender is gone without a Finish: close what we have.
@@ -117,33 +133,122 @@ fn write_drops(
     Ok(())
 }
 
-fn handle(
-    w: &mut TraceWriter<BufWriter<File>>,
-    ctx: &mut Context,
-    state: &RunState,
-    event: Event,
-) -> Result<()> {
-    match event {
-        Event::SamplesReady => {}
-        Event::StderrOom(oom) => {
-            // The same OOM the program reported a moment ago (its traceback) is not recorded
-            // twice; the analysis also keeps one of each (the order of arrival can be either).
-            if !ctx.is_duplicate_oom(&oom) {
-                let mut record = Record::Oom(oom);
-                ctx.resolve(&mut record, &protocol::Context::default());
-                w.write(&record)?;
-            }
+impl Senders {
+    /// Declares the per-process counters the sampler started using.
+    fn declare_pending(
+        &mut self,
+        w: &mut TraceWriter<BufWriter<File>>,
+        state: &RunState,
+    ) -> Result<()> {
+        let pending = match state.pid_counters.lock() {
+            Ok(mut c) => c.take_pending(),
+            Err(_) => return Ok(()),
+        };
+        for (provisional, kind, device, pid) in pending {
+            let id = w.declare_process_counter(kind, device, pid)?;
+            self.counters.insert(provisional, id);
         }
-        Event::Message { t_us, message } => match message {
+        Ok(())
+    }
+
+    /// Replaces provisional counter ids in a row by the declared ones (a value whose counter is
+    /// unknown is left out).
+    fn map_provisional(&self, values: &mut Vec<(CounterId, u64)>) {
+        if values
+            .iter()
+            .any(|(id, _)| id.0 >= PidCounters::PROVISIONAL)
+        {
+            values.retain_mut(|(id, _)| {
+                if id.0 < PidCounters::PROVISIONAL {
+                    return true;
+                }
+                self.counters.get(id).map(|real| *id = *real).is_some()
+            });
+        }
+    }
+
+    fn handle(
+        &mut self,
+        w: &mut TraceWriter<BufWriter<File>>,
+        state: &RunState,
+        event: Event,
+    ) -> Result<()> {
+        match event {
+            Event::SamplesReady | Event::Finish { .. } => {}
+            Event::Records(records) => {
+                for record in records {
+                    w.write(&record)?;
+                }
+            }
+            Event::StderrOom(mut oom) => {
+                // The rank a `[rankN]: ` prefix named, else the last sender.
+                let sender = match oom.rank {
+                    Some(rank) => state
+                        .processes
+                        .lock()
+                        .ok()
+                        .and_then(|p| p.ranks().into_iter().find(|(_, r)| *r == rank))
+                        .map(|(pid, _)| pid),
+                    None => self.last,
+                };
+                oom.pid = sender.filter(|_| oom.rank.is_some());
+                // The same OOM the program reported a moment ago (its traceback) is not recorded
+                // twice; the analysis also keeps one of each (the order of arrival can be either).
+                if !self.is_duplicate_oom(&oom) {
+                    let mut record = Record::Oom(oom);
+                    self.context(sender)
+                        .resolve(&mut record, &protocol::Context::default());
+                    w.write(&record)?;
+                }
+            }
+            Event::Message {
+                t_us,
+                message,
+                sender,
+            } => self.message(w, state, t_us, message, sender)?,
+        }
+        Ok(())
+    }
+
+    fn context(&mut self, sender: Option<u32>) -> &mut Context {
+        self.by_pid.entry(sender).or_default()
+    }
+
+    fn message(
+        &mut self,
+        w: &mut TraceWriter<BufWriter<File>>,
+        state: &RunState,
+        t_us: u64,
+        message: Message,
+        kernel_pid: Option<u32>,
+    ) -> Result<()> {
+        // The kernel's word on the sender wins over the message's own `pid=`.
+        let given_pid = match &message {
+            Message::Record(Record::Mark(m), _) => m.pid,
+            Message::Record(Record::Oom(o), _) => o.pid,
+            _ => None,
+        };
+        let sender = kernel_pid.or(given_pid);
+        match message {
             Message::Step { step, epoch } => {
+                let ctx = self.context(sender);
                 ctx.step = step;
                 ctx.step_known = true;
                 ctx.epoch = epoch.unwrap_or(ctx.epoch);
             }
-            Message::Phase(phase) => ctx.phase = phase,
+            Message::Phase(phase) => self.context(sender).phase = phase,
+            Message::Record(Record::Process(said), _) => {
+                if let Some(pid) = sender {
+                    for record in state.with_processes(|p| p.said(pid, &said, t_us)) {
+                        w.write(&record)?;
+                    }
+                }
+            }
             Message::Record(mut record, given) => {
                 record.set_t_us(t_us);
-                ctx.resolve(&mut record, &given);
+                self.attribute(w, state, &mut record, sender, t_us)?;
+                self.last = sender;
+                self.context(sender).resolve(&mut record, &given);
                 if let Record::Mark(mark) = &record
                     && let Ok(mut shown) = state.stage.lock()
                 {
@@ -153,14 +258,58 @@ fn handle(
                 }
                 // The program's own report of an OOM is always kept.
                 if let Record::Oom(oom) = &record {
-                    ctx.is_duplicate_oom(oom);
+                    self.is_duplicate_oom(oom);
                 }
                 w.write(&record)?;
             }
-        },
-        Event::Finish { .. } => {}
+        }
+        Ok(())
     }
-    Ok(())
+
+    /// Names a mark's or an OOM's sender: its pid and its rank (the one it states, which the
+    /// registry then keeps, else the registry's).
+    fn attribute(
+        &mut self,
+        w: &mut TraceWriter<BufWriter<File>>,
+        state: &RunState,
+        record: &mut Record,
+        sender: Option<u32>,
+        t_us: u64,
+    ) -> Result<()> {
+        let (pid, rank) = match record {
+            Record::Mark(m) => (&mut m.pid, &mut m.rank),
+            Record::Oom(o) => (&mut o.pid, &mut o.rank),
+            _ => return Ok(()),
+        };
+        *pid = sender.or(*pid);
+        let Some(sender) = sender else {
+            return Ok(());
+        };
+        match *rank {
+            Some(stated) => {
+                let said = ProcessInfo {
+                    rank: Some(stated),
+                    ..ProcessInfo::default()
+                };
+                for r in state.with_processes(|p| p.said(sender, &said, t_us)) {
+                    w.write(&r)?;
+                }
+            }
+            None => {
+                *rank = state.processes.lock().ok().and_then(|p| p.rank_of(sender));
+            }
+        }
+        Ok(())
+    }
+
+    fn is_duplicate_oom(&mut self, oom: &OomEvent) -> bool {
+        let duplicate = self
+            .last_oom
+            .as_ref()
+            .is_some_and(|last| last.same_oom(oom));
+        self.last_oom = Some(oom.clone());
+        duplicate
+    }
 }
 
 impl Context {
@@ -190,16 +339,9 @@ impl Context {
             | Record::Dropped(_)
             | Record::Alive(_)
             | Record::OomKill(_)
-            | Record::ProcessMemory(_) => {}
+            | Record::ProcessMemory(_)
+            | Record::Process(_)
+            | Record::ProcessEnd(_) => {}
         }
-    }
-
-    fn is_duplicate_oom(&mut self, oom: &OomEvent) -> bool {
-        let duplicate = self
-            .last_oom
-            .as_ref()
-            .is_some_and(|last| last.same_oom(oom));
-        self.last_oom = Some(oom.clone());
-        duplicate
     }
 }

@@ -13,7 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
-use oomscope_trace::{CounterId, Record};
+use std::collections::HashMap;
+
+use oomscope_trace::{CounterId, CounterKind, Record};
 
 use super::Event;
 use super::markers::MarkerSocket;
@@ -88,6 +90,13 @@ struct Reader<'a> {
     last_t_us: Option<u64>,
     /// When the recorder was last told that rows are waiting.
     last_nudge: Instant,
+    /// The ranks (pid, rank) and the registry generation they were read at.
+    ranks: Vec<(u32, u32)>,
+    ranks_generation: u64,
+    /// Each rank's RSS counter (provisional ids from [`RunState::pid_counters`]).
+    pid_rss: HashMap<u32, CounterId>,
+    /// Each (GPU index, pid)'s device-memory counter.
+    pid_gpu: HashMap<(u32, u32), CounterId>,
 }
 
 /// After a process of the tree is born, the tree is walked again no sooner than this.
@@ -140,6 +149,50 @@ impl Reader<'_> {
         state.set_tree(&tree);
     }
 
+    /// Each rank's RSS (from the readings just taken) and its memory on each GPU (the poller's
+    /// last per-process query), as per-process counters.
+    fn per_rank(&mut self) {
+        let state = self.state;
+        let generation = state.ranks_generation.load(Ordering::Relaxed);
+        if generation != self.ranks_generation {
+            self.ranks_generation = generation;
+            self.ranks = state
+                .processes
+                .lock()
+                .map(|p| p.ranks())
+                .unwrap_or_default();
+        }
+        if self.ranks.is_empty() {
+            return;
+        }
+        for &(pid, _) in &self.ranks {
+            let Some(bytes) = self.rss.rss_of(pid) else {
+                continue;
+            };
+            let id = *self.pid_rss.entry(pid).or_insert_with(|| {
+                state
+                    .pid_counters
+                    .lock()
+                    .map(|mut c| c.id(CounterKind::PidRss, None, pid))
+                    .unwrap_or(CounterId(u32::MAX))
+            });
+            self.row.push((id, bytes));
+        }
+        let Ok(gpu) = state.pid_gpu_bytes.lock() else {
+            return;
+        };
+        for &(device, pid, bytes) in gpu.iter() {
+            let id = *self.pid_gpu.entry((device, pid)).or_insert_with(|| {
+                state
+                    .pid_counters
+                    .lock()
+                    .map(|mut c| c.id(CounterKind::PidGpu, Some(device), pid))
+                    .unwrap_or(CounterId(u32::MAX))
+            });
+            self.row.push((id, bytes));
+        }
+    }
+
     /// Reads every counter and sends the row stamped `t_us`.
     fn sample(&mut self, t_us: u64, events: &SyncSender<Event>) -> bool {
         let state = self.state;
@@ -173,6 +226,7 @@ impl Reader<'_> {
             self.row
                 .extend(pss.map(|pss| (self.counters.host_pss, pss)));
         }
+        self.per_rank();
         if let Some(m) = self.meminfo.as_mut().and_then(MemInfo::read) {
             self.row
                 .push((self.counters.host_available, m.available_bytes));
@@ -236,6 +290,10 @@ pub fn sample_loop(
         row: Vec::with_capacity(counters.gpus.len() * 4 + 2),
         last_t_us: None,
         last_nudge: Instant::now(),
+        ranks: Vec::new(),
+        ranks_generation: 0,
+        pid_rss: HashMap::new(),
+        pid_gpu: HashMap::new(),
     };
     let mut datagram = vec![0u8; MAX_DATAGRAM_BYTES];
     let mut next = Instant::now();
@@ -255,26 +313,26 @@ pub fn sample_loop(
             std::thread::sleep(next - now);
             continue;
         };
-        if let Some(n) = socket.recv_within(next - now, &mut datagram) {
+        if let Some(got) = socket.recv_within(next - now, &mut datagram) {
             let t_us = state.now_us();
             let recent = reader
                 .last_t_us
                 .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
             // The reading goes into the channel before the mark, with the mark's time.
-            let messages = MarkerSocket::parse(&datagram[..n], state);
+            let messages = MarkerSocket::parse(&datagram[..got.len], state);
             let has_mark = messages
                 .iter()
                 .any(|m| matches!(m, Message::Record(Record::Mark(_), _)));
             if has_mark && !recent {
                 reader.sample(t_us, events);
             }
-            MarkerSocket::forward(messages, t_us, state, events);
+            MarkerSocket::forward(messages, t_us, got.sender, state, events);
         }
     }
     // The program has exited: take what it sent last.
-    while let Some(n) = socket.and_then(|s| s.recv_within(Duration::ZERO, &mut datagram)) {
-        let messages = MarkerSocket::parse(&datagram[..n], state);
-        MarkerSocket::forward(messages, state.now_us(), state, events);
+    while let Some(got) = socket.and_then(|s| s.recv_within(Duration::ZERO, &mut datagram)) {
+        let messages = MarkerSocket::parse(&datagram[..got.len], state);
+        MarkerSocket::forward(messages, state.now_us(), got.sender, state, events);
     }
 }
 
@@ -347,10 +405,7 @@ fn read_pss(
             pss_bytes: r.pss_bytes,
         });
         // Never wait for the recorder: a full channel loses one reading, not the run's pace.
-        let _ = events.try_send(Event::Message {
-            t_us,
-            message: Message::record(record),
-        });
+        let _ = events.try_send(Event::Records(vec![record]));
     }
     if !rollups.is_empty()
         && let Ok(mut r) = state.host_pss.lock()
@@ -360,6 +415,9 @@ fn read_pss(
     schedule.tokens_s -= start.elapsed().as_secs_f64();
     schedule.due = start + interval;
 }
+
+/// Said once when NVML names only processes this collector cannot see.
+pub const FOREIGN_PIDS_NOTE: &str = "NVML names GPU processes that are not in this collector's pid namespace (a container without the host's pids: Kubernetes without hostPID, docker without --pid=host): per-process and per-rank GPU memory are not recorded; device totals are, and allocator figures from inside the program";
 
 /// Runs the slow poller until the run stops: refreshes the process tree and per-process GPU
 /// memory every `interval`.
@@ -373,10 +431,16 @@ pub fn poll_loop(
     let mut last_tree = Vec::new();
     let mut pss = PssSchedule::new();
     let mut next_gpu = Instant::now();
+    let mut foreign_noted = false;
     while !state.stopping() {
         let tree = process_tree(root_pid);
         if tree != last_tree {
             state.set_tree(&tree);
+            let records = state.with_processes(|p| p.observe_tree(&tree, state.now_us()));
+            if !records.is_empty() {
+                // Who the processes are must not be lost: the recorder never waits long.
+                let _ = events.send(Event::Records(records));
+            }
             last_tree = tree;
             // A process came or went: its shared pages moved; read PSS again as soon as the cost
             // budget allows (a program spawning processes all the time cannot make it spin).
@@ -388,10 +452,41 @@ pub fn poll_loop(
             && Instant::now() >= next_gpu
         {
             next_gpu = Instant::now() + interval;
+            let ranks = state
+                .processes
+                .lock()
+                .map(|p| p.ranks())
+                .unwrap_or_default();
+            let mut per_pid = Vec::new();
+            let mut foreign = false;
             for i in 0..gpus.len() {
-                if let Some(bytes) = gpus.process_bytes(i, &last_tree) {
-                    state.process_gpu_bytes[i].set(bytes);
-                }
+                let Some(processes) = gpus.processes(i) else {
+                    continue;
+                };
+                let device = state.gpu_indices.get(i).copied().unwrap_or(0);
+                let ours = processes.iter().filter(|(pid, _)| last_tree.contains(pid));
+                state.process_gpu_bytes[i].set(ours.map(|(_, b)| *b).sum());
+                per_pid.extend(
+                    processes
+                        .iter()
+                        .filter(|(pid, _)| ranks.iter().any(|(r, _)| r == pid))
+                        .map(|(pid, bytes)| (device, *pid, *bytes)),
+                );
+                foreign |= !processes.is_empty()
+                    && processes
+                        .iter()
+                        .all(|(pid, _)| !std::path::Path::new(&format!("/proc/{pid}")).exists());
+            }
+            if let Ok(mut shared) = state.pid_gpu_bytes.lock() {
+                *shared = per_pid;
+            }
+            if foreign && !foreign_noted {
+                foreign_noted = true;
+                let note = Record::Note(oomscope_trace::Note {
+                    t_us: state.now_us(),
+                    text: FOREIGN_PIDS_NOTE.to_owned(),
+                });
+                let _ = events.send(Event::Records(vec![note]));
             }
         }
         read_pss(state, interval, &mut pss, events);

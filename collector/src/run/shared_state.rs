@@ -97,6 +97,55 @@ pub struct RunState {
     pub stage: Mutex<(String, u64)>,
     /// Sample rows taken and not yet written.
     pub rows: PendingRows,
+    /// Who the tree's processes are (ranks, launcher, workers).
+    pub processes: Mutex<super::processes::Processes>,
+    /// Mirrors the registry's generation: the sampler re-reads the ranks when it moves.
+    pub ranks_generation: AtomicU64,
+    /// The per-process counters (a rank's RSS, its memory on each GPU): the sampler asks for an
+    /// id, the recorder declares it before the first row that uses it.
+    pub pid_counters: Mutex<PidCounters>,
+    /// Per-process device memory from the poller's last NVML query: (GPU index, pid, bytes) of
+    /// the tree's ranks.
+    pub pid_gpu_bytes: Mutex<Vec<(u32, u32, u64)>>,
+}
+
+/// Ids of per-process counters, handed out before they are declared.
+///
+/// Why: ranks appear while the run goes on, and only the recorder owns the writer. The sampler
+/// takes a provisional id here (counted from [`PidCounters::PROVISIONAL`], far above any declared
+/// id) and uses it in its rows; the recorder declares each pending counter before writing the
+/// next rows and maps the provisional id to the declared one.
+#[derive(Debug, Default)]
+pub struct PidCounters {
+    ids: std::collections::HashMap<(oomscope_trace::CounterKind, Option<u32>, u32), CounterId>,
+    pending: Vec<PidCounter>,
+}
+
+/// A per-process counter to declare: its provisional id, kind, device and pid.
+pub type PidCounter = (CounterId, oomscope_trace::CounterKind, Option<u32>, u32);
+
+impl PidCounters {
+    /// First provisional id.
+    pub const PROVISIONAL: u32 = 1 << 24;
+
+    /// The provisional id of a process's counter (the same one every time).
+    pub fn id(
+        &mut self,
+        kind: oomscope_trace::CounterKind,
+        device: Option<u32>,
+        pid: u32,
+    ) -> CounterId {
+        let next = CounterId(Self::PROVISIONAL + self.ids.len() as u32);
+        *self.ids.entry((kind, device, pid)).or_insert_with(|| {
+            self.pending.push((next, kind, device, pid));
+            next
+        })
+    }
+
+    /// The counters to declare now, in the order their ids were handed out.
+    pub fn take_pending(&mut self) -> Vec<PidCounter> {
+        std::mem::take(&mut self.pending)
+    }
 }
 
 /// One sampling instant: its time and counter values.
@@ -168,6 +217,10 @@ impl RunState {
             host_total_bytes: AtomicU64::new(0),
             stage: Mutex::new((String::new(), 0)),
             rows: PendingRows::default(),
+            processes: Mutex::new(super::processes::Processes::new(root_pid)),
+            ranks_generation: AtomicU64::new(0),
+            pid_counters: Mutex::new(PidCounters::default()),
+            pid_gpu_bytes: Mutex::new(Vec::new()),
         }
     }
 
@@ -219,6 +272,21 @@ impl RunState {
         if let Ok(guard) = stopped.lock() {
             let _ = wake.wait_timeout_while(guard, duration, |stopped| !*stopped);
         }
+    }
+
+    /// Runs `f` on the process registry and returns the records it made; the sampler learns of
+    /// any change of the ranks.
+    pub fn with_processes(
+        &self,
+        f: impl FnOnce(&mut super::processes::Processes) -> Vec<oomscope_trace::Record>,
+    ) -> Vec<oomscope_trace::Record> {
+        let Ok(mut processes) = self.processes.lock() else {
+            return Vec::new();
+        };
+        let records = f(&mut processes);
+        self.ranks_generation
+            .store(processes.generation, Ordering::Relaxed);
+        records
     }
 
     /// The watched processes.

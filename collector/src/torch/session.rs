@@ -532,7 +532,11 @@ fn send_to(sink: &Sink, message: Message) {
             let t_us = state.now_us();
             if recording
                 .events()
-                .try_send(Event::Message { t_us, message })
+                .try_send(Event::Message {
+                    t_us,
+                    message,
+                    sender: None,
+                })
                 .is_err()
             {
                 state.dropped_messages.fetch_add(1, Ordering::Relaxed);

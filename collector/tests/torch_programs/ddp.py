@@ -14,6 +14,13 @@ from torch.nn.parallel import DistributedDataParallel
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--hold-rank", type=int, default=None,
+                   help="this rank keeps --hold-mib of host memory from its first step on")
+    p.add_argument("--hold-mib", type=int, default=256)
+    p.add_argument("--oom-rank", type=int, default=None,
+                   help="this rank asks for a petabyte at --oom-step (a real host allocation failure)")
+    p.add_argument("--oom-step", type=int, default=3)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -22,8 +29,14 @@ def main():
     model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(rank)
-    for _ in range(args.steps):
-        x = torch.randn(16, 32, generator=g)
+    held = []
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
+        torch.randn(16 * args.steps, 32, generator=g)), batch_size=16, num_workers=args.workers)
+    for step, (x,) in enumerate(data):
+        if rank == args.hold_rank and not held:
+            held.append(torch.ones(args.hold_mib << 18))  # float32: MiB × 2**18 elements
+        if rank == args.oom_rank and step == args.oom_step:
+            torch.empty(1 << 50, dtype=torch.uint8)
         loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
         opt.zero_grad()
         loss.backward()

@@ -21,6 +21,7 @@ pub mod overhead;
 pub mod peaks;
 pub mod phases;
 pub mod pressure;
+pub mod ranks;
 pub mod recommend;
 pub mod series;
 pub mod stages;
@@ -181,6 +182,9 @@ pub struct Analysis {
     pub batch_fit: Option<BatchFit>,
     /// The batch-size search, if one ran.
     pub batch_trials: Option<TrialSummary>,
+    /// Ranks side by side, when the trace holds several (torchrun's workers under one
+    /// collector): each rank's stage table and findings, imbalance, the first failure.
+    pub ranks: Option<ranks::RankAnalysis>,
     /// What to change, most severe first.
     pub findings: Vec<Finding>,
 }
@@ -192,8 +196,32 @@ impl Analysis {
     }
 }
 
-/// Analyses a trace.
+/// Analyses a trace. A trace of several ranks is analysed as a whole with the lowest rank's
+/// marks (one process's stages), and rank by rank ([`Analysis::ranks`]).
 pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
+    let ranks = ranks::ranks_of(trace);
+    if ranks.len() >= 2
+        && let Some(marks) = ranks::lowest_rank_marks(trace, &ranks)
+    {
+        let whole = Trace {
+            marks,
+            ..trace.clone()
+        };
+        let mut analysis = analyze_one(&whole, options);
+        let summaries = ranks::summarize(trace, "", 0, options);
+        analysis.ranks = Some(ranks::compare_ranks(summaries));
+        analysis.findings = recommend::findings(&RuleContext {
+            trace: &whole,
+            analysis: &analysis,
+            options,
+        });
+        return analysis;
+    }
+    analyze_one(trace, options)
+}
+
+/// Analyses one process's trace.
+fn analyze_one(trace: &Trace, options: &AnalysisOptions) -> Analysis {
     let values = MarkValues::new(trace);
     let stages = StageIndex::new(trace);
     let peaks = peaks::peaks(trace, &values);
@@ -225,6 +253,7 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         batch_fit,
         batch_trials: batch_fit::trial_summary(trace),
         peaks,
+        ranks: None,
         findings: Vec::new(),
     };
     analysis.findings = recommend::findings(&RuleContext {

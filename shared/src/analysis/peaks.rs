@@ -62,6 +62,8 @@ impl Measure {
             CounterKind::GpuFree
             | CounterKind::GpuTotal
             | CounterKind::HostAvailable
+            | CounterKind::PidRss
+            | CounterKind::PidGpu
             | CounterKind::Other(_) => return None,
         })
     }

@@ -19,6 +19,7 @@ mod host;
 mod impossible;
 mod memory;
 mod numerics;
+mod ranks;
 
 use serde::Serialize;
 
@@ -40,6 +41,7 @@ pub use memory::{
     Oom, OptimizerStateHeavy,
 };
 pub use numerics::{NonFiniteGradients, NonFiniteTensors, SPORADIC_INF_MAX_FRACTION};
+pub use ranks::{FirstRankFailure, RankImbalance};
 
 /// How urgent a finding is. Ordered: `Info < Warning < Critical`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -95,6 +97,10 @@ pub enum FindingKind {
     ImpossibleRequest,
     /// The program's workers copy their parent's memory page by page (copy-on-write).
     WorkerPrivateGrowth,
+    /// One rank holds much more than the others at some stage.
+    RankImbalance,
+    /// A rank failed first; the others followed.
+    FirstRankFailure,
 }
 
 impl FindingKind {
@@ -114,6 +120,8 @@ impl FindingKind {
             FindingKind::BatchSize => "batch-size",
             FindingKind::ImpossibleRequest => "impossible-request",
             FindingKind::WorkerPrivateGrowth => "worker-private-growth",
+            FindingKind::RankImbalance => "rank-imbalance",
+            FindingKind::FirstRankFailure => "first-rank-failure",
         }
     }
 
@@ -122,7 +130,9 @@ impl FindingKind {
     pub fn rank(self) -> u8 {
         match self {
             FindingKind::ImpossibleRequest => 0,
-            _ => 1,
+            // Which rank failed first frames every other finding of a failed job.
+            FindingKind::FirstRankFailure => 1,
+            _ => 2,
         }
     }
 }
@@ -279,6 +289,8 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(BatchSize),
         Box::new(ImpossibleRequest),
         Box::new(WorkerPrivateGrowth),
+        Box::new(RankImbalance),
+        Box::new(FirstRankFailure),
     ]
 }
 

@@ -334,6 +334,8 @@ impl Run {
             device_free_bytes: Some(free),
             device_total_bytes: Some(self.gpu_total_bytes),
             message: "torch.OutOfMemoryError: CUDA out of memory.".to_owned(),
+            pid: None,
+            rank: None,
         });
     }
 }

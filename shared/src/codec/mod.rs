@@ -24,8 +24,11 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// 1.2 (2026-11-22) adds the sender's pid and rank at the end of a MARK; 1.3 (2026-11-23) adds
 /// the ALIVE record (what was alive at an OOM, by source line); 1.4 (2026-11-23) adds the
 /// OOM_KILL record (the kernel's OOM killer, from the cgroup's counter and the kernel log) and
-/// the host PSS counter and the PROCESS_MEMORY record (each worker's private memory).
-pub const FORMAT_MINOR: u16 = 4;
+/// the host PSS counter and the PROCESS_MEMORY record (each worker's private memory); 1.5
+/// (2026-11-23) adds the PROCESS and PROCESS_END records (ranks, launchers, workers), the
+/// per-process counters (`pid_rss`, `pid_gpu`, with the pid at the end of COUNTER) and the
+/// sender's pid and rank at the end of an OOM.
+pub const FORMAT_MINOR: u16 = 5;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
@@ -81,6 +84,10 @@ pub mod tag {
     pub const OOM_KILL: u8 = 0x10;
     /// The memory of one process of the tree other than the program (format v1.4).
     pub const PROCESS_MEMORY: u8 = 0x11;
+    /// Who one process of the tree is: role and rank (format v1.5).
+    pub const PROCESS: u8 = 0x12;
+    /// The end of one process of the tree other than the program (format v1.5).
+    pub const PROCESS_END: u8 = 0x13;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -102,6 +109,8 @@ pub mod tag {
             ALIVE => "alive",
             OOM_KILL => "oom_kill",
             PROCESS_MEMORY => "process_memory",
+            PROCESS => "process",
+            PROCESS_END => "process_end",
             _ => "unknown",
         }
     }

@@ -358,6 +358,8 @@ impl State {
             CounterKind::from_code(u16::try_from(c.u64()?).map_err(|_| ReadError::Overlong)?);
         let device = opt_u32(c)?;
         let name = c.string()?;
+        let _unit = if c.is_empty() { 0 } else { c.u8()? };
+        let pid = if c.is_empty() { None } else { opt_u32(c)? };
         let counters = &mut self.trace.counters;
         if id >= counters.len() {
             counters.resize(
@@ -366,10 +368,16 @@ impl State {
                     kind: CounterKind::Other(0),
                     device: None,
                     name: "?".to_owned(),
+                    pid: None,
                 },
             );
         }
-        counters[id] = Counter { kind, device, name };
+        counters[id] = Counter {
+            kind,
+            device,
+            name,
+            pid,
+        };
         Ok(())
     }
 

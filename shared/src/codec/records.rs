@@ -22,7 +22,8 @@ use crate::error::EncodeError;
 use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
     GradientSummary, Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase,
-    ProcessExit, ProcessMemory, Record, StageMark, TensorStats, TrialOutcome,
+    ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record,
+    StageMark, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -41,6 +42,8 @@ pub(super) fn encode<W: Write>(w: &mut TraceWriter<W>, record: &Record) -> Resul
         Record::Alive(a) => encode_alive(w, a),
         Record::OomKill(k) => encode_oom_kill(w, k),
         Record::ProcessMemory(p) => encode_process_memory(w, p),
+        Record::Process(p) => encode_process(w, p),
+        Record::ProcessEnd(e) => encode_process_end(w, e),
     }
 }
 
@@ -64,6 +67,8 @@ pub(super) fn decode(
         tag::ALIVE => Record::Alive(decode_alive(c, names)?),
         tag::OOM_KILL => Record::OomKill(decode_oom_kill(c, names)?),
         tag::PROCESS_MEMORY => Record::ProcessMemory(decode_process_memory(c)?),
+        tag::PROCESS => Record::Process(decode_process(c, names)?),
+        tag::PROCESS_END => Record::ProcessEnd(decode_process_end(c)?),
         _ => return Ok(None),
     }))
 }
@@ -371,7 +376,8 @@ fn decode_tensor(c: &mut Cursor<'_>, names: &Names) -> Result<TensorStats, ReadE
     })
 }
 
-// OOM: source, stage id?, step?, requested bytes?, device?, device free?, device total?, message.
+// OOM: source, stage id?, step?, requested bytes?, device?, device free?, device total?, message;
+// since v1.5, when either is known, pid?, rank? of the process that ran out.
 
 fn encode_oom<W: Write>(w: &mut TraceWriter<W>, o: &OomEvent) -> Result<(), EncodeError> {
     let stage = o.stage.as_ref().map(|s| w.name(s)).transpose()?;
@@ -384,11 +390,15 @@ fn encode_oom<W: Write>(w: &mut TraceWriter<W>, o: &OomEvent) -> Result<(), Enco
     put_opt_u64(b, o.device_free_bytes);
     put_opt_u64(b, o.device_total_bytes);
     put_str(b, &o.message);
+    if o.pid.is_some() || o.rank.is_some() {
+        put_opt_u32(b, o.pid);
+        put_opt_u32(b, o.rank);
+    }
     w.end(tag::OOM)
 }
 
 fn decode_oom(c: &mut Cursor<'_>, names: &Names) -> Result<OomEvent, ReadError> {
-    Ok(OomEvent {
+    let mut oom = OomEvent {
         t_us: c.u64()?,
         source: OomSource::from_code(c.u8()?),
         stage: if c.u8()? == 0 {
@@ -402,7 +412,13 @@ fn decode_oom(c: &mut Cursor<'_>, names: &Names) -> Result<OomEvent, ReadError> 
         device_free_bytes: opt_u64(c)?,
         device_total_bytes: opt_u64(c)?,
         message: c.string()?,
-    })
+        pid: None,
+        rank: None,
+    };
+    if !c.is_empty() {
+        (oom.pid, oom.rank) = (opt_u32(c)?, opt_u32(c)?);
+    }
+    Ok(oom)
 }
 
 // BATCH_TRIAL: batch size, outcome, peak bytes?.
@@ -580,6 +596,102 @@ fn decode_process_memory(c: &mut Cursor<'_>) -> Result<ProcessMemory, ReadError>
         pid: c.u32()?,
         private_bytes: c.u64()?,
         pss_bytes: c.u64()?,
+    })
+}
+
+// PROCESS (v1.5): pid, parent?, name id, role, rank source, rank?, local rank?, world size?,
+// restart?.
+
+fn encode_process<W: Write>(w: &mut TraceWriter<W>, p: &ProcessInfo) -> Result<(), EncodeError> {
+    let name = w.name(&p.name)?;
+    let b = w.begin(p.t_us);
+    put_u64(b, u64::from(p.pid));
+    put_opt_u32(b, p.parent_pid);
+    put_u64(b, u64::from(name));
+    b.push(p.role.code());
+    b.push(p.rank_from.code());
+    for v in [p.rank, p.local_rank, p.world_size, p.restart] {
+        put_opt_u32(b, v);
+    }
+    w.end(tag::PROCESS)
+}
+
+fn decode_process(c: &mut Cursor<'_>, names: &Names) -> Result<ProcessInfo, ReadError> {
+    Ok(ProcessInfo {
+        t_us: c.u64()?,
+        pid: c.u32()?,
+        parent_pid: opt_u32(c)?,
+        name: names.read(c)?,
+        role: ProcessRole::from_code(c.u8()?),
+        rank_from: RankSource::from_code(c.u8()?),
+        rank: opt_u32(c)?,
+        local_rank: opt_u32(c)?,
+        world_size: opt_u32(c)?,
+        restart: opt_u32(c)?,
+    })
+}
+
+// PROCESS_END (v1.5): pid, rank?, local rank?, status kind (0 unknown, 1 exit code, 2 signal),
+// then zigzag(value) unless unknown, flags (1 first failure, 2 the launcher's account).
+
+/// PROCESS_END flag bits.
+mod end_flags {
+    pub const FIRST_FAILURE: u8 = 1;
+    pub const FROM_LAUNCHER: u8 = 2;
+}
+
+fn encode_process_end<W: Write>(w: &mut TraceWriter<W>, e: &ProcessEnd) -> Result<(), EncodeError> {
+    let b = w.begin(e.t_us);
+    put_u64(b, u64::from(e.pid));
+    put_opt_u32(b, e.rank);
+    put_opt_u32(b, e.local_rank);
+    match e.status {
+        None => b.push(0),
+        Some(ExitStatus::Code(v)) => {
+            b.push(1);
+            put_u64(b, zigzag(i64::from(v)));
+        }
+        Some(ExitStatus::Signal(v)) => {
+            b.push(2);
+            put_u64(b, zigzag(i64::from(v)));
+        }
+    }
+    let mut flags = 0;
+    if e.first_failure {
+        flags |= end_flags::FIRST_FAILURE;
+    }
+    if e.from_launcher {
+        flags |= end_flags::FROM_LAUNCHER;
+    }
+    b.push(flags);
+    w.end(tag::PROCESS_END)
+}
+
+fn decode_process_end(c: &mut Cursor<'_>) -> Result<ProcessEnd, ReadError> {
+    let t_us = c.u64()?;
+    let pid = c.u32()?;
+    let rank = opt_u32(c)?;
+    let local_rank = opt_u32(c)?;
+    let status = match c.u8()? {
+        0 => None,
+        kind => {
+            let value = i32::try_from(c.i64()?).map_err(|_| ReadError::Overlong)?;
+            Some(if kind == 2 {
+                ExitStatus::Signal(value)
+            } else {
+                ExitStatus::Code(value)
+            })
+        }
+    };
+    let flags = c.u8()?;
+    Ok(ProcessEnd {
+        t_us,
+        pid,
+        rank,
+        local_rank,
+        status,
+        first_failure: flags & end_flags::FIRST_FAILURE != 0,
+        from_launcher: flags & end_flags::FROM_LAUNCHER != 0,
     })
 }
 

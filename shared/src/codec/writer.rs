@@ -146,7 +146,20 @@ impl<W: Write> TraceWriter<W> {
         kind: CounterKind,
         device: Option<u32>,
     ) -> Result<CounterId, EncodeError> {
-        self.declare_counter_named(kind, device, &kind.counter_name(device))
+        self.declare_counter_named(kind, device, None, &kind.counter_name(device))
+    }
+
+    /// Declares a counter of one process (`pid_rss`, `pid_gpu`) under its standard name
+    /// ([`CounterKind::process_counter_name`]). Counters may be declared at any time, before the
+    /// first sample that uses them.
+    pub fn declare_process_counter(
+        &mut self,
+        kind: CounterKind,
+        device: Option<u32>,
+        pid: u32,
+    ) -> Result<CounterId, EncodeError> {
+        let name = kind.process_counter_name(device, Some(pid));
+        self.declare_counter_named(kind, device, Some(pid), &name)
     }
 
     /// Declares a counter under the name a decoded trace stored (re-encoding keeps it).
@@ -154,6 +167,7 @@ impl<W: Write> TraceWriter<W> {
         &mut self,
         kind: CounterKind,
         device: Option<u32>,
+        pid: Option<u32>,
         name: &str,
     ) -> Result<CounterId, EncodeError> {
         if self.counters as usize >= MAX_COUNTERS {
@@ -167,6 +181,9 @@ impl<W: Write> TraceWriter<W> {
         put_opt_u32(&mut self.body, device);
         put_str(&mut self.body, name);
         self.body.push(0); // unit: bytes
+        if pid.is_some() {
+            put_opt_u32(&mut self.body, pid);
+        }
         self.push_record(tag::COUNTER);
         self.after_record()?;
         Ok(id)

@@ -1,0 +1,365 @@
+//! Who is who in the watched tree: the program, a launcher, ranks, their workers.
+//!
+//! Why: under `collector run -- torchrun …` one collector watches the agent and every worker;
+//! marks, OOMs and memory must be told apart by rank, and the agent and the DataLoader workers
+//! are not ranks. A process's rank comes, in order, from what it says itself (`rank=` in its
+//! messages: the zero-code hooks and the helpers send it, and it survives launchers that set the
+//! rank inside the process, like Ray or DeepSpeed's MPI path) and from the environment it was
+//! started with (`/proc/PID/environ`, read once per process with the launchers' variables of
+//! [`oomscope_trace::launch_env`]). The collector's own `RANK` is never taken for the run's: in a
+//! Kubeflow pod it is the node's index.
+//!
+//! A child with exactly its parent's identity is a worker of that parent (forked and spawned
+//! DataLoader workers inherit the environment); the program becomes a launcher as soon as a rank
+//! appears below it. Each change is written as a PROCESS record; a rank that leaves the tree as a
+//! PROCESS_END.
+
+use std::collections::HashMap;
+
+use oomscope_trace::launch_env::Identity;
+use oomscope_trace::{ProcessEnd, ProcessInfo, ProcessRole, RankSource, Record};
+
+use crate::host::{environ_of, name_of, parent_of};
+
+/// What the collector knows of one process.
+#[derive(Debug, Clone)]
+struct Known {
+    info: ProcessInfo,
+    /// Its environment's identity, as it was started.
+    env: Identity,
+    /// The tree walk has found it (a sender outside the tree is never taken for gone).
+    in_tree: bool,
+}
+
+/// The registry of the tree's processes.
+#[derive(Debug)]
+pub struct Processes {
+    root: u32,
+    known: HashMap<u32, Known>,
+    /// Bumped whenever the set of ranks changes (the sampler re-reads [`Processes::ranks`]).
+    pub generation: u64,
+}
+
+impl Processes {
+    /// A registry for the tree below `root` (the program).
+    pub fn new(root: u32) -> Processes {
+        Processes {
+            root,
+            known: HashMap::new(),
+            generation: 0,
+        }
+    }
+
+    /// Takes the tree as the poller found it: reads the processes not seen before and returns
+    /// the records to write (new or changed identities; ranks that left).
+    pub fn observe_tree(&mut self, tree: &[u32], t_us: u64) -> Vec<Record> {
+        let mut records = Vec::new();
+        for pid in tree {
+            if let Some(k) = self.known.get_mut(pid) {
+                k.in_tree = true;
+                continue;
+            }
+            let parent = if *pid == self.root {
+                None
+            } else {
+                parent_of(*pid)
+            };
+            let env = Identity::from_environ(&environ_of(*pid));
+            let info = ProcessInfo {
+                t_us,
+                pid: *pid,
+                parent_pid: parent,
+                name: name_of(*pid).into(),
+                ..ProcessInfo::default()
+            };
+            self.insert(info, env, true, &mut records);
+        }
+        // Processes that left the tree are forgotten (a reused pid reads as a new process); a
+        // rank's end is written.
+        let left: Vec<u32> = self
+            .known
+            .iter()
+            .filter(|(pid, k)| k.in_tree && **pid != self.root && !tree.contains(pid))
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in left {
+            let Some(k) = self.known.remove(&pid) else {
+                continue;
+            };
+            if k.info.role == ProcessRole::Rank {
+                records.push(Record::ProcessEnd(ProcessEnd {
+                    t_us,
+                    pid,
+                    rank: k.info.rank,
+                    local_rank: k.info.local_rank,
+                    ..ProcessEnd::default()
+                }));
+                self.generation += 1;
+            }
+        }
+        records
+    }
+
+    /// A process said who it is (a `process` message, or a mark or OOM with `rank=`): its word
+    /// outranks its environment. Returns the record to write when this changes what is known.
+    pub fn said(&mut self, pid: u32, said: &ProcessInfo, t_us: u64) -> Vec<Record> {
+        let mut records = Vec::new();
+        if !self.known.contains_key(&pid) {
+            let info = ProcessInfo {
+                t_us,
+                pid,
+                parent_pid: (pid != self.root).then(|| parent_of(pid)).flatten(),
+                name: name_of(pid).into(),
+                ..ProcessInfo::default()
+            };
+            let env = Identity::from_environ(&environ_of(pid));
+            self.insert(info, env, false, &mut records);
+        }
+        let Some(known) = self.known.get_mut(&pid) else {
+            return records;
+        };
+        let mut info = known.info.clone();
+        if said.rank.is_some() {
+            info.rank = said.rank;
+            info.rank_from = RankSource::Message;
+            if pid != self.root || info.role == ProcessRole::Program {
+                info.role = if pid == self.root {
+                    ProcessRole::Program
+                } else {
+                    ProcessRole::Rank
+                };
+            }
+        }
+        info.local_rank = said.local_rank.or(info.local_rank);
+        info.world_size = said.world_size.or(info.world_size);
+        info.restart = said.restart.or(info.restart);
+        if info != known.info {
+            info.t_us = t_us;
+            known.info = info.clone();
+            self.generation += 1;
+            records.push(Record::Process(info));
+            self.root_becomes_launcher(t_us, &mut records);
+        }
+        records
+    }
+
+    /// The rank of a process, when it has one (a rank, or the program itself when it has a rank
+    /// and no ranks run below it).
+    pub fn rank_of(&self, pid: u32) -> Option<u32> {
+        let info = &self.known.get(&pid)?.info;
+        matches!(info.role, ProcessRole::Rank | ProcessRole::Program)
+            .then_some(info.rank)
+            .flatten()
+    }
+
+    /// The rank processes now: (pid, rank).
+    pub fn ranks(&self) -> Vec<(u32, u32)> {
+        let mut ranks: Vec<(u32, u32)> = self
+            .known
+            .values()
+            .filter(|k| k.info.role == ProcessRole::Rank)
+            .filter_map(|k| Some((k.info.pid, k.info.rank?)))
+            .collect();
+        ranks.sort_unstable_by_key(|(pid, rank)| (*rank, *pid));
+        ranks
+    }
+
+    fn insert(
+        &mut self,
+        mut info: ProcessInfo,
+        env: Identity,
+        in_tree: bool,
+        records: &mut Vec<Record>,
+    ) {
+        let parent = info.parent_pid.and_then(|p| self.known.get(&p));
+        info.role = role(
+            info.pid == self.root,
+            &env,
+            parent.map(|p| (&p.env, p.info.role)),
+        );
+        if matches!(info.role, ProcessRole::Rank | ProcessRole::Program) && env.rank.is_some() {
+            info.rank = env.rank;
+            info.rank_from = RankSource::Environment;
+        }
+        if info.role == ProcessRole::Worker {
+            // A worker belongs to its parent's rank.
+            info.rank = parent.and_then(|p| p.info.rank);
+            info.rank_from = parent.map_or(RankSource::None, |p| p.info.rank_from);
+        }
+        info.local_rank = env.local_rank;
+        info.world_size = env.world_size;
+        info.restart = env.restart;
+        let is_rank = info.role == ProcessRole::Rank;
+        let t_us = info.t_us;
+        self.known.insert(
+            info.pid,
+            Known {
+                info: info.clone(),
+                env,
+                in_tree,
+            },
+        );
+        records.push(Record::Process(info));
+        if is_rank {
+            self.generation += 1;
+            self.root_becomes_launcher(t_us, records);
+        }
+    }
+
+    /// The program is a launcher once ranks run below it.
+    fn root_becomes_launcher(&mut self, t_us: u64, records: &mut Vec<Record>) {
+        let has_ranks = self
+            .known
+            .values()
+            .any(|k| k.info.role == ProcessRole::Rank);
+        if let Some(root) = self.known.get_mut(&self.root)
+            && has_ranks
+            && root.info.role == ProcessRole::Program
+            && root.info.rank_from != RankSource::Message
+        {
+            root.info.role = ProcessRole::Launcher;
+            root.info.rank = None;
+            root.info.rank_from = RankSource::None;
+            root.info.t_us = t_us;
+            records.push(Record::Process(root.info.clone()));
+        }
+    }
+}
+
+/// What a process is, from its environment and its parent's.
+fn role(is_root: bool, env: &Identity, parent: Option<(&Identity, ProcessRole)>) -> ProcessRole {
+    if is_root {
+        return ProcessRole::Program;
+    }
+    let parent_is_rankish = parent.is_some_and(|(penv, prole)| {
+        matches!(prole, ProcessRole::Rank | ProcessRole::Worker)
+            || (prole == ProcessRole::Program && penv.rank.is_some())
+    });
+    match (env.rank, parent) {
+        // Same identity as a rank parent: its worker (a DataLoader worker inherits `RANK`).
+        (Some(_), Some((penv, _))) if penv == env && parent_is_rankish => ProcessRole::Worker,
+        // The same environment as a parent that is no rank (a shell, `torchrun` under a pod's
+        // `RANK`): not a rank either.
+        (Some(_), Some((penv, _))) if penv == env => ProcessRole::Other,
+        (Some(_), _) => ProcessRole::Rank,
+        (None, _) if parent_is_rankish => ProcessRole::Worker,
+        (None, _) => ProcessRole::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(rank: Option<u32>, local: Option<u32>) -> Identity {
+        Identity {
+            rank,
+            local_rank: local,
+            world_size: rank.map(|_| 2),
+            restart: None,
+        }
+    }
+
+    #[test]
+    fn roles_follow_the_launchers() {
+        let none = Identity::default();
+        // torchrun's agent (no RANK) starts ranks.
+        assert_eq!(
+            role(
+                false,
+                &id(Some(1), Some(1)),
+                Some((&none, ProcessRole::Program))
+            ),
+            ProcessRole::Rank
+        );
+        // A DataLoader worker of rank 1 inherits its environment.
+        assert_eq!(
+            role(
+                false,
+                &id(Some(1), Some(1)),
+                Some((&id(Some(1), Some(1)), ProcessRole::Rank))
+            ),
+            ProcessRole::Worker
+        );
+        // In a Kubeflow pod the agent has the node's RANK; its workers have their own.
+        let pod = Identity {
+            rank: Some(1),
+            local_rank: None,
+            world_size: Some(2),
+            restart: None,
+        };
+        assert_eq!(
+            role(
+                false,
+                &id(Some(1), Some(1)),
+                Some((&pod, ProcessRole::Program))
+            ),
+            ProcessRole::Rank
+        );
+        // A shell between the program and torchrun shares the program's environment.
+        assert_eq!(
+            role(false, &pod, Some((&pod, ProcessRole::Launcher))),
+            ProcessRole::Other
+        );
+        // Helpers without any rank below a rank are its workers; elsewhere they are others.
+        assert_eq!(
+            role(
+                false,
+                &none,
+                Some((&id(Some(0), Some(0)), ProcessRole::Rank))
+            ),
+            ProcessRole::Worker
+        );
+        assert_eq!(
+            role(false, &none, Some((&none, ProcessRole::Program))),
+            ProcessRole::Other
+        );
+        assert_eq!(role(true, &pod, None), ProcessRole::Program);
+    }
+
+    #[test]
+    fn the_program_becomes_a_launcher_and_its_word_wins() {
+        let me = std::process::id();
+        let mut p = Processes::new(me);
+        let records = p.observe_tree(&[me], 10);
+        assert!(matches!(&records[..], [Record::Process(i)] if i.role == ProcessRole::Program));
+        // A process that says its rank is a rank: the program (its parent here) is then the
+        // launcher. (This test process stands in for a rank of its own tree.)
+        let said = ProcessInfo {
+            rank: Some(3),
+            world_size: Some(4),
+            ..ProcessInfo::default()
+        };
+        let child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let records = p.said(child.id(), &said, 20);
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        let roles: Vec<(u32, ProcessRole, Option<u32>)> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Process(i) => Some((i.pid, i.role, i.rank)),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            roles.contains(&(child.id(), ProcessRole::Rank, Some(3))),
+            "{roles:?}"
+        );
+        assert!(
+            roles.contains(&(me, ProcessRole::Launcher, None)),
+            "{roles:?}"
+        );
+        assert_eq!(p.rank_of(child.id()), Some(3));
+        assert_eq!(p.ranks(), vec![(child.id(), 3)]);
+        // Saying the same again changes nothing.
+        assert!(p.said(child.id(), &said, 30).is_empty());
+        // It leaves the tree: its end is written once.
+        let records = p.observe_tree(&[me], 40);
+        assert!(matches!(&records[..], [Record::ProcessEnd(e)] if e.rank == Some(3)));
+        assert!(p.observe_tree(&[me], 50).is_empty());
+    }
+}

@@ -1,0 +1,570 @@
+//! Ranks: one analysis per rank, and what only a comparison of ranks shows.
+//!
+//! Why: under `collector run -- torchrun …` one trace holds every rank of the node, and a job's
+//! nodes write one trace each. Marks of several ranks in one stage table double the counts and
+//! pair stages of different processes; a rank that holds more than the others, or that failed
+//! first while the others waited in a collective, is only seen side by side.
+//!
+//! Each rank gets a *view* of its trace: its own marks and OOMs, its own memory counters (its
+//! RSS, its memory on each GPU) in the places the single-process analysis reads them, the
+//! device-level counters as they are. [`crate::analysis::analyze`] runs on the view as on any
+//! trace, so a rank's stage table, leaks and findings are the same words as a single run's. Across
+//! ranks: the imbalance per stage (the rank furthest above the median), the first failure on the
+//! common clock (traces are aligned on their wall-clock start) and what the other ranks did then.
+
+use serde::Serialize;
+
+use super::recommend::Finding;
+use super::stages::StageTable;
+use super::{AnalysisOptions, analyze};
+use crate::model::{
+    Counter, CounterId, CounterKind, ExitStatus, ProcessEnd, ProcessRole, StageMark, Trace,
+};
+
+/// A stage's value on one rank is called out when it exceeds the median rank's by this much…
+pub const IMBALANCE_MIN_BYTES: u64 = 64 << 20;
+/// …and by this share of the median.
+pub const IMBALANCE_MIN_SHARE: f64 = 0.10;
+
+/// One rank of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RankProcess {
+    /// Its rank.
+    pub rank: u32,
+    /// Its process (the latest one, after elastic restarts), when known.
+    pub pid: Option<u32>,
+    /// Its rank on the node.
+    pub local_rank: Option<u32>,
+}
+
+/// The ranks a trace holds: processes the collector took for ranks, and the senders of marks
+/// that named a rank (traces of format 1.2–1.4 have only those). A single-process trace whose
+/// program has a rank is that one rank; a trace without any rank has none.
+pub fn ranks_of(trace: &Trace) -> Vec<RankProcess> {
+    let mut ranks: Vec<RankProcess> = Vec::new();
+    let mut add = |rank: u32, pid: Option<u32>, local_rank: Option<u32>| match ranks
+        .iter_mut()
+        .find(|r| r.rank == rank)
+    {
+        Some(r) => {
+            r.pid = pid.or(r.pid);
+            r.local_rank = local_rank.or(r.local_rank);
+        }
+        None => ranks.push(RankProcess {
+            rank,
+            pid,
+            local_rank,
+        }),
+    };
+    // The latest record of each pid is what it is.
+    let mut latest: Vec<&crate::model::ProcessInfo> = Vec::new();
+    for p in &trace.processes {
+        match latest.iter_mut().find(|q| q.pid == p.pid) {
+            Some(q) => *q = p,
+            None => latest.push(p),
+        }
+    }
+    for p in &latest {
+        if p.role == ProcessRole::Rank
+            && let Some(rank) = p.rank
+        {
+            add(rank, Some(p.pid), p.local_rank);
+        }
+    }
+    for m in &trace.marks {
+        if let Some(rank) = m.rank {
+            let is_launcher = latest
+                .iter()
+                .any(|p| Some(p.pid) == m.pid && p.role == ProcessRole::Launcher);
+            if !is_launcher {
+                add(rank, m.pid, None);
+            }
+        }
+    }
+    ranks.sort_by_key(|r| r.rank);
+    ranks
+}
+
+/// A rank's view of a trace: its marks, OOMs and kills, its own RSS as `host.rss` and its own
+/// memory on each GPU as `gpuN.process`, the devices' counters as recorded. Records without a
+/// sender (components, statistics, trials) and the other processes are left out.
+pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
+    let mine = |pid: Option<u32>, r: Option<u32>| {
+        r == Some(rank.rank) || (r.is_none() && pid.is_some() && pid == rank.pid)
+    };
+    // Columns: device-level and in-process counters as they are; the tree's RSS, PSS and
+    // per-GPU process memory replaced by this rank's own.
+    let mut keep: Vec<(CounterId, Counter)> = Vec::new();
+    for (i, c) in trace.counters.iter().enumerate() {
+        let id = CounterId(i as u32);
+        let as_kind = match c.kind {
+            CounterKind::PidRss if c.pid.is_some() && c.pid == rank.pid => CounterKind::HostRss,
+            CounterKind::PidGpu if c.pid.is_some() && c.pid == rank.pid => CounterKind::ProcessGpu,
+            CounterKind::PidRss
+            | CounterKind::PidGpu
+            | CounterKind::HostRss
+            | CounterKind::HostPss
+            | CounterKind::ProcessGpu => continue,
+            other => other,
+        };
+        keep.push((
+            id,
+            Counter {
+                kind: as_kind,
+                device: c.device,
+                name: as_kind.counter_name(c.device),
+                pid: None,
+            },
+        ));
+    }
+    let ids: Vec<CounterId> = keep.iter().map(|(id, _)| *id).collect();
+    let end = trace
+        .process_ends
+        .iter()
+        .filter(|e| e.from_launcher && mine(Some(e.pid).filter(|p| *p != 0), e.rank))
+        .find_map(|e| e.status);
+    let mut metadata = trace.metadata.clone();
+    metadata.rank = Some(rank.rank);
+    metadata.pid = rank.pid.unwrap_or(metadata.pid);
+    Trace {
+        format_version: trace.format_version,
+        metadata,
+        counters: keep.into_iter().map(|(_, c)| c).collect(),
+        samples: trace.samples.select(&ids),
+        marks: trace
+            .marks
+            .iter()
+            .filter(|m| mine(m.pid, m.rank))
+            .cloned()
+            .collect(),
+        ooms: trace
+            .ooms
+            .iter()
+            .filter(|o| mine(o.pid, o.rank))
+            .cloned()
+            .collect(),
+        oom_kills: trace
+            .oom_kills
+            .iter()
+            .filter(|k| rank.pid == Some(k.pid))
+            .cloned()
+            .collect(),
+        exit: match (end, trace.exit) {
+            (Some(status), Some(exit)) => Some(crate::model::ProcessExit {
+                status,
+                probable_host_oom: false,
+                ..exit
+            }),
+            (_, exit) => exit,
+        },
+        notes: trace.notes.clone(),
+        dropped: trace.dropped.clone(),
+        end_us: trace.end_us,
+        ..Trace::default()
+    }
+}
+
+/// The trace the whole-run analysis reads when it holds several ranks: every record and counter,
+/// but the marks of the lowest rank only (one process's stages; each rank's are in
+/// [`RankSummary::stage_table`]).
+pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Vec<StageMark>> {
+    let lowest = ranks.first()?;
+    Some(
+        trace
+            .marks
+            .iter()
+            .filter(|m| m.rank == Some(lowest.rank) || (m.rank.is_none() && m.pid == lowest.pid))
+            .cloned()
+            .collect(),
+    )
+}
+
+/// One rank's story.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankSummary {
+    /// Its rank.
+    pub rank: u32,
+    /// Its process, when known.
+    pub pid: Option<u32>,
+    /// Its rank on the node.
+    pub local_rank: Option<u32>,
+    /// The node (host name) it ran on.
+    pub host: String,
+    /// The trace it came from (a file name, for a job's directory; empty for one trace).
+    pub source: String,
+    /// Stage marks.
+    pub marks: usize,
+    /// Highest step marked.
+    pub last_step: Option<u64>,
+    /// Its last mark, on the job's clock (µs from the earliest trace's start).
+    pub last_mark_us: Option<u64>,
+    /// Its highest RSS.
+    pub peak_host_bytes: Option<u64>,
+    /// Its highest device memory (NVML per process, summed over GPUs), else the allocator's.
+    pub peak_device_bytes: Option<u64>,
+    /// Its first OOM: when (job clock) and what.
+    pub oom: Option<RankOom>,
+    /// How it ended, as its launcher said (torchrun's summary); `None` when unknown.
+    pub exit: Option<ExitStatus>,
+    /// Its launcher named it the first failure.
+    pub launcher_root_cause: bool,
+    /// When the collector saw it leave the tree (job clock).
+    pub ended_us: Option<u64>,
+    /// Its stage table.
+    pub stage_table: StageTable,
+    /// Its own findings (the same rules as a single run).
+    pub findings: Vec<Finding>,
+}
+
+/// A rank's first OOM.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankOom {
+    /// When, on the job's clock.
+    pub t_us: u64,
+    /// Host memory (not device).
+    pub host: bool,
+    /// At which stage and step, when known.
+    pub stage: Option<String>,
+    /// Step.
+    pub step: Option<u64>,
+    /// The error's first line.
+    pub message: String,
+}
+
+/// The rank furthest above the others at one stage.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageImbalance {
+    /// The stage.
+    pub stage: String,
+    /// What was compared (`host.rss`, `gpu0.process`, `allocated`).
+    pub metric: String,
+    /// The rank with the most.
+    pub rank: u32,
+    /// Its value (the stage's highest on that rank).
+    pub max_bytes: u64,
+    /// The median rank's value.
+    pub median_bytes: u64,
+    /// How many ranks were compared.
+    pub ranks: usize,
+}
+
+impl StageImbalance {
+    /// What the rank holds beyond the median.
+    pub fn excess_bytes(&self) -> u64 {
+        self.max_bytes.saturating_sub(self.median_bytes)
+    }
+}
+
+/// What one of the other ranks did when the first one failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankFate {
+    /// The rank.
+    pub rank: u32,
+    /// How it ended (its launcher's word), when known.
+    pub exit: Option<ExitStatus>,
+    /// Seconds between the failure and its last mark when it marked nothing after the failure
+    /// (it waited: in a collective, for the failed rank), else `None`.
+    pub idle_after_failure_us: Option<u64>,
+    /// It also ran out of memory.
+    pub oom: bool,
+}
+
+/// The first rank to fail on the common clock, and the others' fate.
+#[derive(Debug, Clone, Serialize)]
+pub struct FirstFailure {
+    /// The rank.
+    pub rank: u32,
+    /// When (job clock), when known.
+    pub t_us: Option<u64>,
+    /// What happened, in words (`out of host memory at post_forward of step 3`).
+    pub what: String,
+    /// The error line, when there is one.
+    pub message: Option<String>,
+    /// The other ranks.
+    pub others: Vec<RankFate>,
+}
+
+/// Ranks side by side.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankAnalysis {
+    /// Each rank, by rank.
+    pub ranks: Vec<RankSummary>,
+    /// Per stage and metric, the rank furthest above the median, largest excess first (only
+    /// those over [`IMBALANCE_MIN_BYTES`] and [`IMBALANCE_MIN_SHARE`]).
+    pub imbalance: Vec<StageImbalance>,
+    /// The first failure, when a rank failed.
+    pub first_failure: Option<FirstFailure>,
+}
+
+impl RankAnalysis {
+    /// The rank with the highest memory (device when recorded, else host) and the spread
+    /// between the highest and the lowest rank.
+    pub fn worst(&self) -> Option<(&RankSummary, u64, bool)> {
+        let device = self.ranks.iter().any(|r| r.peak_device_bytes.is_some());
+        let value = |r: &RankSummary| {
+            if device {
+                r.peak_device_bytes
+            } else {
+                r.peak_host_bytes
+            }
+        };
+        let worst = self
+            .ranks
+            .iter()
+            .filter(|r| value(r).is_some())
+            .max_by_key(|r| value(r))?;
+        let lowest = self.ranks.iter().filter_map(value).min()?;
+        Some((worst, value(worst)?.saturating_sub(lowest), device))
+    }
+}
+
+/// Summarises every rank of a trace; times move by `offset_us` onto the job's clock.
+pub fn summarize(
+    trace: &Trace,
+    source: &str,
+    offset_us: u64,
+    options: &AnalysisOptions,
+) -> Vec<RankSummary> {
+    let mut ranks = ranks_of(trace);
+    if ranks.is_empty() {
+        // A single-process trace of a rank (srun per task): that rank.
+        let rank = trace.metadata.rank.or_else(|| {
+            trace
+                .processes
+                .iter()
+                .rev()
+                .find(|p| p.pid == trace.metadata.pid)
+                .and_then(|p| p.rank)
+        });
+        match rank {
+            Some(rank) => ranks.push(RankProcess {
+                rank,
+                pid: Some(trace.metadata.pid),
+                local_rank: None,
+            }),
+            None => return Vec::new(),
+        }
+    }
+    let single = ranks.len() == 1 && ranks_of(trace).is_empty();
+    ranks
+        .iter()
+        .map(|rank| {
+            let view;
+            let t = if single {
+                trace
+            } else {
+                view = rank_view(trace, rank);
+                &view
+            };
+            summarize_view(trace, t, rank, source, offset_us, options)
+        })
+        .collect()
+}
+
+fn summarize_view(
+    whole: &Trace,
+    view: &Trace,
+    rank: &RankProcess,
+    source: &str,
+    offset_us: u64,
+    options: &AnalysisOptions,
+) -> RankSummary {
+    let analysis = analyze(view, options);
+    let peak_of = |kind: CounterKind| {
+        view.counters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == kind)
+            .filter_map(|(i, _)| {
+                view.samples
+                    .points(CounterId(i as u32))
+                    .map(|(_, v)| v)
+                    .max()
+            })
+            .reduce(|a, b| a + b)
+    };
+    let allocated = view
+        .marks
+        .iter()
+        .filter_map(|m| {
+            m.snapshot
+                .map(|s| s.peak_allocated_bytes.max(s.allocated_bytes))
+        })
+        .max();
+    let oom = view.ooms.iter().min_by_key(|o| o.t_us).map(|o| RankOom {
+        t_us: o.t_us + offset_us,
+        host: o.source.is_host(),
+        stage: o.stage.as_deref().map(str::to_owned),
+        step: o.step,
+        message: o.message.lines().next().unwrap_or_default().to_owned(),
+    });
+    let ends: Vec<&ProcessEnd> = whole
+        .process_ends
+        .iter()
+        .filter(|e| e.rank == Some(rank.rank) || (e.pid != 0 && Some(e.pid) == rank.pid))
+        .collect();
+    let launcher = ends.iter().find(|e| e.from_launcher);
+    RankSummary {
+        rank: rank.rank,
+        pid: rank.pid,
+        local_rank: rank
+            .local_rank
+            .or_else(|| launcher.and_then(|e| e.local_rank)),
+        host: whole.metadata.host.clone(),
+        source: source.to_owned(),
+        marks: view.marks.len(),
+        last_step: view.marks.iter().map(|m| m.step).max(),
+        last_mark_us: view.marks.last().map(|m| m.t_us + offset_us),
+        peak_host_bytes: peak_of(CounterKind::HostRss),
+        peak_device_bytes: peak_of(CounterKind::ProcessGpu).or(allocated),
+        oom,
+        exit: launcher.and_then(|e| e.status),
+        launcher_root_cause: launcher.is_some_and(|e| e.first_failure),
+        ended_us: ends
+            .iter()
+            .find(|e| !e.from_launcher)
+            .map(|e| e.t_us + offset_us),
+        stage_table: analysis.stage_table,
+        findings: analysis.findings,
+    }
+}
+
+/// Compares ranks: imbalance per stage and the first failure.
+pub fn compare_ranks(ranks: Vec<RankSummary>) -> RankAnalysis {
+    let mut ranks = ranks;
+    ranks.sort_by_key(|r| r.rank);
+    RankAnalysis {
+        imbalance: imbalance(&ranks),
+        first_failure: first_failure(&ranks),
+        ranks,
+    }
+}
+
+fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
+    if ranks.len() < 2 {
+        return Vec::new();
+    }
+    // (stage, metric) → (rank, highest value at that stage).
+    let mut cells: Vec<((String, String), Vec<(u32, u64)>)> = Vec::new();
+    for r in ranks {
+        for row in &r.stage_table.rows {
+            for m in &row.metrics {
+                let Some(max) = m.max_bytes else {
+                    continue;
+                };
+                let key = (row.stage.clone(), m.metric.label());
+                match cells.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, values)) => values.push((r.rank, max)),
+                    None => cells.push((key, vec![(r.rank, max)])),
+                }
+            }
+        }
+    }
+    let mut found: Vec<StageImbalance> = cells
+        .into_iter()
+        .filter(|(_, values)| values.len() >= 2)
+        .filter_map(|((stage, metric), values)| {
+            let mut sorted: Vec<u64> = values.iter().map(|(_, v)| *v).collect();
+            sorted.sort_unstable();
+            // The lower median: with two ranks, the other one.
+            let median = sorted[(sorted.len() - 1) / 2];
+            let &(rank, max) = values
+                .iter()
+                .max_by_key(|(r, v)| (*v, std::cmp::Reverse(*r)))?;
+            let excess = max.saturating_sub(median);
+            (excess >= IMBALANCE_MIN_BYTES && excess as f64 >= IMBALANCE_MIN_SHARE * median as f64)
+                .then_some(StageImbalance {
+                    stage,
+                    metric,
+                    rank,
+                    max_bytes: max,
+                    median_bytes: median,
+                    ranks: values.len(),
+                })
+        })
+        .collect();
+    found.sort_by(|a, b| {
+        b.excess_bytes()
+            .cmp(&a.excess_bytes())
+            .then_with(|| a.stage.cmp(&b.stage))
+    });
+    found
+}
+
+fn first_failure(ranks: &[RankSummary]) -> Option<FirstFailure> {
+    // An OOM on the common clock first; else the launcher's root cause; else the first rank
+    // that ended with a failure status.
+    let by_oom = ranks
+        .iter()
+        .filter_map(|r| Some((r.oom.as_ref()?.t_us, r)))
+        .min_by_key(|(t, r)| (*t, r.rank))
+        .map(|(_, r)| r);
+    let failed = |r: &&RankSummary| r.exit.is_some_and(|s| s != ExitStatus::Code(0));
+    let first = by_oom
+        .or_else(|| ranks.iter().find(|r| r.launcher_root_cause && failed(r)))
+        .or_else(|| ranks.iter().filter(failed).min_by_key(|r| r.ended_us))?;
+    let t_us = first
+        .oom
+        .as_ref()
+        .map(|o| o.t_us)
+        .or(first.ended_us)
+        .or(first.last_mark_us);
+    let what = match (&first.oom, first.exit) {
+        (Some(oom), _) => {
+            let memory = if oom.host { "host" } else { "device" };
+            match (&oom.stage, oom.step) {
+                (Some(stage), Some(step)) => {
+                    format!("ran out of {memory} memory after {stage} of step {step}")
+                }
+                (Some(stage), None) => format!("ran out of {memory} memory after {stage}"),
+                _ => format!("ran out of {memory} memory"),
+            }
+        }
+        (None, Some(status)) => format!("ended with {}", status_words(status)),
+        (None, None) => "failed".to_owned(),
+    };
+    let others = ranks
+        .iter()
+        .filter(|r| r.rank != first.rank)
+        .map(|r| RankFate {
+            rank: r.rank,
+            exit: r.exit,
+            idle_after_failure_us: match (t_us, r.last_mark_us) {
+                (Some(t), Some(last)) if last <= t => r.ended_us.map(|end| end.saturating_sub(t)),
+                _ => None,
+            },
+            oom: r.oom.is_some(),
+        })
+        .collect();
+    Some(FirstFailure {
+        rank: first.rank,
+        t_us,
+        what,
+        message: first.oom.as_ref().map(|o| o.message.clone()),
+        others,
+    })
+}
+
+/// `exit code 1`, `SIGKILL`, `signal 40`.
+pub fn status_words(status: ExitStatus) -> String {
+    match status {
+        ExitStatus::Code(code) => format!("exit code {code}"),
+        ExitStatus::Signal(signal) => match signal_name(signal) {
+            Some(name) => name.to_owned(),
+            None => format!("signal {signal}"),
+        },
+    }
+}
+
+/// The name of a common signal.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return None,
+    })
+}

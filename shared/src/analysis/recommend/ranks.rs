@@ -1,0 +1,136 @@
+//! Rules that only a comparison of ranks can make: one rank holding more than the others, and
+//! the rank that failed first while the others waited or were stopped.
+
+use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use crate::analysis::ranks::{FirstFailure, RankFate, StageImbalance, status_words};
+use crate::units::{format_bytes, format_duration_us};
+
+/// One rank holds much more than the median rank at some stage.
+#[derive(Debug)]
+pub struct RankImbalance;
+
+impl Diagnose for RankImbalance {
+    const KIND: FindingKind = FindingKind::RankImbalance;
+    type Diagnosis<'a> = &'a StageImbalance;
+
+    /// Detection: the largest imbalance of [`crate::analysis::ranks::RankAnalysis::imbalance`]
+    /// (over 64 MiB and 10% of the median rank).
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        ctx.analysis.ranks.as_ref()?.imbalance.first()
+    }
+
+    /// Wording.
+    fn explain(&self, i: &Self::Diagnosis<'_>) -> Finding {
+        finding(
+            self,
+            Severity::Warning,
+            format!(
+                "Rank {} holds {} more than the median rank at {} ({})",
+                i.rank,
+                format_bytes(i.excess_bytes()),
+                i.stage,
+                i.metric
+            ),
+            format!(
+                "at {} rank {} reaches {} of {} where the median of the {} ranks is {}: every \
+                 rank needs room for the largest one, so the job's batch and model size are set \
+                 by this rank",
+                i.stage,
+                i.rank,
+                format_bytes(i.max_bytes),
+                i.metric,
+                i.ranks,
+                format_bytes(i.median_bytes)
+            ),
+            format!(
+                "look at what rank {} does that the others do not at {}: evaluation outputs or \
+                 metrics gathered on one rank, logging, a full checkpoint gathered for saving \
+                 (save with torch.distributed.checkpoint, or gather to CPU in pieces), a model \
+                 loaded on every rank before sharding (load on rank 0 and broadcast); when the \
+                 difference is by design (first and last pipeline stages), size for it",
+                i.rank, i.stage
+            ),
+            vec![
+                Evidence::count("rank", f64::from(i.rank)),
+                Evidence::bytes("max_bytes", i.max_bytes as f64),
+                Evidence::bytes("median_bytes", i.median_bytes as f64),
+                Evidence::bytes("excess_bytes", i.excess_bytes() as f64),
+                Evidence::count("ranks", i.ranks as f64),
+            ],
+        )
+    }
+}
+
+/// A rank failed first; what the others did.
+#[derive(Debug)]
+pub struct FirstRankFailure;
+
+impl Diagnose for FirstRankFailure {
+    const KIND: FindingKind = FindingKind::FirstRankFailure;
+    type Diagnosis<'a> = &'a FirstFailure;
+
+    /// Detection: a rank ran out of memory or ended with a failure
+    /// ([`crate::analysis::ranks::RankAnalysis::first_failure`]).
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        ctx.analysis.ranks.as_ref()?.first_failure.as_ref()
+    }
+
+    /// Wording.
+    fn explain(&self, f: &Self::Diagnosis<'_>) -> Finding {
+        let fates: Vec<String> = f.others.iter().map(fate).collect();
+        let waited = f
+            .others
+            .iter()
+            .filter_map(|o| o.idle_after_failure_us)
+            .max();
+        let mut explanation = format!("rank {} {} first", f.rank, f.what);
+        if let Some(message) = &f.message {
+            explanation.push_str(&format!(" (\"{message}\")"));
+        }
+        if !fates.is_empty() {
+            explanation.push_str(&format!("; then {}", fates.join("; ")));
+        }
+        explanation.push_str(
+            ". The other ranks' failures follow from the first one: a rank that loses its peer \
+             waits in its next collective until the launcher stops it or the timeout fires",
+        );
+        let mut evidence = vec![Evidence::count("rank", f64::from(f.rank))];
+        if let Some(t) = f.t_us {
+            evidence.push(Evidence::micros("t_us", t as f64));
+        }
+        if let Some(w) = waited {
+            evidence.push(Evidence::micros("others_waited_us", w as f64));
+        }
+        finding(
+            self,
+            Severity::Critical,
+            format!("Rank {} failed first: it {}", f.rank, f.what),
+            explanation,
+            format!(
+                "fix rank {}'s failure (its findings are in the rank table: `collector summary` \
+                 shows each rank); the other ranks' errors (timeouts, SIGTERM) are consequences",
+                f.rank
+            ),
+            evidence,
+        )
+    }
+}
+
+/// What one other rank did, in words.
+fn fate(o: &RankFate) -> String {
+    let mut words = format!("rank {}", o.rank);
+    if o.oom {
+        words.push_str(" also ran out of memory");
+    } else if let Some(idle) = o.idle_after_failure_us {
+        words.push_str(&format!(
+            " marked nothing more and ended {} later",
+            format_duration_us(idle)
+        ));
+    } else {
+        words.push_str(" went on");
+    }
+    if let Some(status) = o.exit {
+        words.push_str(&format!(" ({})", status_words(status)));
+    }
+    words
+}
