@@ -501,6 +501,102 @@ fn the_rank_that_runs_out_first_is_named_with_the_others_fate() {
 }
 
 #[test]
+fn two_nodes_write_templated_traces_and_summary_dir_puts_their_ranks_together() {
+    // Two torchrun agents on one machine stand in for two nodes (static rendezvous over
+    // localhost, 2 ranks each): one collector per node, each writing `{job}/{node}.oomt`.
+    let s = Scratch::new("two-nodes");
+    let template = format!("{}/{{job}}/{{node}}.oomt", s.path("runs").display());
+    let port = 29_400 + (std::process::id() % 500);
+    let children: Vec<_> = (0..2)
+        .map(|node| {
+            let mut cmd = vec![
+                "run".to_owned(),
+                "-q".to_owned(),
+                "-o".to_owned(),
+                template.clone(),
+                "--".to_owned(),
+            ];
+            cmd.extend(torchrun(
+                "2",
+                &["--steps", "8", "--hold-rank", "2", "--hold-mib", "200"],
+            ));
+            // A static rendezvous instead of --standalone.
+            cmd.retain(|a| a != "--standalone");
+            let at = cmd.iter().position(|a| a == "--nproc-per-node").unwrap();
+            for (i, arg) in [
+                "--nnodes".to_owned(),
+                "2".to_owned(),
+                "--node-rank".to_owned(),
+                node.to_string(),
+                "--master-addr".to_owned(),
+                "127.0.0.1".to_owned(),
+                "--master-port".to_owned(),
+                port.to_string(),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                cmd.insert(at + i, arg);
+            }
+            let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            collector(&args)
+                .env("SLURM_JOB_ID", "4242")
+                .env("SLURMD_NODENAME", format!("node{node}"))
+                .env("OMP_NUM_THREADS", "1")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let dir = s.path("runs/4242");
+    for node in ["node0.oomt", "node1.oomt"] {
+        assert!(dir.join(node).exists(), "{node}");
+    }
+    // A third collector with the same template refuses to overwrite node0's trace.
+    let again = collector(&["run", "-q", "-o", &template, "--", "true"])
+        .env("SLURM_JOB_ID", "4242")
+        .env("SLURMD_NODENAME", "node0")
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("will not overwrite"),
+        "{}",
+        stderr(&again)
+    );
+    // The job, analysed together: four ranks, rank 2 (on node1) holding 200 MiB more.
+    let out = collector(&["summary", "--json", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranks = doc["ranks"]["ranks"].as_array().unwrap();
+    let numbers: Vec<u64> = ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, [0, 1, 2, 3]);
+    for r in ranks {
+        assert_eq!(r["marks"].as_u64(), Some(48), "8 steps × 6 stages: {r}");
+    }
+    let top = &doc["ranks"]["imbalance"][0];
+    assert_eq!(top["rank"].as_u64(), Some(2), "{top}");
+    let excess = top["max_bytes"].as_f64().unwrap() - top["median_bytes"].as_f64().unwrap();
+    assert!(
+        (180.0..230.0).contains(&(excess / f64::from(1 << 20))),
+        "{top}"
+    );
+    assert_eq!(doc["findings"][0]["id"], "rank-imbalance");
+    let text = collector(&["summary", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("2 traces, 4 ranks") && text.contains("node1"),
+        "{text}"
+    );
+}
+
+#[test]
 fn the_programs_own_marks_add_to_the_automatic_ones_without_duplicates() {
     let s = Scratch::new("zc-user");
     let child = s.script(

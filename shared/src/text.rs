@@ -330,6 +330,44 @@ fn peaks(out: &mut String, analysis: &Analysis) {
     wrap(out, &text, 4, 4);
 }
 
+/// The summary of a job's traces analysed together (`collector summary DIR`): the traces, the
+/// ranks side by side with each one's stage table, and the findings.
+pub fn render_job(sources: &[(String, String)], r: &RankAnalysis) -> String {
+    let mut out = String::new();
+    line(
+        &mut out,
+        &format!(
+            "oomscope: {} traces, {} ranks",
+            sources.len(),
+            r.ranks.len()
+        ),
+    );
+    for (source, about) in sources {
+        line(&mut out, &format!("  {source}: {about}"));
+    }
+    ranks(&mut out, r, true);
+    let findings = crate::analysis::recommend::job_findings(r);
+    section(&mut out, "Findings");
+    if findings.is_empty() {
+        line(
+            &mut out,
+            "  nothing to change: no rule found evidence of a memory problem on any rank",
+        );
+    }
+    for f in &findings {
+        let tag = format!("[{}]", f.severity.label().to_ascii_uppercase());
+        wrap(
+            &mut out,
+            &format!("{tag} {} ({})", f.title, f.kind.id()),
+            2,
+            4,
+        );
+        wrap(&mut out, &f.explanation, 4, 4);
+        wrap(&mut out, &format!("→ {}", f.change), 4, 6);
+    }
+    out
+}
+
 /// The ranks side by side: the worst rank and the spread first, a row per rank, imbalance, and
 /// (in the full summary) each rank's stage table.
 pub fn ranks(out: &mut String, r: &RankAnalysis, each_stage_table: bool) {
@@ -355,7 +393,7 @@ pub fn ranks(out: &mut String, r: &RankAnalysis, each_stage_table: bool) {
     }
     let header = format!(
         "  {:>5} {:>8} {:<14} {:>6} {:>6} {:>10} {:>10}  {}",
-        "rank", "pid", "host", "marks", "step", "host peak", "dev peak", "ended"
+        "rank", "pid", "node", "marks", "step", "host peak", "dev peak", "ended"
     );
     line(out, header.trim_end());
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
@@ -375,7 +413,7 @@ pub fn ranks(out: &mut String, r: &RankAnalysis, each_stage_table: bool) {
                 "  {:>5} {:>8} {:<14} {:>6} {:>6} {:>10} {:>10}  {}",
                 rank.rank,
                 opt(rank.pid.map(|p| p.to_string())),
-                shorten(&rank.host, 14),
+                shorten(&node_of(rank), 14),
                 format_count(rank.marks as u64),
                 opt(rank.last_step.map(format_count)),
                 opt(rank.peak_host_bytes.map(format_bytes)),
@@ -385,17 +423,23 @@ pub fn ranks(out: &mut String, r: &RankAnalysis, each_stage_table: bool) {
             .trim_end(),
         );
     }
-    for i in r.imbalance.iter().take(3) {
+    if let Some(i) = r.imbalance.first() {
+        let more = r.imbalance.iter().filter(|j| j.rank == i.rank).count() - 1;
         wrap(
             out,
             &format!(
-                "imbalance at {}: rank {} {} vs median {} ({}, +{})",
+                "imbalance at {}: rank {} {} vs median {} ({}, +{}){}",
                 i.stage,
                 i.rank,
                 format_bytes(i.max_bytes),
                 format_bytes(i.median_bytes),
                 i.metric,
-                format_bytes(i.excess_bytes())
+                format_bytes(i.excess_bytes()),
+                if more > 0 {
+                    format!("; rank {} leads at {more} more stage(s)", i.rank)
+                } else {
+                    String::new()
+                }
             ),
             2,
             4,
@@ -410,6 +454,13 @@ pub fn ranks(out: &mut String, r: &RankAnalysis, each_stage_table: bool) {
             }
         }
     }
+}
+
+/// Where a rank ran: its trace's file name in a job (one file per node), else the host.
+fn node_of(rank: &crate::analysis::ranks::RankSummary) -> String {
+    std::path::Path::new(&rank.source)
+        .file_stem()
+        .map_or_else(|| rank.host.clone(), |s| s.to_string_lossy().into_owned())
 }
 
 fn stage_tables(out: &mut String, analysis: &Analysis) {

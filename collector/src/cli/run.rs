@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::text;
 
@@ -17,6 +17,11 @@ use crate::trace_file::read_trace;
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// Trace file to write [default: oomscope-YYYYMMDD-HHMMSS.oomt in the current directory].
+    /// May be a template filled from the launchers' environment, one file per node or rank:
+    /// `{job}` (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, …), `{node}` (SLURMD_NODENAME or the host
+    /// name), `{node_rank}`, `{rank}`, `{local_rank}`, `{attempt}`, `{pid}`, `{host}`, e.g.
+    /// `-o 'runs/{job}/{node}-{rank}.oomt'`; missing directories are made, and a templated
+    /// path that already exists (another rank's file) is refused, never overwritten.
     #[arg(short, long)]
     pub out: Option<PathBuf>,
     /// Sampling interval of GPU and host memory, in milliseconds (1 = 1 kHz).
@@ -57,9 +62,13 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> Result<i32> {
-    let out = args.out.unwrap_or_else(default_trace_name);
+    let (out, exclusive) = match args.out {
+        Some(path) => output_path(&path)?,
+        None => (default_trace_name(), false),
+    };
     let options = RunOptions {
         out,
+        exclusive,
         interval: Duration::from_millis(args.interval_ms),
         process_interval: Duration::from_millis(args.process_interval_ms),
         gpus: args.gpus,
@@ -132,4 +141,28 @@ mod tests {
         assert_eq!(civil_from_days(20_413), (2025, 11, 21));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
+}
+
+/// Fills an output path template (`{rank}`, `{node}`, …; see `RunArgs::out`): the path and
+/// whether it must be a new file.
+fn output_path(path: &std::path::Path) -> Result<(PathBuf, bool)> {
+    let text = path.to_string_lossy();
+    if !oomscope_trace::launch_env::is_template(&text) {
+        return Ok((path.to_owned(), false));
+    }
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let filled = oomscope_trace::launch_env::expand_template(
+        &text,
+        lookup,
+        &crate::run::recording::host_name(),
+        std::process::id(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let filled = PathBuf::from(filled);
+    if let Some(dir) = filled.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    }
+    Ok((filled, true))
 }

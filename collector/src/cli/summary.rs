@@ -1,8 +1,10 @@
-//! `collector summary TRACE [--json]`.
+//! `collector summary TRACE [--json]`, and `collector summary DIR|TRACE... [--json]` for a job's
+//! traces analysed together (one per node or per rank).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use oomscope_trace::analysis::ranks::{JobTrace, analyze_job};
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::text;
 use serde::Serialize;
@@ -13,8 +15,10 @@ use crate::trace_file::read_trace;
 /// `collector summary`.
 #[derive(Debug, clap::Args)]
 pub struct SummaryArgs {
-    /// The trace.
-    pub trace: PathBuf,
+    /// The trace; or several, or directories of them (`*.oomt`, searched recursively): a job's
+    /// traces, one per node or rank, analysed together on the wall clock.
+    #[arg(required = true, num_args = 1..)]
+    pub traces: Vec<PathBuf>,
     /// Print stable JSON for scripts instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -34,12 +38,17 @@ struct SummaryJson<'a> {
 }
 
 pub fn summary(args: &SummaryArgs) -> Result<i32> {
-    let decoded = read_trace(&args.trace)?;
+    let files = trace_files(&args.traces)?;
+    if files.len() > 1 || args.traces.iter().any(|p| p.is_dir()) {
+        return job_summary(&files, args.json);
+    }
+    let path = &files[0];
+    let decoded = read_trace(path)?;
     let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
     let mut out = if args.json {
         let doc = SummaryJson {
             schema_version: SUMMARY_SCHEMA_VERSION,
-            trace: args.trace.display().to_string(),
+            trace: path.display().to_string(),
             format_version: format!(
                 "{}.{}",
                 decoded.trace.format_version.0, decoded.trace.format_version.1
@@ -54,6 +63,105 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
             text.push_str(&format!("warning: {w}\n"));
         }
         text.push_str(&text::render(&decoded.trace, &analysis));
+        text
+    };
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    write_stdout(out.as_bytes())?;
+    Ok(0)
+}
+
+/// The trace files named, directories searched recursively for `*.oomt` (sorted).
+pub fn trace_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let before = files.len();
+            collect(path, &mut files)
+                .with_context(|| format!("cannot read the directory {}", path.display()))?;
+            anyhow::ensure!(
+                files.len() > before,
+                "no trace (*.oomt) in {}",
+                path.display()
+            );
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn collect(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            collect(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "oomt") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct JobJson<'a> {
+    schema_version: u32,
+    traces: Vec<String>,
+    ranks: &'a oomscope_trace::analysis::ranks::RankAnalysis,
+    findings: Vec<oomscope_trace::analysis::recommend::Finding>,
+}
+
+/// Several traces of one job, side by side.
+fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
+    let decoded = files
+        .iter()
+        .map(|f| read_trace(f))
+        .collect::<Result<Vec<_>>>()?;
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let job: Vec<JobTrace<'_>> = decoded
+        .iter()
+        .zip(&names)
+        .map(|(d, name)| JobTrace {
+            source: name,
+            trace: &d.trace,
+        })
+        .collect();
+    let analysis = analyze_job(&job, &AnalysisOptions::default());
+    let mut out = if json {
+        let doc = JobJson {
+            schema_version: SUMMARY_SCHEMA_VERSION,
+            traces: names,
+            ranks: &analysis,
+            findings: oomscope_trace::analysis::recommend::job_findings(&analysis),
+        };
+        serde_json::to_string_pretty(&doc).context("encoding the summary as JSON failed")?
+    } else {
+        let mut text = String::new();
+        for (d, name) in decoded.iter().zip(&names) {
+            for w in &d.warnings {
+                text.push_str(&format!("warning: {name}: {w}\n"));
+            }
+        }
+        let sources: Vec<(String, String)> = decoded
+            .iter()
+            .zip(&names)
+            .map(|(d, name)| {
+                let m = &d.trace.metadata;
+                (
+                    name.clone(),
+                    format!(
+                        "host {}, {}",
+                        m.host,
+                        oomscope_trace::headline::ending(&d.trace)
+                    ),
+                )
+            })
+            .collect();
+        text.push_str(&text::render_job(&sources, &analysis));
         text
     };
     if !out.ends_with('\n') {

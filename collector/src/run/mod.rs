@@ -90,6 +90,8 @@ const HOST_AVAILABLE_SHARE: f64 = 0.05;
 pub struct RunOptions {
     /// Trace file to write.
     pub out: PathBuf,
+    /// The file must be new (a path from a template: another rank's file is never overwritten).
+    pub exclusive: bool,
     /// Sampling interval.
     pub interval: Duration,
     /// Interval of the process-tree and per-process GPU query.
@@ -123,8 +125,25 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         anyhow!("no command given: usage is `collector run [OPTIONS] -- CMD [ARGS...]`")
     })?;
     // The trace file first: an unwritable --out must fail before the program starts.
-    let file = File::create(&options.out)
-        .with_context(|| format!("cannot write the trace to {}", options.out.display()))?;
+    let file =
+        if options.exclusive {
+            std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&options.out)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => anyhow!(
+                    "will not overwrite {} (another rank's or an earlier run's trace): add {{pid}} \
+                     or {{attempt}} to the template, or remove the file",
+                    options.out.display()
+                ),
+                _ => anyhow::Error::new(e)
+                    .context(format!("cannot write the trace to {}", options.out.display())),
+            })?
+        } else {
+            File::create(&options.out)
+                .with_context(|| format!("cannot write the trace to {}", options.out.display()))?
+        };
 
     let gpus = match Gpus::open(&options.gpus) {
         Ok(gpus) => Some(gpus),

@@ -236,7 +236,7 @@ fn declare_counters<W: std::io::Write>(
 }
 
 /// This machine's name.
-fn host_name() -> String {
+pub fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;

@@ -568,3 +568,31 @@ fn signal_name(signal: i32) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+/// One trace of a job: where it came from and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct JobTrace<'a> {
+    /// Its name (the file).
+    pub source: &'a str,
+    /// The decoded trace.
+    pub trace: &'a Trace,
+}
+
+/// A job's traces analysed together (one per node under a launcher, or one per rank): every
+/// rank on the clock of the earliest trace's start (wall clock, so nodes agree as far as their
+/// clocks do), imbalance across nodes, the first failure of the whole job.
+pub fn analyze_job(traces: &[JobTrace<'_>], options: &AnalysisOptions) -> RankAnalysis {
+    let start = traces
+        .iter()
+        .map(|t| t.trace.metadata.start_unix_ns)
+        .min()
+        .unwrap_or(0);
+    let summaries = traces
+        .iter()
+        .flat_map(|t| {
+            let offset_us = t.trace.metadata.start_unix_ns.saturating_sub(start) / 1_000;
+            summarize(t.trace, t.source, offset_us, options)
+        })
+        .collect();
+    compare_ranks(summaries)
+}
