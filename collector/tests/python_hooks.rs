@@ -433,7 +433,7 @@ fn each_rank_gets_its_stage_table_and_a_rank_holding_more_is_named() {
     }
     let top = &r.imbalance[0];
     assert_eq!((top.rank, top.metric.as_str()), (1, "host.rss"));
-    let excess = top.excess_bytes() as f64 / (1 << 20) as f64;
+    let excess = top.excess_bytes() as f64 / f64::from(1 << 20);
     assert!((230.0..290.0).contains(&excess), "{excess} MiB");
     let f = a
         .findings

@@ -13,8 +13,9 @@ use std::path::PathBuf;
 
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
-    AliveSite, CounterKind, ExitStatus, Metadata, OomEvent, OomKill, OomSource, Phase, ProcessExit,
-    Record, StageMark, TraceWriter, WriterOptions,
+    AliveSite, CounterKind, ExitStatus, Metadata, OomEvent, OomKill, OomSource, Phase, ProcessEnd,
+    ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, StageMark, TraceWriter,
+    WriterOptions,
 };
 
 /// The instrumented run: snapshots, components, gradients, tensors, batch search, eval, a leak.
@@ -281,6 +282,134 @@ pub fn oom_kill() -> Vec<u8> {
     w.finish(2_960_000).expect("in memory")
 }
 
+/// v1.5: torchrun's agent with two ranks: who each process is, each rank's RSS, marks of both
+/// ranks, rank 1 running out of host memory at step 3 (its `[rank1]:` traceback) and torchrun's
+/// summary of how both ended.
+pub fn ranks() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5000,
+        command: vec![
+            "torchrun".into(),
+            "--nproc-per-node".into(),
+            "2".into(),
+            "train.py".into(),
+        ],
+        collector_version: "golden".into(),
+        sample_interval_us: 100_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    let process = |pid, parent, role, rank: Option<u32>| {
+        Record::Process(ProcessInfo {
+            t_us: 50_000,
+            pid,
+            parent_pid: parent,
+            name: if pid == 5000 {
+                "torchrun"
+            } else {
+                "pt_main_thread"
+            }
+            .into(),
+            role,
+            rank_from: if rank.is_some() {
+                RankSource::Environment
+            } else {
+                RankSource::None
+            },
+            rank,
+            local_rank: rank,
+            world_size: rank.map(|_| 2),
+            restart: rank.map(|_| 0),
+        })
+    };
+    w.write(&process(5000, None, ProcessRole::Program, None))
+        .expect("in memory");
+    for (pid, rank) in [(5001, 0), (5002, 1)] {
+        w.write(&process(pid, Some(5000), ProcessRole::Rank, Some(rank)))
+            .expect("in memory");
+    }
+    w.write(&process(5000, None, ProcessRole::Launcher, None))
+        .expect("in memory");
+    let per_rank = [
+        w.declare_process_counter(CounterKind::PidRss, None, 5001)
+            .expect("in memory"),
+        w.declare_process_counter(CounterKind::PidRss, None, 5002)
+            .expect("in memory"),
+    ];
+    for i in 0..40u64 {
+        let t_us = 100_000 + i * 100_000;
+        let base = 600u64 << 20;
+        let rank1 = base + (300 << 20);
+        w.sample(
+            t_us,
+            &[
+                (rss, 2 * base + (300 << 20)),
+                (per_rank[0], base),
+                (per_rank[1], rank1),
+            ],
+        )
+        .expect("in memory");
+        for (pid, rank) in [(5001, 0), (5002, 1)] {
+            let step = i / 10;
+            if rank == 1 && step == 3 {
+                continue;
+            }
+            if i % 10 == 0 {
+                w.write(&Record::Mark(StageMark {
+                    t_us: t_us + u64::from(rank),
+                    name: "pre_forward".into(),
+                    step,
+                    phase: Phase::Train,
+                    pid: Some(pid),
+                    rank: Some(rank),
+                    ..StageMark::default()
+                }))
+                .expect("in memory");
+            }
+        }
+    }
+    w.write(&Record::Oom(OomEvent {
+        t_us: 3_150_000,
+        source: OomSource::HostError,
+        stage: Some("pre_forward".into()),
+        step: Some(3),
+        requested_bytes: Some(1 << 50),
+        device: None,
+        device_free_bytes: None,
+        device_total_bytes: None,
+        message: "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 1125899906842624 bytes. Error code 12 (Cannot allocate memory)".into(),
+        pid: Some(5002),
+        rank: Some(1),
+    }))
+    .expect("in memory");
+    for (pid, rank, status, first) in [
+        (5001, 0, ExitStatus::Signal(15), false),
+        (5002, 1, ExitStatus::Code(1), true),
+    ] {
+        w.write(&Record::ProcessEnd(ProcessEnd {
+            t_us: 4_400_000,
+            pid,
+            rank: Some(rank),
+            local_rank: Some(rank),
+            status: Some(status),
+            first_failure: first,
+            from_launcher: true,
+        }))
+        .expect("in memory");
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 4_500_000,
+        status: ExitStatus::Code(1),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(4_500_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -300,6 +429,7 @@ fn main() -> std::io::Result<()> {
         ("v1_2_mark_senders.oomt", mark_senders()),
         ("v1_3_alive_at_oom.oomt", alive_at_oom()),
         ("v1_4_oom_kill.oomt", oom_kill()),
+        ("v1_5_ranks.oomt", ranks()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

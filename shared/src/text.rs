@@ -409,7 +409,7 @@ pub fn ranks(out: &mut String, r: &RankAnalysis, each_stage_table: bool) {
         };
         line(
             out,
-            &format!(
+            format!(
                 "  {:>5} {:>8} {:<14} {:>6} {:>6} {:>10} {:>10}  {}",
                 rank.rank,
                 opt(rank.pid.map(|p| p.to_string())),

@@ -221,3 +221,37 @@ fn marks_of_older_versions_have_no_sender() {
         assert!(t.marks.iter().all(|m| m.pid.is_none() && m.rank.is_none()));
     }
 }
+
+#[test]
+fn v1_5_ranks() {
+    let decoded = decode(&read("v1_5_ranks.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 5));
+    assert_eq!(t.processes.len(), 4);
+    assert_eq!(t.processes[3].role, oomscope_trace::ProcessRole::Launcher);
+    let per_rank: Vec<Option<u32>> = t
+        .counters
+        .iter()
+        .filter(|c| c.kind == CounterKind::PidRss)
+        .map(|c| c.pid)
+        .collect();
+    assert_eq!(per_rank, [Some(5001), Some(5002)]);
+    assert_eq!((t.ooms[0].pid, t.ooms[0].rank), (Some(5002), Some(1)));
+    assert_eq!(t.process_ends.len(), 2);
+    assert!(t.process_ends[1].first_failure && t.process_ends[1].from_launcher);
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let r = analysis.ranks.as_ref().unwrap();
+    assert_eq!(r.ranks.len(), 2);
+    assert_eq!((r.ranks[0].marks, r.ranks[1].marks), (4, 3));
+    assert_eq!(r.first_failure.as_ref().unwrap().rank, 1);
+    assert_eq!(r.imbalance[0].rank, 1);
+    assert_eq!(r.imbalance[0].excess_bytes(), 300 << 20);
+    assert_eq!(analysis.findings[0].kind.id(), "first-rank-failure");
+    assert!(
+        analysis
+            .findings
+            .iter()
+            .any(|f| f.title.starts_with("Rank 1 failed first"))
+    );
+}

@@ -131,18 +131,6 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
     (yoe + era * 400 + u64::from(m <= 2), m, d)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-}
-
 /// Fills an output path template (`{rank}`, `{node}`, …; see `RunArgs::out`): the path and
 /// whether it must be a new file.
 fn output_path(path: &std::path::Path) -> Result<(PathBuf, bool)> {
@@ -165,4 +153,16 @@ fn output_path(path: &std::path::Path) -> Result<(PathBuf, bool)> {
             .with_context(|| format!("cannot create the directory {}", dir.display()))?;
     }
     Ok((filled, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
 }

@@ -357,7 +357,8 @@ mod tests {
         assert_eq!(p.ranks(), vec![(child.id(), 3)]);
         // Saying the same again changes nothing.
         assert!(p.said(child.id(), &said, 30).is_empty());
-        // It leaves the tree: its end is written once.
+        // The tree walk finds it, then it leaves the tree: its end is written once.
+        assert!(p.observe_tree(&[me, child.id()], 35).is_empty());
         let records = p.observe_tree(&[me], 40);
         assert!(matches!(&records[..], [Record::ProcessEnd(e)] if e.rank == Some(3)));
         assert!(p.observe_tree(&[me], 50).is_empty());

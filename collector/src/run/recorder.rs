@@ -222,13 +222,10 @@ impl Senders {
         message: Message,
         kernel_pid: Option<u32>,
     ) -> Result<()> {
-        // The kernel's word on the sender wins over the message's own `pid=`.
-        let given_pid = match &message {
-            Message::Record(Record::Mark(m), _) => m.pid,
-            Message::Record(Record::Oom(o), _) => o.pid,
-            _ => None,
-        };
-        let sender = kernel_pid.or(given_pid);
+        // Contexts are kept per sender as the kernel states it (the tch `Session` sends from
+        // inside the process: one context); a record names its sender by the kernel's pid,
+        // else by its own `pid=`.
+        let sender = kernel_pid;
         match message {
             Message::Step { step, epoch } => {
                 let ctx = self.context(sender);
@@ -246,7 +243,7 @@ impl Senders {
             }
             Message::Record(mut record, given) => {
                 record.set_t_us(t_us);
-                self.attribute(w, state, &mut record, sender, t_us)?;
+                self.attribute(w, state, &mut record, kernel_pid, t_us)?;
                 self.last = sender;
                 self.context(sender).resolve(&mut record, &given);
                 if let Record::Mark(mark) = &record

@@ -445,7 +445,8 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
         return Vec::new();
     }
     // (stage, metric) → (rank, highest value at that stage).
-    let mut cells: Vec<((String, String), Vec<(u32, u64)>)> = Vec::new();
+    type Cell = ((String, String), Vec<(u32, u64)>);
+    let mut cells: Vec<Cell> = Vec::new();
     for r in ranks {
         for row in &r.stage_table.rows {
             for m in &row.metrics {
