@@ -119,7 +119,10 @@ impl Processes {
             return records;
         };
         let mut info = known.info.clone();
-        if said.rank.is_some() {
+        // A worker repeating its rank's word (a forked DataLoader worker flushing what its parent
+        // had queued) stays a worker.
+        let workers_echo = info.role == ProcessRole::Worker && said.rank == info.rank;
+        if said.rank.is_some() && !workers_echo {
             info.rank = said.rank;
             info.rank_from = RankSource::Message;
             if pid != self.root || info.role == ProcessRole::Program {
