@@ -1020,6 +1020,15 @@ mod tests {
                 bytes: 3 << 30,
                 count: 7,
             })),
+            Message::record(Record::Process(ProcessInfo {
+                role: ProcessRole::Rank,
+                rank_from: RankSource::Message,
+                rank: Some(5),
+                local_rank: Some(1),
+                world_size: Some(8),
+                restart: Some(0),
+                ..ProcessInfo::default()
+            })),
         ]
     }
 

@@ -125,12 +125,9 @@ impl Processes {
         if said.rank.is_some() && !workers_echo {
             info.rank = said.rank;
             info.rank_from = RankSource::Message;
-            if pid != self.root || info.role == ProcessRole::Program {
-                info.role = if pid == self.root {
-                    ProcessRole::Program
-                } else {
-                    ProcessRole::Rank
-                };
+            // The program keeps its role (a program with a rank, or the launcher).
+            if pid != self.root {
+                info.role = ProcessRole::Rank;
             }
         }
         info.local_rank = said.local_rank.or(info.local_rank);

@@ -207,21 +207,19 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
             marks,
             ..trace.clone()
         };
-        let mut analysis = analyze_one(&whole, options);
-        let summaries = ranks::summarize(trace, "", 0, options);
-        analysis.ranks = Some(ranks::compare_ranks(summaries));
-        analysis.findings = recommend::findings(&RuleContext {
-            trace: &whole,
-            analysis: &analysis,
-            options,
-        });
-        return analysis;
+        let compared = ranks::compare_ranks(ranks::summarize(trace, "", 0, options));
+        return analyze_one(&whole, options, Some(compared));
     }
-    analyze_one(trace, options)
+    analyze_one(trace, options, None)
 }
 
-/// Analyses one process's trace.
-fn analyze_one(trace: &Trace, options: &AnalysisOptions) -> Analysis {
+/// Analyses one process's trace (with its ranks compared, when it holds several): the rules
+/// run once, on everything.
+fn analyze_one(
+    trace: &Trace,
+    options: &AnalysisOptions,
+    ranks: Option<ranks::RankAnalysis>,
+) -> Analysis {
     let values = MarkValues::new(trace);
     let stages = StageIndex::new(trace);
     let peaks = peaks::peaks(trace, &values);
@@ -253,7 +251,7 @@ fn analyze_one(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         batch_fit,
         batch_trials: batch_fit::trial_summary(trace),
         peaks,
-        ranks: None,
+        ranks,
         findings: Vec::new(),
     };
     analysis.findings = recommend::findings(&RuleContext {

@@ -326,7 +326,9 @@ pub fn summarize(
     options: &AnalysisOptions,
 ) -> Vec<RankSummary> {
     let mut ranks = ranks_of(trace);
-    if ranks.is_empty() {
+    // A trace without ranks of its own is analysed whole as its one rank.
+    let single = ranks.is_empty();
+    if single {
         // A single-process trace of a rank (srun per task): that rank.
         let rank = trace.metadata.rank.or_else(|| {
             trace
@@ -345,7 +347,6 @@ pub fn summarize(
             None => return Vec::new(),
         }
     }
-    let single = ranks.len() == 1 && ranks_of(trace).is_empty();
     ranks
         .iter()
         .map(|rank| {
