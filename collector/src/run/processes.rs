@@ -55,16 +55,32 @@ impl Processes {
     pub fn observe_tree(&mut self, tree: &[u32], t_us: u64) -> Vec<Record> {
         let mut records = Vec::new();
         for pid in tree {
-            if let Some(k) = self.known.get_mut(pid) {
+            let known = self.known.get_mut(pid);
+            // A process seen between a launcher's fork and its exec is a copy of the agent, with
+            // no rank in its environment yet: it is read again until it has an identity.
+            let unidentified = known.as_ref().is_none_or(|k| {
+                k.env == Identity::default()
+                    && *pid != self.root
+                    && k.info.rank_from != RankSource::Message
+            });
+            if let Some(k) = known {
                 k.in_tree = true;
+            }
+            if !unidentified {
                 continue;
+            }
+            let env = Identity::from_environ(&environ_of(*pid));
+            if self.known.contains_key(pid) {
+                if env == Identity::default() {
+                    continue;
+                }
+                self.known.remove(pid);
             }
             let parent = if *pid == self.root {
                 None
             } else {
                 parent_of(*pid)
             };
-            let env = Identity::from_environ(&environ_of(*pid));
             let info = ProcessInfo {
                 t_us,
                 pid: *pid,
