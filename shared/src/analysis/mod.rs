@@ -208,7 +208,13 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
             ..trace.clone()
         };
         let compared = ranks::compare_ranks(ranks::summarize(trace, "", 0, options));
-        return analyze_one(&whole, options, Some(compared));
+        let mut analysis = analyze_one(&whole, options, Some(compared));
+        // The overview counts what the trace holds: every rank's marks.
+        let (marks, steps) = (trace.marks.len(), mark_steps(trace));
+        let o = &mut analysis.overview;
+        (o.marks, o.steps) = (marks, steps.len());
+        (o.first_step, o.last_step) = (steps.first().copied(), steps.last().copied());
+        return analysis;
     }
     analyze_one(trace, options, None)
 }
@@ -262,12 +268,18 @@ fn analyze_one(
     analysis
 }
 
-/// The overview block.
-fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
-    let meta = &trace.metadata;
+/// The distinct steps of the marks, sorted.
+fn mark_steps(trace: &Trace) -> Vec<u64> {
     let mut steps: Vec<u64> = trace.marks.iter().map(|m| m.step).collect();
     steps.sort_unstable();
     steps.dedup();
+    steps
+}
+
+/// The overview block.
+fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
+    let meta = &trace.metadata;
+    let steps = mark_steps(trace);
     let mut dropped: Vec<DroppedSummary> = Vec::new();
     for d in &trace.dropped {
         match dropped.iter_mut().find(|x| x.record_tag == d.record_tag) {

@@ -164,8 +164,8 @@ pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
     }
 }
 
-/// The trace the whole-run analysis reads when it holds several ranks: every record and counter,
-/// but the marks of the lowest rank only (one process's stages; each rank's are in
+/// The marks the whole-run analysis reads when a trace holds several ranks: the lowest rank's
+/// and those without a sender (one process's stages; each rank's are in
 /// [`RankSummary::stage_table`]).
 pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Vec<StageMark>> {
     let lowest = ranks.first()?;
@@ -173,7 +173,10 @@ pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Vec<Sta
         trace
             .marks
             .iter()
-            .filter(|m| m.rank == Some(lowest.rank) || (m.rank.is_none() && m.pid == lowest.pid))
+            .filter(|m| {
+                m.rank == Some(lowest.rank)
+                    || (m.rank.is_none() && (m.pid.is_none() || m.pid == lowest.pid))
+            })
             .cloned()
             .collect(),
     )
