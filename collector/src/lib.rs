@@ -12,6 +12,8 @@ pub mod cgroup;
 pub mod cli;
 pub mod gpu;
 pub mod host;
+#[cfg(feature = "parquet")]
+pub mod parquet_export;
 pub mod probe;
 pub use oomscope_trace::protocol;
 pub mod report;

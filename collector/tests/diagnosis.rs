@@ -398,16 +398,13 @@ fn libtorch_s_own_host_allocation_error_from_stderr_is_an_impossible_request() {
     // torch211-cpu-alloc-huge): "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0.
     // DefaultCPUAllocator: can't allocate memory: you tried to allocate 1125899906842624 bytes.
     // Error code 12 (Cannot allocate memory)".
-    let venv = std::env::var("OOMSCOPE_TORCH_VENV").expect(
-        "OOMSCOPE_TORCH_VENV is not set: run `source scripts/env.sh` after scripts/setup-torch.sh",
-    );
     let s = Scratch::new("libtorch-cpu-oom");
     let program = s.script(
         "huge.py",
         "import torch\nx = torch.ones(4)\ny = torch.empty(1 << 50, dtype=torch.uint8)\n",
     );
-    let python = format!("{venv}/bin/python");
-    let (out, t) = record_unhooked(&s, &python, &["-W", "ignore", program.to_str().unwrap()]);
+    let python = support::torch_python();
+    let (out, t) = record_unhooked(&s, python.to_str().unwrap(), &["-W", "ignore", program.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let [oom] = t.ooms.as_slice() else {
         panic!("{:?}", t.ooms)

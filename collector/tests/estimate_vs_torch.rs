@@ -8,14 +8,6 @@ mod support;
 
 use support::{Scratch, run};
 
-/// The torch venv's python.
-fn python() -> String {
-    let venv = std::env::var("OOMSCOPE_TORCH_VENV").expect(
-        "OOMSCOPE_TORCH_VENV is not set: run `source scripts/env.sh` after scripts/setup-torch.sh",
-    );
-    format!("{venv}/bin/python")
-}
-
 #[test]
 fn the_estimate_from_a_config_matches_torch_at_three_sizes() {
     let s = Scratch::new("estimate-vs-torch");
@@ -39,7 +31,7 @@ fn the_estimate_from_a_config_matches_torch_at_three_sizes() {
                 "max_position_embeddings": 4096, "tie_word_embeddings": false}}"#
             ),
         );
-        let measured = std::process::Command::new(python())
+        let measured = std::process::Command::new(support::torch_python())
             .args([
                 "-W",
                 "ignore",

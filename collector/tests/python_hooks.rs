@@ -11,13 +11,12 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
-use support::{Scratch, collector, read, stderr};
+use support::{Scratch, collector, read, stderr, torch_python};
 
 const STAGES: [&str; 6] = [
     "pre_forward",
@@ -27,20 +26,6 @@ const STAGES: [&str; 6] = [
     "pre_optimizer_step",
     "post_optimizer_step",
 ];
-
-/// The Python that has torch.
-fn torch_python() -> PathBuf {
-    let venv = std::env::var_os("OOMSCOPE_TORCH_VENV").expect(
-        "OOMSCOPE_TORCH_VENV is not set: run `source scripts/env.sh` after scripts/setup-torch.sh",
-    );
-    let python = Path::new(&venv).join("bin/python");
-    assert!(
-        python.exists(),
-        "{} missing: run scripts/setup-torch.sh",
-        python.display()
-    );
-    python
-}
 
 fn program(name: &str) -> String {
     format!("{}/tests/torch_programs/{name}", env!("CARGO_MANIFEST_DIR"))

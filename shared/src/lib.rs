@@ -29,6 +29,7 @@ pub mod codec;
 mod error;
 pub mod estimate;
 pub mod export;
+pub mod fleet;
 pub mod headline;
 pub mod launch_env;
 pub mod launcher_text;

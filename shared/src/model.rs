@@ -714,6 +714,18 @@ impl OomSource {
             other => OomSource::Other(other),
         }
     }
+
+    /// `stderr`, `allocator`, `marker`, `host_kill`, `host_error` (as serialised), `other`.
+    pub fn label(self) -> &'static str {
+        match self {
+            OomSource::Stderr => "stderr",
+            OomSource::Allocator => "allocator",
+            OomSource::Marker => "marker",
+            OomSource::HostKill => "host_kill",
+            OomSource::HostError => "host_error",
+            OomSource::Other(_) => "other",
+        }
+    }
 }
 
 /// An out-of-memory error.

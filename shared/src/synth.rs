@@ -83,6 +83,8 @@ pub struct TrainingRun {
     pub seed: u64,
     /// Writer tuning.
     pub writer: WriterOptions,
+    /// The host it ran on (the run's identity with the pid and start time).
+    pub host: String,
 }
 
 impl Default for TrainingRun {
@@ -112,6 +114,7 @@ impl Default for TrainingRun {
             tensor_stats_every: 0,
             seed: 7,
             writer: WriterOptions::default(),
+            host: "synth-node-01".into(),
         }
     }
 }
@@ -220,7 +223,7 @@ impl<'a> Simulation<'a> {
 
     fn metadata(&self) -> Metadata {
         Metadata {
-            host: "synth-node-01".into(),
+            host: self.run.host.clone(),
             pid: 4242,
             command: vec![
                 "python".into(),

@@ -1,8 +1,9 @@
-//! `collector export TRACE --format csv|chrome`.
+//! `collector export TRACE --format csv|chrome` and `collector export DIR|TRACE... --format
+//! parquet -o OUT`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use oomscope_trace::export::{to_chrome_json, to_csv};
 
@@ -16,29 +17,48 @@ pub enum ExportFormat {
     Csv,
     /// Chrome trace-event JSON: counter tracks and stage slices (opens in Perfetto).
     Chrome,
+    /// Fleet tables (runs, samples, marks, ooms, ranks, peaks, findings, evidence, fits) as
+    /// hive-partitioned Parquet for DuckDB, Polars or Spark: OUT/<table>/run=<run_id>/part-0.parquet.
+    Parquet,
 }
 
 /// `collector export`.
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
-    /// The trace.
-    pub trace: PathBuf,
+    /// The trace; for Parquet, any number of traces and directories (searched for *.oomt).
+    #[arg(required = true)]
+    pub traces: Vec<PathBuf>,
     /// Output format.
     #[arg(long, value_enum)]
     pub format: ExportFormat,
-    /// Output file [default: stdout].
+    /// Output file [default: stdout]; for Parquet, the directory to write the tables into
+    /// (required; a run exported again replaces its files).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
 }
 
 pub fn export(args: &ExportArgs) -> Result<i32> {
-    let decoded = read_trace(&args.trace)?;
+    if args.format == ExportFormat::Parquet {
+        let Some(out) = &args.output else {
+            bail!("--format parquet writes a directory of tables: name it with -o DIR");
+        };
+        return parquet(&args.traces, out);
+    }
+    let [trace] = args.traces.as_slice() else {
+        bail!(
+            "--format {} exports one trace ({} named); Parquet takes several",
+            format_name(args.format),
+            args.traces.len()
+        );
+    };
+    let decoded = read_trace(trace)?;
     for w in &decoded.warnings {
         crate::ui::warning(&w.to_string());
     }
     let body = match args.format {
         ExportFormat::Csv => to_csv(&decoded.trace),
         ExportFormat::Chrome => to_chrome_json(&decoded.trace),
+        ExportFormat::Parquet => unreachable!("written above"),
     };
     match &args.output {
         Some(path) => std::fs::write(path, body)
@@ -46,4 +66,64 @@ pub fn export(args: &ExportArgs) -> Result<i32> {
         None => write_stdout(body.as_bytes())?,
     }
     Ok(0)
+}
+
+fn format_name(format: ExportFormat) -> String {
+    format
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned())
+}
+
+#[cfg(feature = "parquet")]
+fn parquet(traces: &[PathBuf], out: &Path) -> Result<i32> {
+    use oomscope_trace::analysis::{AnalysisOptions, analyze};
+    use oomscope_trace::fleet;
+
+    let files = super::summary::trace_files(traces)?;
+    if out.is_file() {
+        bail!("{} is a file: -o names a directory for the tables", out.display());
+    }
+    let options = AnalysisOptions::default();
+    let (mut rows, mut bytes) = (0usize, 0u64);
+    let mut exported: Vec<(String, &PathBuf)> = Vec::new();
+    for file in &files {
+        let decoded = read_trace(file)?;
+        for w in &decoded.warnings {
+            crate::ui::warning(&format!("{}: {w}", file.display()));
+        }
+        let run_id = fleet::run_id(&decoded.trace.metadata);
+        // Two files of one run (a copy, a renamed file): the first one named is exported.
+        if let Some((_, first)) = exported.iter().find(|(id, _)| *id == run_id) {
+            crate::ui::warning(&format!(
+                "{} is the same run as {} ({run_id}): not exported twice",
+                file.display(),
+                first.display()
+            ));
+            continue;
+        }
+        let analysis = analyze(&decoded.trace, &options);
+        let source = file.display().to_string();
+        for table in fleet::tables(&decoded.trace, &source, &analysis, &options) {
+            let path = crate::parquet_export::write_table(out, &run_id, &table)?;
+            rows += table.rows();
+            bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
+        }
+        exported.push((run_id, file));
+    }
+    crate::ui::info(&format!(
+        "wrote {} run{} ({rows} rows, {}) into {}: query with read_parquet('{}/<table>/*/*.parquet')",
+        exported.len(),
+        if exported.len() == 1 { "" } else { "s" },
+        oomscope_trace::units::format_bytes(bytes),
+        out.display(),
+        out.display()
+    ));
+    Ok(0)
+}
+
+#[cfg(not(feature = "parquet"))]
+fn parquet(_traces: &[PathBuf], _out: &Path) -> Result<i32> {
+    bail!(
+        "this collector was built without Parquet export: build it with `cargo build --release -p oomscope-collector --features parquet`"
+    )
 }

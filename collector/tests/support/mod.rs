@@ -52,6 +52,21 @@ impl Drop for Scratch {
     }
 }
 
+/// The test environment's Python (`OOMSCOPE_TORCH_VENV`, made by `scripts/setup-torch.sh`):
+/// PyTorch, and DuckDB for the fleet export's queries.
+pub fn torch_python() -> PathBuf {
+    let venv = std::env::var_os("OOMSCOPE_TORCH_VENV").expect(
+        "OOMSCOPE_TORCH_VENV is not set: run `source scripts/env.sh` after scripts/setup-torch.sh",
+    );
+    let python = Path::new(&venv).join("bin/python");
+    assert!(
+        python.exists(),
+        "{} missing: run scripts/setup-torch.sh",
+        python.display()
+    );
+    python
+}
+
 /// Where the Python helper (`oomscope_probe`) lives.
 pub fn python_path() -> String {
     format!("{}/python", env!("CARGO_MANIFEST_DIR"))

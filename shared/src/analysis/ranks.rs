@@ -14,6 +14,7 @@
 
 use serde::Serialize;
 
+use super::leaks::GrowthFit;
 use super::recommend::Finding;
 use super::stages::StageTable;
 use super::{AnalysisOptions, analyze};
@@ -217,6 +218,9 @@ pub struct RankSummary {
     pub stage_table: StageTable,
     /// Its own findings (the same rules as a single run).
     pub findings: Vec<Finding>,
+    /// Its growth fits per stage (the fleet export's `fits` table; not in the summary's JSON).
+    #[serde(skip)]
+    pub leak_fits: Vec<GrowthFit>,
 }
 
 /// A rank's first OOM.
@@ -430,6 +434,7 @@ fn summarize_view(
             .map(|e| e.t_us + offset_us),
         stage_table: analysis.stage_table,
         findings: analysis.findings,
+        leak_fits: analysis.leak_fits,
     }
 }
 

@@ -153,6 +153,19 @@ pub enum Unit {
     Number,
 }
 
+impl Unit {
+    /// `bytes`, `count`, `share`, `micros`, `number` (as serialised).
+    pub fn label(self) -> &'static str {
+        match self {
+            Unit::Bytes => "bytes",
+            Unit::Count => "count",
+            Unit::Share => "share",
+            Unit::Micros => "micros",
+            Unit::Number => "number",
+        }
+    }
+}
+
 /// A machine-readable number behind a finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {
