@@ -16,9 +16,9 @@ use anyhow::{Context, Result};
 use oomscope_trace::fleet::{ColumnSpec, ColumnType, Encoding as Enc, Table, Values};
 use parquet::basic::{Compression, Encoding, LogicalType, Repetition, TimeUnit, Type as Physical};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int64Type};
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
-use parquet::file::metadata::KeyValue;
 use parquet::schema::types::{ColumnPath, Type};
 
 /// Rows per row group: large enough for tight column chunks, small enough that engines read a

@@ -404,7 +404,11 @@ fn libtorch_s_own_host_allocation_error_from_stderr_is_an_impossible_request() {
         "import torch\nx = torch.ones(4)\ny = torch.empty(1 << 50, dtype=torch.uint8)\n",
     );
     let python = support::torch_python();
-    let (out, t) = record_unhooked(&s, python.to_str().unwrap(), &["-W", "ignore", program.to_str().unwrap()]);
+    let (out, t) = record_unhooked(
+        &s,
+        python.to_str().unwrap(),
+        &["-W", "ignore", program.to_str().unwrap()],
+    );
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let [oom] = t.ooms.as_slice() else {
         panic!("{:?}", t.ooms)

@@ -172,7 +172,10 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
     assert_eq!(int(&rows[5][0][0]), 0);
     assert_eq!(rows[6].len(), 4);
     for row in &rows[6] {
-        let i = ids.iter().position(|id| id == row[0].as_str().unwrap()).unwrap();
+        let i = ids
+            .iter()
+            .position(|id| id == row[0].as_str().unwrap())
+            .unwrap();
         let t = &decoded[i];
         let first_mark_us = t.marks.iter().map(|m| m.t_us).min().unwrap();
         assert_eq!(
@@ -240,5 +243,9 @@ fn parquet_export_refuses_what_it_cannot_do_in_one_line() {
         s.dir().to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("no trace (*.oomt) in"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no trace (*.oomt) in"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -11,7 +11,10 @@ const END: &str = "<!-- fleet-schema:end -->";
 fn format_md_documents_exactly_the_declared_fleet_schema() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/FORMAT.md");
     let text = std::fs::read_to_string(path).unwrap();
-    let start = text.find(START).expect("FORMAT.md has the fleet-schema start marker") + START.len();
+    let start = text
+        .find(START)
+        .expect("FORMAT.md has the fleet-schema start marker")
+        + START.len();
     let end = start + text[start..].find(END).expect("and its end marker");
     let wanted = format!("\n{}", schema_markdown());
     if std::env::var_os("OOMSCOPE_BLESS").is_some() {

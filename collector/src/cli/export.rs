@@ -81,7 +81,10 @@ fn parquet(traces: &[PathBuf], out: &Path) -> Result<i32> {
 
     let files = super::summary::trace_files(traces)?;
     if out.is_file() {
-        bail!("{} is a file: -o names a directory for the tables", out.display());
+        bail!(
+            "{} is a file: -o names a directory for the tables",
+            out.display()
+        );
     }
     let options = AnalysisOptions::default();
     let (mut rows, mut bytes) = (0usize, 0u64);
