@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use oomscope_e2e::{Browser, Scratch, record, report, run_collector, summary_json};
+use oomscope_e2e::{Browser, Scratch, record, record_with, report, run_collector, summary_json};
 use serde_json::Value;
 use thirtyfour::prelude::*;
 
@@ -653,5 +653,179 @@ async fn a_kernel_oom_kill_reads_in_the_report_as_in_the_terminal() {
         "{words}"
     );
     assert!(text.contains("The program was killed by the kernel's OOM killer"));
+    b.quit().await;
+}
+
+/// The text of an element, its whitespace collapsed.
+async fn words(b: &Browser, css: &str) -> String {
+    let text = b.wait_for(css).await.text().await.unwrap();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The terminal's line starting with `prefix` (after its indent), whitespace collapsed; wrapped
+/// continuation lines joined.
+fn terminal_sentence(text: &str, prefix: &str) -> String {
+    let mut lines = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with(prefix));
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("no `{prefix}` in\n{text}"));
+    let indent = first.len() - first.trim_start().len();
+    let mut sentence = first.trim().to_owned();
+    for l in lines {
+        // `wrap` indents continuation lines two more than the sentence's first line.
+        if l.len() - l.trim_start().len() != indent + 2 || l.trim().is_empty() {
+            break;
+        }
+        sentence.push(' ');
+        sentence.push_str(l.trim());
+    }
+    sentence.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Each rank row's `(rank, marks, host peak)` as the page holds them in `data-` attributes.
+async fn rank_rows(b: &Browser, table: &str) -> Vec<(u64, u64, u64)> {
+    let rows = b
+        .js(&format!(
+            "return [...document.querySelectorAll('#{table} tbody tr')].map(r => [r.dataset.rank, r.dataset.marks, r.dataset.peakHostBytes])"
+        ))
+        .await;
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = |i: usize| as_f64(&r[i]).unwrap() as u64;
+            (n(0), n(1), n(2))
+        })
+        .collect()
+}
+
+/// The same rows from `collector summary --json`'s rank analysis.
+fn summary_rank_rows(ranks: &Value) -> Vec<(u64, u64, u64)> {
+    ranks["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_u64().unwrap(),
+                r["marks"].as_u64().unwrap(),
+                r["peak_host_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_torchrun_trace_shows_its_ranks_and_one_rank_at_a_time() {
+    // The v1.5 golden trace: torchrun's agent with two ranks, rank 1 running out of host memory.
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("ranks");
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/tests/data/v1_5_ranks.oomt");
+    let html = s.path("ranks.html");
+    report(&trace, &html, &[]);
+    let summary = summary_json(&trace);
+    let ranks = &summary["analysis"]["ranks"];
+    let text =
+        String::from_utf8(run_collector(&["summary", trace.to_str().unwrap()]).stdout).unwrap();
+
+    let b = Browser::start("ranks").await;
+    b.open(&html).await;
+    b.wait_for("#rank-table tbody tr").await;
+    assert_eq!(
+        rank_rows(&b, "rank-table").await,
+        summary_rank_rows(ranks),
+        "the rank table's numbers"
+    );
+    assert_eq!(
+        words(&b, "#rank-highest").await,
+        terminal_sentence(&text, "highest: rank")
+    );
+    // The drill-down opens on the highest rank; choosing the other shows its own stage table.
+    for want in [1u64, 0] {
+        b.js(&format!(
+            "const s = document.getElementById('rank-select'); s.value = '{want}'; s.dispatchEvent(new Event('change')); return 1"
+        ))
+        .await;
+        let counts = b
+            .js("return [...document.querySelectorAll('#rank-stage-table tbody tr')].map(r => [r.dataset.stage, Number(r.dataset.count)])")
+            .await;
+        let rank = ranks["ranks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rank"] == want)
+            .unwrap();
+        let expected: Vec<Value> = rank["stage_table"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::json!([r["stage"], r["count"]]))
+            .collect();
+        assert!(!expected.is_empty(), "rank {want} has stages");
+        assert_eq!(counts.as_array().unwrap(), &expected, "rank {want}");
+    }
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn a_report_of_a_job_directory_puts_every_node_s_ranks_together() {
+    // Two ranks recorded the way `srun` runs one task per GPU: a collector each, the rank in
+    // the program's environment; rank 1 keeps 8 MiB a step.
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("job");
+    let script = s.write("train.py", TRAIN.as_bytes());
+    let dir = s.path("job");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (rank, leak) in [("0", "0"), ("1", "8")] {
+        record_with(
+            &script,
+            &[leak, "ok"],
+            &dir.join(format!("node-{rank}.oomt")),
+            &[("RANK", rank), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")],
+        );
+    }
+    let html = s.path("job.html");
+    report(&dir, &html, &[]);
+    let o = run_collector(&["summary", "--json", dir.to_str().unwrap()]);
+    let job: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text =
+        String::from_utf8(run_collector(&["summary", dir.to_str().unwrap()]).stdout).unwrap();
+
+    let b = Browser::start("job").await;
+    b.open(&html).await;
+    b.wait_for("#job-rank-table tbody tr").await;
+    assert_eq!(
+        rank_rows(&b, "job-rank-table").await,
+        summary_rank_rows(&job["ranks"]),
+        "the job's rank table"
+    );
+    assert_eq!(rank_rows(&b, "job-rank-table").await.len(), 2);
+    assert_eq!(
+        words(&b, "#job-rank-imbalance").await,
+        terminal_sentence(&text, "imbalance at"),
+        "the planted 240 MiB on rank 1, in the terminal's words"
+    );
+    let ids = b
+        .js("return [...document.querySelectorAll('#job-findings article')].map(a => a.dataset.id)")
+        .await;
+    let want: Vec<Value> = job["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].clone())
+        .collect();
+    assert_eq!(ids.as_array().unwrap(), &want);
+    assert!(want.iter().any(|id| id == "rank-imbalance"), "{want:?}");
+    // One trace at a time below: the second node's own report.
+    b.js("const s = document.getElementById('trace-select'); s.value = '1'; s.dispatchEvent(new Event('change')); return 1")
+        .await;
+    let title = b.js("return document.title").await;
+    assert_eq!(title.as_str().unwrap(), "oomscope: a job of 2 traces");
+    let overview = words(&b, "#overview").await;
+    assert!(overview.contains("node-1.oomt"), "{overview}");
+    b.wait_for("#stage-table tbody tr").await;
     b.quit().await;
 }

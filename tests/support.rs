@@ -71,18 +71,30 @@ impl Drop for Scratch {
 
 /// Runs the collector with `args`; the Python helper is importable by children.
 pub fn run_collector(args: &[&str]) -> Output {
-    Command::new(collector())
-        .args(args)
-        .env("PYTHONPATH", python_helper_dir())
-        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so")
-        .stdin(Stdio::null())
+    collector_command(args)
         .output()
         .expect("the collector starts")
+}
+
+/// `collector ARGS` with the Python helper importable by children and no GPU library.
+fn collector_command(args: &[&str]) -> Command {
+    let mut c = Command::new(collector());
+    c.args(args)
+        .env("PYTHONPATH", python_helper_dir())
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so")
+        .stdin(Stdio::null());
+    c
 }
 
 /// Records `python3 script args...` into `trace`; panics with the collector's stderr on
 /// failure to write a trace.
 pub fn record(script: &Path, args: &[&str], trace: &Path) {
+    record_with(script, args, trace, &[]);
+}
+
+/// [`record`] with `env` set for the collector and its program (`RANK`, … as a launcher sets
+/// them).
+pub fn record_with(script: &Path, args: &[&str], trace: &Path, env: &[(&str, &str)]) {
     let mut all = vec![
         "run",
         "-q",
@@ -95,7 +107,10 @@ pub fn record(script: &Path, args: &[&str], trace: &Path) {
         script.to_str().expect("utf-8 path"),
     ];
     all.extend_from_slice(args);
-    let out = run_collector(&all);
+    let out = collector_command(&all)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the collector starts");
     assert!(
         trace.is_file(),
         "no trace written: {}",

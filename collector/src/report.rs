@@ -199,8 +199,9 @@ fn init_function(js: &str) -> Result<&str> {
     bail!("the viewer's JavaScript has no default export (not wasm-bindgen --target web output?)")
 }
 
-/// The page without a trace; `page_len` of it tells how much room a trace has.
-pub fn render(viewer: &Viewer, trace: Option<&Embedded>) -> Result<String> {
+/// The page holding `traces` (none: the bare viewer, which also tells how much room traces
+/// have); a job's report holds several.
+pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
     if viewer.js.to_ascii_lowercase().contains("</script") {
         bail!("the viewer's JavaScript contains `</script`, which cannot be inlined");
     }
@@ -220,7 +221,7 @@ pub fn render(viewer: &Viewer, trace: Option<&Embedded>) -> Result<String> {
     );
     let mut html = String::with_capacity(
         viewer.wasm.len() * 4 / 3
-            + trace.map_or(0, |t| t.bytes.len() * 4 / 3)
+            + traces.iter().map(|t| t.bytes.len() * 4 / 3).sum::<usize>()
             + module.len()
             + 8192,
     );
@@ -233,10 +234,15 @@ pub fn render(viewer: &Viewer, trace: Option<&Embedded>) -> Result<String> {
     html.push_str("<title>oomscope report</title>\n<style>\n");
     html.push_str(CSS);
     html.push_str("</style>\n</head>\n<body>\n");
-    if let Some(t) = trace {
-        html.push_str(
-            "<script id=\"oomscope-trace\" type=\"application/octet-stream\" data-name=\"",
-        );
+    for (i, t) in traces.iter().enumerate() {
+        // `oomscope-trace`, then `oomscope-trace-1`, `-2`, … (the viewer reads them in order).
+        let id = match i {
+            0 => "oomscope-trace".to_owned(),
+            i => format!("oomscope-trace-{i}"),
+        };
+        html.push_str(&format!(
+            "<script id=\"{id}\" type=\"application/octet-stream\" data-name=\""
+        ));
         html.push_str(&STANDARD.encode(t.name.as_bytes()));
         html.push('"');
         if let Some(n) = &t.notice {
@@ -256,7 +262,8 @@ pub fn render(viewer: &Viewer, trace: Option<&Embedded>) -> Result<String> {
     Ok(html)
 }
 
-/// Where `collector report TRACE` writes by default: the trace's path with `.html`.
+/// Where `collector report TRACE|DIR` writes by default: the path with `.html` (`runs/4242/`
+/// gives `runs/4242.html`).
 pub fn default_output(trace: Option<&Path>) -> PathBuf {
     match trace {
         Some(t) => t.with_extension("html"),
@@ -264,16 +271,49 @@ pub fn default_output(trace: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Writes the report; returns its size.
-pub fn write_report(trace: Option<&Path>, output: &Path, max_bytes: u64) -> Result<(usize, bool)> {
+/// Writes the report of `traces` (none: the bare viewer; several: a job's, analysed together
+/// in the page); returns its size and whether a trace had to be thinned. A job's traces share
+/// the size limit equally.
+pub fn write_report(traces: &[Named], output: &Path, max_bytes: u64) -> Result<(usize, bool)> {
     let viewer = Viewer::find()?;
-    let page_bytes = render(&viewer, None)?.len();
-    let embedded = trace
-        .map(|p| embed_trace(p, max_bytes, page_bytes))
-        .transpose()?;
-    let html = render(&viewer, embedded.as_ref())?;
+    let page_bytes = render(&viewer, &[])?.len();
+    let each = match (max_bytes, traces.len()) {
+        (0, _) | (_, 0) => 0,
+        (max, n) => page_bytes as u64 + max.saturating_sub(page_bytes as u64) / n as u64,
+    };
+    let embedded = traces
+        .iter()
+        .map(|t| {
+            let mut e = embed_trace(&t.path, each, page_bytes)?;
+            e.name.clone_from(&t.name);
+            Ok(e)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let html = render(&viewer, &embedded)?;
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
-    Ok((html.len(), embedded.is_some_and(|e| e.notice.is_some())))
+    Ok((html.len(), embedded.iter().any(|e| e.notice.is_some())))
+}
+
+/// A trace file and the name the page shows for it.
+#[derive(Debug, Clone)]
+pub struct Named {
+    /// The file.
+    pub path: PathBuf,
+    /// Its name in the page: the file name, or its path inside the directory named to
+    /// `collector report DIR` (a job's node files may share a name across subdirectories).
+    pub name: String,
+}
+
+impl Named {
+    /// `path` named relative to `root` when it lies inside, else by its file name.
+    pub fn new(path: PathBuf, root: Option<&Path>) -> Named {
+        let name = root
+            .and_then(|r| path.strip_prefix(r).ok())
+            .map(|p| p.display().to_string())
+            .or_else(|| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "trace.oomt".to_owned());
+        Named { path, name }
+    }
 }
 
 #[cfg(test)]
@@ -296,7 +336,7 @@ mod tests {
             bytes: b"<img src=x onerror=alert(1)>".to_vec(),
             notice: Some("</script><script>alert(2)</script>".into()),
         };
-        let html = render(&fake_viewer(), Some(&t)).unwrap();
+        let html = render(&fake_viewer(), std::slice::from_ref(&t)).unwrap();
         assert!(!html.contains("alert"), "{html}");
         assert!(!html.contains("onerror"));
         assert_eq!(html.matches("<script").count(), 3, "trace, wasm, module");
@@ -304,7 +344,7 @@ mod tests {
 
     #[test]
     fn csp_hash_matches_the_module_script() {
-        let html = render(&fake_viewer(), None).unwrap();
+        let html = render(&fake_viewer(), &[]).unwrap();
         let module = html
             .split("<script type=\"module\">")
             .nth(1)
@@ -325,13 +365,13 @@ mod tests {
             js: Cow::Borrowed("export default init; const s = '</SCRIPT>';"),
             wasm: Cow::Borrowed(b""),
         };
-        assert!(render(&v, None).is_err());
+        assert!(render(&v, &[]).is_err());
         let v = Viewer {
             js: Cow::Borrowed("function f() {}"),
             wasm: Cow::Borrowed(b""),
         };
         assert!(
-            render(&v, None)
+            render(&v, &[])
                 .unwrap_err()
                 .to_string()
                 .contains("default export")
@@ -343,7 +383,7 @@ mod tests {
             wasm: Cow::Borrowed(b""),
         };
         assert!(
-            render(&v, None)
+            render(&v, &[])
                 .unwrap()
                 .contains("await __wbg_init({ module_or_path: bytes })")
         );

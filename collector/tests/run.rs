@@ -362,6 +362,90 @@ print(sum(p.dropped for p in probes), time.time() - start)
 }
 
 #[test]
+fn a_marker_flood_from_several_ranks_attributes_every_recorded_mark_to_its_sender() {
+    // Four rank processes under one launcher, as torchrun starts them (RANK in the
+    // environment), each sending 10 000 marks as fast as it can.
+    let s = Scratch::new("flood-ranks");
+    let child = s.script(
+        "launcher.py",
+        r#"
+import os, subprocess, sys
+RANK_CODE = """
+import os, oomscope_probe as oom
+p = oom.Probe()
+rank = int(os.environ["RANK"])
+for i in range(10000):
+    p.mark("flood%d" % rank, step=i)
+print(os.getpid(), rank, p.dropped)
+"""
+ranks = [subprocess.Popen([sys.executable, "-c", RANK_CODE], stdout=subprocess.PIPE, text=True,
+                          env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "4"})
+         for r in range(4)]
+for p in ranks:
+    sys.stdout.write(p.communicate()[0])
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        child.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let senders: Vec<(u32, u32, u64)> = stdout
+        .lines()
+        .map(|l| {
+            let f: Vec<u64> = l.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            (f[0] as u32, f[1] as u32, f[2])
+        })
+        .collect();
+    assert_eq!(senders.len(), 4, "{stdout}");
+    let t = read(&trace).trace;
+    // Every recorded mark names the process that sent it and that process's rank.
+    for m in &t.marks {
+        let (pid, rank, _) = senders
+            .iter()
+            .find(|(_, r, _)| *m.name == *format!("flood{r}"))
+            .unwrap_or_else(|| panic!("unexpected mark {}", m.name));
+        assert_eq!(m.pid, Some(*pid), "{} sent by pid {pid}", m.name);
+        assert_eq!(m.rank, Some(*rank), "{} sent by rank {rank}", m.name);
+    }
+    // Each rank's steps arrive in its own order: the per-sender contexts never mix.
+    for (_, rank, _) in &senders {
+        let steps: Vec<u64> = t
+            .marks
+            .iter()
+            .filter(|m| m.rank == Some(*rank))
+            .map(|m| m.step)
+            .collect();
+        assert!(steps.windows(2).all(|w| w[0] < w[1]), "rank {rank}");
+    }
+    let collector_dropped: u64 = t
+        .dropped
+        .iter()
+        .filter(|d| d.record_tag == tag::MARK)
+        .map(|d| d.count)
+        .sum();
+    let child_dropped: u64 = senders.iter().map(|s| s.2).sum();
+    assert_eq!(
+        t.marks.len() as u64 + collector_dropped + child_dropped,
+        40_000,
+        "every mark recorded or counted as dropped"
+    );
+    assert!(t.marks.len() > 1000, "{}", t.marks.len());
+    let ranks = oomscope_trace::analysis::ranks::ranks_of(&t);
+    assert_eq!(
+        ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+}
+
+#[test]
 fn sigterm_to_the_collector_reaches_the_child_and_the_trace_is_finished() {
     let s = Scratch::new("sigterm");
     let child = s.script(

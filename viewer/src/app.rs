@@ -1,5 +1,6 @@
-//! The page: opening traces (picker, drag and drop, or the one a report embeds), and laying out
-//! one trace's report, plus the comparison when a second trace is open.
+//! The page: opening traces (picker, drag and drop, or those a report embeds), and laying out
+//! one trace's report, plus the comparison when a second trace is open; a job's traces go to
+//! [`crate::job`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +9,11 @@ use leptos::prelude::*;
 use oomscope_trace::analysis::Analysis;
 
 use crate::browser;
+use crate::job::JobReport;
 use crate::load::{Loaded, analyse};
 use crate::timeline::Timeline;
 use crate::views::{
-    AliveAtOom, BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview,
+    AliveAtOom, BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview, Ranks,
     StageTable, Statistics, StepTable,
 };
 
@@ -31,7 +33,8 @@ impl Opened {
     /// Starts the analysis in a task after the next animation frame, in which the timeline
     /// draws: the chart comes first, the tables a moment later. A plain timer backs the frame
     /// up, because browsers pause animation frames in hidden tabs and some headless modes.
-    pub fn new(loaded: Loaded) -> Opened {
+    pub fn new(loaded: impl Into<Arc<Loaded>>) -> Opened {
+        let loaded: Arc<Loaded> = loaded.into();
         let analysis = RwSignal::new(None);
         if let Some(trace) = loaded.trace.clone() {
             let started = StoredValue::new(false);
@@ -53,10 +56,7 @@ impl Opened {
             request_animation_frame(move || set_timeout(after_frame, Duration::ZERO));
             set_timeout(run, ANALYSIS_FALLBACK);
         }
-        Opened {
-            loaded: Arc::new(loaded),
-            analysis,
-        }
+        Opened { loaded, analysis }
     }
 }
 
@@ -67,12 +67,23 @@ enum Target {
     Open,
     /// Keep the open trace, compare with the new one.
     Compare,
+    /// A job's traces, analysed together.
+    Job,
 }
 
-/// The whole viewer. `initial` is the trace a report embeds.
+/// Files opened together that make a job rather than a comparison: three or more.
+const JOB_FILES: usize = 3;
+
+/// The whole viewer. `initial` holds the traces a report embeds: one trace, or a job's.
 #[component]
-pub fn App(initial: Option<Loaded>) -> impl IntoView {
-    let primary = RwSignal::new(initial.map(Opened::new));
+pub fn App(initial: Vec<Loaded>) -> impl IntoView {
+    let job = RwSignal::new(None::<Vec<Arc<Loaded>>>);
+    let primary = RwSignal::new(None::<Opened>);
+    if initial.len() > 1 {
+        job.set(Some(initial.into_iter().map(Arc::new).collect()));
+    } else {
+        primary.set(initial.into_iter().next().map(Opened::new));
+    }
     let compare = RwSignal::new(None::<Opened>);
     let reading = RwSignal::new(false);
 
@@ -82,17 +93,27 @@ pub fn App(initial: Option<Loaded>) -> impl IntoView {
         }
         reading.set(true);
         leptos::task::spawn_local(async move {
+            let target = match target {
+                Target::Open if files.len() >= JOB_FILES => Target::Job,
+                t => t,
+            };
             let mut loaded = Vec::new();
-            for f in files.into_iter().take(2) {
+            for f in files {
                 loaded.push(browser::read_file(f).await);
             }
             let mut loaded = loaded.into_iter();
             match target {
                 Target::Open => {
+                    job.set(None);
                     primary.set(loaded.next().map(Opened::new));
                     compare.set(loaded.next().map(Opened::new));
                 }
                 Target::Compare => compare.set(loaded.next().map(Opened::new)),
+                Target::Job => {
+                    primary.set(None);
+                    compare.set(None);
+                    job.set(Some(loaded.map(Arc::new).collect()));
+                }
             }
             reading.set(false);
         });
@@ -100,6 +121,11 @@ pub fn App(initial: Option<Loaded>) -> impl IntoView {
     let on_open = move |ev: leptos::ev::Event| {
         let input: web_sys::HtmlInputElement = event_target(&ev);
         open_files(browser::files(input.files()), Target::Open);
+        input.set_value("");
+    };
+    let on_job = move |ev: leptos::ev::Event| {
+        let input: web_sys::HtmlInputElement = event_target(&ev);
+        open_files(browser::files(input.files()), Target::Job);
         input.set_value("");
     };
     let on_compare = move |ev: leptos::ev::Event| {
@@ -119,12 +145,15 @@ pub fn App(initial: Option<Loaded>) -> impl IntoView {
     };
 
     Effect::new(move |_| {
-        let title = primary.with(|p| {
-            p.as_ref().map_or_else(
-                || "oomscope viewer".to_owned(),
-                |o| format!("oomscope: {}", o.loaded.name),
-            )
-        });
+        let title = match job.with(|j| j.as_ref().map(Vec::len)) {
+            Some(n) => format!("oomscope: a job of {n} traces"),
+            None => primary.with(|p| {
+                p.as_ref().map_or_else(
+                    || "oomscope viewer".to_owned(),
+                    |o| format!("oomscope: {}", o.loaded.name),
+                )
+            }),
+        };
         browser::set_title(&title);
     });
 
@@ -134,6 +163,9 @@ pub fn App(initial: Option<Loaded>) -> impl IntoView {
                 <h1>"oomscope"</h1>
                 <label class="file">"Open trace(s)… "
                     <input id="open-input" type="file" multiple accept=".oomt,application/octet-stream" on:change=on_open/>
+                </label>
+                <label class="file">"Open a job's traces… "
+                    <input id="job-input" type="file" multiple accept=".oomt,application/octet-stream" on:change=on_job/>
                 </label>
                 <Show when=move || primary.with(Option::is_some)>
                     <label class="file">"Compare with… "
@@ -145,14 +177,15 @@ pub fn App(initial: Option<Loaded>) -> impl IntoView {
                 </Show>
                 <span id="status">{move || if reading.get() { "reading…" } else { "" }}</span>
             </header>
-            {move || match primary.get() {
-                None => view! {
+            {move || match (job.get(), primary.get()) {
+                (Some(traces), _) => view! { <JobReport traces=traces/> }.into_any(),
+                (None, None) => view! {
                     <div class="dropzone" id="dropzone">
-                        <p>"Drop one trace (.oomt) here to inspect it, or two to compare them."</p>
+                        <p>"Drop one trace (.oomt) here to inspect it, two to compare them, or a job's traces (three or more; or the job button) to see its ranks together."</p>
                         <p class="hint">"Everything happens in this page: nothing is uploaded."</p>
                     </div>
                 }.into_any(),
-                Some(a) => view! { <Report opened=a compare=compare/> }.into_any(),
+                (None, Some(a)) => view! { <Report opened=a compare=compare/> }.into_any(),
             }}
         </div>
     }
@@ -160,7 +193,7 @@ pub fn App(initial: Option<Loaded>) -> impl IntoView {
 
 /// One trace's report, with the comparison section when a second trace is open.
 #[component]
-fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoView {
+pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoView {
     let loaded = opened.loaded.clone();
     let Some(trace) = loaded.trace.clone() else {
         return view! { <Overview loaded=loaded/> }.into_any();
@@ -187,9 +220,11 @@ fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoView {
         None => view! { <p id="analysing" class="hint">"analysing…"</p> }.into_any(),
         Some(a) => view! {
             <CounterPeaks analysis=a.clone()/>
-            <Findings analysis=a.clone()/>
+            <Findings findings=a.findings.clone() id="findings"
+                empty="Nothing to change: no rule found a problem in this trace."/>
             <AliveAtOom analysis=a.clone()/>
-            <StageTable analysis=a.clone()/>
+            {a.ranks.clone().map(|r| view! { <Ranks ranks=Arc::new(r) prefix=""/> })}
+            <StageTable table=a.stage_table.clone() growth=a.largest_growth.clone() prefix="stage"/>
             <StepTable trace=analysed_trace.clone() analysis=a.clone()/>
             <Breakdown trace=analysed_trace.clone() analysis=a.clone()/>
             <Statistics trace=analysed_trace.clone()/>

@@ -11,7 +11,8 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::load::Loaded;
 
-/// Id of the `<script type="application/octet-stream">` element holding a report's trace.
+/// Id of the `<script type="application/octet-stream">` element holding a report's trace; a
+/// job's report holds its further traces in `oomscope-trace-1`, `oomscope-trace-2`, ….
 pub const EMBEDDED_TRACE_ID: &str = "oomscope-trace";
 
 fn document() -> Option<web_sys::Document> {
@@ -23,11 +24,20 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
     STANDARD.decode(compact)
 }
 
-/// The trace a report carries, if this page is a report. Its name and the notice about thinned
-/// samples travel base64-encoded in `data-` attributes, so no recorded text is ever parsed as
-/// HTML, not even in an attribute.
-pub fn embedded_trace() -> Option<Loaded> {
-    let el = document()?.get_element_by_id(EMBEDDED_TRACE_ID)?;
+/// The traces a report carries (none when this page is the bare viewer; several for a job).
+pub fn embedded_traces() -> Vec<Loaded> {
+    let mut traces: Vec<Loaded> = embedded_trace(EMBEDDED_TRACE_ID).into_iter().collect();
+    while let Some(next) = embedded_trace(&format!("{EMBEDDED_TRACE_ID}-{}", traces.len())) {
+        traces.push(next);
+    }
+    traces
+}
+
+/// One trace a report carries. Its name and the notice about thinned samples travel
+/// base64-encoded in `data-` attributes, so no recorded text is ever parsed as HTML, not even in
+/// an attribute.
+fn embedded_trace(id: &str) -> Option<Loaded> {
+    let el = document()?.get_element_by_id(id)?;
     let attr = |name: &str| {
         el.get_attribute(name)
             .and_then(|v| decode_base64(&v).ok())

@@ -6,9 +6,9 @@
 //! drawn with plotters on `<canvas>`.
 //!
 //! Modules: [`load`] (bytes → trace, prefix kept on damage), [`view_model`] (pure, unit-tested
-//! values the page shows), [`browser`] (the report's embedded trace, files, downloads),
+//! values the page shows), [`browser`] (the report's embedded traces, files, downloads),
 //! [`timeline`] and [`views`] (components, one view per file), [`app`] (layout and opening
-//! files).
+//! files), [`job`] (a job's traces together: the ranks of every node, then one trace).
 
 // leptos components receive their props by value (the macro builds a props struct), so this
 // lint would flag every component that only reads an `Arc` it was given.
@@ -16,6 +16,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod job;
 pub mod load;
 pub mod timeline;
 pub mod view_model;
@@ -23,7 +24,7 @@ pub mod views;
 
 pub use app::App;
 
-/// Mounts the viewer on `<body>`, with the report's embedded trace if there is one. A panic
+/// Mounts the viewer on `<body>`, with the report's embedded traces if there are any. A panic
 /// leaves a message on the page rather than a blank or half-drawn one.
 pub fn start() {
     std::panic::set_hook(Box::new(|info| {
@@ -38,7 +39,7 @@ pub fn start() {
             let _ = body.prepend_with_node_1(&div);
         }
     }));
-    let initial = browser::embedded_trace();
+    let initial = browser::embedded_traces();
     leptos::mount::mount_to_body(move || {
         use leptos::prelude::*;
         view! { <App initial=initial/> }

@@ -1,16 +1,20 @@
-//! `collector report [TRACE]`: one self-contained HTML file (the work is in [`crate::report`]).
+//! `collector report [TRACE | DIR | TRACE...]`: one self-contained HTML file (the work is in
+//! [`crate::report`]); a directory or several traces make a job's report.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 
 use super::write_stdout;
+use crate::report::Named;
 
 /// `collector report`.
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
-    /// The trace; without one, the page is an empty viewer that opens trace files.
-    pub trace: Option<PathBuf>,
+    /// The trace; a directory (searched for *.oomt) or several traces make a job's report, its
+    /// ranks analysed together as `collector summary DIR` does; without any, the page is an empty
+    /// viewer that opens trace files.
+    pub traces: Vec<PathBuf>,
     /// Output file [default: the trace's path with `.html`].
     #[arg(short, long)]
     pub output: Option<PathBuf>,
@@ -24,21 +28,36 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
     if !(args.max_size_mb.is_finite() && args.max_size_mb >= 0.0) {
         anyhow::bail!("--max-size-mb must be a number of megabytes, 0 for no limit");
     }
-    let output = args
-        .output
-        .clone()
-        .unwrap_or_else(|| crate::report::default_output(args.trace.as_deref()));
-    if args.trace.as_deref() == Some(output.as_path()) {
+    let output = match (&args.output, args.traces.as_slice()) {
+        (Some(o), _) => o.clone(),
+        (None, []) => crate::report::default_output(None),
+        (None, [one]) => crate::report::default_output(Some(one)),
+        (None, _) => anyhow::bail!("a report of several traces needs a name: -o REPORT.html"),
+    };
+    // A directory's traces are named by their path inside it.
+    let root = match args.traces.as_slice() {
+        [dir] if dir.is_dir() => Some(dir.as_path()),
+        _ => None,
+    };
+    let traces: Vec<Named> = match args.traces.as_slice() {
+        [] => Vec::new(),
+        paths => super::summary::trace_files(paths)?
+            .into_iter()
+            .map(|p| Named::new(p, root))
+            .collect(),
+    };
+    if traces.iter().any(|t| t.path == output) {
         anyhow::bail!(
             "the report would overwrite its own trace {}: name the report with -o",
             output.display()
         );
     }
     let max_bytes = (args.max_size_mb * 1e6) as u64;
-    let (bytes, thinned) = crate::report::write_report(args.trace.as_deref(), &output, max_bytes)?;
+    let (bytes, thinned) = crate::report::write_report(&traces, &output, max_bytes)?;
     if thinned {
         crate::ui::warning(&format!(
-            "the trace did not fit in {} MB: the report carries its samples thinned (the page says so; --max-size-mb 0 keeps all)",
+            "the trace{} did not fit in {} MB: the report carries samples thinned (the page says so; --max-size-mb 0 keeps all)",
+            if traces.len() > 1 { "s" } else { "" },
             args.max_size_mb
         ));
     }

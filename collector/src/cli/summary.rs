@@ -149,17 +149,7 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
         let sources: Vec<(String, String)> = decoded
             .iter()
             .zip(&names)
-            .map(|(d, name)| {
-                let m = &d.trace.metadata;
-                (
-                    name.clone(),
-                    format!(
-                        "host {}, {}",
-                        m.host,
-                        oomscope_trace::headline::ending(&d.trace)
-                    ),
-                )
-            })
+            .map(|(d, name)| (name.clone(), text::trace_about(&d.trace)))
             .collect();
         text.push_str(&text::render_job(&sources, &analysis));
         text

@@ -94,11 +94,23 @@ pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
         r == Some(rank.rank) || (r.is_none() && pid.is_some() && pid == rank.pid)
     };
     // Columns: device-level and in-process counters as they are; the tree's RSS, PSS and
-    // per-GPU process memory replaced by this rank's own.
+    // per-GPU process memory replaced by this rank's own. When the rank is the program itself
+    // (`srun` running one collector per task), the tree is the rank and its workers: its
+    // counters are the rank's.
+    let program_is_rank = rank.pid == Some(trace.metadata.pid)
+        && !trace
+            .counters
+            .iter()
+            .any(|c| c.kind.is_per_process() && c.pid == rank.pid);
     let mut keep: Vec<(CounterId, Counter)> = Vec::new();
     for (i, c) in trace.counters.iter().enumerate() {
         let id = CounterId(i as u32);
         let as_kind = match c.kind {
+            CounterKind::HostRss | CounterKind::HostPss | CounterKind::ProcessGpu
+                if program_is_rank =>
+            {
+                c.kind
+            }
             CounterKind::PidRss if c.pid.is_some() && c.pid == rank.pid => CounterKind::HostRss,
             CounterKind::PidGpu if c.pid.is_some() && c.pid == rank.pid => CounterKind::ProcessGpu,
             CounterKind::PidRss
@@ -605,4 +617,63 @@ pub fn analyze_job(traces: &[JobTrace<'_>], options: &AnalysisOptions) -> RankAn
         })
         .collect();
     compare_ranks(summaries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Counter, Samples};
+
+    /// A trace whose program is rank `rank` (one collector per task), its RSS rising to
+    /// `peak_mib`.
+    fn one_task(rank: u32, peak_mib: u64) -> Trace {
+        let mut t = Trace::default();
+        t.metadata.pid = 10 + rank;
+        t.counters.push(Counter {
+            kind: CounterKind::HostRss,
+            device: None,
+            name: "host.rss".into(),
+            pid: None,
+        });
+        t.samples = Samples::with_counters(1);
+        for (i, mib) in [peak_mib / 2, peak_mib, peak_mib / 2]
+            .into_iter()
+            .enumerate()
+        {
+            t.samples
+                .push_row(i as u64 * 1000, &[(CounterId(0), mib << 20)]);
+            t.marks.push(StageMark {
+                t_us: i as u64 * 1000,
+                name: "post_forward".into(),
+                step: i as u64,
+                pid: Some(10 + rank),
+                rank: Some(rank),
+                ..StageMark::default()
+            });
+        }
+        t
+    }
+
+    #[test]
+    fn a_rank_that_is_the_program_keeps_the_tree_s_memory() {
+        let (a, b) = (one_task(0, 200), one_task(1, 500));
+        let job = analyze_job(
+            &[
+                JobTrace {
+                    source: "node-0.oomt",
+                    trace: &a,
+                },
+                JobTrace {
+                    source: "node-1.oomt",
+                    trace: &b,
+                },
+            ],
+            &AnalysisOptions::default(),
+        );
+        let peaks: Vec<_> = job.ranks.iter().map(|r| r.peak_host_bytes).collect();
+        assert_eq!(peaks, [Some(200 << 20), Some(500 << 20)]);
+        assert_eq!(job.ranks[1].marks, 3);
+        let i = job.imbalance.first().expect("rank 1 holds 300 MiB more");
+        assert_eq!((i.rank, i.stage.as_str()), (1, "post_forward"));
+    }
 }

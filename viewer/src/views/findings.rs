@@ -1,22 +1,21 @@
 //! Findings and what to change, most severe first.
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
+use oomscope_trace::analysis::recommend::Finding;
 
-/// Findings and what to change, most severe first (the analysis sorts them).
+/// Findings and what to change, most severe first (the analysis sorts them): a trace's
+/// (`#findings`), a rank's (`#rank-findings`) or a job's (`#job-findings`). `empty` says what
+/// none means.
 #[component]
-pub fn Findings(analysis: Arc<Analysis>) -> impl IntoView {
-    if analysis.findings.is_empty() {
+pub fn Findings(findings: Vec<Finding>, id: &'static str, empty: &'static str) -> impl IntoView {
+    if findings.is_empty() {
         return view! {
-            <section id="findings"><h2>"Findings"</h2>
-            <p class="empty">"Nothing to change: no rule found a problem in this trace."</p></section>
+            <section id=id><h2>"Findings"</h2>
+            <p class="empty">{empty}</p></section>
         }
         .into_any();
     }
-    let items = analysis
-        .findings
+    let items = findings
         .iter()
         .map(|f| {
             let evidence = f
@@ -41,6 +40,5 @@ pub fn Findings(analysis: Arc<Analysis>) -> impl IntoView {
             }
         })
         .collect_view();
-    view! { <section id="findings"><h2>"Findings and recommendations"</h2>{items}</section> }
-        .into_any()
+    view! { <section id=id><h2>"Findings and recommendations"</h2>{items}</section> }.into_any()
 }

@@ -1,5 +1,5 @@
 //! The report's views below the timeline, one per file: overview, findings, what was alive at an
-//! OOM, stage and step tables,
+//! OOM, ranks side by side, stage and step tables,
 //! breakdown at the peak, gradient and tensor statistics, batch-size trials, comparison, exports.
 //!
 //! Every recorded string reaches the page as a text node or a DOM property, never as markup:
@@ -14,6 +14,7 @@ mod counter_peaks;
 mod exports;
 mod findings;
 mod overview;
+mod ranks;
 mod stage_table;
 mod statistics;
 mod step_table;
@@ -26,6 +27,7 @@ pub use counter_peaks::CounterPeaks;
 pub use exports::Exports;
 pub use findings::Findings;
 pub use overview::Overview;
+pub use ranks::Ranks;
 pub use stage_table::StageTable;
 pub use statistics::Statistics;
 pub use step_table::StepTable;

@@ -1,22 +1,25 @@
 //! The stage table: memory at each stage mark, per stage, for the shown metric.
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
+use oomscope_trace::analysis::stages::{Growth, StageTable as Table};
 use oomscope_trace::units::{
     format_bytes, format_bytes_f64, format_count, format_signed_bytes, format_signed_bytes_f64,
 };
 
 use super::{opt_num, opt_text};
 
-/// The stage table of one metric, the numbers `collector summary` prints.
+/// The stage table of one metric, the numbers `collector summary` prints: the whole run's
+/// (`prefix` `stage`: `#stages`, `#stage-table`, `#stage-metric`) or one rank's (`rank-stage`).
 #[component]
-pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
-    let table = analysis.stage_table.clone();
+pub fn StageTable(table: Table, growth: Option<Growth>, prefix: &'static str) -> impl IntoView {
+    let (section_id, table_id, select_id) = (
+        format!("{prefix}s"),
+        format!("{prefix}-table"),
+        format!("{prefix}-metric"),
+    );
     if table.rows.is_empty() {
         return view! {
-            <section id="stages"><h2>"Stages"</h2>
+            <section id=section_id><h2>"Stages"</h2>
             <p class="empty">{format!("No stage marks in this trace: {}.", oomscope_trace::text::NO_MARKS_HINT)}</p></section>
         }
         .into_any();
@@ -24,7 +27,7 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
     let Some(initial) = table.primary_metric.or(table.metrics.first().copied()) else {
         // Marks, but nothing measured at them (no samples, no allocator statistics).
         return view! {
-            <section id="stages"><h2>"Stages"</h2>
+            <section id=section_id><h2>"Stages"</h2>
             <p class="empty">"This trace has stage marks but no memory readings at them (no samples and no allocator statistics), so there is no stage table."</p></section>
         }
         .into_any();
@@ -42,7 +45,6 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
             metric.set(*m);
         }
     };
-    let growth = analysis.largest_growth.clone();
     let growth_text = growth.as_ref().map(|g| {
         view! {
             <p id="largest-growth" class="highlight-text">
@@ -88,15 +90,15 @@ pub fn StageTable(analysis: Arc<Analysis>) -> impl IntoView {
             .collect::<Vec<_>>()
     };
     view! {
-        <section id="stages">
+        <section id=section_id>
             <h2>"Stages"</h2>
             <label>"metric "
-                <select id="stage-metric" prop:value=move || metric.get().label()
+                <select id=select_id prop:value=move || metric.get().label()
                     on:change=move |ev| choose(event_target_value(&ev))>{options}</select>
             </label>
             <span class="hint">" delta = change since the previous mark"</span>
             {growth_text}
-            <table id="stage-table" class="stages">
+            <table id=table_id class="stages">
                 <thead><tr><th>"stage"</th><th>"count"</th><th>"mean"</th><th>"max"</th>
                 <th>"mean delta"</th><th>"max delta"</th><th>"max vs baseline"</th></tr></thead>
                 <tbody>{body}</tbody>
