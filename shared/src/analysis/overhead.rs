@@ -35,7 +35,33 @@ pub struct OutsideAllocator {
     pub median_process_bytes: u64,
     /// Median allocator reserved over the same marks.
     pub median_reserved_bytes: u64,
+    /// The largest rise of `process − reserved` from one mark to the next, when it reached
+    /// [`OUTSIDE_RISE_MIN_BYTES`]: memory a library took without the allocator at that point
+    /// (NCCL's buffers and communicators at a distributed run's first collective, cuBLAS
+    /// workspaces at the first matmul).
+    pub largest_rise: Option<OutsideRise>,
 }
+
+/// A rise of the memory outside the allocator between two consecutive marks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutsideRise {
+    /// How much.
+    pub bytes: u64,
+    /// The mark before.
+    pub from_stage: String,
+    /// Its step.
+    pub from_step: u64,
+    /// The mark at which it was there.
+    pub to_stage: String,
+    /// Its step.
+    pub to_step: u64,
+    /// Whether it came at the first step the trace marks (setup and first collectives), rather
+    /// than in steady training.
+    pub first_step: bool,
+}
+
+/// Smallest rise of the memory outside the allocator between two marks worth naming.
+pub const OUTSIDE_RISE_MIN_BYTES: u64 = 64 << 20;
 
 /// Measures memory outside the allocator; `None` without a mark where both values are known and
 /// the process reading is not stale.
@@ -43,16 +69,43 @@ pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAl
     let process = Metric::Counter(counter_with_data(trace, CounterKind::ProcessGpu)?);
     let reserved = reserved_metric(trace)?;
     let (p, r) = (values.index_of(process)?, values.index_of(reserved)?);
-    let pairs: Vec<(u64, u64)> = values
+    // (mark index, process, reserved) where both are known.
+    let indexed: Vec<(usize, u64, u64)> = values
         .column(p)
         .iter()
         .zip(values.column(r))
-        .filter_map(|(p, r)| p.zip(*r))
-        .filter(|(process, reserved)| process >= reserved)
+        .enumerate()
+        .filter_map(|(i, (p, r))| p.zip(*r).map(|(p, r)| (i, p, r)))
+        .filter(|(_, process, reserved)| process >= reserved)
         .collect();
-    if pairs.is_empty() {
+    if indexed.is_empty() {
         return None;
     }
+    let pairs: Vec<(u64, u64)> = indexed.iter().map(|(_, p, r)| (*p, *r)).collect();
+    let first_step = indexed
+        .iter()
+        .map(|(i, _, _)| trace.marks[*i].step)
+        .min()
+        .unwrap_or(0);
+    let largest_rise = indexed
+        .windows(2)
+        .map(|w| {
+            let outside = |(_, p, r): (usize, u64, u64)| p - r;
+            (w[0].0, w[1].0, outside(w[1]).saturating_sub(outside(w[0])))
+        })
+        .filter(|(_, _, rise)| *rise >= OUTSIDE_RISE_MIN_BYTES)
+        .max_by_key(|(_, to, rise)| (*rise, std::cmp::Reverse(*to)))
+        .map(|(from, to, bytes)| {
+            let (a, b) = (&trace.marks[from], &trace.marks[to]);
+            OutsideRise {
+                bytes,
+                from_stage: a.name.to_string(),
+                from_step: a.step,
+                to_stage: b.name.to_string(),
+                to_step: b.step,
+                first_step: b.step == first_step,
+            }
+        });
     let mut diffs: Vec<f64> = pairs
         .iter()
         .map(|(p, r)| signed_delta(*p, *r) as f64)
@@ -70,6 +123,7 @@ pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAl
         max_bytes,
         median_process_bytes: median_of(|x| x.0),
         median_reserved_bytes: median_of(|x| x.1),
+        largest_rise,
     })
 }
 
@@ -106,6 +160,37 @@ mod tests {
         assert_eq!(o.median_bytes, (600 * MIB) as i64);
         trace.samples.column_mut(id).fill(0);
         assert!(outside_allocator(&trace, &MarkValues::new(&trace)).is_none());
+    }
+
+    #[test]
+    fn a_rise_at_the_first_step_is_named_with_its_marks() {
+        let mut trace = Run::default().build();
+        assert_eq!(
+            outside_allocator(&trace, &MarkValues::new(&trace))
+                .unwrap()
+                .largest_rise,
+            None,
+            "a steady context"
+        );
+        // 512 MiB more on the device from the fourth mark on (step 0's post_backward: where
+        // DDP's first all-reduce creates NCCL's buffers), the allocator unchanged.
+        let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
+        let from_us = trace.marks[3].t_us;
+        let times = trace.samples.times_us().to_vec();
+        for (row, t) in times.iter().enumerate() {
+            if *t >= from_us {
+                trace.samples.column_mut(id)[row] += 512 * MIB;
+            }
+        }
+        let o = outside_allocator(&trace, &MarkValues::new(&trace)).unwrap();
+        let rise = o.largest_rise.unwrap();
+        assert_eq!(rise.bytes, 512 * MIB);
+        assert_eq!(
+            (rise.to_stage.as_str(), rise.to_step),
+            (trace.marks[3].name.as_ref(), trace.marks[3].step)
+        );
+        assert_eq!(rise.from_stage.as_str(), trace.marks[2].name.as_ref());
+        assert!(rise.first_step);
     }
 
     #[test]

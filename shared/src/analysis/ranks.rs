@@ -138,6 +138,13 @@ pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
         .find_map(|e| e.status);
     let mut metadata = trace.metadata.clone();
     metadata.rank = Some(rank.rank);
+    metadata.world_size = trace
+        .processes
+        .iter()
+        .rev()
+        .find(|p| Some(p.pid) == rank.pid)
+        .and_then(|p| p.world_size)
+        .or(metadata.world_size);
     metadata.pid = rank.pid.unwrap_or(metadata.pid);
     Trace {
         format_version: trace.format_version,

@@ -151,23 +151,44 @@ impl Diagnose for Fragmentation {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OutsideAllocatorRule;
 
+/// What [`OutsideAllocatorRule`] found.
+#[derive(Debug, Clone, Copy)]
+pub struct Outside<'a> {
+    /// The measurement.
+    pub outside: &'a OutsideAllocator,
+    /// The trace is one rank of several (its first collective creates NCCL's buffers).
+    pub distributed: bool,
+}
+
 impl Diagnose for OutsideAllocatorRule {
     const KIND: FindingKind = FindingKind::OutsideAllocator;
-    type Diagnosis<'a> = &'a OutsideAllocator;
+    type Diagnosis<'a> = Outside<'a>;
 
     /// Detection: the median memory outside the allocator reached
     /// [`OUTSIDE_ALLOCATOR_MIN_BYTES`]; `None` otherwise.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
-        ctx.analysis
+        let outside = ctx
+            .analysis
             .outside_allocator
             .as_ref()
-            .filter(|o| o.median_bytes >= OUTSIDE_ALLOCATOR_MIN_BYTES)
+            .filter(|o| o.median_bytes >= OUTSIDE_ALLOCATOR_MIN_BYTES)?;
+        let m = &ctx.trace.metadata;
+        // A rank is set by launchers only; a world of one is not distributed.
+        let distributed = match m.world_size {
+            Some(w) => w > 1,
+            None => m.rank.is_some(),
+        } || ctx.analysis.ranks.is_some();
+        Some(Outside {
+            outside,
+            distributed,
+        })
     }
 
     /// Wording.
-    fn explain(&self, o: &Self::Diagnosis<'_>) -> Finding {
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let o = d.outside;
         let outside = format_bytes(o.median_bytes.unsigned_abs());
-        let explanation = format!(
+        let mut explanation = format!(
             "the process holds {outside} of GPU memory outside PyTorch's allocator (median over \
              {} marks: {} on the device by NVML against {} reserved by the allocator, at most {}); \
              this is the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers and any other \
@@ -177,6 +198,41 @@ impl Diagnose for OutsideAllocatorRule {
             format_bytes(o.median_reserved_bytes),
             format_bytes(o.max_bytes.unsigned_abs()),
         );
+        let mut evidence = vec![
+            Evidence::bytes("median_outside_bytes", o.median_bytes as f64),
+            Evidence::bytes("max_outside_bytes", o.max_bytes as f64),
+            Evidence::bytes("median_process_gpu_bytes", o.median_process_bytes as f64),
+            Evidence::bytes("median_reserved_bytes", o.median_reserved_bytes as f64),
+            Evidence::count("marks", o.marks as f64),
+        ];
+        if let Some(rise) = &o.largest_rise {
+            let between = if rise.from_step == rise.to_step {
+                format!(
+                    "between {} and {} of step {}",
+                    rise.from_stage, rise.to_stage, rise.to_step
+                )
+            } else {
+                format!(
+                    "between {} of step {} and {} of step {}",
+                    rise.from_stage, rise.from_step, rise.to_stage, rise.to_step
+                )
+            };
+            let why = match (rise.first_step, d.distributed) {
+                (true, true) => {
+                    ": the first step of a distributed run, where the first collective \
+                     (DDP's all-reduce in backward, FSDP's all-gather in forward) creates NCCL's \
+                     communicators and buffers"
+                }
+                (true, false) => ": the first step, where libraries set up their workspaces",
+                (false, _) => "",
+            };
+            explanation.push_str(&format!(
+                "; it rose by {} {between}{why}",
+                format_bytes(rise.bytes)
+            ));
+            evidence.push(Evidence::bytes("largest_rise_bytes", rise.bytes as f64));
+            evidence.push(Evidence::count("largest_rise_step", rise.to_step as f64));
+        }
         let change = format!(
             "count the {outside} in the memory budget (torch.cuda.memory_allocated() does not see \
              it); if it is more than the CUDA context needs, look for other libraries on the GPU \
@@ -189,13 +245,7 @@ impl Diagnose for OutsideAllocatorRule {
             format!("{outside} of GPU memory is outside the allocator"),
             explanation,
             change,
-            vec![
-                Evidence::bytes("median_outside_bytes", o.median_bytes as f64),
-                Evidence::bytes("max_outside_bytes", o.max_bytes as f64),
-                Evidence::bytes("median_process_gpu_bytes", o.median_process_bytes as f64),
-                Evidence::bytes("median_reserved_bytes", o.median_reserved_bytes as f64),
-                Evidence::count("marks", o.marks as f64),
-            ],
+            evidence,
         )
     }
 }
@@ -205,6 +255,7 @@ mod tests {
     use super::super::test_support::{evidence, find, with_context};
     use super::*;
     use crate::analysis::testkit::{GIB, MIB, Run};
+    use crate::model::CounterKind;
 
     #[test]
     fn large_gap_at_the_peak_is_fragmentation() {
@@ -303,5 +354,46 @@ mod tests {
             ..Run::default()
         };
         assert!(find(&small.build(), FindingKind::OutsideAllocator).is_none());
+    }
+
+    #[test]
+    fn a_rise_at_a_distributed_run_s_first_step_is_put_on_its_first_collective() {
+        let mut trace = Run {
+            context_bytes: GIB + GIB / 2,
+            ..Run::default()
+        }
+        .build();
+        trace.metadata.world_size = Some(8);
+        let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
+        let from_us = trace.marks[3].t_us;
+        let times = trace.samples.times_us().to_vec();
+        for (row, t) in times.iter().enumerate() {
+            if *t >= from_us {
+                trace.samples.column_mut(id)[row] += 512 * MIB;
+            }
+        }
+        let f = find(&trace, FindingKind::OutsideAllocator).unwrap();
+        let (a, b) = (&trace.marks[2], &trace.marks[3]);
+        assert_eq!(a.step, b.step);
+        let said = format!(
+            "; it rose by 512 MiB between {} and {} of step {}: the first step of a distributed \
+             run, where the first collective (DDP's all-reduce in backward, FSDP's all-gather in \
+             forward) creates NCCL's communicators and buffers",
+            a.name, b.name, b.step
+        );
+        assert!(f.explanation.ends_with(&said), "{}", f.explanation);
+        assert_eq!(evidence(&f, "largest_rise_bytes"), (512 * MIB) as f64);
+        // Without ranks, the same rise is not put on NCCL.
+        trace.metadata.world_size = Some(1);
+        let f = find(&trace, FindingKind::OutsideAllocator).unwrap();
+        assert!(
+            !f.explanation.contains("NCCL's communicators"),
+            "{}",
+            f.explanation
+        );
+        assert!(
+            f.explanation
+                .contains("the first step, where libraries set up")
+        );
     }
 }
