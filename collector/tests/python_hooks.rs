@@ -13,6 +13,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
+use oomscope_trace::analysis::node::SpikeWhen;
 use oomscope_trace::analysis::recommend::FindingKind;
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
 use oomscope_trace::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
@@ -364,7 +365,8 @@ fn roles(t: &Trace) -> Vec<(u32, ProcessRole, Option<u32>)> {
 
 #[test]
 fn each_rank_gets_its_stage_table_and_a_rank_holding_more_is_named() {
-    // Three ranks with a DataLoader worker each; rank 1 keeps 256 MiB more from its first step.
+    // Three ranks with a DataLoader worker each; rank 1 keeps 256 MiB more from its first step;
+    // before training every rank torch.loads the same 400 MiB checkpoint at once.
     let s = Scratch::new("ranks-imbalance");
     let cmd = torchrun(
         "3",
@@ -377,6 +379,8 @@ fn each_rank_gets_its_stage_table_and_a_rank_holding_more_is_named() {
             "1",
             "--hold-mib",
             "256",
+            "--load-mib",
+            "400",
         ],
     );
     let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
@@ -429,15 +433,35 @@ fn each_rank_gets_its_stage_table_and_a_rank_holding_more_is_named() {
         .find(|f| f.kind == FindingKind::RankImbalance)
         .expect("the imbalance finding");
     assert!(f.title.starts_with("Rank 1 holds"), "{}", f.title);
+    // The node: three ranks holding the checkpoint at once, before the first mark.
+    let spike = r.node_spikes.first().expect("the node's load spike");
+    assert_eq!(spike.when, SpikeWhen::BeforeFirstMark, "{spike:?}");
+    assert_eq!(spike.ranks, 3);
+    let excess = spike.excess_bytes() as f64 / f64::from(1 << 20);
+    assert!(excess > 900.0, "3 × 400 MiB loaded at once: {excess} MiB");
+    let f = a
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::NodeHostSpike)
+        .expect("the node spike finding");
+    assert!(
+        f.title.starts_with("The node's host memory spikes")
+            && f.title.ends_with("before the first mark"),
+        "{}",
+        f.title
+    );
+    assert!(f.change.contains("mmap=True"), "{}", f.change);
     // The summary shows the ranks.
     let summary = collector(&["summary", s.path("t.oomt").to_str().unwrap()])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&summary.stdout);
+    // Every rank peaks while holding the checkpoint; rank 1 holds more in the loop.
     assert!(
-        text.contains("Ranks (3)") && text.contains("highest: rank 1"),
+        text.contains("Ranks (3)") && text.contains("imbalance at") && text.contains(": rank 1 "),
         "{text}"
     );
+    assert!(text.contains("(node-host-spike)"), "{text}");
 }
 
 #[test]

@@ -29,7 +29,13 @@ struct Known {
     env: Identity,
     /// The tree walk has found it (a sender outside the tree is never taken for gone).
     in_tree: bool,
+    /// Times its environment was read without finding an identity.
+    looks: u8,
 }
+
+/// How many polls a process without an identity is read again: a launcher's child seen between
+/// its fork and its exec has its identity a moment later; a helper without one never will.
+const MAX_LOOKS: u8 = 10;
 
 /// The registry of the tree's processes.
 #[derive(Debug)]
@@ -58,11 +64,9 @@ impl Processes {
             let known = self.known.get_mut(pid);
             // A process seen between a launcher's fork and its exec is a copy of the agent, with
             // no rank in its environment yet: it is read again until it has an identity.
-            let unidentified = known.as_ref().is_none_or(|k| {
-                k.env == Identity::default()
-                    && *pid != self.root
-                    && k.info.rank_from != RankSource::Message
-            });
+            let unidentified = known
+                .as_ref()
+                .is_none_or(|k| Self::unidentified(k, *pid, self.root));
             if let Some(k) = known {
                 k.in_tree = true;
             }
@@ -70,8 +74,9 @@ impl Processes {
                 continue;
             }
             let env = Identity::from_environ(&environ_of(*pid));
-            if self.known.contains_key(pid) {
+            if let Some(k) = self.known.get_mut(pid) {
                 if env == Identity::default() {
+                    k.looks += 1;
                     continue;
                 }
                 self.known.remove(pid);
@@ -213,6 +218,7 @@ impl Processes {
                 info: info.clone(),
                 env,
                 in_tree,
+                looks: 0,
             },
         );
         records.push(Record::Process(info));
@@ -220,6 +226,24 @@ impl Processes {
             self.generation += 1;
             self.root_becomes_launcher(t_us, records);
         }
+    }
+
+    /// A process of the tree whose environment named no rank yet, to be read again (not the
+    /// program, not one that said its rank itself, at most [`MAX_LOOKS`] times).
+    fn unidentified(k: &Known, pid: u32, root: u32) -> bool {
+        k.env == Identity::default()
+            && pid != root
+            && k.info.rank_from != RankSource::Message
+            && k.looks < MAX_LOOKS
+    }
+
+    /// Whether the next poll should read the tree's processes again even if the tree is the
+    /// same: some are still without an identity (the poller otherwise reads only when the tree
+    /// changes, and a rank seen before its exec would stay unknown until the next birth).
+    pub fn wants_another_look(&self) -> bool {
+        self.known
+            .iter()
+            .any(|(pid, k)| k.in_tree && Self::unidentified(k, *pid, self.root))
     }
 
     /// The program is a launcher once ranks run below it.
@@ -378,5 +402,42 @@ mod tests {
         let records = p.observe_tree(&[me], 40);
         assert!(matches!(&records[..], [Record::ProcessEnd(e)] if e.rank == Some(3)));
         assert!(p.observe_tree(&[me], 50).is_empty());
+    }
+
+    #[test]
+    fn a_process_seen_before_its_exec_is_read_again_until_it_has_its_rank() {
+        let me = std::process::id();
+        let mut p = Processes::new(me);
+        p.observe_tree(&[me], 10);
+        // Like torchrun's rank between the agent's fork and its exec: no RANK yet.
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "sleep 0.4; exec env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 sleep 5",
+            ])
+            .env_remove("RANK")
+            .env_remove("LOCAL_RANK")
+            .env_remove("WORLD_SIZE")
+            .spawn()
+            .unwrap();
+        let tree = [me, child.id()];
+        let first = p.observe_tree(&tree, 20);
+        assert!(
+            matches!(&first[..], [Record::Process(i)] if i.rank.is_none()),
+            "{first:?}"
+        );
+        assert!(p.wants_another_look());
+        std::thread::sleep(std::time::Duration::from_millis(900));
+        // The same tree, read again: now it is rank 1.
+        let again = p.observe_tree(&tree, 30);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            again.iter().any(
+                |r| matches!(r, Record::Process(i) if i.pid == child.id() && i.role == ProcessRole::Rank && i.rank == Some(1))
+            ),
+            "{again:?}"
+        );
+        assert!(!p.wants_another_look());
     }
 }

@@ -434,13 +434,21 @@ pub fn poll_loop(
     let mut foreign_noted = false;
     while !state.stopping() {
         let tree = process_tree(root_pid);
-        if tree != last_tree {
-            state.set_tree(&tree);
+        let changed = tree != last_tree;
+        // Processes still without an identity (a rank seen between its fork and its exec) are
+        // read again at every poll, not only when the tree changes next.
+        let look_again = state.processes.lock().is_ok_and(|p| p.wants_another_look());
+        if changed || look_again {
+            if changed {
+                state.set_tree(&tree);
+            }
             let records = state.with_processes(|p| p.observe_tree(&tree, state.now_us()));
             if !records.is_empty() {
                 // Who the processes are must not be lost: the recorder never waits long.
                 let _ = events.send(Event::Records(records));
             }
+        }
+        if changed {
             last_tree = tree;
             // A process came or went: its shared pages moved; read PSS again as soon as the cost
             // budget allows (a program spawning processes all the time cannot make it spin).

@@ -4,6 +4,7 @@ own shard of a fixed regression task and prints its final loss."""
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -21,6 +22,10 @@ def main():
                    help="this rank asks for a petabyte at --oom-step (a real host allocation failure)")
     p.add_argument("--oom-step", type=int, default=3)
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--load-mib", type=int, default=0,
+                   help="before training, every rank torch.loads a checkpoint of this size (the "
+                        "whole file into its own memory, as torch.load does without mmap) and "
+                        "drops it once all ranks have it")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -28,6 +33,19 @@ def main():
     torch.set_num_threads(1)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if args.load_mib:
+        # One file per job: the ranks share their parent, torchrun's agent.
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "oomscope-ddp-%d.pt" % os.getppid())
+        if rank == 0:
+            torch.save({"w": torch.ones(args.load_mib << 18)}, path)
+        dist.barrier()
+        state = torch.load(path)
+        dist.barrier()
+        time.sleep(0.3)
+        dist.barrier()
+        if rank == 0:
+            os.remove(path)
+        del state
     g = torch.Generator().manual_seed(rank)
     held = []
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(

@@ -16,6 +16,7 @@ pub mod host;
 pub mod leaks;
 pub mod marks;
 pub mod metrics;
+pub mod node;
 pub mod oom;
 pub mod overhead;
 pub mod peaks;
@@ -207,7 +208,10 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
             marks,
             ..trace.clone()
         };
-        let compared = ranks::compare_ranks(ranks::summarize(trace, "", 0, options));
+        let mut compared = ranks::compare_ranks(ranks::summarize(trace, "", 0, options));
+        compared
+            .node_spikes
+            .extend(node::node_host_spike(trace, &ranks, "", 0));
         let mut analysis = analyze_one(&whole, options, Some(compared));
         // The overview counts what the trace holds: every rank's marks.
         let (marks, steps) = (trace.marks.len(), mark_steps(trace));

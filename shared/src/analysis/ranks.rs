@@ -15,6 +15,7 @@
 use serde::Serialize;
 
 use super::leaks::GrowthFit;
+use super::node::{NodeHostSpike, node_host_spike};
 use super::recommend::Finding;
 use super::stages::StageTable;
 use super::{AnalysisOptions, analyze};
@@ -320,6 +321,9 @@ pub struct RankAnalysis {
     pub imbalance: Vec<StageImbalance>,
     /// The first failure, when a rank failed.
     pub first_failure: Option<FirstFailure>,
+    /// Nodes whose host memory spiked far above their level in the loop (every rank loading or
+    /// saving at once), largest excess first.
+    pub node_spikes: Vec<NodeHostSpike>,
 }
 
 impl RankAnalysis {
@@ -465,6 +469,7 @@ pub fn compare_ranks(ranks: Vec<RankSummary>) -> RankAnalysis {
         imbalance: imbalance(&ranks),
         first_failure: first_failure(&ranks),
         ranks,
+        node_spikes: Vec::new(),
     }
 }
 
@@ -616,14 +621,20 @@ pub fn analyze_job(traces: &[JobTrace<'_>], options: &AnalysisOptions) -> RankAn
         .map(|t| t.trace.metadata.start_unix_ns)
         .min()
         .unwrap_or(0);
+    let offset_us = |t: &JobTrace<'_>| t.trace.metadata.start_unix_ns.saturating_sub(start) / 1_000;
     let summaries = traces
         .iter()
-        .flat_map(|t| {
-            let offset_us = t.trace.metadata.start_unix_ns.saturating_sub(start) / 1_000;
-            summarize(t.trace, t.source, offset_us, options)
-        })
+        .flat_map(|t| summarize(t.trace, t.source, offset_us(t), options))
         .collect();
-    compare_ranks(summaries)
+    let mut compared = compare_ranks(summaries);
+    compared.node_spikes = traces
+        .iter()
+        .filter_map(|t| node_host_spike(t.trace, &ranks_of(t.trace), t.source, offset_us(t)))
+        .collect();
+    compared
+        .node_spikes
+        .sort_by_key(|s| std::cmp::Reverse(s.excess_bytes()));
+    compared
 }
 
 #[cfg(test)]

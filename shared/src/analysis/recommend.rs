@@ -41,7 +41,7 @@ pub use memory::{
     Oom, OptimizerStateHeavy,
 };
 pub use numerics::{NonFiniteGradients, NonFiniteTensors, SPORADIC_INF_MAX_FRACTION};
-pub use ranks::{FirstRankFailure, RankImbalance};
+pub use ranks::{FirstRankFailure, NodeHostSpikeRule, RankImbalance};
 
 /// How urgent a finding is. Ordered: `Info < Warning < Critical`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -101,6 +101,9 @@ pub enum FindingKind {
     RankImbalance,
     /// A rank failed first; the others followed.
     FirstRankFailure,
+    /// A node's host memory spiked far above its level in the loop (every rank loading or
+    /// saving at once).
+    NodeHostSpike,
 }
 
 impl FindingKind {
@@ -122,6 +125,7 @@ impl FindingKind {
             FindingKind::WorkerPrivateGrowth => "worker-private-growth",
             FindingKind::RankImbalance => "rank-imbalance",
             FindingKind::FirstRankFailure => "first-rank-failure",
+            FindingKind::NodeHostSpike => "node-host-spike",
         }
     }
 
@@ -304,6 +308,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(WorkerPrivateGrowth),
         Box::new(RankImbalance),
         Box::new(FirstRankFailure),
+        Box::new(NodeHostSpikeRule),
     ]
 }
 
@@ -329,6 +334,9 @@ pub fn job_findings(r: &crate::analysis::ranks::RankAnalysis) -> Vec<Finding> {
     }
     if let Some(i) = r.imbalance.first() {
         out.push(RankImbalance.explain(&i));
+    }
+    if let Some(s) = r.node_spikes.first() {
+        out.push(NodeHostSpikeRule.explain(&s));
     }
     for rank in &r.ranks {
         for f in &rank.findings {

@@ -1,7 +1,9 @@
-//! Rules that only a comparison of ranks can make: one rank holding more than the others, and
-//! the rank that failed first while the others waited or were stopped.
+//! Rules that only a comparison of ranks can make: one rank holding more than the others, the
+//! rank that failed first while the others waited or were stopped, and a node whose ranks all
+//! did the same heavy thing at once.
 
 use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use crate::analysis::node::{NodeHostSpike, SpikeWhen};
 use crate::analysis::ranks::{FirstFailure, RankFate, StageImbalance, status_words};
 use crate::units::{format_bytes, format_duration_us};
 
@@ -57,6 +59,98 @@ impl Diagnose for RankImbalance {
                 Evidence::bytes("excess_bytes", i.excess_bytes() as f64),
                 Evidence::count("ranks", i.ranks as f64),
             ],
+        )
+    }
+}
+
+/// A node's host memory far above its level in the loop: every rank loading (or saving) at once.
+#[derive(Debug)]
+pub struct NodeHostSpikeRule;
+
+/// Below this share of available host memory left at the spike, it is a warning.
+const SPIKE_TIGHT_SHARE: f64 = 0.10;
+
+impl Diagnose for NodeHostSpikeRule {
+    const KIND: FindingKind = FindingKind::NodeHostSpike;
+    type Diagnosis<'a> = &'a NodeHostSpike;
+
+    /// Detection: the largest of [`crate::analysis::ranks::RankAnalysis::node_spikes`] (the
+    /// tree's peak over 256 MiB and 25% above its median at the loop's marks).
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        ctx.analysis.ranks.as_ref()?.node_spikes.first()
+    }
+
+    /// Wording.
+    fn explain(&self, s: &Self::Diagnosis<'_>) -> Finding {
+        let (place, what, change) = match &s.when {
+            SpikeWhen::BeforeFirstMark => (
+                "before the first mark".to_owned(),
+                "the time programs load the model, checkpoints and data",
+                "load the checkpoint once per node or on rank 0 and broadcast it, load with \
+                 torch.load(path, mmap=True, weights_only=True) so ranks share the file's pages, \
+                 build the model on the meta device and load shards only (FSDP, \
+                 torch.distributed.checkpoint), or stagger the ranks' loads",
+            ),
+            SpikeWhen::AfterLastMark => (
+                "after the last mark".to_owned(),
+                "the time programs save and tear down",
+                "save sharded with torch.distributed.checkpoint instead of gathering the full \
+                 state on every rank (or on rank 0), and free the optimizer's state before a \
+                 final save",
+            ),
+            SpikeWhen::BetweenMarks { stage, step } => (
+                format!("after {stage} of step {step}, before the next mark"),
+                "in the loop between two marks: a checkpoint save or an evaluation that does \
+                 not mark",
+                "if a checkpoint is saved there, save sharded with torch.distributed.checkpoint \
+                 (or gather to CPU in pieces) rather than a full state dict on every rank; \
+                 mark the save (oomscope_probe.mark) to see it in the stage table",
+            ),
+        };
+        let tight = s
+            .available_bytes
+            .is_some_and(|a| (a as f64) < SPIKE_TIGHT_SHARE * (a + s.peak_bytes) as f64);
+        let node = if s.source.is_empty() {
+            format!("node {}", s.host)
+        } else {
+            format!("node {} ({})", s.host, s.source)
+        };
+        let mut explanation = format!(
+            "the {} ranks on {node} together held {} of host memory {place}, {} more than in \
+             the training loop ({} at the median mark): {what}; when a node runs out, the \
+             kernel's OOM killer picks a rank, whichever did it",
+            s.ranks,
+            format_bytes(s.peak_bytes),
+            format_bytes(s.excess_bytes()),
+            format_bytes(s.loop_bytes),
+        );
+        if let Some(a) = s.available_bytes {
+            explanation.push_str(&format!("; {} was still available then", format_bytes(a)));
+        }
+        let mut evidence = vec![
+            Evidence::bytes("peak_bytes", s.peak_bytes as f64),
+            Evidence::bytes("loop_bytes", s.loop_bytes as f64),
+            Evidence::bytes("excess_bytes", s.excess_bytes() as f64),
+            Evidence::count("ranks", s.ranks as f64),
+            Evidence::micros("t_us", s.t_us as f64),
+        ];
+        if let Some(a) = s.available_bytes {
+            evidence.push(Evidence::bytes("available_bytes", a as f64));
+        }
+        finding(
+            self,
+            if tight {
+                Severity::Warning
+            } else {
+                Severity::Info
+            },
+            format!(
+                "The node's host memory spikes {} above the loop {place}",
+                format_bytes(s.excess_bytes())
+            ),
+            explanation,
+            change.to_owned(),
+            evidence,
         )
     }
 }
