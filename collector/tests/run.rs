@@ -446,6 +446,57 @@ for p in ranks:
 }
 
 #[test]
+fn slurm_s_word_that_a_task_was_killed_for_memory_names_the_rank() {
+    // No Slurm on this machine: a stand-in for `srun` prints what Slurm prints when a step's
+    // memory cgroup kills task 1 (the lines of launcher_text's tests, with their sources) and
+    // exits as srun does then.
+    let s = Scratch::new("slurm-oom");
+    let srun = s.script(
+        "srun.sh",
+        "#!/bin/sh\n\
+         echo 'slurmstepd: error: Detected 1 oom_kill event in StepId=6959634.0. Some of the step tasks have been OOM Killed.' >&2\n\
+         echo 'srun: error: holy8a24101: task 1: Out Of Memory' >&2\n\
+         exit 137\n",
+    );
+    let trace = s.path("t.oomt");
+    let out = run(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "sh",
+        srun.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    // The lines still reach the terminal.
+    assert!(stderr(&out).contains("task 1: Out Of Memory"));
+    let t = read(&trace).trace;
+    let [oom] = t.ooms.as_slice() else {
+        panic!("{:?}", t.ooms)
+    };
+    assert_eq!(oom.source, OomSource::LauncherKill);
+    assert_eq!(oom.rank, Some(1));
+    let [end] = t.process_ends.as_slice() else {
+        panic!("{:?}", t.process_ends)
+    };
+    assert_eq!(end.rank, Some(1));
+    assert_eq!(end.status, Some(ExitStatus::Signal(9)));
+    assert!(end.from_launcher && end.first_failure);
+    assert!(
+        t.notes
+            .iter()
+            .any(|n| n.text.contains("oom_kill event in StepId=6959634.0"))
+    );
+    let summary = run(&["summary", trace.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&summary.stdout);
+    assert!(
+        text.contains("[CRITICAL] Rank 1 was killed by its launcher for memory"),
+        "{text}"
+    );
+}
+
+#[test]
 fn sigterm_to_the_collector_reaches_the_child_and_the_trace_is_finished() {
     let s = Scratch::new("sigterm");
     let child = s.script(

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
-    AliveSite, CounterKind, ExitStatus, Metadata, OomEvent, OomKill, OomSource, Phase, ProcessEnd,
-    ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, StageMark, TraceWriter,
+    AliveSite, CounterKind, ExitStatus, Metadata, Note, OomEvent, OomKill, OomSource, Phase,
+    ProcessEnd, ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, StageMark, TraceWriter,
     WriterOptions,
 };
 
@@ -410,6 +410,47 @@ pub fn ranks() -> Vec<u8> {
     w.finish(4_500_000).expect("in memory")
 }
 
+/// v1.6: `collector run -- srun …` on a batch node: Slurm says it killed task 1 for memory
+/// (OOM source 6, the task as its rank) and that the step counted one oom_kill event (a NOTE);
+/// the task's end as its launcher states it (PROCESS_END).
+pub fn launcher_kill() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "login-2".into(),
+        pid: 6000,
+        command: vec!["srun".into(), "python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 100_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    for i in 0..20u64 {
+        w.sample(100_000 + i * 100_000, &[(rss, 12 << 20)])
+            .expect("in memory");
+    }
+    let line = "srun: error: gpu-a-12: task 1: Out Of Memory";
+    let mut oom = OomEvent::new(2_050_000, OomSource::LauncherKill, line.into());
+    oom.rank = Some(1);
+    w.write(&Record::Oom(oom)).expect("in memory");
+    w.write(&Record::ProcessEnd(ProcessEnd {
+        t_us: 2_050_000,
+        rank: Some(1),
+        status: Some(ExitStatus::Signal(9)),
+        first_failure: true,
+        from_launcher: true,
+        ..ProcessEnd::default()
+    }))
+    .expect("in memory");
+    w.write(&Record::Note(Note {
+        t_us: 2_040_000,
+        text: "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed.".into(),
+    }))
+    .expect("in memory");
+    w.finish(2_100_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -430,6 +471,7 @@ fn main() -> std::io::Result<()> {
         ("v1_3_alive_at_oom.oomt", alive_at_oom()),
         ("v1_4_oom_kill.oomt", oom_kill()),
         ("v1_5_ranks.oomt", ranks()),
+        ("v1_6_launcher_kill.oomt", launcher_kill()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -147,7 +147,7 @@ pub const RUNS: TableSpec = TableSpec {
         col("exit_code", Int64, true, Plain, "The program's exit code, when it exited."),
         col("exit_signal", Int64, true, Plain, "The signal that killed the program, when one did."),
         col("collector_version", Text, false, Dictionary, "The collector that recorded it."),
-        col("format_version", Text, false, Dictionary, "The trace format (`1.5`)."),
+        col("format_version", Text, false, Dictionary, "The trace format (`1.6`)."),
         col("sample_interval_us", Int64, false, Plain, "The sampling period."),
         col("gpus", Int64, false, Plain, "GPUs recorded."),
         col("gpu_name", Text, true, Dictionary, "The first GPU's name."),
@@ -214,7 +214,7 @@ pub const OOMS: TableSpec = TableSpec {
     columns: &[
         RUN_ID,
         T_US,
-        col("source", Text, false, Dictionary, "How it was learnt: `stderr`, `allocator`, `marker`, `host_kill`, `host_error`."),
+        col("source", Text, false, Dictionary, "How it was learnt: `stderr`, `allocator`, `marker`, `host_kill`, `host_error`, `launcher_kill`."),
         col("host_memory", Bool, false, Plain, "About host memory (not device)."),
         col("stage", Text, true, Dictionary, "The stage running then."),
         col("step", Int64, true, Plain, "The step then."),

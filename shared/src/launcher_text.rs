@@ -1,6 +1,7 @@
 //! What launchers print about their ranks, read into facts: torchrun's `ChildFailedError`
-//! summary (which rank failed first, how each ended) and the `[rankN]: ` prefix PyTorch puts on a
-//! rank's uncaught exception.
+//! summary (which rank failed first, how each ended), the `[rankN]: ` prefix PyTorch puts on a
+//! rank's uncaught exception, and Slurm's word that a step's tasks were OOM-killed
+//! ([`slurm_oom`]).
 //!
 //! Why read text: a launcher's workers are not the collector's children, so their exit codes are
 //! the launcher's to read; torchrun states them in a fixed block at its end. The block, as
@@ -32,6 +33,94 @@
 //! signature).
 
 use crate::model::{ExitStatus, ProcessEnd};
+
+/// What Slurm says when its memory cgroup killed a step's tasks. Real lines (Slurm 21.08+
+/// `task_cgroup_memory.c`, older releases, and `srun` naming the tasks):
+///
+/// ```text
+/// slurmstepd: error: Detected 1 oom_kill event in StepId=6959634.0. Some of the step tasks have been OOM Killed.
+/// srun: error: holy8a24101: task 0: Out Of Memory
+/// slurmstepd-ideafix03: error: Detected 1 oom_kill event in StepId=4833316.0. Some of the step tasks have been OOM Killed.
+/// slurmstepd: error: Detected 1 oom-kill event(s) in step 997857.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler.
+/// ```
+///
+/// (FAS Research Computing's and two other sites' user documentation, and Sigma2's
+/// `jobs/common_job_failures.md`; the sources are in the tests.) `srun` writes task lists as
+/// ranges: `tasks 0-19`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlurmOom {
+    /// `srun: error: NODE: task(s) LIST: Out Of Memory`: these tasks (ranks: a task's id is its
+    /// `SLURM_PROCID`) were killed.
+    Tasks {
+        /// The node.
+        node: String,
+        /// The tasks.
+        tasks: Vec<u32>,
+    },
+    /// `slurmstepd: … Detected N oom_kill event(s) in StepId=J.S`: the step's cgroup counted
+    /// kills (which task, `srun`'s line says).
+    StepEvents {
+        /// How many.
+        count: u64,
+        /// The step (`6959634.0`, `997857.batch`).
+        step: String,
+    },
+}
+
+/// Reads one line of Slurm's about OOM kills; `None` for any other line.
+pub fn slurm_oom(line: &str) -> Option<SlurmOom> {
+    let line = line.trim();
+    if let Some(rest) = line.strip_prefix("srun: error: ") {
+        let rest = rest.strip_suffix(": Out Of Memory")?;
+        let (node, list) = rest.split_once(": ")?;
+        let list = list
+            .strip_prefix("tasks ")
+            .or_else(|| list.strip_prefix("task "))?;
+        let tasks = task_list(list)?;
+        return Some(SlurmOom::Tasks {
+            node: node.to_owned(),
+            tasks,
+        });
+    }
+    // `slurmstepd: error:`, `slurmstepd-NODE: error:` or a timestamped `[…] error:`.
+    let (_, rest) = line.split_once("error: Detected ")?;
+    let (count, rest) = rest.split_once(' ')?;
+    let count = count.parse().ok()?;
+    let rest = rest
+        .strip_prefix("oom_kill event")
+        .or_else(|| rest.strip_prefix("oom-kill event"))?;
+    let (_, step) = rest.split_once(" in ")?;
+    let step = step
+        .strip_prefix("StepId=")
+        .or_else(|| step.strip_prefix("step "))?;
+    let step = step
+        .split(|c: char| c.is_whitespace())
+        .next()?
+        .trim_end_matches('.');
+    Some(SlurmOom::StepEvents {
+        count,
+        step: step.to_owned(),
+    })
+}
+
+/// `0`, `0-3`, `0-3,7,9-10` (at most 65 536 tasks: a line is not trusted to be sane).
+fn task_list(list: &str) -> Option<Vec<u32>> {
+    let mut tasks = Vec::new();
+    for part in list.split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?),
+            None => {
+                let n = part.trim().parse::<u32>().ok()?;
+                (n, n)
+            }
+        };
+        if b < a || tasks.len() as u64 + u64::from(b - a) >= 65_536 {
+            return None;
+        }
+        tasks.extend(a..=b);
+    }
+    Some(tasks)
+}
 
 /// Reads torchrun's failure summary line by line (stderr arrives in pieces).
 #[derive(Debug, Default)]
@@ -229,5 +318,71 @@ Root Cause (first observed failure):
         );
         assert_eq!(rank_prefix("[rankx]: a"), (None, "[rankx]: a"));
         assert_eq!(rank_prefix("plain"), (None, "plain"));
+    }
+    #[test]
+    fn slurm_s_oom_kill_lines_name_their_tasks_and_step() {
+        // FAS Research Computing (Harvard) user docs, an OpenMP job over its --mem-per-cpu.
+        assert_eq!(
+            slurm_oom("srun: error: holy8a24101: task 0: Out Of Memory"),
+            Some(SlurmOom::Tasks {
+                node: "holy8a24101".into(),
+                tasks: vec![0]
+            })
+        );
+        assert_eq!(
+            slurm_oom(
+                "slurmstepd: error: Detected 1 oom_kill event in StepId=6959634.0. Some of the step tasks have been OOM Killed."
+            ),
+            Some(SlurmOom::StepEvents {
+                count: 1,
+                step: "6959634.0".into()
+            })
+        );
+        // A site running slurmd per node name (`slurmstepd-NODE`), and a timestamped log line.
+        assert_eq!(
+            slurm_oom(
+                "slurmstepd-ideafix03: error: Detected 1 oom_kill event in StepId=4833316.0. Some of the step tasks have been OOM Killed."
+            ),
+            Some(SlurmOom::StepEvents {
+                count: 1,
+                step: "4833316.0".into()
+            })
+        );
+        assert_eq!(
+            slurm_oom(
+                "[2026-03-28T14:27:13.072] error: Detected 2 oom_kill events in StepId=10483536.batch. Some of the step tasks have been OOM Killed."
+            ),
+            Some(SlurmOom::StepEvents {
+                count: 2,
+                step: "10483536.batch".into()
+            })
+        );
+        // Older releases (UNINETTSigma2/documentation jobs/common_job_failures.md; nesi/support-docs
+        // docs/General/FAQs/What_does_oom-kill_mean.md).
+        assert_eq!(
+            slurm_oom(
+                "slurmstepd: error: Detected 1 oom-kill event(s) in step 997857.batch cgroup. Some of your processes may have been killed by the cgroup out-of-memory handler."
+            ),
+            Some(SlurmOom::StepEvents {
+                count: 1,
+                step: "997857.batch".into()
+            })
+        );
+        // srun's ranges (its `tasks 0-19: Exited with exit code 1` uses the same list).
+        assert_eq!(
+            slurm_oom("srun: error: gpu-a-12: tasks 0-2,5: Out Of Memory"),
+            Some(SlurmOom::Tasks {
+                node: "gpu-a-12".into(),
+                tasks: vec![0, 1, 2, 5]
+            })
+        );
+        for other in [
+            "srun: error: skl-a-47: tasks 0-19: Exited with exit code 1",
+            "srun: error: n1: tasks 0-4294967295: Out Of Memory",
+            "RuntimeError: CUDA out of memory.",
+            "",
+        ] {
+            assert_eq!(slurm_oom(other), None, "{other}");
+        }
     }
 }

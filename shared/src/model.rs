@@ -679,6 +679,10 @@ pub enum OomSource {
     /// The program reported a failed host allocation (`Cannot allocate memory`, `MemoryError`).
     /// Added in format v1.1.
     HostError,
+    /// A launcher said it killed a task for memory: Slurm's `srun: error: NODE: task N: Out Of
+    /// Memory` (the step's memory cgroup, perhaps on another node; the event's rank is the task).
+    /// Added in format v1.6.
+    LauncherKill,
     /// A source this reader does not know.
     Other(u8),
 }
@@ -686,7 +690,10 @@ pub enum OomSource {
 impl OomSource {
     /// Whether the event is about host memory rather than device memory.
     pub fn is_host(self) -> bool {
-        matches!(self, OomSource::HostKill | OomSource::HostError)
+        matches!(
+            self,
+            OomSource::HostKill | OomSource::HostError | OomSource::LauncherKill
+        )
     }
 }
 
@@ -699,6 +706,7 @@ impl OomSource {
             OomSource::Marker => 3,
             OomSource::HostKill => 4,
             OomSource::HostError => 5,
+            OomSource::LauncherKill => 6,
             OomSource::Other(code) => code,
         }
     }
@@ -711,11 +719,13 @@ impl OomSource {
             3 => OomSource::Marker,
             4 => OomSource::HostKill,
             5 => OomSource::HostError,
+            6 => OomSource::LauncherKill,
             other => OomSource::Other(other),
         }
     }
 
-    /// `stderr`, `allocator`, `marker`, `host_kill`, `host_error` (as serialised), `other`.
+    /// `stderr`, `allocator`, `marker`, `host_kill`, `host_error`, `launcher_kill` (as
+    /// serialised), `other`.
     pub fn label(self) -> &'static str {
         match self {
             OomSource::Stderr => "stderr",
@@ -723,6 +733,7 @@ impl OomSource {
             OomSource::Marker => "marker",
             OomSource::HostKill => "host_kill",
             OomSource::HostError => "host_error",
+            OomSource::LauncherKill => "launcher_kill",
             OomSource::Other(_) => "other",
         }
     }

@@ -799,7 +799,9 @@ fn oom_line(o: &OomContext) -> String {
     if let Some(r) = o.reserved_bytes {
         facts.push(format!("reserved {}", format_bytes(r)));
     }
-    if o.kind == OomKind::Host {
+    // A launcher's kill happened in its task's cgroup, perhaps on another node: this host's
+    // figures are not about it.
+    if o.kind == OomKind::Host && o.event.source != crate::model::OomSource::LauncherKill {
         if let Some(r) = o.host_rss_bytes {
             facts.push(format!("in use {}", format_bytes(r)));
         }

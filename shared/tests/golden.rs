@@ -255,3 +255,24 @@ fn v1_5_ranks() {
             .any(|f| f.title.starts_with("Rank 1 failed first"))
     );
 }
+
+#[test]
+fn v1_6_launcher_kill() {
+    let decoded = decode(&read("v1_6_launcher_kill.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 6));
+    let [oom] = t.ooms.as_slice() else {
+        panic!("{:?}", t.ooms)
+    };
+    assert_eq!(oom.source, OomSource::LauncherKill);
+    assert_eq!(oom.rank, Some(1));
+    assert!(oom.source.is_host());
+    assert_eq!(t.notes.len(), 1);
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let f = &analysis.findings[0];
+    assert_eq!(f.kind.id(), "host-memory-pressure");
+    assert_eq!(f.title, "Rank 1 was killed by its launcher for memory");
+    // Not this host's memory: the batch node's figures are not quoted.
+    assert!(!f.explanation.contains("available"), "{}", f.explanation);
+}

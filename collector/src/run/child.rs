@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use super::Event;
 use super::shared_state::RunState;
 use oomscope_trace::Record;
-use oomscope_trace::launcher_text::{ChildFailedSummary, rank_prefix};
+use oomscope_trace::launcher_text::{ChildFailedSummary, SlurmOom, rank_prefix, slurm_oom};
 use oomscope_trace::oom_text::{recognise, recognise_text};
 
 /// Pid of the child, read by the signal handler (0 before it exists).
@@ -86,6 +86,7 @@ pub fn pass_stderr(
     let mut buf = vec![0u8; 64 * 1024];
     let mut line = Vec::with_capacity(1024);
     let mut summary = ChildFailedSummary::default();
+    let mut slurm_kills = 0usize;
     loop {
         let n = match stderr.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -117,6 +118,9 @@ pub fn pass_stderr(
                 let records = ends.into_iter().map(Record::ProcessEnd).collect();
                 let _ = events.send(Event::Records(records));
             }
+            if l.windows(3).any(|w| w == b"Out" || w == b"oom") {
+                slurm_line(&String::from_utf8_lossy(l), &mut slurm_kills, state, events);
+            }
         }
         for i in 0..lines.len() {
             scan_lines(
@@ -129,6 +133,51 @@ pub fn pass_stderr(
     if !line.is_empty() {
         scan_lines(&[line], state, events);
     }
+}
+
+/// Slurm's word on OOM-killed tasks (`collector run -- srun …`, or a batch step's stderr): each
+/// task named is an OOM of source `LauncherKill` (its rank is the task; not this host's
+/// figures: it may have run on another node, in a cgroup this collector never saw) and ends as
+/// its launcher says, killed (SIGKILL, what the memory cgroup sends); the step's kill count is
+/// kept as a note.
+fn slurm_line(line: &str, kills: &mut usize, state: &RunState, events: &SyncSender<Event>) {
+    let Some(said) = slurm_oom(line) else {
+        return;
+    };
+    let t_us = state.now_us();
+    let mut records = Vec::new();
+    if let SlurmOom::Tasks { tasks, .. } = said {
+        // The first line naming one task names the first failure.
+        let first = *kills == 0 && tasks.len() == 1;
+        *kills += tasks.len();
+        for &task in &tasks {
+            let mut oom = oomscope_trace::OomEvent::new(
+                t_us,
+                oomscope_trace::OomSource::LauncherKill,
+                line.trim().to_owned(),
+            );
+            oom.rank = Some(task);
+            // Through the recorder's OOM path: the rank's pid and stage when it has them.
+            let _ = events.send(Event::StderrOom(oom));
+        }
+        records.extend(tasks.into_iter().map(|task| {
+            Record::ProcessEnd(oomscope_trace::ProcessEnd {
+                t_us,
+                rank: Some(task),
+                status: Some(oomscope_trace::ExitStatus::Signal(9)),
+                first_failure: first,
+                from_launcher: true,
+                ..oomscope_trace::ProcessEnd::default()
+            })
+        }));
+    } else {
+        records.push(Record::Note(oomscope_trace::Note {
+            t_us,
+            text: line.trim().to_owned(),
+        }));
+    }
+    // Rare and precious: wait for room.
+    let _ = events.send(Event::Records(records));
 }
 
 /// A line's `[rankN]: ` prefix, read off.

@@ -102,6 +102,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
             }
             let e = &mut c.event;
             e.step = event.step.or(e.step);
+            (e.pid, e.rank) = (event.pid, event.rank);
             e.requested_bytes = event.requested_bytes;
             e.device_free_bytes = event.device_free_bytes.or(e.device_free_bytes);
             e.device_total_bytes = event.device_total_bytes.or(e.device_total_bytes);

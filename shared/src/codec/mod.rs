@@ -27,8 +27,9 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// the host PSS counter and the PROCESS_MEMORY record (each worker's private memory); 1.5
 /// (2026-11-23) adds the PROCESS and PROCESS_END records (ranks, launchers, workers), the
 /// per-process counters (`pid_rss`, `pid_gpu`, with the pid at the end of COUNTER) and the
-/// sender's pid and rank at the end of an OOM.
-pub const FORMAT_MINOR: u16 = 5;
+/// sender's pid and rank at the end of an OOM; 1.6 (2026-11-23) adds OOM source 6, a launcher's
+/// kill for memory (Slurm's `task N: Out Of Memory`).
+pub const FORMAT_MINOR: u16 = 6;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk

@@ -26,6 +26,9 @@ pub struct HostPressure<'a> {
     /// A host allocation the program saw fail (libtorch's `DefaultCPUAllocator`, `MemoryError`):
     /// the process was not killed, it raised.
     pub failed: Option<&'a OomContext>,
+    /// A launcher's word that it killed a task for memory (Slurm's `task N: Out Of Memory`): the
+    /// task's cgroup, perhaps on another node, so this host's figures say nothing about it.
+    pub launcher: Option<&'a OomContext>,
 }
 
 impl Diagnose for HostMemoryPressure {
@@ -39,21 +42,29 @@ impl Diagnose for HostMemoryPressure {
             .ooms
             .iter()
             .find(|o| o.kind == OomKind::Host && o.event.source == OomSource::HostKill);
-        let failed = ctx
+        let failed = ctx.analysis.ooms.iter().find(|o| {
+            o.kind == OomKind::Host
+                && !matches!(
+                    o.event.source,
+                    OomSource::HostKill | OomSource::LauncherKill
+                )
+        });
+        let launcher = ctx
             .analysis
             .ooms
             .iter()
-            .find(|o| o.kind == OomKind::Host && o.event.source != OomSource::HostKill);
+            .find(|o| o.event.source == OomSource::LauncherKill);
         let host = ctx.analysis.host_memory.as_ref();
         let low = host.is_some_and(|h| {
             h.min_available_fraction
                 .is_some_and(|f| f < HOST_AVAILABLE_MIN_FRACTION)
         });
-        (low || kill.is_some() || failed.is_some()).then_some(HostPressure {
+        (low || kill.is_some() || failed.is_some() || launcher.is_some()).then_some(HostPressure {
             host,
             low,
             kill,
             failed,
+            launcher,
         })
     }
 
@@ -117,6 +128,18 @@ impl Diagnose for HostMemoryPressure {
             }
             facts.push(fact);
         }
+        if let Some(l) = d.launcher {
+            let whom = l
+                .event
+                .rank
+                .map_or_else(|| "a task".to_owned(), |r| format!("task {r} (rank {r})"));
+            facts.push(format!(
+                "the launcher killed {whom} for memory at {}: \"{}\" (its memory cgroup's limit, \
+                 on the node the launcher names)",
+                format_duration_us(l.event.t_us),
+                l.event.message.lines().next().unwrap_or_default()
+            ));
+        }
         let mut evidence = Vec::new();
         if let Some(r) = d.failed.and_then(|f| f.event.requested_bytes) {
             evidence.push(Evidence::bytes("failed_request_bytes", r as f64));
@@ -170,6 +193,14 @@ impl Diagnose for HostMemoryPressure {
             )
         } else if d.failed.is_some() {
             (Severity::Critical, "A host allocation failed".to_owned())
+        } else if let Some(l) = d.launcher {
+            (
+                Severity::Critical,
+                match l.event.rank {
+                    Some(r) => format!("Rank {r} was killed by its launcher for memory"),
+                    None => "A task was killed by its launcher for memory".to_owned(),
+                },
+            )
         } else {
             (Severity::Warning, "Host memory nearly ran out".to_owned())
         };
@@ -179,6 +210,14 @@ impl Diagnose for HostMemoryPressure {
             Some(_) => "no setting of workers or batch fits one request larger than the host: fix \
                         the shape that reaches it (see impossible-request)"
                 .to_owned(),
+            None if d.launcher.is_some() && exact.is_none() && d.kill.is_none() => {
+                "the job's memory request is what ran out: raise it (#SBATCH --mem or \
+                 --mem-per-cpu), or lower the task's host memory: fewer DataLoader workers or a \
+                 lower prefetch_factor, memory-mapped datasets and checkpoints \
+                 (torch.load(..., mmap=True)), per-sample Python objects kept out of worker \
+                 datasets"
+                    .to_owned()
+            }
             None if exact.is_some_and(|k| !k.global && k.limit_bytes.is_some()) => {
                 "the memory cgroup's limit (the job's or container's memory request) is what ran \
                  out: raise it, or use fewer DataLoader workers or a lower prefetch_factor, \
