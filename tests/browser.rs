@@ -513,6 +513,40 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
     b.quit().await;
 }
 
+/// The ranks' figures in BENCHMARKS.md: a node of 8 ranks recorded for an hour at 100 Hz
+/// (`synth::NodeRun`), its report's size and first chart and analysis (5 openings). A
+/// measurement: `cargo test -p oomscope-e2e --test browser measure_the_viewer_on_8 -- --ignored
+/// --nocapture` (the page's timings do not depend on the test's build profile).
+#[tokio::test]
+#[ignore]
+async fn measure_the_viewer_on_8_ranks_for_an_hour() {
+    use oomscope_trace::synth::NodeRun;
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("measure-ranks");
+    let trace = s.write("node8.oomt", &NodeRun::default().to_bytes());
+    let html = s.path("node8.html");
+    report(&trace, &html, &[]);
+    println!(
+        "trace {} bytes, report {} bytes",
+        std::fs::metadata(&trace).unwrap().len(),
+        std::fs::metadata(&html).unwrap().len()
+    );
+    let b = Browser::start("measure-ranks").await;
+    for run in 0..5 {
+        b.open(&html).await;
+        b.wait_for("#rank-table tbody tr").await;
+        let first = as_f64(&b.js("return document.body.dataset.firstChartMs").await).unwrap();
+        let analysed = as_f64(&b.js("return document.body.dataset.analysisMs").await).unwrap();
+        let rows = b
+            .js("return document.querySelectorAll('#rank-table tbody tr').length")
+            .await;
+        println!(
+            "report run {run}: first chart {first:.0} ms, analysis done {analysed:.0} ms, {rows} rank rows"
+        );
+    }
+    b.quit().await;
+}
+
 #[tokio::test]
 async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
     use base64::Engine as _;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use oomscope_trace::fleet::{ColumnSpec, ColumnType, Encoding as Enc, Table, Values};
+use oomscope_trace::fleet::{ColumnSpec, ColumnType, Encoding as Enc, Table, TableSpec, Values};
 use parquet::basic::{Compression, Encoding, LogicalType, Repetition, TimeUnit, Type as Physical};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::file::metadata::KeyValue;
@@ -21,9 +21,10 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::{ColumnPath, Type};
 
-/// Rows per row group: large enough for tight column chunks, small enough that engines read a
-/// big table in parallel.
-const ROW_GROUP_ROWS: usize = 1 << 20;
+/// Rows per row group (and per piece of the samples table built at a time): large enough for
+/// tight column chunks, small enough that engines read a big table in parallel and the export's
+/// memory stays bounded.
+pub const ROW_GROUP_ROWS: usize = 1 << 20;
 
 /// Where a table of a run goes under `out`.
 pub fn table_path(out: &Path, table: &str, run_id: &str) -> PathBuf {
@@ -32,23 +33,33 @@ pub fn table_path(out: &Path, table: &str, run_id: &str) -> PathBuf {
         .join("part-0.parquet")
 }
 
-/// Writes one table of one run; returns the file written.
-pub fn write_table(out: &Path, run_id: &str, table: &Table) -> Result<PathBuf> {
-    let path = table_path(out, table.spec.name, run_id);
+/// Writes one table of one run from its pieces (each a row group; a table written whole is one
+/// piece); returns the file written and its rows.
+pub fn write_table(
+    out: &Path,
+    run_id: &str,
+    spec: &'static TableSpec,
+    pieces: impl IntoIterator<Item = Table>,
+) -> Result<(PathBuf, usize)> {
+    let path = table_path(out, spec.name, run_id);
     let dir = path.parent().expect("a table path has a directory");
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let partial = dir.join(".part-0.parquet.partial");
     let file =
         File::create(&partial).with_context(|| format!("cannot write {}", partial.display()))?;
-    write(file, table).with_context(|| format!("cannot write {}", path.display()))?;
+    let rows =
+        write(file, spec, pieces).with_context(|| format!("cannot write {}", path.display()))?;
     std::fs::rename(&partial, &path)
         .with_context(|| format!("cannot move {} into place", path.display()))?;
-    Ok(path)
+    Ok((path, rows))
 }
 
-fn write(file: File, table: &Table) -> Result<()> {
-    let fields = table
-        .spec
+fn write(
+    file: File,
+    spec: &'static TableSpec,
+    pieces: impl IntoIterator<Item = Table>,
+) -> Result<usize> {
+    let fields = spec
         .columns
         .iter()
         .map(|c| Ok(Arc::new(field(c)?)))
@@ -65,7 +76,7 @@ fn write(file: File, table: &Table) -> Result<()> {
             "oomscope.schema_version".to_owned(),
             oomscope_trace::fleet::SCHEMA_VERSION.to_string(),
         )]));
-    for c in table.spec.columns {
+    for c in spec.columns {
         let path = ColumnPath::from(c.name);
         props = match c.encoding {
             Enc::Delta => props
@@ -76,24 +87,29 @@ fn write(file: File, table: &Table) -> Result<()> {
         };
     }
     let mut writer = SerializedFileWriter::new(file, schema, Arc::new(props.build()))?;
-    let rows = table.rows();
-    let mut start = 0;
     // An empty table is still a file with its schema (and no row group), so a glob over a fleet
     // finds every table of every run.
-    while start < rows {
-        let end = (start + ROW_GROUP_ROWS).min(rows);
-        let mut group = writer.next_row_group()?;
-        let mut columns = table.columns.iter().zip(table.spec.columns);
-        while let Some(mut column) = group.next_column()? {
-            let (values, spec) = columns.next().expect("one writer per column");
-            write_column(&mut column, values, spec.nullable, start..end)?;
-            column.close()?;
+    let mut total = 0;
+    for table in pieces {
+        debug_assert!(std::ptr::eq(table.spec, spec), "pieces of one table");
+        let rows = table.rows();
+        let mut start = 0;
+        while start < rows {
+            let end = (start + ROW_GROUP_ROWS).min(rows);
+            let mut group = writer.next_row_group()?;
+            let mut columns = table.columns.iter().zip(spec.columns);
+            while let Some(mut column) = group.next_column()? {
+                let (values, c) = columns.next().expect("one writer per column");
+                write_column(&mut column, values, c.nullable, start..end)?;
+                column.close()?;
+            }
+            group.close()?;
+            start = end;
         }
-        group.close()?;
-        start = end;
+        total += rows;
     }
     writer.close()?;
-    Ok(())
+    Ok(total)
 }
 
 fn field(c: &ColumnSpec) -> Result<Type> {
@@ -157,10 +173,20 @@ fn write_column(
         }
         Values::Text(cells) => {
             let cells = &cells[rows];
+            // Neighbours sharing one allocation (a counter's name on each of its samples) share
+            // one buffer too: a clone of `ByteArray` is a reference count.
+            let mut last: Option<(&Arc<str>, ByteArray)> = None;
             let v: Vec<ByteArray> = cells
                 .iter()
                 .flatten()
-                .map(|s| ByteArray::from(s.as_str()))
+                .map(|s| match &last {
+                    Some((prev, bytes)) if Arc::ptr_eq(prev, s) => bytes.clone(),
+                    _ => {
+                        let bytes = ByteArray::from(s.as_bytes().to_vec());
+                        last = Some((s, bytes.clone()));
+                        bytes
+                    }
+                })
                 .collect();
             let levels: Option<Vec<i16>> =
                 nullable.then(|| cells.iter().map(|c| i16::from(c.is_some())).collect());

@@ -13,6 +13,8 @@
 //! The schema is versioned ([`SCHEMA_VERSION`], in every `runs` row): columns are only ever
 //! added; a column's name, type and meaning never change.
 
+use std::sync::Arc;
+
 use crate::analysis::leaks::GrowthFit;
 use crate::analysis::ranks::{self, RankSummary};
 use crate::analysis::recommend::Finding;
@@ -112,7 +114,7 @@ const RUN_ID: ColumnSpec = col(
     Text,
     false,
     Dictionary,
-    "The run: `<host>-<pid>-<start, UTC, YYYYMMDDTHHMMSS>` of the recording.",
+    "The run: `<host>-<pid>-<start, UTC, YYYYMMDDTHHMMSS.mmm>` of the recording.",
 );
 const RANK: ColumnSpec = col(
     "rank",
@@ -334,8 +336,8 @@ pub enum Cell {
     Float(Option<f64>),
     /// A boolean, or empty.
     Bool(Option<bool>),
-    /// Text, or empty.
-    Text(Option<String>),
+    /// Text, or empty (shared: a long table repeats a few names millions of times).
+    Text(Option<Arc<str>>),
 }
 
 fn int(v: u64) -> Cell {
@@ -350,11 +352,11 @@ fn opt_int<T: Into<u64>>(v: Option<T>) -> Cell {
 }
 
 fn text(v: &str) -> Cell {
-    Cell::Text(Some(v.to_owned()))
+    Cell::Text(Some(Arc::from(v)))
 }
 
 fn opt_text(v: Option<&str>) -> Cell {
-    Cell::Text(v.map(str::to_owned))
+    Cell::Text(v.map(Arc::from))
 }
 
 /// A column's values.
@@ -366,8 +368,8 @@ pub enum Values {
     Float(Vec<Option<f64>>),
     /// [`ColumnType::Bool`].
     Bool(Vec<Option<bool>>),
-    /// [`ColumnType::Text`].
-    Text(Vec<Option<String>>),
+    /// [`ColumnType::Text`]; equal neighbours usually share one allocation.
+    Text(Vec<Option<Arc<str>>>),
 }
 
 impl Values {
@@ -457,8 +459,9 @@ impl Table {
     }
 }
 
-/// The run's id: `<host>-<pid>-<start, UTC, YYYYMMDDTHHMMSS>`, with any character outside
-/// `[A-Za-z0-9._-]` of the host name replaced by `_` (it names a directory).
+/// The run's id: `<host>-<pid>-<start, UTC, YYYYMMDDTHHMMSS.mmm>`, with any character outside
+/// `[A-Za-z0-9._-]` of the host name replaced by `_` (it names a directory). A job's tasks start
+/// within the same second on one node; their pids and milliseconds tell them apart.
 pub fn run_id(metadata: &Metadata) -> String {
     let host: String = metadata
         .host
@@ -473,10 +476,11 @@ pub fn run_id(metadata: &Metadata) -> String {
         .collect();
     let host = if host.is_empty() { "unknown" } else { &host };
     let secs = metadata.start_unix_ns / 1_000_000_000;
+    let millis = metadata.start_unix_ns / 1_000_000 % 1000;
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     let s = secs % 86_400;
     format!(
-        "{host}-{}-{y:04}{m:02}{d:02}T{:02}{:02}{:02}",
+        "{host}-{}-{y:04}{m:02}{d:02}T{:02}{:02}{:02}.{millis:03}",
         metadata.pid,
         s / 3600,
         s % 3600 / 60,
@@ -497,9 +501,9 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-/// Every table of one trace, in [`TABLES`] order. `source` names the trace file; `analysis` is
-/// the trace's own (`analysis::analyze` with `options`, which also analyse a single-rank trace's
-/// rank).
+/// Every table of one trace but `samples` ([`sample_chunks`] gives those), in [`TABLES`] order.
+/// `source` names the trace file; `analysis` is the trace's own (`analysis::analyze` with
+/// `options`, which also analyse a single-rank trace's rank).
 pub fn tables(
     trace: &Trace,
     source: &str,
@@ -535,7 +539,6 @@ pub fn tables(
     };
     vec![
         runs(trace, source, analysis, &id, rank_rows.len()),
-        samples(trace, &id),
         marks(trace, &id),
         ooms(trace, &id),
         ranks_table(rank_rows, &id, first_failure),
@@ -626,42 +629,82 @@ fn runs(trace: &Trace, source: &str, analysis: &Analysis, id: &str, ranks: usize
     t
 }
 
-fn samples(trace: &Trace, id: &str) -> Table {
-    let mut t = Table::new(&SAMPLES);
+/// The `samples` table of a trace in pieces of at most `rows` rows (counter by counter, each in
+/// time order): a long trace has tens of millions of values, and a writer holding them all at
+/// once would need gigabytes.
+pub fn sample_chunks<'a>(
+    trace: &'a Trace,
+    run_id: &'a str,
+    rows: usize,
+) -> impl Iterator<Item = Table> + 'a {
     let process_ranks = ranks::ranks_of(trace);
-    let rank_of = |pid: Option<u32>| {
-        pid.and_then(|pid| {
-            // The latest record of the pid says who it is.
-            trace
-                .processes
-                .iter()
-                .rev()
-                .find(|p| p.pid == pid)
-                .and_then(|p| p.rank)
-                .or_else(|| {
-                    process_ranks
-                        .iter()
-                        .find(|r| r.pid == Some(pid))
-                        .map(|r| r.rank)
-                })
+    let ranks: Vec<Option<u32>> = trace
+        .counters
+        .iter()
+        .map(|c| {
+            c.pid.and_then(|pid| {
+                // The latest record of the pid says who it is.
+                trace
+                    .processes
+                    .iter()
+                    .rev()
+                    .find(|p| p.pid == pid)
+                    .and_then(|p| p.rank)
+                    .or_else(|| {
+                        process_ranks
+                            .iter()
+                            .find(|r| r.pid == Some(pid))
+                            .map(|r| r.rank)
+                    })
+            })
         })
-    };
-    for (i, c) in trace.counters.iter().enumerate() {
-        let rank = rank_of(c.pid);
-        for (t_us, value) in trace.samples.points(CounterId(i as u32)) {
+        .collect();
+    let times = trace.samples.times_us();
+    // Each row repeats these: one allocation each, shared.
+    let run_id: Arc<str> = Arc::from(run_id);
+    let names: Vec<(Arc<str>, Arc<str>)> = trace
+        .counters
+        .iter()
+        .map(|c| (Arc::from(c.name.as_str()), Arc::from(c.kind.label())))
+        .collect();
+    // (counter, row) of the next value to take.
+    let mut at = (0usize, 0usize);
+    std::iter::from_fn(move || {
+        let mut t = Table::new(&SAMPLES);
+        while t.rows() < rows.max(1) {
+            let (counter, row) = at;
+            let Some(c) = trace.counters.get(counter) else {
+                break;
+            };
+            let column = trace
+                .samples
+                .column(CounterId(counter as u32))
+                .unwrap_or(&[]);
+            if row >= column.len().min(times.len()) {
+                at = (counter + 1, 0);
+                if counter + 1 >= trace.counters.len() {
+                    break;
+                }
+                continue;
+            }
+            at.1 += 1;
+            if column[row] == crate::model::MISSING {
+                continue;
+            }
+            let (name, kind) = &names[counter];
             t.push([
-                text(id),
-                text(&c.name),
-                text(c.kind.label()),
+                Cell::Text(Some(run_id.clone())),
+                Cell::Text(Some(name.clone())),
+                Cell::Text(Some(kind.clone())),
                 opt_int(c.device),
                 opt_int(c.pid),
-                opt_int(rank),
-                int(t_us),
-                int(value),
+                opt_int(ranks[counter]),
+                int(times[row]),
+                int(column[row]),
             ]);
         }
-    }
-    t
+        (t.rows() > 0).then_some(t)
+    })
 }
 
 fn marks(trace: &Trace, id: &str) -> Table {
@@ -874,7 +917,7 @@ mod tests {
             start_unix_ns: 1_795_422_605_000_000_123,
             ..Metadata::default()
         };
-        assert_eq!(run_id(&m), "node_7_a-4101-20261123T083005");
+        assert_eq!(run_id(&m), "node_7_a-4101-20261123T083005.000");
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
@@ -893,8 +936,24 @@ mod tests {
         .trace;
         let options = AnalysisOptions::default();
         let analysis = analyze(&trace, &options);
-        let tables = tables(&trace, "a.oomt", &analysis, &options);
-        assert_eq!(tables.len(), TABLES.len());
+        let mut tables = tables(&trace, "a.oomt", &analysis, &options);
+        assert_eq!(tables.len(), TABLES.len() - 1);
+        // The samples in pieces of 1000 rows: every piece full but the last.
+        let id = run_id(&trace.metadata);
+        let chunks: Vec<Table> = sample_chunks(&trace, &id, 1000).collect();
+        assert!(chunks.len() > 1);
+        assert!(chunks[..chunks.len() - 1].iter().all(|c| c.rows() == 1000));
+        let mut samples = chunks[0].clone();
+        for c in &chunks[1..] {
+            for (all, part) in samples.columns.iter_mut().zip(&c.columns) {
+                match (all, part) {
+                    (Values::Int(a), Values::Int(b)) => a.extend_from_slice(b),
+                    (Values::Text(a), Values::Text(b)) => a.extend_from_slice(b),
+                    _ => unreachable!("samples hold integers and text"),
+                }
+            }
+        }
+        tables.insert(1, samples);
         for (t, spec) in tables.iter().zip(TABLES) {
             assert_eq!(t.spec, spec);
             assert_eq!(t.columns.len(), spec.columns.len());
@@ -957,7 +1016,9 @@ mod tests {
         trace.ooms.push(oom);
         let options = AnalysisOptions::default();
         let analysis = analyze(&trace, &options);
-        let tables = tables(&trace, "x.oomt", &analysis, &options);
+        let mut tables = tables(&trace, "x.oomt", &analysis, &options);
+        let id = run_id(&trace.metadata);
+        tables.extend(sample_chunks(&trace, &id, 10));
         let column = |table: &str, name: &str| {
             let t = tables.iter().find(|t| t.spec.name == table).unwrap();
             let i = t.spec.columns.iter().position(|c| c.name == name).unwrap();

@@ -566,3 +566,173 @@ impl<'a> Simulation<'a> {
         Ok(t_us)
     }
 }
+
+/// One node of a distributed job as one collector records it (`collector run -- torchrun
+/// --nproc-per-node N`): the launcher and its ranks (PROCESS records), one GPU per rank (device
+/// `used` and the rank's own `pid_gpu`), each rank's RSS (`pid_rss`), the tree's RSS and the
+/// host's available memory, and every rank marking four stages a step. Deterministic: the
+/// workload of the ranks' benchmarks (report size and first chart for 8 ranks × 1 hour, a job
+/// of 64 traces merged).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRun {
+    /// The node's host name.
+    pub host: String,
+    /// Ranks on the node.
+    pub ranks: u32,
+    /// The global rank of the first.
+    pub first_rank: u32,
+    /// Ranks in the job.
+    pub world_size: u32,
+    /// How long it runs.
+    pub seconds: u64,
+    /// Sampling period.
+    pub sample_interval_us: u64,
+    /// One training step.
+    pub step_us: u64,
+    /// When it started (the job's traces are aligned on this).
+    pub start_unix_ns: u64,
+}
+
+impl Default for NodeRun {
+    fn default() -> NodeRun {
+        NodeRun {
+            host: "node-0".into(),
+            ranks: 8,
+            first_rank: 0,
+            world_size: 8,
+            seconds: 3600,
+            sample_interval_us: 10_000,
+            step_us: 1_000_000,
+            start_unix_ns: 1_790_000_000_000_000_000,
+        }
+    }
+}
+
+impl NodeRun {
+    /// Writes the node's trace into memory.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.write_to(Vec::new())
+            .expect("writing to a Vec cannot fail")
+    }
+
+    /// Writes the node's trace to `out`.
+    pub fn write_to<W: Write>(&self, out: W) -> Result<W, EncodeError> {
+        // Launchers of different nodes (or tasks) have pids of their own.
+        let launcher = 1000 + 20 * self.first_rank;
+        let pid = |i: u32| launcher + 1 + i;
+        let metadata = Metadata {
+            host: self.host.clone(),
+            pid: launcher,
+            command: vec![
+                "torchrun".into(),
+                format!("--nproc-per-node={}", self.ranks),
+                "train.py".into(),
+            ],
+            start_unix_ns: self.start_unix_ns,
+            collector_version: concat!("oomscope-synth ", env!("CARGO_PKG_VERSION")).into(),
+            sample_interval_us: self.sample_interval_us,
+            rank: None,
+            world_size: None,
+            gpus: (0..self.ranks)
+                .map(|i| GpuInfo {
+                    index: i,
+                    name: "Synthetic H100 80GB".into(),
+                    uuid: format!("GPU-{i:08}-1111-2222-3333-444444444444"),
+                    total_memory_bytes: 80 * GIB,
+                    driver_version: "580.00".into(),
+                    cuda_version: "13.0".into(),
+                })
+                .collect(),
+        };
+        let mut w = TraceWriter::new(out, &metadata)?;
+        let process = |p: u32, role: crate::model::ProcessRole, rank: Option<u32>| {
+            Record::Process(crate::model::ProcessInfo {
+                t_us: 1_000,
+                pid: p,
+                parent_pid: (p != launcher).then_some(launcher),
+                name: if p == launcher { "torchrun" } else { "python" }.into(),
+                role,
+                rank_from: if rank.is_some() {
+                    crate::model::RankSource::Environment
+                } else {
+                    crate::model::RankSource::None
+                },
+                rank,
+                local_rank: rank.map(|r| r - self.first_rank),
+                world_size: rank.map(|_| self.world_size),
+                restart: rank.map(|_| 0),
+            })
+        };
+        w.write(&process(
+            launcher,
+            crate::model::ProcessRole::Launcher,
+            None,
+        ))?;
+        for i in 0..self.ranks {
+            w.write(&process(
+                pid(i),
+                crate::model::ProcessRole::Rank,
+                Some(self.first_rank + i),
+            ))?;
+        }
+        let tree_rss = w.declare_counter(CounterKind::HostRss, None)?;
+        let available = w.declare_counter(CounterKind::HostAvailable, None)?;
+        let mut used = Vec::new();
+        let mut rank_rss = Vec::new();
+        let mut rank_gpu = Vec::new();
+        for i in 0..self.ranks {
+            used.push(w.declare_counter(CounterKind::GpuUsed, Some(i))?);
+            rank_rss.push(w.declare_process_counter(CounterKind::PidRss, None, pid(i))?);
+            rank_gpu.push(w.declare_process_counter(CounterKind::PidGpu, Some(i), pid(i))?);
+        }
+        let end_us = self.seconds * 1_000_000;
+        let mut rng = Rng(u64::from(self.first_rank) + 1);
+        let mut row = Vec::with_capacity(2 + 3 * self.ranks as usize);
+        let mut next_mark_us = self.step_us / 10;
+        let mut t_us = 0;
+        while t_us < end_us {
+            // The stage marks due by now, each rank's (the ranks keep step together).
+            while next_mark_us <= t_us {
+                let step = next_mark_us / self.step_us;
+                let stage = (next_mark_us % self.step_us) * 4 / self.step_us;
+                let name = [
+                    "pre_forward",
+                    "post_forward",
+                    "post_backward",
+                    "post_optimizer_step",
+                ][stage as usize];
+                for i in 0..self.ranks {
+                    w.write(&Record::Mark(StageMark {
+                        t_us: next_mark_us + u64::from(i) * 50,
+                        name: name.into(),
+                        step,
+                        phase: Phase::Train,
+                        pid: Some(pid(i)),
+                        rank: Some(self.first_rank + i),
+                        ..StageMark::default()
+                    }))?;
+                }
+                next_mark_us += self.step_us / 4;
+            }
+            // Activations rise through forward and drain through backward.
+            let f = (t_us % self.step_us) as f64 / self.step_us as f64;
+            let activations =
+                (if f < 0.5 { f * 2.0 } else { (1.0 - f) * 2.0 } * 20.0 * GIB as f64) as u64;
+            row.clear();
+            let mut tree = 300 * MIB;
+            for i in 0..self.ranks {
+                let rss = 6 * GIB + (rng.next() % 64) * PAGE;
+                let gpu = 30 * GIB + activations + u64::from(i) * 256 * MIB;
+                tree += rss;
+                row.push((rank_rss[i as usize], rss));
+                row.push((rank_gpu[i as usize], gpu));
+                row.push((used[i as usize], gpu + 600 * MIB));
+            }
+            row.push((tree_rss, tree));
+            row.push((available, (1 << 40) - tree));
+            w.sample(t_us, &row)?;
+            t_us += self.sample_interval_us;
+        }
+        w.finish(end_us)
+    }
+}

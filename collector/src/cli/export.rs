@@ -106,9 +106,27 @@ fn parquet(traces: &[PathBuf], out: &Path) -> Result<i32> {
         }
         let analysis = analyze(&decoded.trace, &options);
         let source = file.display().to_string();
+        let chunks = fleet::sample_chunks(
+            &decoded.trace,
+            &run_id,
+            crate::parquet_export::ROW_GROUP_ROWS,
+        );
+        let mut written = vec![crate::parquet_export::write_table(
+            out,
+            &run_id,
+            &fleet::SAMPLES,
+            chunks,
+        )?];
         for table in fleet::tables(&decoded.trace, &source, &analysis, &options) {
-            let path = crate::parquet_export::write_table(out, &run_id, &table)?;
-            rows += table.rows();
+            written.push(crate::parquet_export::write_table(
+                out,
+                &run_id,
+                table.spec,
+                [table],
+            )?);
+        }
+        for (path, n) in written {
+            rows += n;
             bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
         }
         exported.push((run_id, file));
