@@ -103,6 +103,7 @@ class Probe:
             self.path = None
         self.torch_stats = torch_stats
         self.rank = _rank()
+        self.group = None
         self._announced = self.rank is None
         self.dropped = 0
         self._pending = []
@@ -281,13 +282,19 @@ class Probe:
         self.send(line + " -- " + " ".join(str(message).splitlines()))
 
     def _process_line(self):
-        return "process" + "".join(" %s=%d" % (key, value) for key, value in _identity()
+        line = "process" + "".join(" %s=%d" % (key, value) for key, value in _identity()
                                    if value is not None)
+        if self.group is not None:
+            line += " group=" + _token(self.group)
+        return line
 
-    def process(self):
-        """Says who this process is in the job (rank, local rank, world size, attempt); sent by
-        itself ahead of the first message, again after the rank changed (set in-process)."""
+    def process(self, group=None):
+        """Says who this process is in the job (rank, local rank, world size, attempt, and the
+        group of ranks it is compared with, e.g. its pipeline stage); sent by itself ahead of the
+        first message, again after the rank changed (set in-process) or a group was given."""
         self.rank = _rank()
+        if group is not None:
+            self.group = str(group)
         self.send(self._process_line())
 
     def alive(self, rows):
@@ -374,3 +381,9 @@ def trial(*args, **kwargs):
 
 def oom(message="", **kwargs):
     _probe().oom(message, **kwargs)
+
+
+def group(name):
+    """The group of ranks this rank is compared with (its pipeline stage, `"pp0"`): ranks of
+    different groups hold different layers by design, so imbalance is measured within a group."""
+    _probe().process(group=name)

@@ -1082,7 +1082,7 @@ p.trial(8, "fit", peak_bytes=9)
 p._oom("boom", source="allocator", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2,
        total_bytes=3)
 p.alive([("/home/me/train.py", 20, "forward", 1 << 30, 2)])
-p.process()
+p.process(group="pp0")
 print("\n".join(lines))
 import sys
 for names in (oom._RANK_VARS, oom._LOCAL_RANK_VARS, oom._WORLD_SIZE_VARS, oom._ATTEMPT_VARS):

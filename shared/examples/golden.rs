@@ -324,6 +324,7 @@ pub fn ranks() -> Vec<u8> {
             local_rank: rank,
             world_size: rank.map(|_| 2),
             restart: rank.map(|_| 0),
+            group: None,
         })
     };
     w.write(&process(5000, None, ProcessRole::Program, None))
@@ -451,6 +452,69 @@ pub fn launcher_kill() -> Vec<u8> {
     w.finish(2_100_000).expect("in memory")
 }
 
+/// v1.6: four ranks in two pipeline stages (PROCESS records naming their group): the first
+/// stage holds 400 MiB more by design, and within it rank 1 holds 200 MiB more than rank 0.
+pub fn pipeline_groups() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-2".into(),
+        pid: 7000,
+        command: vec![
+            "torchrun".into(),
+            "--nproc-per-node".into(),
+            "4".into(),
+            "pp.py".into(),
+        ],
+        collector_version: "golden".into(),
+        sample_interval_us: 100_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let mib = [1000u64, 1200, 600, 600];
+    let mut counters = Vec::new();
+    for (rank, _) in mib.iter().enumerate() {
+        let pid = 7001 + rank as u32;
+        w.write(&Record::Process(ProcessInfo {
+            t_us: 50_000,
+            pid,
+            parent_pid: Some(7000),
+            name: "pt_main_thread".into(),
+            role: ProcessRole::Rank,
+            rank_from: RankSource::Message,
+            rank: Some(rank as u32),
+            local_rank: Some(rank as u32),
+            world_size: Some(4),
+            restart: Some(0),
+            group: Some(if rank < 2 { "pp0" } else { "pp1" }.into()),
+        }))
+        .expect("in memory");
+        counters.push(
+            w.declare_process_counter(CounterKind::PidRss, None, pid)
+                .expect("in memory"),
+        );
+    }
+    for step in 0..5u64 {
+        let t_us = 100_000 + step * 100_000;
+        let row: Vec<_> = counters
+            .iter()
+            .zip(mib)
+            .map(|(id, m)| (*id, m << 20))
+            .collect();
+        w.sample(t_us, &row).expect("in memory");
+        for rank in 0..4u32 {
+            w.write(&Record::Mark(StageMark {
+                t_us: t_us + 1_000 + u64::from(rank),
+                name: "post_forward".into(),
+                step,
+                pid: Some(7001 + rank),
+                rank: Some(rank),
+                ..StageMark::default()
+            }))
+            .expect("in memory");
+        }
+    }
+    w.finish(700_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -472,6 +536,7 @@ fn main() -> std::io::Result<()> {
         ("v1_4_oom_kill.oomt", oom_kill()),
         ("v1_5_ranks.oomt", ranks()),
         ("v1_6_launcher_kill.oomt", launcher_kill()),
+        ("v1_6_pipeline_groups.oomt", pipeline_groups()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -5,6 +5,9 @@
 //!
 //! `cargo run --release -p oomscope-trace --example ranks_workload -- [--out DIR]`
 
+// It prints its measurements: that is its output.
+#![allow(clippy::print_stdout)]
+
 use std::path::PathBuf;
 use std::time::Instant;
 

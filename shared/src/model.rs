@@ -1049,6 +1049,10 @@ pub struct ProcessInfo {
     pub world_size: Option<u32>,
     /// Which attempt of an elastic job (`TORCHELASTIC_RESTART_COUNT`).
     pub restart: Option<u32>,
+    /// The group of ranks it is compared with, as the process said (`process group=pp0`):
+    /// ranks of a pipeline stage, of an expert-parallel group, a parameter server. Ranks of
+    /// different groups differ by design; imbalance is measured within a group. Format v1.6.
+    pub group: Option<Name>,
 }
 
 /// The end of one process of the tree other than the program: seen by the collector (the process

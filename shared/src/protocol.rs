@@ -28,7 +28,7 @@
 //! oom [stage=<stage>] [step=N] [source=marker|allocator|host_error] [requested_bytes=N] [device=N]
 //!      [free_bytes=N] [total_bytes=N] [pid=N] [rank=N] [-- <message>]
 //! alive bytes=N count=N [line=N] [function=<name>] -- <file>
-//! process [rank=N] [local_rank=N] [world_size=N] [restart=N]
+//! process [rank=N] [local_rank=N] [world_size=N] [restart=N] [group=NAME]
 //! ```
 //!
 //! Rules: tokens are separated by ASCII whitespace; stage and tensor names are single tokens;
@@ -39,7 +39,9 @@
 //! collector (torchrun's workers under one `collector run`). The collector takes the sender's pid
 //! from the kernel (the socket's credentials) over `pid=`, and keeps each sender's step, phase and
 //! stage apart. `process` says who the sender is in the job (a rank's helper sends it once); a
-//! rank the sender states outranks the one in the environment it was started with.
+//! rank the sender states outranks the one in the environment it was started with. `group=`
+//! names the ranks it is compared with (a pipeline stage: `group=pp0`); ranks of different
+//! groups differ by design.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -287,11 +289,12 @@ const ALIVE: [Field<AliveSite>; 4] = [
     field!("function", Optional, function),
 ];
 
-const PROCESS: [Field<ProcessInfo>; 4] = [
+const PROCESS: [Field<ProcessInfo>; 5] = [
     field!("rank", Optional, rank),
     field!("local_rank", Optional, local_rank),
     field!("world_size", Optional, world_size),
     field!("restart", Optional, restart),
+    field!("group", Optional, group),
 ];
 
 /// How a field's value is written in a line and read back.
@@ -1027,6 +1030,7 @@ mod tests {
                 local_rank: Some(1),
                 world_size: Some(8),
                 restart: Some(0),
+                group: Some("pp1".into()),
                 ..ProcessInfo::default()
             })),
         ]

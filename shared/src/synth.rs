@@ -661,6 +661,7 @@ impl NodeRun {
                 local_rank: rank.map(|r| r - self.first_rank),
                 world_size: rank.map(|_| self.world_size),
                 restart: rank.map(|_| 0),
+                group: None,
             })
         };
         w.write(&process(

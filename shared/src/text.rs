@@ -455,10 +455,13 @@ pub fn rank_imbalance(r: &RankAnalysis) -> Option<String> {
     let i = r.imbalance.first()?;
     let more = r.imbalance.iter().filter(|j| j.rank == i.rank).count() - 1;
     Some(format!(
-        "imbalance at {}: rank {} {} vs median {} ({}, +{}){}",
+        "imbalance at {}: rank {} {} vs median{} {} ({}, +{}){}",
         i.stage,
         i.rank,
         format_bytes(i.max_bytes),
+        i.group
+            .as_ref()
+            .map_or_else(String::new, |g| format!(" of group {g}")),
         format_bytes(i.median_bytes),
         i.metric,
         format_bytes(i.excess_bytes()),

@@ -241,6 +241,8 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                     local_rank: *local_rank,
                     world_size: *world_size,
                     restart: *restart,
+                    // A group on some records (every other role code): old and new layouts both.
+                    group: (role % 2 == 1).then(|| format!("pp{}", role % 4).into()),
                 });
                 w.write(&record).unwrap();
                 expected.push(record);

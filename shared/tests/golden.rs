@@ -276,3 +276,30 @@ fn v1_6_launcher_kill() {
     // Not this host's memory: the batch node's figures are not quoted.
     assert!(!f.explanation.contains("available"), "{}", f.explanation);
 }
+
+#[test]
+fn v1_6_pipeline_groups() {
+    let decoded = decode(&read("v1_6_pipeline_groups.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    let groups: Vec<Option<&str>> = t.processes.iter().map(|p| p.group.as_deref()).collect();
+    assert_eq!(groups, [Some("pp0"), Some("pp0"), Some("pp1"), Some("pp1")]);
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let r = analysis.ranks.as_ref().unwrap();
+    // pp0 holds more than pp1 by design: only rank 1 within pp0 is out of line.
+    assert_eq!(r.imbalance.len(), 1, "{:?}", r.imbalance);
+    assert_eq!(
+        (r.imbalance[0].rank, r.imbalance[0].group.as_deref()),
+        (1, Some("pp0"))
+    );
+    assert_eq!(r.imbalance[0].excess_bytes(), 200 << 20);
+    let f = analysis
+        .findings
+        .iter()
+        .find(|f| f.kind.id() == "rank-imbalance")
+        .unwrap();
+    assert_eq!(
+        f.title,
+        "Rank 1 holds 200 MiB more than the median rank of group pp0 at post_forward (host.rss)"
+    );
+}

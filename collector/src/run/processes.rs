@@ -154,6 +154,7 @@ impl Processes {
         info.local_rank = said.local_rank.or(info.local_rank);
         info.world_size = said.world_size.or(info.world_size);
         info.restart = said.restart.or(info.restart);
+        info.group = said.group.clone().or(info.group);
         if info != known.info {
             info.t_us = t_us;
             known.info = info.clone();

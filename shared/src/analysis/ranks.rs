@@ -216,6 +216,9 @@ pub struct RankSummary {
     pub host: String,
     /// The trace it came from (a file name, for a job's directory; empty for one trace).
     pub source: String,
+    /// The group of ranks it is compared with, as it said (`process group=pp0`); `None`: the
+    /// job's one group.
+    pub group: Option<String>,
     /// Stage marks.
     pub marks: usize,
     /// Highest step marked.
@@ -273,6 +276,8 @@ pub struct StageImbalance {
     pub median_bytes: u64,
     /// How many ranks were compared.
     pub ranks: usize,
+    /// The group compared within, when the ranks named groups.
+    pub group: Option<String>,
 }
 
 impl StageImbalance {
@@ -443,6 +448,12 @@ fn summarize_view(
             .or_else(|| launcher.and_then(|e| e.local_rank)),
         host: whole.metadata.host.clone(),
         source: source.to_owned(),
+        group: whole
+            .processes
+            .iter()
+            .rev()
+            .filter(|p| Some(p.pid) == rank.pid)
+            .find_map(|p| p.group.as_deref().map(str::to_owned)),
         marks: view.marks.len(),
         last_step: view.marks.iter().map(|m| m.step).max(),
         last_mark_us: view.marks.last().map(|m| m.t_us + offset_us),
@@ -477,8 +488,9 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
     if ranks.len() < 2 {
         return Vec::new();
     }
-    // (stage, metric) → (rank, highest value at that stage).
-    type Cell = ((String, String), Vec<(u32, u64)>);
+    // (group, stage, metric) → (rank, highest value at that stage): ranks are compared within
+    // the group they named (a pipeline stage holds other layers than the next one by design).
+    type Cell = ((Option<String>, String, String), Vec<(u32, u64)>);
     let mut cells: Vec<Cell> = Vec::new();
     for r in ranks {
         for row in &r.stage_table.rows {
@@ -486,7 +498,7 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
                 let Some(max) = m.max_bytes else {
                     continue;
                 };
-                let key = (row.stage.clone(), m.metric.label());
+                let key = (r.group.clone(), row.stage.clone(), m.metric.label());
                 match cells.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, values)) => values.push((r.rank, max)),
                     None => cells.push((key, vec![(r.rank, max)])),
@@ -497,7 +509,7 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
     let mut found: Vec<StageImbalance> = cells
         .into_iter()
         .filter(|(_, values)| values.len() >= 2)
-        .filter_map(|((stage, metric), values)| {
+        .filter_map(|((group, stage, metric), values)| {
             let mut sorted: Vec<u64> = values.iter().map(|(_, v)| *v).collect();
             sorted.sort_unstable();
             // The lower median: with two ranks, the other one.
@@ -514,6 +526,7 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
                     max_bytes: max,
                     median_bytes: median,
                     ranks: values.len(),
+                    group,
                 })
         })
         .collect();
@@ -693,5 +706,38 @@ mod tests {
         assert_eq!(job.ranks[1].marks, 3);
         let i = job.imbalance.first().expect("rank 1 holds 300 MiB more");
         assert_eq!((i.rank, i.stage.as_str()), (1, "post_forward"));
+    }
+
+    #[test]
+    fn ranks_are_compared_within_the_group_they_named() {
+        // Four ranks in two pipeline stages: the first stage holds 400 MiB more by design;
+        // within it, rank 1 holds 200 MiB more than rank 0.
+        let peaks = [(0, 1000), (1, 1200), (2, 600), (3, 600)];
+        let traces: Vec<Trace> = peaks
+            .iter()
+            .map(|&(rank, mib)| {
+                let mut t = one_task(rank, mib);
+                t.processes.push(crate::model::ProcessInfo {
+                    pid: 10 + rank,
+                    role: ProcessRole::Rank,
+                    rank: Some(rank),
+                    group: Some(if rank < 2 { "pp0" } else { "pp1" }.into()),
+                    ..Default::default()
+                });
+                t
+            })
+            .collect();
+        let names: Vec<String> = (0..4).map(|i| format!("rank{i}.oomt")).collect();
+        let job: Vec<JobTrace<'_>> = traces
+            .iter()
+            .zip(&names)
+            .map(|(trace, source)| JobTrace { source, trace })
+            .collect();
+        let r = analyze_job(&job, &AnalysisOptions::default());
+        assert_eq!(r.imbalance.len(), 1, "{:?}", r.imbalance);
+        let i = &r.imbalance[0];
+        assert_eq!((i.rank, i.group.as_deref()), (1, Some("pp0")));
+        assert_eq!(i.excess_bytes(), 200 << 20);
+        assert_eq!(i.ranks, 2);
     }
 }

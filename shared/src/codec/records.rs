@@ -600,10 +600,11 @@ fn decode_process_memory(c: &mut Cursor<'_>) -> Result<ProcessMemory, ReadError>
 }
 
 // PROCESS (v1.5): pid, parent?, name id, role, rank source, rank?, local rank?, world size?,
-// restart?.
+// restart?; since v1.6, when known, group id?.
 
 fn encode_process<W: Write>(w: &mut TraceWriter<W>, p: &ProcessInfo) -> Result<(), EncodeError> {
     let name = w.name(&p.name)?;
+    let group = p.group.as_ref().map(|g| w.name(g)).transpose()?;
     let b = w.begin(p.t_us);
     put_u64(b, u64::from(p.pid));
     put_opt_u32(b, p.parent_pid);
@@ -613,11 +614,14 @@ fn encode_process<W: Write>(w: &mut TraceWriter<W>, p: &ProcessInfo) -> Result<(
     for v in [p.rank, p.local_rank, p.world_size, p.restart] {
         put_opt_u32(b, v);
     }
+    if group.is_some() {
+        put_opt_u32(b, group);
+    }
     w.end(tag::PROCESS)
 }
 
 fn decode_process(c: &mut Cursor<'_>, names: &Names) -> Result<ProcessInfo, ReadError> {
-    Ok(ProcessInfo {
+    let mut p = ProcessInfo {
         t_us: c.u64()?,
         pid: c.u32()?,
         parent_pid: opt_u32(c)?,
@@ -628,7 +632,12 @@ fn decode_process(c: &mut Cursor<'_>, names: &Names) -> Result<ProcessInfo, Read
         local_rank: opt_u32(c)?,
         world_size: opt_u32(c)?,
         restart: opt_u32(c)?,
-    })
+        group: None,
+    };
+    if !c.is_empty() && c.u8()? != 0 {
+        p.group = Some(names.read(c)?);
+    }
+    Ok(p)
 }
 
 // PROCESS_END (v1.5): pid, rank?, local rank?, status kind (0 unknown, 1 exit code, 2 signal),

@@ -23,20 +23,24 @@ impl Diagnose for RankImbalance {
 
     /// Wording.
     fn explain(&self, i: &Self::Diagnosis<'_>) -> Finding {
+        let (of_group, ranks_of) = match &i.group {
+            Some(g) => (format!(" of group {g}"), format!("ranks of group {g}")),
+            None => (String::new(), "ranks".to_owned()),
+        };
         finding(
             self,
             Severity::Warning,
             format!(
-                "Rank {} holds {} more than the median rank at {} ({})",
+                "Rank {} holds {} more than the median rank{of_group} at {} ({})",
                 i.rank,
                 format_bytes(i.excess_bytes()),
                 i.stage,
                 i.metric
             ),
             format!(
-                "at {} rank {} reaches {} of {} where the median of the {} ranks is {}: every \
-                 rank needs room for the largest one, so the job's batch and model size are set \
-                 by this rank",
+                "at {} rank {} reaches {} of {} where the median of the {} {ranks_of} is {}: \
+                 every rank needs room for the largest one, so the job's batch and model size are \
+                 set by this rank",
                 i.stage,
                 i.rank,
                 format_bytes(i.max_bytes),
