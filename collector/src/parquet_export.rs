@@ -91,7 +91,7 @@ fn write(
     // finds every table of every run.
     let mut total = 0;
     for table in pieces {
-        debug_assert!(std::ptr::eq(table.spec, spec), "pieces of one table");
+        debug_assert_eq!(table.spec.name, spec.name, "pieces of one table");
         let rows = table.rows();
         let mut start = 0;
         while start < rows {
