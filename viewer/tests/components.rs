@@ -35,7 +35,7 @@ fn mount(id: &str, loaded: Loaded) -> web_sys::HtmlElement {
     let div: web_sys::HtmlElement = doc.create_element("div").unwrap().unchecked_into();
     div.set_id(id);
     doc.body().unwrap().append_child(&div).unwrap();
-    let handle = mount_to(div.clone(), move || view! { <App initial=Some(loaded)/> });
+    let handle = mount_to(div.clone(), move || view! { <App initial=vec![loaded]/> });
     handle.forget();
     div
 }
