@@ -719,6 +719,99 @@ fn fake_nvml() -> PathBuf {
 }
 
 #[test]
+fn each_rank_s_gpu_memory_from_nvml_is_its_own_and_the_heavier_rank_is_named() {
+    // Two ranks under a launcher (RANK in their environment, as torchrun starts them), each on
+    // its GPU; NVML (the test double) lists rank 0 with 2 GiB and rank 1 with 3 GiB.
+    let s = Scratch::new("fakenvml-ranks");
+    let device = |i: u32, rank_bytes: u64| {
+        format!(
+            r#"{{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-fake-{i}", "total_bytes": 85899345920,
+               "used_bytes": {}, "processes": [{{"match": {{"rank": {i}}}, "used_bytes": {rank_bytes}}}]}}"#,
+            rank_bytes + (512 << 20)
+        )
+    };
+    let script = s.script(
+        "nvml.json",
+        &format!(
+            r#"{{"devices": [{}, {}]}}"#,
+            device(0, 2 << 30),
+            device(1, 3 << 30)
+        ),
+    );
+    let launcher = s.script(
+        "launcher.py",
+        r#"
+import os, subprocess, sys
+RANK_CODE = """
+import time, oomscope_probe as oom
+for step in range(12):
+    oom.mark("pre_forward", step=step)
+    time.sleep(0.1)
+    oom.mark("post_forward", step=step)
+    time.sleep(0.1)
+"""
+ranks = [subprocess.Popen([sys.executable, "-c", RANK_CODE],
+                          env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2"})
+         for r in range(2)]
+sys.exit(max(p.wait() for p in ranks))
+"#,
+    );
+    let trace = s.path("t.oomt");
+    let out = collector(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        launcher.to_str().unwrap(),
+    ])
+    .env("OOMSCOPE_NVML_LIB", fake_nvml())
+    .env("OOMSCOPE_FAKE_NVML_SCRIPT", &script)
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let t = read(&trace).trace;
+    // One per-process GPU counter per rank, on its device, with its own bytes.
+    let rank_of = |pid: u32| {
+        t.processes
+            .iter()
+            .rev()
+            .find(|p| p.pid == pid)
+            .and_then(|p| p.rank)
+    };
+    let mut per_rank: Vec<(Option<u32>, Option<u32>, u64)> = t
+        .counters
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.kind == CounterKind::PidGpu)
+        .map(|(i, c)| {
+            let peak = t
+                .samples
+                .points(oomscope_trace::CounterId(i as u32))
+                .map(|(_, v)| v)
+                .max()
+                .unwrap_or(0);
+            (rank_of(c.pid.unwrap()), c.device, peak)
+        })
+        .collect();
+    per_rank.sort_unstable();
+    assert_eq!(
+        per_rank,
+        [(Some(0), Some(0), 2 << 30), (Some(1), Some(1), 3 << 30)],
+        "{:?}",
+        t.counters
+    );
+    // The analysis reads each rank's own device memory and names the heavier one.
+    let a = analyze(&t, &Default::default());
+    let r = a.ranks.expect("two ranks");
+    let device: Vec<Option<u64>> = r.ranks.iter().map(|x| x.peak_device_bytes).collect();
+    assert_eq!(device, [Some(2 << 30), Some(3 << 30)]);
+    let (worst, spread, on_device) = r.worst().unwrap();
+    assert_eq!((worst.rank, spread, on_device), (1, 1 << 30, true));
+}
+
+#[test]
 fn gpu_memory_from_nvml_appears_in_summary_csv_and_chrome_export() {
     let s = Scratch::new("fakenvml");
     let script = s.script(

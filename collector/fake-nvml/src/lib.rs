@@ -49,7 +49,8 @@
 //!       "used_bytes": [[0, 1073741824], [2000, 10737418240]],
 //!       "processes": [
 //!         { "match": "children_of_caller", "used_bytes": [[0, 536870912], [2000, 9663676416]] },
-//!         { "match": { "pid": 1234 }, "used_bytes": 1048576 }
+//!         { "match": { "pid": 1234 }, "used_bytes": 1048576 },
+//!         { "match": { "rank": 1 }, "used_bytes": 3221225472 }
 //!       ]
 //!     }
 //!   ]
@@ -70,7 +71,9 @@
 //!   and the last after the last point, and two points at the same time make a step.
 //! - `processes`: rules for `nvmlDeviceGetComputeRunningProcesses_v3`. `"children_of_caller"`
 //!   lists every live process whose parent is the process that loaded the fake (found by
-//!   scanning `/proc/*/stat`; zombies excluded); `{"pid": N}` lists `N` while it is alive. Each
+//!   scanning `/proc/*/stat`; zombies excluded); `{"pid": N}` lists `N` while it is alive;
+//!   `{"rank": N}` lists the live processes started with `RANK=N` whose parent was not (a rank,
+//!   not its forked workers: a launcher's ranks have pids no script can know). Each
 //!   listed process reports the rule's scheduled bytes, with `gpuInstanceId` and
 //!   `computeInstanceId` `0xFFFFFFFF` (no MIG), in ascending pid order per rule, a pid matched by
 //!   several rules listed once (first rule wins). The fake does not tie these bytes to the
@@ -573,6 +576,7 @@ fn compute_processes(session: &Session, device: &DeviceScript) -> Vec<nvmlProces
                 .get_or_insert_with(|| procs::live_children_of(std::process::id()))
                 .clone(),
             Match::Pid(pid) => procs::is_live(pid).then_some(pid).into_iter().collect(),
+            Match::Rank(rank) => procs::live_ranks(rank),
         };
         let used = rule.used_bytes.at(elapsed);
         for pid in pids {

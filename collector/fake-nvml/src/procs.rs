@@ -62,6 +62,31 @@ pub(crate) fn live_children_of(parent: u32) -> Vec<u32> {
     children
 }
 
+/// The `RANK` a process was started with (`/proc/<pid>/environ`).
+fn rank_of(pid: u32) -> Option<u32> {
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|b| *b == 0)
+        .find_map(|var| var.strip_prefix(b"RANK="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+/// The live processes started with `RANK=rank` whose parent was not, in ascending pid order.
+pub(crate) fn live_ranks(rank: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(read_stat)
+        .filter(|stat| stat.is_live() && rank_of(stat.pid) == Some(rank))
+        .filter(|stat| rank_of(stat.ppid) != Some(rank))
+        .map(|stat| stat.pid)
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

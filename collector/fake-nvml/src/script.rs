@@ -81,6 +81,10 @@ pub(crate) enum Match {
     ChildrenOfCaller,
     /// `{"pid": 1234}`: that process, while it is alive.
     Pid(u32),
+    /// `{"rank": 1}`: the live processes started with `RANK=1` in their environment whose
+    /// parent was not (the rank torchrun started, not its forked workers): a rank's pid is not
+    /// known before the run.
+    Rank(u32),
 }
 
 /// What one device's memory looks like at one moment, in the NVML v2 sense.

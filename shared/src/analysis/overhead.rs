@@ -130,7 +130,7 @@ pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::testkit::{GIB, MIB, Run};
+    use crate::analysis::testkit::{GIB, MIB, Run, add_outside_allocator};
 
     fn measure(run: &Run) -> Option<OutsideAllocator> {
         let trace = run.build();
@@ -174,14 +174,7 @@ mod tests {
         );
         // 512 MiB more on the device from the fourth mark on (step 0's post_backward: where
         // DDP's first all-reduce creates NCCL's buffers), the allocator unchanged.
-        let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
-        let from_us = trace.marks[3].t_us;
-        let times = trace.samples.times_us().to_vec();
-        for (row, t) in times.iter().enumerate() {
-            if *t >= from_us {
-                trace.samples.column_mut(id)[row] += 512 * MIB;
-            }
-        }
+        add_outside_allocator(&mut trace, 3, 512 * MIB);
         let o = outside_allocator(&trace, &MarkValues::new(&trace)).unwrap();
         let rise = o.largest_rise.unwrap();
         assert_eq!(rise.bytes, 512 * MIB);

@@ -339,3 +339,18 @@ impl Run {
         });
     }
 }
+
+/// Adds `bytes` to the process's memory on GPU 0 from mark `from_mark` on (its reading at that
+/// mark included), the allocator unchanged: memory a library took outside it then.
+pub(crate) fn add_outside_allocator(trace: &mut Trace, from_mark: usize, bytes: u64) {
+    let id = trace
+        .counter(CounterKind::ProcessGpu, Some(0))
+        .expect("the run records the process's GPU memory");
+    let from_us = trace.marks[from_mark].t_us;
+    let times = trace.samples.times_us().to_vec();
+    for (row, t) in times.iter().enumerate() {
+        if *t >= from_us {
+            trace.samples.column_mut(id)[row] += bytes;
+        }
+    }
+}

@@ -254,8 +254,7 @@ impl Diagnose for OutsideAllocatorRule {
 mod tests {
     use super::super::test_support::{evidence, find, with_context};
     use super::*;
-    use crate::analysis::testkit::{GIB, MIB, Run};
-    use crate::model::CounterKind;
+    use crate::analysis::testkit::{GIB, MIB, Run, add_outside_allocator};
 
     #[test]
     fn large_gap_at_the_peak_is_fragmentation() {
@@ -364,14 +363,7 @@ mod tests {
         }
         .build();
         trace.metadata.world_size = Some(8);
-        let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
-        let from_us = trace.marks[3].t_us;
-        let times = trace.samples.times_us().to_vec();
-        for (row, t) in times.iter().enumerate() {
-            if *t >= from_us {
-                trace.samples.column_mut(id)[row] += 512 * MIB;
-            }
-        }
+        add_outside_allocator(&mut trace, 3, 512 * MIB);
         let f = find(&trace, FindingKind::OutsideAllocator).unwrap();
         let (a, b) = (&trace.marks[2], &trace.marks[3]);
         assert_eq!(a.step, b.step);
