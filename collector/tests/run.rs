@@ -2,7 +2,7 @@
 //! then the trace it wrote read back and analysed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use oomscope_trace::analysis::metrics::MetricKey;
@@ -702,6 +702,23 @@ fn summary_json_and_exports_agree_with_the_analysis() {
     assert!(chrome["traceEvents"].as_array().unwrap().len() > t.marks.len());
 }
 
+/// `collector run -o TRACE -- python3 PROGRAM` with the NVML test double playing `script`.
+fn record_python_on_fake_gpus(program: &Path, script: &Path, trace: &Path) -> Output {
+    collector(&[
+        "run",
+        "-q",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        "python3",
+        program.to_str().unwrap(),
+    ])
+    .env("OOMSCOPE_NVML_LIB", fake_nvml())
+    .env("OOMSCOPE_FAKE_NVML_SCRIPT", script)
+    .output()
+    .unwrap()
+}
+
 /// The NVML test double, built next to the test binaries (a dev-dependency of this crate).
 fn fake_nvml() -> PathBuf {
     let deps = std::env::current_exe()
@@ -757,19 +774,7 @@ sys.exit(max(p.wait() for p in ranks))
 "#,
     );
     let trace = s.path("t.oomt");
-    let out = collector(&[
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        launcher.to_str().unwrap(),
-    ])
-    .env("OOMSCOPE_NVML_LIB", fake_nvml())
-    .env("OOMSCOPE_FAKE_NVML_SCRIPT", &script)
-    .output()
-    .unwrap();
+    let out = record_python_on_fake_gpus(&launcher, &script, &trace);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let t = read(&trace).trace;
     // One per-process GPU counter per rank, on its device, with its own bytes.
@@ -841,19 +846,7 @@ for step in range(8):
 "#,
     );
     let trace = s.path("t.oomt");
-    let out = collector(&[
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        child.to_str().unwrap(),
-    ])
-    .env("OOMSCOPE_NVML_LIB", fake_nvml())
-    .env("OOMSCOPE_FAKE_NVML_SCRIPT", &script)
-    .output()
-    .unwrap();
+    let out = record_python_on_fake_gpus(&child, &script, &trace);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let decoded = read(&trace);
     let t = &decoded.trace;
