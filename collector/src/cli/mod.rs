@@ -39,9 +39,9 @@ pub enum Command {
     Run(RunArgs),
     /// Print the analysis of a trace: peaks, stage table, leaks, OOM context, recommendations.
     Summary(SummaryArgs),
-    /// Export a trace to CSV or Chrome trace-event JSON (Perfetto).
+    /// Export a trace to CSV or Chrome trace-event JSON (Perfetto), or traces to Parquet tables.
     Export(ExportArgs),
-    /// Write one self-contained HTML file with the viewer and the trace (opens offline).
+    /// Write one self-contained HTML file with the viewer and the trace, or a job's traces (opens offline).
     Report(ReportArgs),
     /// Estimate the memory needed to train a model: weights, gradients, optimizer, activations.
     Estimate(EstimateArgs),
