@@ -413,7 +413,14 @@ time.sleep(0.05)
         "{command}"
     );
     let title = b.js("return document.title").await;
-    assert_eq!(title, "oomscope: hostile.oomt");
+    // The verdict, then the file's name as plain text.
+    assert!(
+        title
+            .as_str()
+            .unwrap()
+            .ends_with(" · hostile.oomt · oomscope"),
+        "{title}"
+    );
     b.quit().await;
 }
 
@@ -589,7 +596,13 @@ async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
         "{names}"
     );
     let title = b.js("return document.title").await;
-    assert_eq!(title, "oomscope: before.oomt");
+    assert!(
+        title
+            .as_str()
+            .unwrap()
+            .ends_with(" · before.oomt · oomscope"),
+        "{title}"
+    );
     let rows = b
         .js("return [...document.querySelectorAll('#compare-peaks tbody tr.better')].length")
         .await;
@@ -861,5 +874,93 @@ async fn a_report_of_a_job_directory_puts_every_node_s_ranks_together() {
     let overview = words(&b, "#overview").await;
     assert!(overview.contains("node-1.oomt"), "{overview}");
     b.wait_for("#stage-table tbody tr").await;
+    b.quit().await;
+}
+
+#[tokio::test]
+async fn the_verdict_is_in_the_first_screen_for_a_leak_an_oom_a_clean_run_and_no_marks() {
+    use oomscope_trace::synth::TrainingRun;
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("verdict");
+    let leak = s.write(
+        "leak.oomt",
+        &TrainingRun {
+            steps: 60,
+            leak_bytes_per_step: 64 << 20,
+            ..TrainingRun::default()
+        }
+        .to_bytes(),
+    );
+    let clean = s.write("clean.oomt", &TrainingRun::default().to_bytes());
+    let oom =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tests/data/v1_0_oom.oomt");
+    // A real recording without stage marks.
+    let unmarked = s.path("unmarked.oomt");
+    let o = run_collector(&[
+        "run",
+        "-q",
+        "-o",
+        unmarked.to_str().unwrap(),
+        "--",
+        "sleep",
+        "0.3",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let b = Browser::start("verdict").await;
+    b.d().set_window_rect(0, 0, 1400, 760).await.unwrap();
+    for (trace, want) in [
+        (&leak, "li[data-id=leak]"),
+        (&oom, "li[data-id=oom]"),
+        (&clean, "#verdict-clean"),
+        (&unmarked, "#verdict-clean"),
+    ] {
+        let html = s.path("r.html");
+        report(trace, &html, &[]);
+        b.open(&html).await;
+        let el = b.wait_for(&format!("#verdict {want}")).await;
+        // Within the first screen, without scrolling.
+        let bottom = b
+            .js(&format!(
+                "return document.querySelector('#verdict {want}').getBoundingClientRect().bottom <= window.innerHeight"
+            ))
+            .await;
+        assert_eq!(bottom, Value::Bool(true), "{want} below the fold");
+        let words = el.text().await.unwrap();
+        let summary = summary_json(trace);
+        let findings = summary["analysis"]["findings"].as_array().unwrap().clone();
+        match want {
+            "#verdict-clean" => {
+                assert!(
+                    findings.iter().all(|f| f["severity"] == "info"),
+                    "clean only without problems: {findings:?}"
+                );
+                let no_marks = trace == &unmarked;
+                assert_eq!(words.contains("without stage marks"), no_marks, "{words}");
+            }
+            _ => {
+                // The line says the finding's own title, as the terminal does.
+                let id = want.trim_start_matches("li[data-id=").trim_end_matches(']');
+                let f = findings.iter().find(|f| f["id"] == id).unwrap();
+                assert!(
+                    words.contains(f["title"].as_str().unwrap()),
+                    "{words} vs {f}"
+                );
+            }
+        }
+        // The verdict in the tab title.
+        let short = el.attr("data-id").await.unwrap();
+        let title = b.js("return document.title").await;
+        let verdict_short = b
+            .js("return document.getElementById('verdict').dataset.short")
+            .await;
+        assert!(
+            title
+                .as_str()
+                .unwrap()
+                .starts_with(verdict_short.as_str().unwrap()),
+            "{title} / {verdict_short} / {short:?}"
+        );
+    }
     b.quit().await;
 }

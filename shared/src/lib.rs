@@ -41,6 +41,7 @@ pub mod synth;
 pub mod text;
 pub mod units;
 mod varint;
+pub mod verdict;
 
 pub use codec::reader::{DecodeOptions, Decoded, Warning, decode, decode_with};
 pub use codec::writer::{TraceWriter, WriterOptions};

@@ -14,7 +14,7 @@ use crate::load::{Loaded, analyse};
 use crate::timeline::Timeline;
 use crate::views::{
     AliveAtOom, BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview, Ranks,
-    StageTable, Statistics, StepTable,
+    StageTable, Statistics, StepTable, Verdict,
 };
 
 /// When the analysis starts if no animation frame came first.
@@ -147,12 +147,21 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
     Effect::new(move |_| {
         let title = match job.with(|j| j.as_ref().map(Vec::len)) {
             Some(n) => format!("oomscope: a job of {n} traces"),
-            None => primary.with(|p| {
-                p.as_ref().map_or_else(
-                    || "oomscope viewer".to_owned(),
-                    |o| format!("oomscope: {}", o.loaded.name),
-                )
-            }),
+            None => match primary.get() {
+                None => "oomscope viewer".to_owned(),
+                Some(o) => {
+                    // The verdict in the tab, once the analysis is there.
+                    let short = o
+                        .analysis
+                        .get()
+                        .zip(o.loaded.trace.clone())
+                        .map(|(a, t)| oomscope_trace::verdict::verdict(&t, &a).short);
+                    match short {
+                        Some(s) => format!("{s} · {} · oomscope", o.loaded.name),
+                        None => format!("oomscope: {}", o.loaded.name),
+                    }
+                }
+            },
         };
         browser::set_title(&title);
     });
@@ -232,7 +241,10 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
         }
         .into_any(),
     };
+    let verdict_trace = trace.clone();
+    let verdict = move || view! { <Verdict trace=verdict_trace.clone() analysis=analysis.get()/> };
     view! {
+        {verdict}
         <Overview loaded=loaded.clone()/>
         {comparison}
         <Timeline trace=trace.clone()/>

@@ -1,4 +1,4 @@
-//! The report's views below the timeline, one per file: overview, findings, what was alive at an
+//! The report's views, one per file: the verdict strip it opens with, overview, findings, what was alive at an
 //! OOM, ranks side by side, stage and step tables,
 //! breakdown at the peak, gradient and tensor statistics, batch-size trials, comparison, exports.
 //!
@@ -18,6 +18,7 @@ mod ranks;
 mod stage_table;
 mod statistics;
 mod step_table;
+mod verdict;
 
 pub use alive_at_oom::AliveAtOom;
 pub use batch_trials::BatchTrials;
@@ -31,6 +32,7 @@ pub use ranks::Ranks;
 pub use stage_table::StageTable;
 pub use statistics::Statistics;
 pub use step_table::StepTable;
+pub use verdict::Verdict;
 
 pub(crate) fn opt_text(v: Option<String>) -> String {
     v.unwrap_or_else(|| "-".to_owned())

@@ -1,0 +1,174 @@
+//! The verdict a report opens with: one sentence per top finding, its size and the change to
+//! make, and "no problem found" only with what was checked to say so.
+//!
+//! Why a module: someone opening a report has one question ("why did it run out of memory?")
+//! and should read the answer before any metadata or chart. The sentences are the findings' own
+//! (the terminal prints the same titles and changes), cut to what fits a line, so the page and
+//! the terminal never disagree; what a clean verdict may claim depends on what the trace could
+//! show (a run without stage marks cannot show a per-step leak).
+
+use crate::analysis::Analysis;
+use crate::analysis::recommend::{Finding, Severity};
+use crate::model::Trace;
+use crate::units::{format_count, format_duration_us};
+
+/// At most this many findings lead the report.
+pub const VERDICT_LINES: usize = 3;
+
+/// One line of the verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerdictLine {
+    /// How urgent.
+    pub severity: Severity,
+    /// The finding's id (`leak`, `oom`, …).
+    pub id: &'static str,
+    /// What was found, with its size (the finding's title, and where memory runs out when the
+    /// finding projects it).
+    pub said: String,
+    /// The change to make first (the finding's change up to its first `;`).
+    pub change: String,
+}
+
+/// What a report says first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The top findings, most severe first.
+    pub lines: Vec<VerdictLine>,
+    /// More findings below the verdict.
+    pub more: usize,
+    /// With no problem found: what the trace let the analysis check, and what it could not.
+    pub clean: Option<String>,
+    /// A few words for the browser tab (`Memory leak: +4.20 MiB/step at post_backward`).
+    pub short: String,
+}
+
+/// The verdict of a trace's analysis: its problems (warnings and critical findings; the
+/// informational ones are below, with the rest).
+pub fn verdict(trace: &Trace, analysis: &Analysis) -> Verdict {
+    let lines: Vec<VerdictLine> = analysis
+        .findings
+        .iter()
+        .filter(|f| f.severity >= Severity::Warning)
+        .take(VERDICT_LINES)
+        .map(line)
+        .collect();
+    let more = analysis.findings.len().saturating_sub(lines.len());
+    let clean = lines.is_empty().then(|| clean_words(trace, analysis));
+    let short = match lines.first() {
+        Some(l) => l.said.split(" — ").next().unwrap_or(&l.said).to_owned(),
+        None if trace.marks.is_empty() => "no problem seen (no stage marks)".to_owned(),
+        None => "no memory problem found".to_owned(),
+    };
+    Verdict {
+        lines,
+        more,
+        clean,
+        short,
+    }
+}
+
+fn line(f: &Finding) -> VerdictLine {
+    let number = |label: &str| {
+        f.evidence
+            .iter()
+            .find(|e| e.label == label)
+            .map(|e| e.value)
+    };
+    let mut said = f.title.clone();
+    if let Some(step) = number("full_at_step") {
+        said.push_str(&format!(" — full at step {}", format_count(step as u64)));
+        if let Some(us) = number("time_to_full_us") {
+            said.push_str(&format!(" (in {})", format_duration_us(us as u64)));
+        }
+    }
+    let change = f.change.split("; ").next().unwrap_or(&f.change).to_owned();
+    VerdictLine {
+        severity: f.severity,
+        id: f.kind.id(),
+        said,
+        change,
+    }
+}
+
+/// "No problem found", said with what the trace let the analysis check.
+fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
+    let o = &analysis.overview;
+    if trace.marks.is_empty() {
+        return "No problem seen in what was recorded, but without stage marks the per-step \
+                checks (leaks per step, memory kept after eval, growth between stages) could not \
+                run: run a Python program under `collector run` with the zero-code hooks, or \
+                mark stages with oomscope_probe.mark()"
+            .to_owned();
+    }
+    let failed = trace.failed();
+    let mut checked = format!(
+        "No memory problem found in {} marks over {} steps",
+        format_count(o.marks as u64),
+        format_count(o.steps as u64)
+    );
+    checked.push_str(": no leak across steps, no memory kept after eval, no out-of-memory error");
+    if analysis.pressure.is_some() {
+        checked.push_str(", no allocator fragmentation");
+    }
+    if analysis.host_memory.is_some() {
+        checked.push_str(", host memory never short");
+    }
+    if failed {
+        checked.push_str("; the program failed for another reason (see how it ended)");
+    }
+    checked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::{AnalysisOptions, analyze};
+    use crate::decode;
+    use crate::synth::TrainingRun;
+
+    fn of(run: &TrainingRun) -> (Trace, Verdict) {
+        let trace = decode(&run.to_bytes()).unwrap().trace;
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        let v = verdict(&trace, &analysis);
+        (trace, v)
+    }
+
+    #[test]
+    fn a_leak_leads_with_its_rate_where_it_fills_memory_and_the_change() {
+        let (_, v) = of(&TrainingRun {
+            steps: 60,
+            leak_bytes_per_step: 64 << 20,
+            ..TrainingRun::default()
+        });
+        let leak = v.lines.iter().find(|l| l.id == "leak").expect("the leak");
+        assert!(leak.said.starts_with("Memory leak: +64"), "{}", leak.said);
+        assert!(leak.said.contains(" — full at step "), "{}", leak.said);
+        assert!(
+            leak.change
+                .starts_with("look for tensors kept across steps")
+        );
+        assert!(!leak.change.contains("; "));
+        assert!(v.clean.is_none());
+        assert!(v.short.starts_with("Memory leak") || v.lines[0].id != "leak");
+    }
+
+    #[test]
+    fn clean_says_what_was_checked_and_no_marks_says_what_was_not() {
+        let (_, v) = of(&TrainingRun::default());
+        assert!(v.lines.is_empty(), "{:?}", v.lines);
+        let clean = v.clean.unwrap();
+        assert!(
+            clean.starts_with("No memory problem found in 1 000 marks over 200 steps"),
+            "{clean}"
+        );
+        assert_eq!(v.short, "no memory problem found");
+
+        let mut trace = decode(&TrainingRun::default().to_bytes()).unwrap().trace;
+        trace.marks.clear();
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        let v = verdict(&trace, &analysis);
+        assert!(v.lines.is_empty(), "{:?}", v.lines);
+        assert!(v.clean.unwrap().contains("without stage marks"));
+        assert_eq!(v.short, "no problem seen (no stage marks)");
+    }
+}

@@ -1,0 +1,50 @@
+//! The verdict strip the report opens with: one line per problem found (its size and the change
+//! to make first), or what "no problem found" rests on. The words are `shared::verdict`'s.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use oomscope_trace::Trace;
+use oomscope_trace::analysis::Analysis;
+use oomscope_trace::verdict::verdict;
+
+/// The verdict of one trace; "analysing…" until the analysis is there.
+#[component]
+pub fn Verdict(trace: Arc<Trace>, analysis: Option<Arc<Analysis>>) -> impl IntoView {
+    let Some(analysis) = analysis else {
+        return view! {
+            <section id="verdict" class="verdict pending"><p class="hint">"analysing…"</p></section>
+        }
+        .into_any();
+    };
+    let v = verdict(&trace, &analysis);
+    let more = (v.more > 0).then(|| {
+        view! {
+            <p class="hint" id="verdict-more">
+                <a href="#findings">{format!("{} more finding(s) below", v.more)}</a>
+            </p>
+        }
+    });
+    let body = match v.clean {
+        Some(clean) => view! { <p id="verdict-clean" class="verdict-clean">{clean}</p> }.into_any(),
+        None => view! {
+            <ol class="verdict-lines">
+                {v.lines.into_iter().map(|l| view! {
+                    <li class=format!("verdict-line {}", l.severity.label()) data-id=l.id>
+                        <span class="severity">{l.severity.label()}</span>" "
+                        <strong>{l.said}</strong>". "
+                        <span class="change">{l.change}</span>
+                    </li>
+                }).collect_view()}
+            </ol>
+        }
+        .into_any(),
+    };
+    view! {
+        <section id="verdict" class="verdict" data-short=v.short>
+            {body}
+            {more}
+        </section>
+    }
+    .into_any()
+}
