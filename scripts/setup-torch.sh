@@ -2,7 +2,7 @@
 # Installs libtorch for the `tch` feature, idempotently: PyTorch 2.11.0 (which tch 0.24 pairs
 # with, and which the GPU hosts run) from PyPI into a virtual environment outside the clone,
 # plus the CUDA runtime headers the allocator shim includes, and DuckDB (the tests query the
-# Parquet export with it, as users do). ~2.7 GB download, 4.6 GB on disk, about a minute; skipped
+# Parquet export with it, as users do) and pypdf (the print test reads the PDF chromium makes). ~2.7 GB download, 4.6 GB on disk, about a minute; skipped
 # when already there.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -15,14 +15,15 @@ version = (site / "torch" / "version.py").read_text()
 ok = "__version__ = '2.11.0" in version and (site / "torch/lib/libtorch_cpu.so").exists() \
     and (site / "torch/include/c10/cuda/CUDACachingAllocator.h").exists() \
     and (site / "nvidia/cu13/include/crt/host_config.h").exists() \
-    and (site / "duckdb").is_dir() and "1.5.6" in next(site.glob("duckdb-*.dist-info")).name
+    and (site / "duckdb").is_dir() and "1.5.6" in next(site.glob("duckdb-*.dist-info")).name \
+    and any(site.glob("pypdf-7.1.0.dist-info"))
 sys.exit(0 if ok else 1)
 PY
 then
-    echo "[setup-torch] PyTorch 2.11.0 and DuckDB 1.5.6 already in $venv" >&2
+    echo "[setup-torch] PyTorch 2.11.0, DuckDB 1.5.6 and pypdf already in $venv" >&2
     exit 0
 fi
-echo "[setup-torch] installing PyTorch 2.11.0 and DuckDB 1.5.6 into $venv (~2.7 GB download)" >&2
+echo "[setup-torch] installing PyTorch 2.11.0, DuckDB 1.5.6 and pypdf into $venv (~2.7 GB download)" >&2
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "torch==2.11.0" "cuda-toolkit[crt]==13.0.2" "duckdb==1.5.6"
+"$venv/bin/pip" install -q --disable-pip-version-check "torch==2.11.0" "cuda-toolkit[crt]==13.0.2" "duckdb==1.5.6" "pypdf==7.1.0"
 echo "[setup-torch] ready" >&2

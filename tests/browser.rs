@@ -407,9 +407,15 @@ time.sleep(0.05)
         notes.contains("<img src=x onerror=window.__pwned=6>"),
         "{notes}"
     );
-    let command = b.wait_for("#command").await.text().await.unwrap();
+    b.wait_for("#command").await;
+    let command = b
+        .js("return document.getElementById('command').textContent")
+        .await;
     assert!(
-        command.contains("<svg/onload=window.__pwned=4>"),
+        command
+            .as_str()
+            .unwrap()
+            .contains("<svg/onload=window.__pwned=4>"),
         "{command}"
     );
     let title = b.js("return document.title").await;

@@ -206,12 +206,21 @@ pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
         bail!("the viewer's JavaScript contains `</script`, which cannot be inlined");
     }
     let init = init_function(&viewer.js)?;
+    // Instantiated synchronously when the browser allows it (it does below 8 MB of WASM): the page
+    // is then built before the load event, which is when headless `--print-to-pdf` prints. The
+    // asynchronous path stays as the fallback.
+    if !viewer.js.contains("initSync") {
+        bail!(
+            "the viewer's JavaScript exports no initSync (not wasm-bindgen --target web output?)"
+        );
+    }
     let module = format!(
         "{js}\n;{{\n\
          const b64 = document.getElementById(\"oomscope-wasm\").textContent.trim();\n\
          const bytes = Uint8Array.fromBase64 ? Uint8Array.fromBase64(b64)\n\
            : Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));\n\
-         await {init}({{ module_or_path: bytes }});\n}}\n",
+         try {{ initSync({{ module: bytes }}); }}\n\
+         catch (e) {{ await {init}({{ module_or_path: bytes }}); }}\n}}\n",
         js = viewer.js
     );
     let hash = STANDARD.encode(Sha256::digest(module.as_bytes()));

@@ -548,31 +548,64 @@ fn stage_table(out: &mut String, table: &StageTable, metric: MetricKey) {
     }
 }
 
+/// Section titles the terminal prints and the viewer shows over the same lines.
+pub mod titles {
+    /// Over [`super::largest_growth_line`].
+    pub const LARGEST_GROWTH: &str = "Largest growth between two marks";
+    /// Over [`super::time_trend_lines`].
+    pub const TIME_TRENDS: &str =
+        "Growth over time (no step marks; the floor of each moment, after warm-up)";
+    /// Over [`super::leak_lines`].
+    pub const LEAKS: &str = "Leaks (memory at the same stage, across steps)";
+    /// Over [`super::allocator_lines`].
+    pub const ALLOCATOR: &str = "Allocator";
+    /// Over [`super::transition_lines`].
+    pub const EVAL: &str = "Eval (memory before, during and after each eval)";
+    /// Over [`super::oom_line`].
+    pub const OOMS: &str = "Out of memory";
+}
+
 fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
     if let Some(g) = &analysis.largest_growth {
-        section(out, "Largest growth between two marks");
-        wrap(
-            out,
-            &format!(
-                "+{} of {} from {} (step {}) to {} (step {}){}",
-                format_bytes(g.bytes),
-                g.metric,
-                g.from_stage,
-                format_count(g.from_step),
-                g.to_stage,
-                format_count(g.step),
-                g.phase.suffix(),
-            ),
-            2,
-            4,
-        );
+        section(out, titles::LARGEST_GROWTH);
+        wrap(out, &largest_growth_line(g), 2, 4);
     }
-    if !analysis.time_trends.is_empty() {
-        section(
-            out,
-            "Growth over time (no step marks; the floor of each moment, after warm-up)",
-        );
-        for t in &analysis.time_trends {
+    let trends = time_trend_lines(analysis);
+    if !trends.is_empty() {
+        section(out, titles::TIME_TRENDS);
+        for text in &trends {
+            wrap(out, text, 2, 4);
+        }
+    }
+    let leaks = leak_lines(analysis);
+    if !leaks.is_empty() {
+        section(out, titles::LEAKS);
+        for text in &leaks {
+            wrap(out, text, 2, 4);
+        }
+    }
+}
+
+/// The largest rise between two consecutive marks, in words.
+pub fn largest_growth_line(g: &crate::analysis::stages::Growth) -> String {
+    format!(
+        "+{} of {} from {} (step {}) to {} (step {}){}",
+        format_bytes(g.bytes),
+        g.metric,
+        g.from_stage,
+        format_count(g.from_step),
+        g.to_stage,
+        format_count(g.step),
+        g.phase.suffix(),
+    )
+}
+
+/// One line per time trend (traces without step marks): rate, fit, span and where it leads.
+pub fn time_trend_lines(analysis: &Analysis) -> Vec<String> {
+    analysis
+        .time_trends
+        .iter()
+        .map(|t| {
             let mut text = format!(
                 "{}: {}/min, R² {:.2}, {} to {}, {}",
                 t.metric,
@@ -590,15 +623,16 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
             if let Some(us) = t.time_to_full_us {
                 text.push_str(&format!("; full in about {}", format_duration_us(us)));
             }
-            wrap(out, &text, 2, 4);
-        }
-    }
+            text
+        })
+        .collect()
+}
+
+/// One line per leaking stage: its first leaking metric (primary first) with the rate, the fit,
+/// the steps, the growth and where it fills memory, naming the stage's other leaking metrics.
+pub fn leak_lines(analysis: &Analysis) -> Vec<String> {
     let leaks: Vec<_> = analysis.leaks().collect();
-    if leaks.is_empty() {
-        return;
-    }
-    section(out, "Leaks (memory at the same stage, across steps)");
-    // One line per stage: its first leaking metric (primary first), naming the others.
+    let mut lines = Vec::new();
     let mut i = 0;
     while i < leaks.len() {
         let f = leaks[i];
@@ -631,15 +665,28 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
         if !others.is_empty() {
             text.push_str(&format!("; {} grows too", others.join(", ")));
         }
-        wrap(out, &text, 2, 4);
+        lines.push(text);
     }
+    lines
 }
 
 fn allocator(out: &mut String, analysis: &Analysis) {
-    let Some(p) = &analysis.pressure else {
+    let lines = allocator_lines(analysis);
+    if lines.is_empty() {
         return;
+    }
+    section(out, titles::ALLOCATOR);
+    for text in &lines {
+        wrap(out, text, 2, 4);
+    }
+}
+
+/// The allocator's state: reserved never used at once, retries, split blocks, and memory
+/// outside the allocator. Empty without allocator statistics.
+pub fn allocator_lines(analysis: &Analysis) -> Vec<String> {
+    let Some(p) = &analysis.pressure else {
+        return Vec::new();
     };
-    section(out, "Allocator");
     let g = &p.peak_gap;
     let mut text = format!(
         "peak reserved {} vs peak allocated {}: {} ({}) never used at once",
@@ -654,18 +701,14 @@ fn allocator(out: &mut String, analysis: &Analysis) {
     if let Some(s) = p.max_inactive_split_bytes {
         text.push_str(&format!("; up to {} in split blocks", format_bytes(s)));
     }
-    wrap(out, &text, 2, 4);
+    let mut lines = vec![text];
     if let Some(o) = &analysis.outside_allocator {
-        wrap(
-            out,
-            &format!(
-                "outside the allocator (CUDA context, libraries): {} median",
-                format_signed_bytes(o.median_bytes)
-            ),
-            2,
-            4,
-        );
+        lines.push(format!(
+            "outside the allocator (CUDA context, libraries): {} median",
+            format_signed_bytes(o.median_bytes)
+        ));
     }
+    lines
 }
 
 fn transitions(out: &mut String, analysis: &Analysis) {
@@ -673,22 +716,9 @@ fn transitions(out: &mut String, analysis: &Analysis) {
     if all.is_empty() {
         return;
     }
-    section(out, "Eval (memory before, during and after each eval)");
-    let opt_bytes = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), format_signed_bytes);
-    for t in all.iter().take(MAX_TRANSITIONS) {
-        let kept = match t.retained_bytes {
-            Some(_) => format!("kept {}", opt_bytes(t.retained_bytes)),
-            None => "the trace ended in eval".to_owned(),
-        };
-        line(
-            out,
-            &format!(
-                "  eval at step {}: {} marks, jump {}, {kept}",
-                format_count(t.entry_step),
-                format_count(t.eval_marks as u64),
-                opt_bytes(t.jump_bytes),
-            ),
-        );
+    section(out, titles::EVAL);
+    for text in transition_lines(analysis).iter().take(MAX_TRANSITIONS) {
+        line(out, &format!("  {text}"));
     }
     if all.len() > MAX_TRANSITIONS {
         line(
@@ -698,15 +728,35 @@ fn transitions(out: &mut String, analysis: &Analysis) {
     }
 }
 
+/// One line per eval: where it started, its marks, the jump on entering and what it kept.
+pub fn transition_lines(analysis: &Analysis) -> Vec<String> {
+    let opt_bytes = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), format_signed_bytes);
+    analysis
+        .phase_transitions
+        .iter()
+        .map(|t| {
+            let kept = match t.retained_bytes {
+                Some(_) => format!("kept {}", opt_bytes(t.retained_bytes)),
+                None => "the trace ended in eval".to_owned(),
+            };
+            format!(
+                "eval at step {}: {} marks, jump {}, {kept}",
+                format_count(t.entry_step),
+                format_count(t.eval_marks as u64),
+                opt_bytes(t.jump_bytes),
+            )
+        })
+        .collect()
+}
+
 fn ooms(out: &mut String, analysis: &Analysis) {
     if analysis.ooms.is_empty() {
         return;
     }
-    section(out, "Out of memory");
+    section(out, titles::OOMS);
     for o in &analysis.ooms {
         wrap(out, &oom_line(o), 2, 4);
-        if !o.event.message.is_empty() {
-            let first = o.event.message.lines().next().unwrap_or_default();
+        if let Some(first) = error_line(o) {
             line(out, &shorten(&format!("    \"{first}\""), WIDTH));
         }
         alive(out, o);
@@ -768,7 +818,13 @@ pub fn tensor_count(count: u64) -> String {
     }
 }
 
-fn oom_line(o: &OomContext) -> String {
+/// The first line of the error the program printed at an OOM, if it printed one.
+pub fn error_line(o: &OomContext) -> Option<&str> {
+    o.event.message.lines().next().filter(|l| !l.is_empty())
+}
+
+/// An OOM in one line: kind, time, whether it was caught, step, stage, and the memory facts.
+pub fn oom_line(o: &OomContext) -> String {
     let mut text = match o.kind {
         OomKind::Gpu => "GPU".to_owned(),
         OomKind::Host => "host".to_owned(),

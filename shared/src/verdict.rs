@@ -76,9 +76,18 @@ fn line(f: &Finding) -> VerdictLine {
     };
     let mut said = f.title.clone();
     if let Some(step) = number("full_at_step") {
-        said.push_str(&format!(" — full at step {}", format_count(step as u64)));
-        if let Some(us) = number("time_to_full_us") {
-            said.push_str(&format!(" (in {})", format_duration_us(us as u64)));
+        match number("time_to_full_us") {
+            // The projection's end is behind it: memory filled up during the run.
+            Some(us) if us < 1.0 => said.push_str(&format!(
+                " — memory was full by step {}",
+                format_count(step as u64)
+            )),
+            Some(us) => said.push_str(&format!(
+                " — full at step {} (in {})",
+                format_count(step as u64),
+                format_duration_us(us as u64)
+            )),
+            None => said.push_str(&format!(" — full at step {}", format_count(step as u64))),
         }
     }
     let change = f.change.split("; ").next().unwrap_or(&f.change).to_owned();
@@ -117,6 +126,67 @@ fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
         checked.push_str("; the program failed for another reason (see how it ended)");
     }
     checked
+}
+
+/// Where the page puts its emphasis: on the findings' evidence, never on warm-up.
+///
+/// The stage and step tables highlight these rows and cells; the largest rise between two marks
+/// is shown too but only as a fact, and flagged when it is the first step's warm-up (allocating
+/// weights, optimizer state and the caching allocator's first blocks is not a problem).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Spotlight {
+    /// Stages whose memory grows across steps (the `leak` finding's evidence).
+    pub leak_stages: Vec<String>,
+    /// Steps at which an out-of-memory error happened.
+    pub oom_steps: Vec<u64>,
+    /// The step at which the eval that kept the most memory began (`eval-retains-memory`).
+    pub retaining_eval_step: Option<u64>,
+    /// The largest rise between two marks happened in the run's first step.
+    pub growth_is_warm_up: bool,
+}
+
+/// The evidence of `analysis`'s findings, as rows and cells to highlight.
+pub fn spotlight(trace: &Trace, analysis: &Analysis) -> Spotlight {
+    use crate::analysis::recommend::{Diagnose, EvalRetainsMemory, FindingKind, RuleContext};
+    let has = |kind: FindingKind| analysis.findings.iter().any(|f| f.kind == kind);
+    let mut leak_stages: Vec<String> = Vec::new();
+    if has(FindingKind::Leak) {
+        for f in analysis.leaks() {
+            if !leak_stages.contains(&f.stage) {
+                leak_stages.push(f.stage.clone());
+            }
+        }
+    }
+    let options = crate::analysis::AnalysisOptions::default();
+    let ctx = RuleContext {
+        trace,
+        analysis,
+        options: &options,
+    };
+    let retaining_eval_step = has(FindingKind::EvalRetainsMemory)
+        .then(|| EvalRetainsMemory.detect(&ctx))
+        .flatten()
+        .map(|r| r.worst.entry_step);
+    let first_step = trace.marks.first().map(|m| m.step);
+    Spotlight {
+        leak_stages,
+        // The step the error names, else the step of the last mark before it.
+        oom_steps: analysis
+            .ooms
+            .iter()
+            .filter_map(|o| {
+                o.event.step.or_else(|| {
+                    crate::analysis::marks::mark_at_or_before(trace, o.event.t_us)
+                        .map(|i| trace.marks[i].step)
+                })
+            })
+            .collect(),
+        retaining_eval_step,
+        growth_is_warm_up: analysis
+            .largest_growth
+            .as_ref()
+            .is_some_and(|g| Some(g.step) == first_step),
+    }
 }
 
 #[cfg(test)]
@@ -170,5 +240,51 @@ mod tests {
         assert!(v.lines.is_empty(), "{:?}", v.lines);
         assert!(v.clean.unwrap().contains("without stage marks"));
         assert_eq!(v.short, "no problem seen (no stage marks)");
+    }
+
+    #[test]
+    fn the_spotlight_is_on_the_evidence_not_the_warm_up() {
+        let run = TrainingRun {
+            steps: 60,
+            leak_bytes_per_step: 64 << 20,
+            ..TrainingRun::default()
+        };
+        let trace = decode(&run.to_bytes()).unwrap().trace;
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        let s = spotlight(&trace, &analysis);
+        let leaking: Vec<_> = analysis.leaks().map(|f| f.stage.clone()).collect();
+        assert!(!s.leak_stages.is_empty());
+        assert!(s.leak_stages.iter().all(|st| leaking.contains(st)));
+        assert!(s.oom_steps.is_empty());
+        assert_eq!(s.retaining_eval_step, None);
+
+        let clean = decode(&TrainingRun::default().to_bytes()).unwrap().trace;
+        let analysis = analyze(&clean, &AnalysisOptions::default());
+        let s = spotlight(&clean, &analysis);
+        assert!(s.leak_stages.is_empty());
+        // The default run allocates its weights in the first step: the largest rise is warm-up.
+        let g = analysis.largest_growth.as_ref().unwrap();
+        assert_eq!(s.growth_is_warm_up, g.step == clean.marks[0].step);
+
+        use crate::analysis::testkit::{GIB, Run};
+        let trace = Run {
+            steps: 200,
+            oom_at_step: Some(199),
+            eval_every: Some(50),
+            eval_jump_bytes: 2 * GIB,
+            eval_retain_bytes: GIB,
+            ..Run::default()
+        }
+        .build();
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        let s = spotlight(&trace, &analysis);
+        let entries: Vec<u64> = analysis
+            .phase_transitions
+            .iter()
+            .map(|t| t.entry_step)
+            .collect();
+        let step = s.retaining_eval_step.expect("the retaining eval");
+        assert!(entries.contains(&step), "{step} in {entries:?}");
+        assert_eq!(s.oom_steps, vec![199]);
     }
 }

@@ -13,8 +13,8 @@ use crate::job::JobReport;
 use crate::load::{Loaded, analyse};
 use crate::timeline::Timeline;
 use crate::views::{
-    AliveAtOom, BatchTrials, Breakdown, Compare, CounterPeaks, Exports, Findings, Overview, Ranks,
-    StageTable, Statistics, StepTable, Verdict,
+    AliveAtOom, Allocator, BatchTrials, Breakdown, Compare, CounterPeaks, Evals, Exports, Findings,
+    Growth, Ooms, Overview, Ranks, StageTable, Statistics, StepChart, StepTable, Verdict,
 };
 
 /// When the analysis starts if no animation frame came first.
@@ -52,11 +52,29 @@ impl Opened {
                         .set_attribute("data-analysis-ms", &format!("{:.1}", browser::now_ms()));
                 }
             };
-            let after_frame = run.clone();
-            request_animation_frame(move || set_timeout(after_frame, Duration::ZERO));
-            set_timeout(run, ANALYSIS_FALLBACK);
+            // Printing cannot wait for a frame or a timer: the printout would say "analysing…".
+            if browser::printing() {
+                run();
+            } else {
+                let before_print = run.clone();
+                browser::on_window_event("beforeprint", before_print);
+                let after_frame = run.clone();
+                request_animation_frame(move || set_timeout(after_frame, Duration::ZERO));
+                set_timeout(run, ANALYSIS_FALLBACK);
+            }
         }
         Opened { loaded, analysis }
+    }
+}
+
+/// Whether the page is being printed: paged views then show everything (provided by [`App`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Printing(pub RwSignal<bool>);
+
+impl Printing {
+    /// True while printing (false outside an [`App`]).
+    pub fn now() -> bool {
+        use_context::<Printing>().is_some_and(|p| p.0.get())
     }
 }
 
@@ -144,6 +162,15 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
         open_files(files, target);
     };
 
+    // A printout holds what the screen folds away or pages.
+    let printing = RwSignal::new(browser::printing());
+    provide_context(Printing(printing));
+    browser::on_window_event("beforeprint", move || {
+        printing.set(true);
+        browser::open_all_details();
+    });
+    browser::on_window_event("afterprint", move || printing.set(false));
+
     Effect::new(move |_| {
         let title = match job.with(|j| j.as_ref().map(Vec::len)) {
             Some(n) => format!("oomscope: a job of {n} traces"),
@@ -170,14 +197,14 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
         <div class="app" on:dragover=|ev: leptos::ev::DragEvent| ev.prevent_default() on:drop=on_drop>
             <header>
                 <h1>"oomscope"</h1>
-                <label class="file">"Open trace(s)… "
+                <label class="file">"Open trace(s)…"
                     <input id="open-input" type="file" multiple accept=".oomt,application/octet-stream" on:change=on_open/>
                 </label>
-                <label class="file">"Open a job's traces… "
+                <label class="file">"Open a job's traces…"
                     <input id="job-input" type="file" multiple accept=".oomt,application/octet-stream" on:change=on_job/>
                 </label>
                 <Show when=move || primary.with(Option::is_some)>
-                    <label class="file">"Compare with… "
+                    <label class="file">"Compare with…"
                         <input id="compare-input" type="file" accept=".oomt,application/octet-stream" on:change=on_compare/>
                     </label>
                 </Show>
@@ -225,21 +252,32 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
         Some(view)
     };
     let analysed_trace = trace.clone();
-    let analysed = move || match analysis.get() {
+    let analysed = move || {
+        match analysis.get() {
         None => view! { <p id="analysing" class="hint">"analysing…"</p> }.into_any(),
-        Some(a) => view! {
-            <CounterPeaks analysis=a.clone()/>
-            <Findings findings=a.findings.clone() id="findings"
-                empty="Nothing to change: no rule found a problem in this trace."/>
-            <AliveAtOom analysis=a.clone()/>
-            {a.ranks.clone().map(|r| view! { <Ranks ranks=Arc::new(r) prefix=""/> })}
-            <StageTable table=a.stage_table.clone() growth=a.largest_growth.clone() prefix="stage"/>
-            <StepTable trace=analysed_trace.clone() analysis=a.clone()/>
-            <Breakdown trace=analysed_trace.clone() analysis=a.clone()/>
-            <Statistics trace=analysed_trace.clone()/>
-            <BatchTrials trace=analysed_trace.clone() analysis=a/>
+        Some(a) => {
+            let spotlight = oomscope_trace::verdict::spotlight(&analysed_trace, &a);
+            view! {
+                <Findings findings=a.findings.clone() id="findings"
+                    empty="Nothing to change: no rule found a problem in this trace."/>
+                <Ooms analysis=a.clone()/>
+                <AliveAtOom analysis=a.clone()/>
+                <StepChart trace=analysed_trace.clone() analysis=a.clone()/>
+                <Growth analysis=a.clone()/>
+                <Evals analysis=a.clone() spotlight=spotlight.clone()/>
+                {a.ranks.clone().map(|r| view! { <Ranks ranks=Arc::new(r) prefix=""/> })}
+                <StageTable table=a.stage_table.clone() growth=a.largest_growth.clone() prefix="stage"
+                    spotlight=spotlight.clone()/>
+                <StepTable trace=analysed_trace.clone() analysis=a.clone() spotlight=spotlight/>
+                <CounterPeaks analysis=a.clone()/>
+                <Allocator analysis=a.clone()/>
+                <Breakdown trace=analysed_trace.clone() analysis=a.clone()/>
+                <Statistics trace=analysed_trace.clone()/>
+                <BatchTrials trace=analysed_trace.clone() analysis=a/>
+            }
         }
         .into_any(),
+    }
     };
     let verdict_trace = trace.clone();
     let verdict = move || view! { <Verdict trace=verdict_trace.clone() analysis=analysis.get()/> };

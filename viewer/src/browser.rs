@@ -6,7 +6,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use wasm_bindgen::JsCast as _;
+use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::load::Loaded;
@@ -116,4 +116,53 @@ pub fn set_title(title: &str) {
     if let Some(d) = document() {
         d.set_title(title);
     }
+}
+
+/// Whether the page is being printed right now (Ctrl-P, or headless `--print-to-pdf`).
+pub fn printing() -> bool {
+    media_matches("print")
+}
+
+/// Whether the system asks for dark colours (`prefers-color-scheme: dark`); the charts follow it.
+pub fn dark_mode() -> bool {
+    media_matches("(prefers-color-scheme: dark)")
+}
+
+fn media_matches(query: &str) -> bool {
+    web_sys::window()
+        .and_then(|w| w.match_media(query).ok().flatten())
+        .is_some_and(|m| m.matches())
+}
+
+/// Calls `f` on every `event` of the window for the page's lifetime (`resize`, `beforeprint`).
+pub fn on_window_event(event: &str, f: impl FnMut() + 'static) {
+    let Some(w) = web_sys::window() else { return };
+    let closure = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(f);
+    let _ = w.add_event_listener_with_callback(event, closure.as_ref().unchecked_ref());
+    // Lives as long as the page.
+    closure.forget();
+}
+
+/// Opens every `<details>` so a printout holds what the screen keeps folded.
+pub fn open_all_details() {
+    let Some(list) = document().and_then(|d| d.query_selector_all("details").ok()) else {
+        return;
+    };
+    for i in 0..list.length() {
+        if let Some(d) = list
+            .get(i)
+            .and_then(|n| n.dyn_into::<web_sys::HtmlDetailsElement>().ok())
+        {
+            d.set_open(true);
+        }
+    }
+}
+
+/// Device pixels per CSS pixel (2 on most laptops' screens): the charts draw at this resolution.
+pub fn device_pixel_ratio() -> f64 {
+    web_sys::window()
+        .map(|w| w.device_pixel_ratio())
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .unwrap_or(1.0)
+        .clamp(1.0, 4.0)
 }

@@ -16,6 +16,7 @@
 
 pub mod app;
 pub mod browser;
+pub mod chart;
 pub mod job;
 pub mod load;
 pub mod timeline;

@@ -5,7 +5,9 @@
 //! formatted text (`data-*` attributes) so the browser tests compare exact figures with
 //! `collector summary --json`, not rounded strings.
 
+use oomscope_trace::analysis::leaks::{LimitBasis, limit_of};
 use oomscope_trace::analysis::marks::mark_at_or_before;
+use oomscope_trace::analysis::metrics::Metric;
 use oomscope_trace::units::{format_bytes, format_duration_us, format_signed_bytes};
 use oomscope_trace::{CounterId, CounterKind, Phase, Trace};
 
@@ -128,6 +130,284 @@ pub fn hover_lines(trace: &Trace, plotted: &[Plotted], t_us: u64) -> Vec<String>
     lines
 }
 
+/// A memory limit the timeline draws as a dashed line: a GPU's total, or the host's memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    /// `GPU 0 total`, `host memory`.
+    pub label: String,
+    /// The limit.
+    pub bytes: u64,
+}
+
+/// The limits the plotted counters run into (the leak projection's: `limit_of`), once each.
+pub fn limits(trace: &Trace, plotted: &[Plotted]) -> Vec<Limit> {
+    let mut out: Vec<Limit> = Vec::new();
+    for p in plotted {
+        let Some((bytes, basis)) = limit_of(trace, Metric::Counter(p.id)) else {
+            continue;
+        };
+        let label = match (basis, trace.counters[p.id.0 as usize].device) {
+            (LimitBasis::HostMemory, _) => "host memory".to_owned(),
+            (LimitBasis::DeviceTotal, Some(d)) => format!("GPU {d} total"),
+            (LimitBasis::DeviceTotal, None) => "GPU total".to_owned(),
+        };
+        if !out.iter().any(|l| l.label == label) {
+            out.push(Limit { label, bytes });
+        }
+    }
+    out
+}
+
+/// The highest value of the first plotted counter (the GPU's, when there is one): where the
+/// timeline puts its peak marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peak {
+    /// When.
+    pub t_us: u64,
+    /// How much.
+    pub bytes: u64,
+    /// Which counter.
+    pub label: String,
+}
+
+/// The peak of the first plotted counter, the earliest of equal values.
+pub fn peak(trace: &Trace, plotted: &[Plotted]) -> Option<Peak> {
+    let p = plotted.first()?;
+    let (t_us, bytes) = trace
+        .samples
+        .points(p.id)
+        .fold(None::<(u64, u64)>, |best, (t, v)| match best {
+            Some((_, b)) if b >= v => best,
+            _ => Some((t, v)),
+        })?;
+    Some(Peak {
+        t_us,
+        bytes,
+        label: p.label.clone(),
+    })
+}
+
+/// How the timeline's y axis is scaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum YAxis {
+    /// From just below the lowest value to just above the highest: small changes show.
+    Fit,
+    /// From zero.
+    Zero,
+    /// From zero to the highest memory limit (or the data, if higher).
+    Limit,
+}
+
+impl YAxis {
+    /// Every choice, in the toolbar's order, with its label.
+    pub const ALL: [(YAxis, &'static str); 3] = [
+        (YAxis::Fit, "fit the data"),
+        (YAxis::Zero, "from zero"),
+        (YAxis::Limit, "to the memory limit"),
+    ];
+
+    /// The visible y range for data between `min` and `max` and the given limits.
+    pub fn range(self, min: u64, max: u64, limits: &[Limit]) -> (f64, f64) {
+        let (min, max) = (min as f64, (max.max(min)) as f64);
+        match self {
+            YAxis::Fit => {
+                let pad = ((max - min) * 0.08).max(max * 0.002).max(1.0);
+                ((min - pad).max(0.0), max + pad)
+            }
+            YAxis::Zero => (0.0, (max * 1.08).max(1.0)),
+            YAxis::Limit => {
+                let top = limits.iter().map(|l| l.bytes as f64).fold(max, f64::max);
+                (0.0, (top * 1.04).max(1.0))
+            }
+        }
+    }
+}
+
+/// Stage names in first-appearance order, each with a palette index that never changes while
+/// panning or zooming (the legend and the bands share it).
+pub fn stage_colors(trace: &Trace) -> Vec<(String, usize)> {
+    oomscope_trace::analysis::stages::stage_names(trace)
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| (name, (i + 3) % PALETTE.len()))
+        .collect()
+}
+
+/// What the OOMs and notes within `tolerance_us` of `t_us` say (the tooltip adds these lines).
+pub fn marker_lines(trace: &Trace, t_us: u64, tolerance_us: u64) -> Vec<String> {
+    let near = |t: u64| t.abs_diff(t_us) <= tolerance_us;
+    let mut lines = Vec::new();
+    for o in trace.ooms.iter().filter(|o| near(o.t_us)) {
+        let first = o.message.lines().next().unwrap_or_default();
+        let text = if first.is_empty() {
+            format!("OOM at {}", format_duration_us(o.t_us))
+        } else {
+            format!("OOM at {}: {first}", format_duration_us(o.t_us))
+        };
+        lines.push(text);
+    }
+    for n in trace.notes.iter().filter(|n| near(n.t_us)) {
+        lines.push(format!(
+            "note at {}: {}",
+            format_duration_us(n.t_us),
+            n.text
+        ));
+    }
+    lines
+}
+
+/// One counter over a selected time range: the table under the timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeRow {
+    /// The counter.
+    pub label: String,
+    /// At the start of the range (the latest sample at or before it).
+    pub start_bytes: Option<u64>,
+    /// At its end.
+    pub end_bytes: Option<u64>,
+    /// Lowest inside.
+    pub min_bytes: Option<u64>,
+    /// Highest inside.
+    pub max_bytes: Option<u64>,
+}
+
+/// What each plotted counter did between `t0_us` and `t1_us`.
+pub fn range_rows(trace: &Trace, plotted: &[Plotted], t0_us: u64, t1_us: u64) -> Vec<RangeRow> {
+    plotted
+        .iter()
+        .map(|p| {
+            let inside = trace
+                .samples
+                .points(p.id)
+                .filter(|(t, _)| (t0_us..=t1_us).contains(t))
+                .map(|(_, v)| v);
+            let (min, max) = inside.fold((None::<u64>, None::<u64>), |(lo, hi), v| {
+                (
+                    Some(lo.map_or(v, |x| x.min(v))),
+                    Some(hi.map_or(v, |x| x.max(v))),
+                )
+            });
+            RangeRow {
+                label: p.label.clone(),
+                start_bytes: trace.samples.value_at(p.id, t0_us),
+                end_bytes: trace.samples.value_at(p.id, t1_us),
+                min_bytes: min,
+                max_bytes: max,
+            }
+        })
+        .collect()
+}
+
+/// The steps whose marks fall between `t0_us` and `t1_us` (first and last), if any.
+pub fn steps_in(trace: &Trace, t0_us: u64, t1_us: u64) -> Option<(u64, u64)> {
+    let start = trace.marks.partition_point(|m| m.t_us < t0_us);
+    let end = trace.marks.partition_point(|m| m.t_us <= t1_us);
+    let marks = trace.marks.get(start..end)?;
+    let first = marks.iter().map(|m| m.step).min()?;
+    let last = marks.iter().map(|m| m.step).max()?;
+    Some((first, last))
+}
+
+/// Most steps the per-step chart extends past the data to reach a projection (in multiples of
+/// the recorded span): further out, the recorded steps would shrink to a sliver.
+pub const MAX_PROJECTION_SPAN: u64 = 4;
+
+/// A stage's name, palette index ([`stage_colors`]) and (step, bytes) per training step.
+pub type StageLine = (String, usize, Vec<(u64, u64)>);
+
+/// What the per-step chart draws: memory at each stage against the step, and the leak's fitted
+/// line carried on to the memory limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepChartData {
+    /// The metric drawn (the leak's, or the primary metric).
+    pub metric: String,
+    /// One line per stage.
+    pub stages: Vec<StageLine>,
+    /// The leaking stage's fit: slope per step, intercept, first and last fitted step.
+    pub fit: Option<(f64, f64, u64, u64)>,
+    /// The projection: from (last step, highest bytes) to (step where full, limit).
+    pub projection: Option<((u64, u64), (u64, u64))>,
+    /// The limit's name and size.
+    pub limit: Option<(String, u64)>,
+    /// Visible steps.
+    pub x_range: (u64, u64),
+    /// Whether the projection's end lies past `x_range`.
+    pub full_beyond: bool,
+}
+
+/// The per-step chart of `trace`: the first leak's metric and stage when there is a leak, else the
+/// primary metric; `None` with fewer than two training steps.
+pub fn step_chart(
+    trace: &Trace,
+    analysis: &oomscope_trace::analysis::Analysis,
+) -> Option<StepChartData> {
+    use oomscope_trace::analysis::metrics::{MarkValues, primary_metric};
+    use oomscope_trace::analysis::stages::step_rows;
+    let leak = analysis.leaks().next();
+    let metric = match leak {
+        Some(f) => {
+            let values = MarkValues::new(trace);
+            let i = values.keys().iter().position(|k| *k == f.metric)?;
+            values.metrics()[i]
+        }
+        None => primary_metric(trace)?,
+    };
+    let rows: Vec<_> = step_rows(trace, metric)
+        .into_iter()
+        .filter(|r| r.phase == Phase::Train)
+        .collect();
+    let (first, last) = (rows.first()?.step, rows.last()?.step);
+    if last <= first {
+        return None;
+    }
+    let stages = stage_colors(trace)
+        .into_iter()
+        .enumerate()
+        .map(|(column, (name, color))| {
+            let points = rows
+                .iter()
+                .filter_map(|r| Some((r.step, r.values.get(column).copied().flatten()?)))
+                .collect();
+            (name, color, points)
+        })
+        .collect();
+    let fit = leak.map(|f| {
+        (
+            f.slope_bytes_per_step,
+            f.intercept_bytes,
+            f.first_step,
+            f.last_step,
+        )
+    });
+    let projection = leak
+        .and_then(|f| Some((f, f.projection.as_ref()?)))
+        .map(|(f, p)| {
+            (
+                (f.last_step, p.current_bytes),
+                (p.full_at_step, p.limit_bytes),
+            )
+        });
+    let limit = leak.and_then(|f| {
+        let p = f.projection.as_ref()?;
+        let name = match p.limit_basis {
+            LimitBasis::DeviceTotal => "device total",
+            LimitBasis::HostMemory => "host memory",
+        };
+        Some((name.to_owned(), p.limit_bytes))
+    });
+    let cap = last + (last - first) * MAX_PROJECTION_SPAN;
+    let wanted_end = projection.map_or(last, |(_, (full, _))| full.max(last));
+    Some(StepChartData {
+        metric: metric.label(trace),
+        stages,
+        fit,
+        projection,
+        limit,
+        x_range: (first, wanted_end.min(cap)),
+        full_beyond: wanted_end > cap,
+    })
+}
+
 /// A visible time window, in µs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
@@ -157,6 +437,14 @@ impl Window {
         let anchor = self.t0_us as f64 + width * at;
         let t0 = anchor - new_width * at;
         Window::clamped(t0, new_width, full)
+    }
+
+    /// The window from `t0_us` to `t1_us` (at least [`MIN_WINDOW_US`] wide), inside `full`.
+    pub fn span(t0_us: u64, t1_us: u64, full: Window) -> Window {
+        let width = t1_us
+            .saturating_sub(t0_us)
+            .clamp(MIN_WINDOW_US, full.width_us().max(1));
+        Window::clamped(t0_us as f64, width as f64, full)
     }
 
     /// Moves by `fraction` of the width (positive: later), clamped to `full`.
@@ -290,5 +578,88 @@ mod tests {
             }
         );
         assert_eq!(z.pan(-10.0, full).t0_us, 0);
+        assert_eq!(
+            Window::span(100_000, 300_000, full),
+            Window {
+                t0_us: 100_000,
+                t1_us: 300_000
+            }
+        );
+        assert_eq!(
+            Window::span(999_000, 999_500, full).width_us(),
+            MIN_WINDOW_US
+        );
+    }
+
+    #[test]
+    fn limits_peak_and_axes() {
+        let t = run(64 << 20);
+        let plotted = plotted_counters(&t);
+        let limits = limits(&t, &plotted);
+        let gpu = limits.iter().find(|l| l.label == "GPU 0 total").unwrap();
+        assert_eq!(Some(gpu.bytes), t.gpu_total_bytes(Some(0)));
+        let p = peak(&t, &plotted).unwrap();
+        let max = t
+            .samples
+            .points(plotted[0].id)
+            .map(|(_, v)| v)
+            .max()
+            .unwrap();
+        assert_eq!(p.bytes, max);
+        let (lo, hi) = YAxis::Fit.range(10 << 30, 12 << 30, &limits);
+        assert!(lo > 9.0 * (1u64 << 30) as f64 && hi < 13.0 * (1u64 << 30) as f64);
+        assert_eq!(YAxis::Zero.range(10, 20, &limits).0, 0.0);
+        assert!(YAxis::Limit.range(10, 20, &limits).1 >= gpu.bytes as f64);
+    }
+
+    #[test]
+    fn stage_colours_are_the_trace_s_not_the_window_s() {
+        let t = run(0);
+        let colors = stage_colors(&t);
+        let names = oomscope_trace::analysis::stages::stage_names(&t);
+        assert_eq!(colors.len(), names.len());
+        // A window that starts at the third stage still colours the first stage the same.
+        let spans = stage_spans(&t, t.marks[2].t_us, t.marks[12].t_us, 100).unwrap();
+        for s in spans {
+            assert!(colors.iter().any(|(n, _)| *n == s.stage));
+        }
+    }
+
+    #[test]
+    fn range_rows_and_steps() {
+        let t = run(0);
+        let plotted = plotted_counters(&t);
+        let (a, b) = (t.marks[5].t_us, t.marks[40].t_us);
+        let rows = range_rows(&t, &plotted, a, b);
+        assert_eq!(rows.len(), plotted.len());
+        for r in &rows {
+            assert!(r.min_bytes <= r.max_bytes);
+        }
+        let (s0, s1) = steps_in(&t, a, b).unwrap();
+        assert_eq!((s0, s1), (t.marks[5].step, t.marks[40].step));
+        assert!(steps_in(&t, 0, 0).is_none() || t.marks[0].t_us == 0);
+    }
+
+    #[test]
+    fn the_step_chart_carries_the_leak_to_the_limit() {
+        let t = run(256 << 20);
+        let a = oomscope_trace::analysis::analyze(&t, &Default::default());
+        let d = step_chart(&t, &a).unwrap();
+        let f = a.leaks().next().unwrap();
+        assert_eq!(d.metric, f.metric.label());
+        let ((from_step, _), (full_step, limit)) = d.projection.unwrap();
+        let p = f.projection.as_ref().unwrap();
+        assert_eq!(
+            (from_step, full_step, limit),
+            (f.last_step, p.full_at_step, p.limit_bytes)
+        );
+        assert!(d.x_range.1 <= full_step);
+        assert_eq!(d.full_beyond, d.x_range.1 < full_step);
+        assert!(d.stages.iter().all(|(_, _, pts)| pts.len() >= 40));
+
+        let clean = run(0);
+        let a = oomscope_trace::analysis::analyze(&clean, &Default::default());
+        let d = step_chart(&clean, &a).unwrap();
+        assert!(d.fit.is_none() && d.projection.is_none());
     }
 }

@@ -255,7 +255,7 @@ pub fn leak_fits(
 }
 
 /// The memory limit a metric runs into, if known.
-pub(crate) fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
+pub fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
     if metric.is_host(trace) {
         let available = counter_with_data(trace, CounterKind::HostAvailable)?;
         let rss = host_in_use(trace)?;

@@ -112,6 +112,8 @@ pub struct StepRow {
     pub phase: Phase,
     /// Value at each stage, in [`stage_names`] order; the last mark of a stage in the step wins.
     pub values: Vec<Option<u64>>,
+    /// Change at each stage since the previous mark (of any stage), as the stage table's delta.
+    pub deltas: Vec<Option<i64>>,
 }
 
 /// Running sums of one metric at one stage.
@@ -268,12 +270,15 @@ pub fn stage_names(trace: &Trace) -> Vec<String> {
 }
 
 /// The per-step table of one metric: one row per (step, phase) in first-appearance order, one
-/// value per stage name in [`stage_names`] order.
+/// value and one delta per stage name in [`stage_names`] order. The delta means what the stage
+/// table's does: the change since the previous mark, of any stage, so the `post_forward` cell
+/// says what that step's forward allocated and a row's deltas add up along the step.
 pub fn step_rows(trace: &Trace, metric: Metric) -> Vec<StepRow> {
     let stages = StageIndex::new(trace);
     let columns = stages.names().len();
     let mut row_of: HashMap<(u64, Phase), usize> = HashMap::new();
     let mut rows: Vec<StepRow> = Vec::new();
+    let mut previous: Option<u64> = None;
     for (i, mark) in trace.marks.iter().enumerate() {
         let key = (mark.step, mark.phase);
         let row = *row_of.entry(key).or_insert_with(|| {
@@ -281,53 +286,19 @@ pub fn step_rows(trace: &Trace, metric: Metric) -> Vec<StepRow> {
                 step: mark.step,
                 phase: mark.phase,
                 values: vec![None; columns],
+                deltas: vec![None; columns],
             });
             rows.len() - 1
         });
-        if let Some(v) = value_at_mark(trace, i, metric) {
-            rows[row].values[stages.of_mark(i)] = Some(v);
+        let value = value_at_mark(trace, i, metric);
+        if let Some(v) = value {
+            let column = stages.of_mark(i);
+            rows[row].values[column] = Some(v);
+            rows[row].deltas[column] = previous.map(|p| signed_delta(v, p));
         }
+        previous = value;
     }
     rows
-}
-
-/// A row of the step table: one step (and phase), one value and delta per stage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepLine {
-    /// Step.
-    pub step: u64,
-    /// Phase.
-    pub phase: Phase,
-    /// Per stage: value at the mark.
-    pub values: Vec<Option<u64>>,
-    /// Per stage: change since the same stage of the previous row of the same phase.
-    pub deltas: Vec<Option<i64>>,
-}
-
-/// Adds per-stage deltas to [`step_rows`] (the viewer's step table).
-pub fn step_lines(rows: &[StepRow]) -> Vec<StepLine> {
-    let mut previous: [Option<usize>; 2] = [None, None];
-    let mut out = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
-        let slot = usize::from(row.phase == Phase::Eval);
-        let deltas = row
-            .values
-            .iter()
-            .enumerate()
-            .map(|(s, v)| {
-                let before = rows[previous[slot]?].values[s]?;
-                Some(v.as_ref()?.wrapping_sub(before) as i64)
-            })
-            .collect();
-        previous[slot] = Some(i);
-        out.push(StepLine {
-            step: row.step,
-            phase: row.phase,
-            values: row.values.clone(),
-            deltas,
-        });
-    }
-    out
 }
 
 #[cfg(test)]
@@ -464,27 +435,24 @@ mod tests {
     }
 
     #[test]
-    fn step_lines_delta_per_phase() {
-        let rows = vec![
-            StepRow {
-                step: 1,
-                phase: Phase::Train,
-                values: vec![Some(10), Some(20)],
-            },
-            StepRow {
-                step: 1,
-                phase: Phase::Eval,
-                values: vec![Some(100), None],
-            },
-            StepRow {
-                step: 2,
-                phase: Phase::Train,
-                values: vec![Some(15), Some(5)],
-            },
-        ];
-        let lines = step_lines(&rows);
-        assert_eq!(lines[0].deltas, vec![None, None]);
-        assert_eq!(lines[1].deltas, vec![None, None]);
-        assert_eq!(lines[2].deltas, vec![Some(5), Some(-15)]);
+    fn step_deltas_mean_what_the_stage_table_deltas_mean() {
+        let (trace, table) = build_table(&Run::default(), StageTableOptions::default());
+        let metric = crate::analysis::metrics::primary_metric(&trace).unwrap();
+        let rows = step_rows(&trace, metric);
+        let names = stage_names(&trace);
+        // Every stage's largest step delta is the stage table's max delta.
+        for (s, name) in names.iter().enumerate() {
+            let row = table.rows.iter().find(|r| &r.stage == name).unwrap();
+            let mi = table.metric_index(table.primary_metric.unwrap()).unwrap();
+            let best = rows.iter().filter_map(|r| r.deltas[s]).max();
+            assert_eq!(best, row.metrics[mi].max_delta_bytes, "{name}");
+        }
+        // The first mark of the run has no delta; a row's deltas add up to its change.
+        assert_eq!(rows[0].deltas[0], None);
+        let r = &rows[1];
+        let sum: i64 = r.deltas.iter().flatten().sum();
+        let last = *r.values.iter().flatten().last().unwrap() as i64;
+        let before = *rows[0].values.iter().flatten().last().unwrap() as i64;
+        assert_eq!(sum, last - before);
     }
 }

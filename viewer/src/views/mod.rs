@@ -1,36 +1,48 @@
-//! The report's views, one per file: the verdict strip it opens with, overview, findings, what was alive at an
-//! OOM, ranks side by side, stage and step tables,
-//! breakdown at the peak, gradient and tensor statistics, batch-size trials, comparison, exports.
+//! The report's views, one per file: the verdict strip it opens with, overview, findings, OOM details and
+//! what was alive at an OOM, ranks side by side, stage and step tables, memory per step, growth and leak fits, the
+//! allocator, evals, breakdown at the peak, gradient and tensor statistics, batch-size trials, comparison, exports.
 //!
 //! Every recorded string reaches the page as a text node or a DOM property, never as markup:
 //! traces come attached to tickets and are untrusted. Exact byte values ride along in `data-`
 //! attributes next to the formatted text, for tests and for copying.
 
+use leptos::prelude::*;
+
 mod alive_at_oom;
+mod allocator;
 mod batch_trials;
 mod breakdown;
 mod compare;
 mod counter_peaks;
+mod evals;
 mod exports;
 mod findings;
+mod growth;
+mod ooms;
 mod overview;
 mod ranks;
 mod stage_table;
 mod statistics;
+mod step_chart;
 mod step_table;
 mod verdict;
 
 pub use alive_at_oom::AliveAtOom;
+pub use allocator::Allocator;
 pub use batch_trials::BatchTrials;
 pub use breakdown::Breakdown;
 pub use compare::Compare;
 pub use counter_peaks::CounterPeaks;
+pub use evals::Evals;
 pub use exports::Exports;
 pub use findings::Findings;
+pub use growth::Growth;
+pub use ooms::Ooms;
 pub use overview::Overview;
 pub use ranks::Ranks;
 pub use stage_table::StageTable;
 pub use statistics::Statistics;
+pub use step_chart::StepChart;
 pub use step_table::StepTable;
 pub use verdict::Verdict;
 
@@ -40,4 +52,19 @@ pub(crate) fn opt_text(v: Option<String>) -> String {
 
 pub(crate) fn opt_num<T: ToString>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_default()
+}
+
+/// A titled list of lines `shared::text` words for the terminal too; nothing when empty.
+#[component]
+pub(crate) fn Lines(id: &'static str, title: &'static str, lines: Vec<String>) -> impl IntoView {
+    if lines.is_empty() {
+        return ().into_any();
+    }
+    view! {
+        <section id=id>
+            <h2>{title}</h2>
+            <ul class="lines">{lines.into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}</ul>
+        </section>
+    }
+    .into_any()
 }

@@ -1,5 +1,5 @@
-//! The overview: command, host, GPUs, duration, how the run ended, the first OOM, notes, and
-//! the reader's warnings.
+//! The overview: command, host, GPUs, duration, how the run ended (collapsed under one line: the
+//! verdict comes first), the first OOM, notes, and the reader's warnings.
 
 use std::sync::Arc;
 
@@ -78,11 +78,21 @@ pub fn Overview(loaded: Arc<Loaded>) -> impl IntoView {
             </details>
         }
     });
+    // Collapsed under one line: the verdict above answers the question, the details are a click away.
+    let summary = format!(
+        "{} · {} · {} · {}",
+        loaded.name,
+        m.host,
+        format_duration_us(trace.duration_us()),
+        exit
+    );
     view! {
         <section class="overview" id="overview">
             {oom}
             {partial}
             {notice}
+            <details id="run-details">
+            <summary id="run-summary">{summary}</summary>
             <dl>
                 <dt>"file"</dt><dd id="trace-name">{loaded.name.clone()}" ("{format_bytes(loaded.size_bytes as u64)}")"</dd>
                 <dt>"command"</dt><dd id="command"><code>{command}</code></dd>
@@ -95,6 +105,7 @@ pub fn Overview(loaded: Arc<Loaded>) -> impl IntoView {
                     trace.format_version.0, trace.format_version.1, m.collector_version)}</dd>
                 <dt>"end"</dt><dd id="exit">{exit}</dd>
             </dl>
+            </details>
             {notes}
         </section>
     }

@@ -6,12 +6,21 @@ use oomscope_trace::units::{
     format_bytes, format_bytes_f64, format_count, format_signed_bytes, format_signed_bytes_f64,
 };
 
+use oomscope_trace::verdict::Spotlight;
+
 use super::{opt_num, opt_text};
 
 /// The stage table of one metric, the numbers `collector summary` prints: the whole run's
 /// (`prefix` `stage`: `#stages`, `#stage-table`, `#stage-metric`) or one rank's (`rank-stage`).
+/// The stages a `leak` finding rests on are highlighted (`tr.evidence`); the largest rise
+/// between two marks is marked as a fact only, and named warm-up when it is the first step's.
 #[component]
-pub fn StageTable(table: Table, growth: Option<Growth>, prefix: &'static str) -> impl IntoView {
+pub fn StageTable(
+    table: Table,
+    growth: Option<Growth>,
+    prefix: &'static str,
+    #[prop(optional)] spotlight: Spotlight,
+) -> impl IntoView {
     let (section_id, table_id, select_id) = (
         format!("{prefix}s"),
         format!("{prefix}-table"),
@@ -45,14 +54,23 @@ pub fn StageTable(table: Table, growth: Option<Growth>, prefix: &'static str) ->
             metric.set(*m);
         }
     };
+    let warm_up = spotlight.growth_is_warm_up;
     let growth_text = growth.as_ref().map(|g| {
-        view! {
-            <p id="largest-growth" class="highlight-text">
-                {format!("Largest growth: {} {} from {} (step {}) to {} (step {})",
-                    g.metric, format_signed_bytes(g.bytes as i64), g.from_stage, g.from_step, g.to_stage, g.step)}
-            </p>
+        let mut text = format!(
+            "Largest rise between two marks: {} {} from {} (step {}) to {} (step {})",
+            g.metric,
+            format_signed_bytes(g.bytes as i64),
+            g.from_stage,
+            g.from_step,
+            g.to_stage,
+            g.step
+        );
+        if warm_up {
+            text.push_str(": the first step, warm-up (weights, optimizer state, first blocks)");
         }
+        view! { <p id="largest-growth" class="hint" class:warm-up=warm_up>{text}</p> }
     });
+    let leak_stages = spotlight.leak_stages;
     let body_table = table.clone();
     let body = move || {
         let shown = metric.get();
@@ -68,8 +86,10 @@ pub fn StageTable(table: Table, growth: Option<Growth>, prefix: &'static str) ->
                 let largest = growth.as_ref().is_some_and(|g| {
                     g.metric == shown && g.to_stage == row.stage && g.phase == row.phase
                 });
+                let leaking = row.phase == oomscope_trace::Phase::Train
+                    && leak_stages.contains(&row.stage);
                 view! {
-                    <tr class:largest-growth=largest
+                    <tr class:largest-growth=largest class:evidence=leaking
                         data-stage=row.stage.clone()
                         data-phase=row.phase.label()
                         data-count=row.count.to_string()
@@ -77,7 +97,8 @@ pub fn StageTable(table: Table, growth: Option<Growth>, prefix: &'static str) ->
                         data-max-bytes=opt_num(s.max_bytes)
                         data-mean-delta-bytes=opt_num(s.mean_delta_bytes)
                         data-max-delta-bytes=opt_num(s.max_delta_bytes)>
-                        <td>{format!("{}{eval}", row.stage)}</td>
+                        <td>{format!("{}{eval}", row.stage)}
+                            {leaking.then(|| view! { " " <span class="badge warning">"leaks"</span> })}</td>
                         <td class="num">{format_count(row.count as u64)}</td>
                         <td class="num">{opt_text(s.mean_bytes.map(format_bytes_f64))}</td>
                         <td class="num">{opt_text(s.max_bytes.map(format_bytes))}</td>

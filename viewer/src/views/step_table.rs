@@ -1,14 +1,18 @@
-//! The step table: memory per step at each stage, and its change.
+//! The step table: memory per step at each stage, and its change since the previous mark (the
+//! stage table's delta), paged, with a jump to any step. It opens where the evidence is: the
+//! OOM's step, the eval that kept memory, or the largest rise when that is not warm-up.
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::Trace;
 use oomscope_trace::analysis::Analysis;
 use oomscope_trace::analysis::metrics::primary_metric;
-use oomscope_trace::analysis::stages::{step_lines, step_rows};
+use oomscope_trace::analysis::stages::{StepRow, step_rows};
 use oomscope_trace::units::format_signed_bytes;
+use oomscope_trace::verdict::Spotlight;
+use oomscope_trace::{Phase, Trace};
 
+use crate::app::Printing;
 use crate::view_model::bytes_text;
 
 use super::{opt_num, opt_text};
@@ -16,59 +20,118 @@ use super::{opt_num, opt_text};
 /// Rows per page of the step table.
 const STEPS_PER_PAGE: usize = 25;
 
+/// Most rows a printout holds (the whole table of any run up to this many steps).
+const MAX_PRINTED_STEPS: usize = 2_000;
+
+/// The row the table opens on: the evidence first, never the warm-up.
+fn opening_row(rows: &[StepRow], spotlight: &Spotlight, analysis: &Analysis) -> Option<usize> {
+    let at = |step: u64, phase: Phase| rows.iter().position(|r| r.step == step && r.phase == phase);
+    let oom = spotlight
+        .oom_steps
+        .first()
+        .and_then(|s| at(*s, Phase::Train).or_else(|| at(*s, Phase::Eval)));
+    let eval = spotlight
+        .retaining_eval_step
+        .and_then(|s| at(s, Phase::Eval));
+    let growth = analysis
+        .largest_growth
+        .as_ref()
+        .filter(|_| !spotlight.growth_is_warm_up)
+        .and_then(|g| at(g.step, g.phase));
+    oom.or(eval).or(growth)
+}
+
 /// The per-step table of the primary metric: value and delta per stage, paged.
 #[component]
-pub fn StepTable(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
+pub fn StepTable(
+    trace: Arc<Trace>,
+    analysis: Arc<Analysis>,
+    spotlight: Spotlight,
+) -> impl IntoView {
     let Some(metric) = primary_metric(&trace) else {
         return ().into_any();
     };
     let stages = oomscope_trace::analysis::stages::stage_names(&trace);
-    let lines = Arc::new(step_lines(&step_rows(&trace, metric)));
-    if lines.is_empty() {
+    let rows = Arc::new(step_rows(&trace, metric));
+    if rows.is_empty() {
         return ().into_any();
     }
     let label = metric.label(&trace);
-    let pages = lines.len().div_ceil(STEPS_PER_PAGE);
+    let pages = rows.len().div_ceil(STEPS_PER_PAGE);
     let growth = analysis.largest_growth.clone();
-    // Open on the page with the largest growth: that is where the reader wants to look.
-    let start_page = growth
-        .as_ref()
-        .and_then(|g| {
-            lines
-                .iter()
-                .position(|l| l.step == g.step && l.phase == g.phase)
-        })
-        .map_or(0, |i| i / STEPS_PER_PAGE);
-    let page = RwSignal::new(start_page);
+    let opening = opening_row(&rows, &spotlight, &analysis);
+    let page = RwSignal::new(opening.map_or(0, |i| i / STEPS_PER_PAGE));
+    // The row a jump landed on (or the opening evidence), outlined.
+    let focused = RwSignal::new(opening);
     let header = stages
         .iter()
-        .map(|s| view! { <th colspan="2">{s.clone()}</th> })
+        .map(|s| {
+            let leaking = spotlight.leak_stages.contains(s);
+            view! { <th colspan="2" class:evidence=leaking>{s.clone()}</th> }
+        })
         .collect_view();
-    let rows_lines = lines.clone();
-    let rows = move || {
-        let p = page.get();
-        rows_lines
+    let jump_rows = rows.clone();
+    let jump_error = RwSignal::new(None::<String>);
+    let jump = move |text: String| {
+        let wanted = text.trim().replace([' ', ','], "");
+        match wanted.parse::<u64>() {
+            Ok(step) => match jump_rows.iter().position(|r| r.step >= step) {
+                Some(i) => {
+                    page.set(i / STEPS_PER_PAGE);
+                    focused.set(Some(i));
+                    jump_error.set(None);
+                }
+                None => jump_error.set(Some(format!("no step {step} or later in this trace"))),
+            },
+            Err(_) => jump_error.set(Some(format!("“{}” is not a step number", text.trim()))),
+        }
+    };
+    let spot = spotlight.clone();
+    let body_rows = rows.clone();
+    let body = move || {
+        let focus = focused.get();
+        // A printout holds the whole table (up to a limit), not the page on screen.
+        let (skip, take) = if Printing::now() {
+            (0, MAX_PRINTED_STEPS)
+        } else {
+            (page.get() * STEPS_PER_PAGE, STEPS_PER_PAGE)
+        };
+        body_rows
             .iter()
-            .skip(p * STEPS_PER_PAGE)
-            .take(STEPS_PER_PAGE)
-            .map(|l| {
-                let cells = l
+            .enumerate()
+            .skip(skip)
+            .take(take)
+            .map(|(i, r)| {
+                let cells = r
                     .values
                     .iter()
-                    .zip(&l.deltas)
+                    .zip(&r.deltas)
                     .zip(&stages)
                     .map(|((v, d), stage)| {
-                        let hot = growth.as_ref().is_some_and(|g| {
-                            g.step == l.step && g.phase == l.phase && &g.to_stage == stage
+                        let rise = growth.as_ref().is_some_and(|g| {
+                            g.step == r.step && g.phase == r.phase && &g.to_stage == stage
                         });
                         view! {
                             <td class="num" data-bytes=opt_num(*v)>{bytes_text(*v)}</td>
-                            <td class="num delta" class:largest-growth=hot>{opt_text(d.map(format_signed_bytes))}</td>
+                            <td class="num delta" class:largest-growth=rise
+                                data-delta-bytes=opt_num(*d)>{opt_text(d.map(format_signed_bytes))}</td>
                         }
                     })
                     .collect_view();
-                let eval = l.phase.suffix();
-                view! { <tr><td>{format!("{}{eval}", l.step)}</td>{cells}</tr> }
+                let oom = r.phase == Phase::Train && spot.oom_steps.contains(&r.step);
+                let retained =
+                    r.phase == Phase::Eval && spot.retaining_eval_step == Some(r.step);
+                let eval = r.phase.suffix();
+                view! {
+                    <tr data-step=r.step.to_string() class:oom-step=oom class:evidence=retained
+                        class:focused=focus == Some(i)>
+                        <td>{format!("{}{eval}", r.step)}
+                            {oom.then(|| view! { " " <span class="badge critical">"OOM"</span> })}
+                            {retained.then(|| view! { " " <span class="badge warning">"kept memory"</span> })}
+                        </td>
+                        {cells}
+                    </tr>
+                }
             })
             .collect_view()
     };
@@ -79,11 +142,17 @@ pub fn StepTable(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
                 <button on:click=move |_| page.update(|p| *p = p.saturating_sub(1))>"previous"</button>
                 <span>{move || format!(" page {} of {pages} ", page.get() + 1)}</span>
                 <button on:click=move |_| page.update(|p| *p = (*p + 1).min(pages - 1))>"next"</button>
+                <label>" jump to step "
+                    <input id="step-jump" type="text" inputmode="numeric" size="8"
+                        on:change=move |ev| jump(event_target_value(&ev))/>
+                </label>
+                <span class="hint" id="step-jump-error">{move || jump_error.get()}</span>
+                <span class="hint">" delta = change since the previous mark, as in the stage table"</span>
             </div>
             <div class="scroll">
                 <table id="step-table" class="steps">
                     <thead><tr><th>"step"</th>{header}</tr></thead>
-                    <tbody>{rows}</tbody>
+                    <tbody>{body}</tbody>
                 </table>
             </div>
         </section>

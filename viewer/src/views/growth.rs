@@ -1,0 +1,26 @@
+//! Growth and leaks, as the terminal prints them: the largest rise between two marks, growth
+//! over time for runs without step marks, and every leak fit (one line per leaking stage, with
+//! where it fills memory), not only the one the verdict names.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use oomscope_trace::analysis::Analysis;
+use oomscope_trace::text::{largest_growth_line, leak_lines, time_trend_lines, titles};
+
+use super::Lines;
+
+/// The three growth sections; nothing when the analysis found no growth at all.
+#[component]
+pub fn Growth(analysis: Arc<Analysis>) -> impl IntoView {
+    let largest: Vec<String> = analysis
+        .largest_growth
+        .iter()
+        .map(largest_growth_line)
+        .collect();
+    view! {
+        <Lines id="leak-fits" title=titles::LEAKS lines=leak_lines(&analysis)/>
+        <Lines id="time-trends" title=titles::TIME_TRENDS lines=time_trend_lines(&analysis)/>
+        <Lines id="largest-rise" title=titles::LARGEST_GROWTH lines=largest/>
+    }
+}

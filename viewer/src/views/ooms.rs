@@ -1,0 +1,34 @@
+//! Every out-of-memory error in the terminal's words (when, which step and stage, requested,
+//! free, allocated, reserved), with the line the program printed: the allocator's own message
+//! often names the request and the reserved-but-unallocated memory that explain it.
+
+use std::sync::Arc;
+
+use leptos::prelude::*;
+use oomscope_trace::analysis::Analysis;
+use oomscope_trace::text::{error_line, oom_line, titles};
+
+/// One entry per OOM, the full message under a disclosure; nothing without an OOM.
+#[component]
+pub fn Ooms(analysis: Arc<Analysis>) -> impl IntoView {
+    if analysis.ooms.is_empty() {
+        return ().into_any();
+    }
+    let items = analysis
+        .ooms
+        .iter()
+        .map(|o| {
+            let first =
+                error_line(o).map(|l| view! { <pre class="error-line">{l.to_owned()}</pre> });
+            let more = (o.event.message.lines().count() > 1).then(|| {
+                view! {
+                    <details class="error-message"><summary>"the whole message"</summary>
+                        <pre>{o.event.message.to_string()}</pre></details>
+                }
+            });
+            view! { <li class="oom-line">{oom_line(o)}{first}{more}</li> }
+        })
+        .collect_view();
+    view! { <section id="ooms"><h2>{titles::OOMS}</h2><ul class="lines">{items}</ul></section> }
+        .into_any()
+}
