@@ -166,3 +166,15 @@ pub fn device_pixel_ratio() -> f64 {
         .unwrap_or(1.0)
         .clamp(1.0, 4.0)
 }
+
+/// Calls `f` whenever `element`'s box changes size (`ResizeObserver`; the first call comes at
+/// once). The observer lives as long as the element is observed.
+pub fn observe_resize(element: &web_sys::Element, f: impl FnMut() + 'static) {
+    let closure = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(f);
+    if let Ok(observer) = web_sys::ResizeObserver::new(closure.as_ref().unchecked_ref()) {
+        observer.observe(element);
+        // Held by the page from here on.
+        std::mem::forget(observer);
+    }
+    closure.forget();
+}

@@ -39,14 +39,19 @@ impl Theme {
     }
 }
 
-/// Sizes `canvas`'s backing store to its CSS width × `height_css_px` times the device-pixel
-/// ratio; returns that ratio (device pixels per CSS pixel), which every drawn size is scaled by.
-pub fn fit_canvas(canvas: &web_sys::HtmlCanvasElement, height_css_px: u32) -> f64 {
+/// Sizes `canvas`'s backing store to its box (inside the border) times the device-pixel ratio, so
+/// one drawn pixel is one screen pixel; returns that ratio (device pixels per CSS pixel), which
+/// every drawn size is scaled by. `min_height_css_px` stands in while the box has no height yet.
+pub fn fit_canvas(canvas: &web_sys::HtmlCanvasElement, min_height_css_px: u32) -> f64 {
     let scale = browser::device_pixel_ratio();
     let width_css = canvas.client_width().max(300) as u32;
+    let height_css = match canvas.client_height() {
+        h if h > 0 => h as u32,
+        _ => min_height_css_px,
+    };
     let (width, height) = (
         (f64::from(width_css) * scale).round() as u32,
-        (f64::from(height_css_px) * scale).round() as u32,
+        (f64::from(height_css) * scale).round() as u32,
     );
     if canvas.width() != width {
         canvas.set_width(width);
@@ -55,4 +60,10 @@ pub fn fit_canvas(canvas: &web_sys::HtmlCanvasElement, height_css_px: u32) -> f6
         canvas.set_height(height);
     }
     scale
+}
+
+/// Calls `f` whenever `canvas`'s box changes size (a window resize, a scrollbar appearing, a
+/// panel opening), for as long as the canvas is in the page.
+pub fn on_resize(canvas: &web_sys::HtmlCanvasElement, f: impl FnMut() + 'static) {
+    browser::observe_resize(canvas, f);
 }

@@ -23,7 +23,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 
 use crate::browser;
-use crate::chart::{Theme, fit_canvas};
+use crate::chart::{Theme, fit_canvas, on_resize};
 use crate::view_model::{
     Limit, PALETTE, Peak, Plotted, RangeRow, Window, YAxis, bytes_text, change_text, eval_spans,
     hover_lines, limits, marker_lines, peak, plotted_counters, range_rows, stage_colors,
@@ -101,12 +101,17 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
     let y_axis = RwSignal::new(YAxis::Fit);
     let selection = RwSignal::new(None::<(u64, u64)>);
     // Bumped by window resizes: the canvas is redrawn at its new size.
+    let canvas_ref: NodeRef<Canvas> = NodeRef::new();
     let resized = RwSignal::new(0u32);
-    browser::on_window_event("resize", move || {
-        resized.try_update(|n| *n += 1);
+    // Redrawn whenever the canvas's box changes size (window, scrollbar, layout).
+    Effect::new(move |_| {
+        if let Some(canvas) = canvas_ref.get() {
+            on_resize(&canvas, move || {
+                resized.try_update(|n| *n += 1);
+            });
+        }
     });
     let plotted = plotted_counters(&trace);
-    let canvas_ref: NodeRef<Canvas> = NodeRef::new();
     let area = StoredValue::new(PlotArea::default());
     let drag = StoredValue::new(None::<Drag>);
     let hover = RwSignal::new(None::<(i32, i32, Vec<String>)>);

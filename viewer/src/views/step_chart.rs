@@ -14,8 +14,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 
-use crate::browser;
-use crate::chart::{Theme, fit_canvas};
+use crate::chart::{Theme, fit_canvas, on_resize};
 use crate::view_model::{PALETTE, StepChartData, step_chart};
 
 /// The chart's height in CSS pixels.
@@ -30,8 +29,13 @@ pub fn StepChart(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     let data = Arc::new(data);
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
     let resized = RwSignal::new(0u32);
-    browser::on_window_event("resize", move || {
-        resized.try_update(|n| *n += 1);
+    // Redrawn whenever the canvas's box changes size (window, scrollbar, layout).
+    Effect::new(move |_| {
+        if let Some(canvas) = canvas_ref.get() {
+            on_resize(&canvas, move || {
+                resized.try_update(|n| *n += 1);
+            });
+        }
     });
     let drawn = data.clone();
     Effect::new(move |_| {
