@@ -207,12 +207,15 @@ async fn a_report_shows_what_the_summary_says_and_compares_a_second_trace() {
     let cli = run_collector(&["export", "--format", "csv", leaky.to_str().unwrap()]);
     assert_eq!(csv.as_str().unwrap(), String::from_utf8_lossy(&cli.stdout));
 
-    // A second trace through the file input: the fix, side by side.
+    // A second run through the file input, as the report attached to its ticket (the page reads
+    // the trace the .html embeds): the fix, side by side.
     let fixed = s.path("fixed.oomt");
     record(&script, &["0", "ok"], &fixed);
+    let fixed_html = s.path("fixed.html");
+    report(&fixed, &fixed_html, &[]);
     let input = b.d().find(By::Id("compare-input")).await.unwrap();
     input
-        .send_keys(fixed.canonicalize().unwrap().display().to_string())
+        .send_keys(fixed_html.canonicalize().unwrap().display().to_string())
         .await
         .unwrap();
     b.wait_for("#compare-peaks tbody tr").await;

@@ -198,14 +198,14 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
             <header>
                 <h1>"oomscope"</h1>
                 <label class="file">"Open trace(s)…"
-                    <input id="open-input" type="file" multiple accept=".oomt,application/octet-stream" on:change=on_open/>
+                    <input id="open-input" type="file" multiple accept=".oomt,.html,application/octet-stream,text/html" on:change=on_open/>
                 </label>
                 <label class="file">"Open a job's traces…"
-                    <input id="job-input" type="file" multiple accept=".oomt,application/octet-stream" on:change=on_job/>
+                    <input id="job-input" type="file" multiple accept=".oomt,.html,application/octet-stream,text/html" on:change=on_job/>
                 </label>
                 <Show when=move || primary.with(Option::is_some)>
                     <label class="file">"Compare with…"
-                        <input id="compare-input" type="file" accept=".oomt,application/octet-stream" on:change=on_compare/>
+                        <input id="compare-input" type="file" accept=".oomt,.html,application/octet-stream,text/html" on:change=on_compare/>
                     </label>
                 </Show>
                 <Show when=move || compare.with(Option::is_some)>
@@ -217,7 +217,7 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
                 (Some(traces), _) => view! { <JobReport traces=traces/> }.into_any(),
                 (None, None) => view! {
                     <div class="dropzone" id="dropzone">
-                        <p>"Drop one trace (.oomt) here to inspect it, two to compare them, or a job's traces (three or more; or the job button) to see its ranks together."</p>
+                        <p>"Drop one trace (.oomt, or a report .html) here to inspect it, two to compare them, or a job's traces (three or more; or the job button) to see its ranks together."</p>
                         <p class="hint">"Everything happens in this page: nothing is uploaded."</p>
                     </div>
                 }.into_any(),

@@ -58,7 +58,7 @@ pub async fn read_file(file: web_sys::File) -> Loaded {
     match JsFuture::from(file.array_buffer()).await {
         Ok(buffer) => {
             let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
-            Loaded::decode(name, &bytes, None)
+            Loaded::open(name, &bytes)
         }
         Err(_) => Loaded::failed(name, "the browser could not read this file".to_owned()),
     }

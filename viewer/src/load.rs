@@ -27,7 +27,62 @@ pub struct Loaded {
     pub notice: Option<String>,
 }
 
+/// The start of the element a report (`collector report`) keeps its first trace in.
+const REPORT_TRACE_TAG: &[u8] = b"<script id=\"oomscope-trace\"";
+
+/// A trace found in a report's HTML.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportTrace {
+    /// The trace's bytes.
+    pub bytes: Vec<u8>,
+    /// The report's notice (a thinned copy), if it has one.
+    pub notice: Option<String>,
+}
+
+/// The first trace a report's HTML embeds, with the notice saying it was thinned: a report
+/// attached to a ticket opens (and compares) like the trace it was made from. `None` when
+/// `bytes` is not a report; an error when it is one whose trace is damaged.
+pub fn trace_in_report(bytes: &[u8]) -> Option<Result<ReportTrace, String>> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let start = bytes
+        .windows(REPORT_TRACE_TAG.len())
+        .position(|w| w == REPORT_TRACE_TAG)?;
+    let rest = &bytes[start..];
+    let open_end = rest.iter().position(|b| *b == b'>')?;
+    let tag = String::from_utf8_lossy(&rest[..open_end]);
+    let body = &rest[open_end + 1..];
+    const CLOSE: &[u8] = b"</script";
+    let close = body.windows(CLOSE.len()).position(|w| w == CLOSE)?;
+    let text: Vec<u8> = body[..close]
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    let notice = tag
+        .split("data-notice=\"")
+        .nth(1)
+        .and_then(|v| v.split('"').next())
+        .and_then(|v| b64.decode(v).ok())
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    Some(
+        b64.decode(&text)
+            .map(|bytes| ReportTrace { bytes, notice })
+            .map_err(|e| format!("the report's embedded trace is damaged: {e}")),
+    )
+}
+
 impl Loaded {
+    /// Decodes `bytes` (a trace, or a report's HTML holding one); never panics, whatever they
+    /// hold.
+    pub fn open(name: String, bytes: &[u8]) -> Loaded {
+        match trace_in_report(bytes) {
+            None => Loaded::decode(name, bytes, None),
+            Some(Ok(t)) => Loaded::decode(name, &t.bytes, t.notice),
+            Some(Err(e)) => Loaded::failed(name, e),
+        }
+    }
+
     /// Decodes `bytes`; never panics, whatever they hold.
     pub fn decode(name: String, bytes: &[u8], notice: Option<String>) -> Loaded {
         match decode(bytes) {
@@ -75,6 +130,46 @@ pub fn analyse(trace: &Trace) -> Analysis {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_report_opens_as_the_trace_it_embeds() {
+        use base64::Engine as _;
+        let bytes = TrainingRun {
+            steps: 20,
+            ..TrainingRun::default()
+        }
+        .to_bytes();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let html = format!(
+            "<!doctype html><body><script id=\"oomscope-trace\" type=\"application/octet-stream\" data-name=\"{}\" data-notice=\"{}\">{}\n</script><script id=\"oomscope-wasm\">AAAA</script>",
+            b64.encode("run.oomt"),
+            b64.encode("thinned"),
+            b64.encode(&bytes)
+        );
+        let l = Loaded::open("run.html".into(), html.as_bytes());
+        assert!(l.error.is_none(), "{:?}", l.error);
+        assert_eq!(l.notice.as_deref(), Some("thinned"));
+        assert_eq!(
+            l.trace.unwrap().marks.len(),
+            Loaded::decode("x".into(), &bytes, None)
+                .trace
+                .unwrap()
+                .marks
+                .len()
+        );
+        let damaged = html.replace(&b64.encode(&bytes)[..8], "!!!!!!!!");
+        assert!(
+            Loaded::open("d.html".into(), damaged.as_bytes())
+                .error
+                .is_some()
+        );
+        // Not a report: read as a trace (and refused as one).
+        assert!(
+            Loaded::open("x.html".into(), b"<html></html>")
+                .error
+                .is_some()
+        );
+    }
+
     use super::*;
     use oomscope_trace::synth::TrainingRun;
 
