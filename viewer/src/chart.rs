@@ -1,7 +1,14 @@
 //! What the canvas charts share: a backing store in device pixels (crisp on high-DPI screens)
 //! and colours that follow the page's light or dark mode.
 
+use std::ops::Range;
+
+use oomscope_trace::units::format_bytes;
+use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
 use plotters::style::{BLACK, RGBColor, WHITE};
+use plotters_canvas::CanvasBackend;
 
 use crate::browser;
 
@@ -37,6 +44,52 @@ impl Theme {
             }
         }
     }
+}
+
+/// A chart of bytes (y) against a number (x: seconds, steps) on a canvas.
+pub type Chart<'a> = ChartContext<'a, CanvasBackend, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Text of `size` CSS pixels at device scale `scale`, in the theme's colour.
+pub fn font(theme: Theme, scale: f64, size: f64) -> TextStyle<'static> {
+    ("sans-serif", (size * scale).round())
+        .into_font()
+        .color(&theme.text)
+}
+
+/// The frame the charts share: margins and label areas scaled to the device, the grid in the
+/// theme's colours, bytes on the y axis, `x_desc` under the x axis (its labels through `x_label`
+/// when given, plotters' numbers otherwise).
+pub fn frame<'a>(
+    root: &'a DrawingArea<CanvasBackend, Shift>,
+    theme: Theme,
+    scale: f64,
+    (x, y): (Range<f64>, Range<f64>),
+    x_desc: &str,
+    x_label: Option<&dyn Fn(&f64) -> String>,
+) -> Option<Chart<'a>> {
+    let px = |css: f64| (css * scale).round() as u32;
+    let mut chart = ChartBuilder::on(root)
+        .margin(px(8.0))
+        .x_label_area_size(px(30.0))
+        .y_label_area_size(px(78.0))
+        .build_cartesian_2d(x, y)
+        .ok()?;
+    let bytes = |b: &f64| format_bytes(b.max(0.0) as u64);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x_desc)
+        .x_labels(8)
+        .y_labels(6)
+        .label_style(font(theme, scale, 12.0))
+        .axis_desc_style(font(theme, scale, 12.0))
+        .axis_style(theme.text.mix(0.6))
+        .y_label_formatter(&bytes)
+        .bold_line_style(theme.grid.stroke_width(px(1.0)))
+        .light_line_style(theme.grid.mix(0.5));
+    if let Some(f) = x_label {
+        mesh.x_label_formatter(f);
+    }
+    mesh.draw().ok()?;
+    Some(chart)
 }
 
 /// Sizes `canvas`'s backing store to its box (inside the border) times the device-pixel ratio, so

@@ -16,14 +16,13 @@ use leptos::prelude::*;
 use oomscope_trace::analysis::series::{BlockIndex, Bucket, decimate_indexed, decimate_points};
 use oomscope_trace::units::{format_bytes, format_duration_us};
 use oomscope_trace::{Phase, Trace};
-use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 
 use crate::browser;
-use crate::chart::{Theme, fit_canvas, on_resize};
+use crate::chart::{Chart, Theme, fit_canvas, font, frame, on_resize};
 use crate::view_model::{
     Limit, PALETTE, Peak, Plotted, RangeRow, Window, YAxis, bytes_text, change_text, eval_spans,
     hover_lines, limits, marker_lines, peak, plotted_counters, range_rows, stage_colors,
@@ -484,8 +483,6 @@ struct View {
     scale: f64,
 }
 
-type Chart<'a> = ChartContext<'a, CanvasBackend, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
-
 /// Draws the visible window; returns where the plot area ended up.
 fn draw(canvas: &web_sys::HtmlCanvasElement, d: &Drawing, v: View) -> Option<PlotArea> {
     let theme = Theme::current();
@@ -520,30 +517,8 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, d: &Drawing, v: View) -> Option<Plo
 
     let secs = |t: u64| t as f64 / 1e6;
     let (x0, x1) = (secs(w.t0_us), secs(w.t1_us).max(secs(w.t0_us) + 1e-6));
-    let font = |size: f64| {
-        ("sans-serif", f64::from(px(size)))
-            .into_font()
-            .color(&theme.text)
-    };
-    let mut chart = ChartBuilder::on(&root)
-        .margin(px(8.0))
-        .x_label_area_size(px(30.0))
-        .y_label_area_size(px(78.0))
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .ok()?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .x_labels(8)
-        .y_labels(6)
-        .label_style(font(12.0))
-        .axis_desc_style(font(12.0))
-        .axis_style(theme.text.mix(0.6))
-        .y_label_formatter(&|b| format_bytes(b.max(0.0) as u64))
-        .bold_line_style(theme.grid.stroke_width(px(1.0)))
-        .light_line_style(theme.grid.mix(0.5))
-        .draw()
-        .ok()?;
+    let font = |size: f64| font(theme, v.scale, size);
+    let mut chart = frame(&root, theme, v.scale, (x0..x1, y0..y1), "seconds", None)?;
 
     // Eval phases, then (zoomed in) each stage as a band along the top, in its own colour.
     let shade = RGBColor(255, 200, 80).mix(0.18).filled();

@@ -14,7 +14,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 
-use crate::chart::{Theme, fit_canvas, on_resize};
+use crate::chart::{Theme, fit_canvas, font, frame, on_resize};
 use crate::view_model::{PALETTE, StepChartData, step_chart};
 
 /// The chart's height in CSS pixels.
@@ -80,11 +80,7 @@ pub fn StepChart(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
 fn draw(canvas: &web_sys::HtmlCanvasElement, d: &StepChartData, scale: f64) -> Option<()> {
     let theme = Theme::current();
     let px = |css: f64| (css * scale).round() as u32;
-    let font = |size: f64| {
-        ("sans-serif", f64::from(px(size)))
-            .into_font()
-            .color(&theme.text)
-    };
+    let font = |size: f64| font(theme, scale, size);
     let root = CanvasBackend::with_canvas_object(canvas.clone())?.into_drawing_area();
     root.fill(&theme.background).ok()?;
     let values = d
@@ -105,26 +101,8 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, d: &StepChartData, scale: f64) -> O
         ((data_min - pad).max(0.0), data_max + pad)
     };
     let (x0, x1) = (d.x_range.0 as f64, d.x_range.1 as f64);
-    let mut chart = ChartBuilder::on(&root)
-        .margin(px(8.0))
-        .x_label_area_size(px(30.0))
-        .y_label_area_size(px(78.0))
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .ok()?;
-    chart
-        .configure_mesh()
-        .x_desc("step")
-        .x_labels(8)
-        .y_labels(6)
-        .label_style(font(12.0))
-        .axis_desc_style(font(12.0))
-        .axis_style(theme.text.mix(0.6))
-        .x_label_formatter(&|s| format_count(s.max(0.0) as u64))
-        .y_label_formatter(&|b| format_bytes(b.max(0.0) as u64))
-        .bold_line_style(theme.grid.stroke_width(px(1.0)))
-        .light_line_style(theme.grid.mix(0.5))
-        .draw()
-        .ok()?;
+    let steps = |s: &f64| format_count(s.max(0.0) as u64);
+    let mut chart = frame(&root, theme, scale, (x0..x1, y0..y1), "step", Some(&steps))?;
     for (_, color, points) in &d.stages {
         let (r, g, b) = PALETTE[*color];
         chart
