@@ -39,7 +39,8 @@ impl Opened {
         if let Some(trace) = loaded.trace.clone() {
             let started = StoredValue::new(false);
             let run = move || {
-                if started.get_value() {
+                // The `beforeprint` listener outlives a trace that was closed: then do nothing.
+                if started.try_get_value().unwrap_or(true) {
                     return;
                 }
                 started.set_value(true);
