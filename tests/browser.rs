@@ -581,6 +581,26 @@ async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
         base64::engine::general_purpose::STANDARD.encode(r.to_bytes())
     };
     let (leaky, fixed) = (run(64 << 20), run(0));
+    // The terminal's comparison of the same pair, the fix read from its report's `.html`.
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let before = s.write("before.oomt", &b64.decode(&leaky).unwrap());
+    let after = s.write("after.oomt", &b64.decode(&fixed).unwrap());
+    let after_html = s.path("after.html");
+    report(&after, &after_html, &[]);
+    let o = run_collector(&[
+        "summary",
+        before.to_str().unwrap(),
+        "--compare",
+        after_html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let terminal = String::from_utf8(o.stdout).unwrap();
+    let terminal_headline = terminal.lines().nth(1).unwrap().trim().to_owned();
+    assert!(
+        terminal_headline.starts_with("Leak gone; ")
+            && terminal_headline.contains("peak_allocated -"),
+        "{terminal}"
+    );
 
     let b = Browser::start("drop").await;
     b.open(&viewer).await;
@@ -616,6 +636,42 @@ async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
         .js("return [...document.querySelectorAll('#compare-peaks tbody tr.better')].length")
         .await;
     assert!(rows.as_u64().unwrap() >= 1, "the fix lowers a peak: {rows}");
+
+    // The findings diffed in the terminal's words, the leak named gone.
+    let headline = b.wait_for("#compare-headline").await.text().await.unwrap();
+    assert_eq!(headline, terminal_headline);
+    let gone = b
+        .js("return [...document.querySelectorAll('#compare-findings li.gone')].map(l => l.dataset.finding)")
+        .await;
+    assert_eq!(gone, serde_json::json!(["leak"]), "{terminal}");
+    for li in b
+        .d()
+        .find_all(By::Css("#compare-findings li"))
+        .await
+        .unwrap()
+    {
+        let text = li.text().await.unwrap();
+        assert!(terminal.contains(&text), "{text:?} not in\n{terminal}");
+    }
+    // Both runs overlaid by step: 40 steps each, the leaky one ending 39 × 64 MiB higher.
+    let chart = b.wait_for("#compare-chart").await;
+    let attr = |name: &'static str| {
+        let chart = chart.clone();
+        async move { chart.attr(name).await.unwrap().unwrap() }
+    };
+    assert_eq!(attr("data-a-steps").await, "40");
+    assert_eq!(attr("data-b-steps").await, "40");
+    let (a_last, b_last): (u64, u64) = (
+        attr("data-a-last-bytes").await.parse().unwrap(),
+        attr("data-b-last-bytes").await.parse().unwrap(),
+    );
+    assert!(a_last > b_last + 38 * (64 << 20), "{a_last} vs {b_last}");
+    b.wait_for("#compare-chart[data-scale]").await;
+    let pixels = painted_pixels(&b, "compare-chart").await;
+    assert!(
+        pixels > 1_000,
+        "overlay looks blank ({pixels} painted pixels)"
+    );
     b.quit().await;
 }
 

@@ -244,11 +244,7 @@ pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
     html.push_str(CSS);
     html.push_str("</style>\n</head>\n<body>\n");
     for (i, t) in traces.iter().enumerate() {
-        // `oomscope-trace`, then `oomscope-trace-1`, `-2`, … (the viewer reads them in order).
-        let id = match i {
-            0 => "oomscope-trace".to_owned(),
-            i => format!("oomscope-trace-{i}"),
-        };
+        let id = oomscope_trace::report_page::trace_element_id(i);
         html.push_str(&format!(
             "<script id=\"{id}\" type=\"application/octet-stream\" data-name=\""
         ));

@@ -1,12 +1,35 @@
-//! Reading a trace file for `summary` and `export`, with one clear error per way it can fail.
+//! Reading a trace file for `summary` and `export`, with one clear error per way it can fail. A
+//! report's `.html` (`collector report`) is read as the trace it embeds, so a report attached to a
+//! ticket can be summarised and compared like the recording it was made from.
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
+use oomscope_trace::report_page::trace_in_report;
 use oomscope_trace::{Decoded, decode};
 
-/// Reads and decodes a trace; damage inside the file comes back as warnings, not errors.
-pub fn read_trace(path: &Path) -> Result<Decoded> {
+/// A decoded trace and, when it came from a report holding a thinned copy, the report's notice.
+#[derive(Debug)]
+pub struct TraceFile {
+    /// What decoded; damage inside the file comes back as warnings, not errors.
+    pub decoded: Decoded,
+    /// The report's notice that its trace is a thinned copy of the recording.
+    pub notice: Option<String>,
+}
+
+/// Reads and decodes a trace, or the trace a report embeds.
+pub fn read_trace_file(path: &Path) -> Result<TraceFile> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    decode(&bytes).with_context(|| format!("cannot open {}", path.display()))
+    let (bytes, notice) = match trace_in_report(&bytes) {
+        None => (bytes, None),
+        Some(Ok(t)) => (t.bytes, t.notice),
+        Some(Err(e)) => return Err(anyhow!("cannot open {}: {e}", path.display())),
+    };
+    let decoded = decode(&bytes).with_context(|| format!("cannot open {}", path.display()))?;
+    Ok(TraceFile { decoded, notice })
+}
+
+/// Reads and decodes a trace (or a report's); damage inside the file comes back as warnings.
+pub fn read_trace(path: &Path) -> Result<Decoded> {
+    read_trace_file(path).map(|f| f.decoded)
 }

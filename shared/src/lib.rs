@@ -37,6 +37,7 @@ pub mod model;
 pub mod oom_text;
 pub mod protocol;
 pub mod reduce;
+pub mod report_page;
 pub mod synth;
 pub mod text;
 pub mod units;

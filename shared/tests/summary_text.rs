@@ -77,3 +77,24 @@ fn simulated_runs() {
         insta::assert_snapshot!(name, summary(&trace));
     }
 }
+
+#[test]
+fn a_fix_compared_with_the_run_before_it() {
+    let run = |leak: u64, eval_retained_bytes: u64| {
+        let r = TrainingRun {
+            steps: 60,
+            leak_bytes_per_step: leak,
+            eval_every: Some(20),
+            eval_steps: 2,
+            eval_retained_bytes,
+            ..TrainingRun::default()
+        };
+        let trace = decode(&r.to_bytes()).unwrap().trace;
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        (trace, analysis)
+    };
+    let (_, before) = run(64 << 20, 1 << 30);
+    let (_, after) = run(0, 1 << 30);
+    let text = text::render_compare("before.oomt", &before, "after.oomt", &after);
+    insta::assert_snapshot!("compare_leak_fixed", text);
+}

@@ -237,13 +237,15 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
     };
     let analysis = opened.analysis;
     let a_name = loaded.name.clone();
+    let a_trace = trace.clone();
     let comparison = move || {
         let b = compare.get()?;
-        let view = match b.loaded.trace {
+        let view = match b.loaded.trace.clone() {
             None => view! { <section id="compare"><Overview loaded=b.loaded.clone()/></section> }.into_any(),
-            Some(_) => match (analysis.get(), b.analysis.get()) {
+            Some(b_trace) => match (analysis.get(), b.analysis.get()) {
                 (Some(x), Some(y)) => view! {
-                    <Compare a_name=a_name.clone() a=x b_name=b.loaded.name.clone() b=y/>
+                    <Compare a_name=a_name.clone() a_trace=a_trace.clone() a=x
+                        b_name=b.loaded.name.clone() b_trace=b_trace.clone() b=y/>
                     <details class="other-overview"><summary>"B: overview"</summary><Overview loaded=b.loaded.clone()/></details>
                 }
                 .into_any(),

@@ -6,14 +6,11 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use oomscope_trace::report_page::trace_element_id;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::load::Loaded;
-
-/// Id of the `<script type="application/octet-stream">` element holding a report's trace; a
-/// job's report holds its further traces in `oomscope-trace-1`, `oomscope-trace-2`, ….
-pub const EMBEDDED_TRACE_ID: &str = "oomscope-trace";
 
 fn document() -> Option<web_sys::Document> {
     web_sys::window()?.document()
@@ -26,8 +23,8 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
 
 /// The traces a report carries (none when this page is the bare viewer; several for a job).
 pub fn embedded_traces() -> Vec<Loaded> {
-    let mut traces: Vec<Loaded> = embedded_trace(EMBEDDED_TRACE_ID).into_iter().collect();
-    while let Some(next) = embedded_trace(&format!("{EMBEDDED_TRACE_ID}-{}", traces.len())) {
+    let mut traces: Vec<Loaded> = Vec::new();
+    while let Some(next) = embedded_trace(&trace_element_id(traces.len())) {
         traces.push(next);
     }
     traces

@@ -2,6 +2,10 @@
 //! and colours that follow the page's light or dark mode.
 
 use std::ops::Range;
+use std::rc::Rc;
+
+use leptos::html::Canvas;
+use leptos::prelude::*;
 
 use oomscope_trace::units::format_bytes;
 use plotters::coord::Shift;
@@ -115,8 +119,49 @@ pub fn fit_canvas(canvas: &web_sys::HtmlCanvasElement, min_height_css_px: u32) -
     scale
 }
 
-/// Calls `f` whenever `canvas`'s box changes size (a window resize, a scrollbar appearing, a
-/// panel opening), for as long as the canvas is in the page.
-pub fn on_resize(canvas: &web_sys::HtmlCanvasElement, f: impl FnMut() + 'static) {
-    browser::observe_resize(canvas, f);
+/// Keeps the chart on `canvas_ref` drawn: `draw(canvas, scale)` runs in an animation frame after
+/// the canvas appears, whenever a signal read by `track` changes, and whenever the canvas's box
+/// changes size (a window resize, a scrollbar appearing, a panel opening) — at most once per
+/// frame however many changes arrive in between. The backing store is sized to the box at the
+/// device-pixel ratio first ([`fit_canvas`]); when `draw` succeeds the canvas's `data-scale`
+/// says at which ratio it drew (the browser tests read it).
+pub fn keep_drawn(
+    canvas_ref: NodeRef<Canvas>,
+    min_height_css_px: u32,
+    track: impl Fn() + 'static,
+    draw: impl Fn(&web_sys::HtmlCanvasElement, f64) -> bool + 'static,
+) {
+    let resized = RwSignal::new(0u32);
+    Effect::new(move |_| {
+        if let Some(canvas) = canvas_ref.get() {
+            browser::observe_resize(&canvas, move || {
+                resized.try_update(|n| *n += 1);
+            });
+        }
+    });
+    let draw = Rc::new(draw);
+    let pending = StoredValue::new(false);
+    Effect::new(move |_| {
+        track();
+        resized.track();
+        canvas_ref.track();
+        if pending.get_value() {
+            return;
+        }
+        pending.set_value(true);
+        let draw = draw.clone();
+        request_animation_frame(move || {
+            // A chart closed before its frame came does nothing.
+            if pending.try_set_value(false).is_some() {
+                return;
+            }
+            let Some(canvas) = canvas_ref.get_untracked() else {
+                return;
+            };
+            let scale = fit_canvas(&canvas, min_height_css_px);
+            if draw(&canvas, scale) {
+                let _ = canvas.set_attribute("data-scale", &format!("{scale}"));
+            }
+        });
+    });
 }

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
+use oomscope_trace::report_page::trace_in_report;
 use oomscope_trace::{Trace, decode};
 
 /// One opened trace.
@@ -25,51 +26,6 @@ pub struct Loaded {
     pub error: Option<String>,
     /// Set by a report when its trace is a thinned copy of the recording.
     pub notice: Option<String>,
-}
-
-/// The start of the element a report (`collector report`) keeps its first trace in.
-const REPORT_TRACE_TAG: &[u8] = b"<script id=\"oomscope-trace\"";
-
-/// A trace found in a report's HTML.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReportTrace {
-    /// The trace's bytes.
-    pub bytes: Vec<u8>,
-    /// The report's notice (a thinned copy), if it has one.
-    pub notice: Option<String>,
-}
-
-/// The first trace a report's HTML embeds, with the notice saying it was thinned: a report
-/// attached to a ticket opens (and compares) like the trace it was made from. `None` when
-/// `bytes` is not a report; an error when it is one whose trace is damaged.
-pub fn trace_in_report(bytes: &[u8]) -> Option<Result<ReportTrace, String>> {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let start = bytes
-        .windows(REPORT_TRACE_TAG.len())
-        .position(|w| w == REPORT_TRACE_TAG)?;
-    let rest = &bytes[start..];
-    let open_end = rest.iter().position(|b| *b == b'>')?;
-    let tag = String::from_utf8_lossy(&rest[..open_end]);
-    let body = &rest[open_end + 1..];
-    const CLOSE: &[u8] = b"</script";
-    let close = body.windows(CLOSE.len()).position(|w| w == CLOSE)?;
-    let text: Vec<u8> = body[..close]
-        .iter()
-        .copied()
-        .filter(|b| !b.is_ascii_whitespace())
-        .collect();
-    let notice = tag
-        .split("data-notice=\"")
-        .nth(1)
-        .and_then(|v| v.split('"').next())
-        .and_then(|v| b64.decode(v).ok())
-        .map(|v| String::from_utf8_lossy(&v).into_owned());
-    Some(
-        b64.decode(&text)
-            .map(|bytes| ReportTrace { bytes, notice })
-            .map_err(|e| format!("the report's embedded trace is damaged: {e}")),
-    )
 }
 
 impl Loaded {

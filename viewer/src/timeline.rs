@@ -22,7 +22,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 
 use crate::browser;
-use crate::chart::{Chart, Theme, fit_canvas, font, frame, on_resize};
+use crate::chart::{Chart, Theme, font, frame, keep_drawn};
 use crate::view_model::{
     Limit, PALETTE, Peak, Plotted, RangeRow, Window, YAxis, bytes_text, change_text, eval_spans,
     hover_lines, limits, marker_lines, peak, plotted_counters, range_rows, stage_colors,
@@ -99,17 +99,7 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
     let window = RwSignal::new(full);
     let y_axis = RwSignal::new(YAxis::Fit);
     let selection = RwSignal::new(None::<(u64, u64)>);
-    // Bumped by window resizes: the canvas is redrawn at its new size.
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
-    let resized = RwSignal::new(0u32);
-    // Redrawn whenever the canvas's box changes size (window, scrollbar, layout).
-    Effect::new(move |_| {
-        if let Some(canvas) = canvas_ref.get() {
-            on_resize(&canvas, move || {
-                resized.try_update(|n| *n += 1);
-            });
-        }
-    });
     let plotted = plotted_counters(&trace);
     let area = StoredValue::new(PlotArea::default());
     let drag = StoredValue::new(None::<Drag>);
@@ -131,41 +121,28 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
 
     {
         let drawing = drawing.clone();
-        let pending = StoredValue::new(false);
-        Effect::new(move |_| {
-            // Track what the picture depends on; draw at most once per animation frame however
-            // many wheel or drag events arrive in between.
+        let track = move || {
             window.track();
             y_axis.track();
             selection.track();
-            resized.track();
-            if pending.get_value() {
-                return;
-            }
-            pending.set_value(true);
-            let drawing = drawing.clone();
-            request_animation_frame(move || {
-                pending.set_value(false);
-                let Some(canvas) = canvas_ref.get_untracked() else {
-                    return;
-                };
-                let scale = fit_canvas(&canvas, HEIGHT_CSS_PX);
-                let start_ms = browser::now_ms();
-                let view = View {
-                    window: window.get_untracked(),
-                    y_axis: y_axis.get_untracked(),
-                    selection: selection.get_untracked(),
-                    scale,
-                };
-                if let Some(a) = draw(&canvas, &drawing, view) {
-                    area.set_value(a);
-                    browser::record_first_chart();
-                    // How long a redraw takes (BENCHMARKS.md reads it through the browser test).
-                    let took_ms = browser::now_ms() - start_ms;
-                    let _ = canvas.set_attribute("data-draw-ms", &format!("{took_ms:.1}"));
-                    let _ = canvas.set_attribute("data-scale", &format!("{scale}"));
-                }
-            });
+        };
+        keep_drawn(canvas_ref, HEIGHT_CSS_PX, track, move |canvas, scale| {
+            let start_ms = browser::now_ms();
+            let view = View {
+                window: window.get_untracked(),
+                y_axis: y_axis.get_untracked(),
+                selection: selection.get_untracked(),
+                scale,
+            };
+            let Some(a) = draw(canvas, &drawing, view) else {
+                return false;
+            };
+            area.set_value(a);
+            browser::record_first_chart();
+            // How long a redraw takes (BENCHMARKS.md reads it through the browser test).
+            let took_ms = browser::now_ms() - start_ms;
+            let _ = canvas.set_attribute("data-draw-ms", &format!("{took_ms:.1}"));
+            true
         });
     }
 

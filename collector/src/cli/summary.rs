@@ -1,4 +1,5 @@
-//! `collector summary TRACE [--json]`, and `collector summary DIR|TRACE... [--json]` for a job's
+//! `collector summary TRACE [--json]`, `collector summary A --compare B` (before and after a
+//! fix), and `collector summary DIR|TRACE... [--json]` for a job's
 //! traces analysed together (one per node or per rank).
 
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use oomscope_trace::text;
 use serde::Serialize;
 
 use super::write_stdout;
-use crate::trace_file::read_trace;
+use crate::trace_file::{TraceFile, read_trace, read_trace_file};
 
 /// `collector summary`.
 #[derive(Debug, clap::Args)]
@@ -22,6 +23,11 @@ pub struct SummaryArgs {
     /// Print stable JSON for scripts instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Compare TRACE (A, before a fix) with this trace (B, after it): what became of each finding,
+    /// the memory peak, every peak and the stage table side by side. A report's `.html` file is
+    /// read as the trace it embeds.
+    #[arg(long, value_name = "OTHER", conflicts_with = "json")]
+    pub compare: Option<PathBuf>,
 }
 
 /// Version of the `summary --json` document; bumped only when a field is removed or changes
@@ -40,11 +46,40 @@ struct SummaryJson<'a> {
 pub fn summary(args: &SummaryArgs) -> Result<i32> {
     let files = trace_files(&args.traces)?;
     if files.len() > 1 || args.traces.iter().any(|p| p.is_dir()) {
+        if args.compare.is_some() {
+            anyhow::bail!("--compare takes one trace on each side, not a job's traces");
+        }
         return job_summary(&files, args.json);
     }
     let path = &files[0];
-    let decoded = read_trace(path)?;
+    let TraceFile {
+        decoded,
+        notice: a_notice,
+    } = read_trace_file(path)?;
     let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
+    if let Some(other) = &args.compare {
+        let b = read_trace_file(other)?;
+        let b_analysis = analyze(&b.decoded.trace, &AnalysisOptions::default());
+        let mut out = String::new();
+        for (name, warnings) in [(path, &decoded.warnings), (other, &b.decoded.warnings)] {
+            for w in warnings {
+                out.push_str(&format!("warning: {}: {w}\n", name.display()));
+            }
+        }
+        for (name, notice) in [(path, &a_notice), (other, &b.notice)] {
+            if let Some(n) = notice {
+                out.push_str(&format!("note: {}: {n}\n", name.display()));
+            }
+        }
+        out.push_str(&text::render_compare(
+            &path.display().to_string(),
+            &analysis,
+            &other.display().to_string(),
+            &b_analysis,
+        ));
+        write_stdout(out.as_bytes())?;
+        return Ok(0);
+    }
     let mut out = if args.json {
         let doc = SummaryJson {
             schema_version: SUMMARY_SCHEMA_VERSION,
@@ -61,6 +96,9 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
         let mut text = String::new();
         for w in &decoded.warnings {
             text.push_str(&format!("warning: {w}\n"));
+        }
+        if let Some(n) = &a_notice {
+            text.push_str(&format!("note: {n}\n"));
         }
         text.push_str(&text::render(&decoded.trace, &analysis));
         text

@@ -129,6 +129,29 @@ impl FindingKind {
         }
     }
 
+    /// A few words naming what was found, for sentences such as "leak gone" (a comparison's
+    /// headline).
+    pub fn noun(self) -> &'static str {
+        match self {
+            FindingKind::Oom => "out-of-memory error",
+            FindingKind::ActivationsDominate => "activation-heavy peak",
+            FindingKind::Fragmentation => "fragmentation",
+            FindingKind::OptimizerStateHeavy => "heavy optimizer state",
+            FindingKind::Leak => "leak",
+            FindingKind::EvalRetainsMemory => "memory kept by eval",
+            FindingKind::OutsideAllocator => "memory outside the allocator",
+            FindingKind::NonFiniteGradients => "non-finite gradients",
+            FindingKind::NonFiniteTensors => "non-finite tensors",
+            FindingKind::HostMemoryPressure => "host memory pressure",
+            FindingKind::BatchSize => "batch-size estimate",
+            FindingKind::ImpossibleRequest => "impossible request",
+            FindingKind::WorkerPrivateGrowth => "workers' copy-on-write growth",
+            FindingKind::RankImbalance => "rank imbalance",
+            FindingKind::FirstRankFailure => "first-rank failure",
+            FindingKind::NodeHostSpike => "node host-memory spike",
+        }
+    }
+
     /// Order among findings of one severity: lower first. A request that can never fit is the
     /// cause whatever else the run shows, so it leads; the rest go by id.
     pub fn rank(self) -> u8 {

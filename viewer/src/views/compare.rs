@@ -1,24 +1,47 @@
-//! Two traces side by side: peaks and stages compared.
+//! Two traces side by side, before and after a fix: what became of each finding in one sentence
+//! and a line per finding (`shared::text`'s words, as `collector summary A --compare B` prints
+//! them), both runs' memory per step overlaid, then peaks and stages compared.
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use oomscope_trace::Trace;
 use oomscope_trace::analysis::Analysis;
-use oomscope_trace::analysis::compare::{compare_peaks, compare_stages};
+use oomscope_trace::analysis::compare::{
+    FindingChange, compare_peaks, compare_stages, diff_findings, step_overlay,
+};
+use oomscope_trace::text::{compare_headline, compare_lines, titles};
 use oomscope_trace::units::format_signed_bytes_f64;
 
 use crate::view_model::{bytes_text, change_text};
 
+use super::compare_chart::CompareChart;
 use super::{opt_num, opt_text};
 
 /// Two traces side by side: peaks and per-stage figures, before vs after a fix.
 #[component]
 pub fn Compare(
     a_name: String,
+    a_trace: Arc<Trace>,
     a: Arc<Analysis>,
     b_name: String,
+    b_trace: Arc<Trace>,
     b: Arc<Analysis>,
 ) -> impl IntoView {
+    let headline = compare_headline(&a, &b);
+    let kinds = diff_findings(&a, &b).into_iter().map(|c| match c {
+        FindingChange::Gone(f) => ("gone", f.kind.id()),
+        FindingChange::New(f) => ("new", f.kind.id()),
+        FindingChange::Still { b, .. } => ("still", b.kind.id()),
+    });
+    let changes = compare_lines(&a, &b)
+        .into_iter()
+        .zip(kinds)
+        .map(|(text, (fate, id))| view! { <li class=fate data-fate=fate data-finding=id>{text}</li> })
+        .collect_view();
+    let overlay = step_overlay(&a_trace, &b_trace).map(|o| {
+        view! { <CompareChart overlay=Arc::new(o) a_name=a_name.clone() b_name=b_name.clone()/> }
+    });
     let peaks = compare_peaks(&a, &b)
         .into_iter()
         .map(|p| {
@@ -59,6 +82,10 @@ pub fn Compare(
         <section id="compare" class="compare">
             <h2>"Comparison"</h2>
             <p>"A: "<strong>{a_name}</strong>" · B: "<strong>{b_name}</strong></p>
+            <p id="compare-headline" class="highlight-text">{headline}</p>
+            <h3>{titles::COMPARE_FINDINGS}</h3>
+            <ul id="compare-findings" class="lines">{changes}</ul>
+            {overlay}
             <h3>"Peaks"</h3>
             <table id="compare-peaks"><thead><tr><th>"metric"</th><th>"A"</th><th>"B"</th><th>"B − A"</th></tr></thead>
                 <tbody>{peaks}</tbody></table>

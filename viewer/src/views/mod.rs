@@ -13,6 +13,7 @@ mod allocator;
 mod batch_trials;
 mod breakdown;
 mod compare;
+mod compare_chart;
 mod counter_peaks;
 mod evals;
 mod exports;

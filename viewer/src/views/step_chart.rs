@@ -14,7 +14,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 
-use crate::chart::{Theme, fit_canvas, font, frame, on_resize};
+use crate::chart::{Theme, font, frame, keep_drawn};
 use crate::view_model::{PALETTE, StepChartData, step_chart};
 
 /// The chart's height in CSS pixels.
@@ -28,28 +28,13 @@ pub fn StepChart(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
     };
     let data = Arc::new(data);
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
-    let resized = RwSignal::new(0u32);
-    // Redrawn whenever the canvas's box changes size (window, scrollbar, layout).
-    Effect::new(move |_| {
-        if let Some(canvas) = canvas_ref.get() {
-            on_resize(&canvas, move || {
-                resized.try_update(|n| *n += 1);
-            });
-        }
-    });
     let drawn = data.clone();
-    Effect::new(move |_| {
-        resized.track();
-        let drawn = drawn.clone();
-        request_animation_frame(move || {
-            if let Some(canvas) = canvas_ref.get_untracked() {
-                let scale = fit_canvas(&canvas, HEIGHT_CSS_PX);
-                if draw(&canvas, &drawn, scale).is_some() {
-                    let _ = canvas.set_attribute("data-scale", &format!("{scale}"));
-                }
-            }
-        });
-    });
+    keep_drawn(
+        canvas_ref,
+        HEIGHT_CSS_PX,
+        || {},
+        move |canvas, scale| draw(canvas, &drawn, scale).is_some(),
+    );
     let caption = match (&data.projection, data.full_beyond) {
         (Some((_, (step, limit))), beyond) => format!(
             "{} at each stage per step; dashed: the leak's fit, carried on to the {} ({}) at step {}{}",

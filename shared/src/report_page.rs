@@ -1,0 +1,92 @@
+//! How a report (`collector report`, one offline HTML file) keeps its traces: each in a
+//! `<script id="oomscope-trace…" type="application/octet-stream">` element, base64, with the file
+//! name and the thinning notice as base64 `data-` attributes. The collector writes that element
+//! and both the viewer and `collector summary` read it back through here, so a report attached to
+//! a ticket opens, summarises and compares like the trace it was made from.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+/// The `id` of the element holding a report's `index`-th trace: `oomscope-trace`, then
+/// `oomscope-trace-1`, `-2`, … (a job's report holds several; the viewer reads them in order).
+pub fn trace_element_id(index: usize) -> String {
+    match index {
+        0 => "oomscope-trace".to_owned(),
+        i => format!("oomscope-trace-{i}"),
+    }
+}
+
+/// A trace found in a report's HTML.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportTrace {
+    /// The trace's bytes.
+    pub bytes: Vec<u8>,
+    /// The report's notice (the trace is a thinned copy of the recording), if it has one.
+    pub notice: Option<String>,
+}
+
+/// The first trace a report's HTML embeds, with its notice. `None` when `bytes` is not a report;
+/// an error (one sentence) when it is one whose trace is damaged.
+pub fn trace_in_report(bytes: &[u8]) -> Option<Result<ReportTrace, String>> {
+    let tag = format!("<script id=\"{}\"", trace_element_id(0));
+    let start = bytes.windows(tag.len()).position(|w| w == tag.as_bytes())?;
+    let rest = &bytes[start..];
+    let open_end = rest.iter().position(|b| *b == b'>')?;
+    let attributes = String::from_utf8_lossy(&rest[..open_end]);
+    let body = &rest[open_end + 1..];
+    const CLOSE: &[u8] = b"</script";
+    let close = body.windows(CLOSE.len()).position(|w| w == CLOSE)?;
+    let text: Vec<u8> = body[..close]
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    let notice = attributes
+        .split("data-notice=\"")
+        .nth(1)
+        .and_then(|v| v.split('"').next())
+        .and_then(|v| STANDARD.decode(v).ok())
+        .map(|v| String::from_utf8_lossy(&v).into_owned());
+    Some(
+        STANDARD
+            .decode(&text)
+            .map(|bytes| ReportTrace { bytes, notice })
+            .map_err(|e| format!("the report's embedded trace is damaged: {e}")),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(body: &str, notice: Option<&str>) -> String {
+        let notice = notice.map_or_else(String::new, |n| {
+            format!(" data-notice=\"{}\"", STANDARD.encode(n))
+        });
+        format!(
+            "<html><body><script id=\"{}\" type=\"application/octet-stream\"{notice}>\n{body}\n</script></body></html>",
+            trace_element_id(0)
+        )
+    }
+
+    #[test]
+    fn the_embedded_trace_and_its_notice_come_back() {
+        let html = page(&STANDARD.encode(b"OOMT trace bytes"), Some("thinned 4x"));
+        let t = trace_in_report(html.as_bytes()).unwrap().unwrap();
+        assert_eq!(t.bytes, b"OOMT trace bytes");
+        assert_eq!(t.notice.as_deref(), Some("thinned 4x"));
+    }
+
+    #[test]
+    fn other_files_are_not_reports_and_damage_is_one_sentence() {
+        assert!(trace_in_report(b"OOMT\x01\x04 not html").is_none());
+        assert!(trace_in_report(b"<html><script id=\"oomscope-trace\"").is_none());
+        let damaged = trace_in_report(page("!!not base64!!", None).as_bytes()).unwrap();
+        assert!(
+            damaged
+                .unwrap_err()
+                .starts_with("the report's embedded trace is damaged")
+        );
+        assert_eq!(trace_element_id(2), "oomscope-trace-2");
+    }
+}
