@@ -110,8 +110,13 @@ async fn assert_stage_table_matches(b: &Browser, summary: &Value) {
 }
 
 async fn painted_pixels(b: &Browser, canvas_id: &str) -> u64 {
+    painted_pixels_in(b, &format!("#{canvas_id}")).await
+}
+
+/// Pixels drawn darker than light grey on the canvas `css` selects.
+async fn painted_pixels_in(b: &Browser, css: &str) -> u64 {
     let script = format!(
-        "const c = document.getElementById('{canvas_id}');
+        "const c = document.querySelector(\"{css}\");
          const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
          let n = 0;
          for (let i = 0; i < d.length; i += 4) {{ if (d[i] < 200 || d[i + 1] < 200 || d[i + 2] < 200) n++; }}
@@ -486,7 +491,11 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
         b.wait_for("#stage-table tbody tr").await;
         let first = as_f64(&b.js("return document.body.dataset.firstChartMs").await).unwrap();
         let analysed = as_f64(&b.js("return document.body.dataset.analysisMs").await).unwrap();
-        println!("report run {run}: first chart {first:.0} ms, analysis done {analysed:.0} ms");
+        let tables = as_f64(&b.js("return document.body.dataset.tablesMs").await).unwrap();
+        println!(
+            "report run {run}: first chart {first:.0} ms, verdict (analysis done) {analysed:.0} ms, \
+             every table {tables:.0} ms"
+        );
     }
     for run in 0..3 {
         b.open(&viewer).await;
@@ -879,6 +888,42 @@ async fn a_torchrun_trace_shows_its_ranks_and_one_rank_at_a_time() {
         assert!(!expected.is_empty(), "rank {want} has stages");
         assert_eq!(counts.as_array().unwrap(), &expected, "rank {want}");
     }
+
+    // A small chart per rank on one scale: its peak is the rank table's, the highest rank (the
+    // summary's worst) is the one drawn in red, and clicking a chart opens that rank below.
+    let figures = b
+        .js("return [...document.querySelectorAll('#rank-multiples figure')].map(f => [Number(f.dataset.rank), Number(f.dataset.peakBytes), f.classList.contains('worst')])")
+        .await;
+    let expected: Vec<Value> = ranks["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let rank = r["rank"].as_u64().unwrap();
+            let highest = text.contains(&format!("highest: rank {rank} "));
+            serde_json::json!([rank, r["peak_host_bytes"], highest])
+        })
+        .collect();
+    assert_eq!(figures.as_array().unwrap(), &expected, "{text}");
+    b.wait_for("#rank-multiples figure[data-rank='0'] canvas[data-scale]")
+        .await;
+    assert!(painted_pixels_in(&b, "#rank-multiples figure[data-rank='0'] canvas").await > 100);
+    b.d()
+        .find(By::Css("#rank-multiples figure[data-rank='1']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let picked = b
+        .js("return document.getElementById('rank-select').value")
+        .await;
+    assert_eq!(picked, "1");
+    assert_eq!(
+        b.js("return document.querySelector('#rank-multiples figure.selected').dataset.rank")
+            .await,
+        "1"
+    );
     b.quit().await;
 }
 

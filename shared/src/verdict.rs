@@ -9,7 +9,7 @@
 
 use crate::analysis::Analysis;
 use crate::analysis::recommend::{Finding, Severity};
-use crate::model::Trace;
+use crate::model::{ExitStatus, Trace};
 use crate::units::{format_count, format_duration_us};
 
 /// At most this many findings lead the report.
@@ -109,7 +109,6 @@ fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
                 mark stages with oomscope_probe.mark()"
             .to_owned();
     }
-    let failed = trace.failed();
     let mut checked = format!(
         "No memory problem found in {} marks over {} steps",
         format_count(o.marks as u64),
@@ -122,8 +121,11 @@ fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
     if analysis.host_memory.is_some() {
         checked.push_str(", host memory never short");
     }
-    if failed {
-        checked.push_str("; the program failed for another reason (see how it ended)");
+    match trace.exit.map(|e| e.status) {
+        // No exit record: the recording stopped first (or was cut); a failure is not a fact.
+        None => checked.push_str("; how the program ended was not recorded (see how it ended)"),
+        Some(ExitStatus::Code(0)) => {}
+        Some(_) => checked.push_str("; the program failed for another reason (see how it ended)"),
     }
     checked
 }
@@ -240,6 +242,28 @@ mod tests {
         assert!(v.lines.is_empty(), "{:?}", v.lines);
         assert!(v.clean.unwrap().contains("without stage marks"));
         assert_eq!(v.short, "no problem seen (no stage marks)");
+    }
+
+    #[test]
+    fn a_clean_run_is_called_failed_only_when_its_exit_says_so() {
+        let mut trace = decode(&TrainingRun::default().to_bytes()).unwrap().trace;
+        let said = |trace: &Trace| {
+            verdict(trace, &analyze(trace, &AnalysisOptions::default()))
+                .clean
+                .unwrap()
+        };
+        assert_eq!(trace.exit.map(|e| e.status), Some(ExitStatus::Code(0)));
+        let ok = said(&trace);
+        assert!(!ok.contains(';'), "{ok}");
+        trace.exit.as_mut().unwrap().status = ExitStatus::Code(1);
+        assert!(
+            said(&trace).ends_with("; the program failed for another reason (see how it ended)")
+        );
+        // Still running when the recording stopped: no exit, so no failure to speak of.
+        trace.exit = None;
+        let unknown = said(&trace);
+        assert!(!unknown.contains("failed"), "{unknown}");
+        assert!(unknown.ends_with("; how the program ended was not recorded (see how it ended)"));
     }
 
     #[test]

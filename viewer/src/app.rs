@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leptos::prelude::*;
+use oomscope_trace::Trace;
 use oomscope_trace::analysis::Analysis;
+use oomscope_trace::verdict::Spotlight;
 
 use crate::browser;
 use crate::job::JobReport;
@@ -25,46 +27,67 @@ const ANALYSIS_FALLBACK: Duration = Duration::from_millis(100);
 pub struct Opened {
     /// What was decoded.
     pub loaded: Arc<Loaded>,
-    /// Filled in a task after the first chart is drawn.
+    /// Filled in a task after the first chart is drawn; the verdict, findings, OOMs, ranks and
+    /// the per-step chart show as soon as it is.
     pub analysis: RwSignal<Option<Arc<Analysis>>>,
+    /// Set a frame after the analysis: the remaining sections (tables, allocator, statistics)
+    /// are built then, so they never delay the verdict.
+    pub tables: RwSignal<bool>,
 }
 
 impl Opened {
     /// Starts the analysis in a task after the next animation frame, in which the timeline
-    /// draws: the chart comes first, the tables a moment later. A plain timer backs the frame
-    /// up, because browsers pause animation frames in hidden tabs and some headless modes.
+    /// draws: the chart comes first, the verdict a moment later, the tables after it. A plain
+    /// timer backs each frame up, because browsers pause animation frames in hidden tabs and
+    /// some headless modes. Printing waits for nothing: everything is built at once.
     pub fn new(loaded: impl Into<Arc<Loaded>>) -> Opened {
         let loaded: Arc<Loaded> = loaded.into();
         let analysis = RwSignal::new(None);
+        let tables = RwSignal::new(false);
         if let Some(trace) = loaded.trace.clone() {
-            let started = StoredValue::new(false);
-            let run = move || {
-                // The `beforeprint` listener outlives a trace that was closed: then do nothing.
-                if started.try_get_value().unwrap_or(true) {
-                    return;
+            let show_tables = move || {
+                // A trace closed before its timer fired: do nothing.
+                if tables.try_get_untracked() == Some(false) {
+                    tables.set(true);
+                    browser::record_time("data-tables-ms");
                 }
-                started.set_value(true);
-                analysis.set(Some(Arc::new(analyse(&trace))));
-                if let Some(body) = web_sys::window()
-                    .and_then(|w| w.document())
-                    .and_then(|d| d.body())
-                {
-                    let _ = body
-                        .set_attribute("data-analysis-ms", &format!("{:.1}", browser::now_ms()));
+            };
+            let run = move |all_at_once: bool| {
+                // The `beforeprint` listener outlives a trace that was closed: then do nothing.
+                if analysis.try_with_untracked(Option::is_none) == Some(true) {
+                    analysis.set(Some(Arc::new(analyse(&trace))));
+                    browser::record_time("data-analysis-ms");
+                }
+                if all_at_once {
+                    show_tables();
+                } else {
+                    request_animation_frame(move || set_timeout(show_tables, Duration::ZERO));
+                    set_timeout(show_tables, ANALYSIS_FALLBACK);
                 }
             };
             // Printing cannot wait for a frame or a timer: the printout would say "analysing…".
             if browser::printing() {
-                run();
+                run(true);
             } else {
                 let before_print = run.clone();
-                browser::on_window_event("beforeprint", before_print);
-                let after_frame = run.clone();
-                request_animation_frame(move || set_timeout(after_frame, Duration::ZERO));
-                set_timeout(run, ANALYSIS_FALLBACK);
+                browser::on_window_event("beforeprint", move || before_print(true));
+                let started = StoredValue::new(false);
+                let once = move || {
+                    if started.try_get_value() == Some(false) {
+                        started.set_value(true);
+                        run(false);
+                    }
+                };
+                let first = once.clone();
+                request_animation_frame(move || set_timeout(first, Duration::ZERO));
+                set_timeout(once, ANALYSIS_FALLBACK);
             }
         }
-        Opened { loaded, analysis }
+        Opened {
+            loaded,
+            analysis,
+            tables,
+        }
     }
 }
 
@@ -236,6 +259,7 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
         return view! { <Overview loaded=loaded/> }.into_any();
     };
     let analysis = opened.analysis;
+    let tables = opened.tables;
     let a_name = loaded.name.clone();
     let a_trace = trace.clone();
     let comparison = move || {
@@ -255,8 +279,7 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
         Some(view)
     };
     let analysed_trace = trace.clone();
-    let analysed = move || {
-        match analysis.get() {
+    let analysed = move || match analysis.get() {
         None => view! { <p id="analysing" class="hint">"analysing…"</p> }.into_any(),
         Some(a) => {
             let spotlight = oomscope_trace::verdict::spotlight(&analysed_trace, &a);
@@ -265,22 +288,19 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
                     empty="Nothing to change: no rule found a problem in this trace."/>
                 <Ooms analysis=a.clone()/>
                 <AliveAtOom analysis=a.clone()/>
+                {a.ranks.clone().map(|r| view! { <Ranks ranks=Arc::new(r) prefix=""/> })}
                 <StepChart trace=analysed_trace.clone() analysis=a.clone()/>
                 <Growth analysis=a.clone()/>
                 <Evals analysis=a.clone() spotlight=spotlight.clone()/>
-                {a.ranks.clone().map(|r| view! { <Ranks ranks=Arc::new(r) prefix=""/> })}
-                <StageTable table=a.stage_table.clone() growth=a.largest_growth.clone() prefix="stage"
-                    spotlight=spotlight.clone()/>
-                <StepTable trace=analysed_trace.clone() analysis=a.clone() spotlight=spotlight/>
-                <CounterPeaks analysis=a.clone()/>
-                <Allocator analysis=a.clone()/>
-                <Breakdown trace=analysed_trace.clone() analysis=a.clone()/>
-                <Statistics trace=analysed_trace.clone()/>
-                <BatchTrials trace=analysed_trace.clone() analysis=a/>
+                {
+                    let (trace, a) = (analysed_trace.clone(), a.clone());
+                    move || tables.get().then(|| view! {
+                        <Tables trace=trace.clone() analysis=a.clone() spotlight=spotlight.clone()/>
+                    })
+                }
             }
         }
         .into_any(),
-    }
     };
     let verdict_trace = trace.clone();
     let verdict = move || view! { <Verdict trace=verdict_trace.clone() analysis=analysis.get()/> };
@@ -293,4 +313,21 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
         <Exports name=loaded.name.clone() trace=trace/>
     }
     .into_any()
+}
+
+/// The sections built a frame after the verdict: the stage and step tables, peaks of every
+/// counter, the allocator, the breakdown at the peak, statistics and batch-size trials.
+#[component]
+fn Tables(trace: Arc<Trace>, analysis: Arc<Analysis>, spotlight: Spotlight) -> impl IntoView {
+    let a = analysis;
+    view! {
+        <StageTable table=a.stage_table.clone() growth=a.largest_growth.clone() prefix="stage"
+            spotlight=spotlight.clone()/>
+        <StepTable trace=trace.clone() analysis=a.clone() spotlight=spotlight/>
+        <CounterPeaks analysis=a.clone()/>
+        <Allocator analysis=a.clone()/>
+        <Breakdown trace=trace.clone() analysis=a.clone()/>
+        <Statistics trace=trace.clone()/>
+        <BatchTrials trace=trace analysis=a/>
+    }
 }

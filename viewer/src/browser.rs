@@ -108,6 +108,14 @@ pub fn record_first_chart() {
     }
 }
 
+/// Sets `name` on the page's body to the milliseconds since the page started (the browser tests
+/// and BENCHMARKS.md read them: `data-analysis-ms`, `data-tables-ms`).
+pub fn record_time(name: &str) {
+    if let Some(body) = document().and_then(|d| d.body()) {
+        let _ = body.set_attribute(name, &format!("{:.1}", now_ms()));
+    }
+}
+
 /// Sets the page title (a DOM property: the text is never parsed).
 pub fn set_title(title: &str) {
     if let Some(d) = document() {

@@ -244,6 +244,59 @@ pub struct RankSummary {
     /// Its growth fits per stage (the fleet export's `fits` table; not in the summary's JSON).
     #[serde(skip)]
     pub leak_fits: Vec<GrowthFit>,
+    /// Its memory over time, thinned for a small chart (the viewer's small multiples; not in the
+    /// summary's JSON).
+    #[serde(skip)]
+    pub curve: Option<RankCurve>,
+}
+
+/// Most points in a [`RankCurve`]: enough for a chart a few hundred pixels wide.
+pub const CURVE_POINTS: usize = 160;
+
+/// One rank's memory over time: its process's GPU memory when recorded, else its resident host
+/// memory; each point the highest value in its slice of the rank's samples, so a thinned curve
+/// never hides a peak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankCurve {
+    /// Whether the curve is GPU memory (else host RSS).
+    pub device: bool,
+    /// (µs on the job's clock, bytes), in time order; at most [`CURVE_POINTS`].
+    pub points: Vec<(u64, u64)>,
+}
+
+/// The curve of one rank's view ([`RankCurve`]); `None` without GPU or host samples.
+fn rank_curve(view: &Trace, offset_us: u64) -> Option<RankCurve> {
+    let highest = |kind: CounterKind| {
+        view.counters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == kind)
+            .map(|(i, _)| CounterId(i as u32))
+            .filter_map(|id| Some((id, view.samples.points(id).map(|(_, v)| v).max()?)))
+            .max_by_key(|(_, peak)| *peak)
+            .map(|(id, _)| id)
+    };
+    let (device, id) = match highest(CounterKind::ProcessGpu) {
+        Some(id) => (true, id),
+        None => (false, highest(CounterKind::HostRss)?),
+    };
+    let points: Vec<(u64, u64)> = view.samples.points(id).collect();
+    let (first, last) = (points.first()?.0, points.last()?.0);
+    let slices = CURVE_POINTS as u64;
+    let width = ((last - first) / slices).max(1);
+    let mut curve: Vec<(u64, u64)> = Vec::new();
+    for (t, v) in points {
+        let slice = ((t - first) / width).min(slices - 1);
+        let at = first + slice * width + offset_us;
+        match curve.last_mut() {
+            Some((s, best)) if *s == at => *best = (*best).max(v),
+            _ => curve.push((at, v)),
+        }
+    }
+    Some(RankCurve {
+        device,
+        points: curve,
+    })
 }
 
 /// A rank's first OOM.
@@ -469,6 +522,7 @@ fn summarize_view(
         stage_table: analysis.stage_table,
         findings: analysis.findings,
         leak_fits: analysis.leak_fits,
+        curve: rank_curve(view, offset_us),
     }
 }
 
@@ -683,6 +737,29 @@ mod tests {
             });
         }
         t
+    }
+
+    #[test]
+    fn a_rank_s_curve_is_thinned_on_the_job_clock_and_keeps_its_peak() {
+        let mut t = one_task(3, 0);
+        t.samples = Samples::with_counters(1);
+        // 10 000 samples over 10 s, a one-sample spike at 4.321 s.
+        for i in 0..10_000u64 {
+            let mib = if i == 4_321 { 900 } else { 100 + i / 100 };
+            t.samples.push_row(i * 1_000, &[(CounterId(0), mib << 20)]);
+        }
+        let summary = &summarize(&t, "", 5_000_000, &AnalysisOptions::default())[0];
+        let curve = summary.curve.as_ref().unwrap();
+        assert!(!curve.device);
+        assert!(curve.points.len() <= CURVE_POINTS && curve.points.len() >= CURVE_POINTS - 1);
+        assert_eq!(
+            curve.points.iter().map(|p| p.1).max(),
+            summary.peak_host_bytes
+        );
+        assert_eq!(curve.points.iter().map(|p| p.1).max(), Some(900 << 20));
+        assert_eq!(curve.points[0], (5_000_000, 100 << 20));
+        assert!(curve.points.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(curve.points.last().unwrap().0 <= 5_000_000 + 9_999_000);
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod findings;
 mod growth;
 mod ooms;
 mod overview;
+mod rank_multiples;
 mod ranks;
 mod stage_table;
 mod statistics;

@@ -1,5 +1,5 @@
 //! Ranks side by side (torchrun's workers under one collector, or a job's traces): the highest
-//! rank and the spread, a row per rank, the largest imbalance, and one rank's own stage table and
+//! rank and the spread, a small chart per rank on one scale, a row per rank, the largest imbalance, and one rank's own stage table and
 //! findings, chosen with a selector. The sentences are `shared::text`'s, so the page and
 //! `collector summary` say the same.
 
@@ -10,6 +10,7 @@ use oomscope_trace::analysis::ranks::RankAnalysis;
 use oomscope_trace::text::{node_of, rank_ended, rank_highest, rank_imbalance};
 use oomscope_trace::units::{format_bytes, format_count};
 
+use super::rank_multiples::RankMultiples;
 use super::{Findings, StageTable, opt_num, opt_text};
 
 /// The ranks of a trace (`prefix` empty: `#ranks`, `#rank-table`, `#rank-select`, …) or of a
@@ -69,6 +70,7 @@ pub fn Ranks(ranks: Arc<RankAnalysis>, prefix: &'static str) -> impl IntoView {
         <section id=id("ranks")>
             <h2>{format!("Ranks ({})", ranks.ranks.len())}</h2>
             <p id=id("rank-highest") class="highlight-text">{rank_highest(&ranks)}</p>
+            <RankMultiples ranks=ranks.clone() prefix=prefix selected=selected/>
             <table id=id("rank-table")>
                 <thead><tr><th>"rank"</th><th>"pid"</th><th>"node"</th><th>"marks"</th><th>"step"</th>
                 <th>"host peak"</th><th>"dev peak"</th><th>"ended"</th></tr></thead>
