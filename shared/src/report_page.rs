@@ -28,6 +28,16 @@ pub struct ReportTrace {
 /// The first trace a report's HTML embeds, with its notice. `None` when `bytes` is not a report;
 /// an error (one sentence) when it is one whose trace is damaged.
 pub fn trace_in_report(bytes: &[u8]) -> Option<Result<ReportTrace, String>> {
+    // A report is HTML: it starts with `<` (after any byte-order mark or blank); a trace starts
+    // with its magic. Only HTML is searched, so reading a large trace costs nothing here.
+    let start = bytes
+        .strip_prefix(b"\xEF\xBB\xBF")
+        .unwrap_or(bytes)
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())?;
+    if *start != b'<' {
+        return None;
+    }
     let tag = format!("<script id=\"{}\"", trace_element_id(0));
     let start = bytes.windows(tag.len()).position(|w| w == tag.as_bytes())?;
     let rest = &bytes[start..];
@@ -80,6 +90,10 @@ mod tests {
     #[test]
     fn other_files_are_not_reports_and_damage_is_one_sentence() {
         assert!(trace_in_report(b"OOMT\x01\x04 not html").is_none());
+        // A trace that happens to hold the element's text is still not a report.
+        let tag = format!("OOMT\x01\x04<script id=\"{}\">QUJD</script>", trace_element_id(0));
+        assert!(trace_in_report(tag.as_bytes()).is_none());
+        assert!(trace_in_report(format!("\u{feff}\n{}", page("QUJD", None)).as_bytes()).is_some());
         assert!(trace_in_report(b"<html><script id=\"oomscope-trace\"").is_none());
         let damaged = trace_in_report(page("!!not base64!!", None).as_bytes()).unwrap();
         assert!(
