@@ -681,6 +681,7 @@ async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
         pixels > 1_000,
         "overlay looks blank ({pixels} painted pixels)"
     );
+    b.screenshot_if_asked("#compare", "compare").await;
     b.quit().await;
 }
 
@@ -924,6 +925,7 @@ async fn a_torchrun_trace_shows_its_ranks_and_one_rank_at_a_time() {
             .await,
         "1"
     );
+    b.screenshot_if_asked("#ranks", "ranks").await;
     b.quit().await;
 }
 

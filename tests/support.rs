@@ -241,6 +241,25 @@ impl Browser {
             .clone()
     }
 
+    /// With `OOMSCOPE_SCREENSHOTS=DIR` set, scrolls `css` to the top of the window and saves the
+    /// window as `DIR/NAME.png` (how the README's screenshots of interactive states are made:
+    /// `OOMSCOPE_SCREENSHOTS=docs/screenshots cargo test -p oomscope-e2e --test browser`).
+    pub async fn screenshot_if_asked(&self, css: &str, name: &str) {
+        let Some(dir) = std::env::var_os("OOMSCOPE_SCREENSHOTS") else {
+            return;
+        };
+        self.js(&format!(
+            "document.querySelector(\"{css}\").scrollIntoView(); return 1"
+        ))
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let path = Path::new(&dir).join(format!("{name}.png"));
+        self.d()
+            .screenshot(&path)
+            .await
+            .unwrap_or_else(|e| panic!("screenshot {}: {e}", path.display()));
+    }
+
     /// Ends the session cleanly.
     pub async fn quit(mut self) {
         if let Some(d) = self.driver.take() {

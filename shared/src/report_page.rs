@@ -91,7 +91,10 @@ mod tests {
     fn other_files_are_not_reports_and_damage_is_one_sentence() {
         assert!(trace_in_report(b"OOMT\x01\x04 not html").is_none());
         // A trace that happens to hold the element's text is still not a report.
-        let tag = format!("OOMT\x01\x04<script id=\"{}\">QUJD</script>", trace_element_id(0));
+        let tag = format!(
+            "OOMT\x01\x04<script id=\"{}\">QUJD</script>",
+            trace_element_id(0)
+        );
         assert!(trace_in_report(tag.as_bytes()).is_none());
         assert!(trace_in_report(format!("\u{feff}\n{}", page("QUJD", None)).as_bytes()).is_some());
         assert!(trace_in_report(b"<html><script id=\"oomscope-trace\"").is_none());

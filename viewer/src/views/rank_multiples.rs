@@ -67,7 +67,8 @@ pub fn RankMultiples(
         t0_us,
         t1_us: t1_us.max(t0_us + 1),
         top_bytes: top_bytes.max(1),
-        median_peak_bytes: peaks[peaks.len() / 2],
+        // The lower median, as the imbalance finding's: with two ranks, the other one.
+        median_peak_bytes: peaks[(peaks.len() - 1) / 2],
     };
     let worst = ranks.worst().map(|(w, _, _)| w.rank);
     let device = curves.iter().all(|(_, c)| c.device);
