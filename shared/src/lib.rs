@@ -35,6 +35,7 @@ pub mod launch_env;
 pub mod launcher_text;
 pub mod model;
 pub mod oom_text;
+pub mod pickle;
 pub mod protocol;
 pub mod reduce;
 pub mod report_page;

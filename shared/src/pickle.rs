@@ -1,0 +1,877 @@
+//! A streaming reader of Python pickles, for PyTorch's memory snapshots
+//! (`torch.cuda.memory._dump_snapshot`), which can be gigabytes.
+//!
+//! Why not a pickle crate: snapshots are a DAG — torch shares frame dicts, stack lists and key
+//! strings between entries, and the pickle's memo refers back to them. serde-pickle deep-clones
+//! every memo reference and, on snapshots, either refuses ("recursive structure") or silently
+//! empties the shared frame dicts (`../shared/reference/research-snapshots.md` §3). Here values
+//! are reference-counted, so a shared object is one object however often it is referred to, and
+//! the reader streams: each item appended to a list is first offered to a [`Visitor`], which may
+//! take it (a trace entry, turned into a compact event) so that it is dropped at once instead of
+//! being kept until the end. Memory then stays near the size of what the visitor keeps.
+//!
+//! Only the object kinds snapshots contain are read: dict, list, tuple, str, bytes, int (any size
+//! up to 128 bits, so torch's 9-byte addresses are fine), float, bool and None, in protocols 2 to
+//! 5 (including `FRAME`, `MEMOIZE` and the explicit, possibly sparse, `BINPUT` memo of torch's
+//! C++ pickler). Anything else — a class, a global, a persistent id, an out-of-band buffer, the
+//! text opcodes of protocols 0 and 1 — is an error naming the opcode and its offset. The reader
+//! never panics and never allocates more than the input delivers: a declared length is read in
+//! pieces as the bytes arrive.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::io::Read;
+use std::rc::Rc;
+
+/// A pickled value. Containers are shared (`Rc`): a memo reference is the same object.
+#[derive(Debug, Clone)]
+pub enum Value {
+    /// `None`.
+    None,
+    /// `True` / `False`.
+    Bool(bool),
+    /// An int (pickles allow any size; larger than 128 bits is an error).
+    Int(i128),
+    /// A float.
+    Float(f64),
+    /// A str (invalid UTF-8, such as lone surrogates, decoded lossily).
+    Str(Rc<str>),
+    /// bytes or bytearray.
+    Bytes(Rc<[u8]>),
+    /// A list.
+    List(Rc<List>),
+    /// A dict.
+    Dict(Rc<Dict>),
+    /// A tuple.
+    Tuple(Rc<[Value]>),
+    /// What a [`Visitor`] put in the memo in place of an object it took and keeps in its own
+    /// form (an interned stack, say): later references to that object read this handle.
+    Handle(u32),
+}
+
+/// No memo slot.
+const NO_SLOT: u32 = u32::MAX;
+
+/// A list under construction or complete.
+#[derive(Debug)]
+pub struct List {
+    /// Its items (those a visitor took are not here).
+    pub items: RefCell<Vec<Value>>,
+    /// Lists are numbered in the order they are created (0, 1, …).
+    pub id: u32,
+    memo: Cell<u32>,
+}
+
+/// A dict, as (key, value) pairs in insertion order.
+#[derive(Debug)]
+pub struct Dict {
+    /// Its items.
+    pub items: RefCell<Vec<(Value, Value)>>,
+    memo: Cell<u32>,
+}
+
+impl Dict {
+    /// The value under the str key `key` (the last one set).
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.items
+            .borrow()
+            .iter()
+            .rev()
+            .find(|(k, _)| matches!(k, Value::Str(s) if &**s == key))
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The memo slot holding this dict, if it was memoized.
+    pub fn memo_slot(&self) -> Option<u32> {
+        slot(self.memo.get())
+    }
+}
+
+impl List {
+    /// The memo slot holding this list, if it was memoized.
+    pub fn memo_slot(&self) -> Option<u32> {
+        slot(self.memo.get())
+    }
+}
+
+fn slot(raw: u32) -> Option<u32> {
+    (raw != NO_SLOT).then_some(raw)
+}
+
+impl Value {
+    /// The int, when it is one that fits `u64`.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::Int(i) => u64::try_from(*i).ok(),
+            Value::Bool(b) => Some(u64::from(*b)),
+            _ => None,
+        }
+    }
+
+    /// The int, when it is one that fits `i64`.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => i64::try_from(*i).ok(),
+            _ => None,
+        }
+    }
+
+    /// The number as a float (ints too).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) => Some(*f),
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+
+    /// The str.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The bool (ints 0 and 1 too).
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            Value::Int(0) => Some(false),
+            Value::Int(1) => Some(true),
+            _ => None,
+        }
+    }
+}
+
+/// The memo: pickle's table of objects that later opcodes refer back to.
+#[derive(Debug, Default)]
+pub struct Memo {
+    slots: Vec<Option<Value>>,
+}
+
+impl Memo {
+    /// Puts `value` in `slot` (a visitor's handle in place of an object it took, or `None` to
+    /// forget an object no later opcode will refer to).
+    pub fn replace(&mut self, slot: u32, value: Option<Value>) {
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            *s = value;
+        }
+    }
+
+    fn put(&mut self, slot: u32, value: &Value) {
+        let i = slot as usize;
+        if i >= self.slots.len() {
+            self.slots.resize(i + 1, None);
+        }
+        match value {
+            Value::List(l) if l.memo.get() == NO_SLOT => l.memo.set(slot),
+            Value::Dict(d) if d.memo.get() == NO_SLOT => d.memo.set(slot),
+            _ => {}
+        }
+        self.slots[i] = Some(value.clone());
+    }
+
+    fn get(&self, slot: u32) -> Option<&Value> {
+        self.slots.get(slot as usize)?.as_ref()
+    }
+}
+
+/// Sees items as they are appended to lists, and may take them.
+pub trait Visitor {
+    /// `item` is being appended to `list`. Return `true` to take it: it is then not kept in the
+    /// list, and its memo slot is emptied (pickles memoize each container once and trace entries
+    /// are never referred to again). `memo` lets the visitor put handles in place of objects it
+    /// keeps in its own form.
+    fn appended(&mut self, list: &List, item: &Value, memo: &mut Memo) -> bool;
+}
+
+/// A visitor that takes nothing: the whole value is built.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KeepAll;
+
+impl Visitor for KeepAll {
+    fn appended(&mut self, _: &List, _: &Value, _: &mut Memo) -> bool {
+        false
+    }
+}
+
+/// Why a pickle could not be read (to the end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PickleError {
+    /// Byte offset of the opcode (or the read) that failed.
+    pub offset: u64,
+    /// What went wrong.
+    pub kind: PickleErrorKind,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PickleErrorKind {
+    /// The input ended before `STOP`.
+    Truncated,
+    /// An opcode for something snapshots never hold (a class, a global, a buffer, …).
+    Unsupported {
+        /// The opcode byte.
+        opcode: u8,
+        /// Its name in Python's `pickletools`.
+        name: &'static str,
+    },
+    /// A byte that is no pickle opcode.
+    UnknownOpcode(u8),
+    /// A protocol other than 2–5.
+    Protocol(u8),
+    /// The pickle is malformed (stack or memo misuse).
+    Malformed(&'static str),
+    /// An int wider than 128 bits.
+    IntTooLarge,
+    /// Reading failed.
+    Io(String),
+}
+
+impl fmt::Display for PickleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = self.offset;
+        match &self.kind {
+            PickleErrorKind::Truncated => write!(f, "the pickle ends at byte {at} before its end"),
+            PickleErrorKind::Unsupported { opcode, name } => write!(
+                f,
+                "unsupported pickle opcode {name} (0x{opcode:02x}) at byte {at}: a memory \
+                 snapshot holds only dicts, lists, tuples, strings, numbers, booleans and None"
+            ),
+            PickleErrorKind::UnknownOpcode(op) => {
+                write!(f, "byte 0x{op:02x} at {at} is not a pickle opcode")
+            }
+            PickleErrorKind::Protocol(p) => write!(
+                f,
+                "pickle protocol {p} at byte {at}: only protocols 2 to 5 are read"
+            ),
+            PickleErrorKind::Malformed(what) => {
+                write!(f, "malformed pickle at byte {at}: {what}")
+            }
+            PickleErrorKind::IntTooLarge => {
+                write!(f, "an integer wider than 128 bits at byte {at}")
+            }
+            PickleErrorKind::Io(e) => write!(f, "reading the pickle failed at byte {at}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PickleError {}
+
+/// The reader's state when it stopped: what was on its stack and in its memo. After an error
+/// (a cut-short file), the stack holds the containers under construction, so a caller can keep
+/// the prefix that was read.
+#[derive(Debug, Default)]
+pub struct Leftover {
+    /// The stack, bottom first (marks removed).
+    pub stack: Vec<Value>,
+}
+
+/// Reads one pickle from `input` to its `STOP`, offering list items to `visitor`. Returns the
+/// value, or the error with what was on the stack when it happened.
+pub fn read<R: Read, V: Visitor>(
+    input: R,
+    visitor: &mut V,
+) -> Result<Value, (PickleError, Leftover)> {
+    let mut m = Machine {
+        input: Input::new(input),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Memo::default(),
+        lists: 0,
+    };
+    match m.run(visitor) {
+        Ok(v) => Ok(v),
+        Err(kind) => Err((
+            PickleError {
+                offset: m.input.opcode_at,
+                kind,
+            },
+            Leftover { stack: m.stack },
+        )),
+    }
+}
+
+/// Reads a whole pickle held in memory, keeping everything (tests and small files).
+pub fn from_slice(bytes: &[u8]) -> Result<Value, PickleError> {
+    read(bytes, &mut KeepAll).map_err(|(e, _)| e)
+}
+
+/// Buffered input that counts bytes.
+struct Input<R> {
+    inner: R,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    consumed: u64,
+    opcode_at: u64,
+}
+
+const BUFFER_BYTES: usize = 256 << 10;
+
+impl<R: Read> Input<R> {
+    fn new(inner: R) -> Input<R> {
+        Input {
+            inner,
+            buf: vec![0; BUFFER_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            consumed: 0,
+            opcode_at: 0,
+        }
+    }
+
+    fn fill(&mut self) -> Result<bool, PickleErrorKind> {
+        if self.start < self.end {
+            return Ok(true);
+        }
+        loop {
+            match self.inner.read(&mut self.buf) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.start = 0;
+                    self.end = n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(PickleErrorKind::Io(e.to_string())),
+            }
+        }
+    }
+
+    fn byte(&mut self) -> Result<u8, PickleErrorKind> {
+        if !self.fill()? {
+            return Err(PickleErrorKind::Truncated);
+        }
+        let b = self.buf[self.start];
+        self.start += 1;
+        self.consumed += 1;
+        Ok(b)
+    }
+
+    /// Exactly `N` bytes.
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], PickleErrorKind> {
+        let mut out = [0u8; N];
+        if self.end - self.start >= N {
+            out.copy_from_slice(&self.buf[self.start..self.start + N]);
+            self.start += N;
+            self.consumed += N as u64;
+            return Ok(out);
+        }
+        for b in &mut out {
+            *b = self.byte()?;
+        }
+        Ok(out)
+    }
+
+    /// `len` bytes, read in pieces as they arrive (a damaged length never allocates more than
+    /// the input holds).
+    fn bytes(&mut self, len: u64) -> Result<Vec<u8>, PickleErrorKind> {
+        let mut out = Vec::with_capacity(len.min(BUFFER_BYTES as u64) as usize);
+        let mut left = len;
+        while left > 0 {
+            if !self.fill()? {
+                return Err(PickleErrorKind::Truncated);
+            }
+            let n = ((self.end - self.start) as u64).min(left) as usize;
+            out.extend_from_slice(&self.buf[self.start..self.start + n]);
+            self.start += n;
+            self.consumed += n as u64;
+            left -= n as u64;
+        }
+        Ok(out)
+    }
+
+    fn skip(&mut self, len: u64) -> Result<(), PickleErrorKind> {
+        let mut left = len;
+        while left > 0 {
+            if !self.fill()? {
+                return Err(PickleErrorKind::Truncated);
+            }
+            let n = ((self.end - self.start) as u64).min(left) as usize;
+            self.start += n;
+            self.consumed += n as u64;
+            left -= n as u64;
+        }
+        Ok(())
+    }
+}
+
+struct Machine<R> {
+    input: Input<R>,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    memo: Memo,
+    lists: u32,
+}
+
+/// Python's names for the opcodes snapshots never use, for the error message.
+fn unsupported_name(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        0x8f => "EMPTY_SET",
+        0x90 => "ADDITEMS",
+        0x91 => "FROZENSET",
+        b'I' => "INT",
+        b'L' => "LONG",
+        b'S' => "STRING",
+        b'T' => "BINSTRING",
+        b'U' => "SHORT_BINSTRING",
+        b'V' => "UNICODE",
+        b'F' => "FLOAT",
+        b'g' => "GET",
+        b'p' => "PUT",
+        _ => return None,
+    })
+}
+
+fn str_value(bytes: &[u8]) -> Value {
+    Value::Str(match std::str::from_utf8(bytes) {
+        Ok(s) => Rc::from(s),
+        Err(_) => Rc::from(String::from_utf8_lossy(bytes).as_ref()),
+    })
+}
+
+/// A little-endian two's-complement int of up to 16 bytes (LONG1/LONG4).
+fn long(bytes: &[u8]) -> Result<i128, PickleErrorKind> {
+    if bytes.is_empty() {
+        return Ok(0);
+    }
+    let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+    // Drop sign-extension bytes beyond 16: a 17-byte 0x00…-padded value still fits.
+    let mut used = bytes;
+    while used.len() > 16 {
+        let last = used[used.len() - 1];
+        if last != if negative { 0xff } else { 0 } {
+            return Err(PickleErrorKind::IntTooLarge);
+        }
+        used = &used[..used.len() - 1];
+    }
+    let mut full = [if negative { 0xff } else { 0 }; 16];
+    full[..used.len()].copy_from_slice(used);
+    let v = i128::from_le_bytes(full);
+    // Sign-extension dropped above must not change the sign.
+    if (v < 0) != negative {
+        return Err(PickleErrorKind::IntTooLarge);
+    }
+    Ok(v)
+}
+
+impl<R: Read> Machine<R> {
+    fn pop(&mut self) -> Result<Value, PickleErrorKind> {
+        if self.marks.last().is_some_and(|m| *m >= self.stack.len()) {
+            return Err(PickleErrorKind::Malformed("pop across a mark"));
+        }
+        self.stack
+            .pop()
+            .ok_or(PickleErrorKind::Malformed("stack underflow"))
+    }
+
+    fn top(&self) -> Result<&Value, PickleErrorKind> {
+        if self.marks.last().is_some_and(|m| *m >= self.stack.len()) {
+            return Err(PickleErrorKind::Malformed("no value above the mark"));
+        }
+        self.stack
+            .last()
+            .ok_or(PickleErrorKind::Malformed("empty stack"))
+    }
+
+    /// The items above the last mark, which is removed.
+    fn pop_mark(&mut self) -> Result<Vec<Value>, PickleErrorKind> {
+        let mark = self
+            .marks
+            .pop()
+            .ok_or(PickleErrorKind::Malformed("no mark"))?;
+        Ok(self.stack.split_off(mark.min(self.stack.len())))
+    }
+
+    fn new_list(&mut self, items: Vec<Value>) -> Value {
+        let id = self.lists;
+        self.lists = self.lists.wrapping_add(1);
+        Value::List(Rc::new(List {
+            items: RefCell::new(items),
+            id,
+            memo: Cell::new(NO_SLOT),
+        }))
+    }
+
+    fn new_dict(items: Vec<(Value, Value)>) -> Value {
+        Value::Dict(Rc::new(Dict {
+            items: RefCell::new(items),
+            memo: Cell::new(NO_SLOT),
+        }))
+    }
+
+    fn append<V: Visitor>(
+        &mut self,
+        items: Vec<Value>,
+        visitor: &mut V,
+    ) -> Result<(), PickleErrorKind> {
+        let Value::List(list) = self.top()?.clone() else {
+            return Err(PickleErrorKind::Malformed("APPEND to something not a list"));
+        };
+        let mut kept = Vec::with_capacity(items.len());
+        for item in items {
+            if visitor.appended(&list, &item, &mut self.memo) {
+                let slot = match &item {
+                    Value::Dict(d) => d.memo_slot(),
+                    Value::List(l) => l.memo_slot(),
+                    _ => None,
+                };
+                if let Some(s) = slot {
+                    self.memo.replace(s, None);
+                }
+            } else {
+                kept.push(item);
+            }
+        }
+        list.items.borrow_mut().extend(kept);
+        Ok(())
+    }
+
+    fn set_items(&mut self, items: Vec<Value>) -> Result<(), PickleErrorKind> {
+        if items.len() % 2 != 0 {
+            return Err(PickleErrorKind::Malformed("SETITEMS with an odd count"));
+        }
+        let Value::Dict(dict) = self.top()?.clone() else {
+            return Err(PickleErrorKind::Malformed("SETITEM on something not a dict"));
+        };
+        let mut d = dict.items.borrow_mut();
+        let mut it = items.into_iter();
+        while let (Some(k), Some(v)) = (it.next(), it.next()) {
+            d.push((k, v));
+        }
+        Ok(())
+    }
+
+    fn run<V: Visitor>(&mut self, visitor: &mut V) -> Result<Value, PickleErrorKind> {
+        loop {
+            self.input.opcode_at = self.input.consumed;
+            let op = self.input.byte()?;
+            match op {
+                0x80 => {
+                    let p = self.input.byte()?;
+                    if !(2..=5).contains(&p) {
+                        return Err(PickleErrorKind::Protocol(p));
+                    }
+                }
+                // FRAME: a length prefix for buffering; the bytes are read as they come.
+                0x95 => {
+                    self.input.array::<8>()?;
+                }
+                b'.' => return self.pop(),
+                b'(' => self.marks.push(self.stack.len()),
+                b'}' => self.stack.push(Self::new_dict(Vec::new())),
+                b']' => {
+                    let l = self.new_list(Vec::new());
+                    self.stack.push(l);
+                }
+                b')' => self.stack.push(Value::Tuple(Rc::from(Vec::new()))),
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return Err(PickleErrorKind::Malformed("DICT with an odd count"));
+                    }
+                    let mut pairs = Vec::with_capacity(items.len() / 2);
+                    let mut it = items.into_iter();
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        pairs.push((k, v));
+                    }
+                    self.stack.push(Self::new_dict(pairs));
+                }
+                b'l' => {
+                    let items = self.pop_mark()?;
+                    let l = self.new_list(items);
+                    self.stack.push(l);
+                }
+                b's' => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    self.set_items(vec![k, v])?;
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    self.set_items(items)?;
+                }
+                b'a' => {
+                    let item = self.pop()?;
+                    self.append(vec![item], visitor)?;
+                }
+                b'e' => {
+                    let items = self.pop_mark()?;
+                    self.append(items, visitor)?;
+                }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.stack.push(Value::Tuple(Rc::from(items)));
+                }
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    if self.stack.len() < n
+                        || self
+                            .marks
+                            .last()
+                            .is_some_and(|m| *m > self.stack.len() - n)
+                    {
+                        return Err(PickleErrorKind::Malformed("TUPLE of missing values"));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    self.stack.push(Value::Tuple(Rc::from(items)));
+                }
+                0x94 => {
+                    let slot = u32::try_from(self.memo.slots.len())
+                        .map_err(|_| PickleErrorKind::Malformed("memo too large"))?;
+                    let v = self.top()?.clone();
+                    self.memo.put(slot, &v);
+                }
+                b'q' | b'r' => {
+                    let slot = if op == b'q' {
+                        u32::from(self.input.byte()?)
+                    } else {
+                        u32::from_le_bytes(self.input.array::<4>()?)
+                    };
+                    if slot == NO_SLOT || slot as usize > self.memo.slots.len() + (1 << 24) {
+                        return Err(PickleErrorKind::Malformed("memo slot out of range"));
+                    }
+                    let v = self.top()?.clone();
+                    self.memo.put(slot, &v);
+                }
+                b'h' | b'j' => {
+                    let slot = if op == b'h' {
+                        u32::from(self.input.byte()?)
+                    } else {
+                        u32::from_le_bytes(self.input.array::<4>()?)
+                    };
+                    let v = self
+                        .memo
+                        .get(slot)
+                        .ok_or(PickleErrorKind::Malformed("reference to an empty memo slot"))?
+                        .clone();
+                    self.stack.push(v);
+                }
+                0x8c => {
+                    let n = self.input.byte()?;
+                    let b = self.input.bytes(u64::from(n))?;
+                    self.stack.push(str_value(&b));
+                }
+                b'X' => {
+                    let n = u32::from_le_bytes(self.input.array::<4>()?);
+                    let b = self.input.bytes(u64::from(n))?;
+                    self.stack.push(str_value(&b));
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(self.input.array::<8>()?);
+                    let b = self.input.bytes(n)?;
+                    self.stack.push(str_value(&b));
+                }
+                b'C' => {
+                    let n = self.input.byte()?;
+                    let b = self.input.bytes(u64::from(n))?;
+                    self.stack.push(Value::Bytes(Rc::from(b)));
+                }
+                b'B' => {
+                    let n = u32::from_le_bytes(self.input.array::<4>()?);
+                    let b = self.input.bytes(u64::from(n))?;
+                    self.stack.push(Value::Bytes(Rc::from(b)));
+                }
+                0x8e | 0x96 => {
+                    let n = u64::from_le_bytes(self.input.array::<8>()?);
+                    let b = self.input.bytes(n)?;
+                    self.stack.push(Value::Bytes(Rc::from(b)));
+                }
+                b'J' => {
+                    let v = i32::from_le_bytes(self.input.array::<4>()?);
+                    self.stack.push(Value::Int(i128::from(v)));
+                }
+                b'K' => {
+                    let v = self.input.byte()?;
+                    self.stack.push(Value::Int(i128::from(v)));
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(self.input.array::<2>()?);
+                    self.stack.push(Value::Int(i128::from(v)));
+                }
+                0x8a => {
+                    let n = self.input.byte()?;
+                    let b = self.input.bytes(u64::from(n))?;
+                    self.stack.push(Value::Int(long(&b)?));
+                }
+                0x8b => {
+                    let n = u32::from_le_bytes(self.input.array::<4>()?);
+                    if n > 64 {
+                        // Wider than any int this reader keeps: read it to say so.
+                        self.input.skip(u64::from(n))?;
+                        return Err(PickleErrorKind::IntTooLarge);
+                    }
+                    let b = self.input.bytes(u64::from(n))?;
+                    self.stack.push(Value::Int(long(&b)?));
+                }
+                b'G' => {
+                    let v = f64::from_be_bytes(self.input.array::<8>()?);
+                    self.stack.push(Value::Float(v));
+                }
+                b'N' => self.stack.push(Value::None),
+                0x88 => self.stack.push(Value::Bool(true)),
+                0x89 => self.stack.push(Value::Bool(false)),
+                b'0' => {
+                    if self.marks.last() == Some(&self.stack.len()) {
+                        self.marks.pop();
+                    } else {
+                        self.pop()?;
+                    }
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let v = self.top()?.clone();
+                    self.stack.push(v);
+                }
+                _ => {
+                    return Err(match unsupported_name(op) {
+                        Some(name) => PickleErrorKind::Unsupported { opcode: op, name },
+                        None => PickleErrorKind::UnknownOpcode(op),
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `pickle.dumps({"a": [1, -2, 3.5, True, None], "b": (1, 2), "c": "é", "d": b"x"},
+    /// protocol=4)` from CPython 3.11.
+    const PROTOCOL_4: &[u8] = b"\x80\x04\x95:\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01J\xfe\xff\xff\xffG@\x0c\x00\x00\x00\x00\x00\x00\x88Ne\x8c\x01b\x94K\x01K\x02\x86\x94\x8c\x01c\x94\x8c\x02\xc3\xa9\x94\x8c\x01d\x94C\x01x\x94u.";
+
+    #[test]
+    fn a_protocol_4_pickle_reads_as_python_wrote_it() {
+        let Value::Dict(d) = from_slice(PROTOCOL_4).unwrap() else {
+            panic!("a dict")
+        };
+        let Some(Value::List(a)) = d.get("a") else {
+            panic!("a list")
+        };
+        let a = a.items.borrow();
+        assert_eq!(a[0].as_i64(), Some(1));
+        assert_eq!(a[1].as_i64(), Some(-2));
+        assert_eq!(a[2].as_f64(), Some(3.5));
+        assert_eq!(a[3].as_bool(), Some(true));
+        assert!(matches!(a[4], Value::None));
+        let Some(Value::Tuple(b)) = d.get("b") else {
+            panic!("a tuple")
+        };
+        assert_eq!(b.len(), 2);
+        assert_eq!(d.get("c").unwrap().as_str(), Some("é"));
+        assert!(matches!(d.get("d"), Some(Value::Bytes(x)) if &*x == b"x"));
+    }
+
+    #[test]
+    fn every_cut_of_a_pickle_is_an_error_never_a_panic() {
+        for cut in 0..PROTOCOL_4.len() {
+            let (e, _) = read(&PROTOCOL_4[..cut], &mut KeepAll).unwrap_err();
+            assert_eq!(e.kind, PickleErrorKind::Truncated, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn nine_byte_ints_and_negative_longs() {
+        assert_eq!(long(&[0xff; 8]).unwrap(), -1);
+        let mut nine = [0xff; 9];
+        nine[8] = 0;
+        assert_eq!(long(&nine).unwrap(), i128::from(u64::MAX));
+        assert_eq!(long(&[0x00, 0x80]).unwrap(), -32768);
+        assert_eq!(long(&[]).unwrap(), 0);
+        let mut wide = [0u8; 17];
+        wide[16] = 1;
+        assert_eq!(long(&wide), Err(PickleErrorKind::IntTooLarge));
+        // 0x80 LONG1 9 bytes = 2**64 - 1, then STOP.
+        let mut p = vec![0x80, 2, 0x8a, 9];
+        p.extend_from_slice(&nine);
+        p.push(b'.');
+        assert_eq!(from_slice(&p).unwrap().as_u64(), Some(u64::MAX));
+    }
+
+    #[test]
+    fn classes_and_globals_are_named_in_the_error() {
+        // pickle.dumps(collections.OrderedDict(), protocol=2)
+        let p = b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01.";
+        let e = from_slice(p).unwrap_err();
+        assert_eq!(
+            e.kind,
+            PickleErrorKind::Unsupported {
+                opcode: b'c',
+                name: "GLOBAL"
+            }
+        );
+        assert!(e.to_string().contains("GLOBAL (0x63) at byte 2"), "{e}");
+        let e = from_slice(b"\x80\x01.").unwrap_err();
+        assert_eq!(e.kind, PickleErrorKind::Protocol(1));
+        assert!(matches!(
+            from_slice(b"\x80\x04\xff").unwrap_err().kind,
+            PickleErrorKind::UnknownOpcode(0xff)
+        ));
+    }
+
+    #[test]
+    fn a_shared_object_is_one_object() {
+        // fr = {"f": 1}; pickle.dumps([[fr], [fr]], protocol=2): BINPUT/BINGET share `fr`.
+        let p = b"\x80\x02]q\x00(]q\x01}q\x02X\x01\x00\x00\x00fq\x03K\x01sa]q\x04h\x02ae.";
+        let Value::List(outer) = from_slice(p).unwrap() else {
+            panic!()
+        };
+        let outer = outer.items.borrow();
+        let first = |i: usize| match &outer[i] {
+            Value::List(l) => match &l.items.borrow()[0] {
+                Value::Dict(d) => d.clone(),
+                _ => panic!(),
+            },
+            _ => panic!(),
+        };
+        assert!(Rc::ptr_eq(&first(0), &first(1)));
+        assert_eq!(first(1).get("f").unwrap().as_u64(), Some(1));
+    }
+
+    #[test]
+    fn a_visitor_takes_items_and_they_are_forgotten() {
+        struct TakeDicts(usize);
+        impl Visitor for TakeDicts {
+            fn appended(&mut self, _: &List, item: &Value, _: &mut Memo) -> bool {
+                let take = matches!(item, Value::Dict(_));
+                self.0 += usize::from(take);
+                take
+            }
+        }
+        let mut v = TakeDicts(0);
+        let Value::Dict(d) = read(PROTOCOL_4, &mut v).unwrap() else {
+            panic!()
+        };
+        assert_eq!(v.0, 0, "no dict in a list there");
+        assert!(d.get("a").is_some());
+        // [{}, 1, {}] in protocol 4: both dicts taken, the int kept.
+        let p = b"\x80\x04\x95\x0b\x00\x00\x00\x00\x00\x00\x00]\x94(}\x94K\x01}\x94e.";
+        let mut v = TakeDicts(0);
+        let Value::List(l) = read(&p[..], &mut v).unwrap() else {
+            panic!()
+        };
+        assert_eq!(v.0, 2);
+        assert_eq!(l.items.borrow().len(), 1);
+    }
+}
