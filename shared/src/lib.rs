@@ -38,6 +38,7 @@ pub mod oom_text;
 pub mod pickle;
 pub mod protocol;
 pub mod reduce;
+pub mod snapshot;
 pub mod report_page;
 pub mod synth;
 pub mod text;

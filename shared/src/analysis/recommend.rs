@@ -27,7 +27,7 @@ use crate::analysis::{Analysis, AnalysisOptions};
 use crate::model::Trace;
 
 pub use allocator::{
-    FRAGMENTATION_MIN_GAP_BYTES, FRAGMENTATION_MIN_GAP_FRACTION, Fragmentation,
+    EXPANDABLE_SEGMENTS_CHANGE, FRAGMENTATION_MIN_GAP_BYTES, FRAGMENTATION_MIN_GAP_FRACTION, Fragmentation,
     OUTSIDE_ALLOCATOR_MIN_BYTES, OutsideAllocatorRule,
 };
 pub use growth::{

@@ -17,6 +17,11 @@ pub const FRAGMENTATION_MIN_GAP_FRACTION: f64 = 0.25;
 /// worth pointing out: a CUDA context alone is 300–600 MiB.
 pub const OUTSIDE_ALLOCATOR_MIN_BYTES: i64 = 1 << 30;
 
+/// The change fragmentation calls for (a trace's rule and a snapshot's say the same).
+pub const EXPANDABLE_SEGMENTS_CHANGE: &str = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True \
+     so segments grow in place instead of fragmenting; if input shapes vary between batches, pad \
+     them to a few fixed sizes";
+
 /// `fragmentation`: the allocator holds much more than tensors need, or had to retry.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fragmentation;
@@ -107,10 +112,7 @@ impl Diagnose for Fragmentation {
                 format_bytes(unused),
             ));
         }
-        let mut change = "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow \
-                          in place instead of fragmenting; if input shapes vary between batches, \
-                          pad them to a few fixed sizes"
-            .to_owned();
+        let mut change = EXPANDABLE_SEGMENTS_CHANGE.to_owned();
         if retries > 0 {
             change.push_str(
                 "; each retry synchronises the device and empties the cache, so retries also cost \

@@ -1,0 +1,559 @@
+//! What a memory snapshot says: per device, active and reserved memory over the recorded
+//! entries, the peak and what was alive at it by allocation site, what is alive at the end
+//! (the `segments`), how fragmented the cache is, and each OOM — with findings worded and
+//! ranked like a trace's, from the same thresholds and the same advice.
+//!
+//! An allocation's site is its first user frame: the innermost frame outside torch, site- or
+//! dist-packages, Python's own `<…>` frames and C++ sources (frames are innermost first); a stack
+//! with none of those falls back to its innermost frame. Memory allocated before the recorded
+//! window (the trace is a ring buffer) cannot be placed by its alloc entry; it is shown as such,
+//! never spread over sites.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::{Action, BlockState, Snapshot, StackId};
+use crate::analysis::recommend::{
+    EXPANDABLE_SEGMENTS_CHANGE, Evidence, FRAGMENTATION_MIN_GAP_BYTES,
+    FRAGMENTATION_MIN_GAP_FRACTION, Finding, FindingKind, Severity,
+};
+use crate::units::{format_bytes, format_percent};
+
+/// Most points kept of a device's timeline (each the highest of its slice of entries).
+pub const TIMELINE_POINTS: usize = 2_000;
+
+/// Sites listed at the peak and at the end.
+pub const TOP_SITES: usize = 10;
+
+/// One allocation site's live bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SiteBytes {
+    /// `file:line (function)` of the first user frame; `(no stack recorded)`; or `(allocated
+    /// before the recorded window)`.
+    pub site: String,
+    /// Bytes live (block sizes).
+    pub bytes: u64,
+    /// Blocks live.
+    pub blocks: u64,
+    /// A representative stack (the largest block's), for the full stack on hover.
+    #[serde(skip)]
+    pub stack: Option<StackId>,
+}
+
+/// One OOM entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapshotOom {
+    /// µs since the epoch.
+    pub time_us: u64,
+    /// The request that failed.
+    pub requested_bytes: u64,
+    /// The device's free memory then, as torch read it.
+    pub device_free_bytes: Option<u64>,
+    /// Active bytes just before it (the replay's).
+    pub active_bytes: u64,
+    /// Reserved bytes just before it.
+    pub reserved_bytes: u64,
+}
+
+/// One device's analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceAnalysis {
+    /// Device index.
+    pub device: u32,
+    /// Trace entries recorded.
+    pub events: usize,
+    /// First and last entry time (µs since the epoch), when recorded.
+    pub span_us: Option<(u64, u64)>,
+    /// Active bytes before the first recorded entry (blocks allocated before the window).
+    pub active_before_bytes: u64,
+    /// (µs, active bytes, reserved bytes) over the entries, thinned to [`TIMELINE_POINTS`]
+    /// keeping each slice's highest.
+    #[serde(skip)]
+    pub timeline: Vec<(u64, u64, u64)>,
+    /// Highest active bytes and when (µs), and at which entry.
+    pub peak_active_bytes: u64,
+    /// When the peak was reached.
+    pub peak_time_us: u64,
+    /// Highest reserved bytes.
+    pub peak_reserved_bytes: u64,
+    /// Alive at the peak by site, largest first (at most [`TOP_SITES`] plus "other").
+    pub at_peak: Vec<SiteBytes>,
+    /// Alive at the end (the dump's blocks) by site.
+    pub at_end: Vec<SiteBytes>,
+    /// Segments' bytes at the end: reserved, allocated (tensors), active (allocated + pending).
+    pub reserved_bytes: u64,
+    /// Bytes in tensors at the end.
+    pub allocated_bytes: u64,
+    /// Bytes in active blocks at the end.
+    pub active_bytes: u64,
+    /// Free bytes in segments that also hold active blocks (cannot be released: fragmentation).
+    pub inactive_split_bytes: u64,
+    /// The largest free block.
+    pub largest_free_block_bytes: u64,
+    /// Bytes the allocator rounded up (block size − requested size of active blocks).
+    pub rounding_bytes: u64,
+    /// Its OOMs, in order.
+    pub ooms: Vec<SnapshotOom>,
+}
+
+/// A snapshot's analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SnapshotAnalysis {
+    /// Per device that has segments or entries.
+    pub devices: Vec<DeviceAnalysis>,
+    /// Findings, most severe first.
+    pub findings: Vec<Finding>,
+    /// `expandable_segments` was set.
+    pub expandable_segments: bool,
+}
+
+/// `file:line (function)` of a stack's site (see the module docs).
+pub fn site_of(snap: &Snapshot, stack: Option<StackId>) -> String {
+    let Some(stack) = stack else {
+        return "(no stack recorded)".to_owned();
+    };
+    let mut frames = snap.frames_of(stack).peekable();
+    let Some(first) = frames.peek().copied() else {
+        return "(no stack recorded)".to_owned();
+    };
+    let user = snap.frames_of(stack).find(|f| is_user_frame(&f.filename));
+    let f = user.unwrap_or(first);
+    let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+    format!("{file}:{} ({})", f.line, f.name)
+}
+
+fn is_user_frame(filename: &str) -> bool {
+    !(filename.is_empty()
+        || filename == "??"
+        || filename.starts_with('<')
+        || filename.contains("/torch/")
+        || filename.contains("site-packages/")
+        || filename.contains("dist-packages/")
+        || [".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh"]
+            .iter()
+            .any(|ext| filename.ends_with(ext)))
+}
+
+/// Sums blocks by site, largest first; past [`TOP_SITES`] they go into one "other" row.
+fn by_site(snap: &Snapshot, blocks: impl Iterator<Item = (u64, Option<StackId>)>) -> Vec<SiteBytes> {
+    let mut sites: HashMap<String, SiteBytes> = HashMap::new();
+    let mut largest: HashMap<String, u64> = HashMap::new();
+    for (size, stack) in blocks {
+        let site = site_of(snap, stack);
+        let e = sites.entry(site.clone()).or_insert_with(|| SiteBytes {
+            site: site.clone(),
+            bytes: 0,
+            blocks: 0,
+            stack,
+        });
+        e.bytes += size;
+        e.blocks += 1;
+        let l = largest.entry(site).or_insert(0);
+        if size > *l {
+            *l = size;
+            e.stack = stack;
+        }
+    }
+    let mut sites: Vec<SiteBytes> = sites.into_values().collect();
+    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    if sites.len() > TOP_SITES {
+        let rest = sites.split_off(TOP_SITES);
+        sites.push(SiteBytes {
+            site: format!("({} other sites)", rest.len()),
+            bytes: rest.iter().map(|s| s.bytes).sum(),
+            blocks: rest.iter().map(|s| s.blocks).sum(),
+            stack: None,
+        });
+    }
+    sites
+}
+
+/// Analyses every device of `snap`.
+pub fn analyze_snapshot(snap: &Snapshot) -> SnapshotAnalysis {
+    let mut indexes: Vec<u32> = snap.segments.iter().map(|s| s.device).collect();
+    indexes.extend(
+        snap.devices
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.is_empty())
+            .map(|(i, _)| i as u32),
+    );
+    indexes.sort_unstable();
+    indexes.dedup();
+    let devices: Vec<DeviceAnalysis> = indexes.into_iter().map(|d| device(snap, d)).collect();
+    let expandable_segments = snap
+        .setting("expandable_segments")
+        .is_some_and(|v| v == "True")
+        || snap
+            .setting("PYTORCH_CUDA_ALLOC_CONF")
+            .is_some_and(|v| v.contains("expandable_segments:True"));
+    let mut findings = Vec::new();
+    for d in &devices {
+        findings.extend(findings_of(d, expandable_segments));
+    }
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    SnapshotAnalysis {
+        devices,
+        findings,
+        expandable_segments,
+    }
+}
+
+fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
+    let segments: Vec<_> = snap.segments.iter().filter(|s| s.device == index).collect();
+    let events: &[super::Event] = snap
+        .devices
+        .get(index as usize)
+        .map_or(&[], Vec::as_slice);
+    let active = |s: BlockState| s != BlockState::Inactive;
+    let blocks = || segments.iter().flat_map(|s| s.blocks.iter());
+    let reserved_bytes: u64 = segments.iter().map(|s| s.total_size).sum();
+    let active_bytes: u64 = blocks().filter(|b| active(b.state)).map(|b| b.size).sum();
+    let allocated_bytes: u64 = blocks()
+        .filter(|b| b.state == BlockState::ActiveAllocated)
+        .map(|b| b.size)
+        .sum();
+    let inactive_split_bytes = segments
+        .iter()
+        .filter(|s| s.blocks.iter().any(|b| active(b.state)))
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state == BlockState::Inactive)
+        .map(|b| b.size)
+        .sum();
+    let largest_free_block_bytes = blocks()
+        .filter(|b| b.state == BlockState::Inactive)
+        .map(|b| b.size)
+        .max()
+        .unwrap_or(0);
+    let rounding_bytes = blocks()
+        .filter(|b| active(b.state))
+        .map(|b| b.size.saturating_sub(b.requested_size))
+        .sum();
+
+    // Net change over the entries, to place the start: what was active (reserved) before the
+    // window is the end state minus what the entries added.
+    let (mut net_active, mut net_reserved) = (0i128, 0i128);
+    for e in events {
+        let size = i128::from(e.size);
+        match e.action {
+            Action::Alloc => net_active += size,
+            Action::FreeCompleted => net_active -= size,
+            Action::SegmentAlloc | Action::SegmentMap => net_reserved += size,
+            Action::SegmentFree | Action::SegmentUnmap => net_reserved -= size,
+            _ => {}
+        }
+    }
+    let before = |end: u64, net: i128| u64::try_from((i128::from(end) - net).max(0)).unwrap_or(0);
+    let active_before_bytes = before(active_bytes, net_active);
+    let reserved_before = before(reserved_bytes, net_reserved);
+
+    // Replay: active and reserved after each entry, the peak, the OOMs.
+    let (mut a, mut r) = (i128::from(active_before_bytes), i128::from(reserved_before));
+    let (mut peak, mut peak_at, mut peak_time) = (a.max(0) as u64, None::<usize>, 0u64);
+    let mut peak_reserved = r.max(0) as u64;
+    let mut ooms = Vec::new();
+    let slice = events.len().div_ceil(TIMELINE_POINTS).max(1);
+    let mut timeline: Vec<(u64, u64, u64)> = Vec::with_capacity(TIMELINE_POINTS + 1);
+    for (i, e) in events.iter().enumerate() {
+        let size = i128::from(e.size);
+        match e.action {
+            Action::Alloc => a += size,
+            Action::FreeCompleted => a -= size,
+            Action::SegmentAlloc | Action::SegmentMap => r += size,
+            Action::SegmentFree | Action::SegmentUnmap => r -= size,
+            Action::Oom => ooms.push(SnapshotOom {
+                time_us: e.time_us,
+                requested_bytes: e.size,
+                device_free_bytes: e.device_free_bytes,
+                active_bytes: a.max(0) as u64,
+                reserved_bytes: r.max(0) as u64,
+            }),
+            _ => {}
+        }
+        let (av, rv) = (a.max(0) as u64, r.max(0) as u64);
+        if av > peak {
+            (peak, peak_at, peak_time) = (av, Some(i), e.time_us);
+        }
+        peak_reserved = peak_reserved.max(rv);
+        match timeline.last_mut() {
+            Some(last) if i % slice != 0 => {
+                last.1 = last.1.max(av);
+                last.2 = last.2.max(rv);
+            }
+            _ => timeline.push((e.time_us, av, rv)),
+        }
+    }
+
+    // Alive at the peak: replay the allocations up to it.
+    let at_peak = match peak_at {
+        Some(end) => {
+            let mut live: HashMap<u64, (u64, Option<StackId>)> = HashMap::new();
+            for e in &events[..=end] {
+                match e.action {
+                    Action::Alloc => {
+                        live.insert(e.addr, (e.size, e.stack));
+                    }
+                    Action::FreeCompleted => {
+                        live.remove(&e.addr);
+                    }
+                    _ => {}
+                }
+            }
+            // Blocks freed in the window but allocated before it make the live set smaller than
+            // the replayed total: the difference was allocated before the window.
+            let placed: u64 = live.values().map(|(s, _)| *s).sum();
+            let mut sites = by_site(snap, live.into_values());
+            let before = peak.saturating_sub(placed);
+            if before > 0 {
+                sites.push(SiteBytes {
+                    site: "(allocated before the recorded window)".to_owned(),
+                    bytes: before,
+                    blocks: 0,
+                    stack: None,
+                });
+                sites.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+            }
+            sites
+        }
+        // The peak is the state before the first entry (or there are no entries): the end's
+        // blocks are the best account of it only when nothing changed.
+        None => Vec::new(),
+    };
+    let at_end = by_site(
+        snap,
+        blocks()
+            .filter(|b| active(b.state))
+            .map(|b| (b.size, b.stack)),
+    );
+    let span_us = match (events.first(), events.last()) {
+        (Some(f), Some(l)) if f.time_us > 0 => Some((f.time_us, l.time_us)),
+        _ => None,
+    };
+    DeviceAnalysis {
+        device: index,
+        events: events.len(),
+        span_us,
+        active_before_bytes,
+        timeline,
+        peak_active_bytes: peak.max(active_bytes),
+        peak_time_us: peak_time,
+        peak_reserved_bytes: peak_reserved.max(reserved_bytes),
+        at_peak,
+        at_end,
+        reserved_bytes,
+        allocated_bytes,
+        active_bytes,
+        inactive_split_bytes,
+        largest_free_block_bytes,
+        rounding_bytes,
+        ooms,
+    }
+}
+
+fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let top = d
+        .at_peak
+        .first()
+        .or(d.at_end.first())
+        .filter(|s| !s.site.starts_with('('));
+    if let Some(o) = d.ooms.first() {
+        let free_cached = d.reserved_bytes.saturating_sub(d.active_bytes);
+        let fragmented = free_cached >= o.requested_bytes
+            && d.largest_free_block_bytes < o.requested_bytes;
+        let mut facts = vec![format!(
+            "{} were active and {} reserved when it failed",
+            format_bytes(o.active_bytes),
+            format_bytes(o.reserved_bytes)
+        )];
+        if let Some(s) = top {
+            facts.push(format!(
+                "the largest site alive at the peak is {} with {}",
+                s.site,
+                format_bytes(s.bytes)
+            ));
+        }
+        let change = if fragmented && !expandable {
+            facts.push(format!(
+                "the cache held {} free, but its largest free block is {}",
+                format_bytes(free_cached),
+                format_bytes(d.largest_free_block_bytes)
+            ));
+            EXPANDABLE_SEGMENTS_CHANGE.to_owned()
+        } else {
+            match top {
+                Some(s) => format!(
+                    "hold less at {}: a smaller batch or sequence, activation checkpointing, or \
+                     freeing what it keeps (del, no references kept across steps)",
+                    s.site
+                ),
+                None => "lower the batch size or use activation checkpointing".to_owned(),
+            }
+        };
+        let free = o
+            .device_free_bytes
+            .map_or_else(String::new, |f| format!(" with {} free on the device", format_bytes(f)));
+        out.push(Finding {
+            kind: FindingKind::Oom,
+            severity: Severity::Critical,
+            title: format!(
+                "Out of memory on GPU {}: a request of {} failed{free}",
+                d.device,
+                format_bytes(o.requested_bytes)
+            ),
+            explanation: facts.join("; "),
+            change,
+            evidence: vec![
+                Evidence::bytes("requested_bytes", o.requested_bytes as f64),
+                Evidence::bytes("device_free_bytes", o.device_free_bytes.unwrap_or(0) as f64),
+                Evidence::bytes("active_bytes", o.active_bytes as f64),
+                Evidence::bytes("reserved_bytes", o.reserved_bytes as f64),
+                Evidence::bytes("largest_free_block_bytes", d.largest_free_block_bytes as f64),
+                Evidence::count("ooms", d.ooms.len() as f64),
+            ],
+        });
+    }
+    let min_gap = FRAGMENTATION_MIN_GAP_BYTES
+        .max((FRAGMENTATION_MIN_GAP_FRACTION * d.reserved_bytes as f64) as u64);
+    if d.inactive_split_bytes >= min_gap {
+        let share = d.inactive_split_bytes as f64 / d.reserved_bytes.max(1) as f64;
+        out.push(Finding {
+            kind: FindingKind::Fragmentation,
+            severity: Severity::Warning,
+            title: format!(
+                "Allocator fragmentation on GPU {}: {} free inside segments still in use",
+                d.device,
+                format_bytes(d.inactive_split_bytes)
+            ),
+            explanation: format!(
+                "{} of the {} reserved is free but split between live blocks, so it can neither be \
+                 released nor serve a request larger than {}",
+                format_percent(share),
+                format_bytes(d.reserved_bytes),
+                format_bytes(d.largest_free_block_bytes)
+            ),
+            change: if expandable {
+                "expandable_segments is already on: pad varying input shapes to a few fixed sizes, \
+                 or set max_split_size_mb to keep large blocks from being split"
+                    .to_owned()
+            } else {
+                EXPANDABLE_SEGMENTS_CHANGE.to_owned()
+            },
+            evidence: vec![
+                Evidence::bytes("inactive_split_bytes", d.inactive_split_bytes as f64),
+                Evidence::bytes("reserved_bytes", d.reserved_bytes as f64),
+                Evidence::share("inactive_split_fraction", share),
+                Evidence::bytes("largest_free_block_bytes", d.largest_free_block_bytes as f64),
+            ],
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Block, Event, Frame, Segment};
+
+    fn frame(file: &str, line: u64) -> Frame {
+        Frame {
+            filename: file.to_owned(),
+            line,
+            name: "f".to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_site_is_the_first_user_frame_innermost_first() {
+        let snap = Snapshot {
+            frames: vec![
+                frame("/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 125),
+                frame("??", 0),
+                frame("/home/me/train.py", 42),
+                frame("/home/me/main.py", 7),
+            ],
+            stacks: vec![vec![0, 1, 2, 3], vec![0, 1], vec![]],
+            ..Snapshot::default()
+        };
+        assert_eq!(site_of(&snap, Some(0)), "train.py:42 (f)");
+        assert_eq!(site_of(&snap, Some(1)), "linear.py:125 (f)");
+        assert_eq!(site_of(&snap, Some(2)), "(no stack recorded)");
+        assert_eq!(site_of(&snap, None), "(no stack recorded)");
+    }
+
+    #[test]
+    fn the_peak_is_replayed_from_the_end_state_and_the_entries() {
+        const MIB: u64 = 1 << 20;
+        let ev = |action, addr, size, t| Event {
+            action,
+            addr,
+            size,
+            stream: 0,
+            time_us: t,
+            stack: Some(0),
+            device_free_bytes: None,
+        };
+        // 100 MiB alive from before the window; +300 MiB, +200 MiB, then the 300 freed.
+        let snap = Snapshot {
+            frames: vec![frame("train.py", 9)],
+            stacks: vec![vec![0]],
+            segments: vec![Segment {
+                device: 0,
+                address: 0,
+                total_size: 1024 * MIB,
+                allocated_size: 300 * MIB,
+                active_size: 300 * MIB,
+                stream: 0,
+                large: true,
+                expandable: false,
+                blocks: vec![
+                    Block {
+                        address: 0,
+                        size: 100 * MIB,
+                        requested_size: 100 * MIB,
+                        state: BlockState::ActiveAllocated,
+                        stack: None,
+                    },
+                    Block {
+                        address: 400 * MIB,
+                        size: 200 * MIB,
+                        requested_size: 150 * MIB,
+                        state: BlockState::ActiveAllocated,
+                        stack: Some(0),
+                    },
+                    Block {
+                        address: 600 * MIB,
+                        size: 424 * MIB,
+                        requested_size: 0,
+                        state: BlockState::Inactive,
+                        stack: None,
+                    },
+                ],
+            }],
+            devices: vec![vec![
+                ev(Action::Alloc, 100 * MIB, 300 * MIB, 1),
+                ev(Action::Alloc, 400 * MIB, 200 * MIB, 2),
+                ev(Action::FreeRequested, 100 * MIB, 300 * MIB, 3),
+                ev(Action::FreeCompleted, 100 * MIB, 300 * MIB, 4),
+            ]],
+            ..Snapshot::default()
+        };
+        let a = analyze_snapshot(&snap);
+        let d = &a.devices[0];
+        assert_eq!(d.active_before_bytes, 100 * MIB);
+        assert_eq!(d.peak_active_bytes, 600 * MIB);
+        assert_eq!(d.peak_time_us, 2);
+        assert_eq!(d.at_peak[0].site, "train.py:9 (f)");
+        assert_eq!(d.at_peak[0].bytes, 500 * MIB);
+        assert_eq!(d.at_peak[1].site, "(allocated before the recorded window)");
+        assert_eq!(d.at_peak[1].bytes, 100 * MIB);
+        assert_eq!(d.active_bytes, 300 * MIB);
+        assert_eq!(d.rounding_bytes, 50 * MIB);
+        assert_eq!(d.inactive_split_bytes, 424 * MIB);
+        assert_eq!(d.largest_free_block_bytes, 424 * MIB);
+        assert_eq!(d.timeline.last(), Some(&(4, 300 * MIB, 1024 * MIB)));
+        // 424 MiB free of 1 GiB reserved: under the 1 GiB gap threshold, no fragmentation.
+        assert!(a.findings.is_empty(), "{:?}", a.findings);
+    }
+}

@@ -1,0 +1,549 @@
+//! PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()` pickles, also written on OOM
+//! by Megatron, torchtitan, torchtnt, Composer, verl and `collector run --oom-snapshot`): read in
+//! one streaming pass into a compact form, then analysed like oomscope's own traces.
+//!
+//! The pickle's trace entries (`device_traces`, often millions) become fixed-size [`Event`]s as
+//! they are read and are dropped at once ([`crate::pickle::Visitor`]); frames are interned by
+//! identity and stacks by content, so memory stays near the size of the events, not of the
+//! pickle's object graph. The allocator state at dump time (`segments` and their blocks) is
+//! kept whole. Every key is optional and unknown keys are ignored: the format has grown keys in
+//! every PyTorch release (`../shared/reference/research-snapshots.md` §1).
+//!
+//! A cut-short pickle keeps what was read before the cut, with a warning; anything that is not
+//! a snapshot is one clear error.
+
+pub mod analysis;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::rc::Rc;
+
+use crate::pickle::{self, Dict, List, Memo, Value, Visitor};
+
+/// An interned stack: an index into [`Snapshot::stacks`].
+pub type StackId = u32;
+
+/// One Python (or C++) frame of a stack.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// Source file (`train.py`, `.../torch/nn/modules/linear.py`, `??` for unknown C++).
+    pub filename: String,
+    /// Line number (0 when not given).
+    pub line: u64,
+    /// Function name.
+    pub name: String,
+}
+
+/// What a trace entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A block handed to a tensor.
+    Alloc,
+    /// A block freed by the program, waiting for its streams.
+    FreeRequested,
+    /// A block returned to the allocator.
+    FreeCompleted,
+    /// `cudaMalloc` of a segment.
+    SegmentAlloc,
+    /// `cudaFree` of a segment.
+    SegmentFree,
+    /// Pages mapped into an expandable segment.
+    SegmentMap,
+    /// Pages unmapped from an expandable segment.
+    SegmentUnmap,
+    /// The moment a snapshot was taken.
+    Snapshot,
+    /// An allocation failed: out of memory.
+    Oom,
+    /// Anything else (`annotate`, and names newer versions add).
+    Other,
+}
+
+impl Action {
+    /// From torch's name (`free` is an older name of `free_completed`).
+    pub fn parse(name: &str) -> Action {
+        match name {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" | "free" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "snapshot" => Action::Snapshot,
+            "oom" => Action::Oom,
+            _ => Action::Other,
+        }
+    }
+
+    /// torch's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+            Action::Other => "other",
+        }
+    }
+}
+
+/// One trace entry of one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// What happened.
+    pub action: Action,
+    /// The block's or segment's address (0 on OOM entries).
+    pub addr: u64,
+    /// Bytes (on OOM entries: the request that failed).
+    pub size: u64,
+    /// The CUDA stream (a pointer value; 0 is the default stream).
+    pub stream: u64,
+    /// µs since the Unix epoch (0 when not recorded).
+    pub time_us: u64,
+    /// The stack that did it, when recorded.
+    pub stack: Option<StackId>,
+    /// On OOM entries: the device's free bytes then.
+    pub device_free_bytes: Option<u64>,
+}
+
+/// A block's state at dump time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockState {
+    /// Held by a tensor.
+    ActiveAllocated,
+    /// Freed by the program, waiting for a stream (`active_pending_free`, also spelled
+    /// `active_awaiting_free`).
+    ActivePendingFree,
+    /// Free, cached by the allocator.
+    Inactive,
+}
+
+/// A block of a segment at dump time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// Address (0 in old snapshots without it).
+    pub address: u64,
+    /// Bytes, rounded as the allocator hands them out.
+    pub size: u64,
+    /// Bytes the program asked for.
+    pub requested_size: u64,
+    /// State.
+    pub state: BlockState,
+    /// The stack that allocated it, when recorded.
+    pub stack: Option<StackId>,
+}
+
+/// A segment (one `cudaMalloc`, or an expandable segment) at dump time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Device index.
+    pub device: u32,
+    /// Address.
+    pub address: u64,
+    /// Bytes reserved.
+    pub total_size: u64,
+    /// Bytes in blocks held by tensors.
+    pub allocated_size: u64,
+    /// Bytes in active blocks (allocated or pending free).
+    pub active_size: u64,
+    /// The stream.
+    pub stream: u64,
+    /// From the large pool (blocks > 1 MiB).
+    pub large: bool,
+    /// An expandable segment (`expandable_segments:True`).
+    pub expandable: bool,
+    /// Its blocks.
+    pub blocks: Vec<Block>,
+}
+
+/// A memory snapshot, read.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// The allocator's segments at dump time.
+    pub segments: Vec<Segment>,
+    /// Trace entries per device index, in recorded order.
+    pub devices: Vec<Vec<Event>>,
+    /// Interned frames.
+    pub frames: Vec<Frame>,
+    /// Interned stacks: frame indexes, innermost first.
+    pub stacks: Vec<Vec<u32>>,
+    /// `allocator_settings` as written (`expandable_segments`, `max_split_size`, …).
+    pub settings: Vec<(String, String)>,
+    /// Damage: the pickle cut short, parts that were not what a snapshot holds.
+    pub warnings: Vec<String>,
+}
+
+impl Snapshot {
+    /// Trace entries of every device.
+    pub fn events(&self) -> usize {
+        self.devices.iter().map(Vec::len).sum()
+    }
+
+    /// The frames of `stack`, innermost first.
+    pub fn frames_of(&self, stack: StackId) -> impl Iterator<Item = &Frame> {
+        self.stacks
+            .get(stack as usize)
+            .into_iter()
+            .flatten()
+            .filter_map(|f| self.frames.get(*f as usize))
+    }
+
+    /// An allocator setting, as written.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.settings
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Whether `bytes` start like a pickle (protocol 2 or later): what tells a snapshot from a trace.
+pub fn looks_like_pickle(bytes: &[u8]) -> bool {
+    matches!(bytes, [0x80, 2..=5, ..])
+}
+
+/// Why a file is no snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotError(pub String);
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+/// Reads a snapshot pickle from `input` in one pass.
+pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
+    let mut reader = SnapshotReader::default();
+    let (top, pending, warning) = match pickle::read(input, &mut reader) {
+        Ok(Value::Dict(top)) => (Some(top), Vec::new(), None),
+        Ok(_) => {
+            return Err(SnapshotError(
+                "this pickle is not a memory snapshot: its top level is not a dict".to_owned(),
+            ));
+        }
+        Err((e, left)) => {
+            let mut stack = left.stack.into_iter();
+            match stack.next() {
+                Some(Value::Dict(top)) => (Some(top), stack.collect(), Some(e)),
+                _ if reader.events > 0 => (None, Vec::new(), Some(e)),
+                _ => return Err(SnapshotError(format!("cannot read the snapshot: {e}"))),
+            }
+        }
+    };
+    let mut snap = Snapshot::default();
+    // The top dict's items, then (after a cut) the keys and values still waiting on the stack.
+    let mut fields: Vec<(String, Value)> = top
+        .as_ref()
+        .map(|t| {
+            t.items
+                .borrow()
+                .iter()
+                .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut device_lists: Vec<Rc<List>> = Vec::new();
+    let mut i = 0;
+    while i + 1 < pending.len() {
+        match (&pending[i], &pending[i + 1]) {
+            (Value::Str(k), Value::List(outer)) if &**k == "device_traces" => {
+                device_lists.extend(list_items(outer));
+                // The devices' lists not yet appended to the outer list follow it, then the
+                // entries of the last one not yet appended to it (pickle appends in batches of
+                // 1 000): complete entries are taken as if appended.
+                let rest = &pending[i + 2..];
+                let lists = rest.iter().take_while(|v| matches!(v, Value::List(_)));
+                device_lists.extend(lists.clone().filter_map(|v| match v {
+                    Value::List(l) => Some(l.clone()),
+                    _ => None,
+                }));
+                if let Some(last) = device_lists.last() {
+                    for v in &rest[lists.count()..] {
+                        if let Value::Dict(d) = v {
+                            reader.take(last.id, d, None);
+                        }
+                    }
+                }
+                break;
+            }
+            (Value::Str(k), v) => {
+                fields.push((k.to_string(), v.clone()));
+                i += 2;
+            }
+            _ => i += 1,
+        }
+    }
+    if top.is_none() && device_lists.is_empty() {
+        // Cut inside the first device's entries: they are device 0's.
+        snap.devices = vec![reader.by_list.drain().flat_map(|(_, v)| v).collect()];
+    }
+    for (key, value) in &fields {
+        match (key.as_str(), value) {
+            ("device_traces", Value::List(outer)) => device_lists = list_items(outer),
+            ("segments", Value::List(segments)) => {
+                for s in segments.items.borrow().iter() {
+                    match s {
+                        Value::Dict(d) => snap.segments.push(reader.segment(d)),
+                        _ => snap
+                            .warnings
+                            .push("a segment that is not a dict was skipped".to_owned()),
+                    }
+                }
+            }
+            ("allocator_settings", Value::Dict(d)) => {
+                snap.settings = d
+                    .items
+                    .borrow()
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), setting_text(v))))
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    if !device_lists.is_empty() {
+        snap.devices = device_lists
+            .iter()
+            .map(|l| reader.by_list.remove(&l.id).unwrap_or_default())
+            .collect();
+    }
+    let orphans: usize = reader.by_list.values().map(Vec::len).sum();
+    if orphans > 0 {
+        snap.warnings.push(format!(
+            "{orphans} trace entries were in lists outside `device_traces` and are not shown"
+        ));
+    }
+    if let Some(e) = &warning {
+        snap.warnings.insert(
+            0,
+            format!(
+                "{e}; what was read before it is shown ({} trace entries, {} segments)",
+                snap.events(),
+                snap.segments.len()
+            ),
+        );
+    }
+    if let Some(e) = &warning
+        && snap.events() == 0
+        && snap.segments.is_empty()
+    {
+        return Err(SnapshotError(format!("cannot read the snapshot: {e}")));
+    }
+    if warning.is_none()
+        && !fields
+            .iter()
+            .any(|(k, _)| k == "segments" || k == "device_traces")
+    {
+        return Err(SnapshotError(
+            "this pickle is not a memory snapshot: it has neither `segments` nor `device_traces`"
+                .to_owned(),
+        ));
+    }
+    snap.frames = reader.frames;
+    snap.stacks = reader.stacks;
+    Ok(snap)
+}
+
+fn list_items(list: &List) -> Vec<Rc<List>> {
+    list.items
+        .borrow()
+        .iter()
+        .filter_map(|v| match v {
+            Value::List(l) => Some(l.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn setting_text(v: &Value) -> String {
+    match v {
+        Value::None => "None".to_owned(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
+        Value::Int(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Str(s) => s.to_string(),
+        Value::Dict(d) => {
+            let items: Vec<String> = d
+                .items
+                .borrow()
+                .iter()
+                .map(|(k, v)| format!("{}: {}", setting_text(k), setting_text(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        _ => "…".to_owned(),
+    }
+}
+
+/// The visitor: trace entries become [`Event`]s as they are appended; frames and stacks are
+/// interned as they are first seen.
+#[derive(Default)]
+struct SnapshotReader {
+    frames: Vec<Frame>,
+    /// Frame dicts by identity (only memoized ones, which stay alive in the memo).
+    frame_ids: HashMap<*const Dict, u32>,
+    frame_by_content: HashMap<Frame, u32>,
+    stacks: Vec<Vec<u32>>,
+    stack_ids: HashMap<Vec<u32>, StackId>,
+    /// Events by the id of the list they were appended to (a device's list).
+    by_list: HashMap<u32, Vec<Event>>,
+    events: usize,
+}
+
+impl Visitor for SnapshotReader {
+    fn appended(&mut self, list: &List, item: &Value, memo: &mut Memo) -> bool {
+        match item {
+            Value::Dict(d) => self.take(list.id, d, Some(memo)),
+            _ => false,
+        }
+    }
+}
+
+impl SnapshotReader {
+    /// Takes `d` as an entry of the list `list_id` when it is one (it has an `action`).
+    fn take(&mut self, list_id: u32, d: &Dict, memo: Option<&mut Memo>) -> bool {
+        let Some(action) = d.get("action").as_ref().and_then(Value::as_str).map(Action::parse)
+        else {
+            return false;
+        };
+        let int = |key: &str| d.get(key).and_then(|v| v.as_u64());
+        let event = Event {
+            action,
+            addr: int("addr").unwrap_or(0),
+            size: int("size").unwrap_or(0),
+            stream: int("stream").unwrap_or(0),
+            time_us: d
+                .get("time_us")
+                .and_then(|v| v.as_f64())
+                .map_or(0, |t| t.max(0.0) as u64),
+            stack: self.stack(d.get("frames"), memo),
+            device_free_bytes: int("device_free"),
+        };
+        self.by_list.entry(list_id).or_default().push(event);
+        self.events += 1;
+        true
+    }
+
+    /// The stack of a `frames` value: a handle already interned, or a list interned now (and,
+    /// when memoized, replaced in the memo by its handle so later references cost nothing).
+    fn stack(&mut self, frames: Option<Value>, memo: Option<&mut Memo>) -> Option<StackId> {
+        match frames? {
+            Value::Handle(h) => Some(h),
+            Value::List(l) => {
+                let ids: Vec<u32> = l
+                    .items
+                    .borrow()
+                    .iter()
+                    .filter_map(|f| self.frame(f))
+                    .collect();
+                let next = self.stacks.len() as StackId;
+                let id = *self.stack_ids.entry(ids).or_insert_with_key(|ids| {
+                    self.stacks.push(ids.clone());
+                    next
+                });
+                if let (Some(memo), Some(slot)) = (memo, l.memo_slot()) {
+                    memo.replace(slot, Some(Value::Handle(id)));
+                }
+                Some(id)
+            }
+            _ => None,
+        }
+    }
+
+    fn frame(&mut self, v: &Value) -> Option<u32> {
+        let Value::Dict(d) = v else {
+            return None;
+        };
+        let key = Rc::as_ptr(d);
+        if let Some(id) = self.frame_ids.get(&key) {
+            return Some(*id);
+        }
+        let text = |k: &str| {
+            d.get(k)
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        let frame = Frame {
+            filename: text("filename"),
+            line: d.get("line").and_then(|v| v.as_u64()).unwrap_or(0),
+            name: text("name"),
+        };
+        let next = self.frames.len() as u32;
+        let id = *self.frame_by_content.entry(frame).or_insert_with_key(|f| {
+            self.frames.push(f.clone());
+            next
+        });
+        if d.memo_slot().is_some() {
+            self.frame_ids.insert(key, id);
+        }
+        Some(id)
+    }
+
+    fn segment(&mut self, d: &Dict) -> Segment {
+        let int = |key: &str| d.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
+        let blocks = match d.get("blocks") {
+            Some(Value::List(l)) => l
+                .items
+                .borrow()
+                .iter()
+                .filter_map(|b| match b {
+                    Value::Dict(b) => Some(self.block(b)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Segment {
+            device: int("device") as u32,
+            address: int("address"),
+            total_size: int("total_size"),
+            allocated_size: int("allocated_size"),
+            active_size: int("active_size"),
+            stream: int("stream"),
+            large: d.get("segment_type").and_then(|v| v.as_str().map(|s| s == "large"))
+                != Some(false),
+            expandable: d
+                .get("is_expandable")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false),
+            blocks,
+        }
+    }
+
+    fn block(&mut self, d: &Dict) -> Block {
+        let int = |key: &str| d.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
+        let state = match d.get("state").as_ref().and_then(Value::as_str) {
+            Some("active_allocated") => BlockState::ActiveAllocated,
+            Some("active_pending_free" | "active_awaiting_free") => BlockState::ActivePendingFree,
+            _ => BlockState::Inactive,
+        };
+        // Snapshots before PyTorch 2.1 keep the stack in `history: [{addr, real_size, frames}]`.
+        let frames = d.get("frames").or_else(|| match d.get("history") {
+            Some(Value::List(h)) => h.items.borrow().last().and_then(|e| match e {
+                Value::Dict(e) => e.get("frames"),
+                _ => None,
+            }),
+            _ => None,
+        });
+        let size = int("size");
+        Block {
+            address: int("address"),
+            size,
+            requested_size: d
+                .get("requested_size")
+                .and_then(|v| v.as_u64())
+                .unwrap_or(size),
+            state,
+            stack: self.stack(frames, None),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! PyTorch memory snapshots read and analysed: pickles written by CPython's own `pickle` in
+//! torch's structure and sharing pattern (`tests/data/snapshots/make_snapshot.py`, which also
+//! writes the facts each file holds, computed independently, to `NAME.pickle.json`), in
+//! protocols 2 (torch's C++ pickler writes 2 too), 4 (Python ≤ 3.13's default) and 5 (3.14's).
+
+use oomscope_trace::snapshot::analysis::analyze_snapshot;
+use oomscope_trace::snapshot::{Action, read_snapshot};
+
+mod support;
+
+fn facts(name: &str) -> serde_json::Value {
+    serde_json::from_slice(&support::data(&format!("snapshots/{name}.json"))).unwrap()
+}
+
+fn num(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+#[test]
+fn protocols_2_4_and_5_read_to_the_facts_python_wrote() {
+    let mut seen = Vec::new();
+    for name in ["small_p2.pickle", "small_p4.pickle", "small_p5.pickle"] {
+        let f = facts(name);
+        let snap = read_snapshot(&support::data(&format!("snapshots/{name}"))[..]).unwrap();
+        assert!(snap.warnings.is_empty(), "{name}: {:?}", snap.warnings);
+        // Device 0 recorded nothing; device 1 everything.
+        assert_eq!(snap.devices.len(), 2, "{name}");
+        assert!(snap.devices[0].is_empty());
+        let events = &snap.devices[1];
+        assert_eq!(events.len() as u64, num(&f, "entries"), "{name}");
+        assert_eq!(events[0].action, Action::SegmentAlloc);
+        // The 9-byte stream pointer.
+        assert_eq!(events[1].stream, (1u64 << 63) + 0x1234);
+        // Shared frame dicts are interned once each.
+        assert_eq!(snap.frames.len() as u64, num(&f, "unique_frames"), "{name}");
+        assert_eq!(
+            snap.setting("expandable_segments"),
+            Some("False"),
+            "{name}"
+        );
+
+        let a = analyze_snapshot(&snap);
+        assert_eq!(a.devices.len(), 1);
+        let d = &a.devices[0];
+        assert_eq!(d.device as u64, num(&f, "device"));
+        assert_eq!(d.peak_active_bytes, num(&f, "peak_active_bytes"), "{name}");
+        assert_eq!(d.peak_time_us, num(&f, "peak_time_us"), "{name}");
+        assert_eq!(d.active_bytes, num(&f, "end_active_bytes"), "{name}");
+        assert_eq!(d.active_before_bytes, 0, "{name}: nothing fell out of the ring");
+        let leak = d
+            .at_end
+            .iter()
+            .find(|s| s.site == f["leak_site"].as_str().unwrap())
+            .unwrap_or_else(|| panic!("{name}: {:?}", d.at_end));
+        assert_eq!(leak.bytes, num(&f, "leak_bytes"));
+        assert_eq!(d.ooms.len(), 1);
+        assert_eq!(d.ooms[0].requested_bytes, num(&f, "oom_requested_bytes"));
+        assert_eq!(
+            d.ooms[0].device_free_bytes,
+            Some(num(&f, "oom_device_free_bytes"))
+        );
+        assert_eq!(a.findings[0].kind.id(), "oom");
+        seen.push(format!("{:?}", a));
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "every protocol reads the same");
+}
+
+#[test]
+fn a_ring_buffer_that_overflowed_places_the_older_memory_before_the_window() {
+    let f = facts("ring.pickle");
+    let snap = read_snapshot(&support::data("snapshots/ring.pickle")[..]).unwrap();
+    assert_eq!(snap.devices[1].len() as u64, num(&f, "entries"));
+    let d = &analyze_snapshot(&snap).devices[0];
+    assert!(d.active_before_bytes > 1 << 30, "{}", d.active_before_bytes);
+    assert_eq!(d.peak_active_bytes, num(&f, "peak_active_bytes"));
+    assert_eq!(d.active_bytes, num(&f, "end_active_bytes"));
+    assert!(
+        d.at_peak
+            .iter()
+            .any(|s| s.site == "(allocated before the recorded window)"),
+        "{:?}",
+        d.at_peak
+    );
+}
+
+#[test]
+fn a_cut_short_snapshot_keeps_what_was_read_and_never_panics() {
+    let bytes = support::data("snapshots/small_p4.pickle");
+    let entries = num(&facts("small_p4.pickle"), "entries") as usize;
+    let mut kept_some = 0;
+    for cut in (0..bytes.len()).step_by(13) {
+        match read_snapshot(&bytes[..cut]) {
+            Ok(snap) => {
+                assert!(!snap.warnings.is_empty(), "cut at {cut} says so");
+                assert!(snap.events() <= entries);
+                if snap.events() > 0 {
+                    kept_some += 1;
+                    // The entries read are device 1's, in order.
+                    assert_eq!(snap.devices.len(), 2, "cut at {cut}");
+                    assert_eq!(snap.devices[1][0].action, Action::SegmentAlloc);
+                }
+                let _ = analyze_snapshot(&snap);
+            }
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+    assert!(kept_some > 50, "cuts inside the entries keep their prefix ({kept_some})");
+}
+
+#[test]
+fn other_pickles_are_one_clear_error() {
+    // pickle.dumps([1, 2], protocol=4)
+    let list = b"\x80\x04\x95\x09\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02e.";
+    let e = read_snapshot(&list[..]).unwrap_err().to_string();
+    assert!(e.contains("not a memory snapshot"), "{e}");
+    // pickle.dumps({"model": torch.nn.Linear}) would hold a GLOBAL.
+    let global = b"\x80\x02}q\x00X\x05\x00\x00\x00modelq\x01ctorch.nn\nLinear\nq\x02s.";
+    let e = read_snapshot(&global[..]).unwrap_err().to_string();
+    assert!(e.contains("GLOBAL"), "{e}");
+    // pickle.dumps({"a": 1}, protocol=4): a dict, but no snapshot.
+    let dict = b"\x80\x04\x95\n\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s.";
+    let e = read_snapshot(&dict[..]).unwrap_err().to_string();
+    assert!(e.contains("neither `segments` nor `device_traces`"), "{e}");
+}
