@@ -100,6 +100,7 @@ pub struct Embedded {
 /// of the page without the trace.
 pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Embedded> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    crate::trace_file::not_a_snapshot(path, &bytes)?;
     let decoded = oomscope_trace::decode(&bytes)
         .with_context(|| format!("cannot open {}", path.display()))?;
     let name = path.file_name().map_or_else(

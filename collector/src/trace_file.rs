@@ -20,6 +20,7 @@ pub struct TraceFile {
 /// Reads and decodes a trace, or the trace a report embeds.
 pub fn read_trace_file(path: &Path) -> Result<TraceFile> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    not_a_snapshot(path, &bytes)?;
     let (bytes, notice) = match trace_in_report(&bytes) {
         None => (bytes, None),
         Some(Ok(t)) => (t.bytes, t.notice),
@@ -32,4 +33,16 @@ pub fn read_trace_file(path: &Path) -> Result<TraceFile> {
 /// Reads and decodes a trace (or a report's); damage inside the file comes back as warnings.
 pub fn read_trace(path: &Path) -> Result<Decoded> {
     read_trace_file(path).map(|f| f.decoded)
+}
+
+/// The error for a PyTorch memory snapshot given where a trace is expected.
+pub fn not_a_snapshot(path: &Path, bytes: &[u8]) -> Result<()> {
+    if oomscope_trace::snapshot::looks_like_pickle(bytes) {
+        return Err(anyhow!(
+            "{} is a PyTorch memory snapshot (a pickle): `collector summary` reads it; reports and \
+             exports of snapshots are not built yet",
+            path.display()
+        ));
+    }
+    Ok(())
 }

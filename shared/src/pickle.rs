@@ -549,7 +549,9 @@ impl<R: Read> Machine<R> {
             return Err(PickleErrorKind::Malformed("SETITEMS with an odd count"));
         }
         let Value::Dict(dict) = self.top()?.clone() else {
-            return Err(PickleErrorKind::Malformed("SETITEM on something not a dict"));
+            return Err(PickleErrorKind::Malformed(
+                "SETITEM on something not a dict",
+            ));
         };
         let mut d = dict.items.borrow_mut();
         let mut it = items.into_iter();
@@ -623,10 +625,7 @@ impl<R: Read> Machine<R> {
                 0x85..=0x87 => {
                     let n = usize::from(op - 0x84);
                     if self.stack.len() < n
-                        || self
-                            .marks
-                            .last()
-                            .is_some_and(|m| *m > self.stack.len() - n)
+                        || self.marks.last().is_some_and(|m| *m > self.stack.len() - n)
                     {
                         return Err(PickleErrorKind::Malformed("TUPLE of missing values"));
                     }
@@ -660,7 +659,9 @@ impl<R: Read> Machine<R> {
                     let v = self
                         .memo
                         .get(slot)
-                        .ok_or(PickleErrorKind::Malformed("reference to an empty memo slot"))?
+                        .ok_or(PickleErrorKind::Malformed(
+                            "reference to an empty memo slot",
+                        ))?
                         .clone();
                     self.stack.push(v);
                 }

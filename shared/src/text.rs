@@ -155,12 +155,12 @@ pub fn render_estimate(e: &crate::estimate::Estimate, what: &str) -> String {
 }
 
 /// Appends a line.
-fn line(out: &mut String, text: &str) {
+pub(crate) fn line(out: &mut String, text: &str) {
     out.push_str(text);
     out.push('\n');
 }
 
-fn section(out: &mut String, title: &str) {
+pub(crate) fn section(out: &mut String, title: &str) {
     out.push('\n');
     line(out, title);
 }
@@ -990,15 +990,20 @@ pub fn oom_line(o: &OomContext) -> String {
 }
 
 fn findings(out: &mut String, analysis: &Analysis) {
+    findings_of(out, &analysis.findings);
+}
+
+/// The findings section of any analysis (a trace's, a snapshot's).
+pub(crate) fn findings_of(out: &mut String, findings: &[crate::analysis::recommend::Finding]) {
     section(out, "Findings");
-    if analysis.findings.is_empty() {
+    if findings.is_empty() {
         line(
             out,
             "  nothing to change: no rule found evidence of a memory problem",
         );
         return;
     }
-    for f in &analysis.findings {
+    for f in findings {
         let tag = format!("[{}]", f.severity.label().to_ascii_uppercase());
         wrap(out, &format!("{tag} {} ({})", f.title, f.kind.id()), 2, 4);
         wrap(out, &f.explanation, 4, 4);
@@ -1007,7 +1012,7 @@ fn findings(out: &mut String, analysis: &Analysis) {
 }
 
 /// Cuts `text` to `width` characters, marking the cut with `~`.
-fn shorten(text: &str, width: usize) -> String {
+pub(crate) fn shorten(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
     }
@@ -1050,7 +1055,7 @@ fn counted(n: u64, thing: &str) -> String {
     format!("{} {thing}{s}", format_count(n))
 }
 
-fn wrap(out: &mut String, text: &str, first: usize, rest: usize) {
+pub(crate) fn wrap(out: &mut String, text: &str, first: usize, rest: usize) {
     let mut current = " ".repeat(first);
     let mut empty = true;
     for word in wrap_words(text) {

@@ -52,6 +52,15 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
         return job_summary(&files, args.json);
     }
     let path = &files[0];
+    if is_snapshot(path)? {
+        if args.compare.is_some() {
+            anyhow::bail!(
+                "--compare reads traces; {} is a memory snapshot",
+                path.display()
+            );
+        }
+        return snapshot_summary(path, args.json);
+    }
     let TraceFile {
         decoded,
         notice: a_notice,
@@ -191,6 +200,61 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
             .collect();
         text.push_str(&text::render_job(&sources, &analysis));
         text
+    };
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    write_stdout(out.as_bytes())?;
+    Ok(0)
+}
+
+/// Whether `path` holds a pickle (a PyTorch memory snapshot) rather than a trace.
+fn is_snapshot(path: &std::path::Path) -> Result<bool> {
+    use std::io::Read as _;
+    let mut head = [0u8; 2];
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let n = f
+        .read(&mut head)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(oomscope_trace::snapshot::looks_like_pickle(&head[..n]))
+}
+
+#[derive(Serialize)]
+struct SnapshotJson<'a> {
+    schema_version: u32,
+    snapshot: String,
+    trace_entries: usize,
+    segments: usize,
+    frames: usize,
+    stacks: usize,
+    warnings: &'a [String],
+    analysis: &'a oomscope_trace::snapshot::analysis::SnapshotAnalysis,
+}
+
+/// `collector summary snap.pickle`: a PyTorch memory snapshot read in one streaming pass.
+fn snapshot_summary(path: &std::path::Path, json: bool) -> Result<i32> {
+    use oomscope_trace::snapshot::{
+        analysis::analyze_snapshot, read_snapshot, text::render_snapshot,
+    };
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let snap = read_snapshot(file).with_context(|| format!("cannot open {}", path.display()))?;
+    let analysis = analyze_snapshot(&snap);
+    let mut out = if json {
+        serde_json::to_string_pretty(&SnapshotJson {
+            schema_version: SUMMARY_SCHEMA_VERSION,
+            snapshot: path.display().to_string(),
+            trace_entries: snap.events(),
+            segments: snap.segments.len(),
+            frames: snap.frames.len(),
+            stacks: snap.stacks.len(),
+            warnings: &snap.warnings,
+            analysis: &analysis,
+        })
+        .context("encoding the summary as JSON failed")?
+    } else {
+        render_snapshot(&path.display().to_string(), &snap, &analysis)
     };
     if !out.ends_with('\n') {
         out.push('\n');

@@ -18,7 +18,7 @@ use crate::analysis::recommend::{
     EXPANDABLE_SEGMENTS_CHANGE, Evidence, FRAGMENTATION_MIN_GAP_BYTES,
     FRAGMENTATION_MIN_GAP_FRACTION, Finding, FindingKind, Severity,
 };
-use crate::units::{format_bytes, format_percent};
+use crate::units::{format_bytes, format_count, format_percent};
 
 /// Most points kept of a device's timeline (each the highest of its slice of entries).
 pub const TIMELINE_POINTS: usize = 2_000;
@@ -46,6 +46,8 @@ pub struct SiteBytes {
 pub struct SnapshotOom {
     /// µs since the epoch.
     pub time_us: u64,
+    /// Where the failing request came from (its first user frame).
+    pub site: String,
     /// The request that failed.
     pub requested_bytes: u64,
     /// The device's free memory then, as torch read it.
@@ -95,7 +97,31 @@ pub struct DeviceAnalysis {
     pub rounding_bytes: u64,
     /// Its OOMs, in order.
     pub ooms: Vec<SnapshotOom>,
+    /// Sites that kept allocating without freeing across the recording (most bytes first).
+    pub kept: Vec<KeptSite>,
 }
+
+/// A site whose allocations in the recording were never freed in it, spread over the recording:
+/// memory kept across steps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KeptSite {
+    /// The site.
+    pub site: String,
+    /// Blocks it allocated in the recording that are still live at its end.
+    pub blocks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Share of the recording between its first and last such allocation (0–1000, ‰).
+    pub spread_permille: u64,
+}
+
+/// A site keeps memory when at least this many of its recorded allocations stay live…
+pub const KEPT_MIN_BLOCKS: u64 = 5;
+/// …holding at least this much…
+pub const KEPT_MIN_BYTES: u64 = 64 << 20;
+/// …allocated over at least this share of the recording (‰), and none of its recorded
+/// allocations was freed.
+pub const KEPT_MIN_SPREAD_PERMILLE: u64 = 500;
 
 /// A snapshot's analysis.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -136,7 +162,10 @@ fn is_user_frame(filename: &str) -> bool {
 }
 
 /// Sums blocks by site, largest first; past [`TOP_SITES`] they go into one "other" row.
-fn by_site(snap: &Snapshot, blocks: impl Iterator<Item = (u64, Option<StackId>)>) -> Vec<SiteBytes> {
+fn by_site(
+    snap: &Snapshot,
+    blocks: impl Iterator<Item = (u64, Option<StackId>)>,
+) -> Vec<SiteBytes> {
     let mut sites: HashMap<String, SiteBytes> = HashMap::new();
     let mut largest: HashMap<String, u64> = HashMap::new();
     for (size, stack) in blocks {
@@ -202,10 +231,7 @@ pub fn analyze_snapshot(snap: &Snapshot) -> SnapshotAnalysis {
 
 fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
     let segments: Vec<_> = snap.segments.iter().filter(|s| s.device == index).collect();
-    let events: &[super::Event] = snap
-        .devices
-        .get(index as usize)
-        .map_or(&[], Vec::as_slice);
+    let events: &[super::Event] = snap.devices.get(index as usize).map_or(&[], Vec::as_slice);
     let active = |s: BlockState| s != BlockState::Inactive;
     let blocks = || segments.iter().flat_map(|s| s.blocks.iter());
     let reserved_bytes: u64 = segments.iter().map(|s| s.total_size).sum();
@@ -244,7 +270,12 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
             _ => {}
         }
     }
-    let before = |end: u64, net: i128| u64::try_from((i128::from(end) - net).max(0)).unwrap_or(0);
+    // A cut-short snapshot's entries are a prefix: the dump's state says nothing about their
+    // start, so the replay starts from nothing.
+    let before = |end: u64, net: i128| match snap.truncated {
+        true => 0,
+        false => u64::try_from((i128::from(end) - net).max(0)).unwrap_or(0),
+    };
     let active_before_bytes = before(active_bytes, net_active);
     let reserved_before = before(reserved_bytes, net_reserved);
 
@@ -264,6 +295,7 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
             Action::SegmentFree | Action::SegmentUnmap => r -= size,
             Action::Oom => ooms.push(SnapshotOom {
                 time_us: e.time_us,
+                site: site_of(snap, e.stack),
                 requested_bytes: e.size,
                 device_free_bytes: e.device_free_bytes,
                 active_bytes: a.max(0) as u64,
@@ -320,6 +352,7 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
         // blocks are the best account of it only when nothing changed.
         None => Vec::new(),
     };
+    let kept = kept_sites(snap, events);
     let at_end = by_site(
         snap,
         blocks()
@@ -348,33 +381,104 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
         largest_free_block_bytes,
         rounding_bytes,
         ooms,
+        kept,
     }
+}
+
+/// Sites whose recorded allocations were never freed in the recording and are spread across it
+/// ([`KEPT_MIN_BLOCKS`], [`KEPT_MIN_BYTES`], [`KEPT_MIN_SPREAD_PERMILLE`]).
+fn kept_sites(snap: &Snapshot, events: &[super::Event]) -> Vec<KeptSite> {
+    let (Some(first), Some(last)) = (events.first(), events.last()) else {
+        return Vec::new();
+    };
+    let span = last.time_us.saturating_sub(first.time_us).max(1);
+    // Per site: live (addr → (size, time)), and whether any of its allocations was freed.
+    let mut owner: HashMap<u64, String> = HashMap::new();
+    let mut sites: HashMap<String, (HashMap<u64, (u64, u64)>, bool)> = HashMap::new();
+    for e in events {
+        match e.action {
+            Action::Alloc => {
+                let site = site_of(snap, e.stack);
+                sites
+                    .entry(site.clone())
+                    .or_default()
+                    .0
+                    .insert(e.addr, (e.size, e.time_us));
+                owner.insert(e.addr, site);
+            }
+            Action::FreeCompleted => {
+                if let Some(site) = owner.remove(&e.addr)
+                    && let Some((live, freed)) = sites.get_mut(&site)
+                {
+                    live.remove(&e.addr);
+                    *freed = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut kept: Vec<KeptSite> = sites
+        .into_iter()
+        .filter(|(site, (_, freed))| !freed && !site.starts_with('('))
+        .filter_map(|(site, (live, _))| {
+            let blocks = live.len() as u64;
+            let bytes = live.values().map(|(s, _)| *s).sum();
+            let t0 = live.values().map(|(_, t)| *t).min()?;
+            let t1 = live.values().map(|(_, t)| *t).max()?;
+            let spread_permille = t1.saturating_sub(t0) * 1000 / span;
+            (blocks >= KEPT_MIN_BLOCKS
+                && bytes >= KEPT_MIN_BYTES
+                && spread_permille >= KEPT_MIN_SPREAD_PERMILLE)
+                .then_some(KeptSite {
+                    site,
+                    blocks,
+                    bytes,
+                    spread_permille,
+                })
+        })
+        .collect();
+    kept.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    kept
 }
 
 fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
     let mut out = Vec::new();
-    let top = d
-        .at_peak
-        .first()
-        .or(d.at_end.first())
-        .filter(|s| !s.site.starts_with('('));
     if let Some(o) = d.ooms.first() {
         let free_cached = d.reserved_bytes.saturating_sub(d.active_bytes);
-        let fragmented = free_cached >= o.requested_bytes
-            && d.largest_free_block_bytes < o.requested_bytes;
+        let fragmented =
+            free_cached >= o.requested_bytes && d.largest_free_block_bytes < o.requested_bytes;
+        // All the process could have had: what it reserved plus what the device had free.
+        let capacity = o.reserved_bytes + o.device_free_bytes.unwrap_or(0);
         let mut facts = vec![format!(
-            "{} were active and {} reserved when it failed",
+            "the request came from {}; {} were active and {} reserved when it failed",
+            o.site,
             format_bytes(o.active_bytes),
             format_bytes(o.reserved_bytes)
         )];
-        if let Some(s) = top {
+        let holders: Vec<String> = d
+            .at_peak
+            .iter()
+            .filter(|s| !s.site.starts_with("(no stack"))
+            .take(3)
+            .map(|s| format!("{} {}", s.site, format_bytes(s.bytes)))
+            .collect();
+        if !holders.is_empty() {
             facts.push(format!(
-                "the largest site alive at the peak is {} with {}",
-                s.site,
-                format_bytes(s.bytes)
+                "the largest holders at the peak: {}",
+                holders.join(", ")
             ));
         }
-        let change = if fragmented && !expandable {
+        let change = if o.device_free_bytes.is_some() && o.requested_bytes > capacity {
+            facts.push(format!(
+                "the request alone is larger than all this process had ({} reserved + {} free)",
+                format_bytes(o.reserved_bytes),
+                format_bytes(o.device_free_bytes.unwrap_or(0))
+            ));
+            format!(
+                "check the shape of the tensor made at {}: no freeing elsewhere makes room for it",
+                o.site
+            )
+        } else if fragmented && !expandable {
             facts.push(format!(
                 "the cache held {} free, but its largest free block is {}",
                 format_bytes(free_cached),
@@ -382,18 +486,15 @@ fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
             ));
             EXPANDABLE_SEGMENTS_CHANGE.to_owned()
         } else {
-            match top {
-                Some(s) => format!(
-                    "hold less at {}: a smaller batch or sequence, activation checkpointing, or \
-                     freeing what it keeps (del, no references kept across steps)",
-                    s.site
-                ),
-                None => "lower the batch size or use activation checkpointing".to_owned(),
-            }
+            format!(
+                "make room for the request at {}: a smaller batch or sequence, activation \
+                 checkpointing, or freeing what the largest holders keep",
+                o.site
+            )
         };
-        let free = o
-            .device_free_bytes
-            .map_or_else(String::new, |f| format!(" with {} free on the device", format_bytes(f)));
+        let free = o.device_free_bytes.map_or_else(String::new, |f| {
+            format!(" with {} free on the device", format_bytes(f))
+        });
         out.push(Finding {
             kind: FindingKind::Oom,
             severity: Severity::Critical,
@@ -409,14 +510,49 @@ fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
                 Evidence::bytes("device_free_bytes", o.device_free_bytes.unwrap_or(0) as f64),
                 Evidence::bytes("active_bytes", o.active_bytes as f64),
                 Evidence::bytes("reserved_bytes", o.reserved_bytes as f64),
-                Evidence::bytes("largest_free_block_bytes", d.largest_free_block_bytes as f64),
+                Evidence::bytes(
+                    "largest_free_block_bytes",
+                    d.largest_free_block_bytes as f64,
+                ),
                 Evidence::count("ooms", d.ooms.len() as f64),
+            ],
+        });
+    }
+    for k in &d.kept {
+        out.push(Finding {
+            kind: FindingKind::Leak,
+            severity: Severity::Warning,
+            title: format!(
+                "Memory kept across the recording at {}: {} in {} blocks, none freed",
+                k.site,
+                format_bytes(k.bytes),
+                format_count(k.blocks)
+            ),
+            explanation: format!(
+                "{} allocations at {} spread over {}% of the recording are all still live at its \
+                 end, while other sites' memory was freed and reused",
+                format_count(k.blocks),
+                k.site,
+                k.spread_permille / 10
+            ),
+            change: format!(
+                "look for tensors kept across steps at {}: a list that grows (losses, outputs), a \
+                 tensor stored without .detach() or .item(), a cache that is never cleared",
+                k.site
+            ),
+            evidence: vec![
+                Evidence::bytes("kept_bytes", k.bytes as f64),
+                Evidence::count("kept_blocks", k.blocks as f64),
+                Evidence::share("spread_of_recording", k.spread_permille as f64 / 1000.0),
             ],
         });
     }
     let min_gap = FRAGMENTATION_MIN_GAP_BYTES
         .max((FRAGMENTATION_MIN_GAP_FRACTION * d.reserved_bytes as f64) as u64);
-    if d.inactive_split_bytes >= min_gap {
+    // Fragmented: much free memory inside segments in use, and no free block near its size
+    // (one large free block serves any request up to its size).
+    if d.inactive_split_bytes >= min_gap && d.largest_free_block_bytes * 2 < d.inactive_split_bytes
+    {
         let share = d.inactive_split_bytes as f64 / d.reserved_bytes.max(1) as f64;
         out.push(Finding {
             kind: FindingKind::Fragmentation,
@@ -444,7 +580,10 @@ fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
                 Evidence::bytes("inactive_split_bytes", d.inactive_split_bytes as f64),
                 Evidence::bytes("reserved_bytes", d.reserved_bytes as f64),
                 Evidence::share("inactive_split_fraction", share),
-                Evidence::bytes("largest_free_block_bytes", d.largest_free_block_bytes as f64),
+                Evidence::bytes(
+                    "largest_free_block_bytes",
+                    d.largest_free_block_bytes as f64,
+                ),
             ],
         });
     }
@@ -468,7 +607,10 @@ mod tests {
     fn the_site_is_the_first_user_frame_innermost_first() {
         let snap = Snapshot {
             frames: vec![
-                frame("/usr/lib/python3/site-packages/torch/nn/modules/linear.py", 125),
+                frame(
+                    "/usr/lib/python3/site-packages/torch/nn/modules/linear.py",
+                    125,
+                ),
                 frame("??", 0),
                 frame("/home/me/train.py", 42),
                 frame("/home/me/main.py", 7),

@@ -13,6 +13,7 @@
 //! a snapshot is one clear error.
 
 pub mod analysis;
+pub mod text;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -177,6 +178,9 @@ pub struct Snapshot {
     pub settings: Vec<(String, String)>,
     /// Damage: the pickle cut short, parts that were not what a snapshot holds.
     pub warnings: Vec<String>,
+    /// The pickle was cut short: the entries are a prefix, so the dump's state (the segments,
+    /// written first) is not where they lead, and what was active before them is unknown.
+    pub truncated: bool,
 }
 
 impl Snapshot {
@@ -322,6 +326,7 @@ pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
             "{orphans} trace entries were in lists outside `device_traces` and are not shown"
         ));
     }
+    snap.truncated = warning.is_some();
     if let Some(e) = &warning {
         snap.warnings.insert(
             0,
@@ -411,7 +416,11 @@ impl Visitor for SnapshotReader {
 impl SnapshotReader {
     /// Takes `d` as an entry of the list `list_id` when it is one (it has an `action`).
     fn take(&mut self, list_id: u32, d: &Dict, memo: Option<&mut Memo>) -> bool {
-        let Some(action) = d.get("action").as_ref().and_then(Value::as_str).map(Action::parse)
+        let Some(action) = d
+            .get("action")
+            .as_ref()
+            .and_then(Value::as_str)
+            .map(Action::parse)
         else {
             return false;
         };
@@ -509,7 +518,9 @@ impl SnapshotReader {
             allocated_size: int("allocated_size"),
             active_size: int("active_size"),
             stream: int("stream"),
-            large: d.get("segment_type").and_then(|v| v.as_str().map(|s| s == "large"))
+            large: d
+                .get("segment_type")
+                .and_then(|v| v.as_str().map(|s| s == "large"))
                 != Some(false),
             expandable: d
                 .get("is_expandable")

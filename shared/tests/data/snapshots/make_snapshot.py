@@ -57,9 +57,14 @@ def main():
     next_addr = [BASE]
     clock = [1_759_252_584_204_770]
 
+    pool = {}  # size -> [addr]: freed blocks the caching allocator hands out again
+
     def alloc(size, st):
-        addr = next_addr[0]
-        next_addr[0] += size
+        if pool.get(size):
+            addr = pool[size].pop()
+        else:
+            addr = next_addr[0]
+            next_addr[0] += size
         clock[0] += 10
         live[addr] = (size, st)
         events.append({"action": "alloc", "addr": addr, "size": size, "stream": STREAM,
@@ -68,6 +73,7 @@ def main():
 
     def free(addr):
         size, st = live.pop(addr)
+        pool.setdefault(size, []).append(addr)
         for action in ("free_requested", "free_completed"):
             clock[0] += 5
             events.append({"action": action, "addr": addr, "size": size, "stream": STREAM,
@@ -75,8 +81,10 @@ def main():
                            "user_metadata": ""})
 
     clock[0] += 1
-    events.append({"action": "segment_alloc", "addr": BASE, "size": 64 << 30, "stream": STREAM,
-                   "time_us": clock[0], "frames": [], "compile_context": "", "user_metadata": ""})
+    # One segment, reserved up front (its size is what the program ends up using plus a tail).
+    seg = {"action": "segment_alloc", "addr": BASE, "size": 0, "stream": STREAM,
+                   "time_us": clock[0], "frames": [], "compile_context": "", "user_metadata": ""}
+    events.append(seg)
     alloc(512 * MIB, stack(30, "build_model"))
     alloc(1024 * MIB, stack(31, "build_optimizer"))
     active = [sum(s for s, _ in live.values())]
@@ -107,13 +115,20 @@ def main():
             peak, peak_time = act, e["time_us"]
 
     used = next_addr[0] - BASE
+    seg["size"] = used + 256 * MIB
     blocks = [{"address": a, "size": s, "requested_size": s - (s // 64), "state": "active_allocated",
                "frames": st} for a, (s, st) in sorted(live.items())]
-    blocks.append({"address": next_addr[0], "size": (64 << 30) - used, "requested_size": 0,
+    tail = 256 * MIB
+    for size, addrs in pool.items():
+        for a in addrs:
+            blocks.append({"address": a, "size": size, "requested_size": 0, "state": "inactive",
+                           "frames": []})
+    blocks.append({"address": next_addr[0], "size": tail, "requested_size": 0,
                    "state": "inactive", "frames": []})
+    blocks.sort(key=lambda b: b["address"])
     snapshot = {
         "segments": [{
-            "device": 1, "address": BASE, "total_size": 64 << 30,
+            "device": 1, "address": BASE, "total_size": used + tail,
             "allocated_size": sum(s for s, _ in live.values()),
             "active_size": sum(s for s, _ in live.values()),
             "requested_size": sum(b["requested_size"] for b in blocks),

@@ -1,0 +1,92 @@
+//! `collector summary` of PyTorch memory snapshots (pickles) through the real binary: the numbers
+//! its JSON gives are the facts the generating script wrote, the text names the OOM's site and
+//! the site that kept memory, and commands that take traces say what a snapshot is in one line.
+
+use std::path::PathBuf;
+
+mod support;
+
+use support::{Scratch, run, stderr};
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../shared/tests/data/snapshots/{name}"))
+}
+
+#[test]
+fn a_snapshot_is_summarised_as_text_and_json() {
+    let pickle = data("small_p5.pickle");
+    let facts: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data("small_p5.pickle.json")).unwrap()).unwrap();
+    let out = run(&["summary", pickle.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("Memory snapshot: "), "{text}");
+    assert!(
+        text.contains("[CRITICAL] Out of memory on GPU 1: a request of 20.0 GiB failed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the request came from train.py:52 (forward)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Memory kept across the recording at train.py:77 (train_step)"),
+        "{text}"
+    );
+
+    let out = run(&["summary", "--json", pickle.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let device = &json["analysis"]["devices"][0];
+    for (ours, theirs) in [
+        ("peak_active_bytes", "peak_active_bytes"),
+        ("active_bytes", "end_active_bytes"),
+        ("events", "entries"),
+    ] {
+        assert_eq!(device[ours], facts[theirs], "{ours}");
+    }
+    assert_eq!(json["trace_entries"], facts["entries"]);
+    assert_eq!(json["analysis"]["findings"][0]["id"], "oom");
+}
+
+#[test]
+fn snapshots_given_where_traces_go_and_damaged_ones_are_one_line() {
+    let s = Scratch::new("snapshot-cli");
+    let pickle = data("small_p4.pickle");
+    let html = s.path("snap.html");
+    for args in [
+        vec![
+            "report",
+            pickle.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        vec!["export", pickle.to_str().unwrap(), "--format", "csv"],
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("is a PyTorch memory snapshot"), "{err}");
+    }
+    // A pickle of something else.
+    let other = s.path("other.pickle");
+    std::fs::write(
+        &other,
+        b"\x80\x04\x95\t\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02e.",
+    )
+    .unwrap();
+    let out = run(&["summary", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not a memory snapshot"), "{err}");
+    // Cut short: what was read, with a warning.
+    let bytes = std::fs::read(&pickle).unwrap();
+    let cut = s.path("cut.pickle");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let out = run(&["summary", cut.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("warning: the pickle ends at byte"), "{text}");
+}
