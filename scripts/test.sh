@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs ALL of oomscope's checks: formatting, lints (native and wasm32), every test
 # (native, the viewer's components in headless chromium, end-to-end reports in chromium through
-# chromedriver), and a short fuzz run of the trace reader. This is what CI runs (.ci/run).
+# chromedriver), and short fuzz runs of the trace reader and the snapshot reader. This is what CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -55,6 +55,19 @@ log="$CARGO_TARGET_DIR/fuzz-decode.log"
 # -s none: no sanitizer, so the stable toolchain builds it; libFuzzer still guides coverage.
 if ! (cd shared && cargo fuzz run -s none --target-dir "$CARGO_TARGET_DIR/fuzz" decode "$corpus" fuzz/seeds -- \
         -max_total_time="$FUZZ_SECS" -rss_limit_mb=2048 -max_len=65536 -timeout=10) >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    echo "fuzzing found a failure (full log: $log)" >&2
+    exit 1
+fi
+grep -E '^#[0-9]+ +DONE|^Done [0-9]+ runs' "$log" >&2 || tail -n 5 "$log" >&2
+
+SNAP_FUZZ_SECS="${OOMSCOPE_SNAPSHOT_FUZZ_SECS:-30}"
+step "fuzz the snapshot reader for ${SNAP_FUZZ_SECS}s"
+corpus="$CARGO_TARGET_DIR/fuzz-corpus/snapshot"
+mkdir -p "$corpus"
+log="$CARGO_TARGET_DIR/fuzz-snapshot.log"
+if ! (cd shared && cargo fuzz run -s none --target-dir "$CARGO_TARGET_DIR/fuzz" snapshot "$corpus" fuzz/seeds-snapshot -- \
+        -max_total_time="$SNAP_FUZZ_SECS" -rss_limit_mb=2048 -max_len=65536 -timeout=10) >"$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzzing found a failure (full log: $log)" >&2
     exit 1

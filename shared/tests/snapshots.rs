@@ -144,3 +144,14 @@ fn the_summary_reads_as_reviewed() {
         oomscope_trace::snapshot::text::render_snapshot("small_p4.pickle", &snap, &a)
     );
 }
+
+#[test]
+fn inputs_the_fuzzer_found_read_or_fail_without_panicking() {
+    // Sizes and times chosen to overflow u64 arithmetic in the analysis.
+    for name in ["fuzz_overflow.pickle"] {
+        if let Ok(snap) = read_snapshot(&support::data(&format!("snapshots/{name}"))[..]) {
+            let a = analyze_snapshot(&snap);
+            let _ = oomscope_trace::snapshot::text::render_snapshot(name, &snap, &a);
+        }
+    }
+}

@@ -134,6 +134,11 @@ pub struct SnapshotAnalysis {
     pub expandable_segments: bool,
 }
 
+/// A sum that stops at `u64::MAX` (a damaged snapshot can hold any sizes).
+fn total(values: impl Iterator<Item = u64>) -> u64 {
+    values.fold(0, u64::saturating_add)
+}
+
 /// `file:line (function)` of a stack's site (see the module docs).
 pub fn site_of(snap: &Snapshot, stack: Option<StackId>) -> String {
     let Some(stack) = stack else {
@@ -176,7 +181,7 @@ fn by_site(
             blocks: 0,
             stack,
         });
-        e.bytes += size;
+        e.bytes = e.bytes.saturating_add(size);
         e.blocks += 1;
         let l = largest.entry(site).or_insert(0);
         if size > *l {
@@ -190,8 +195,8 @@ fn by_site(
         let rest = sites.split_off(TOP_SITES);
         sites.push(SiteBytes {
             site: format!("({} other sites)", rest.len()),
-            bytes: rest.iter().map(|s| s.bytes).sum(),
-            blocks: rest.iter().map(|s| s.blocks).sum(),
+            bytes: total(rest.iter().map(|s| s.bytes)),
+            blocks: total(rest.iter().map(|s| s.blocks)),
             stack: None,
         });
     }
@@ -234,28 +239,31 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
     let events: &[super::Event] = snap.devices.get(index as usize).map_or(&[], Vec::as_slice);
     let active = |s: BlockState| s != BlockState::Inactive;
     let blocks = || segments.iter().flat_map(|s| s.blocks.iter());
-    let reserved_bytes: u64 = segments.iter().map(|s| s.total_size).sum();
-    let active_bytes: u64 = blocks().filter(|b| active(b.state)).map(|b| b.size).sum();
-    let allocated_bytes: u64 = blocks()
-        .filter(|b| b.state == BlockState::ActiveAllocated)
-        .map(|b| b.size)
-        .sum();
-    let inactive_split_bytes = segments
-        .iter()
-        .filter(|s| s.blocks.iter().any(|b| active(b.state)))
-        .flat_map(|s| s.blocks.iter())
-        .filter(|b| b.state == BlockState::Inactive)
-        .map(|b| b.size)
-        .sum();
+    let reserved_bytes = total(segments.iter().map(|s| s.total_size));
+    let active_bytes = total(blocks().filter(|b| active(b.state)).map(|b| b.size));
+    let allocated_bytes = total(
+        blocks()
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.size),
+    );
+    let inactive_split_bytes = total(
+        segments
+            .iter()
+            .filter(|s| s.blocks.iter().any(|b| active(b.state)))
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.state == BlockState::Inactive)
+            .map(|b| b.size),
+    );
     let largest_free_block_bytes = blocks()
         .filter(|b| b.state == BlockState::Inactive)
         .map(|b| b.size)
         .max()
         .unwrap_or(0);
-    let rounding_bytes = blocks()
-        .filter(|b| active(b.state))
-        .map(|b| b.size.saturating_sub(b.requested_size))
-        .sum();
+    let rounding_bytes = total(
+        blocks()
+            .filter(|b| active(b.state))
+            .map(|b| b.size.saturating_sub(b.requested_size)),
+    );
 
     // Net change over the entries, to place the start: what was active (reserved) before the
     // window is the end state minus what the entries added.
@@ -334,7 +342,7 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
             }
             // Blocks freed in the window but allocated before it make the live set smaller than
             // the replayed total: the difference was allocated before the window.
-            let placed: u64 = live.values().map(|(s, _)| *s).sum();
+            let placed = total(live.values().map(|(s, _)| *s));
             let mut sites = by_site(snap, live.into_values());
             let before = peak.saturating_sub(placed);
             if before > 0 {
@@ -422,10 +430,11 @@ fn kept_sites(snap: &Snapshot, events: &[super::Event]) -> Vec<KeptSite> {
         .filter(|(site, (_, freed))| !freed && !site.starts_with('('))
         .filter_map(|(site, (live, _))| {
             let blocks = live.len() as u64;
-            let bytes = live.values().map(|(s, _)| *s).sum();
+            let bytes = total(live.values().map(|(s, _)| *s));
             let t0 = live.values().map(|(_, t)| *t).min()?;
             let t1 = live.values().map(|(_, t)| *t).max()?;
-            let spread_permille = t1.saturating_sub(t0) * 1000 / span;
+            let spread_permille =
+                (u128::from(t1.saturating_sub(t0)) * 1000 / u128::from(span)) as u64;
             (blocks >= KEPT_MIN_BLOCKS
                 && bytes >= KEPT_MIN_BYTES
                 && spread_permille >= KEPT_MIN_SPREAD_PERMILLE)
@@ -448,7 +457,9 @@ fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
         let fragmented =
             free_cached >= o.requested_bytes && d.largest_free_block_bytes < o.requested_bytes;
         // All the process could have had: what it reserved plus what the device had free.
-        let capacity = o.reserved_bytes + o.device_free_bytes.unwrap_or(0);
+        let capacity = o
+            .reserved_bytes
+            .saturating_add(o.device_free_bytes.unwrap_or(0));
         let mut facts = vec![format!(
             "the request came from {}; {} were active and {} reserved when it failed",
             o.site,
@@ -551,7 +562,8 @@ fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
         .max((FRAGMENTATION_MIN_GAP_FRACTION * d.reserved_bytes as f64) as u64);
     // Fragmented: much free memory inside segments in use, and no free block near its size
     // (one large free block serves any request up to its size).
-    if d.inactive_split_bytes >= min_gap && d.largest_free_block_bytes * 2 < d.inactive_split_bytes
+    if d.inactive_split_bytes >= min_gap
+        && d.largest_free_block_bytes.saturating_mul(2) < d.inactive_split_bytes
     {
         let share = d.inactive_split_bytes as f64 / d.reserved_bytes.max(1) as f64;
         out.push(Finding {

@@ -370,18 +370,30 @@ fn list_items(list: &List) -> Vec<Rc<List>> {
 }
 
 fn setting_text(v: &Value) -> String {
+    setting_text_within(v, 4)
+}
+
+/// A setting's value as text, nested dicts `depth` levels deep at most (a crafted pickle can put
+/// a dict inside itself).
+fn setting_text_within(v: &Value, depth: u32) -> String {
     match v {
         Value::None => "None".to_owned(),
         Value::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
         Value::Int(i) => i.to_string(),
         Value::Float(f) => f.to_string(),
         Value::Str(s) => s.to_string(),
-        Value::Dict(d) => {
+        Value::Dict(d) if depth > 0 => {
             let items: Vec<String> = d
                 .items
                 .borrow()
                 .iter()
-                .map(|(k, v)| format!("{}: {}", setting_text(k), setting_text(v)))
+                .map(|(k, v)| {
+                    format!(
+                        "{}: {}",
+                        setting_text_within(k, depth - 1),
+                        setting_text_within(v, depth - 1)
+                    )
+                })
                 .collect();
             format!("{{{}}}", items.join(", "))
         }
