@@ -30,8 +30,13 @@ pub enum Value {
     None,
     /// `True` / `False`.
     Bool(bool),
-    /// An int (pickles allow any size; larger than 128 bits is an error).
-    Int(i128),
+    /// An int that fits `i64`.
+    Int(i64),
+    /// An int above `i64::MAX` that fits `u64` (a CUDA stream pointer pickles as 9 bytes).
+    UInt(u64),
+    /// Any other int wider than 64 bits; larger than 128 bits is an error. Boxed so that every
+    /// value stays small: the memo holds millions.
+    Long(Rc<i128>),
     /// A float.
     Float(f64),
     /// A str (invalid UTF-8, such as lone surrogates, decoded lossily).
@@ -91,10 +96,28 @@ impl Drop for List {
     }
 }
 
+/// Whether dropping `v` could recurse (a container only it holds).
+fn holds_alone(v: &Value) -> bool {
+    match v {
+        Value::List(rc) => Rc::strong_count(rc) == 1,
+        Value::Dict(rc) => Rc::strong_count(rc) == 1,
+        Value::Tuple(rc) => Rc::strong_count(rc) == 1,
+        _ => false,
+    }
+}
+
 impl Drop for Dict {
     fn drop(&mut self) {
-        let items = std::mem::take(self.items.get_mut());
-        drop_iteratively(items.into_iter().flat_map(|(k, v)| [k, v]).collect());
+        // Only the containers held alone here can recurse; the rest drop as usual.
+        let mut nested = Vec::new();
+        for (k, v) in std::mem::take(self.items.get_mut()) {
+            for x in [k, v] {
+                if holds_alone(&x) {
+                    nested.push(x);
+                }
+            }
+        }
+        drop_iteratively(nested);
     }
 }
 
@@ -112,6 +135,8 @@ pub struct List {
     /// Lists are numbered in the order they are created (0, 1, …).
     pub id: u32,
     memo: Cell<u32>,
+    /// The visitor is still asked about this list's items.
+    offered: Cell<bool>,
 }
 
 /// A dict, as (key, value) pairs in insertion order.
@@ -120,6 +145,9 @@ pub struct Dict {
     /// Its items.
     pub items: RefCell<Vec<(Value, Value)>>,
     memo: Cell<u32>,
+    /// Free for the visitor: a number it gave this dict (an interned frame's id), so a shared
+    /// dict met again costs no lookup. `u32::MAX` until set.
+    pub tag: Cell<u32>,
 }
 
 impl Dict {
@@ -155,6 +183,8 @@ impl Value {
     pub fn as_u64(&self) -> Option<u64> {
         match self {
             Value::Int(i) => u64::try_from(*i).ok(),
+            Value::UInt(u) => Some(*u),
+            Value::Long(i) => u64::try_from(**i).ok(),
             Value::Bool(b) => Some(u64::from(*b)),
             _ => None,
         }
@@ -163,7 +193,7 @@ impl Value {
     /// The int, when it is one that fits `i64`.
     pub fn as_i64(&self) -> Option<i64> {
         match self {
-            Value::Int(i) => i64::try_from(*i).ok(),
+            Value::Int(i) => Some(*i),
             _ => None,
         }
     }
@@ -173,6 +203,8 @@ impl Value {
         match self {
             Value::Float(f) => Some(*f),
             Value::Int(i) => Some(*i as f64),
+            Value::UInt(u) => Some(*u as f64),
+            Value::Long(i) => Some(**i as f64),
             _ => None,
         }
     }
@@ -229,13 +261,24 @@ impl Memo {
     }
 }
 
+/// What a [`Visitor`] does with an item appended to a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offer {
+    /// Take it: it is not kept in the list, and its memo slot is emptied (pickles memoize each
+    /// container once, and trace entries are never referred to again).
+    Take,
+    /// Keep it in the list.
+    Keep,
+    /// Keep it, and every later item of this list: the visitor is not asked about them (a stack
+    /// list's frames, a segment's blocks).
+    KeepList,
+}
+
 /// Sees items as they are appended to lists, and may take them.
 pub trait Visitor {
-    /// `item` is being appended to `list`. Return `true` to take it: it is then not kept in the
-    /// list, and its memo slot is emptied (pickles memoize each container once and trace entries
-    /// are never referred to again). `memo` lets the visitor put handles in place of objects it
-    /// keeps in its own form.
-    fn appended(&mut self, list: &List, item: &Value, memo: &mut Memo) -> bool;
+    /// `item` is being appended to `list`. `memo` lets the visitor put handles in place of
+    /// objects it keeps in its own form.
+    fn appended(&mut self, list: &List, item: &Value, memo: &mut Memo) -> Offer;
 }
 
 /// A visitor that takes nothing: the whole value is built.
@@ -243,8 +286,8 @@ pub trait Visitor {
 pub struct KeepAll;
 
 impl Visitor for KeepAll {
-    fn appended(&mut self, _: &List, _: &Value, _: &mut Memo) -> bool {
-        false
+    fn appended(&mut self, _: &List, _: &Value, _: &mut Memo) -> Offer {
+        Offer::KeepList
     }
 }
 
@@ -435,6 +478,22 @@ impl<R: Read> Input<R> {
         Ok(out)
     }
 
+    /// `len` bytes handed to `f`: straight from the buffer when they are all in it.
+    fn with_bytes<T>(
+        &mut self,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T, PickleErrorKind> {
+        if self.end - self.start >= len {
+            let out = f(&self.buf[self.start..self.start + len]);
+            self.start += len;
+            self.consumed += len as u64;
+            return Ok(out);
+        }
+        let bytes = self.bytes(len as u64)?;
+        Ok(f(&bytes))
+    }
+
     fn skip(&mut self, len: u64) -> Result<(), PickleErrorKind> {
         let mut left = len;
         while left > 0 {
@@ -499,6 +558,16 @@ fn str_value(bytes: &[u8]) -> Value {
     })
 }
 
+fn int_value(v: i128) -> Value {
+    if let Ok(small) = i64::try_from(v) {
+        Value::Int(small)
+    } else if let Ok(u) = u64::try_from(v) {
+        Value::UInt(u)
+    } else {
+        Value::Long(Rc::new(v))
+    }
+}
+
 /// A little-endian two's-complement int of up to 16 bytes (LONG1/LONG4).
 fn long(bytes: &[u8]) -> Result<i128, PickleErrorKind> {
     if bytes.is_empty() {
@@ -559,6 +628,7 @@ impl<R: Read> Machine<R> {
             items: RefCell::new(items),
             id,
             memo: Cell::new(NO_SLOT),
+            offered: Cell::new(true),
         }))
     }
 
@@ -566,33 +636,46 @@ impl<R: Read> Machine<R> {
         Value::Dict(Rc::new(Dict {
             items: RefCell::new(items),
             memo: Cell::new(NO_SLOT),
+            tag: Cell::new(u32::MAX),
         }))
     }
 
-    fn append<V: Visitor>(
-        &mut self,
-        items: Vec<Value>,
-        visitor: &mut V,
-    ) -> Result<(), PickleErrorKind> {
-        let Value::List(list) = self.top()?.clone() else {
+    /// Appends the stack's items from `from` on to the list below them, offering each to the
+    /// visitor while it wants them.
+    fn append<V: Visitor>(&mut self, from: usize, visitor: &mut V) -> Result<(), PickleErrorKind> {
+        let Some(Value::List(list)) = from.checked_sub(1).map(|i| &self.stack[i]) else {
             return Err(PickleErrorKind::Malformed("APPEND to something not a list"));
         };
-        let mut kept = Vec::with_capacity(items.len());
-        for item in items {
-            if visitor.appended(&list, &item, &mut self.memo) {
-                let slot = match &item {
-                    Value::Dict(d) => d.memo_slot(),
-                    Value::List(l) => l.memo_slot(),
-                    _ => None,
-                };
-                if let Some(s) = slot {
-                    self.memo.replace(s, None);
+        let list = list.clone();
+        let mut items = list.items.borrow_mut();
+        if !list.offered.get() {
+            items.extend(self.stack.drain(from..));
+            return Ok(());
+        }
+        items.reserve(self.stack.len() - from);
+        for item in self.stack.drain(from..) {
+            if !list.offered.get() {
+                items.push(item);
+                continue;
+            }
+            match visitor.appended(&list, &item, &mut self.memo) {
+                Offer::Take => {
+                    let slot = match &item {
+                        Value::Dict(d) => d.memo_slot(),
+                        Value::List(l) => l.memo_slot(),
+                        _ => None,
+                    };
+                    if let Some(s) = slot {
+                        self.memo.replace(s, None);
+                    }
                 }
-            } else {
-                kept.push(item);
+                Offer::Keep => items.push(item),
+                Offer::KeepList => {
+                    list.offered.set(false);
+                    items.push(item);
+                }
             }
         }
-        list.items.borrow_mut().extend(kept);
         Ok(())
     }
 
@@ -659,16 +742,40 @@ impl<R: Read> Machine<R> {
                     self.set_items(vec![k, v])?;
                 }
                 b'u' => {
-                    let items = self.pop_mark()?;
-                    self.set_items(items)?;
+                    let mark = self
+                        .marks
+                        .pop()
+                        .ok_or(PickleErrorKind::Malformed("no mark"))?
+                        .min(self.stack.len());
+                    if (self.stack.len() - mark) % 2 != 0 {
+                        return Err(PickleErrorKind::Malformed("SETITEMS with an odd count"));
+                    }
+                    let Some(Value::Dict(dict)) = mark.checked_sub(1).map(|i| &self.stack[i])
+                    else {
+                        return Err(PickleErrorKind::Malformed(
+                            "SETITEM on something not a dict",
+                        ));
+                    };
+                    let dict = dict.clone();
+                    let mut d = dict.items.borrow_mut();
+                    d.reserve((self.stack.len() - mark) / 2);
+                    let mut it = self.stack.drain(mark..);
+                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                        d.push((k, v));
+                    }
                 }
                 b'a' => {
-                    let item = self.pop()?;
-                    self.append(vec![item], visitor)?;
+                    // The item must lie above the last mark; the list is just below it.
+                    self.top()?;
+                    self.append(self.stack.len() - 1, visitor)?;
                 }
                 b'e' => {
-                    let items = self.pop_mark()?;
-                    self.append(items, visitor)?;
+                    let mark = self
+                        .marks
+                        .pop()
+                        .ok_or(PickleErrorKind::Malformed("no mark"))?
+                        .min(self.stack.len());
+                    self.append(mark, visitor)?;
                 }
                 b't' => {
                     let items = self.pop_mark()?;
@@ -721,8 +828,8 @@ impl<R: Read> Machine<R> {
                 }
                 0x8c => {
                     let n = self.input.byte()?;
-                    let b = self.input.bytes(u64::from(n))?;
-                    self.stack.push(str_value(&b));
+                    let v = self.input.with_bytes(usize::from(n), str_value)?;
+                    self.stack.push(v);
                 }
                 b'X' => {
                     let n = u32::from_le_bytes(self.input.array::<4>()?);
@@ -751,20 +858,20 @@ impl<R: Read> Machine<R> {
                 }
                 b'J' => {
                     let v = i32::from_le_bytes(self.input.array::<4>()?);
-                    self.stack.push(Value::Int(i128::from(v)));
+                    self.stack.push(Value::Int(i64::from(v)));
                 }
                 b'K' => {
                     let v = self.input.byte()?;
-                    self.stack.push(Value::Int(i128::from(v)));
+                    self.stack.push(Value::Int(i64::from(v)));
                 }
                 b'M' => {
                     let v = u16::from_le_bytes(self.input.array::<2>()?);
-                    self.stack.push(Value::Int(i128::from(v)));
+                    self.stack.push(Value::Int(i64::from(v)));
                 }
                 0x8a => {
                     let n = self.input.byte()?;
-                    let b = self.input.bytes(u64::from(n))?;
-                    self.stack.push(Value::Int(long(&b)?));
+                    let v = self.input.with_bytes(usize::from(n), long)??;
+                    self.stack.push(int_value(v));
                 }
                 0x8b => {
                     let n = u32::from_le_bytes(self.input.array::<4>()?);
@@ -774,7 +881,7 @@ impl<R: Read> Machine<R> {
                         return Err(PickleErrorKind::IntTooLarge);
                     }
                     let b = self.input.bytes(u64::from(n))?;
-                    self.stack.push(Value::Int(long(&b)?));
+                    self.stack.push(int_value(long(&b)?));
                 }
                 b'G' => {
                     let v = f64::from_be_bytes(self.input.array::<8>()?);
@@ -923,10 +1030,10 @@ mod tests {
     fn a_visitor_takes_items_and_they_are_forgotten() {
         struct TakeDicts(usize);
         impl Visitor for TakeDicts {
-            fn appended(&mut self, _: &List, item: &Value, _: &mut Memo) -> bool {
+            fn appended(&mut self, _: &List, item: &Value, _: &mut Memo) -> Offer {
                 let take = matches!(item, Value::Dict(_));
                 self.0 += usize::from(take);
-                take
+                if take { Offer::Take } else { Offer::Keep }
             }
         }
         let mut v = TakeDicts(0);

@@ -9,7 +9,7 @@
 //! window (the trace is a ring buffer) cannot be placed by its alloc entry; it is shown as such,
 //! never spread over sites.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 
@@ -166,17 +166,37 @@ fn is_user_frame(filename: &str) -> bool {
             .any(|ext| filename.ends_with(ext)))
 }
 
+/// Each stack's site, computed once: stacks are few, entries millions.
+struct Sites {
+    of_stack: Vec<String>,
+    none: String,
+}
+
+impl Sites {
+    fn new(snap: &Snapshot) -> Sites {
+        Sites {
+            of_stack: (0..snap.stacks.len() as StackId)
+                .map(|s| site_of(snap, Some(s)))
+                .collect(),
+            none: site_of(snap, None),
+        }
+    }
+
+    fn of(&self, stack: Option<StackId>) -> &str {
+        stack
+            .and_then(|s| self.of_stack.get(s as usize))
+            .unwrap_or(&self.none)
+    }
+}
+
 /// Sums blocks by site, largest first; past [`TOP_SITES`] they go into one "other" row.
-fn by_site(
-    snap: &Snapshot,
-    blocks: impl Iterator<Item = (u64, Option<StackId>)>,
-) -> Vec<SiteBytes> {
-    let mut sites: HashMap<String, SiteBytes> = HashMap::new();
-    let mut largest: HashMap<String, u64> = HashMap::new();
+fn by_site(names: &Sites, blocks: impl Iterator<Item = (u64, Option<StackId>)>) -> Vec<SiteBytes> {
+    let mut sites: HashMap<&str, SiteBytes> = HashMap::default();
+    let mut largest: HashMap<&str, u64> = HashMap::default();
     for (size, stack) in blocks {
-        let site = site_of(snap, stack);
-        let e = sites.entry(site.clone()).or_insert_with(|| SiteBytes {
-            site: site.clone(),
+        let site = names.of(stack);
+        let e = sites.entry(site).or_insert_with(|| SiteBytes {
+            site: site.to_owned(),
             bytes: 0,
             blocks: 0,
             stack,
@@ -215,7 +235,11 @@ pub fn analyze_snapshot(snap: &Snapshot) -> SnapshotAnalysis {
     );
     indexes.sort_unstable();
     indexes.dedup();
-    let devices: Vec<DeviceAnalysis> = indexes.into_iter().map(|d| device(snap, d)).collect();
+    let names = Sites::new(snap);
+    let devices: Vec<DeviceAnalysis> = indexes
+        .into_iter()
+        .map(|d| device(snap, &names, d))
+        .collect();
     let expandable_segments = snap
         .setting("expandable_segments")
         .is_some_and(|v| v == "True")
@@ -234,7 +258,7 @@ pub fn analyze_snapshot(snap: &Snapshot) -> SnapshotAnalysis {
     }
 }
 
-fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
+fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
     let segments: Vec<_> = snap.segments.iter().filter(|s| s.device == index).collect();
     let events: &[super::Event] = snap.devices.get(index as usize).map_or(&[], Vec::as_slice);
     let active = |s: BlockState| s != BlockState::Inactive;
@@ -303,7 +327,7 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
             Action::SegmentFree | Action::SegmentUnmap => r -= size,
             Action::Oom => ooms.push(SnapshotOom {
                 time_us: e.time_us,
-                site: site_of(snap, e.stack),
+                site: names.of(e.stack).to_owned(),
                 requested_bytes: e.size,
                 device_free_bytes: e.device_free_bytes,
                 active_bytes: a.max(0) as u64,
@@ -328,7 +352,7 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
     // Alive at the peak: replay the allocations up to it.
     let at_peak = match peak_at {
         Some(end) => {
-            let mut live: HashMap<u64, (u64, Option<StackId>)> = HashMap::new();
+            let mut live: HashMap<u64, (u64, Option<StackId>)> = HashMap::default();
             for e in &events[..=end] {
                 match e.action {
                     Action::Alloc => {
@@ -343,7 +367,7 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
             // Blocks freed in the window but allocated before it make the live set smaller than
             // the replayed total: the difference was allocated before the window.
             let placed = total(live.values().map(|(s, _)| *s));
-            let mut sites = by_site(snap, live.into_values());
+            let mut sites = by_site(names, live.into_values());
             let before = peak.saturating_sub(placed);
             if before > 0 {
                 sites.push(SiteBytes {
@@ -360,9 +384,9 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
         // blocks are the best account of it only when nothing changed.
         None => Vec::new(),
     };
-    let kept = kept_sites(snap, events);
+    let kept = kept_sites(names, events);
     let at_end = by_site(
-        snap,
+        names,
         blocks()
             .filter(|b| active(b.state))
             .map(|b| (b.size, b.stack)),
@@ -395,20 +419,20 @@ fn device(snap: &Snapshot, index: u32) -> DeviceAnalysis {
 
 /// Sites whose recorded allocations were never freed in the recording and are spread across it
 /// ([`KEPT_MIN_BLOCKS`], [`KEPT_MIN_BYTES`], [`KEPT_MIN_SPREAD_PERMILLE`]).
-fn kept_sites(snap: &Snapshot, events: &[super::Event]) -> Vec<KeptSite> {
+fn kept_sites(names: &Sites, events: &[super::Event]) -> Vec<KeptSite> {
     let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return Vec::new();
     };
     let span = last.time_us.saturating_sub(first.time_us).max(1);
     // Per site: live (addr → (size, time)), and whether any of its allocations was freed.
-    let mut owner: HashMap<u64, String> = HashMap::new();
-    let mut sites: HashMap<String, (HashMap<u64, (u64, u64)>, bool)> = HashMap::new();
+    let mut owner: HashMap<u64, &str> = HashMap::default();
+    let mut sites: HashMap<&str, (HashMap<u64, (u64, u64)>, bool)> = HashMap::default();
     for e in events {
         match e.action {
             Action::Alloc => {
-                let site = site_of(snap, e.stack);
+                let site = names.of(e.stack);
                 sites
-                    .entry(site.clone())
+                    .entry(site)
                     .or_default()
                     .0
                     .insert(e.addr, (e.size, e.time_us));
@@ -416,7 +440,7 @@ fn kept_sites(snap: &Snapshot, events: &[super::Event]) -> Vec<KeptSite> {
             }
             Action::FreeCompleted => {
                 if let Some(site) = owner.remove(&e.addr)
-                    && let Some((live, freed)) = sites.get_mut(&site)
+                    && let Some((live, freed)) = sites.get_mut(site)
                 {
                     live.remove(&e.addr);
                     *freed = true;
@@ -439,7 +463,7 @@ fn kept_sites(snap: &Snapshot, events: &[super::Event]) -> Vec<KeptSite> {
                 && bytes >= KEPT_MIN_BYTES
                 && spread_permille >= KEPT_MIN_SPREAD_PERMILLE)
                 .then_some(KeptSite {
-                    site,
+                    site: site.to_owned(),
                     blocks,
                     bytes,
                     spread_permille,

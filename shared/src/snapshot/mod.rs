@@ -15,11 +15,11 @@
 pub mod analysis;
 pub mod text;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Read;
 use std::rc::Rc;
 
-use crate::pickle::{self, Dict, List, Memo, Value, Visitor};
+use crate::pickle::{self, Dict, List, Memo, Offer, Value, Visitor};
 
 /// An interned stack: an index into [`Snapshot::stacks`].
 pub type StackId = u32;
@@ -380,6 +380,8 @@ fn setting_text_within(v: &Value, depth: u32) -> String {
         Value::None => "None".to_owned(),
         Value::Bool(b) => if *b { "True" } else { "False" }.to_owned(),
         Value::Int(i) => i.to_string(),
+        Value::UInt(u) => u.to_string(),
+        Value::Long(i) => i.to_string(),
         Value::Float(f) => f.to_string(),
         Value::Str(s) => s.to_string(),
         Value::Dict(d) if depth > 0 => {
@@ -406,49 +408,61 @@ fn setting_text_within(v: &Value, depth: u32) -> String {
 #[derive(Default)]
 struct SnapshotReader {
     frames: Vec<Frame>,
-    /// Frame dicts by identity (only memoized ones, which stay alive in the memo).
-    frame_ids: HashMap<*const Dict, u32>,
     frame_by_content: HashMap<Frame, u32>,
     stacks: Vec<Vec<u32>>,
     stack_ids: HashMap<Vec<u32>, StackId>,
+    /// Reused for each stack's frame ids (no allocation per stack).
+    scratch: Vec<u32>,
     /// Events by the id of the list they were appended to (a device's list).
     by_list: HashMap<u32, Vec<Event>>,
     events: usize,
 }
 
 impl Visitor for SnapshotReader {
-    fn appended(&mut self, list: &List, item: &Value, memo: &mut Memo) -> bool {
+    fn appended(&mut self, list: &List, item: &Value, memo: &mut Memo) -> Offer {
+        // A list's first item tells what it holds: trace entries (dicts with an `action`), or
+        // anything else (a stack's frames, a segment's blocks), never asked about again.
         match item {
-            Value::Dict(d) => self.take(list.id, d, Some(memo)),
-            _ => false,
+            Value::Dict(d) if self.take(list.id, d, Some(memo)) => Offer::Take,
+            _ => Offer::KeepList,
         }
     }
 }
 
 impl SnapshotReader {
-    /// Takes `d` as an entry of the list `list_id` when it is one (it has an `action`).
+    /// Takes `d` as an entry of the list `list_id` when it is one (it has an `action`); its
+    /// keys are read in one pass (entries are millions).
     fn take(&mut self, list_id: u32, d: &Dict, memo: Option<&mut Memo>) -> bool {
-        let Some(action) = d
-            .get("action")
-            .as_ref()
-            .and_then(Value::as_str)
-            .map(Action::parse)
-        else {
+        let (mut action, mut frames) = (None, None);
+        let mut event = Event {
+            action: Action::Other,
+            addr: 0,
+            size: 0,
+            stream: 0,
+            time_us: 0,
+            stack: None,
+            device_free_bytes: None,
+        };
+        for (k, v) in d.items.borrow().iter() {
+            let Value::Str(k) = k else {
+                continue;
+            };
+            match &**k {
+                "action" => action = v.as_str().map(Action::parse),
+                "addr" => event.addr = v.as_u64().unwrap_or(0),
+                "size" => event.size = v.as_u64().unwrap_or(0),
+                "stream" => event.stream = v.as_u64().unwrap_or(0),
+                "time_us" => event.time_us = v.as_f64().map_or(0, |t| t.max(0.0) as u64),
+                "frames" => frames = Some(v.clone()),
+                "device_free" => event.device_free_bytes = v.as_u64(),
+                _ => {}
+            }
+        }
+        let Some(action) = action else {
             return false;
         };
-        let int = |key: &str| d.get(key).and_then(|v| v.as_u64());
-        let event = Event {
-            action,
-            addr: int("addr").unwrap_or(0),
-            size: int("size").unwrap_or(0),
-            stream: int("stream").unwrap_or(0),
-            time_us: d
-                .get("time_us")
-                .and_then(|v| v.as_f64())
-                .map_or(0, |t| t.max(0.0) as u64),
-            stack: self.stack(d.get("frames"), memo),
-            device_free_bytes: int("device_free"),
-        };
+        event.action = action;
+        event.stack = self.stack(frames, memo);
         self.by_list.entry(list_id).or_default().push(event);
         self.events += 1;
         true
@@ -460,17 +474,19 @@ impl SnapshotReader {
         match frames? {
             Value::Handle(h) => Some(h),
             Value::List(l) => {
-                let ids: Vec<u32> = l
-                    .items
-                    .borrow()
-                    .iter()
-                    .filter_map(|f| self.frame(f))
-                    .collect();
-                let next = self.stacks.len() as StackId;
-                let id = *self.stack_ids.entry(ids).or_insert_with_key(|ids| {
-                    self.stacks.push(ids.clone());
-                    next
-                });
+                let mut ids = std::mem::take(&mut self.scratch);
+                ids.clear();
+                ids.extend(l.items.borrow().iter().filter_map(|f| self.frame(f)));
+                let id = match self.stack_ids.get(ids.as_slice()) {
+                    Some(id) => *id,
+                    None => {
+                        let id = self.stacks.len() as StackId;
+                        self.stacks.push(ids.clone());
+                        self.stack_ids.insert(ids.clone(), id);
+                        id
+                    }
+                };
+                self.scratch = ids;
                 if let (Some(memo), Some(slot)) = (memo, l.memo_slot()) {
                     memo.replace(slot, Some(Value::Handle(id)));
                 }
@@ -484,9 +500,8 @@ impl SnapshotReader {
         let Value::Dict(d) = v else {
             return None;
         };
-        let key = Rc::as_ptr(d);
-        if let Some(id) = self.frame_ids.get(&key) {
-            return Some(*id);
+        if d.tag.get() != u32::MAX {
+            return Some(d.tag.get());
         }
         let text = |k: &str| {
             d.get(k)
@@ -503,9 +518,7 @@ impl SnapshotReader {
             self.frames.push(f.clone());
             next
         });
-        if d.memo_slot().is_some() {
-            self.frame_ids.insert(key, id);
-        }
+        d.tag.set(id);
         Some(id)
     }
 
