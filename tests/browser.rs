@@ -1446,3 +1446,112 @@ async fn a_report_printed_to_pdf_by_headless_chromium_holds_the_findings_and_the
         "controls printed"
     );
 }
+
+#[tokio::test]
+async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_reads() {
+    // A pickle written by CPython in torch's structure (shared/tests/data/snapshots).
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("snapshot");
+    let pickle = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/tests/data/snapshots/small_p4.pickle");
+    let html = s.path("snap.html");
+    let out = report(&pickle, &html, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text =
+        String::from_utf8(run_collector(&["summary", pickle.to_str().unwrap()]).stdout).unwrap();
+    let json: Value = serde_json::from_slice(
+        &run_collector(&["summary", "--json", pickle.to_str().unwrap()]).stdout,
+    )
+    .unwrap();
+    let viewer = s.path("viewer.html");
+    assert!(
+        run_collector(&["report", "-o", viewer.to_str().unwrap()])
+            .status
+            .success()
+    );
+
+    let b = Browser::start("snapshot").await;
+    for via_picker in [false, true] {
+        if via_picker {
+            b.open(&viewer).await;
+            b.wait_for("#open-input")
+                .await
+                .send_keys(pickle.canonicalize().unwrap().display().to_string())
+                .await
+                .unwrap();
+        } else {
+            b.open(&html).await;
+        }
+        b.wait_for("section.snapshot-device").await;
+        // Findings: the summary's titles, in its order.
+        let titles = b
+            .js("return [...document.querySelectorAll('#findings h3')].map(e => e.textContent)")
+            .await;
+        let findings = json["analysis"]["findings"].as_array().unwrap();
+        let page_text = b
+            .js("return document.getElementById('findings').textContent")
+            .await;
+        for f in findings {
+            let title = f["title"].as_str().unwrap();
+            assert!(
+                page_text.as_str().unwrap().contains(title),
+                "{title} in {titles}"
+            );
+        }
+        // Each device line as the terminal prints it.
+        for li in b
+            .d()
+            .find_all(By::Css(".snapshot-device .device-lines li"))
+            .await
+            .unwrap()
+        {
+            let line = li.text().await.unwrap();
+            let first_words: String = line
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ");
+            assert_eq!(
+                line.split_whitespace().collect::<Vec<_>>().join(" "),
+                terminal_sentence(&text, &first_words),
+                "via picker: {via_picker}"
+            );
+        }
+        // The sites alive at the peak: the summary's, byte for byte, each with its whole stack.
+        let rows = b
+            .js("return [...document.querySelectorAll('table.at-peak tbody tr')].map(r => [r.dataset.site, Number(r.dataset.bytes), r.title])")
+            .await;
+        let expected = json["analysis"]["devices"][0]["at_peak"]
+            .as_array()
+            .unwrap();
+        let rows = rows.as_array().unwrap();
+        assert_eq!(rows.len(), expected.len());
+        for (row, want) in rows.iter().zip(expected) {
+            assert_eq!(row[0], want["site"]);
+            assert_eq!(row[1], want["bytes"]);
+            assert!(
+                row[2]
+                    .as_str()
+                    .unwrap()
+                    .contains("site-packages/torch/nn/modules"),
+                "the whole stack on hover: {row}"
+            );
+        }
+        b.wait_for("canvas.snapshot-chart[data-scale]").await;
+        assert!(painted_pixels_in(&b, "canvas.snapshot-chart").await > 1_000);
+        let title = b.js("return document.title").await;
+        assert!(
+            title
+                .as_str()
+                .unwrap()
+                .starts_with("Out of memory on GPU 1"),
+            "{title}"
+        );
+    }
+    b.screenshot_if_asked("#snapshot", "snapshot").await;
+    b.quit().await;
+}

@@ -100,14 +100,37 @@ pub struct Embedded {
 /// of the page without the trace.
 pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Embedded> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    crate::trace_file::not_a_snapshot(path, &bytes)?;
+    let fits = |len: usize| max_bytes == 0 || (page_bytes + base64_len(len)) as u64 <= max_bytes;
+    if oomscope_trace::snapshot::looks_like_pickle(&bytes) {
+        // A memory snapshot goes in whole: it is read where it is opened, and there is no
+        // thinned copy of a pickle.
+        oomscope_trace::snapshot::read_snapshot(&bytes[..])
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        if !fits(bytes.len()) {
+            bail!(
+                "the snapshot {} ({}) does not fit in a report of {}: pass --max-size-mb 0 (no \
+                 limit) or a larger size",
+                path.display(),
+                format_bytes(bytes.len() as u64),
+                megabytes(max_bytes)
+            );
+        }
+        let name = path.file_name().map_or_else(
+            || "snapshot.pickle".to_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        return Ok(Embedded {
+            name,
+            bytes,
+            notice: None,
+        });
+    }
     let decoded = oomscope_trace::decode(&bytes)
         .with_context(|| format!("cannot open {}", path.display()))?;
     let name = path.file_name().map_or_else(
         || "trace.oomt".to_owned(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let fits = |len: usize| max_bytes == 0 || (page_bytes + base64_len(len)) as u64 <= max_bytes;
     if fits(bytes.len()) {
         return Ok(Embedded {
             name,

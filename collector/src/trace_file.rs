@@ -39,8 +39,8 @@ pub fn read_trace(path: &Path) -> Result<Decoded> {
 pub fn not_a_snapshot(path: &Path, bytes: &[u8]) -> Result<()> {
     if oomscope_trace::snapshot::looks_like_pickle(bytes) {
         return Err(anyhow!(
-            "{} is a PyTorch memory snapshot (a pickle): `collector summary` reads it; reports and \
-             exports of snapshots are not built yet",
+            "{} is a PyTorch memory snapshot (a pickle): `collector summary` and `collector \
+             report` read it; exports of snapshots are not built yet",
             path.display()
         ));
     }

@@ -16,7 +16,8 @@ use crate::load::{Loaded, analyse};
 use crate::timeline::Timeline;
 use crate::views::{
     AliveAtOom, Allocator, BatchTrials, Breakdown, Compare, CounterPeaks, Evals, Exports, Findings,
-    Growth, Ooms, Overview, Ranks, StageTable, Statistics, StepChart, StepTable, Verdict,
+    Growth, Ooms, Overview, Ranks, SnapshotReport, StageTable, Statistics, StepChart, StepTable,
+    Verdict,
 };
 
 /// When the analysis starts if no animation frame came first.
@@ -206,7 +207,15 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
                         .analysis
                         .get()
                         .zip(o.loaded.trace.clone())
-                        .map(|(a, t)| oomscope_trace::verdict::verdict(&t, &a).short);
+                        .map(|(a, t)| oomscope_trace::verdict::verdict(&t, &a).short)
+                        .or_else(|| {
+                            // A memory snapshot: its most severe finding.
+                            let s = o.loaded.snapshot.as_ref()?;
+                            Some(s.analysis.findings.first().map_or_else(
+                                || "no problem found".to_owned(),
+                                |f| f.title.clone(),
+                            ))
+                        });
                     match short {
                         Some(s) => format!("{s} · {} · oomscope", o.loaded.name),
                         None => format!("oomscope: {}", o.loaded.name),
@@ -222,7 +231,7 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
             <header>
                 <h1>"oomscope"</h1>
                 <label class="file">"Open trace(s)…"
-                    <input id="open-input" type="file" multiple accept=".oomt,.html,application/octet-stream,text/html" on:change=on_open/>
+                    <input id="open-input" type="file" multiple accept=".oomt,.html,.pickle,.pkl,application/octet-stream,text/html" on:change=on_open/>
                 </label>
                 <label class="file">"Open a job's traces…"
                     <input id="job-input" type="file" multiple accept=".oomt,.html,application/octet-stream,text/html" on:change=on_job/>
@@ -255,6 +264,9 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
 #[component]
 pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoView {
     let loaded = opened.loaded.clone();
+    if let Some(snap) = loaded.snapshot.clone() {
+        return view! { <SnapshotReport name=loaded.name.clone() snap=snap/> }.into_any();
+    }
     let Some(trace) = loaded.trace.clone() else {
         return view! { <Overview loaded=loaded/> }.into_any();
     };

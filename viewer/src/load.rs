@@ -9,7 +9,18 @@ use std::sync::Arc;
 
 use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
 use oomscope_trace::report_page::trace_in_report;
+use oomscope_trace::snapshot::analysis::{SnapshotAnalysis, analyze_snapshot};
+use oomscope_trace::snapshot::{Snapshot, looks_like_pickle, read_snapshot};
 use oomscope_trace::{Trace, decode};
+
+/// A PyTorch memory snapshot, read and analysed.
+#[derive(Debug)]
+pub struct OpenSnapshot {
+    /// What was read.
+    pub snapshot: Snapshot,
+    /// Its analysis (`collector summary`'s).
+    pub analysis: SnapshotAnalysis,
+}
 
 /// One opened trace.
 #[derive(Debug)]
@@ -26,6 +37,8 @@ pub struct Loaded {
     pub error: Option<String>,
     /// Set by a report when its trace is a thinned copy of the recording.
     pub notice: Option<String>,
+    /// When the file is a PyTorch memory snapshot (a pickle) instead of a trace.
+    pub snapshot: Option<Arc<OpenSnapshot>>,
 }
 
 impl Loaded {
@@ -39,8 +52,11 @@ impl Loaded {
         }
     }
 
-    /// Decodes `bytes`; never panics, whatever they hold.
+    /// Decodes `bytes` (a trace, or a memory snapshot pickle); never panics, whatever they hold.
     pub fn decode(name: String, bytes: &[u8], notice: Option<String>) -> Loaded {
+        if looks_like_pickle(bytes) {
+            return Loaded::snapshot(name, bytes);
+        }
         match decode(bytes) {
             Ok(d) => Loaded {
                 name,
@@ -49,6 +65,7 @@ impl Loaded {
                 warnings: d.warnings.iter().map(ToString::to_string).collect(),
                 error: None,
                 notice,
+                snapshot: None,
             },
             Err(e) => Loaded {
                 name,
@@ -57,7 +74,27 @@ impl Loaded {
                 warnings: Vec::new(),
                 error: Some(format!("this file is not a readable oomscope trace: {e}")),
                 notice,
+                snapshot: None,
             },
+        }
+    }
+
+    /// Reads a memory snapshot pickle and analyses it (as `collector summary` does).
+    fn snapshot(name: String, bytes: &[u8]) -> Loaded {
+        match read_snapshot(bytes) {
+            Ok(snapshot) => Loaded {
+                name,
+                size_bytes: bytes.len(),
+                trace: None,
+                warnings: snapshot.warnings.clone(),
+                error: None,
+                notice: None,
+                snapshot: Some(Arc::new(OpenSnapshot {
+                    analysis: analyze_snapshot(&snapshot),
+                    snapshot,
+                })),
+            },
+            Err(e) => Loaded::failed(name, e.to_string()),
         }
     }
 
@@ -70,6 +107,7 @@ impl Loaded {
             warnings: Vec::new(),
             error: Some(error),
             notice: None,
+            snapshot: None,
         }
     }
 

@@ -139,6 +139,22 @@ fn total(values: impl Iterator<Item = u64>) -> u64 {
     values.fold(0, u64::saturating_add)
 }
 
+/// A stack as text, one `file:line (function)` per line, innermost first (the page shows it on
+/// hover).
+pub fn stack_text(snap: &Snapshot, stack: Option<StackId>) -> String {
+    let Some(stack) = stack else {
+        return "(no stack recorded)".to_owned();
+    };
+    let lines: Vec<String> = snap
+        .frames_of(stack)
+        .map(|f| format!("{}:{} ({})", f.filename, f.line, f.name))
+        .collect();
+    if lines.is_empty() {
+        return "(no stack recorded)".to_owned();
+    }
+    lines.join("\n")
+}
+
 /// `file:line (function)` of a stack's site (see the module docs).
 pub fn site_of(snap: &Snapshot, stack: Option<StackId>) -> String {
     let Some(stack) = stack else {

@@ -6,37 +6,23 @@ use super::analysis::{DeviceAnalysis, SiteBytes, SnapshotAnalysis};
 use crate::text::{findings_of, line, section, shorten, wrap};
 use crate::units::{format_bytes, format_count, format_duration_us};
 
-/// Renders the summary of `snap` (read from `name`).
-pub fn render_snapshot(name: &str, snap: &Snapshot, a: &SnapshotAnalysis) -> String {
-    let mut out = String::new();
-    line(&mut out, &format!("Memory snapshot: {name}"));
-    wrap(
-        &mut out,
-        &format!(
-            "{} trace entries on {} device(s) · {} segments · {} unique frames in {} stacks · \
-             expandable_segments {}",
-            format_count(snap.events() as u64),
-            a.devices.len(),
-            format_count(snap.segments.len() as u64),
-            format_count(snap.frames.len() as u64),
-            format_count(snap.stacks.len() as u64),
-            if a.expandable_segments { "on" } else { "off" },
-        ),
-        2,
-        4,
-    );
-    for w in &snap.warnings {
-        wrap(&mut out, &format!("warning: {w}"), 2, 4);
-    }
-    for d in &a.devices {
-        device(&mut out, d);
-    }
-    findings_of(&mut out, &a.findings);
-    out
+/// The snapshot in one line: entries, devices, segments, frames, stacks, expandable segments.
+pub fn about_line(snap: &Snapshot, a: &SnapshotAnalysis) -> String {
+    format!(
+        "{} trace entries on {} device(s) · {} segments · {} unique frames in {} stacks · \
+         expandable_segments {}",
+        format_count(snap.events() as u64),
+        a.devices.len(),
+        format_count(snap.segments.len() as u64),
+        format_count(snap.frames.len() as u64),
+        format_count(snap.stacks.len() as u64),
+        if a.expandable_segments { "on" } else { "off" },
+    )
 }
 
-fn device(out: &mut String, d: &DeviceAnalysis) {
-    section(out, &format!("GPU {}", d.device));
+/// A device's facts, one line each: entries, peak active and reserved, what came before the
+/// window, the state at the dump, then each OOM (the terminal and the page print these).
+pub fn device_lines(d: &DeviceAnalysis) -> Vec<String> {
     let since = |t: u64| match d.span_us {
         Some((first, _)) if t >= first => format!("+{}", format_duration_us(t - first)),
         _ => "-".to_owned(),
@@ -44,65 +30,73 @@ fn device(out: &mut String, d: &DeviceAnalysis) {
     let span = d.span_us.map_or_else(String::new, |(a, b)| {
         format!(" over {}", format_duration_us(b.saturating_sub(a)))
     });
-    line(
-        out,
-        &format!("  trace entries   {}{span}", format_count(d.events as u64)),
-    );
-    line(
-        out,
-        &format!(
-            "  peak active     {} at {}",
+    let mut lines = vec![
+        format!("trace entries: {}{span}", format_count(d.events as u64)),
+        format!(
+            "peak active: {} at {}",
             format_bytes(d.peak_active_bytes),
             since(d.peak_time_us)
         ),
-    );
-    line(
-        out,
-        &format!("  peak reserved   {}", format_bytes(d.peak_reserved_bytes)),
-    );
+        format!("peak reserved: {}", format_bytes(d.peak_reserved_bytes)),
+    ];
     if d.active_before_bytes > 0 {
-        line(
-            out,
-            &format!(
-                "  before the window {} active (allocated before the first recorded entry)",
-                format_bytes(d.active_before_bytes)
-            ),
-        );
+        lines.push(format!(
+            "before the window: {} active (allocated before the first recorded entry)",
+            format_bytes(d.active_before_bytes)
+        ));
     }
-    wrap(
-        out,
-        &format!(
-            "at the dump: {} reserved, {} active ({} in tensors), {} free inside segments in \
-             use, largest free block {}, {} lost to rounding",
-            format_bytes(d.reserved_bytes),
-            format_bytes(d.active_bytes),
-            format_bytes(d.allocated_bytes),
-            format_bytes(d.inactive_split_bytes),
-            format_bytes(d.largest_free_block_bytes),
-            format_bytes(d.rounding_bytes),
-        ),
-        2,
-        4,
-    );
-    sites(out, "Alive at the peak, by first user frame", &d.at_peak);
-    sites(out, "Alive at the dump, by first user frame", &d.at_end);
+    lines.push(format!(
+        "at the dump: {} reserved, {} active ({} in tensors), {} free inside segments in use, \
+         largest free block {}, {} lost to rounding",
+        format_bytes(d.reserved_bytes),
+        format_bytes(d.active_bytes),
+        format_bytes(d.allocated_bytes),
+        format_bytes(d.inactive_split_bytes),
+        format_bytes(d.largest_free_block_bytes),
+        format_bytes(d.rounding_bytes),
+    ));
     for o in &d.ooms {
         let free = o
             .device_free_bytes
             .map_or_else(String::new, |f| format!(" with {} free", format_bytes(f)));
-        wrap(
-            out,
-            &format!(
-                "OOM at {}: a request of {} failed{free}; {} active, {} reserved",
-                since(o.time_us),
-                format_bytes(o.requested_bytes),
-                format_bytes(o.active_bytes),
-                format_bytes(o.reserved_bytes)
-            ),
-            2,
-            4,
-        );
+        lines.push(format!(
+            "OOM at {}: a request of {} from {} failed{free}; {} active, {} reserved",
+            since(o.time_us),
+            format_bytes(o.requested_bytes),
+            o.site,
+            format_bytes(o.active_bytes),
+            format_bytes(o.reserved_bytes)
+        ));
     }
+    lines
+}
+
+/// Titles of the two site tables.
+pub mod titles {
+    /// Over [`super::super::analysis::DeviceAnalysis::at_peak`].
+    pub const AT_PEAK: &str = "Alive at the peak, by first user frame";
+    /// Over [`super::super::analysis::DeviceAnalysis::at_end`].
+    pub const AT_DUMP: &str = "Alive at the dump, by first user frame";
+}
+
+/// Renders the summary of `snap` (read from `name`).
+pub fn render_snapshot(name: &str, snap: &Snapshot, a: &SnapshotAnalysis) -> String {
+    let mut out = String::new();
+    line(&mut out, &format!("Memory snapshot: {name}"));
+    wrap(&mut out, &about_line(snap, a), 2, 4);
+    for w in &snap.warnings {
+        wrap(&mut out, &format!("warning: {w}"), 2, 4);
+    }
+    for d in &a.devices {
+        section(&mut out, &format!("GPU {}", d.device));
+        for l in device_lines(d) {
+            wrap(&mut out, &l, 2, 4);
+        }
+        sites(&mut out, titles::AT_PEAK, &d.at_peak);
+        sites(&mut out, titles::AT_DUMP, &d.at_end);
+    }
+    findings_of(&mut out, &a.findings);
+    out
 }
 
 fn sites(out: &mut String, title: &str, sites: &[SiteBytes]) {
