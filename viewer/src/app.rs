@@ -203,19 +203,19 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
                 None => "oomscope viewer".to_owned(),
                 Some(o) => {
                     // The verdict in the tab, once the analysis is there.
-                    let short = o
-                        .analysis
-                        .get()
-                        .zip(o.loaded.trace.clone())
-                        .map(|(a, t)| oomscope_trace::verdict::verdict(&t, &a).short)
-                        .or_else(|| {
-                            // A memory snapshot: its most severe finding.
-                            let s = o.loaded.snapshot.as_ref()?;
-                            Some(s.analysis.findings.first().map_or_else(
-                                || "no problem found".to_owned(),
-                                |f| f.title.clone(),
-                            ))
-                        });
+                    let short =
+                        o.analysis
+                            .get()
+                            .zip(o.loaded.trace.clone())
+                            .map(|(a, t)| oomscope_trace::verdict::verdict(&t, &a).short)
+                            .or_else(|| {
+                                // A memory snapshot: its most severe finding.
+                                let s = o.loaded.snapshot.as_ref()?;
+                                Some(s.analysis.findings.first().map_or_else(
+                                    || "no problem found".to_owned(),
+                                    |f| f.title.clone(),
+                                ))
+                            });
                     match short {
                         Some(s) => format!("{s} · {} · oomscope", o.loaded.name),
                         None => format!("oomscope: {}", o.loaded.name),
