@@ -253,7 +253,7 @@ fn main() {
             .map(|i| w.alloc((64 + 16 * i) * MIB, 50 + i, "forward"))
             .collect();
         // Every 64th step keeps a small tensor: a slow leak.
-        if step % 64 == 0 {
+        if step.is_multiple_of(64) {
             w.alloc(2 * MIB, 77, "train_step");
         }
         for a in acts {

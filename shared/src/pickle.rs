@@ -680,7 +680,7 @@ impl<R: Read> Machine<R> {
     }
 
     fn set_items(&mut self, items: Vec<Value>) -> Result<(), PickleErrorKind> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(PickleErrorKind::Malformed("SETITEMS with an odd count"));
         }
         let Value::Dict(dict) = self.top()?.clone() else {
@@ -721,7 +721,7 @@ impl<R: Read> Machine<R> {
                 b')' => self.stack.push(Value::Tuple(Rc::new(Tuple::default()))),
                 b'd' => {
                     let items = self.pop_mark()?;
-                    if items.len() % 2 != 0 {
+                    if !items.len().is_multiple_of(2) {
                         return Err(PickleErrorKind::Malformed("DICT with an odd count"));
                     }
                     let mut pairs = Vec::with_capacity(items.len() / 2);
@@ -747,7 +747,7 @@ impl<R: Read> Machine<R> {
                         .pop()
                         .ok_or(PickleErrorKind::Malformed("no mark"))?
                         .min(self.stack.len());
-                    if (self.stack.len() - mark) % 2 != 0 {
+                    if !(self.stack.len() - mark).is_multiple_of(2) {
                         return Err(PickleErrorKind::Malformed("SETITEMS with an odd count"));
                     }
                     let Some(Value::Dict(dict)) = mark.checked_sub(1).map(|i| &self.stack[i])

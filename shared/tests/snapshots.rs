@@ -38,7 +38,7 @@ fn protocols_2_4_and_5_read_to_the_facts_python_wrote() {
         let a = analyze_snapshot(&snap);
         assert_eq!(a.devices.len(), 1);
         let d = &a.devices[0];
-        assert_eq!(d.device as u64, num(&f, "device"));
+        assert_eq!(u64::from(d.device), num(&f, "device"));
         assert_eq!(d.peak_active_bytes, num(&f, "peak_active_bytes"), "{name}");
         assert_eq!(d.peak_time_us, num(&f, "peak_time_us"), "{name}");
         assert_eq!(d.active_bytes, num(&f, "end_active_bytes"), "{name}");
@@ -66,7 +66,7 @@ fn protocols_2_4_and_5_read_to_the_facts_python_wrote() {
         assert_eq!(d.kept.len(), 1);
         assert_eq!(d.kept[0].site, f["leak_site"].as_str().unwrap());
         assert_eq!(d.kept[0].bytes, num(&f, "leak_bytes"));
-        seen.push(format!("{:?}", a));
+        seen.push(format!("{a:?}"));
     }
     assert!(
         seen.windows(2).all(|w| w[0] == w[1]),

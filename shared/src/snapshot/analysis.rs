@@ -392,7 +392,7 @@ fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
                     blocks: 0,
                     stack: None,
                 });
-                sites.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+                sites.sort_by_key(|s| std::cmp::Reverse(s.bytes));
             }
             sites
         }
@@ -433,6 +433,10 @@ fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
     }
 }
 
+/// A site's recorded allocations still live (address → (bytes, µs)), and whether any of them
+/// was freed.
+type SiteAllocations = (HashMap<u64, (u64, u64)>, bool);
+
 /// Sites whose recorded allocations were never freed in the recording and are spread across it
 /// ([`KEPT_MIN_BLOCKS`], [`KEPT_MIN_BYTES`], [`KEPT_MIN_SPREAD_PERMILLE`]).
 fn kept_sites(names: &Sites, events: &[super::Event]) -> Vec<KeptSite> {
@@ -442,7 +446,7 @@ fn kept_sites(names: &Sites, events: &[super::Event]) -> Vec<KeptSite> {
     let span = last.time_us.saturating_sub(first.time_us).max(1);
     // Per site: live (addr → (size, time)), and whether any of its allocations was freed.
     let mut owner: HashMap<u64, &str> = HashMap::default();
-    let mut sites: HashMap<&str, (HashMap<u64, (u64, u64)>, bool)> = HashMap::default();
+    let mut sites: HashMap<&str, SiteAllocations> = HashMap::default();
     for e in events {
         match e.action {
             Action::Alloc => {
