@@ -54,21 +54,36 @@ fn snapshots_given_where_traces_go_and_damaged_ones_are_one_line() {
     let s = Scratch::new("snapshot-cli");
     let pickle = data("small_p4.pickle");
     let html = s.path("snap.html");
-    for args in [
-        vec![
-            "report",
-            pickle.to_str().unwrap(),
-            "-o",
-            html.to_str().unwrap(),
-        ],
-        vec!["export", pickle.to_str().unwrap(), "--format", "csv"],
-    ] {
-        let out = run(&args);
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
-        let err = stderr(&out);
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains("is a PyTorch memory snapshot"), "{err}");
-    }
+    // A report holds the snapshot whole; one that cannot fit says so in one line.
+    let out = run(&[
+        "report",
+        pickle.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read(&html).unwrap();
+    let embedded = oomscope_trace::report_page::trace_in_report(&page)
+        .unwrap()
+        .unwrap();
+    assert_eq!(embedded.bytes, std::fs::read(&pickle).unwrap());
+    let out = run(&[
+        "report",
+        pickle.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+        "--max-size-mb",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("does not fit in a report of"), "{err}");
+    let out = run(&["export", pickle.to_str().unwrap(), "--format", "csv"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is a PyTorch memory snapshot"), "{err}");
     // A pickle of something else.
     let other = s.path("other.pickle");
     std::fs::write(
