@@ -24,6 +24,7 @@ use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use oomscope_trace::reduce;
+use oomscope_trace::report_page::{DEFLATE, pack};
 use oomscope_trace::units::{format_bytes, format_count};
 use sha2::{Digest, Sha256};
 
@@ -90,7 +91,8 @@ impl Viewer {
 pub struct Embedded {
     /// File name shown in the page.
     pub name: String,
-    /// The trace bytes (the file itself, or a thinned copy).
+    /// The trace bytes (the file itself, or a thinned copy), deflated
+    /// (`oomscope_trace::report_page::pack`).
     pub bytes: Vec<u8>,
     /// What the page says about the copy, when it is not the whole recording.
     pub notice: Option<String>,
@@ -106,12 +108,14 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         // thinned copy of a pickle.
         oomscope_trace::snapshot::read_snapshot(&bytes[..])
             .with_context(|| format!("cannot open {}", path.display()))?;
-        if !fits(bytes.len()) {
+        let packed = pack(&bytes);
+        if !fits(packed.len()) {
             bail!(
-                "the snapshot {} ({}) does not fit in a report of {}: pass --max-size-mb 0 (no \
-                 limit) or a larger size",
+                "the snapshot {} ({}, {} deflated) does not fit in a report of {}: pass \
+                 --max-size-mb 0 (no limit) or a larger size",
                 path.display(),
                 format_bytes(bytes.len() as u64),
+                format_bytes(packed.len() as u64),
                 megabytes(max_bytes)
             );
         }
@@ -121,7 +125,7 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         );
         return Ok(Embedded {
             name,
-            bytes,
+            bytes: packed,
             notice: None,
         });
     }
@@ -131,10 +135,11 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         || "trace.oomt".to_owned(),
         |n| n.to_string_lossy().into_owned(),
     );
-    if fits(bytes.len()) {
+    let packed = pack(&bytes);
+    if fits(packed.len()) {
         return Ok(Embedded {
             name,
-            bytes,
+            bytes: packed,
             notice: None,
         });
     }
@@ -150,8 +155,20 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
                 format_bytes(page_bytes as u64)
             )
         })?;
-    let thinned = reduce::fit_to_size(&decoded.trace, budget)
-        .with_context(|| format!("cannot re-encode {}", path.display()))?;
+    // The budget is for deflated bytes: try a copy that deflates into it at 4:1, then 2:1,
+    // then one that fits even undeflated.
+    let mut attempt = None;
+    for ratio in [4, 2, 1] {
+        let thinned = reduce::fit_to_size(&decoded.trace, budget.saturating_mul(ratio))
+            .with_context(|| format!("cannot re-encode {}", path.display()))?;
+        let packed = pack(&thinned.trace_bytes);
+        let done = fits(packed.len());
+        attempt = Some((thinned, packed));
+        if done {
+            break;
+        }
+    }
+    let (thinned, packed) = attempt.expect("three attempts");
     let notice = format!(
         "This report carries a thinned copy of {name} to stay under {}: {} of {} sample rows \
          (every stage mark's reading, the first and last, and each counter's minimum and maximum \
@@ -170,16 +187,17 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         ),
         None => notice,
     };
-    if !fits(thinned.trace_bytes.len()) {
+    if !fits(packed.len()) {
         crate::ui::warning(&format!(
-            "even the thinned trace makes the report larger than {} (its marks alone are {})",
+            "even the thinned trace makes the report larger than {} (its marks alone are {} \
+             deflated)",
             megabytes(max_bytes),
-            format_bytes(thinned.trace_bytes.len() as u64)
+            format_bytes(packed.len() as u64)
         ));
     }
     Ok(Embedded {
         name,
-        bytes: thinned.trace_bytes,
+        bytes: packed,
         notice: Some(notice),
     })
 }
@@ -270,7 +288,8 @@ pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
     for (i, t) in traces.iter().enumerate() {
         let id = oomscope_trace::report_page::trace_element_id(i);
         html.push_str(&format!(
-            "<script id=\"{id}\" type=\"application/octet-stream\" data-name=\""
+            "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
+             data-name=\""
         ));
         html.push_str(&STANDARD.encode(t.name.as_bytes()));
         html.push('"');

@@ -42,10 +42,14 @@ fn embedded_trace(id: &str) -> Option<Loaded> {
     };
     let name = attr("data-name").unwrap_or_else(|| "embedded trace".to_owned());
     let notice = attr("data-notice");
+    let encoding = el.get_attribute("data-encoding");
     let text = el.text_content().unwrap_or_default();
-    Some(match decode_base64(&text) {
+    let bytes = decode_base64(&text)
+        .map_err(|e| format!("the report's embedded trace is damaged: {e}"))
+        .and_then(|b| oomscope_trace::report_page::unpack(b, encoding.as_deref()));
+    Some(match bytes {
         Ok(bytes) => Loaded::decode(name, &bytes, notice),
-        Err(e) => Loaded::failed(name, format!("the report's embedded trace is damaged: {e}")),
+        Err(e) => Loaded::failed(name, e),
     })
 }
 
