@@ -29,6 +29,18 @@ async fn settle(ms: i32) {
     wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
 }
 
+/// Waits (up to 3 s) until `css` matches inside `c`: the tables come a frame after the analysis,
+/// which itself waits for a frame (or a 100 ms timer where frames are throttled).
+async fn until(c: &web_sys::HtmlElement, css: &str) {
+    for _ in 0..300 {
+        if c.query_selector(css).ok().flatten().is_some() {
+            return;
+        }
+        settle(10).await;
+    }
+    panic!("`{css}` never appeared");
+}
+
 /// Mounts the app on a fresh container; returns the container.
 fn mount(id: &str, loaded: Loaded) -> web_sys::HtmlElement {
     let doc = document();
@@ -60,7 +72,7 @@ async fn stage_table_and_timeline_of_a_trace() {
     let loaded = Loaded::decode("run.oomt".into(), &bytes, None);
     let expected = analyse(loaded.trace.as_ref().unwrap());
     let c = mount("app-stage", loaded);
-    settle(50).await;
+    until(&c, "#stage-table tbody tr").await;
 
     let table = rows(&c, "#stage-table tbody tr");
     assert_eq!(table.len(), expected.stage_table.rows.len());
@@ -157,7 +169,7 @@ async fn recorded_markup_is_text() {
     .unwrap();
     let bytes = w.finish(4000).unwrap();
     let c = mount("app-markup", Loaded::decode("m.oomt".into(), &bytes, None));
-    settle(20).await;
+    until(&c, "#stage-table tbody td").await;
     assert!(
         rows(&c, "b, i, img, script").is_empty(),
         "markup became elements"
@@ -201,7 +213,7 @@ async fn non_finite_gradients_are_highlighted_from_where_they_start() {
     };
     let bytes = run.to_bytes();
     let c = mount("app-nan", Loaded::decode("nan.oomt".into(), &bytes, None));
-    settle(60).await;
+    until(&c, "#gradient-table tbody tr").await;
     let bad = rows(&c, "#gradient-table tbody tr.nonfinite");
     let all = rows(&c, "#gradient-table tbody tr");
     assert!(!bad.is_empty(), "NaN rows are highlighted");
