@@ -481,16 +481,17 @@ impl<R: Read> Input<R> {
     /// `len` bytes handed to `f`: straight from the buffer when they are all in it.
     fn with_bytes<T>(
         &mut self,
-        len: usize,
+        len: u64,
         f: impl FnOnce(&[u8]) -> T,
     ) -> Result<T, PickleErrorKind> {
-        if self.end - self.start >= len {
+        if (self.end - self.start) as u64 >= len {
+            let len = len as usize;
             let out = f(&self.buf[self.start..self.start + len]);
             self.start += len;
             self.consumed += len as u64;
             return Ok(out);
         }
-        let bytes = self.bytes(len as u64)?;
+        let bytes = self.bytes(len)?;
         Ok(f(&bytes))
     }
 
@@ -826,35 +827,22 @@ impl<R: Read> Machine<R> {
                         .clone();
                     self.stack.push(v);
                 }
-                0x8c => {
-                    let n = self.input.byte()?;
-                    let v = self.input.with_bytes(usize::from(n), str_value)?;
+                // Strings and bytes, by the width of their length prefix.
+                0x8c | b'X' | 0x8d | b'C' | b'B' | 0x8e | 0x96 => {
+                    let len = match op {
+                        0x8c | b'C' => u64::from(self.input.byte()?),
+                        b'X' | b'B' => u64::from(u32::from_le_bytes(self.input.array::<4>()?)),
+                        _ => u64::from_le_bytes(self.input.array::<8>()?),
+                    };
+                    let text = matches!(op, 0x8c | b'X' | 0x8d);
+                    let v = self.input.with_bytes(len, |b| {
+                        if text {
+                            str_value(b)
+                        } else {
+                            Value::Bytes(Rc::from(b))
+                        }
+                    })?;
                     self.stack.push(v);
-                }
-                b'X' => {
-                    let n = u32::from_le_bytes(self.input.array::<4>()?);
-                    let b = self.input.bytes(u64::from(n))?;
-                    self.stack.push(str_value(&b));
-                }
-                0x8d => {
-                    let n = u64::from_le_bytes(self.input.array::<8>()?);
-                    let b = self.input.bytes(n)?;
-                    self.stack.push(str_value(&b));
-                }
-                b'C' => {
-                    let n = self.input.byte()?;
-                    let b = self.input.bytes(u64::from(n))?;
-                    self.stack.push(Value::Bytes(Rc::from(b)));
-                }
-                b'B' => {
-                    let n = u32::from_le_bytes(self.input.array::<4>()?);
-                    let b = self.input.bytes(u64::from(n))?;
-                    self.stack.push(Value::Bytes(Rc::from(b)));
-                }
-                0x8e | 0x96 => {
-                    let n = u64::from_le_bytes(self.input.array::<8>()?);
-                    let b = self.input.bytes(n)?;
-                    self.stack.push(Value::Bytes(Rc::from(b)));
                 }
                 b'J' => {
                     let v = i32::from_le_bytes(self.input.array::<4>()?);
@@ -870,7 +858,7 @@ impl<R: Read> Machine<R> {
                 }
                 0x8a => {
                     let n = self.input.byte()?;
-                    let v = self.input.with_bytes(usize::from(n), long)??;
+                    let v = self.input.with_bytes(u64::from(n), long)??;
                     self.stack.push(int_value(v));
                 }
                 0x8b => {
@@ -880,8 +868,8 @@ impl<R: Read> Machine<R> {
                         self.input.skip(u64::from(n))?;
                         return Err(PickleErrorKind::IntTooLarge);
                     }
-                    let b = self.input.bytes(u64::from(n))?;
-                    self.stack.push(int_value(long(&b)?));
+                    let v = self.input.with_bytes(u64::from(n), long)??;
+                    self.stack.push(int_value(v));
                 }
                 b'G' => {
                     let v = f64::from_be_bytes(self.input.array::<8>()?);

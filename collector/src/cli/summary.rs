@@ -2,6 +2,8 @@
 //! fix), and `collector summary DIR|TRACE... [--json]` for a job's
 //! traces analysed together (one per node or per rank).
 
+use std::fs::File;
+use std::io::{BufRead as _, BufReader};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -52,14 +54,14 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
         return job_summary(&files, args.json);
     }
     let path = &files[0];
-    if is_snapshot(path)? {
+    if let Some(snapshot) = open_snapshot(path)? {
         if args.compare.is_some() {
             anyhow::bail!(
                 "--compare reads traces; {} is a memory snapshot",
                 path.display()
             );
         }
-        return snapshot_summary(path, args.json);
+        return snapshot_summary(path, snapshot, args.json);
     }
     let TraceFile {
         decoded,
@@ -208,16 +210,13 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
     Ok(0)
 }
 
-/// Whether `path` holds a pickle (a PyTorch memory snapshot) rather than a trace.
-fn is_snapshot(path: &std::path::Path) -> Result<bool> {
-    use std::io::Read as _;
-    let mut head = [0u8; 2];
-    let mut f =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let n = f
-        .read(&mut head)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(oomscope_trace::snapshot::looks_like_pickle(&head[..n]))
+/// `path` opened for reading when it holds a pickle (a PyTorch memory snapshot) rather than a
+/// trace; the bytes looked at stay in the reader.
+fn open_snapshot(path: &std::path::Path) -> Result<Option<BufReader<File>>> {
+    let cannot = || format!("cannot read {}", path.display());
+    let mut reader = BufReader::new(File::open(path).with_context(cannot)?);
+    let head = reader.fill_buf().with_context(cannot)?;
+    Ok(oomscope_trace::snapshot::looks_like_pickle(head).then_some(reader))
 }
 
 #[derive(Serialize)]
@@ -233,12 +232,10 @@ struct SnapshotJson<'a> {
 }
 
 /// `collector summary snap.pickle`: a PyTorch memory snapshot read in one streaming pass.
-fn snapshot_summary(path: &std::path::Path, json: bool) -> Result<i32> {
+fn snapshot_summary(path: &std::path::Path, file: BufReader<File>, json: bool) -> Result<i32> {
     use oomscope_trace::snapshot::{
         analysis::analyze_snapshot, read_snapshot, text::render_snapshot,
     };
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let snap = read_snapshot(file).with_context(|| format!("cannot open {}", path.display()))?;
     let analysis = analyze_snapshot(&snap);
     let mut out = if json {

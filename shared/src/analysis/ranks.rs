@@ -264,6 +264,36 @@ pub struct RankCurve {
     pub points: Vec<(u64, u64)>,
 }
 
+impl RankCurve {
+    /// The highest point of the curve (each point is its slice's maximum, so this is the rank's
+    /// peak of what the curve draws).
+    pub fn peak_bytes(&self) -> Option<u64> {
+        self.points.iter().map(|p| p.1).max()
+    }
+}
+
+/// The one scale the ranks' curves are drawn on, side by side ([`RankAnalysis::curve_scale`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CurveScale {
+    /// The first point of any curve, µs on the job's clock.
+    pub t0_us: u64,
+    /// The last point of any curve (after `t0_us`).
+    pub t1_us: u64,
+    /// The highest point of any curve (at least 1).
+    pub top_bytes: u64,
+    /// The ranks' lower-median peak, as the imbalance finding's median.
+    pub median_peak_bytes: u64,
+    /// Whether every curve is GPU memory (else some are host RSS).
+    pub device: bool,
+}
+
+/// The lower median (with two values, the smaller): the imbalance finding's median, so that a
+/// rank compared with "the median" is never compared with itself in a pair.
+fn lower_median(mut values: Vec<u64>) -> Option<u64> {
+    values.sort_unstable();
+    values.get(values.len().checked_sub(1)? / 2).copied()
+}
+
 /// The curve of one rank's view ([`RankCurve`]); `None` without GPU or host samples.
 fn rank_curve(view: &Trace, offset_us: u64) -> Option<RankCurve> {
     let highest = |kind: CounterKind| {
@@ -403,6 +433,26 @@ impl RankAnalysis {
             .max_by_key(|r| value(r))?;
         let lowest = self.ranks.iter().filter_map(value).min()?;
         Some((worst, value(worst)?.saturating_sub(lowest), device))
+    }
+
+    /// The scale shared by the ranks' curves, drawn side by side; `None` unless at least two
+    /// ranks have one.
+    pub fn curve_scale(&self) -> Option<CurveScale> {
+        let curves: Vec<&RankCurve> = self.ranks.iter().filter_map(|r| r.curve.as_ref()).collect();
+        if curves.len() < 2 {
+            return None;
+        }
+        let times = || curves.iter().flat_map(|c| c.points.iter().map(|p| p.0));
+        let t0_us = times().min()?;
+        Some(CurveScale {
+            t0_us,
+            t1_us: times().max()?.max(t0_us + 1),
+            top_bytes: curves.iter().filter_map(|c| c.peak_bytes()).max()?.max(1),
+            median_peak_bytes: lower_median(
+                curves.iter().filter_map(|c| c.peak_bytes()).collect(),
+            )?,
+            device: curves.iter().all(|c| c.device),
+        })
     }
 }
 
@@ -564,10 +614,7 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
         .into_iter()
         .filter(|(_, values)| values.len() >= 2)
         .filter_map(|((group, stage, metric), values)| {
-            let mut sorted: Vec<u64> = values.iter().map(|(_, v)| *v).collect();
-            sorted.sort_unstable();
-            // The lower median: with two ranks, the other one.
-            let median = sorted[(sorted.len() - 1) / 2];
+            let median = lower_median(values.iter().map(|(_, v)| *v).collect())?;
             let &(rank, max) = values
                 .iter()
                 .max_by_key(|(r, v)| (*v, std::cmp::Reverse(*r)))?;
@@ -760,6 +807,30 @@ mod tests {
         assert_eq!(curve.points[0], (5_000_000, 100 << 20));
         assert!(curve.points.windows(2).all(|w| w[0].0 < w[1].0));
         assert!(curve.points.last().unwrap().0 <= 5_000_000 + 9_999_000);
+    }
+
+    #[test]
+    fn the_ranks_curves_share_one_scale_with_the_lower_median_peak() {
+        let traces: Vec<Trace> = [(0, 200), (1, 500), (2, 300), (3, 400)]
+            .into_iter()
+            .map(|(rank, mib)| one_task(rank, mib))
+            .collect();
+        let jobs: Vec<JobTrace> = traces
+            .iter()
+            .map(|trace| JobTrace {
+                source: "node.oomt",
+                trace,
+            })
+            .collect();
+        let mut job = analyze_job(&jobs, &AnalysisOptions::default());
+        let scale = job.curve_scale().expect("four ranks with curves");
+        assert_eq!(scale.top_bytes, 500 << 20);
+        // Peaks 200, 300, 400, 500: the lower median is 300, as the imbalance finding's.
+        assert_eq!(scale.median_peak_bytes, 300 << 20);
+        assert!(!scale.device);
+        assert!(scale.t1_us > scale.t0_us);
+        job.ranks.truncate(1);
+        assert_eq!(job.curve_scale(), None, "one rank has nothing to compare");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::analysis::ranks::{RankAnalysis, RankCurve};
+use oomscope_trace::analysis::ranks::{CurveScale, RankAnalysis, RankCurve};
 use oomscope_trace::units::format_bytes;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -25,15 +25,6 @@ const MAX_RANKS: usize = 64;
 const WORST: RGBColor = RGBColor(200, 40, 30);
 const OTHER: RGBColor = RGBColor(31, 119, 180);
 
-/// The scale all the small charts share.
-#[derive(Debug, Clone, Copy)]
-struct Scale {
-    t0_us: u64,
-    t1_us: u64,
-    top_bytes: u64,
-    median_peak_bytes: u64,
-}
-
 /// One small chart per rank (nothing with fewer than two ranks with samples).
 #[component]
 pub fn RankMultiples(
@@ -41,38 +32,18 @@ pub fn RankMultiples(
     prefix: &'static str,
     selected: RwSignal<Option<u32>>,
 ) -> impl IntoView {
+    // The scale (shared with the terminal's reading of imbalance: the same lower median).
+    let Some(scale) = ranks.curve_scale() else {
+        return ().into_any();
+    };
     let curves: Vec<(u32, Arc<RankCurve>)> = ranks
         .ranks
         .iter()
         .filter_map(|r| Some((r.rank, Arc::new(r.curve.clone()?))))
         .take(MAX_RANKS)
         .collect();
-    let all = || curves.iter().flat_map(|(_, c)| c.points.iter());
-    let (Some(t0_us), Some(t1_us), Some(top_bytes)) = (
-        all().map(|p| p.0).min(),
-        all().map(|p| p.0).max(),
-        all().map(|p| p.1).max(),
-    ) else {
-        return ().into_any();
-    };
-    if curves.len() < 2 {
-        return ().into_any();
-    }
-    let mut peaks: Vec<u64> = curves
-        .iter()
-        .filter_map(|(_, c)| c.points.iter().map(|p| p.1).max())
-        .collect();
-    peaks.sort_unstable();
-    let scale = Scale {
-        t0_us,
-        t1_us: t1_us.max(t0_us + 1),
-        top_bytes: top_bytes.max(1),
-        // The lower median, as the imbalance finding's: with two ranks, the other one.
-        median_peak_bytes: peaks[(peaks.len() - 1) / 2],
-    };
     let worst = ranks.worst().map(|(w, _, _)| w.rank);
-    let device = curves.iter().all(|(_, c)| c.device);
-    let what = if device {
+    let what = if scale.device {
         "GPU memory of each rank's process"
     } else {
         "resident host memory of each rank"
@@ -80,7 +51,7 @@ pub fn RankMultiples(
     let charts = curves
         .into_iter()
         .map(|(rank, curve)| {
-            let peak = curve.points.iter().map(|p| p.1).max().unwrap_or(0);
+            let peak = curve.peak_bytes().unwrap_or(0);
             let is_worst = worst == Some(rank);
             view! {
                 <figure class="rank-multiple" data-rank=rank.to_string() data-peak-bytes=peak.to_string()
@@ -106,7 +77,7 @@ pub fn RankMultiples(
 }
 
 #[component]
-fn RankCurveChart(curve: Arc<RankCurve>, scale: Scale, worst: bool) -> impl IntoView {
+fn RankCurveChart(curve: Arc<RankCurve>, scale: CurveScale, worst: bool) -> impl IntoView {
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
     keep_drawn(
         canvas_ref,
@@ -120,7 +91,7 @@ fn RankCurveChart(curve: Arc<RankCurve>, scale: Scale, worst: bool) -> impl Into
 fn draw(
     canvas: &web_sys::HtmlCanvasElement,
     curve: &RankCurve,
-    s: Scale,
+    s: CurveScale,
     worst: bool,
     dpr: f64,
 ) -> Option<()> {
