@@ -39,10 +39,11 @@ pub enum Value {
     Long(Rc<i128>),
     /// A float.
     Float(f64),
-    /// A str (invalid UTF-8, such as lone surrogates, decoded lossily).
-    Str(Rc<str>),
+    /// A str (invalid UTF-8, such as lone surrogates, decoded lossily). A thin pointer, as
+    /// every variant: a value is 16 bytes, and the stack and the memo move millions.
+    Str(Rc<String>),
     /// bytes or bytearray.
-    Bytes(Rc<[u8]>),
+    Bytes(Rc<Vec<u8>>),
     /// A list.
     List(Rc<List>),
     /// A dict.
@@ -66,27 +67,39 @@ pub struct Tuple(pub Vec<Value>);
 /// chain recursively would overflow the stack.
 fn drop_iteratively(mut values: Vec<Value>) {
     while let Some(v) = values.pop() {
-        match v {
-            Value::List(rc) => {
-                if let Ok(mut l) = Rc::try_unwrap(rc) {
-                    values.append(l.items.get_mut());
-                }
-            }
-            Value::Dict(rc) => {
-                if let Ok(mut d) = Rc::try_unwrap(rc) {
-                    for (k, v) in d.items.get_mut().drain(..) {
-                        values.push(k);
-                        values.push(v);
-                    }
-                }
-            }
-            Value::Tuple(rc) => {
-                if let Ok(mut t) = Rc::try_unwrap(rc) {
-                    values.append(&mut t.0);
-                }
-            }
-            _ => {}
+        release(v, &mut values);
+    }
+}
+
+/// Drops `v`; the containers only it held that could recurse go to `later` instead. Most drop
+/// at once: a trace entry's stack list holds frames that are shared, so nothing is deferred
+/// and nothing allocated.
+fn release(v: Value, later: &mut Vec<Value>) {
+    let mut keep = |x: Value| {
+        if holds_alone(&x) {
+            later.push(x);
         }
+    };
+    match v {
+        Value::List(rc) => {
+            if let Ok(mut l) = Rc::try_unwrap(rc) {
+                l.items.get_mut().drain(..).for_each(&mut keep);
+            }
+        }
+        Value::Dict(rc) => {
+            if let Ok(mut d) = Rc::try_unwrap(rc) {
+                for (k, v) in d.items.get_mut().drain(..) {
+                    keep(k);
+                    keep(v);
+                }
+            }
+        }
+        Value::Tuple(rc) => {
+            if let Ok(mut t) = Rc::try_unwrap(rc) {
+                t.0.drain(..).for_each(&mut keep);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -108,16 +121,7 @@ fn holds_alone(v: &Value) -> bool {
 
 impl Drop for Dict {
     fn drop(&mut self) {
-        // Only the containers held alone here can recurse; the rest drop as usual.
-        let mut nested = Vec::new();
-        for (k, v) in std::mem::take(self.items.get_mut()) {
-            for x in [k, v] {
-                if holds_alone(&x) {
-                    nested.push(x);
-                }
-            }
-        }
-        drop_iteratively(nested);
+        self.clear();
     }
 }
 
@@ -151,13 +155,24 @@ pub struct Dict {
 }
 
 impl Dict {
+    /// Empties the dict, keeping its storage (for the next dict: trace entries are millions).
+    fn clear(&self) {
+        // Only the containers held alone here can recurse; the rest drop as usual.
+        let mut nested = Vec::new();
+        for (k, v) in self.items.borrow_mut().drain(..) {
+            release(k, &mut nested);
+            release(v, &mut nested);
+        }
+        drop_iteratively(nested);
+    }
+
     /// The value under the str key `key` (the last one set).
     pub fn get(&self, key: &str) -> Option<Value> {
         self.items
             .borrow()
             .iter()
             .rev()
-            .find(|(k, _)| matches!(k, Value::Str(s) if &**s == key))
+            .find(|(k, _)| matches!(k, Value::Str(s) if s.as_str() == key))
             .map(|(_, v)| v.clone())
     }
 
@@ -243,15 +258,21 @@ impl Memo {
         }
     }
 
+    #[inline]
     fn put(&mut self, slot: u32, value: &Value) {
-        let i = slot as usize;
-        if i >= self.slots.len() {
-            self.slots.resize(i + 1, None);
-        }
         match value {
             Value::List(l) if l.memo.get() == NO_SLOT => l.memo.set(slot),
             Value::Dict(d) if d.memo.get() == NO_SLOT => d.memo.set(slot),
             _ => {}
+        }
+        let i = slot as usize;
+        if i == self.slots.len() {
+            // MEMOIZE, and the usual BINPUT: the next slot.
+            self.slots.push(Some(value.clone()));
+            return;
+        }
+        if i > self.slots.len() {
+            self.slots.resize(i + 1, None);
         }
         self.slots[i] = Some(value.clone());
     }
@@ -375,6 +396,7 @@ pub fn read<R: Read, V: Visitor>(
         marks: Vec::new(),
         memo: Memo::default(),
         lists: 0,
+        spare_dict: None,
     };
     match m.run(visitor) {
         Ok(v) => Ok(v),
@@ -399,7 +421,8 @@ struct Input<R> {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
-    consumed: u64,
+    /// Bytes of the input before `buf[0]`.
+    base: u64,
     opcode_at: u64,
 }
 
@@ -412,19 +435,33 @@ impl<R: Read> Input<R> {
             buf: vec![0; BUFFER_BYTES].into_boxed_slice(),
             start: 0,
             end: 0,
-            consumed: 0,
+            base: 0,
             opcode_at: 0,
         }
     }
 
+    /// Bytes read so far.
+    #[inline]
+    fn position(&self) -> u64 {
+        self.base + self.start as u64
+    }
+
+    #[inline]
     fn fill(&mut self) -> Result<bool, PickleErrorKind> {
         if self.start < self.end {
             return Ok(true);
         }
+        self.refill()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refill(&mut self) -> Result<bool, PickleErrorKind> {
         loop {
             match self.inner.read(&mut self.buf) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
+                    self.base += self.end as u64;
                     self.start = 0;
                     self.end = n;
                     return Ok(true);
@@ -435,23 +472,27 @@ impl<R: Read> Input<R> {
         }
     }
 
+    #[inline]
     fn byte(&mut self) -> Result<u8, PickleErrorKind> {
-        if !self.fill()? {
+        if let Some(&b) = self.buf[..self.end].get(self.start) {
+            self.start += 1;
+            return Ok(b);
+        }
+        if !self.refill()? {
             return Err(PickleErrorKind::Truncated);
         }
         let b = self.buf[self.start];
         self.start += 1;
-        self.consumed += 1;
         Ok(b)
     }
 
     /// Exactly `N` bytes.
+    #[inline(always)]
     fn array<const N: usize>(&mut self) -> Result<[u8; N], PickleErrorKind> {
         let mut out = [0u8; N];
         if self.end - self.start >= N {
             out.copy_from_slice(&self.buf[self.start..self.start + N]);
             self.start += N;
-            self.consumed += N as u64;
             return Ok(out);
         }
         for b in &mut out {
@@ -472,13 +513,13 @@ impl<R: Read> Input<R> {
             let n = ((self.end - self.start) as u64).min(left) as usize;
             out.extend_from_slice(&self.buf[self.start..self.start + n]);
             self.start += n;
-            self.consumed += n as u64;
             left -= n as u64;
         }
         Ok(out)
     }
 
     /// `len` bytes handed to `f`: straight from the buffer when they are all in it.
+    #[inline(always)]
     fn with_bytes<T>(
         &mut self,
         len: u64,
@@ -488,7 +529,6 @@ impl<R: Read> Input<R> {
             let len = len as usize;
             let out = f(&self.buf[self.start..self.start + len]);
             self.start += len;
-            self.consumed += len as u64;
             return Ok(out);
         }
         let bytes = self.bytes(len)?;
@@ -503,7 +543,6 @@ impl<R: Read> Input<R> {
             }
             let n = ((self.end - self.start) as u64).min(left) as usize;
             self.start += n;
-            self.consumed += n as u64;
             left -= n as u64;
         }
         Ok(())
@@ -516,6 +555,9 @@ struct Machine<R> {
     marks: Vec<usize>,
     memo: Memo,
     lists: u32,
+    /// A dict a visitor took, emptied, for the next `EMPTY_DICT` (saves two allocations and
+    /// frees per trace entry).
+    spare_dict: Option<Rc<Dict>>,
 }
 
 /// Python's names for the opcodes snapshots never use, for the error message.
@@ -554,8 +596,8 @@ fn unsupported_name(op: u8) -> Option<&'static str> {
 
 fn str_value(bytes: &[u8]) -> Value {
     Value::Str(match std::str::from_utf8(bytes) {
-        Ok(s) => Rc::from(s),
-        Err(_) => Rc::from(String::from_utf8_lossy(bytes).as_ref()),
+        Ok(s) => Rc::new(s.to_owned()),
+        Err(_) => Rc::new(String::from_utf8_lossy(bytes).into_owned()),
     })
 }
 
@@ -669,6 +711,14 @@ impl<R: Read> Machine<R> {
                     if let Some(s) = slot {
                         self.memo.replace(s, None);
                     }
+                    if let Value::Dict(d) = item
+                        && Rc::strong_count(&d) == 1
+                    {
+                        d.clear();
+                        d.memo.set(NO_SLOT);
+                        d.tag.set(u32::MAX);
+                        self.spare_dict = Some(d);
+                    }
                 }
                 Offer::Keep => items.push(item),
                 Offer::KeepList => {
@@ -699,7 +749,7 @@ impl<R: Read> Machine<R> {
 
     fn run<V: Visitor>(&mut self, visitor: &mut V) -> Result<Value, PickleErrorKind> {
         loop {
-            self.input.opcode_at = self.input.consumed;
+            self.input.opcode_at = self.input.position();
             let op = self.input.byte()?;
             match op {
                 0x80 => {
@@ -714,7 +764,13 @@ impl<R: Read> Machine<R> {
                 }
                 b'.' => return self.pop(),
                 b'(' => self.marks.push(self.stack.len()),
-                b'}' => self.stack.push(Self::new_dict(Vec::new())),
+                b'}' => {
+                    let d = match self.spare_dict.take() {
+                        Some(d) => Value::Dict(d),
+                        None => Self::new_dict(Vec::new()),
+                    };
+                    self.stack.push(d);
+                }
                 b']' => {
                     let l = self.new_list(Vec::new());
                     self.stack.push(l);
@@ -839,7 +895,7 @@ impl<R: Read> Machine<R> {
                         if text {
                             str_value(b)
                         } else {
-                            Value::Bytes(Rc::from(b))
+                            Value::Bytes(Rc::new(b.to_vec()))
                         }
                     })?;
                     self.stack.push(v);
@@ -907,6 +963,12 @@ impl<R: Read> Machine<R> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_value_is_two_words() {
+        assert_eq!(size_of::<Value>(), 16);
+        assert_eq!(size_of::<Option<Value>>(), 16);
+    }
+
     /// `pickle.dumps({"a": [1, -2, 3.5, True, None], "b": (1, 2), "c": "é", "d": b"x"},
     /// protocol=4)` from CPython 3.11.
     const PROTOCOL_4: &[u8] = b"\x80\x04\x95:\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01a\x94]\x94(K\x01J\xfe\xff\xff\xffG@\x0c\x00\x00\x00\x00\x00\x00\x88Ne\x8c\x01b\x94K\x01K\x02\x86\x94\x8c\x01c\x94\x8c\x02\xc3\xa9\x94\x8c\x01d\x94C\x01x\x94u.";
@@ -930,7 +992,7 @@ mod tests {
         };
         assert_eq!(b.0.len(), 2);
         assert_eq!(d.get("c").unwrap().as_str(), Some("é"));
-        assert!(matches!(d.get("d"), Some(Value::Bytes(x)) if &*x == b"x"));
+        assert!(matches!(d.get("d"), Some(Value::Bytes(x)) if x.as_slice() == b"x"));
     }
 
     #[test]

@@ -30,7 +30,10 @@ fn protocols_2_4_and_5_read_to_the_facts_python_wrote() {
         assert_eq!(events.len() as u64, num(&f, "entries"), "{name}");
         assert_eq!(events[0].action, Action::SegmentAlloc);
         // The 9-byte stream pointer.
-        assert_eq!(events[1].stream, (1u64 << 63) + 0x1234);
+        assert_eq!(
+            snap.streams[events[1].stream as usize],
+            (1u64 << 63) + 0x1234
+        );
         // Shared frame dicts are interned once each.
         assert_eq!(snap.frames.len() as u64, num(&f, "unique_frames"), "{name}");
         assert_eq!(snap.setting("expandable_segments"), Some("False"), "{name}");

@@ -345,7 +345,7 @@ fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
                 time_us: e.time_us,
                 site: names.of(e.stack).to_owned(),
                 requested_bytes: e.size,
-                device_free_bytes: e.device_free_bytes,
+                device_free_bytes: e.device_free_bytes(),
                 active_bytes: a.max(0) as u64,
                 reserved_bytes: r.max(0) as u64,
             }),
@@ -690,7 +690,6 @@ mod tests {
             stream: 0,
             time_us: t,
             stack: Some(0),
-            device_free_bytes: None,
         };
         // 100 MiB alive from before the window; +300 MiB, +200 MiB, then the 300 freed.
         let snap = Snapshot {

@@ -94,23 +94,32 @@ impl Action {
     }
 }
 
-/// One trace entry of one device.
+/// One trace entry of one device: 40 bytes, as a 1 GB snapshot holds some 8 million.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
-    /// What happened.
-    pub action: Action,
-    /// The block's or segment's address (0 on OOM entries).
+    /// The block's or segment's address; on OOM entries the device's free bytes then, which
+    /// torch records in place of the address (see [`Event::device_free_bytes`]).
     pub addr: u64,
     /// Bytes (on OOM entries: the request that failed).
     pub size: u64,
-    /// The CUDA stream (a pointer value; 0 is the default stream).
-    pub stream: u64,
     /// µs since the Unix epoch (0 when not recorded).
     pub time_us: u64,
     /// The stack that did it, when recorded.
     pub stack: Option<StackId>,
-    /// On OOM entries: the device's free bytes then.
-    pub device_free_bytes: Option<u64>,
+    /// The CUDA stream, as an index into [`Snapshot::streams`].
+    pub stream: u32,
+    /// What happened.
+    pub action: Action,
+}
+
+/// [`Event::addr`] of an OOM entry that did not say how much was free.
+const FREE_UNKNOWN: u64 = u64::MAX;
+
+impl Event {
+    /// On OOM entries: the device's free bytes when the request failed, when recorded.
+    pub fn device_free_bytes(&self) -> Option<u64> {
+        (self.action == Action::Oom && self.addr != FREE_UNKNOWN).then_some(self.addr)
+    }
 }
 
 /// A block's state at dump time.
@@ -174,6 +183,8 @@ pub struct Snapshot {
     pub frames: Vec<Frame>,
     /// Interned stacks: frame indexes, innermost first.
     pub stacks: Vec<Vec<u32>>,
+    /// The CUDA streams the entries name (pointer values; 0 is the default stream).
+    pub streams: Vec<u64>,
     /// `allocator_settings` as written (`expandable_segments`, `max_split_size`, …).
     pub settings: Vec<(String, String)>,
     /// Damage: the pickle cut short, parts that were not what a snapshot holds.
@@ -225,7 +236,13 @@ impl std::fmt::Display for SnapshotError {
 impl std::error::Error for SnapshotError {}
 
 /// Reads a snapshot pickle from `input` in one pass.
-pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
+pub fn read_snapshot<R: Read>(mut input: R) -> Result<Snapshot, SnapshotError> {
+    // One instance of the reader, compiled here (with this crate's optimisation settings)
+    // rather than in each caller; the input is called once per 256 KiB.
+    read_from(&mut input)
+}
+
+fn read_from(input: &mut dyn Read) -> Result<Snapshot, SnapshotError> {
     let mut reader = SnapshotReader::default();
     let (top, pending, warning) = match pickle::read(input, &mut reader) {
         Ok(Value::Dict(top)) => (Some(top), Vec::new(), None),
@@ -259,7 +276,7 @@ pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
     let mut i = 0;
     while i + 1 < pending.len() {
         match (&pending[i], &pending[i + 1]) {
-            (Value::Str(k), Value::List(outer)) if &**k == "device_traces" => {
+            (Value::Str(k), Value::List(outer)) if k.as_str() == "device_traces" => {
                 device_lists.extend(list_items(outer));
                 // The devices' lists not yet appended to the outer list follow it, then the
                 // entries of the last one not yet appended to it (pickle appends in batches of
@@ -355,6 +372,7 @@ pub fn read_snapshot<R: Read>(input: R) -> Result<Snapshot, SnapshotError> {
     }
     snap.frames = reader.frames;
     snap.stacks = reader.stacks;
+    snap.streams = reader.streams;
     Ok(snap)
 }
 
@@ -413,6 +431,7 @@ struct SnapshotReader {
     stack_ids: HashMap<Vec<u32>, StackId>,
     /// Reused for each stack's frame ids (no allocation per stack).
     scratch: Vec<u32>,
+    streams: Vec<u64>,
     /// Events by the id of the list they were appended to (a device's list).
     by_list: HashMap<u32, Vec<Event>>,
     events: usize,
@@ -433,33 +452,43 @@ impl SnapshotReader {
     /// Takes `d` as an entry of the list `list_id` when it is one (it has an `action`); its
     /// keys are read in one pass (entries are millions).
     fn take(&mut self, list_id: u32, d: &Dict, memo: Option<&mut Memo>) -> bool {
-        let (mut action, mut frames) = (None, None);
+        let (mut action, mut frames, mut stream, mut device_free) = (None, None, 0, None);
         let mut event = Event {
-            action: Action::Other,
             addr: 0,
             size: 0,
-            stream: 0,
             time_us: 0,
             stack: None,
-            device_free_bytes: None,
+            stream: 0,
+            action: Action::Other,
         };
         for (k, v) in d.items.borrow().iter() {
             let Value::Str(k) = k else {
                 continue;
             };
-            match &**k {
+            match k.as_str() {
                 "action" => action = v.as_str().map(Action::parse),
                 "addr" => event.addr = v.as_u64().unwrap_or(0),
                 "size" => event.size = v.as_u64().unwrap_or(0),
-                "stream" => event.stream = v.as_u64().unwrap_or(0),
+                "stream" => stream = v.as_u64().unwrap_or(0),
                 "time_us" => event.time_us = v.as_f64().map_or(0, |t| t.max(0.0) as u64),
                 "frames" => frames = Some(v.clone()),
-                "device_free" => event.device_free_bytes = v.as_u64(),
+                "device_free" => device_free = v.as_u64(),
                 _ => {}
             }
         }
         let Some(action) = action else {
             return false;
+        };
+        if action == Action::Oom {
+            event.addr = device_free.unwrap_or(FREE_UNKNOWN);
+        }
+        // Streams are a handful: the last one is nearly always the one.
+        event.stream = match self.streams.iter().rposition(|s| *s == stream) {
+            Some(i) => i as u32,
+            None => {
+                self.streams.push(stream);
+                (self.streams.len() - 1) as u32
+            }
         };
         event.action = action;
         event.stack = self.stack(frames, memo);
@@ -470,13 +499,17 @@ impl SnapshotReader {
 
     /// The stack of a `frames` value: a handle already interned, or a list interned now (and,
     /// when memoized, replaced in the memo by its handle so later references cost nothing).
-    fn stack(&mut self, frames: Option<Value>, memo: Option<&mut Memo>) -> Option<StackId> {
+    fn stack(&mut self, frames: Option<Value>, mut memo: Option<&mut Memo>) -> Option<StackId> {
         match frames? {
-            Value::Handle(h) => Some(h),
+            Value::Handle(h) => ((h as usize) < self.stacks.len()).then_some(h),
             Value::List(l) => {
                 let mut ids = std::mem::take(&mut self.scratch);
                 ids.clear();
-                ids.extend(l.items.borrow().iter().filter_map(|f| self.frame(f)));
+                for f in l.items.borrow().iter() {
+                    if let Some(id) = self.frame(f, memo.as_deref_mut()) {
+                        ids.push(id);
+                    }
+                }
                 let id = match self.stack_ids.get(ids.as_slice()) {
                     Some(id) => *id,
                     None => {
@@ -496,29 +529,41 @@ impl SnapshotReader {
         }
     }
 
-    fn frame(&mut self, v: &Value) -> Option<u32> {
-        let Value::Dict(d) = v else {
-            return None;
+    /// The id of a frame: a handle already interned, or a frame dict interned now. Given the
+    /// memo, the dict's slot then holds the handle: a stack refers to its frames again and again
+    /// (25 memo references per allocation at a usual depth), and a handle is a plain copy where
+    /// a dict costs a reference count each time.
+    fn frame(&mut self, v: &Value, memo: Option<&mut Memo>) -> Option<u32> {
+        let d = match v {
+            Value::Handle(h) => return ((*h as usize) < self.frames.len()).then_some(*h),
+            Value::Dict(d) => d,
+            _ => return None,
         };
-        if d.tag.get() != u32::MAX {
-            return Some(d.tag.get());
+        let id = match d.tag.get() {
+            u32::MAX => {
+                let text = |k: &str| {
+                    d.get(k)
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                };
+                let frame = Frame {
+                    filename: text("filename"),
+                    line: d.get("line").and_then(|v| v.as_u64()).unwrap_or(0),
+                    name: text("name"),
+                };
+                let next = self.frames.len() as u32;
+                let id = *self.frame_by_content.entry(frame).or_insert_with_key(|f| {
+                    self.frames.push(f.clone());
+                    next
+                });
+                d.tag.set(id);
+                id
+            }
+            tagged => tagged,
+        };
+        if let (Some(memo), Some(slot)) = (memo, d.memo_slot()) {
+            memo.replace(slot, Some(Value::Handle(id)));
         }
-        let text = |k: &str| {
-            d.get(k)
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default()
-        };
-        let frame = Frame {
-            filename: text("filename"),
-            line: d.get("line").and_then(|v| v.as_u64()).unwrap_or(0),
-            name: text("name"),
-        };
-        let next = self.frames.len() as u32;
-        let id = *self.frame_by_content.entry(frame).or_insert_with_key(|f| {
-            self.frames.push(f.clone());
-            next
-        });
-        d.tag.set(id);
         Some(id)
     }
 
@@ -581,5 +626,34 @@ impl SnapshotReader {
             state,
             stack: self.stack(frames, None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_40_bytes_and_an_oom_keeps_the_free_bytes() {
+        assert_eq!(size_of::<Event>(), 40);
+        let oom = Event {
+            addr: 1 << 20,
+            size: 1 << 30,
+            time_us: 0,
+            stack: None,
+            stream: 0,
+            action: Action::Oom,
+        };
+        assert_eq!(oom.device_free_bytes(), Some(1 << 20));
+        let unknown = Event {
+            addr: FREE_UNKNOWN,
+            ..oom
+        };
+        assert_eq!(unknown.device_free_bytes(), None);
+        let alloc = Event {
+            action: Action::Alloc,
+            ..oom
+        };
+        assert_eq!(alloc.device_free_bytes(), None);
     }
 }
