@@ -2,6 +2,8 @@
 //! report's `.html` (`collector report`) is read as the trace it embeds, so a report attached to a
 //! ticket can be summarised and compared like the recording it was made from.
 
+use std::fs::File;
+use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
@@ -39,10 +41,19 @@ pub fn read_trace(path: &Path) -> Result<Decoded> {
 pub fn not_a_snapshot(path: &Path, bytes: &[u8]) -> Result<()> {
     if oomscope_trace::snapshot::looks_like_pickle(bytes) {
         return Err(anyhow!(
-            "{} is a PyTorch memory snapshot (a pickle): `collector summary` and `collector \
-             report` read it; exports of snapshots are not built yet",
+            "{} is a PyTorch memory snapshot (a pickle), not a trace: `collector summary`, \
+             `collector report` and `collector export --format csv|chrome` read snapshots",
             path.display()
         ));
     }
     Ok(())
+}
+
+/// `path` opened for reading when it holds a pickle (a PyTorch memory snapshot) rather than a
+/// trace; the bytes looked at stay in the reader.
+pub fn open_snapshot(path: &Path) -> Result<Option<BufReader<File>>> {
+    let cannot = || format!("cannot read {}", path.display());
+    let mut reader = BufReader::new(File::open(path).with_context(cannot)?);
+    let head = reader.fill_buf().with_context(cannot)?;
+    Ok(oomscope_trace::snapshot::looks_like_pickle(head).then_some(reader))
 }

@@ -50,6 +50,41 @@ fn a_snapshot_is_summarised_as_text_and_json() {
 }
 
 #[test]
+fn a_snapshot_exports_its_timeline_as_csv_and_chrome_json() {
+    let s = Scratch::new("snapshot-export");
+    let pickle = data("small_p4.pickle");
+    let facts: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data("small_p4.pickle.json")).unwrap()).unwrap();
+    let out = run(&["export", pickle.to_str().unwrap(), "--format", "csv"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let csv = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        csv.lines().count() as u64,
+        facts["entries"].as_u64().unwrap() + 1,
+        "a header and a row per entry"
+    );
+    let json = s.path("snap.json");
+    let out = run(&[
+        "export",
+        pickle.to_str().unwrap(),
+        "--format",
+        "chrome",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let peak = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["args"]["active"].as_u64())
+        .max();
+    assert_eq!(peak, facts["peak_active_bytes"].as_u64());
+}
+
+#[test]
 fn snapshots_given_where_traces_go_and_damaged_ones_are_one_line() {
     let s = Scratch::new("snapshot-cli");
     let pickle = data("small_p4.pickle");
@@ -79,11 +114,20 @@ fn snapshots_given_where_traces_go_and_damaged_ones_are_one_line() {
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("does not fit in a report of"), "{err}");
-    let out = run(&["export", pickle.to_str().unwrap(), "--format", "csv"]);
+    // Parquet tables are of traces: one line naming the formats that take a snapshot.
+    let out = run(&[
+        "export",
+        pickle.to_str().unwrap(),
+        "--format",
+        "parquet",
+        "-o",
+        s.path("tables").to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("is a PyTorch memory snapshot"), "{err}");
+    assert!(err.contains("--format csv|chrome"), "{err}");
     // A pickle of something else.
     let other = s.path("other.pickle");
     std::fs::write(

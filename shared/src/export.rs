@@ -112,7 +112,7 @@ fn secs(t_us: u64) -> String {
 }
 
 /// RFC 4180: quote a field holding a comma, quote, or line break; double inner quotes.
-fn csv_field(text: &str) -> String {
+pub(crate) fn csv_field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {

@@ -158,3 +158,103 @@ fn inputs_the_fuzzer_found_read_or_fail_without_panicking() {
         }
     }
 }
+
+#[test]
+fn the_stacked_timeline_and_the_alive_list_add_up_to_the_replayed_memory() {
+    use oomscope_trace::snapshot::timeline::{
+        BEFORE_WINDOW, alive_at, entry_at, events_of, replay, stacked_by_site, start,
+    };
+    for name in ["small_p4.pickle", "ring.pickle"] {
+        let f = facts(name);
+        let snap = read_snapshot(&support::data(&format!("snapshots/{name}"))[..]).unwrap();
+        let device = num(&f, "device") as u32;
+        let events = events_of(&snap, device);
+        let active: Vec<u64> = replay(events, start(&snap, device))
+            .map(|s| s.active_bytes)
+            .collect();
+        // Every band sums to the active bytes after its entry.
+        let stacked = stacked_by_site(&snap, device, 4, 50);
+        assert!(
+            stacked.points.len() <= 50 && !stacked.points.is_empty(),
+            "{name}"
+        );
+        assert_eq!(stacked.bands.last().unwrap().label, BEFORE_WINDOW);
+        assert!(stacked.bands.len() <= 4 + 2, "{name}: {:?}", stacked.bands);
+        for p in &stacked.points {
+            assert_eq!(
+                p.bytes.iter().sum::<u64>(),
+                active[p.index],
+                "{name} at {}",
+                p.index
+            );
+        }
+        // Thinning keeps the peak.
+        let top = stacked
+            .points
+            .iter()
+            .map(|p| p.bytes.iter().sum::<u64>())
+            .max();
+        assert_eq!(top, Some(num(&f, "peak_active_bytes")), "{name}");
+        // At the peak: the alive blocks and what came before the window make the peak.
+        let at = entry_at(events, num(&f, "peak_time_us")).unwrap();
+        let (blocks, before) = alive_at(&snap, device, at);
+        let alive: u64 = blocks.iter().map(|b| b.size).sum::<u64>() + before;
+        assert_eq!(alive, num(&f, "peak_active_bytes"), "{name}");
+        assert!(blocks.windows(2).all(|w| w[0].size >= w[1].size));
+        // After the last entry: the dump's end state.
+        let (blocks, before) = alive_at(&snap, device, events.len() - 1);
+        assert_eq!(
+            blocks.iter().map(|b| b.size).sum::<u64>() + before,
+            *active.last().unwrap(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn exports_hold_a_row_per_entry_with_the_replayed_memory() {
+    use oomscope_trace::snapshot::export::{CSV_HEADER, write_chrome_json, write_csv};
+    let f = facts("small_p4.pickle");
+    let snap = read_snapshot(&support::data("snapshots/small_p4.pickle")[..]).unwrap();
+    let mut csv = Vec::new();
+    write_csv(&snap, &mut csv).unwrap();
+    let csv = String::from_utf8(csv).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(CSV_HEADER));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, num(&f, "entries"));
+    let column = |name: &str| CSV_HEADER.split(',').position(|c| c == name).unwrap();
+    let active = column("active_bytes");
+    let peak = rows.iter().map(|r| r[active].parse::<u64>().unwrap()).max();
+    assert_eq!(peak, Some(num(&f, "peak_active_bytes")));
+    let oom = rows.iter().find(|r| r[column("action")] == "oom").unwrap();
+    assert_eq!(oom[column("addr")], "");
+    assert_eq!(
+        oom[column("device_free_bytes")].parse::<u64>().unwrap(),
+        num(&f, "oom_device_free_bytes")
+    );
+    assert_eq!(
+        oom[column("size_bytes")].parse::<u64>().unwrap(),
+        num(&f, "oom_requested_bytes")
+    );
+
+    let mut chrome = Vec::new();
+    write_chrome_json(&snap, &mut chrome).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&chrome).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let counters: Vec<u64> = events
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| e["args"]["active"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        counters.iter().max().copied(),
+        Some(num(&f, "peak_active_bytes"))
+    );
+    let ooms: Vec<_> = events.iter().filter(|e| e["ph"] == "i").collect();
+    assert_eq!(ooms.len(), 1);
+    assert_eq!(
+        ooms[0]["args"]["device_free_bytes"],
+        num(&f, "oom_device_free_bytes")
+    );
+}

@@ -1,6 +1,8 @@
-//! `collector export TRACE --format csv|chrome` and `collector export DIR|TRACE... --format
-//! parquet -o OUT`.
+//! `collector export TRACE|SNAPSHOT --format csv|chrome` and `collector export DIR|TRACE...
+//! --format parquet -o OUT`.
 
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -8,14 +10,16 @@ use clap::ValueEnum;
 use oomscope_trace::export::{to_chrome_json, to_csv};
 
 use super::write_stdout;
-use crate::trace_file::read_trace;
+use crate::trace_file::{open_snapshot, read_trace};
 
 /// Export formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
-    /// One row per sample and per mark.
+    /// One row per sample and per mark (of a memory snapshot: per trace entry, with the active
+    /// and reserved bytes after it).
     Csv,
-    /// Chrome trace-event JSON: counter tracks and stage slices (opens in Perfetto).
+    /// Chrome trace-event JSON: counter tracks and stage slices (opens in Perfetto); of a memory
+    /// snapshot, active and reserved bytes per GPU and its OOMs.
     Chrome,
     /// Fleet tables (runs, samples, marks, ooms, ranks, peaks, findings, evidence, fits) as
     /// hive-partitioned Parquet for DuckDB, Polars or Spark: OUT/<table>/run=<run_id>/part-0.parquet.
@@ -25,7 +29,8 @@ pub enum ExportFormat {
 /// `collector export`.
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
-    /// The trace; for Parquet, any number of traces and directories (searched for *.oomt).
+    /// The trace (or report, or PyTorch memory snapshot pickle); for Parquet, any number of
+    /// traces and directories (searched for *.oomt).
     #[arg(required = true)]
     pub traces: Vec<PathBuf>,
     /// Output format.
@@ -51,6 +56,9 @@ pub fn export(args: &ExportArgs) -> Result<i32> {
             args.traces.len()
         );
     };
+    if let Some(file) = open_snapshot(trace)? {
+        return snapshot(trace, file, args);
+    }
     let decoded = read_trace(trace)?;
     for w in &decoded.warnings {
         crate::ui::warning(&w.to_string());
@@ -66,6 +74,39 @@ pub fn export(args: &ExportArgs) -> Result<i32> {
         None => write_stdout(body.as_bytes())?,
     }
     Ok(0)
+}
+
+/// A PyTorch memory snapshot's timeline: a row (or a counter event) per trace entry, written as
+/// it is replayed.
+fn snapshot(path: &Path, file: BufReader<File>, args: &ExportArgs) -> Result<i32> {
+    use oomscope_trace::snapshot::{export, read_snapshot};
+    let snap = read_snapshot(file).with_context(|| format!("cannot open {}", path.display()))?;
+    for w in &snap.warnings {
+        crate::ui::warning(w);
+    }
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(p) => Box::new(BufWriter::new(
+            File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let written = match args.format {
+        ExportFormat::Csv => export::write_csv(&snap, &mut out),
+        ExportFormat::Chrome => export::write_chrome_json(&snap, &mut out),
+        ExportFormat::Parquet => unreachable!("refused above"),
+    };
+    let where_to = || {
+        args.output
+            .as_ref()
+            .map_or_else(|| "standard output".to_owned(), |p| p.display().to_string())
+    };
+    match written.and_then(|()| out.flush()) {
+        // A closed pipe (`| head`) is the reader's choice, not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe && args.output.is_none() => Ok(0),
+        other => other
+            .map(|()| 0)
+            .with_context(|| format!("cannot write {}", where_to())),
+    }
 }
 
 fn format_name(format: ExportFormat) -> String {

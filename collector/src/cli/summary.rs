@@ -3,7 +3,7 @@
 //! traces analysed together (one per node or per rank).
 
 use std::fs::File;
-use std::io::{BufRead as _, BufReader};
+use std::io::BufReader;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -13,7 +13,7 @@ use oomscope_trace::text;
 use serde::Serialize;
 
 use super::write_stdout;
-use crate::trace_file::{TraceFile, read_trace, read_trace_file};
+use crate::trace_file::{TraceFile, open_snapshot, read_trace, read_trace_file};
 
 /// `collector summary`.
 #[derive(Debug, clap::Args)]
@@ -208,15 +208,6 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
     }
     write_stdout(out.as_bytes())?;
     Ok(0)
-}
-
-/// `path` opened for reading when it holds a pickle (a PyTorch memory snapshot) rather than a
-/// trace; the bytes looked at stay in the reader.
-fn open_snapshot(path: &std::path::Path) -> Result<Option<BufReader<File>>> {
-    let cannot = || format!("cannot read {}", path.display());
-    let mut reader = BufReader::new(File::open(path).with_context(cannot)?);
-    let head = reader.fill_buf().with_context(cannot)?;
-    Ok(oomscope_trace::snapshot::looks_like_pickle(head).then_some(reader))
 }
 
 #[derive(Serialize)]

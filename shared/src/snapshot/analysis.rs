@@ -13,6 +13,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 
+use super::timeline::{replay, start};
 use super::{Action, BlockState, Snapshot, StackId};
 use crate::analysis::recommend::{
     EXPANDABLE_SEGMENTS_CHANGE, Evidence, FRAGMENTATION_MIN_GAP_BYTES,
@@ -135,7 +136,7 @@ pub struct SnapshotAnalysis {
 }
 
 /// A sum that stops at `u64::MAX` (a damaged snapshot can hold any sizes).
-fn total(values: impl Iterator<Item = u64>) -> u64 {
+pub(super) fn total(values: impl Iterator<Item = u64>) -> u64 {
     values.fold(0, u64::saturating_add)
 }
 
@@ -183,13 +184,13 @@ fn is_user_frame(filename: &str) -> bool {
 }
 
 /// Each stack's site, computed once: stacks are few, entries millions.
-struct Sites {
+pub(super) struct Sites {
     of_stack: Vec<String>,
     none: String,
 }
 
 impl Sites {
-    fn new(snap: &Snapshot) -> Sites {
+    pub(super) fn new(snap: &Snapshot) -> Sites {
         Sites {
             of_stack: (0..snap.stacks.len() as StackId)
                 .map(|s| site_of(snap, Some(s)))
@@ -198,7 +199,7 @@ impl Sites {
         }
     }
 
-    fn of(&self, stack: Option<StackId>) -> &str {
+    pub(super) fn of(&self, stack: Option<StackId>) -> &str {
         stack
             .and_then(|s| self.of_stack.get(s as usize))
             .unwrap_or(&self.none)
@@ -305,53 +306,29 @@ fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
             .map(|b| b.size.saturating_sub(b.requested_size)),
     );
 
-    // Net change over the entries, to place the start: what was active (reserved) before the
-    // window is the end state minus what the entries added.
-    let (mut net_active, mut net_reserved) = (0i128, 0i128);
-    for e in events {
-        let size = i128::from(e.size);
-        match e.action {
-            Action::Alloc => net_active += size,
-            Action::FreeCompleted => net_active -= size,
-            Action::SegmentAlloc | Action::SegmentMap => net_reserved += size,
-            Action::SegmentFree | Action::SegmentUnmap => net_reserved -= size,
-            _ => {}
-        }
-    }
-    // A cut-short snapshot's entries are a prefix: the dump's state says nothing about their
-    // start, so the replay starts from nothing.
-    let before = |end: u64, net: i128| match snap.truncated {
-        true => 0,
-        false => u64::try_from((i128::from(end) - net).max(0)).unwrap_or(0),
-    };
-    let active_before_bytes = before(active_bytes, net_active);
-    let reserved_before = before(reserved_bytes, net_reserved);
+    let begin = start(snap, index);
+    let active_before_bytes = begin.active_bytes;
 
     // Replay: active and reserved after each entry, the peak, the OOMs.
-    let (mut a, mut r) = (i128::from(active_before_bytes), i128::from(reserved_before));
-    let (mut peak, mut peak_at, mut peak_time) = (a.max(0) as u64, None::<usize>, 0u64);
-    let mut peak_reserved = r.max(0) as u64;
+    let mut peak = begin.active_bytes;
+    let (mut peak_at, mut peak_time) = (None::<usize>, 0u64);
+    let mut peak_reserved = begin.reserved_bytes;
     let mut ooms = Vec::new();
     let slice = events.len().div_ceil(TIMELINE_POINTS).max(1);
     let mut timeline: Vec<(u64, u64, u64)> = Vec::with_capacity(TIMELINE_POINTS + 1);
-    for (i, e) in events.iter().enumerate() {
-        let size = i128::from(e.size);
-        match e.action {
-            Action::Alloc => a += size,
-            Action::FreeCompleted => a -= size,
-            Action::SegmentAlloc | Action::SegmentMap => r += size,
-            Action::SegmentFree | Action::SegmentUnmap => r -= size,
-            Action::Oom => ooms.push(SnapshotOom {
+    for step in replay(events, begin) {
+        let (i, e) = (step.index, step.event);
+        let (av, rv) = (step.active_bytes, step.reserved_bytes);
+        if e.action == Action::Oom {
+            ooms.push(SnapshotOom {
                 time_us: e.time_us,
                 site: names.of(e.stack).to_owned(),
                 requested_bytes: e.size,
                 device_free_bytes: e.device_free_bytes(),
-                active_bytes: a.max(0) as u64,
-                reserved_bytes: r.max(0) as u64,
-            }),
-            _ => {}
+                active_bytes: av,
+                reserved_bytes: rv,
+            });
         }
-        let (av, rv) = (a.max(0) as u64, r.max(0) as u64);
         if av > peak {
             (peak, peak_at, peak_time) = (av, Some(i), e.time_us);
         }

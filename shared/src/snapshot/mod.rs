@@ -13,7 +13,9 @@
 //! a snapshot is one clear error.
 
 pub mod analysis;
+pub mod export;
 pub mod text;
+pub mod timeline;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Read;
