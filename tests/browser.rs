@@ -1543,6 +1543,96 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
         }
         b.wait_for("canvas.snapshot-chart[data-scale]").await;
         assert!(painted_pixels_in(&b, "canvas.snapshot-chart").await > 1_000);
+        // Active memory stacked by site: the site holding the most at the peak has its band,
+        // with its whole stack on hover of the legend.
+        let bands = b
+            .js("return [...document.querySelectorAll('.snapshot-legend li')].map(l => [l.dataset.band, l.title])")
+            .await;
+        let bands = bands.as_array().unwrap();
+        assert!(bands.len() >= 2, "{bands:?}");
+        let top_site = &expected[0]["site"];
+        let band = bands
+            .iter()
+            .find(|b| &b[0] == top_site)
+            .unwrap_or_else(|| panic!("{top_site} among the bands {bands:?}"));
+        assert!(band[1].as_str().unwrap().contains("train.py"), "{band}");
+        assert_eq!(
+            bands.last().unwrap()[0],
+            "(allocated before the recorded window)"
+        );
+        // Hovering the chart names what is there; clicking lists what was alive then, adding up
+        // to the active bytes `collector export` gives after that entry.
+        let canvas = b.wait_for("canvas.snapshot-chart[data-plot-x]").await;
+        let plot = b
+            .js("return document.querySelector('canvas.snapshot-chart').dataset.plotX.split(',').map(Number).concat([document.querySelector('canvas.snapshot-chart').clientWidth])")
+            .await;
+        let (x0, x1, width) = (
+            plot[0].as_f64().unwrap(),
+            plot[1].as_f64().unwrap(),
+            plot[2].as_f64().unwrap(),
+        );
+        // Two thirds of the way along, low in the plot: inside the stacked bands.
+        let x = x0 + (x1 - x0) * 2.0 / 3.0 - width / 2.0;
+        canvas.scroll_into_view().await.unwrap();
+        b.d()
+            .action_chain()
+            .move_to_element_with_offset(&canvas, x as i64, 60)
+            .perform()
+            .await
+            .unwrap();
+        let tip = b
+            .wait_for(".snapshot-device .tooltip")
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(tip.contains("active "), "{tip}");
+        b.d()
+            .action_chain()
+            .move_to_element_with_offset(&canvas, x as i64, 60)
+            .click()
+            .perform()
+            .await
+            .unwrap();
+        let alive = b.wait_for(".alive-at").await;
+        let entry: usize = alive
+            .attr("data-entry")
+            .await
+            .unwrap()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let total: u64 = alive
+            .attr("data-bytes")
+            .await
+            .unwrap()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let csv = String::from_utf8(
+            run_collector(&["export", pickle.to_str().unwrap(), "--format", "csv"]).stdout,
+        )
+        .unwrap();
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let active = header.iter().position(|c| *c == "active_bytes").unwrap();
+        let row: Vec<&str> = csv.lines().nth(entry + 1).unwrap().split(',').collect();
+        assert_eq!(row[active].parse::<u64>().unwrap(), total, "entry {entry}");
+        let listed = b
+            .js("return [...document.querySelectorAll('table.alive-blocks tbody tr')].reduce((s, r) => s + Number(r.dataset.bytes), 0)")
+            .await;
+        let before: u64 = alive
+            .attr("data-before-bytes")
+            .await
+            .unwrap()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(listed.as_u64().unwrap() + before, total);
+        let line = b.wait_for(".alive-line").await.text().await.unwrap();
+        assert!(
+            line.starts_with(&format!("Alive after entry {} (+", entry + 1)),
+            "{line}"
+        );
         let title = b.js("return document.title").await;
         assert!(
             title
@@ -1552,6 +1642,7 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
             "{title}"
         );
     }
-    b.screenshot_if_asked("#snapshot", "snapshot").await;
+    b.screenshot_if_asked("section.snapshot-device", "snapshot")
+        .await;
     b.quit().await;
 }

@@ -50,6 +50,86 @@ impl Theme {
     }
 }
 
+/// Where the plot sits inside the canvas (device pixels), for mapping the cursor back to data.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PlotArea {
+    x0_px: i32,
+    x1_px: i32,
+    y0_px: i32,
+    y1_px: i32,
+    /// Device pixels per CSS pixel when drawn.
+    pub scale: f64,
+}
+
+impl PlotArea {
+    /// Where `chart` drew, at device scale `scale`.
+    pub fn of(chart: &Chart<'_>, scale: f64) -> PlotArea {
+        let (xs, ys) = chart.plotting_area().get_pixel_range();
+        PlotArea {
+            x0_px: xs.start,
+            x1_px: xs.end,
+            y0_px: ys.start,
+            y1_px: ys.end,
+            scale,
+        }
+    }
+
+    /// The plot's left and right edges in CSS pixels from the canvas's left.
+    pub fn x_range_css(self) -> (f64, f64) {
+        (
+            f64::from(self.x0_px) / self.scale,
+            f64::from(self.x1_px) / self.scale,
+        )
+    }
+
+    /// The plot's width in CSS pixels.
+    pub fn width_css(self) -> f64 {
+        f64::from(self.x1_px - self.x0_px) / self.scale
+    }
+
+    /// The fraction of the plot's width under CSS x coordinate `x_css`, if inside.
+    pub fn fraction(self, x_css: i32) -> Option<f64> {
+        if self.x1_px <= self.x0_px {
+            return None;
+        }
+        let x = f64::from(x_css) * self.scale;
+        let f = (x - f64::from(self.x0_px)) / f64::from(self.x1_px - self.x0_px);
+        (0.0..=1.0).contains(&f).then_some(f)
+    }
+
+    /// The fraction of the plot's height above its bottom under CSS y coordinate `y_css`, if
+    /// inside.
+    pub fn height_fraction(self, y_css: i32) -> Option<f64> {
+        if self.y1_px <= self.y0_px {
+            return None;
+        }
+        let y = f64::from(y_css) * self.scale;
+        let f = (f64::from(self.y1_px) - y) / f64::from(self.y1_px - self.y0_px);
+        (0.0..=1.0).contains(&f).then_some(f)
+    }
+
+    /// Whether CSS y coordinate `y_css` is inside the plot.
+    pub fn inside_y(self, y_css: i32) -> bool {
+        self.height_fraction(y_css).is_some()
+    }
+}
+
+/// A tooltip at CSS (`x`, `y`) over the canvas, on the side of the cursor where it fits (never
+/// clipped at the right edge).
+pub fn tooltip(canvas_ref: NodeRef<Canvas>, x: i32, y: i32, lines: Vec<String>) -> impl IntoView {
+    let width = canvas_ref
+        .get_untracked()
+        .map_or(1000, |c| c.client_width());
+    let on_left = x > width / 2;
+    let left = (!on_left).then(|| format!("{}px", x + 14));
+    let right = on_left.then(|| format!("{}px", width - x + 14));
+    view! {
+        <div class="tooltip" style:left=left style:right=right style:top=format!("{}px", y + 14)>
+            {lines.into_iter().map(|l| view! { <div>{l}</div> }).collect_view()}
+        </div>
+    }
+}
+
 /// A chart of bytes (y) against a number (x: seconds, steps) on a canvas.
 pub type Chart<'a> = ChartContext<'a, CanvasBackend, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 

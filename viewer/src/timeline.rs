@@ -22,7 +22,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;
 
 use crate::browser;
-use crate::chart::{Chart, Theme, font, frame, keep_drawn};
+use crate::chart::{Chart, PlotArea, Theme, font, frame, keep_drawn, tooltip};
 use crate::view_model::{
     Limit, PALETTE, Peak, Plotted, RangeRow, Window, YAxis, bytes_text, change_text, eval_spans,
     hover_lines, limits, marker_lines, peak, plotted_counters, range_rows, stage_colors,
@@ -40,34 +40,6 @@ const MARKER_HOVER_CSS_PX: f64 = 6.0;
 
 /// A drag shorter than this (CSS pixels) is a click, not a selection.
 const MIN_SELECTION_CSS_PX: i32 = 4;
-
-/// Where the plot sits inside the canvas (device pixels), for mapping the cursor back to time.
-#[derive(Debug, Clone, Copy, Default)]
-struct PlotArea {
-    x0_px: i32,
-    x1_px: i32,
-    y0_px: i32,
-    y1_px: i32,
-    /// Device pixels per CSS pixel when drawn.
-    scale: f64,
-}
-
-impl PlotArea {
-    /// The fraction of the plot's width under CSS x coordinate `x_css`, if inside.
-    fn fraction(self, x_css: i32) -> Option<f64> {
-        if self.x1_px <= self.x0_px {
-            return None;
-        }
-        let x = f64::from(x_css) * self.scale;
-        let f = (x - f64::from(self.x0_px)) / f64::from(self.x1_px - self.x0_px);
-        (0.0..=1.0).contains(&f).then_some(f)
-    }
-
-    fn inside_y(self, y_css: i32) -> bool {
-        let y = f64::from(y_css) * self.scale;
-        y >= f64::from(self.y0_px) && y <= f64::from(self.y1_px)
-    }
-}
 
 /// A drag in progress: where it started and what it does.
 #[derive(Debug, Clone, Copy)]
@@ -190,7 +162,7 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
         let a = area.get_value();
         match drag.get_value() {
             Some(Drag::Pan { x_css, window: w0 }) if ev.buttons() & 1 == 1 => {
-                let plot_css = f64::from(a.x1_px - a.x0_px) / a.scale;
+                let plot_css = a.width_css();
                 if plot_css > 0.0 {
                     window.set(w0.pan(-f64::from(x - x_css) / plot_css, full));
                 }
@@ -210,7 +182,7 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
                 let d = &hover_drawing;
                 let mut lines = hover_lines(&d.trace, &d.plotted, t);
                 let w = window.get_untracked();
-                let plot_css = (f64::from(a.x1_px - a.x0_px) / a.scale).max(1.0);
+                let plot_css = a.width_css().max(1.0);
                 let tolerance = (w.width_us() as f64 * MARKER_HOVER_CSS_PX / plot_css) as u64;
                 lines.extend(marker_lines(&d.trace, t, tolerance));
                 hover.set(Some((x, ev.offset_y(), lines)));
@@ -342,21 +314,6 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
             </div>
             {range_table}
         </section>
-    }
-}
-
-/// The tooltip, on the side of the cursor where it fits (never clipped at the right edge).
-fn tooltip(canvas_ref: NodeRef<Canvas>, x: i32, y: i32, lines: Vec<String>) -> impl IntoView {
-    let width = canvas_ref
-        .get_untracked()
-        .map_or(1000, |c| c.client_width());
-    let on_left = x > width / 2;
-    let left = (!on_left).then(|| format!("{}px", x + 14));
-    let right = on_left.then(|| format!("{}px", width - x + 14));
-    view! {
-        <div class="tooltip" style:left=left style:right=right style:top=format!("{}px", y + 14)>
-            {lines.into_iter().map(|l| view! { <div>{l}</div> }).collect_view()}
-        </div>
     }
 }
 
@@ -646,14 +603,7 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, d: &Drawing, v: View) -> Option<Plo
         )
         .ok()?;
     root.present().ok()?;
-    let (xs, ys) = chart.plotting_area().get_pixel_range();
-    Some(PlotArea {
-        x0_px: xs.start,
-        x1_px: xs.end,
-        y0_px: ys.start,
-        y1_px: ys.end,
-        scale: v.scale,
-    })
+    Some(PlotArea::of(&chart, v.scale))
 }
 
 /// One series as the chart shows it: a faint bar from each bucket's minimum to its maximum, and

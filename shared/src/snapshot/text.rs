@@ -71,6 +71,35 @@ pub fn device_lines(d: &DeviceAnalysis) -> Vec<String> {
     lines
 }
 
+/// What was alive just after entry `index` at `time_us` ([`super::timeline::alive_at`]), with
+/// the device's first entry time `first_us`, as one line.
+pub fn alive_line(
+    index: usize,
+    time_us: u64,
+    first_us: u64,
+    blocks: &[super::timeline::AliveBlock],
+    before_bytes: u64,
+) -> String {
+    let bytes = blocks
+        .iter()
+        .map(|b| b.size)
+        .fold(before_bytes, u64::saturating_add);
+    let before = match before_bytes {
+        0 => String::new(),
+        b => format!(
+            " (of which {} allocated before the recorded window)",
+            format_bytes(b)
+        ),
+    };
+    format!(
+        "Alive after entry {} (+{}): {} in {} blocks{before}",
+        format_count(index as u64 + 1),
+        format_duration_us(time_us.saturating_sub(first_us)),
+        format_bytes(bytes),
+        format_count(blocks.len() as u64),
+    )
+}
+
 /// Titles of the two site tables.
 pub mod titles {
     /// Over [`super::super::analysis::DeviceAnalysis::at_peak`].
