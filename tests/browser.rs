@@ -538,6 +538,132 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
     b.quit().await;
 }
 
+/// Issue 16's browser figures in BENCHMARKS.md: a 1 GB PyTorch memory snapshot (written by the
+/// `snapshot_workload` example, torch's structure) picked in the empty viewer: how long until its
+/// chart is drawn, the longest the page went without running its event loop while reading (a
+/// 50 ms timer's largest gap), and the renderer processes' peak memory (RSS, from /proc). A
+/// measurement: `cargo test --release -p oomscope-e2e --test browser measure_the_viewer_on_a_large
+/// -- --ignored --nocapture` (`OOMSCOPE_SNAPSHOT_MB`, default 1024).
+#[tokio::test]
+#[ignore]
+async fn measure_the_viewer_on_a_large_snapshot() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("measure-snapshot");
+    let mb: u64 = std::env::var("OOMSCOPE_SNAPSHOT_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let pickle = s.path("big.pickle");
+    let made = std::process::Command::new(env!("CARGO"))
+        .args([
+            "run",
+            "--release",
+            "-q",
+            "-p",
+            "oomscope-trace",
+            "--example",
+            "snapshot_workload",
+            "--",
+        ])
+        .args([
+            "--out",
+            pickle.to_str().unwrap(),
+            "--mb",
+            &mb.to_string(),
+            "--no-read",
+        ])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let size = std::fs::metadata(&pickle).unwrap().len();
+    let viewer = s.path("viewer.html");
+    assert!(
+        run_collector(&["report", "-o", viewer.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let b = Browser::start("measure-snapshot").await;
+    b.open(&viewer).await;
+    let input = b.wait_for("#open-input").await;
+    b.js("window.__gap = 0; window.__last = performance.now(); \
+          setInterval(() => { const now = performance.now(); \
+          window.__gap = Math.max(window.__gap, now - window.__last); window.__last = now; }, 50); return 1")
+        .await;
+    let start = as_f64(&b.js("return performance.now()").await).unwrap();
+    input
+        .send_keys(pickle.canonicalize().unwrap().display().to_string())
+        .await
+        .unwrap();
+    let mut statuses: Vec<String> = Vec::new();
+    let mut peak_rss_kib = 0u64;
+    let began = std::time::Instant::now();
+    loop {
+        peak_rss_kib = peak_rss_kib.max(renderer_rss_kib());
+        let done = b
+            .js("return !!document.querySelector('canvas.snapshot-chart[data-scale]') || !!document.querySelector('.banner.error')")
+            .await;
+        if done == Value::Bool(true) {
+            break;
+        }
+        if let Value::String(t) = b
+            .js("return document.getElementById('status').textContent")
+            .await
+            && statuses.last() != Some(&t)
+        {
+            statuses.push(t);
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(900),
+            "not open after 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let now = as_f64(&b.js("return performance.now()").await).unwrap();
+    let gap = as_f64(&b.js("return window.__gap").await).unwrap();
+    let entries = b
+        .js("return document.getElementById('snapshot-about').textContent")
+        .await;
+    let phases = b
+        .js("const d = document.body.dataset; return [d.snapshotReadMs, d.snapshotAnalysisMs, d.snapshotStackedMs].map(Number)")
+        .await;
+    let at = |i: usize| (phases[i].as_f64().unwrap_or(0.0) - start) / 1000.0;
+    println!(
+        "read done {:.1} s, analysis done {:.1} s, stacked timelines done {:.1} s after picking",
+        at(0),
+        at(1),
+        at(2)
+    );
+    println!(
+        "snapshot {size} bytes: chart drawn {:.1} s after picking it; longest stall {gap:.0} ms; \
+         renderer peak RSS {} MiB; {} progress texts seen (last: {:?}); {entries}",
+        (now - start) / 1000.0,
+        peak_rss_kib / 1024,
+        statuses.len(),
+        statuses.last()
+    );
+    b.quit().await;
+}
+
+/// The resident memory of chromium's renderer processes, summed (KiB).
+fn renderer_rss_kib() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            if !String::from_utf8_lossy(&cmdline).contains("--type=renderer") {
+                return None;
+            }
+            let status = std::fs::read_to_string(e.path().join("status")).ok()?;
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// The ranks' figures in BENCHMARKS.md: a node of 8 ranks recorded for an hour at 100 Hz
 /// (`synth::NodeRun`), its report's size and first chart and analysis (5 openings). A
 /// measurement: `cargo test -p oomscope-e2e --test browser measure_the_viewer_on_8 -- --ignored

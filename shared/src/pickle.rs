@@ -343,6 +343,8 @@ pub enum PickleErrorKind {
     IntTooLarge,
     /// Reading failed.
     Io(String),
+    /// A [`Resumable`] read has no more bytes yet (never an error of [`read`]).
+    Pending,
 }
 
 impl fmt::Display for PickleError {
@@ -369,6 +371,7 @@ impl fmt::Display for PickleError {
                 write!(f, "an integer wider than 128 bits at byte {at}")
             }
             PickleErrorKind::Io(e) => write!(f, "reading the pickle failed at byte {at}: {e}"),
+            PickleErrorKind::Pending => write!(f, "the pickle's bytes stop at byte {at} for now"),
         }
     }
 }
@@ -390,23 +393,95 @@ pub fn read<R: Read, V: Visitor>(
     input: R,
     visitor: &mut V,
 ) -> Result<Value, (PickleError, Leftover)> {
-    let mut m = Machine {
-        input: Input::new(input),
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: Memo::default(),
-        lists: 0,
-        spare_dict: None,
-    };
-    match m.run(visitor) {
-        Ok(v) => Ok(v),
-        Err(kind) => Err((
-            PickleError {
-                offset: m.input.opcode_at,
-                kind,
-            },
-            Leftover { stack: m.stack },
-        )),
+    let mut m = Machine::new(Input::new(input));
+    let result = m.run(visitor);
+    m.outcome(result)
+}
+
+/// A pickle read from bytes handed over as they arrive — a file read in slices by a page that
+/// must stay responsive, showing progress — instead of pulled from a reader. Each
+/// [`Resumable::resume`] reads as far as the bytes given so far allow; an opcode cut by the end
+/// of a slice is read again whole once the next slice is there.
+pub struct Resumable<V> {
+    machine: Machine<Slices>,
+    /// What is offered the list items.
+    pub visitor: V,
+}
+
+/// The slices handed over and not read yet; `WouldBlock` when there are none (yet).
+#[derive(Default)]
+struct Slices {
+    queue: std::collections::VecDeque<Vec<u8>>,
+    offset: usize,
+    finished: bool,
+}
+
+impl Read for Slices {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(front) = self.queue.front() {
+            if self.offset < front.len() {
+                let n = (front.len() - self.offset).min(out.len());
+                out[..n].copy_from_slice(&front[self.offset..self.offset + n]);
+                self.offset += n;
+                return Ok(n);
+            }
+            self.queue.pop_front();
+            self.offset = 0;
+        }
+        if self.finished {
+            Ok(0)
+        } else {
+            Err(std::io::ErrorKind::WouldBlock.into())
+        }
+    }
+}
+
+impl<V> Resumable<V> {
+    /// Bytes read so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.machine.input.opcode_at()
+    }
+}
+
+impl<V> fmt::Debug for Resumable<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resumable")
+            .field("bytes_read", &self.bytes_read())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<V: Visitor> Resumable<V> {
+    /// A read that has been given nothing yet.
+    pub fn new(visitor: V) -> Resumable<V> {
+        let mut input = Input::new(Slices::default());
+        input.resumable = true;
+        Resumable {
+            machine: Machine::new(input),
+            visitor,
+        }
+    }
+
+    /// The next bytes of the pickle.
+    pub fn push(&mut self, bytes: Vec<u8>) {
+        self.machine.input.inner.queue.push_back(bytes);
+    }
+
+    /// Says that no more bytes will come: a pickle cut short is then read as [`read`] reads it.
+    pub fn finish(&mut self) {
+        self.machine.input.inner.finished = true;
+    }
+
+    /// Reads as far as the bytes given allow: `None` while more are needed, then what [`read`]
+    /// returns.
+    pub fn resume(&mut self) -> Option<Result<Value, (PickleError, Leftover)>> {
+        let result = self.machine.run(&mut self.visitor);
+        if matches!(result, Err(PickleErrorKind::Pending)) {
+            // The opcode that ran out is read again from its start next time.
+            self.machine.input.start = self.machine.input.mark;
+            return None;
+        }
+        Some(self.machine.outcome(result))
     }
 }
 
@@ -418,12 +493,16 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, PickleError> {
 /// Buffered input that counts bytes.
 struct Input<R> {
     inner: R,
-    buf: Box<[u8]>,
+    buf: Vec<u8>,
     start: usize,
     end: usize,
     /// Bytes of the input before `buf[0]`.
     base: u64,
-    opcode_at: u64,
+    /// Where the current opcode starts in `buf`.
+    mark: usize,
+    /// Keep the current opcode's bytes when refilling, so that it can be read again once more
+    /// bytes arrive ([`Resumable`]).
+    resumable: bool,
 }
 
 const BUFFER_BYTES: usize = 256 << 10;
@@ -432,18 +511,18 @@ impl<R: Read> Input<R> {
     fn new(inner: R) -> Input<R> {
         Input {
             inner,
-            buf: vec![0; BUFFER_BYTES].into_boxed_slice(),
+            buf: vec![0; BUFFER_BYTES],
             start: 0,
             end: 0,
             base: 0,
-            opcode_at: 0,
+            mark: 0,
+            resumable: false,
         }
     }
 
-    /// Bytes read so far.
-    #[inline]
-    fn position(&self) -> u64 {
-        self.base + self.start as u64
+    /// Where the current opcode starts in the input.
+    fn opcode_at(&self) -> u64 {
+        self.base + self.mark as u64
     }
 
     #[inline]
@@ -454,19 +533,39 @@ impl<R: Read> Input<R> {
         self.refill()
     }
 
+    /// Reads more after what the buffer holds, first dropping what was read (all of it, or when
+    /// resumable, what came before the current opcode). `Ok(false)` at the end of the input;
+    /// [`PickleErrorKind::Pending`] when a resumable input has no more bytes yet.
     #[cold]
     #[inline(never)]
     fn refill(&mut self) -> Result<bool, PickleErrorKind> {
+        let keep_from = if self.resumable {
+            self.mark.min(self.start)
+        } else {
+            self.start
+        };
+        if keep_from > 0 {
+            self.buf.copy_within(keep_from..self.end, 0);
+            self.base += keep_from as u64;
+            self.end -= keep_from;
+            self.start -= keep_from;
+            self.mark = self.mark.saturating_sub(keep_from);
+        }
+        if self.end == self.buf.len() {
+            // An opcode longer than the buffer, kept whole for a resumable read.
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
         loop {
-            match self.inner.read(&mut self.buf) {
+            match self.inner.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
-                    self.base += self.end as u64;
-                    self.start = 0;
-                    self.end = n;
+                    self.end += n;
                     return Ok(true);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return Err(PickleErrorKind::Pending);
+                }
                 Err(e) => return Err(PickleErrorKind::Io(e.to_string())),
             }
         }
@@ -637,6 +736,35 @@ fn long(bytes: &[u8]) -> Result<i128, PickleErrorKind> {
 }
 
 impl<R: Read> Machine<R> {
+    fn new(input: Input<R>) -> Machine<R> {
+        Machine {
+            input,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Memo::default(),
+            lists: 0,
+            spare_dict: None,
+        }
+    }
+
+    /// What a read returns: the value, or the error with what was on the stack.
+    fn outcome(
+        &mut self,
+        result: Result<Value, PickleErrorKind>,
+    ) -> Result<Value, (PickleError, Leftover)> {
+        result.map_err(|kind| {
+            (
+                PickleError {
+                    offset: self.input.opcode_at(),
+                    kind,
+                },
+                Leftover {
+                    stack: std::mem::take(&mut self.stack),
+                },
+            )
+        })
+    }
+
     fn pop(&mut self) -> Result<Value, PickleErrorKind> {
         if self.marks.last().is_some_and(|m| *m >= self.stack.len()) {
             return Err(PickleErrorKind::Malformed("pop across a mark"));
@@ -749,7 +877,7 @@ impl<R: Read> Machine<R> {
 
     fn run<V: Visitor>(&mut self, visitor: &mut V) -> Result<Value, PickleErrorKind> {
         loop {
-            self.input.opcode_at = self.input.position();
+            self.input.mark = self.input.start;
             let op = self.input.byte()?;
             match op {
                 0x80 => {

@@ -258,3 +258,55 @@ fn exports_hold_a_row_per_entry_with_the_replayed_memory() {
         num(&f, "oom_device_free_bytes")
     );
 }
+
+#[test]
+fn a_snapshot_handed_over_in_slices_reads_as_the_whole_file() {
+    use oomscope_trace::snapshot::SnapshotParser;
+    for name in [
+        "small_p2.pickle",
+        "small_p4.pickle",
+        "small_p5.pickle",
+        "ring.pickle",
+    ] {
+        let bytes = support::data(&format!("snapshots/{name}"));
+        let whole = read_snapshot(&bytes[..]).unwrap();
+        // Slices of 1, 7 and 4 096 bytes: every opcode and operand is cut somewhere.
+        for slice in [1, 7, 4096] {
+            let mut parser = SnapshotParser::default();
+            let mut done = None;
+            for chunk in bytes.chunks(slice) {
+                assert!(done.is_none(), "{name}: read before its end");
+                parser.push(chunk.to_vec());
+                done = parser.resume();
+                assert!(parser.bytes_read() <= bytes.len() as u64);
+            }
+            let snap = done
+                .or_else(|| {
+                    parser.finish();
+                    parser.resume()
+                })
+                .unwrap()
+                .unwrap();
+            assert_eq!(snap.devices, whole.devices, "{name} in slices of {slice}");
+            assert_eq!(snap.frames, whole.frames, "{name}");
+            assert_eq!(snap.stacks, whole.stacks, "{name}");
+            assert_eq!(snap.segments, whole.segments, "{name}");
+            assert_eq!(analyze_snapshot(&snap), analyze_snapshot(&whole), "{name}");
+        }
+    }
+    // Cut short: once told there is no more, the prefix as `read_snapshot` keeps it.
+    let bytes = support::data("snapshots/small_p4.pickle");
+    let cut = &bytes[..bytes.len() * 2 / 3];
+    let mut parser = SnapshotParser::default();
+    for chunk in cut.chunks(1000) {
+        parser.push(chunk.to_vec());
+        assert!(parser.resume().is_none());
+    }
+    assert!(parser.bytes_read() > 0);
+    parser.finish();
+    let snap = parser.resume().unwrap().unwrap();
+    let direct = read_snapshot(cut).unwrap();
+    assert!(snap.truncated);
+    assert_eq!(snap.devices, direct.devices);
+    assert_eq!(snap.warnings, direct.warnings);
+}

@@ -129,6 +129,8 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
     }
     let compare = RwSignal::new(None::<Opened>);
     let reading = RwSignal::new(false);
+    // How far a large file has been read (a memory snapshot is read in slices).
+    let progress = RwSignal::new(None::<String>);
 
     let open_files = move |files: Vec<web_sys::File>, target: Target| {
         if files.is_empty() {
@@ -142,7 +144,7 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
             };
             let mut loaded = Vec::new();
             for f in files {
-                loaded.push(browser::read_file(f).await);
+                loaded.push(browser::read_file(f, progress).await);
             }
             let mut loaded = loaded.into_iter();
             match target {
@@ -159,6 +161,7 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
                 }
             }
             reading.set(false);
+            progress.set(None);
         });
     };
     let on_open = move |ev: leptos::ev::Event| {
@@ -244,7 +247,11 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
                 <Show when=move || compare.with(Option::is_some)>
                     <button id="close-compare" on:click=move |_| compare.set(None)>"close comparison"</button>
                 </Show>
-                <span id="status">{move || if reading.get() { "reading…" } else { "" }}</span>
+                <span id="status">{move || match (reading.get(), progress.get()) {
+                    (true, Some(p)) => p,
+                    (true, None) => "reading…".to_owned(),
+                    _ => String::new(),
+                }}</span>
             </header>
             {move || match (job.get(), primary.get()) {
                 (Some(traces), _) => view! { <JobReport traces=traces/> }.into_any(),

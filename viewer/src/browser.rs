@@ -6,7 +6,9 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use leptos::prelude::{RwSignal, Set as _};
 use oomscope_trace::report_page::trace_element_id;
+use oomscope_trace::units::{format_bytes, format_count};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
@@ -53,9 +55,18 @@ fn embedded_trace(id: &str) -> Option<Loaded> {
     })
 }
 
-/// Reads a file the user picked or dropped.
-pub async fn read_file(file: web_sys::File) -> Loaded {
+/// Reads a file the user picked or dropped. A PyTorch memory snapshot (often hundreds of
+/// megabytes) is read a slice at a time ([`read_snapshot_in_slices`]) with `progress` saying how
+/// far it got; anything else is read whole.
+pub async fn read_file(file: web_sys::File, progress: RwSignal<Option<String>>) -> Loaded {
     let name = file.name();
+    let head = read_slice(&file, 0.0, file.size().min(2.0)).await;
+    if head
+        .as_deref()
+        .is_ok_and(oomscope_trace::snapshot::looks_like_pickle)
+    {
+        return read_snapshot_in_slices(name, &file, progress).await;
+    }
     match JsFuture::from(file.array_buffer()).await {
         Ok(buffer) => {
             let bytes = js_sys::Uint8Array::new(&buffer).to_vec();
@@ -63,6 +74,85 @@ pub async fn read_file(file: web_sys::File) -> Loaded {
         }
         Err(_) => Loaded::failed(name, "the browser could not read this file".to_owned()),
     }
+}
+
+/// How much of a snapshot is read at a time: the page gets the event loop back after each slice
+/// (a few tenths of a second of parsing at most), so it stays responsive and shows progress.
+const SNAPSHOT_SLICE_BYTES: f64 = 4.0 * 1024.0 * 1024.0;
+
+/// Bytes `from..to` of `file`.
+async fn read_slice(file: &web_sys::Blob, from: f64, to: f64) -> Result<Vec<u8>, String> {
+    let cannot = |_| "the browser could not read this file".to_owned();
+    let slice = file.slice_with_f64_and_f64(from, to).map_err(cannot)?;
+    let buffer = JsFuture::from(slice.array_buffer()).await.map_err(cannot)?;
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+}
+
+/// Reads a memory snapshot slice by slice ([`oomscope_trace::snapshot::SnapshotParser`]): the
+/// file is never held whole, and between slices the page redraws `progress`.
+async fn read_snapshot_in_slices(
+    name: String,
+    file: &web_sys::File,
+    progress: RwSignal<Option<String>>,
+) -> Loaded {
+    let size = file.size();
+    let mut parser = oomscope_trace::snapshot::SnapshotParser::default();
+    let mut at = 0.0;
+    let result = loop {
+        if at < size {
+            let to = (at + SNAPSHOT_SLICE_BYTES).min(size);
+            match read_slice(file, at, to).await {
+                Ok(bytes) => parser.push(bytes),
+                Err(e) => return Loaded::failed(name, e),
+            }
+            at = to;
+        } else {
+            parser.finish();
+        }
+        if let Some(done) = parser.resume() {
+            break done;
+        }
+        progress.set(Some(format!(
+            "reading {name}: {} of {} ({} trace entries)",
+            format_bytes(parser.bytes_read()),
+            format_bytes(size as u64),
+            format_count(parser.entries() as u64)
+        )));
+        yield_to_page().await;
+    };
+    record_time("data-snapshot-read-ms");
+    progress.set(Some(format!("analysing {name}…")));
+    yield_to_page().await;
+    // The analysis, then the charts' timelines, each in a task of its own.
+    let snapshot = match result {
+        Ok(s) => s,
+        Err(e) => return Loaded::failed(name, e.to_string()),
+    };
+    let analysis = oomscope_trace::snapshot::analysis::analyze_snapshot(&snapshot);
+    record_time("data-snapshot-analysis-ms");
+    progress.set(Some(format!("drawing {name}…")));
+    yield_to_page().await;
+    let stacked = crate::load::OpenSnapshot::stacked(&snapshot, &analysis);
+    record_time("data-snapshot-stacked-ms");
+    Loaded::analysed_snapshot(
+        name,
+        size as usize,
+        crate::load::OpenSnapshot {
+            snapshot,
+            analysis,
+            stacked,
+        },
+    )
+}
+
+/// Lets the page handle events and paint before going on.
+pub async fn yield_to_page() {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(w) = web_sys::window() {
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
+        }
+    });
+    let _ = JsFuture::from(promise).await;
 }
 
 /// The files of a `FileList` (picker or drop), in order.

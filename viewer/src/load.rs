@@ -10,7 +10,8 @@ use std::sync::Arc;
 use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
 use oomscope_trace::report_page::trace_in_report;
 use oomscope_trace::snapshot::analysis::{SnapshotAnalysis, analyze_snapshot};
-use oomscope_trace::snapshot::{Snapshot, looks_like_pickle, read_snapshot};
+use oomscope_trace::snapshot::timeline::{StackedTimeline, stacked_by_site};
+use oomscope_trace::snapshot::{Snapshot, SnapshotError, looks_like_pickle, read_snapshot};
 use oomscope_trace::{Trace, decode};
 
 /// A PyTorch memory snapshot, read and analysed.
@@ -20,6 +21,32 @@ pub struct OpenSnapshot {
     pub snapshot: Snapshot,
     /// Its analysis (`collector summary`'s).
     pub analysis: SnapshotAnalysis,
+    /// Each analysed device's active memory stacked by site, in the analysis's device order.
+    pub stacked: Vec<Arc<StackedTimeline>>,
+}
+
+/// Sites drawn as their own band in a snapshot's chart (the rest share one).
+pub const SNAPSHOT_BANDS: usize = 8;
+
+/// Moments drawn in a snapshot's chart (each its slice of entries' highest).
+pub const SNAPSHOT_POINTS: usize = 600;
+
+impl OpenSnapshot {
+    /// The stacked timelines of `analysis`'s devices.
+    pub fn stacked(snapshot: &Snapshot, analysis: &SnapshotAnalysis) -> Vec<Arc<StackedTimeline>> {
+        analysis
+            .devices
+            .iter()
+            .map(|d| {
+                Arc::new(stacked_by_site(
+                    snapshot,
+                    d.device,
+                    SNAPSHOT_BANDS,
+                    SNAPSHOT_POINTS,
+                ))
+            })
+            .collect()
+    }
 }
 
 /// One opened trace.
@@ -81,20 +108,40 @@ impl Loaded {
 
     /// Reads a memory snapshot pickle and analyses it (as `collector summary` does).
     fn snapshot(name: String, bytes: &[u8]) -> Loaded {
-        match read_snapshot(bytes) {
-            Ok(snapshot) => Loaded {
-                name,
-                size_bytes: bytes.len(),
-                trace: None,
-                warnings: snapshot.warnings.clone(),
-                error: None,
-                notice: None,
-                snapshot: Some(Arc::new(OpenSnapshot {
-                    analysis: analyze_snapshot(&snapshot),
+        Loaded::from_snapshot(name, bytes.len(), read_snapshot(bytes))
+    }
+
+    /// A memory snapshot read (whole, or in slices by the page), analysed as `collector summary`
+    /// does.
+    pub fn from_snapshot(
+        name: String,
+        size_bytes: usize,
+        read: Result<Snapshot, SnapshotError>,
+    ) -> Loaded {
+        match read {
+            Ok(snapshot) => {
+                let analysis = analyze_snapshot(&snapshot);
+                let open = OpenSnapshot {
+                    stacked: OpenSnapshot::stacked(&snapshot, &analysis),
+                    analysis,
                     snapshot,
-                })),
-            },
+                };
+                Loaded::analysed_snapshot(name, size_bytes, open)
+            }
             Err(e) => Loaded::failed(name, e.to_string()),
+        }
+    }
+
+    /// A memory snapshot read and analysed.
+    pub fn analysed_snapshot(name: String, size_bytes: usize, open: OpenSnapshot) -> Loaded {
+        Loaded {
+            name,
+            size_bytes,
+            trace: None,
+            warnings: open.snapshot.warnings.clone(),
+            error: None,
+            notice: None,
+            snapshot: Some(Arc::new(open)),
         }
     }
 

@@ -246,7 +246,61 @@ pub fn read_snapshot<R: Read>(mut input: R) -> Result<Snapshot, SnapshotError> {
 
 fn read_from(input: &mut dyn Read) -> Result<Snapshot, SnapshotError> {
     let mut reader = SnapshotReader::default();
-    let (top, pending, warning) = match pickle::read(input, &mut reader) {
+    let result = pickle::read(input, &mut reader);
+    assemble(reader, result)
+}
+
+/// A snapshot read from slices handed over as they arrive ([`pickle::Resumable`]): the viewer
+/// reads a large file a few megabytes at a time, showing progress, and the page stays
+/// responsive in between.
+#[derive(Debug)]
+pub struct SnapshotParser {
+    read: pickle::Resumable<SnapshotReader>,
+}
+
+impl Default for SnapshotParser {
+    fn default() -> SnapshotParser {
+        SnapshotParser {
+            read: pickle::Resumable::new(SnapshotReader::default()),
+        }
+    }
+}
+
+impl SnapshotParser {
+    /// The next bytes of the pickle.
+    pub fn push(&mut self, bytes: Vec<u8>) {
+        self.read.push(bytes);
+    }
+
+    /// No more bytes will come.
+    pub fn finish(&mut self) {
+        self.read.finish();
+    }
+
+    /// Bytes read so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.read.bytes_read()
+    }
+
+    /// Trace entries read so far.
+    pub fn entries(&self) -> usize {
+        self.read.visitor.events
+    }
+
+    /// Reads as far as the bytes given allow: `None` while more are needed, then what
+    /// [`read_snapshot`] returns for the whole input.
+    pub fn resume(&mut self) -> Option<Result<Snapshot, SnapshotError>> {
+        let result = self.read.resume()?;
+        Some(assemble(std::mem::take(&mut self.read.visitor), result))
+    }
+}
+
+/// The snapshot from what the reader took and how the pickle ended.
+fn assemble(
+    mut reader: SnapshotReader,
+    result: Result<Value, (pickle::PickleError, pickle::Leftover)>,
+) -> Result<Snapshot, SnapshotError> {
+    let (top, pending, warning) = match result {
         Ok(Value::Dict(top)) => (Some(top), Vec::new(), None),
         Ok(_) => {
             return Err(SnapshotError(

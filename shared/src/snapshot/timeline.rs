@@ -170,7 +170,9 @@ pub fn stacked_by_site(snap: &Snapshot, device: u32, top: usize, points: usize) 
     let mut live: HashMap<u64, (u64, usize)> = HashMap::default();
     let mut now: Vec<u64> = Vec::new();
     let mut most: Vec<u64> = Vec::new();
-    let mut allocs: Vec<Option<usize>> = Vec::with_capacity(events.len());
+    // Each allocation's site (`NO_SITE` for other entries), so the second pass looks up nothing.
+    const NO_SITE: u32 = u32::MAX;
+    let mut allocs: Vec<u32> = Vec::with_capacity(events.len());
     for e in events {
         let site = match e.action {
             Action::Alloc => {
@@ -182,15 +184,15 @@ pub fn stacked_by_site(snap: &Snapshot, device: u32, top: usize, points: usize) 
                 live.insert(e.addr, (e.size, s));
                 now[s] = now[s].saturating_add(e.size);
                 most[s] = most[s].max(now[s]);
-                Some(s)
+                s as u32
             }
             Action::FreeCompleted => {
                 if let Some((size, s)) = live.remove(&e.addr) {
                     now[s] = now[s].saturating_sub(size);
                 }
-                None
+                NO_SITE
             }
-            _ => None,
+            _ => NO_SITE,
         };
         allocs.push(site);
     }
@@ -237,7 +239,8 @@ pub fn stacked_by_site(snap: &Snapshot, device: u32, top: usize, points: usize) 
     for step in replay(events, begin) {
         let e = step.event;
         match (e.action, allocs[step.index]) {
-            (Action::Alloc, Some(s)) => {
+            (Action::Alloc, s) if s != NO_SITE => {
+                let s = s as usize;
                 let band = other_band
                     .filter(|_| band_of_site[s] >= shown)
                     .unwrap_or(band_of_site[s]);

@@ -12,7 +12,7 @@ use oomscope_trace::snapshot::Snapshot;
 use oomscope_trace::snapshot::analysis::{DeviceAnalysis, SiteBytes, site_of, stack_text};
 use oomscope_trace::snapshot::text::{about_line, alive_line, device_lines, titles};
 use oomscope_trace::snapshot::timeline::{
-    AliveBlock, StackedPoint, StackedTimeline, alive_at, entry_at, events_of, stacked_by_site,
+    AliveBlock, StackedPoint, StackedTimeline, alive_at, entry_at, events_of,
 };
 use oomscope_trace::units::{format_bytes, format_count, format_duration_us};
 use plotters::prelude::*;
@@ -27,12 +27,6 @@ const HEIGHT_CSS_PX: u32 = 260;
 
 /// Reserved memory's colour.
 const RESERVED: RGBColor = RGBColor(255, 127, 14);
-
-/// Sites drawn as their own band (the rest share one).
-const BANDS: usize = 8;
-
-/// Moments drawn (each its slice of entries' highest).
-const POINTS: usize = 600;
 
 /// Stack lines in the tooltip.
 const STACK_LINES: usize = 14;
@@ -59,7 +53,8 @@ pub fn SnapshotReport(name: String, snap: Arc<OpenSnapshot>) -> impl IntoView {
         .analysis
         .devices
         .iter()
-        .map(|d| view! { <Device snap=snap.clone() device=d.clone()/> })
+        .zip(&snap.stacked)
+        .map(|(d, stacked)| view! { <Device snap=snap.clone() device=d.clone() stacked=stacked.clone()/> })
         .collect_view();
     view! {
         <section id="snapshot">
@@ -74,13 +69,16 @@ pub fn SnapshotReport(name: String, snap: Arc<OpenSnapshot>) -> impl IntoView {
 }
 
 #[component]
-fn Device(snap: Arc<OpenSnapshot>, device: DeviceAnalysis) -> impl IntoView {
+fn Device(
+    snap: Arc<OpenSnapshot>,
+    device: DeviceAnalysis,
+    stacked: Arc<StackedTimeline>,
+) -> impl IntoView {
     let lines = device_lines(&device)
         .into_iter()
         .map(|l| view! { <li>{l}</li> })
         .collect_view();
     let index = device.device;
-    let stacked = Arc::new(stacked_by_site(&snap.snapshot, index, BANDS, POINTS));
     let reserved = Arc::new(device.timeline.clone());
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
     let area = StoredValue::new(PlotArea::default());
