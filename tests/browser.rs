@@ -1759,6 +1759,37 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
             line.starts_with(&format!("Alive after entry {} (+", entry + 1)),
             "{line}"
         );
+        // The allocator's state at the dump: the device's segment drawn, its first block named
+        // on hover with its state and, when held, its site.
+        let map = b.wait_for("canvas.allocator-map[data-scale]").await;
+        assert_eq!(
+            map.attr("data-segments").await.unwrap().as_deref(),
+            Some("1")
+        );
+        assert!(painted_pixels_in(&b, "canvas.allocator-map").await > 500);
+        map.scroll_into_view().await.unwrap();
+        let size = b
+            .js("const c = document.querySelector('canvas.allocator-map'); return [c.clientWidth, c.clientHeight]")
+            .await;
+        let (w, h) = (size[0].as_f64().unwrap(), size[1].as_f64().unwrap());
+        b.d()
+            .action_chain()
+            .move_to_element_with_offset(
+                &map,
+                (78.0 + 5.0 - w / 2.0) as i64,
+                (11.0 - h / 2.0) as i64,
+            )
+            .perform()
+            .await
+            .unwrap();
+        let tip = b
+            .wait_for(".snapshot-device .chart-wrap:has(canvas.allocator-map) .tooltip")
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert!(tip.contains("· allocated"), "{tip}");
+        assert!(tip.contains("train.py:30 (build_model)"), "{tip}");
         let title = b.js("return document.title").await;
         assert!(
             title

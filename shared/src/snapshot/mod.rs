@@ -136,6 +136,17 @@ pub enum BlockState {
     Inactive,
 }
 
+impl BlockState {
+    /// What the allocator view and its legend call it.
+    pub fn label(self) -> &'static str {
+        match self {
+            BlockState::ActiveAllocated => "allocated",
+            BlockState::ActivePendingFree => "freed, waiting for its stream",
+            BlockState::Inactive => "free (cached)",
+        }
+    }
+}
+
 /// A block of a segment at dump time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {

@@ -10,6 +10,7 @@ use leptos::prelude::*;
 
 mod alive_at_oom;
 mod allocator;
+mod allocator_map;
 mod batch_trials;
 mod breakdown;
 mod compare;

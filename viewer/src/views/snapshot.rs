@@ -19,6 +19,7 @@ use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
 use super::Findings;
+use super::allocator_map::AllocatorMap;
 use crate::chart::{PlotArea, Theme, frame, keep_drawn, tooltip};
 use crate::load::OpenSnapshot;
 
@@ -191,7 +192,8 @@ fn Device(
             {chart}
             {alive}
             <Sites snap=snap.clone() title=titles::AT_PEAK class="at-peak" sites=device.at_peak.clone()/>
-            <Sites snap=snap title=titles::AT_DUMP class="at-dump" sites=device.at_end.clone()/>
+            <Sites snap=snap.clone() title=titles::AT_DUMP class="at-dump" sites=device.at_end.clone()/>
+            <AllocatorMap snap=snap device=index/>
         </section>
     }
 }
