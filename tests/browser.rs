@@ -851,6 +851,56 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
             "{line:?} not in\n{text}"
         );
     }
+    assert!(
+        b.d().find(By::Css(".oom-snapshot")).await.is_err(),
+        "no snapshot was saved with this trace"
+    );
+
+    // The same run had `--oom-snapshot` save the whole snapshot next to it (the hooks' note
+    // names the file): the report carries it, shown under the OOM with its own findings, chart
+    // and blocks, as `collector summary` reads the pickle.
+    let mut decoded = oomscope_trace::decode(&std::fs::read(&trace).unwrap())
+        .unwrap()
+        .trace;
+    decoded.notes.push(oomscope_trace::Note {
+        t_us: decoded.ooms[0].t_us,
+        text: format!("{}run.oom-4242.pickle", oomscope_trace::OOM_SNAPSHOT_NOTE),
+    });
+    let with_note = s.write(
+        "run.oomt",
+        &oomscope_trace::reduce::encode(&decoded).unwrap(),
+    );
+    let pickle = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/tests/data/snapshots/small_p4.pickle");
+    std::fs::copy(&pickle, s.path("run.oom-4242.pickle")).unwrap();
+    let html = s.path("run.html");
+    report(&with_note, &html, &[]);
+    let json: Value = serde_json::from_slice(
+        &run_collector(&["summary", "--json", pickle.to_str().unwrap()]).stdout,
+    )
+    .unwrap();
+    b.open(&html).await;
+    let attached = b.wait_for("#ooms details.oom-snapshot").await;
+    assert_eq!(
+        attached.attr("data-name").await.unwrap().as_deref(),
+        Some("run.oom-4242.pickle")
+    );
+    b.wait_for("#oom-snapshot-findings").await;
+    let peak = b
+        .wait_for("#ooms .snapshot-device")
+        .await
+        .attr("data-peak-active-bytes")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        peak,
+        json["analysis"]["devices"][0]["peak_active_bytes"].to_string()
+    );
+    b.wait_for("#ooms canvas.snapshot-chart[data-scale]").await;
+    b.wait_for("#ooms canvas.allocator-map[data-scale]").await;
+    // The trace's own sections are still the trace's.
+    b.wait_for("#alive-at-oom tbody tr").await;
     b.quit().await;
 }
 

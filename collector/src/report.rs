@@ -244,6 +244,11 @@ fn init_function(js: &str) -> Result<&str> {
 /// The page holding `traces` (none: the bare viewer, which also tells how much room traces
 /// have); a job's report holds several.
 pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
+    render_with(viewer, traces, &[])
+}
+
+/// [`render`], with the memory snapshots a run's OOMs saved attached to its trace.
+pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded]) -> Result<String> {
     if viewer.js.to_ascii_lowercase().contains("</script") {
         bail!("the viewer's JavaScript contains `</script`, which cannot be inlined");
     }
@@ -272,7 +277,11 @@ pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
     );
     let mut html = String::with_capacity(
         viewer.wasm.len() * 4 / 3
-            + traces.iter().map(|t| t.bytes.len() * 4 / 3).sum::<usize>()
+            + traces
+                .iter()
+                .chain(snapshots)
+                .map(|t| t.bytes.len() * 4 / 3)
+                .sum::<usize>()
             + module.len()
             + 8192,
     );
@@ -300,6 +309,16 @@ pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
         }
         html.push('>');
         html.push_str(&STANDARD.encode(&t.bytes));
+        html.push_str("</script>\n");
+    }
+    for (i, snap) in snapshots.iter().enumerate() {
+        let id = oomscope_trace::report_page::snapshot_element_id(i);
+        html.push_str(&format!(
+            "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
+             data-name=\"{}\">",
+            STANDARD.encode(snap.name.as_bytes())
+        ));
+        html.push_str(&STANDARD.encode(&snap.bytes));
         html.push_str("</script>\n");
     }
     html.push_str("<script id=\"oomscope-wasm\" type=\"application/octet-stream\">");
@@ -337,9 +356,63 @@ pub fn write_report(traces: &[Named], output: &Path, max_bytes: u64) -> Result<(
             Ok(e)
         })
         .collect::<Result<Vec<_>>>()?;
-    let html = render(&viewer, &embedded)?;
+    // One run's report also carries the memory snapshots its OOMs saved, as room allows.
+    let mut snapshots = Vec::new();
+    if let [one] = traces {
+        let mut used = render(&viewer, &embedded)?.len() as u64;
+        for path in oom_snapshots(&one.path) {
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            if !oomscope_trace::snapshot::looks_like_pickle(&bytes) {
+                continue;
+            }
+            let packed = pack(&bytes);
+            let size = base64_len(packed.len()) as u64 + 256;
+            if max_bytes > 0 && used + size > max_bytes {
+                crate::ui::warning(&format!(
+                    "the memory snapshot saved at the OOM, {} ({} deflated), does not fit in the \
+                     report of {}: open it on its own (`collector report {}`) or pass \
+                     --max-size-mb 0",
+                    path.display(),
+                    format_bytes(packed.len() as u64),
+                    megabytes(max_bytes),
+                    path.display()
+                ));
+                continue;
+            }
+            used += size;
+            snapshots.push(Embedded {
+                name: path
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                bytes: packed,
+                notice: None,
+            });
+        }
+    }
+    let html = render_with(&viewer, &embedded, &snapshots)?;
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
     Ok((html.len(), embedded.iter().any(|e| e.notice.is_some())))
+}
+
+/// The memory snapshots a trace's notes say were saved next to it at an OOM
+/// (`collector run --oom-snapshot`), those still there.
+fn oom_snapshots(trace: &Path) -> Vec<PathBuf> {
+    let Ok(decoded) = std::fs::read(trace).map(|b| oomscope_trace::decode(&b)) else {
+        return Vec::new();
+    };
+    let Ok(decoded) = decoded else {
+        return Vec::new();
+    };
+    let dir = trace.parent().unwrap_or(Path::new("."));
+    decoded
+        .trace
+        .notes
+        .iter()
+        .filter_map(|n| n.oom_snapshot_file())
+        .map(|f| dir.join(f))
+        .filter(|p| p.is_file())
+        .collect()
 }
 
 /// A trace file and the name the page shows for it.

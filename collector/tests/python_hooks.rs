@@ -852,6 +852,34 @@ fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
         "{}",
         finding.explanation
     );
+    // The whole snapshot, saved next to the trace as a pickle and named in it.
+    let file = t
+        .notes
+        .iter()
+        .find_map(|n| n.oom_snapshot_file())
+        .expect("a note naming the saved snapshot");
+    assert!(
+        file.starts_with("t.oom-") && file.ends_with(".pickle"),
+        "{file}"
+    );
+    let pickle = s.path(file);
+    let snap =
+        oomscope_trace::snapshot::read_snapshot(&std::fs::read(&pickle).unwrap()[..]).unwrap();
+    assert_eq!(snap.segments.len(), 1);
+    assert_eq!(snap.segments[0].blocks.len(), 30);
+    // The run's report carries it beside the trace.
+    let html = s.path("t.html");
+    let out = collector(&[
+        "report",
+        s.path("t.oomt").to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<script id=\"oomscope-snapshot-0\""));
 }
 
 #[test]

@@ -1085,6 +1085,21 @@ pub struct Note {
     pub text: String,
 }
 
+/// How the zero-code hooks' note names the memory snapshot they saved next to the trace at the
+/// first OOM (`collector run --oom-snapshot`): this, then the file's name. The Python hooks write
+/// the same words (`OOM_SNAPSHOT_NOTE` in `_oomscope_torch.py`; a test holds them equal).
+pub const OOM_SNAPSHOT_NOTE: &str = "memory snapshot at the OOM: ";
+
+impl Note {
+    /// The file name of the memory snapshot this note says was saved at an OOM.
+    pub fn oom_snapshot_file(&self) -> Option<&str> {
+        self.text
+            .strip_prefix(OOM_SNAPSHOT_NOTE)
+            .map(str::trim)
+            .filter(|f| !f.is_empty() && !f.contains(['/', '\\']))
+    }
+}
+
 /// Records the recorder had to drop (it never blocks the watched program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dropped {

@@ -18,6 +18,12 @@ pub fn trace_element_id(index: usize) -> String {
     }
 }
 
+/// The `id` of the element holding the `index`-th memory snapshot a report attaches to its trace
+/// (`collector run --oom-snapshot` saved it at the OOM): `oomscope-snapshot-0`, `-1`, …
+pub fn snapshot_element_id(index: usize) -> String {
+    format!("oomscope-snapshot-{index}")
+}
+
 /// The `data-encoding` of a deflated trace.
 pub const DEFLATE: &str = "deflate";
 

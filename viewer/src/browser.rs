@@ -32,6 +32,17 @@ pub fn embedded_traces() -> Vec<Loaded> {
     traces
 }
 
+/// The memory snapshots a run's report attaches to its trace (saved at its OOMs), read and
+/// analysed; one that cannot be read is left out (the trace is what the report is about).
+pub fn embedded_snapshots() -> Vec<(String, std::sync::Arc<crate::load::OpenSnapshot>)> {
+    (0..)
+        .map(|i| embedded_trace(&oomscope_trace::report_page::snapshot_element_id(i)))
+        .take_while(Option::is_some)
+        .flatten()
+        .filter_map(|l| Some((l.name.clone(), l.snapshot?)))
+        .collect()
+}
+
 /// One trace a report carries. Its name and the notice about thinned samples travel
 /// base64-encoded in `data-` attributes, so no recorded text is ever parsed as HTML, not even in
 /// an attribute.

@@ -41,8 +41,10 @@ pub fn start() {
         }
     }));
     let initial = browser::embedded_traces();
+    let attached = views::AttachedSnapshots(std::sync::Arc::new(browser::embedded_snapshots()));
     leptos::mount::mount_to_body(move || {
         use leptos::prelude::*;
+        provide_context(attached);
         view! { <App initial=initial/> }
     });
 }

@@ -75,6 +75,8 @@ class _State:
         self.user_phases = False
         self.cuda_ready = False
         self.snapshot = False
+        # Where the first OOM's whole memory snapshot goes: this prefix, the pid, `.pickle`.
+        self.snapshot_prefix = None
         self.paused = False
 
 
@@ -84,6 +86,7 @@ def install(torch, here):
     _torch = torch
     _S = _State()
     _S.snapshot = os.environ.get("OOMSCOPE_OOM_SNAPSHOT") == "1"
+    _S.snapshot_prefix = os.environ.get("OOMSCOPE_OOM_SNAPSHOT_PREFIX") or None
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -633,9 +636,33 @@ def _observer(device, alloc, total, free):
                     step=None if S.user_steps else S.step, requested_bytes=alloc,
                     device=device, free_bytes=free, total_bytes=total)
         if S.snapshot:
-            _probe.alive(alive_by_line(_torch.cuda.memory._snapshot()))
+            snapshot = _torch.cuda.memory._snapshot()
+            _probe.alive(alive_by_line(snapshot))
+            _save_snapshot(snapshot)
     except BaseException:
         pass
+
+
+# The note that names the saved snapshot (`shared::model::OOM_SNAPSHOT_NOTE`: the report reads it).
+OOM_SNAPSHOT_NOTE = "memory snapshot at the OOM: "
+
+
+def _save_snapshot(snapshot):
+    """Pickles the first OOM's whole snapshot next to the trace, as `_dump_snapshot` would, and
+    notes its file name in the trace (the report bakes the two together). Written to a temporary
+    name first, so a half-written file never looks like a snapshot."""
+    S = _S
+    prefix, S.snapshot_prefix = S.snapshot_prefix, None
+    if not prefix:
+        return
+    import pickle
+
+    path = "%s%d.pickle" % (prefix, os.getpid())
+    partial = path + ".partial"
+    with open(partial, "wb") as f:
+        pickle.dump(snapshot, f)
+    os.replace(partial, path)
+    _probe.note(OOM_SNAPSHOT_NOTE + os.path.basename(path))
 
 
 def _user_frame(frames, skip):

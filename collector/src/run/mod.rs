@@ -176,7 +176,10 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
             python_hooks::python_path(&boot, std::env::var_os("PYTHONPATH")),
         );
         if options.oom_snapshot {
-            command.env(python_hooks::OOM_SNAPSHOT_ENV, "1");
+            command.env(python_hooks::OOM_SNAPSHOT_ENV, "1").env(
+                python_hooks::OOM_SNAPSHOT_PREFIX_ENV,
+                python_hooks::oom_snapshot_prefix(&options.out),
+            );
         }
     }
     child::install_signal_forwarding();

@@ -37,6 +37,18 @@ const FILES: [(&str, &str); 3] = [
 /// history of live blocks (Python stacks) and send what was alive at an OOM, by source line.
 pub const OOM_SNAPSHOT_ENV: &str = "OOMSCOPE_OOM_SNAPSHOT";
 
+/// With `--oom-snapshot`: where each process saves the whole memory snapshot of its first OOM —
+/// this prefix, its pid, `.pickle` (`run.oomt` gives `run.oom-4242.pickle`, next to the trace,
+/// which notes the name: `collector report run.oomt` bakes the two together).
+pub const OOM_SNAPSHOT_PREFIX_ENV: &str = "OOMSCOPE_OOM_SNAPSHOT_PREFIX";
+
+/// The prefix of the snapshots saved next to the trace `out` ([`OOM_SNAPSHOT_PREFIX_ENV`]).
+pub fn oom_snapshot_prefix(out: &Path) -> OsString {
+    let mut prefix = out.with_extension("").into_os_string();
+    prefix.push(".oom-");
+    prefix
+}
+
 /// Writes the bootstrap into `run_dir/python` (the run's private 0700 directory) and returns it.
 pub fn write_bootstrap(run_dir: &Path) -> Result<PathBuf> {
     let dir = run_dir.join("python");
@@ -63,6 +75,20 @@ pub fn python_path(bootstrap: &Path, existing: Option<OsString>) -> OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hooks_name_a_saved_snapshot_in_the_words_the_report_reads() {
+        let hooks = include_str!("../../python/boot/_oomscope_torch.py");
+        let declared = format!(
+            "OOM_SNAPSHOT_NOTE = {:?}",
+            oomscope_trace::OOM_SNAPSHOT_NOTE
+        );
+        assert!(hooks.contains(&declared), "{declared}");
+        assert_eq!(
+            oom_snapshot_prefix(Path::new("/runs/a.oomt")),
+            OsString::from("/runs/a.oom-")
+        );
+    }
 
     #[test]
     fn the_bootstrap_goes_first_and_keeps_the_users_path() {

@@ -41,6 +41,7 @@ pub use evals::Evals;
 pub use exports::Exports;
 pub use findings::Findings;
 pub use growth::Growth;
+pub use ooms::AttachedSnapshots;
 pub use ooms::Ooms;
 pub use overview::Overview;
 pub use ranks::Ranks;

@@ -8,6 +8,13 @@ use leptos::prelude::*;
 use oomscope_trace::analysis::Analysis;
 use oomscope_trace::text::{error_line, oom_line, titles};
 
+use super::SnapshotReport;
+use crate::load::OpenSnapshot;
+
+/// The memory snapshots a report attaches to its trace (by name), given as context.
+#[derive(Debug, Clone, Default)]
+pub struct AttachedSnapshots(pub Arc<Vec<(String, Arc<OpenSnapshot>)>>);
+
 /// One entry per OOM, the full message under a disclosure; nothing without an OOM.
 #[component]
 pub fn Ooms(analysis: Arc<Analysis>) -> impl IntoView {
@@ -29,6 +36,25 @@ pub fn Ooms(analysis: Arc<Analysis>) -> impl IntoView {
             view! { <li class="oom-line">{oom_line(o)}{first}{more}</li> }
         })
         .collect_view();
-    view! { <section id="ooms"><h2>{titles::OOMS}</h2><ul class="lines">{items}</ul></section> }
-        .into_any()
+    // The memory snapshots `collector run --oom-snapshot` saved at the OOM, when the report
+    // carries them: every block alive at that moment, with its stack.
+    let attached = use_context::<AttachedSnapshots>()
+        .map(|a| a.0)
+        .unwrap_or_default()
+        .iter()
+        .map(|(name, snap)| {
+            view! {
+                <details class="oom-snapshot" open data-name=name.clone()>
+                    <summary>{format!(
+                        "The memory snapshot saved at the OOM ({name}): every block alive then, with its stack"
+                    )}</summary>
+                    <SnapshotReport name=name.clone() snap=snap.clone() attached=true/>
+                </details>
+            }
+        })
+        .collect_view();
+    view! {
+        <section id="ooms"><h2>{titles::OOMS}</h2><ul class="lines">{items}</ul>{attached}</section>
+    }
+    .into_any()
 }

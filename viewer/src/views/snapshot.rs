@@ -47,9 +47,23 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(188, 189, 34),
 ];
 
-/// The whole snapshot.
+/// The whole snapshot. `attached` when it is shown inside a trace's report, under the OOM that
+/// saved it (its ids then do not clash with the trace's).
 #[component]
-pub fn SnapshotReport(name: String, snap: Arc<OpenSnapshot>) -> impl IntoView {
+pub fn SnapshotReport(
+    name: String,
+    snap: Arc<OpenSnapshot>,
+    #[prop(optional)] attached: bool,
+) -> impl IntoView {
+    let (section_id, about_id, findings_id) = if attached {
+        (
+            "oom-snapshot",
+            "oom-snapshot-about",
+            "oom-snapshot-findings",
+        )
+    } else {
+        ("snapshot", "snapshot-about", "findings")
+    };
     let devices = snap
         .analysis
         .devices
@@ -58,12 +72,12 @@ pub fn SnapshotReport(name: String, snap: Arc<OpenSnapshot>) -> impl IntoView {
         .map(|(d, stacked)| view! { <Device snap=snap.clone() device=d.clone() stacked=stacked.clone()/> })
         .collect_view();
     view! {
-        <section id="snapshot">
+        <section id=section_id>
             <h2>{format!("Memory snapshot: {name}")}</h2>
-            <p id="snapshot-about" class="hint">{about_line(&snap.snapshot, &snap.analysis)}</p>
+            <p id=about_id class="hint">{about_line(&snap.snapshot, &snap.analysis)}</p>
             {snap.snapshot.warnings.iter().map(|w| view! { <div class="banner warn">{w.clone()}</div> }).collect_view()}
         </section>
-        <Findings findings=snap.analysis.findings.clone() id="findings"
+        <Findings findings=snap.analysis.findings.clone() id=findings_id
             empty="Nothing to change: no rule found a problem in this snapshot."/>
         {devices}
     }
