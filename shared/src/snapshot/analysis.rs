@@ -410,9 +410,16 @@ fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
     }
 }
 
-/// A site's recorded allocations still live (address → (bytes, µs)), and whether any of them
-/// was freed.
-type SiteAllocations = (HashMap<u64, (u64, u64)>, bool);
+/// A site's recorded allocations: how many, their bytes, the first and last time, and whether
+/// any of them was freed.
+#[derive(Debug, Default, Clone, Copy)]
+struct SiteTally {
+    blocks: u64,
+    bytes: u64,
+    t0: u64,
+    t1: u64,
+    freed: bool,
+}
 
 /// Sites whose recorded allocations were never freed in the recording and are spread across it
 /// ([`KEPT_MIN_BLOCKS`], [`KEPT_MIN_BYTES`], [`KEPT_MIN_SPREAD_PERMILLE`]).
@@ -421,39 +428,43 @@ fn kept_sites(names: &Sites, events: &[super::Event]) -> Vec<KeptSite> {
         return Vec::new();
     };
     let span = last.time_us.saturating_sub(first.time_us).max(1);
-    // Per site: live (addr → (size, time)), and whether any of its allocations was freed.
-    let mut owner: HashMap<u64, &str> = HashMap::default();
-    let mut sites: HashMap<&str, SiteAllocations> = HashMap::default();
+    // Per site: its allocations (a site any of whose allocations was freed is not one that kept
+    // memory, so only never-freed sites' tallies are read: all their allocations are live).
+    // Sites are found once per stack, addresses once per entry: millions of entries, few sites.
+    let mut tallies: Vec<(&str, SiteTally)> = Vec::new();
+    let mut by_name: HashMap<&str, usize> = HashMap::default();
+    let mut by_stack: HashMap<Option<StackId>, usize> = HashMap::default();
+    let mut owner: HashMap<u64, usize> = HashMap::default();
     for e in events {
         match e.action {
             Action::Alloc => {
-                let site = names.of(e.stack);
-                sites
-                    .entry(site)
-                    .or_default()
-                    .0
-                    .insert(e.addr, (e.size, e.time_us));
+                let site = *by_stack.entry(e.stack).or_insert_with(|| {
+                    let name = names.of(e.stack);
+                    *by_name.entry(name).or_insert_with(|| {
+                        tallies.push((name, SiteTally::default()));
+                        tallies.len() - 1
+                    })
+                });
+                let t = &mut tallies[site].1;
+                t.t0 = if t.blocks == 0 { e.time_us } else { t.t0.min(e.time_us) };
+                t.t1 = t.t1.max(e.time_us);
+                t.blocks += 1;
+                t.bytes = t.bytes.saturating_add(e.size);
                 owner.insert(e.addr, site);
             }
             Action::FreeCompleted => {
-                if let Some(site) = owner.remove(&e.addr)
-                    && let Some((live, freed)) = sites.get_mut(site)
-                {
-                    live.remove(&e.addr);
-                    *freed = true;
+                if let Some(site) = owner.remove(&e.addr) {
+                    tallies[site].1.freed = true;
                 }
             }
             _ => {}
         }
     }
-    let mut kept: Vec<KeptSite> = sites
+    let mut kept: Vec<KeptSite> = tallies
         .into_iter()
-        .filter(|(site, (_, freed))| !freed && !site.starts_with('('))
-        .filter_map(|(site, (live, _))| {
-            let blocks = live.len() as u64;
-            let bytes = total(live.values().map(|(s, _)| *s));
-            let t0 = live.values().map(|(_, t)| *t).min()?;
-            let t1 = live.values().map(|(_, t)| *t).max()?;
+        .filter(|(site, t)| !t.freed && t.blocks > 0 && !site.starts_with('('))
+        .filter_map(|(site, t)| {
+            let (blocks, bytes, t0, t1) = (t.blocks, t.bytes, t.t0, t.t1);
             let spread_permille =
                 (u128::from(t1.saturating_sub(t0)) * 1000 / u128::from(span)) as u64;
             (blocks >= KEPT_MIN_BLOCKS
