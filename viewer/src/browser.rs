@@ -19,6 +19,11 @@ fn document() -> Option<web_sys::Document> {
 }
 
 fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    // The collector writes one unbroken line; a page edited by hand may have wrapped it.
+    let text = text.trim();
+    if !text.contains(|c: char| c.is_ascii_whitespace()) {
+        return STANDARD.decode(text);
+    }
     let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     STANDARD.decode(compact)
 }

@@ -40,7 +40,9 @@ pub fn start() {
             let _ = body.prepend_with_node_1(&div);
         }
     }));
+    browser::record_time("data-start-ms");
     let initial = browser::embedded_traces();
+    browser::record_time("data-read-ms");
     let attached = views::AttachedSnapshots(std::sync::Arc::new(browser::embedded_snapshots()));
     leptos::mount::mount_to_body(move || {
         use leptos::prelude::*;

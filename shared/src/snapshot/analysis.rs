@@ -446,7 +446,11 @@ fn kept_sites(names: &Sites, events: &[super::Event]) -> Vec<KeptSite> {
                     })
                 });
                 let t = &mut tallies[site].1;
-                t.t0 = if t.blocks == 0 { e.time_us } else { t.t0.min(e.time_us) };
+                t.t0 = if t.blocks == 0 {
+                    e.time_us
+                } else {
+                    t.t0.min(e.time_us)
+                };
                 t.t1 = t.t1.max(e.time_us);
                 t.blocks += 1;
                 t.bytes = t.bytes.saturating_add(e.size);
