@@ -197,6 +197,14 @@ impl Browser {
         ] {
             caps.add_arg(arg).expect("capability");
         }
+        // Extra switches for measurements, e.g. `--js-flags=--no-liftoff` to see what V8's
+        // baseline WASM tier costs.
+        for arg in std::env::var("OOMSCOPE_CHROME_ARGS")
+            .unwrap_or_default()
+            .split_whitespace()
+        {
+            caps.add_arg(arg).expect("capability");
+        }
         let driver = WebDriver::new(format!("http://127.0.0.1:{port}"), caps)
             .await
             .expect("chromium starts under chromedriver");
