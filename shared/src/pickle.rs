@@ -88,10 +88,7 @@ fn release(v: Value, later: &mut Vec<Value>) {
         }
         Value::Dict(rc) => {
             if let Ok(mut d) = Rc::try_unwrap(rc) {
-                for (k, v) in d.items.get_mut().drain(..) {
-                    keep(k);
-                    keep(v);
-                }
+                d.items.get_mut().drain(..).for_each(&mut keep);
             }
         }
         Value::Tuple(rc) => {
@@ -143,11 +140,12 @@ pub struct List {
     offered: Cell<bool>,
 }
 
-/// A dict, as (key, value) pairs in insertion order.
+/// A dict, in insertion order.
 #[derive(Debug)]
 pub struct Dict {
-    /// Its items.
-    pub items: RefCell<Vec<(Value, Value)>>,
+    /// Keys and values alternating (`SETITEMS` then moves the stack's run of them in one copy;
+    /// pairs cost a move per item through the stack, a tenth of reading a snapshot).
+    items: RefCell<Vec<Value>>,
     memo: Cell<u32>,
     /// Free for the visitor: a number it gave this dict (an interned frame's id), so a shared
     /// dict met again costs no lookup. `u32::MAX` until set.
@@ -159,26 +157,42 @@ impl Dict {
     fn clear(&self) {
         // Only the containers held alone here can recurse; the rest drop as usual.
         let mut nested = Vec::new();
-        for (k, v) in self.items.borrow_mut().drain(..) {
-            release(k, &mut nested);
+        for v in self.items.borrow_mut().drain(..) {
             release(v, &mut nested);
         }
         drop_iteratively(nested);
+    }
+
+    /// Its (key, value) pairs, in insertion order, handed to `f`.
+    pub fn with_pairs<T>(&self, f: impl FnOnce(Pairs<'_>) -> T) -> T {
+        f(Pairs(self.items.borrow().chunks_exact(2)))
     }
 
     /// The value under the str key `key` (the last one set).
     pub fn get(&self, key: &str) -> Option<Value> {
         self.items
             .borrow()
-            .iter()
+            .chunks_exact(2)
             .rev()
-            .find(|(k, _)| matches!(k, Value::Str(s) if s.as_str() == key))
-            .map(|(_, v)| v.clone())
+            .find(|p| matches!(&p[0], Value::Str(s) if s.as_str() == key))
+            .map(|p| p[1].clone())
     }
 
     /// The memo slot holding this dict, if it was memoized.
     pub fn memo_slot(&self) -> Option<u32> {
         slot(self.memo.get())
+    }
+}
+
+/// A dict's (key, value) pairs ([`Dict::with_pairs`]).
+#[derive(Debug)]
+pub struct Pairs<'a>(std::slice::ChunksExact<'a, Value>);
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (&'a Value, &'a Value);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|p| (&p[0], &p[1]))
     }
 }
 
@@ -803,7 +817,7 @@ impl<R: Read> Machine<R> {
         }))
     }
 
-    fn new_dict(items: Vec<(Value, Value)>) -> Value {
+    fn new_dict(items: Vec<Value>) -> Value {
         Value::Dict(Rc::new(Dict {
             items: RefCell::new(items),
             memo: Cell::new(NO_SLOT),
@@ -867,11 +881,7 @@ impl<R: Read> Machine<R> {
                 "SETITEM on something not a dict",
             ));
         };
-        let mut d = dict.items.borrow_mut();
-        let mut it = items.into_iter();
-        while let (Some(k), Some(v)) = (it.next(), it.next()) {
-            d.push((k, v));
-        }
+        dict.items.borrow_mut().extend(items);
         Ok(())
     }
 
@@ -909,12 +919,7 @@ impl<R: Read> Machine<R> {
                     if !items.len().is_multiple_of(2) {
                         return Err(PickleErrorKind::Malformed("DICT with an odd count"));
                     }
-                    let mut pairs = Vec::with_capacity(items.len() / 2);
-                    let mut it = items.into_iter();
-                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                        pairs.push((k, v));
-                    }
-                    self.stack.push(Self::new_dict(pairs));
+                    self.stack.push(Self::new_dict(items));
                 }
                 b'l' => {
                     let items = self.pop_mark()?;
@@ -942,11 +947,11 @@ impl<R: Read> Machine<R> {
                         ));
                     };
                     let dict = dict.clone();
-                    let mut d = dict.items.borrow_mut();
-                    d.reserve((self.stack.len() - mark) / 2);
-                    let mut it = self.stack.drain(mark..);
-                    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-                        d.push((k, v));
+                    let mut items = dict.items.borrow_mut();
+                    if items.is_empty() {
+                        *items = self.stack.split_off(mark);
+                    } else {
+                        items.append(&mut self.stack.split_off(mark));
                     }
                 }
                 b'a' => {

@@ -332,11 +332,11 @@ fn assemble(
     let mut fields: Vec<(String, Value)> = top
         .as_ref()
         .map(|t| {
-            t.items
-                .borrow()
-                .iter()
-                .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.clone())))
-                .collect()
+            t.with_pairs(|pairs| {
+                pairs
+                    .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v.clone())))
+                    .collect()
+            })
         })
         .unwrap_or_default();
     let mut device_lists: Vec<Rc<List>> = Vec::new();
@@ -388,12 +388,11 @@ fn assemble(
                 }
             }
             ("allocator_settings", Value::Dict(d)) => {
-                snap.settings = d
-                    .items
-                    .borrow()
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), setting_text(v))))
-                    .collect();
+                snap.settings = d.with_pairs(|pairs| {
+                    pairs
+                        .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), setting_text(v))))
+                        .collect()
+                });
             }
             _ => {}
         }
@@ -470,18 +469,17 @@ fn setting_text_within(v: &Value, depth: u32) -> String {
         Value::Float(f) => f.to_string(),
         Value::Str(s) => s.to_string(),
         Value::Dict(d) if depth > 0 => {
-            let items: Vec<String> = d
-                .items
-                .borrow()
-                .iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{}: {}",
-                        setting_text_within(k, depth - 1),
-                        setting_text_within(v, depth - 1)
-                    )
-                })
-                .collect();
+            let items: Vec<String> = d.with_pairs(|pairs| {
+                pairs
+                    .map(|(k, v)| {
+                        format!(
+                            "{}: {}",
+                            setting_text_within(k, depth - 1),
+                            setting_text_within(v, depth - 1)
+                        )
+                    })
+                    .collect()
+            });
             format!("{{{}}}", items.join(", "))
         }
         _ => "…".to_owned(),
@@ -528,21 +526,23 @@ impl SnapshotReader {
             stream: 0,
             action: Action::Other,
         };
-        for (k, v) in d.items.borrow().iter() {
-            let Value::Str(k) = k else {
-                continue;
-            };
-            match k.as_str() {
-                "action" => action = v.as_str().map(Action::parse),
-                "addr" => event.addr = v.as_u64().unwrap_or(0),
-                "size" => event.size = v.as_u64().unwrap_or(0),
-                "stream" => stream = v.as_u64().unwrap_or(0),
-                "time_us" => event.time_us = v.as_f64().map_or(0, |t| t.max(0.0) as u64),
-                "frames" => frames = Some(v.clone()),
-                "device_free" => device_free = v.as_u64(),
-                _ => {}
+        d.with_pairs(|pairs| {
+            for (k, v) in pairs {
+                let Value::Str(k) = k else {
+                    continue;
+                };
+                match k.as_str() {
+                    "action" => action = v.as_str().map(Action::parse),
+                    "addr" => event.addr = v.as_u64().unwrap_or(0),
+                    "size" => event.size = v.as_u64().unwrap_or(0),
+                    "stream" => stream = v.as_u64().unwrap_or(0),
+                    "time_us" => event.time_us = v.as_f64().map_or(0, |t| t.max(0.0) as u64),
+                    "frames" => frames = Some(v.clone()),
+                    "device_free" => device_free = v.as_u64(),
+                    _ => {}
+                }
             }
-        }
+        });
         let Some(action) = action else {
             return false;
         };
