@@ -604,10 +604,13 @@ async fn measure_the_viewer_on_a_large_snapshot() {
     let b = Browser::start("measure-snapshot").await;
     b.open(&viewer).await;
     let input = b.wait_for("#open-input").await;
-    b.js("window.__gap = 0; window.__last = performance.now(); \
-          setInterval(() => { const now = performance.now(); \
-          window.__gap = Math.max(window.__gap, now - window.__last); window.__last = now; }, 50); return 1")
-        .await;
+    b.js(
+        "window.__gap = 0; window.__gaps = []; window.__last = performance.now(); \
+          setInterval(() => { const now = performance.now(); const gap = now - window.__last; \
+          if (gap > 250) window.__gaps.push([Math.round(window.__last), Math.round(gap)]); \
+          window.__gap = Math.max(window.__gap, gap); window.__last = now; }, 50); return 1",
+    )
+    .await;
     let start = as_f64(&b.js("return performance.now()").await).unwrap();
     input
         .send_keys(pickle.canonicalize().unwrap().display().to_string())
@@ -646,6 +649,16 @@ async fn measure_the_viewer_on_a_large_snapshot() {
         .js("const d = document.body.dataset; return [d.snapshotReadMs, d.snapshotAnalysisMs, d.snapshotStackedMs].map(Number)")
         .await;
     let at = |i: usize| (phases[i].as_f64().unwrap_or(0.0) - start) / 1000.0;
+    // Every stall over 250 ms: when it began (s after picking) and how long it was (ms).
+    let gaps: Vec<(f64, f64)> = b
+        .js("return window.__gaps")
+        .await
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| Some(((g[0].as_f64()? - start) / 1000.0, g[1].as_f64()?)))
+        .collect();
+    println!("stalls over 250 ms (s after picking, ms): {gaps:.1?}");
     println!(
         "read done {:.1} s, analysis done {:.1} s, stacked timelines done {:.1} s after picking",
         at(0),

@@ -162,7 +162,7 @@ fn inputs_the_fuzzer_found_read_or_fail_without_panicking() {
 #[test]
 fn the_stacked_timeline_and_the_alive_list_add_up_to_the_replayed_memory() {
     use oomscope_trace::snapshot::timeline::{
-        BEFORE_WINDOW, alive_at, entry_at, events_of, replay, stacked_by_site, start,
+        BEFORE_WINDOW, StackedPoint, alive_at, entry_at, events_of, replay, stacked_by_site, start,
     };
     for name in ["small_p4.pickle", "ring.pickle"] {
         let f = facts(name);
@@ -181,33 +181,21 @@ fn the_stacked_timeline_and_the_alive_list_add_up_to_the_replayed_memory() {
         assert_eq!(stacked.bands.last().unwrap().label, BEFORE_WINDOW);
         assert!(stacked.bands.len() <= 4 + 2, "{name}: {:?}", stacked.bands);
         for p in &stacked.points {
-            assert_eq!(
-                p.bytes.iter().sum::<u64>(),
-                active[p.index],
-                "{name} at {}",
-                p.index
-            );
+            assert_eq!(p.active_bytes(), active[p.index], "{name} at {}", p.index);
         }
         // Thinning keeps the peak.
-        let top = stacked
-            .points
-            .iter()
-            .map(|p| p.bytes.iter().sum::<u64>())
-            .max();
+        let top = stacked.points.iter().map(StackedPoint::active_bytes).max();
         assert_eq!(top, Some(num(&f, "peak_active_bytes")), "{name}");
         // At the peak: the alive blocks and what came before the window make the peak.
         let at = entry_at(events, num(&f, "peak_time_us")).unwrap();
-        let (blocks, before) = alive_at(&snap, device, at);
-        let alive: u64 = blocks.iter().map(|b| b.size).sum::<u64>() + before;
-        assert_eq!(alive, num(&f, "peak_active_bytes"), "{name}");
-        assert!(blocks.windows(2).all(|w| w[0].size >= w[1].size));
+        let alive = alive_at(&snap, device, at);
+        let placed: u64 = alive.blocks.iter().map(|b| b.size).sum();
+        assert_eq!(placed + alive.before_bytes, alive.active_bytes, "{name}");
+        assert_eq!(alive.active_bytes, num(&f, "peak_active_bytes"), "{name}");
+        assert!(alive.blocks.windows(2).all(|w| w[0].size >= w[1].size));
         // After the last entry: the dump's end state.
-        let (blocks, before) = alive_at(&snap, device, events.len() - 1);
-        assert_eq!(
-            blocks.iter().map(|b| b.size).sum::<u64>() + before,
-            *active.last().unwrap(),
-            "{name}"
-        );
+        let alive = alive_at(&snap, device, events.len() - 1);
+        assert_eq!(alive.active_bytes, *active.last().unwrap(), "{name}");
     }
 }
 

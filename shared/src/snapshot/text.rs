@@ -77,14 +77,9 @@ pub fn alive_line(
     index: usize,
     time_us: u64,
     first_us: u64,
-    blocks: &[super::timeline::AliveBlock],
-    before_bytes: u64,
+    alive: &super::timeline::AliveAt,
 ) -> String {
-    let bytes = blocks
-        .iter()
-        .map(|b| b.size)
-        .fold(before_bytes, u64::saturating_add);
-    let before = match before_bytes {
+    let before = match alive.before_bytes {
         0 => String::new(),
         b => format!(
             " (of which {} allocated before the recorded window)",
@@ -95,8 +90,8 @@ pub fn alive_line(
         "Alive after entry {} (+{}): {} in {} blocks{before}",
         format_count(index as u64 + 1),
         format_duration_us(time_us.saturating_sub(first_us)),
-        format_bytes(bytes),
-        format_count(blocks.len() as u64),
+        format_bytes(alive.active_bytes),
+        format_count(alive.blocks.len() as u64),
     )
 }
 

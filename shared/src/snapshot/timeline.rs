@@ -137,6 +137,13 @@ pub struct StackedPoint {
     pub bytes: Vec<u64>,
 }
 
+impl StackedPoint {
+    /// The active bytes after its entry: its bands together.
+    pub fn active_bytes(&self) -> u64 {
+        total(self.bytes.iter().copied())
+    }
+}
+
 /// Active memory over the entries, stacked by allocation site.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StackedTimeline {
@@ -289,9 +296,19 @@ pub struct AliveBlock {
     pub since_us: u64,
 }
 
-/// What was alive on `device` just after entry `index`: the blocks allocated in the window and
-/// not yet freed, largest first, and the bytes allocated before the window still active.
-pub fn alive_at(snap: &Snapshot, device: u32, index: usize) -> (Vec<AliveBlock>, u64) {
+/// What was alive at one moment ([`alive_at`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AliveAt {
+    /// The blocks allocated in the recorded window and not yet freed, largest first.
+    pub blocks: Vec<AliveBlock>,
+    /// Bytes allocated before the window and still active.
+    pub before_bytes: u64,
+    /// All active bytes then: the blocks and what came before the window.
+    pub active_bytes: u64,
+}
+
+/// What was alive on `device` just after entry `index`.
+pub fn alive_at(snap: &Snapshot, device: u32, index: usize) -> AliveAt {
     let events = events_of(snap, device);
     let begin = start(snap, device);
     let mut live: HashMap<u64, AliveBlock> = HashMap::default();
@@ -320,7 +337,12 @@ pub fn alive_at(snap: &Snapshot, device: u32, index: usize) -> (Vec<AliveBlock>,
     let mut blocks: Vec<AliveBlock> = live.into_values().collect();
     blocks.sort_by(|a, b| b.size.cmp(&a.size).then(a.addr.cmp(&b.addr)));
     let placed = total(blocks.iter().map(|b| b.size));
-    (blocks, active.saturating_sub(placed))
+    let before_bytes = active.saturating_sub(placed);
+    AliveAt {
+        blocks,
+        before_bytes,
+        active_bytes: placed.saturating_add(before_bytes),
+    }
 }
 
 /// The last entry of `events` at or before `time_us` (the first when `time_us` is before them

@@ -44,21 +44,26 @@ fn color(state: BlockState) -> RGBColor {
         .map_or(RGBColor(0, 0, 0), |(_, c)| *c)
 }
 
-/// The segments of `device` drawn, largest first.
-fn shown(snap: &OpenSnapshot, device: u32) -> Vec<&Segment> {
-    let mut segments: Vec<&Segment> = snap
-        .snapshot
-        .segments
-        .iter()
-        .filter(|s| s.device == device)
+/// The segments of `device` drawn, largest first, as indices into the snapshot's segments
+/// (sorted once: every redraw and every mouse move reads them).
+fn shown(snap: &OpenSnapshot, device: u32) -> Vec<usize> {
+    let segments = &snap.snapshot.segments;
+    let mut shown: Vec<usize> = (0..segments.len())
+        .filter(|i| segments[*i].device == device)
         .collect();
-    segments.sort_by(|a, b| {
+    shown.sort_by(|a, b| {
+        let (a, b) = (&segments[*a], &segments[*b]);
         b.total_size
             .cmp(&a.total_size)
             .then(a.address.cmp(&b.address))
     });
-    segments.truncate(MAX_SEGMENTS);
-    segments
+    shown.truncate(MAX_SEGMENTS);
+    shown
+}
+
+/// The segments at `shown`.
+fn segments_at<'a>(snap: &'a OpenSnapshot, shown: &[usize]) -> Vec<&'a Segment> {
+    shown.iter().map(|i| &snap.snapshot.segments[*i]).collect()
 }
 
 /// The allocator's segments and blocks of `device` at the dump.
@@ -73,15 +78,16 @@ pub fn AllocatorMap(snap: Arc<OpenSnapshot>, device: u32) -> impl IntoView {
     if all == 0 {
         return ().into_any();
     }
-    let rows = shown(&snap, device).len();
+    let order = Arc::new(shown(&snap, device));
+    let rows = order.len();
     let height = (rows as f64 * (ROW_CSS_PX + GAP_CSS_PX) + 8.0).ceil() as u32;
     let canvas_ref: NodeRef<Canvas> = NodeRef::new();
-    let drawn = snap.clone();
+    let (drawn, drawn_order) = (snap.clone(), order.clone());
     keep_drawn(
         canvas_ref,
         height,
         || {},
-        move |canvas, scale| draw(canvas, &shown(&drawn, device), scale).is_some(),
+        move |canvas, scale| draw(canvas, &segments_at(&drawn, &drawn_order), scale).is_some(),
     );
     let hover = RwSignal::new(None::<(i32, i32, Vec<String>)>);
     let hover_snap = snap.clone();
@@ -90,7 +96,7 @@ pub fn AllocatorMap(snap: Arc<OpenSnapshot>, device: u32) -> impl IntoView {
         let width = canvas_ref.get_untracked().map_or(0, |c| c.client_width());
         let lines = block_at(
             &hover_snap,
-            device,
+            &segments_at(&hover_snap, &order),
             f64::from(x),
             f64::from(y),
             f64::from(width),
@@ -139,8 +145,13 @@ fn spans(segment: &Segment) -> impl Iterator<Item = (u64, &oomscope_trace::snaps
 }
 
 /// The tooltip for CSS (`x`, `y`) over a canvas `width` wide: the block there.
-fn block_at(snap: &OpenSnapshot, device: u32, x: f64, y: f64, width: f64) -> Option<Vec<String>> {
-    let segments = shown(snap, device);
+fn block_at(
+    snap: &OpenSnapshot,
+    segments: &[&Segment],
+    x: f64,
+    y: f64,
+    width: f64,
+) -> Option<Vec<String>> {
     let row = ((y - 4.0) / (ROW_CSS_PX + GAP_CSS_PX)).floor();
     if row < 0.0 || (y - 4.0) - row * (ROW_CSS_PX + GAP_CSS_PX) > ROW_CSS_PX {
         return None;

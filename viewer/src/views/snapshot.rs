@@ -12,7 +12,7 @@ use oomscope_trace::snapshot::Snapshot;
 use oomscope_trace::snapshot::analysis::{DeviceAnalysis, SiteBytes, site_of, stack_text};
 use oomscope_trace::snapshot::text::{about_line, alive_line, device_lines, titles};
 use oomscope_trace::snapshot::timeline::{
-    AliveBlock, StackedPoint, StackedTimeline, alive_at, entry_at, events_of,
+    AliveAt, StackedPoint, StackedTimeline, alive_at, entry_at, events_of,
 };
 use oomscope_trace::units::{format_bytes, format_count, format_duration_us};
 use plotters::prelude::*;
@@ -158,11 +158,11 @@ fn Device(
     let alive_snap = snap.clone();
     let alive = move || {
         let at = picked.get()?;
-        let (blocks, before) = alive_at(&alive_snap.snapshot, index, at);
+        let alive = alive_at(&alive_snap.snapshot, index, at);
         let time_us = events_of(&alive_snap.snapshot, index).get(at)?.time_us;
         Some(view! {
-            <AliveList snap=alive_snap.clone() line=alive_line(at, time_us, first_us, &blocks, before)
-                entry=at before_bytes=before blocks=blocks first_us=first_us/>
+            <AliveList snap=alive_snap.clone() line=alive_line(at, time_us, first_us, &alive)
+                entry=at alive=alive first_us=first_us/>
         })
     };
     let legend = stacked
@@ -235,7 +235,7 @@ fn hover_lines(
     let mut lines = vec![format!(
         "+{} · active {}",
         format_duration_us(point.time_us.saturating_sub(first_us)),
-        format_bytes(point.bytes.iter().sum())
+        format_bytes(point.active_bytes())
     )];
     let mut below = 0f64;
     for (band, held) in stacked.bands.iter().zip(&point.bytes) {
@@ -263,16 +263,12 @@ fn AliveList(
     snap: Arc<OpenSnapshot>,
     line: String,
     entry: usize,
-    before_bytes: u64,
-    blocks: Vec<AliveBlock>,
+    alive: AliveAt,
     first_us: u64,
 ) -> impl IntoView {
-    let total = blocks
-        .iter()
-        .map(|b| b.size)
-        .fold(before_bytes, u64::saturating_add);
-    let more = blocks.len().saturating_sub(ALIVE_ROWS);
-    let rows = blocks
+    let more = alive.blocks.len().saturating_sub(ALIVE_ROWS);
+    let rows = alive
+        .blocks
         .into_iter()
         .take(ALIVE_ROWS)
         .map(|b| {
@@ -287,8 +283,8 @@ fn AliveList(
         })
         .collect_view();
     view! {
-        <div class="alive-at" data-entry=entry.to_string() data-bytes=total.to_string()
-            data-before-bytes=before_bytes.to_string()>
+        <div class="alive-at" data-entry=entry.to_string() data-bytes=alive.active_bytes.to_string()
+            data-before-bytes=alive.before_bytes.to_string()>
             <h3 class="alive-line">{line}</h3>
             <table class="sites alive-blocks">
                 <thead><tr><th>"bytes"</th><th>"allocated at"</th><th>"address"</th><th>"site (hover: the whole stack)"</th></tr></thead>
@@ -334,11 +330,7 @@ fn Sites(
 
 /// The chart's top: the highest active or reserved bytes drawn, with a little room.
 fn chart_top(stacked: &StackedTimeline, reserved: &[(u64, u64, u64)]) -> f64 {
-    let active = stacked
-        .points
-        .iter()
-        .map(|p| p.bytes.iter().sum::<u64>())
-        .max();
+    let active = stacked.points.iter().map(StackedPoint::active_bytes).max();
     let reserved = reserved.iter().map(|p| p.2).max();
     (active.max(reserved).unwrap_or(0) as f64 * 1.05).max(1.0)
 }
