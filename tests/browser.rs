@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use oomscope_e2e::{Browser, Scratch, record, record_with, report, run_collector, summary_json};
+use oomscope_e2e::{
+    Browser, Scratch, empty_viewer, record, record_with, report, run_collector, summary_json,
+};
 use serde_json::Value;
 use thirtyfour::prelude::*;
 
@@ -491,9 +493,7 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
     let trace = s.write("hour.oomt", &TrainingRun::hour_at_1khz().to_bytes());
     let html = s.path("hour.html");
     report(&trace, &html, &[]);
-    let viewer = s.path("viewer.html");
-    let o = run_collector(&["report", "-o", viewer.to_str().unwrap()]);
-    assert!(o.status.success());
+    let viewer = empty_viewer(&s);
     let b = Browser::start("measure").await;
     for run in 0..5 {
         b.open(&html).await;
@@ -595,12 +595,7 @@ async fn measure_the_viewer_on_a_large_snapshot() {
         .unwrap();
     assert!(made.success());
     let size = std::fs::metadata(&pickle).unwrap().len();
-    let viewer = s.path("viewer.html");
-    assert!(
-        run_collector(&["report", "-o", viewer.to_str().unwrap()])
-            .status
-            .success()
-    );
+    let viewer = empty_viewer(&s);
     let b = Browser::start("measure-snapshot").await;
     b.open(&viewer).await;
     let input = b.wait_for("#open-input").await;
@@ -736,9 +731,7 @@ async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
     use oomscope_trace::synth::TrainingRun;
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("drop");
-    let viewer = s.path("viewer.html");
-    let o = run_collector(&["report", "-o", viewer.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let viewer = empty_viewer(&s);
     let run = |leak: u64| {
         let r = TrainingRun {
             steps: 40,
@@ -1675,12 +1668,7 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
         &run_collector(&["summary", "--json", pickle.to_str().unwrap()]).stdout,
     )
     .unwrap();
-    let viewer = s.path("viewer.html");
-    assert!(
-        run_collector(&["report", "-o", viewer.to_str().unwrap()])
-            .status
-            .success()
-    );
+    let viewer = empty_viewer(&s);
 
     let b = Browser::start("snapshot").await;
     for via_picker in [false, true] {

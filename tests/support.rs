@@ -118,6 +118,18 @@ pub fn record_with(script: &Path, args: &[&str], trace: &Path, env: &[(&str, &st
     );
 }
 
+/// The empty viewer (`collector report -o viewer.html`, no trace) written into `s`; its path.
+pub fn empty_viewer(s: &Scratch) -> PathBuf {
+    let viewer = s.path("viewer.html");
+    let o = run_collector(&["report", "-o", viewer.to_str().expect("utf-8 path")]);
+    assert!(
+        o.status.success(),
+        "collector report -o failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    viewer
+}
+
 /// `collector report TRACE -o OUT`; returns the output.
 pub fn report(trace: &Path, out: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
