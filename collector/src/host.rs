@@ -326,7 +326,7 @@ mod tests {
     fn forked_children_share_pages_that_pss_counts_once() {
         // The parent touches 64 MiB, then forks two children that only sleep: summed RSS counts
         // the 64 MiB three times, PSS once.
-        let block = vec![1u8; 64 << 20];
+        let block = std::hint::black_box(vec![1u8; 64 << 20]);
         let mut children = Vec::new();
         for _ in 0..2 {
             // SAFETY: the child only sleeps and exits; no locks are taken after fork.
@@ -368,7 +368,7 @@ mod tests {
         let first = rss.rss_bytes().unwrap();
         assert!(first > 1 << 20, "{first}");
         // Touch 64 MiB: RSS must follow (read through the same open file).
-        let block = vec![1u8; 64 << 20];
+        let block = std::hint::black_box(vec![1u8; 64 << 20]);
         let second = rss.rss_bytes().unwrap();
         assert!(second >= first + (60 << 20), "{first} -> {second}");
         drop(block);

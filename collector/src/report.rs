@@ -13,9 +13,10 @@
 //! - the one executable script is the viewer's module, allowed by its SHA-256 hash in the
 //!   Content-Security-Policy, which also allows no network access (`default-src 'none'`).
 //!
-//! A report must stay small enough to attach (5 MB by default): when the trace's base64 would
-//! not fit, the report embeds a copy with thinned sample rows (`oomscope_trace::reduce`) and says
-//! so on the page; marks, OOMs, notes and statistics are always complete.
+//! A report must stay small enough to attach (5 MB by default) and open at once (200 000 sample
+//! rows by default): when the trace's base64 would not fit, or it has more rows, the report
+//! embeds a copy with thinned sample rows (`oomscope_trace::reduce`) and says so on the page;
+//! marks, OOMs, notes and statistics are always complete.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,11 @@ const WASM_NAME: &str = "oomscope-viewer_bg.wasm";
 
 /// Default size limit of a report, in bytes: what ticket trackers accept as an attachment.
 pub const DEFAULT_MAX_BYTES: u64 = 5_000_000;
+
+/// Default limit of the sample rows a report carries: the page's read, decode, first chart and
+/// analysis grow with them, and this many open an hour at 1 kHz within BENCHMARKS.md's 300 ms
+/// while keeping each counter's extremes per time slice (of ~1/15 000 of the run).
+pub const DEFAULT_MAX_ROWS: usize = 200_000;
 
 /// The built viewer: wasm-bindgen's JavaScript glue and the WASM module.
 #[derive(Debug)]
@@ -96,11 +102,19 @@ pub struct Embedded {
     pub bytes: Vec<u8>,
     /// What the page says about the copy, when it is not the whole recording.
     pub notice: Option<String>,
+    /// The verdict of the embedded copy (`shared::verdict`, as text), which the page shows the
+    /// moment it starts, before its own analysis of the same bytes replaces it.
+    pub verdict: Option<String>,
 }
 
-/// Reads `path` and fits it into a report of at most `max_bytes` (0: no limit), given the size
-/// of the page without the trace.
-pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Embedded> {
+/// Reads `path` and fits it into a report of at most `max_bytes` with at most `max_rows` sample
+/// rows (0: no limit), given the size of the page without the trace.
+pub fn embed_trace(
+    path: &Path,
+    max_bytes: u64,
+    max_rows: usize,
+    page_bytes: usize,
+) -> Result<Embedded> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let fits = |len: usize| max_bytes == 0 || (page_bytes + base64_len(len)) as u64 <= max_bytes;
     if oomscope_trace::snapshot::looks_like_pickle(&bytes) {
@@ -127,6 +141,7 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
             name,
             bytes: packed,
             notice: None,
+            verdict: None,
         });
     }
     let decoded = oomscope_trace::decode(&bytes)
@@ -135,46 +150,52 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         || "trace.oomt".to_owned(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let packed = pack(&bytes);
-    if fits(packed.len()) {
-        return Ok(Embedded {
-            name,
-            bytes: packed,
-            notice: None,
-        });
-    }
-    // base64 makes 4 bytes of 3; leave a little room for the attributes.
-    let budget = (max_bytes as usize)
-        .checked_sub(page_bytes + 1024)
-        .map(|b| b / 4 * 3)
-        .filter(|b| *b > 0)
-        .with_context(|| {
-            format!(
-                "a report of at most {} cannot hold the viewer ({} already)",
-                megabytes(max_bytes),
-                format_bytes(page_bytes as u64)
-            )
-        })?;
-    // The budget is for deflated bytes: try a copy that deflates into it at 4:1, then 2:1,
-    // then one that fits even undeflated.
-    let mut attempt = None;
-    for ratio in [4, 2, 1] {
-        let thinned = reduce::fit_to_size(&decoded.trace, budget.saturating_mul(ratio))
-            .with_context(|| format!("cannot re-encode {}", path.display()))?;
-        let packed = pack(&thinned.trace_bytes);
-        let done = fits(packed.len());
-        attempt = Some((thinned, packed));
-        if done {
-            break;
+    let rows_fit = max_rows == 0 || decoded.trace.samples.len() <= max_rows;
+    if rows_fit {
+        let packed = pack(&bytes);
+        if fits(packed.len()) {
+            return Ok(Embedded {
+                name,
+                bytes: packed,
+                notice: None,
+                verdict: None,
+            });
         }
     }
-    let (thinned, packed) = attempt.expect("three attempts");
+    // base64 makes 4 bytes of 3; leave a little room for the attributes.
+    let budget = match max_bytes {
+        0 => Some(0),
+        max => (max as usize)
+            .checked_sub(page_bytes + 1024)
+            .map(|b| b / 4 * 3)
+            .filter(|b| *b > 0),
+    }
+    .with_context(|| {
+        format!(
+            "a report of at most {} cannot hold the viewer ({} already)",
+            megabytes(max_bytes),
+            format_bytes(page_bytes as u64)
+        )
+    })?;
+    let thinned = reduce::fit(
+        &decoded.trace,
+        reduce::Limits {
+            max_bytes: budget,
+            max_rows,
+        },
+        |encoded| pack(&encoded),
+    )
+    .with_context(|| format!("cannot re-encode {}", path.display()))?;
+    let packed = thinned.trace_bytes;
+    let why = match max_bytes {
+        0 => "to open at once".to_owned(),
+        max => format!("to stay under {} and open at once", megabytes(max)),
+    };
     let notice = format!(
-        "This report carries a thinned copy of {name} to stay under {}: {} of {} sample rows \
-         (every stage mark's reading, the first and last, and each counter's minimum and maximum \
-         per time slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables \
-         match the full recording; open {name} itself for every sample.",
-        megabytes(max_bytes),
+        "This report carries a thinned copy of {name} {why}: {} of {} sample rows (every stage \
+         mark's reading, the first and last, and each counter's minimum and maximum per time \
+         slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables match \
+         the full recording; open {name} itself for every sample.",
         format_count(thinned.rows_kept as u64),
         format_count(thinned.rows_total as u64),
     );
@@ -199,6 +220,7 @@ pub fn embed_trace(path: &Path, max_bytes: u64, page_bytes: usize) -> Result<Emb
         name,
         bytes: packed,
         notice: Some(notice),
+        verdict: None,
     })
 }
 
@@ -307,6 +329,11 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
             html.push_str(&STANDARD.encode(n.as_bytes()));
             html.push('"');
         }
+        if let Some(v) = &t.verdict {
+            html.push_str(" data-verdict=\"");
+            html.push_str(&STANDARD.encode(v.as_bytes()));
+            html.push('"');
+        }
         html.push('>');
         html.push_str(&STANDARD.encode(&t.bytes));
         html.push_str("</script>\n");
@@ -341,21 +368,36 @@ pub fn default_output(trace: Option<&Path>) -> PathBuf {
 /// Writes the report of `traces` (none: the bare viewer; several: a job's, analysed together
 /// in the page); returns its size and whether a trace had to be thinned. A job's traces share
 /// the size limit equally.
-pub fn write_report(traces: &[Named], output: &Path, max_bytes: u64) -> Result<(usize, bool)> {
+pub fn write_report(
+    traces: &[Named],
+    output: &Path,
+    max_bytes: u64,
+    max_rows: usize,
+) -> Result<(usize, bool)> {
     let viewer = Viewer::find()?;
     let page_bytes = render(&viewer, &[])?.len();
     let each = match (max_bytes, traces.len()) {
         (0, _) | (_, 0) => 0,
         (max, n) => page_bytes as u64 + max.saturating_sub(page_bytes as u64) / n as u64,
     };
-    let embedded = traces
+    // The page reads every trace it holds before it can answer: they share the rows too.
+    let each_rows = match max_rows {
+        0 => 0,
+        max => (max / traces.len().max(1)).max(1),
+    };
+    let mut embedded = traces
         .iter()
         .map(|t| {
-            let mut e = embed_trace(&t.path, each, page_bytes)?;
+            let mut e = embed_trace(&t.path, each, each_rows, page_bytes)?;
             e.name.clone_from(&t.name);
             Ok(e)
         })
         .collect::<Result<Vec<_>>>()?;
+    // One run's report opens with its verdict: worked out here from the very bytes the page
+    // will read, by the same analysis (a job's page opens with the job's findings instead).
+    if let [one] = embedded.as_mut_slice() {
+        one.verdict = verdict_of(&one.bytes);
+    }
     // One run's report also carries the memory snapshots its OOMs saved, as room allows.
     let mut snapshots = Vec::new();
     if let [one] = traces {
@@ -387,12 +429,27 @@ pub fn write_report(traces: &[Named], output: &Path, max_bytes: u64) -> Result<(
                     .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
                 bytes: packed,
                 notice: None,
+                verdict: None,
             });
         }
     }
     let html = render_with(&viewer, &embedded, &snapshots)?;
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
     Ok((html.len(), embedded.iter().any(|e| e.notice.is_some())))
+}
+
+/// The verdict of a packed trace as the page's analysis will find it (`None` for a snapshot).
+fn verdict_of(packed: &[u8]) -> Option<String> {
+    let bytes = oomscope_trace::report_page::unpack(packed.to_vec(), Some(DEFLATE)).ok()?;
+    if oomscope_trace::snapshot::looks_like_pickle(&bytes) {
+        return None;
+    }
+    let trace = oomscope_trace::decode(&bytes).ok()?.trace;
+    let analysis = oomscope_trace::analysis::analyze(
+        &trace,
+        &oomscope_trace::analysis::AnalysisOptions::default(),
+    );
+    Some(oomscope_trace::verdict::verdict(&trace, &analysis).to_text())
 }
 
 /// The memory snapshots a trace's notes say were saved next to it at an OOM
@@ -456,6 +513,7 @@ mod tests {
             name: "<script>alert(1)</script>.oomt".into(),
             bytes: b"<img src=x onerror=alert(1)>".to_vec(),
             notice: Some("</script><script>alert(2)</script>".into()),
+            verdict: Some("oomscope-verdict 1\nshort\t\"><script>alert(3)</script>\n".into()),
         };
         let html = render(&fake_viewer(), std::slice::from_ref(&t)).unwrap();
         assert!(!html.contains("alert"), "{html}");

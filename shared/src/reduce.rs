@@ -501,10 +501,10 @@ fn select_rows(samples: &Samples, keep: &[bool]) -> Samples {
     out
 }
 
-/// The result of [`fit_to_size`].
+/// The result of [`fit`] and [`fit_to_size`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Thinned {
-    /// The encoded trace.
+    /// The encoded trace, as `fit`'s `pack` made it (deflated, in a report).
     pub trace_bytes: Vec<u8>,
     /// Sample rows in `trace_bytes`.
     pub rows_kept: usize,
@@ -519,63 +519,107 @@ impl Thinned {
     }
 }
 
-/// Encodes `trace` in at most `max_bytes` if it can, keeping as many sample rows as it can.
+/// What a copy must fit in; 0 is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes, as `pack` makes them.
+    pub max_bytes: usize,
+    /// Sample rows: what the page's read, decode, first chart and analysis scale with.
+    pub max_rows: usize,
+}
+
+/// Encodes `trace` in at most `max_bytes` if it can, keeping as many sample rows as it can
+/// ([`fit`] without packing or a row limit).
+pub fn fit_to_size(trace: &Trace, max_bytes: usize) -> Result<Thinned, EncodeError> {
+    fit(
+        trace,
+        Limits {
+            max_bytes,
+            max_rows: 0,
+        },
+        |bytes| bytes,
+    )
+}
+
+/// Encodes `trace`, packs it with `pack` (a report deflates), and keeps as many sample rows as
+/// `limits` allow.
 ///
-/// When the whole trace fits, it is returned as it is (`rows_kept == rows_total`). Otherwise it is
-/// thinned as [`thin_samples`] does: the first attempt asks for as many rows as the bytes left
-/// after the mandatory rows and the other records would hold at the full trace's cost per row;
-/// while an attempt is too big, the rows beyond the mandatory ones shrink by the measured
-/// overshoot (and by at least 10 %), so a few attempts suffice (an hour at 1 kHz into 3.5 MB: 2).
-/// The result is the first attempt that fits, not the largest copy that would.
+/// The whole trace is returned as it is when it is within both limits (`rows_kept ==
+/// rows_total`). Otherwise it is thinned as [`thin_samples`] does, to `max_rows` when that copy
+/// packs into `max_bytes`; else the size is searched: the packed size grows with the rows kept,
+/// so each attempt interpolates between the largest copy that fitted and the smallest that did
+/// not, until one fits within 7 % of `max_bytes` (at most [`FIT_ATTEMPTS`] attempts; the largest
+/// that fitted is returned). Packing each attempt is what measures it: a thinned copy deflates
+/// less well than the whole trace, and guessing that ratio once left copies holding the marks'
+/// rows alone where several times as many would have fitted.
 ///
 /// When even the mandatory rows alone do not fit (the other records take the space: a stage mark
 /// with an allocator snapshot costs ~45 bytes), that smallest copy is returned anyway, larger than
 /// `max_bytes`: the caller decides what to do with it.
-pub fn fit_to_size(trace: &Trace, max_bytes: usize) -> Result<Thinned, EncodeError> {
+pub fn fit(
+    trace: &Trace,
+    limits: Limits,
+    pack: impl Fn(Vec<u8>) -> Vec<u8>,
+) -> Result<Thinned, EncodeError> {
     let rows_total = trace.samples.len();
-    let full = encode(trace)?;
-    if full.len() <= max_bytes {
-        return Ok(Thinned {
-            trace_bytes: full,
-            rows_kept: rows_total,
-            rows_total,
-        });
-    }
-    let plan = RowPlan::new(trace);
-    let smallest = plan.thin(0);
-    let min_rows = smallest.samples.len();
-    let smallest = Thinned {
-        trace_bytes: encode(&smallest)?,
-        rows_kept: min_rows,
-        rows_total,
+    let fits = |len: usize| limits.max_bytes == 0 || len <= limits.max_bytes;
+    let max_rows = match limits.max_rows {
+        0 => rows_total,
+        n => n.min(rows_total),
     };
-    let fixed_bytes = smallest.trace_bytes.len();
-    if fixed_bytes >= max_bytes || min_rows >= rows_total {
-        return Ok(smallest);
-    }
-    let room_bytes = (max_bytes - fixed_bytes) as f64;
-    let full_row_bytes =
-        full.len().saturating_sub(fixed_bytes) as f64 / (rows_total - min_rows) as f64;
-    // Rows beyond the mandatory ones to ask for.
-    let mut extra_rows = (room_bytes / full_row_bytes.max(1.0)) as usize;
-    loop {
-        if extra_rows == 0 {
-            return Ok(smallest);
-        }
-        let thinned = plan.thin(min_rows + extra_rows);
-        let bytes = encode(&thinned)?;
-        if bytes.len() <= max_bytes {
+    if max_rows == rows_total {
+        let full = pack(encode(trace)?);
+        if fits(full.len()) {
             return Ok(Thinned {
-                trace_bytes: bytes,
-                rows_kept: thinned.samples.len(),
+                trace_bytes: full,
+                rows_kept: rows_total,
                 rows_total,
             });
         }
-        // Sparser rows cost more bytes each (longer time and value deltas): aim 8 % low.
-        let overshoot = room_bytes / (bytes.len() - fixed_bytes).max(1) as f64;
-        extra_rows = (extra_rows as f64 * (overshoot * 0.92).min(0.9)) as usize;
     }
+    let plan = RowPlan::new(trace);
+    // (rows asked for, the copy).
+    let attempt = |rows: usize| -> Result<(usize, Thinned), EncodeError> {
+        let thinned = plan.thin(rows);
+        let copy = Thinned {
+            rows_kept: thinned.samples.len(),
+            trace_bytes: pack(encode(&thinned)?),
+            rows_total,
+        };
+        Ok((rows, copy))
+    };
+    let smallest = attempt(0)?;
+    let min_rows = smallest.1.rows_kept;
+    if !fits(smallest.1.trace_bytes.len()) || min_rows >= max_rows {
+        return Ok(smallest.1);
+    }
+    let largest = attempt(max_rows)?;
+    if fits(largest.1.trace_bytes.len()) {
+        return Ok(largest.1);
+    }
+    let (mut below, mut above) = (smallest, largest);
+    let size = |t: &Thinned| t.trace_bytes.len() as f64;
+    let goal = limits.max_bytes as f64 * 0.97;
+    for _ in 0..FIT_ATTEMPTS {
+        let (low_rows, high_rows) = (below.1.rows_kept.max(below.0), above.0);
+        if high_rows <= low_rows + 1 || size(&below.1) >= limits.max_bytes as f64 * 0.93 {
+            break;
+        }
+        let share = ((goal - size(&below.1)) / (size(&above.1) - size(&below.1))).clamp(0.0, 1.0);
+        let rows = (low_rows + (share * (high_rows - low_rows) as f64) as usize)
+            .clamp(low_rows + 1, high_rows - 1);
+        let next = attempt(rows)?;
+        if fits(next.1.trace_bytes.len()) {
+            below = next;
+        } else {
+            above = next;
+        }
+    }
+    Ok(below.1)
 }
+
+/// Copies [`fit`] packs at most, after the whole trace, the smallest and the largest.
+pub const FIT_ATTEMPTS: usize = 5;
 
 #[cfg(test)]
 mod tests {

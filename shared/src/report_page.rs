@@ -1,8 +1,9 @@
 //! How a report (`collector report`, one offline HTML file) keeps its traces: each in a
 //! `<script id="oomscope-trace…" type="application/octet-stream">` element, deflated
 //! (`data-encoding="deflate"`, since reports of version 0.2; traces are varints and compress
-//! about 3×, which keeps an hour at 1 kHz under 5 MB) then base64, with the file name and the
-//! thinning notice as base64 `data-` attributes. The collector writes that element
+//! about 3×, which keeps an hour at 1 kHz under 5 MB) then base64, with the file name, the
+//! thinning notice and, in a one-trace report, its verdict (`verdict::Verdict::to_text`) as base64
+//! `data-` attributes (`data-name`, `data-notice`, `data-verdict`). The collector writes that element
 //! and both the viewer and `collector summary` read it back through here, so a report attached to
 //! a ticket opens, summarises and compares like the trace it was made from.
 

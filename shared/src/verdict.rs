@@ -21,7 +21,7 @@ pub struct VerdictLine {
     /// How urgent.
     pub severity: Severity,
     /// The finding's id (`leak`, `oom`, …).
-    pub id: &'static str,
+    pub id: String,
     /// What was found, with its size (the finding's title, and where memory runs out when the
     /// finding projects it).
     pub said: String,
@@ -40,6 +40,94 @@ pub struct Verdict {
     pub clean: Option<String>,
     /// A few words for the browser tab (`Memory leak: +4.20 MiB/step at post_backward`).
     pub short: String,
+}
+
+/// The first line of a verdict as [`Verdict::to_text`] writes it.
+const TEXT_VERSION: &str = "oomscope-verdict 1";
+
+impl Verdict {
+    /// The verdict as text, for a report to carry next to its trace: the page shows it the
+    /// moment it starts, before its own analysis (of the same trace, by the same code) replaces
+    /// it. A line per field, tab-separated, with `\\`, tab and line breaks escaped.
+    pub fn to_text(&self) -> String {
+        let mut out = format!(
+            "{TEXT_VERSION}\nshort\t{}\nmore\t{}\n",
+            escape(&self.short),
+            self.more
+        );
+        if let Some(clean) = &self.clean {
+            out.push_str(&format!("clean\t{}\n", escape(clean)));
+        }
+        for l in &self.lines {
+            out.push_str(&format!(
+                "line\t{}\t{}\t{}\t{}\n",
+                l.severity.label(),
+                escape(&l.id),
+                escape(&l.said),
+                escape(&l.change)
+            ));
+        }
+        out
+    }
+
+    /// Reads [`Verdict::to_text`]'s text back; `None` for anything else (a damaged or foreign
+    /// page: the viewer then waits for its own analysis).
+    pub fn from_text(text: &str) -> Option<Verdict> {
+        let mut lines = text.lines();
+        if lines.next()? != TEXT_VERSION {
+            return None;
+        }
+        let mut v = Verdict {
+            lines: Vec::new(),
+            more: 0,
+            clean: None,
+            short: String::new(),
+        };
+        for line in lines {
+            let fields: Vec<&str> = line.split('\t').collect();
+            match fields.as_slice() {
+                ["short", s] => v.short = unescape(s)?,
+                ["more", n] => v.more = n.parse().ok()?,
+                ["clean", c] => v.clean = Some(unescape(c)?),
+                ["line", severity, id, said, change] => v.lines.push(VerdictLine {
+                    severity: [Severity::Info, Severity::Warning, Severity::Critical]
+                        .into_iter()
+                        .find(|s| s.label() == *severity)?,
+                    id: unescape(id)?,
+                    said: unescape(said)?,
+                    change: unescape(change)?,
+                }),
+                _ => return None,
+            }
+        }
+        Some(v)
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('\t', "\\t")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+}
+
+fn unescape(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        out.push(match chars.next()? {
+            '\\' => '\\',
+            't' => '\t',
+            'n' => '\n',
+            'r' => '\r',
+            _ => return None,
+        });
+    }
+    Some(out)
 }
 
 /// The verdict of a trace's analysis: its problems (warnings and critical findings; the
@@ -93,7 +181,7 @@ fn line(f: &Finding) -> VerdictLine {
     let change = f.change.split("; ").next().unwrap_or(&f.change).to_owned();
     VerdictLine {
         severity: f.severity,
-        id: f.kind.id(),
+        id: f.kind.id().to_owned(),
         said,
         change,
     }
@@ -222,6 +310,54 @@ mod tests {
         assert!(!leak.change.contains("; "));
         assert!(v.clean.is_none());
         assert!(v.short.starts_with("Memory leak") || v.lines[0].id != "leak");
+    }
+
+    #[test]
+    fn the_text_a_report_carries_reads_back_as_the_same_verdict() {
+        let (_, leak) = of(&TrainingRun {
+            steps: 60,
+            leak_bytes_per_step: 64 << 20,
+            ..TrainingRun::default()
+        });
+        let (_, clean) = of(&TrainingRun::default());
+        let odd = Verdict {
+            lines: vec![VerdictLine {
+                severity: Severity::Critical,
+                id: "oom".into(),
+                said: "stage \"a\\tb\"\twith\nbreaks\r\\n and <script>".into(),
+                change: String::new(),
+            }],
+            more: 7,
+            clean: Some(String::new()),
+            short: "\\".into(),
+        };
+        for v in [leak, clean, odd] {
+            assert_eq!(Verdict::from_text(&v.to_text()), Some(v.clone()));
+        }
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_verdict_text_is_refused() {
+        let good = of(&TrainingRun {
+            steps: 60,
+            leak_bytes_per_step: 64 << 20,
+            ..TrainingRun::default()
+        })
+        .1
+        .to_text();
+        assert!(Verdict::from_text(&good).is_some());
+        for bad in [
+            String::new(),
+            "oomscope-verdict 2\nshort\tx\n".to_owned(),
+            good.replace("\twarning\t", "\tsevere\t")
+                .replace("\tcritical\t", "\tsevere\t"),
+            good.replace("more\t", "more\t-"),
+            format!("{good}extra\tfield\n"),
+            format!("{good}short\tbad escape \\q\n"),
+            good.replace("more\t", "more\t\t"),
+        ] {
+            assert_eq!(Verdict::from_text(&bad), None, "{bad:?}");
+        }
     }
 
     #[test]

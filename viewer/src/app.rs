@@ -211,6 +211,8 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
                             .get()
                             .zip(o.loaded.trace.clone())
                             .map(|(a, t)| oomscope_trace::verdict::verdict(&t, &a).short)
+                            // The report's own verdict until then.
+                            .or_else(|| o.loaded.verdict.as_ref().map(|v| v.short.clone()))
                             .or_else(|| {
                                 // A memory snapshot: its most severe finding.
                                 let s = o.loaded.snapshot.as_ref()?;
@@ -322,7 +324,10 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
         .into_any(),
     };
     let verdict_trace = trace.clone();
-    let verdict = move || view! { <Verdict trace=verdict_trace.clone() analysis=analysis.get()/> };
+    let early = loaded.verdict.clone();
+    let verdict = move || {
+        view! { <Verdict trace=verdict_trace.clone() analysis=analysis.get() early=early.clone()/> }
+    };
     view! {
         {verdict}
         <Overview loaded=loaded.clone()/>

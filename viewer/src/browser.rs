@@ -9,6 +9,7 @@ use base64::engine::general_purpose::STANDARD;
 use leptos::prelude::{RwSignal, Set as _};
 use oomscope_trace::report_page::trace_element_id;
 use oomscope_trace::units::{format_bytes, format_count};
+use oomscope_trace::verdict::Verdict;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
@@ -85,10 +86,14 @@ fn embedded_trace(id: &str) -> Option<Loaded> {
     let encoding = el.get_attribute("data-encoding");
     let bytes = embedded_bytes(&el)
         .and_then(|b| oomscope_trace::report_page::unpack(b, encoding.as_deref()));
-    Some(match bytes {
+    let mut loaded = match bytes {
         Ok(bytes) => Loaded::decode(name, &bytes, notice),
         Err(e) => Loaded::failed(name, e),
-    })
+    };
+    if loaded.trace.is_some() {
+        loaded.verdict = attr("data-verdict").and_then(|v| Verdict::from_text(&v));
+    }
+    Some(loaded)
 }
 
 /// Reads a file the user picked or dropped. A PyTorch memory snapshot (often hundreds of
@@ -245,6 +250,15 @@ pub fn record_first_chart() {
 pub fn record_time(name: &str) {
     if let Some(body) = document().and_then(|d| d.body()) {
         let _ = body.set_attribute(name, &format!("{:.1}", now_ms()));
+    }
+}
+
+/// [`record_time`], unless `name` was recorded already.
+pub fn record_first_time(name: &str) {
+    if let Some(body) = document().and_then(|d| d.body())
+        && !body.has_attribute(name)
+    {
+        record_time(name);
     }
 }
 

@@ -12,6 +12,7 @@ use oomscope_trace::report_page::trace_in_report;
 use oomscope_trace::snapshot::analysis::{SnapshotAnalysis, analyze_snapshot};
 use oomscope_trace::snapshot::timeline::{StackedTimeline, stacked_by_site};
 use oomscope_trace::snapshot::{Snapshot, SnapshotError, looks_like_pickle, read_snapshot};
+use oomscope_trace::verdict::Verdict;
 use oomscope_trace::{Trace, decode};
 
 /// A PyTorch memory snapshot, read and analysed.
@@ -66,6 +67,9 @@ pub struct Loaded {
     pub notice: Option<String>,
     /// When the file is a PyTorch memory snapshot (a pickle) instead of a trace.
     pub snapshot: Option<Arc<OpenSnapshot>>,
+    /// The verdict the report's collector worked out from these very bytes: shown until the
+    /// page's own analysis (the same code) has run.
+    pub verdict: Option<Verdict>,
 }
 
 impl Loaded {
@@ -93,6 +97,7 @@ impl Loaded {
                 error: None,
                 notice,
                 snapshot: None,
+                verdict: None,
             },
             Err(e) => Loaded {
                 name,
@@ -102,6 +107,7 @@ impl Loaded {
                 error: Some(format!("this file is not a readable oomscope trace: {e}")),
                 notice,
                 snapshot: None,
+                verdict: None,
             },
         }
     }
@@ -142,6 +148,7 @@ impl Loaded {
             error: None,
             notice: None,
             snapshot: Some(Arc::new(open)),
+            verdict: None,
         }
     }
 
@@ -155,6 +162,7 @@ impl Loaded {
             error: Some(error),
             notice: None,
             snapshot: None,
+            verdict: None,
         }
     }
 

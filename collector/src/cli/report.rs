@@ -19,9 +19,14 @@ pub struct ReportArgs {
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Largest report in megabytes (10^6 bytes); a larger trace is embedded with thinned
-    /// samples. 0: no limit, always embed the whole trace.
+    /// samples. 0: no size limit.
     #[arg(long, default_value_t = 5.0, value_name = "MB")]
     pub max_size_mb: f64,
+    /// Most sample rows the report carries (a job's traces share them), so that it opens at
+    /// once; a trace with more is embedded with thinned samples (each counter's extremes per
+    /// time slice kept). 0: no limit.
+    #[arg(long, default_value_t = crate::report::DEFAULT_MAX_ROWS, value_name = "ROWS")]
+    pub max_rows: usize,
 }
 
 pub fn report(args: &ReportArgs) -> Result<i32> {
@@ -53,12 +58,21 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
         );
     }
     let max_bytes = (args.max_size_mb * 1e6) as u64;
-    let (bytes, thinned) = crate::report::write_report(&traces, &output, max_bytes)?;
+    let (bytes, thinned) = crate::report::write_report(&traces, &output, max_bytes, args.max_rows)?;
     if thinned {
+        let mut limits = Vec::new();
+        if max_bytes > 0 {
+            limits.push(format!("{} MB", args.max_size_mb));
+        }
+        if args.max_rows > 0 {
+            let rows = oomscope_trace::units::format_count(args.max_rows as u64);
+            limits.push(format!("{rows} sample rows"));
+        }
         crate::ui::warning(&format!(
-            "the trace{} did not fit in {} MB: the report carries samples thinned (the page says so; --max-size-mb 0 keeps all)",
+            "the trace{} did not fit in {}: the report carries samples thinned (the page says so; \
+             --max-size-mb 0 --max-rows 0 keep every sample)",
             if traces.len() > 1 { "s" } else { "" },
-            args.max_size_mb
+            limits.join(" and ")
         ));
     }
     crate::ui::info(&format!(

@@ -1,5 +1,9 @@
 //! The verdict strip the report opens with: one line per problem found (its size and the change
 //! to make first), or what "no problem found" rests on. The words are `shared::verdict`'s.
+//!
+//! A report carries the verdict its collector worked out from the same bytes with the same code,
+//! so the strip says it the moment the page starts (`data-from="report"`); the page's own
+//! analysis replaces it a moment later with the same words.
 
 use std::sync::Arc;
 
@@ -8,16 +12,27 @@ use oomscope_trace::Trace;
 use oomscope_trace::analysis::Analysis;
 use oomscope_trace::verdict::verdict;
 
-/// The verdict of one trace; "analysing…" until the analysis is there.
+use crate::browser;
+
+/// The verdict of one trace: the page's own once its analysis is there, else the one its report
+/// carries (`early`), else "analysing…".
 #[component]
-pub fn Verdict(trace: Arc<Trace>, analysis: Option<Arc<Analysis>>) -> impl IntoView {
-    let Some(analysis) = analysis else {
-        return view! {
-            <section id="verdict" class="verdict pending"><p class="hint">"analysing…"</p></section>
+pub fn Verdict(
+    trace: Arc<Trace>,
+    analysis: Option<Arc<Analysis>>,
+    early: Option<oomscope_trace::verdict::Verdict>,
+) -> impl IntoView {
+    let (v, from) = match (analysis, early) {
+        (Some(analysis), _) => (verdict(&trace, &analysis), "page"),
+        (None, Some(early)) => (early, "report"),
+        (None, None) => {
+            return view! {
+                <section id="verdict" class="verdict pending"><p class="hint">"analysing…"</p></section>
+            }
+            .into_any();
         }
-        .into_any();
     };
-    let v = verdict(&trace, &analysis);
+    browser::record_first_time("data-verdict-ms");
     let more = (v.more > 0).then(|| {
         view! {
             <p class="hint" id="verdict-more">
@@ -41,7 +56,7 @@ pub fn Verdict(trace: Arc<Trace>, analysis: Option<Arc<Analysis>>) -> impl IntoV
         .into_any(),
     };
     view! {
-        <section id="verdict" class="verdict" data-short=v.short>
+        <section id="verdict" class="verdict" data-short=v.short data-from=from>
             {body}
             {more}
         </section>
