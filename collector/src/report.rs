@@ -102,13 +102,33 @@ pub struct Embedded {
     pub bytes: Vec<u8>,
     /// What the page says about the copy, when it is not the whole recording.
     pub notice: Option<String>,
+    /// Whether sample rows were left out (a thinned copy).
+    pub thinned: bool,
     /// The verdict of the embedded copy (`shared::verdict`, as text), which the page shows the
     /// moment it starts, before its own analysis of the same bytes replaces it.
     pub verdict: Option<String>,
 }
 
-/// Reads `path` and fits it into a report of at most `max_bytes` with at most `max_rows` sample
-/// rows (0: no limit), given the size of the page without the trace.
+/// Room left in a report for a trace element's tag and attributes: its name, notice and verdict,
+/// base64 (~1.5 KB for a verdict of three long lines).
+const ATTRIBUTES_BYTES: usize = 4096;
+
+impl Embedded {
+    /// `bytes` (packed) as they are, with nothing to say about them yet.
+    fn whole(name: String, bytes: Vec<u8>) -> Embedded {
+        Embedded {
+            name,
+            bytes,
+            notice: None,
+            thinned: false,
+            verdict: None,
+        }
+    }
+}
+
+/// Reads `path` and fits it into a report of at most `max_bytes` with about `max_rows` sample
+/// rows at most (0: no limit; see `reduce::FitLimits`), given the size of the page without the
+/// trace.
 pub fn embed_trace(
     path: &Path,
     max_bytes: u64,
@@ -116,7 +136,9 @@ pub fn embed_trace(
     page_bytes: usize,
 ) -> Result<Embedded> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let fits = |len: usize| max_bytes == 0 || (page_bytes + base64_len(len)) as u64 <= max_bytes;
+    let fits = |len: usize| {
+        max_bytes == 0 || (page_bytes + ATTRIBUTES_BYTES + base64_len(len)) as u64 <= max_bytes
+    };
     if oomscope_trace::snapshot::looks_like_pickle(&bytes) {
         // A memory snapshot goes in whole: it is read where it is opened, and there is no
         // thinned copy of a pickle.
@@ -137,12 +159,7 @@ pub fn embed_trace(
             || "snapshot.pickle".to_owned(),
             |n| n.to_string_lossy().into_owned(),
         );
-        return Ok(Embedded {
-            name,
-            bytes: packed,
-            notice: None,
-            verdict: None,
-        });
+        return Ok(Embedded::whole(name, packed));
     }
     let decoded = oomscope_trace::decode(&bytes)
         .with_context(|| format!("cannot open {}", path.display()))?;
@@ -154,19 +171,14 @@ pub fn embed_trace(
     if rows_fit {
         let packed = pack(&bytes);
         if fits(packed.len()) {
-            return Ok(Embedded {
-                name,
-                bytes: packed,
-                notice: None,
-                verdict: None,
-            });
+            return Ok(Embedded::whole(name, packed));
         }
     }
-    // base64 makes 4 bytes of 3; leave a little room for the attributes.
+    // base64 makes 4 bytes of 3.
     let budget = match max_bytes {
         0 => Some(0),
         max => (max as usize)
-            .checked_sub(page_bytes + 1024)
+            .checked_sub(page_bytes + ATTRIBUTES_BYTES)
             .map(|b| b / 4 * 3)
             .filter(|b| *b > 0),
     }
@@ -179,33 +191,43 @@ pub fn embed_trace(
     })?;
     let thinned = reduce::fit(
         &decoded.trace,
-        reduce::Limits {
+        reduce::FitLimits {
             max_bytes: budget,
             max_rows,
         },
         |encoded| pack(&encoded),
     )
     .with_context(|| format!("cannot re-encode {}", path.display()))?;
+    // Which limit made the copy thin: the rows, the bytes (it kept clearly fewer rows than
+    // allowed), or both.
+    let mut why = Vec::new();
+    if max_bytes > 0 && (rows_fit || thinned.rows_kept < max_rows / 10 * 9) {
+        why.push(format!("to stay under {}", megabytes(max_bytes)));
+    }
+    if !rows_fit {
+        why.push("to open at once".to_owned());
+    }
+    let thinned_rows = thinned.is_thinned();
+    let notice = thinned_rows.then(|| {
+        format!(
+            "This report carries a thinned copy of {name} {}: {} of {} sample rows (every stage \
+             mark's reading, the first and last, and each counter's minimum and maximum per time \
+             slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables \
+             match the full recording; open {name} itself for every sample.",
+            why.join(" and "),
+            format_count(thinned.rows_kept as u64),
+            format_count(thinned.rows_total as u64),
+        )
+    });
     let packed = thinned.trace_bytes;
-    let why = match max_bytes {
-        0 => "to open at once".to_owned(),
-        max => format!("to stay under {} and open at once", megabytes(max)),
-    };
-    let notice = format!(
-        "This report carries a thinned copy of {name} {why}: {} of {} sample rows (every stage \
-         mark's reading, the first and last, and each counter's minimum and maximum per time \
-         slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables match \
-         the full recording; open {name} itself for every sample.",
-        format_count(thinned.rows_kept as u64),
-        format_count(thinned.rows_total as u64),
-    );
     let notice = match decoded.warnings.first() {
         // The copy is re-encoded from what decoded, so the reader's warnings would be lost.
-        Some(w) => format!(
-            "{notice} The recording itself is damaged ({} reader warning(s), the first: {w}); \
-             the copy holds what could be read.",
+        Some(w) => Some(format!(
+            "{}The recording itself is damaged ({} reader warning(s), the first: {w}); the copy \
+             holds what could be read.",
+            notice.map(|n| n + " ").unwrap_or_default(),
             decoded.warnings.len()
-        ),
+        )),
         None => notice,
     };
     if !fits(packed.len()) {
@@ -217,10 +239,9 @@ pub fn embed_trace(
         ));
     }
     Ok(Embedded {
-        name,
-        bytes: packed,
-        notice: Some(notice),
-        verdict: None,
+        notice,
+        thinned: thinned_rows,
+        ..Embedded::whole(name, packed)
     })
 }
 
@@ -367,7 +388,7 @@ pub fn default_output(trace: Option<&Path>) -> PathBuf {
 
 /// Writes the report of `traces` (none: the bare viewer; several: a job's, analysed together
 /// in the page); returns its size and whether a trace had to be thinned. A job's traces share
-/// the size limit equally.
+/// the size and row limits equally.
 pub fn write_report(
     traces: &[Named],
     output: &Path,
@@ -423,19 +444,22 @@ pub fn write_report(
                 continue;
             }
             used += size;
-            snapshots.push(Embedded {
-                name: path
-                    .file_name()
-                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-                bytes: packed,
-                notice: None,
-                verdict: None,
-            });
+            let name = path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            snapshots.push(Embedded::whole(name, packed));
         }
     }
     let html = render_with(&viewer, &embedded, &snapshots)?;
+    if max_bytes > 0 && html.len() as u64 > max_bytes {
+        crate::ui::warning(&format!(
+            "the report is {}, over the {} asked for",
+            format_bytes(html.len() as u64),
+            megabytes(max_bytes)
+        ));
+    }
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
-    Ok((html.len(), embedded.iter().any(|e| e.notice.is_some())))
+    Ok((html.len(), embedded.iter().any(|e| e.thinned)))
 }
 
 /// The verdict of a packed trace as the page's analysis will find it (`None` for a snapshot).
@@ -513,6 +537,7 @@ mod tests {
             name: "<script>alert(1)</script>.oomt".into(),
             bytes: b"<img src=x onerror=alert(1)>".to_vec(),
             notice: Some("</script><script>alert(2)</script>".into()),
+            thinned: true,
             verdict: Some("oomscope-verdict 1\nshort\t\"><script>alert(3)</script>\n".into()),
         };
         let html = render(&fake_viewer(), std::slice::from_ref(&t)).unwrap();

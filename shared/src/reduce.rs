@@ -1,15 +1,18 @@
-//! Writing a decoded trace back to bytes, and thinning its samples until it fits a size.
+//! Writing a decoded trace back to bytes, and thinning its samples until it fits a size and a
+//! number of rows.
 //!
 //! Why: `collector report` embeds the trace (base64) in one HTML file that must stay under ~5 MB
-//! so it can be attached to a bug ticket. An hour sampled at 1 kHz is ~14 MB and does not
-//! compress below ~7 MB (timestamp jitter is real entropy), so the report embeds a *thinned copy*:
+//! so it can be attached to a bug ticket, and open at once. An hour sampled at 1 kHz is ~14 MB
+//! and does not compress below ~7 MB (timestamp jitter is real entropy), and the page's read,
+//! decode, chart and analysis grow with its 3.6 M rows, so the report embeds a *thinned copy*:
 //! every record that is not a sample is kept exactly, and of the sample rows only those the
 //! analysis and the charts need. The viewer says that samples were thinned when
 //! [`Thinned::rows_kept`] is below [`Thinned::rows_total`].
 //!
 //! - [`encode`] writes a decoded [`Trace`] back through [`TraceWriter`], losslessly.
 //! - [`thin_samples`] keeps a chosen subset of the sample rows (what and why is documented there).
-//! - [`fit_to_size`] thins as little as it can so that the encoding fits a byte budget.
+//! - [`fit`] thins as little as it can so that the packed encoding fits [`FitLimits`] (bytes and
+//!   rows); [`fit_to_size`] is the same for plain bytes.
 
 use crate::analysis::host;
 use crate::analysis::metrics::counter_with_data;
@@ -191,8 +194,8 @@ impl Keep {
     }
 }
 
-/// What choosing rows needs that does not depend on `max_rows`, found once ([`fit_to_size`]
-/// tries several).
+/// What choosing rows needs that does not depend on `max_rows`, found once ([`fit`] tries
+/// several).
 struct RowPlan<'a> {
     trace: &'a Trace,
     columns: Vec<&'a [u64]>,
@@ -521,10 +524,12 @@ impl Thinned {
 
 /// What a copy must fit in; 0 is no limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct FitLimits {
     /// Bytes, as `pack` makes them.
     pub max_bytes: usize,
-    /// Sample rows: what the page's read, decode, first chart and analysis scale with.
+    /// Sample rows: what the page's read, decode, first chart and analysis scale with. A soft
+    /// limit: the rows the analysis reads (the reading at every mark, each counter's extremes)
+    /// are always kept, so a trace with more marks than this keeps more rows.
     pub max_rows: usize,
 }
 
@@ -533,7 +538,7 @@ pub struct Limits {
 pub fn fit_to_size(trace: &Trace, max_bytes: usize) -> Result<Thinned, EncodeError> {
     fit(
         trace,
-        Limits {
+        FitLimits {
             max_bytes,
             max_rows: 0,
         },
@@ -542,7 +547,7 @@ pub fn fit_to_size(trace: &Trace, max_bytes: usize) -> Result<Thinned, EncodeErr
 }
 
 /// Encodes `trace`, packs it with `pack` (a report deflates), and keeps as many sample rows as
-/// `limits` allow.
+/// `limits` allow (`max_rows` is soft: see [`FitLimits`]).
 ///
 /// The whole trace is returned as it is when it is within both limits (`rows_kept ==
 /// rows_total`). Otherwise it is thinned as [`thin_samples`] does, to `max_rows` when that copy
@@ -558,7 +563,7 @@ pub fn fit_to_size(trace: &Trace, max_bytes: usize) -> Result<Thinned, EncodeErr
 /// `max_bytes`: the caller decides what to do with it.
 pub fn fit(
     trace: &Trace,
-    limits: Limits,
+    limits: FitLimits,
     pack: impl Fn(Vec<u8>) -> Vec<u8>,
 ) -> Result<Thinned, EncodeError> {
     let rows_total = trace.samples.len();
@@ -567,55 +572,78 @@ pub fn fit(
         0 => rows_total,
         n => n.min(rows_total),
     };
+    let whole = |trace_bytes| Attempt {
+        asked: rows_total,
+        copy: Thinned {
+            trace_bytes,
+            rows_kept: rows_total,
+            rows_total,
+        },
+    };
+    let mut full = None;
     if max_rows == rows_total {
-        let full = pack(encode(trace)?);
-        if fits(full.len()) {
-            return Ok(Thinned {
-                trace_bytes: full,
-                rows_kept: rows_total,
-                rows_total,
-            });
+        let packed = pack(encode(trace)?);
+        if fits(packed.len()) {
+            return Ok(whole(packed).copy);
         }
+        full = Some(packed);
     }
     let plan = RowPlan::new(trace);
-    // (rows asked for, the copy).
-    let attempt = |rows: usize| -> Result<(usize, Thinned), EncodeError> {
-        let thinned = plan.thin(rows);
+    let attempt = |asked: usize| -> Result<Attempt, EncodeError> {
+        let thinned = plan.thin(asked);
         let copy = Thinned {
             rows_kept: thinned.samples.len(),
             trace_bytes: pack(encode(&thinned)?),
             rows_total,
         };
-        Ok((rows, copy))
+        Ok(Attempt { asked, copy })
     };
     let smallest = attempt(0)?;
-    let min_rows = smallest.1.rows_kept;
-    if !fits(smallest.1.trace_bytes.len()) || min_rows >= max_rows {
-        return Ok(smallest.1);
+    let min_rows = smallest.copy.rows_kept;
+    if !fits(smallest.copy.trace_bytes.len()) || min_rows >= max_rows {
+        return Ok(smallest.copy);
     }
-    let largest = attempt(max_rows)?;
-    if fits(largest.1.trace_bytes.len()) {
-        return Ok(largest.1);
+    // The most rows allowed: the whole trace, already packed and too large, or a copy.
+    let largest = match full {
+        Some(packed) => whole(packed),
+        None => attempt(max_rows)?,
+    };
+    if fits(largest.copy.trace_bytes.len()) {
+        return Ok(largest.copy);
     }
     let (mut below, mut above) = (smallest, largest);
-    let size = |t: &Thinned| t.trace_bytes.len() as f64;
     let goal = limits.max_bytes as f64 * 0.97;
     for _ in 0..FIT_ATTEMPTS {
-        let (low_rows, high_rows) = (below.1.rows_kept.max(below.0), above.0);
-        if high_rows <= low_rows + 1 || size(&below.1) >= limits.max_bytes as f64 * 0.93 {
+        let (low_rows, high_rows) = (below.copy.rows_kept.max(below.asked), above.asked);
+        if high_rows <= low_rows + 1 || below.size() >= limits.max_bytes as f64 * 0.93 {
             break;
         }
-        let share = ((goal - size(&below.1)) / (size(&above.1) - size(&below.1))).clamp(0.0, 1.0);
+        let share = ((goal - below.size()) / (above.size() - below.size())).clamp(0.0, 1.0);
         let rows = (low_rows + (share * (high_rows - low_rows) as f64) as usize)
             .clamp(low_rows + 1, high_rows - 1);
         let next = attempt(rows)?;
-        if fits(next.1.trace_bytes.len()) {
+        if !fits(next.copy.trace_bytes.len()) {
+            above = next;
+        } else if next.copy.rows_kept >= below.copy.rows_kept {
+            // (The packed size does not grow with every row: keep the copy with the most.)
             below = next;
         } else {
-            above = next;
+            break;
         }
     }
-    Ok(below.1)
+    Ok(below.copy)
+}
+
+/// One copy [`fit`] tried: the rows it asked [`thin_samples`] for, and what it got.
+struct Attempt {
+    asked: usize,
+    copy: Thinned,
+}
+
+impl Attempt {
+    fn size(&self) -> f64 {
+        self.copy.trace_bytes.len() as f64
+    }
 }
 
 /// Copies [`fit`] packs at most, after the whole trace, the smallest and the largest.

@@ -70,29 +70,24 @@ impl Verdict {
         out
     }
 
-    /// Reads [`Verdict::to_text`]'s text back; `None` for anything else (a damaged or foreign
-    /// page: the viewer then waits for its own analysis).
+    /// Reads [`Verdict::to_text`]'s text back; `None` for anything else (a damaged, cut or
+    /// foreign page: the viewer then waits for its own analysis). `short` and `more` come once
+    /// each, and a verdict has lines or says what it found clean.
     pub fn from_text(text: &str) -> Option<Verdict> {
         let mut lines = text.lines();
         if lines.next()? != TEXT_VERSION {
             return None;
         }
-        let mut v = Verdict {
-            lines: Vec::new(),
-            more: 0,
-            clean: None,
-            short: String::new(),
-        };
+        let (mut short, mut more, mut clean) = (None, None, None);
+        let mut verdict_lines = Vec::new();
         for line in lines {
             let fields: Vec<&str> = line.split('\t').collect();
             match fields.as_slice() {
-                ["short", s] => v.short = unescape(s)?,
-                ["more", n] => v.more = n.parse().ok()?,
-                ["clean", c] => v.clean = Some(unescape(c)?),
-                ["line", severity, id, said, change] => v.lines.push(VerdictLine {
-                    severity: [Severity::Info, Severity::Warning, Severity::Critical]
-                        .into_iter()
-                        .find(|s| s.label() == *severity)?,
+                ["short", s] => short = unset(&short).and(unescape(s)).map(Some)?,
+                ["more", n] => more = unset(&more).and(n.parse::<usize>().ok()).map(Some)?,
+                ["clean", c] => clean = unset(&clean).and(unescape(c)).map(Some)?,
+                ["line", severity, id, said, change] => verdict_lines.push(VerdictLine {
+                    severity: Severity::from_label(severity)?,
                     id: unescape(id)?,
                     said: unescape(said)?,
                     change: unescape(change)?,
@@ -100,8 +95,22 @@ impl Verdict {
                 _ => return None,
             }
         }
-        Some(v)
+        // Either what was found or what "clean" rests on.
+        if clean.is_some() != verdict_lines.is_empty() {
+            return None;
+        }
+        Some(Verdict {
+            lines: verdict_lines,
+            more: more?,
+            clean,
+            short: short?,
+        })
     }
+}
+
+/// `Some` while a field has not been read yet.
+fn unset<T>(slot: &Option<T>) -> Option<()> {
+    slot.is_none().then_some(())
 }
 
 fn escape(text: &str) -> String {
@@ -328,7 +337,7 @@ mod tests {
                 change: String::new(),
             }],
             more: 7,
-            clean: Some(String::new()),
+            clean: None,
             short: "\\".into(),
         };
         for v in [leak, clean, odd] {
@@ -354,6 +363,13 @@ mod tests {
             good.replace("more\t", "more\t-"),
             format!("{good}extra\tfield\n"),
             format!("{good}short\tbad escape \\q\n"),
+            format!("{good}short\tonce more\n"),
+            "oomscope-verdict 1\n".to_owned(),
+            "oomscope-verdict 1\nshort\tx\nmore\t0\n".to_owned(),
+            good.lines()
+                .filter(|l| !l.starts_with("more"))
+                .collect::<Vec<_>>()
+                .join("\n"),
             good.replace("more\t", "more\t\t"),
         ] {
             assert_eq!(Verdict::from_text(&bad), None, "{bad:?}");

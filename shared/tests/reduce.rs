@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::reduce::{Limits, encode, fit, fit_to_size, thin_samples};
+use oomscope_trace::reduce::{FitLimits, encode, fit, fit_to_size, thin_samples};
 use oomscope_trace::synth::TrainingRun;
 use oomscope_trace::{
     CounterId, CounterKind, Dropped, ExitStatus, Metadata, Note, OomEvent, OomSource, Phase,
@@ -369,7 +369,7 @@ fn fit_keeps_at_most_max_rows_even_when_the_bytes_fit() {
     let (_, run) = dense_runs().remove(0);
     let trace = decoded(&run.to_bytes());
     let max_rows = trace.samples.len() / 4;
-    let limits = Limits {
+    let limits = FitLimits {
         max_bytes: 0,
         max_rows,
     };
@@ -386,7 +386,7 @@ fn fit_keeps_at_most_max_rows_even_when_the_bytes_fit() {
     assert_eq!(copy.samples.len(), fitted.rows_kept);
     assert_eq!(copy.marks, trace.marks);
     // A limit above the trace's rows keeps it whole.
-    let all = Limits {
+    let all = FitLimits {
         max_bytes: 0,
         max_rows: trace.samples.len(),
     };
@@ -405,7 +405,7 @@ fn fit_fills_a_deflated_budget() {
     let whole = pack(encode(&trace).unwrap()).len();
     for share in [0.1, 0.3, 0.6] {
         let max_bytes = smallest + ((whole - smallest) as f64 * share) as usize;
-        let limits = Limits {
+        let limits = FitLimits {
             max_bytes,
             max_rows: 0,
         };

@@ -71,9 +71,9 @@ pub fn embedded_snapshots() -> Vec<(String, std::sync::Arc<crate::load::OpenSnap
         .collect()
 }
 
-/// One trace a report carries. Its name and the notice about thinned samples travel
-/// base64-encoded in `data-` attributes, so no recorded text is ever parsed as HTML, not even in
-/// an attribute.
+/// One trace a report carries. Its name, the notice about thinned samples and (one trace's report)
+/// the verdict its collector worked out travel base64-encoded in `data-` attributes, so no
+/// recorded text is ever parsed as HTML, not even in an attribute.
 fn embedded_trace(id: &str) -> Option<Loaded> {
     let el = document()?.get_element_by_id(id)?;
     let attr = |name: &str| {
@@ -234,17 +234,6 @@ pub fn now_ms() -> f64 {
         .map_or(0.0, |p| p.now())
 }
 
-/// Records, once, when the first chart finished drawing: `data-first-chart-ms` on `<body>`
-/// (milliseconds since navigation start), which the browser test and BENCHMARKS.md read.
-pub fn record_first_chart() {
-    let Some(body) = document().and_then(|d| d.body()) else {
-        return;
-    };
-    if body.get_attribute("data-first-chart-ms").is_none() {
-        let _ = body.set_attribute("data-first-chart-ms", &format!("{:.1}", now_ms()));
-    }
-}
-
 /// Sets `name` on the page's body to the milliseconds since the page started (the browser tests
 /// and BENCHMARKS.md read them: `data-analysis-ms`, `data-tables-ms`).
 pub fn record_time(name: &str) {
@@ -253,7 +242,9 @@ pub fn record_time(name: &str) {
     }
 }
 
-/// [`record_time`], unless `name` was recorded already.
+/// [`record_time`], unless `name` was recorded already: when the first chart finished drawing
+/// (`data-first-chart-ms`) and when the verdict was first on the page (`data-verdict-ms`), which
+/// the browser tests and BENCHMARKS.md read.
 pub fn record_first_time(name: &str) {
     if let Some(body) = document().and_then(|d| d.body())
         && !body.has_attribute(name)

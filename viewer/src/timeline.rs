@@ -110,7 +110,7 @@ pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
                 return false;
             };
             area.set_value(a);
-            browser::record_first_chart();
+            browser::record_first_time("data-first-chart-ms");
             // How long a redraw takes (BENCHMARKS.md reads it through the browser test).
             let took_ms = browser::now_ms() - start_ms;
             let _ = canvas.set_attribute("data-draw-ms", &format!("{took_ms:.1}"));

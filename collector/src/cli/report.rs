@@ -22,9 +22,9 @@ pub struct ReportArgs {
     /// samples. 0: no size limit.
     #[arg(long, default_value_t = 5.0, value_name = "MB")]
     pub max_size_mb: f64,
-    /// Most sample rows the report carries (a job's traces share them), so that it opens at
-    /// once; a trace with more is embedded with thinned samples (each counter's extremes per
-    /// time slice kept). 0: no limit.
+    /// About the most sample rows the report carries (a job's traces share them), so that it
+    /// opens at once; a trace with more is embedded with thinned samples (each counter's extremes
+    /// per time slice kept; the reading at every stage mark always). 0: no limit.
     #[arg(long, default_value_t = crate::report::DEFAULT_MAX_ROWS, value_name = "ROWS")]
     pub max_rows: usize,
 }

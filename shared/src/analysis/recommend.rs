@@ -64,6 +64,13 @@ impl Severity {
             Severity::Critical => "critical",
         }
     }
+
+    /// The severity [`Severity::label`] names.
+    pub fn from_label(label: &str) -> Option<Severity> {
+        [Severity::Info, Severity::Warning, Severity::Critical]
+            .into_iter()
+            .find(|s| s.label() == label)
+    }
 }
 
 /// What a finding is about: one kind per rule. Its id (`oom`, `leak`, …, kebab-case) is what
