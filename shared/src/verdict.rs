@@ -8,9 +8,10 @@
 //! show (a run without stage marks cannot show a per-step leak).
 
 use crate::analysis::Analysis;
+use crate::analysis::leaks::{GrowthFit, SHORT_MIN_STEPS, STEADY_R_SQUARED};
 use crate::analysis::recommend::{Finding, Severity};
 use crate::model::{ExitStatus, Trace};
-use crate::units::{format_count, format_duration_us};
+use crate::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
 
 /// At most this many findings lead the report.
 pub const VERDICT_LINES: usize = 3;
@@ -211,12 +212,31 @@ fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
         format_count(o.marks as u64),
         format_count(o.steps as u64)
     );
-    checked.push_str(": no leak across steps, no memory kept after eval, no out-of-memory error");
+    let growth = slow_growth(analysis);
+    // A straight rise too small to call a leak is not "no leak": it is said below.
+    checked.push_str(match growth {
+        None => ": no leak across steps, no memory kept after eval, no out-of-memory error",
+        Some(_) => ": no memory kept after eval, no out-of-memory error",
+    });
     if analysis.pressure.is_some() {
         checked.push_str(", no allocator fragmentation");
     }
     if analysis.host_memory.is_some() {
         checked.push_str(", host memory never short");
+    }
+    if let Some(f) = growth {
+        checked.push_str(&format!(
+            "; memory at {} ({}) rises steadily by {}/step (R² {:.2}, +{} from step {} to {}), \
+             under the {} a leak needs here: a longer run will tell",
+            f.stage,
+            f.metric,
+            format_bytes_f64(f.slope_bytes_per_step),
+            f.r_squared,
+            format_bytes(f.growth_bytes.max(0).unsigned_abs()),
+            format_count(f.first_step),
+            format_count(f.last_step),
+            format_bytes(f.min_leak_growth_bytes),
+        ));
     }
     match trace.exit.map(|e| e.status) {
         // No exit record: the recording stopped first (or was cut); a failure is not a fact.
@@ -225,6 +245,22 @@ fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
         Some(_) => checked.push_str("; the program failed for another reason (see how it ended)"),
     }
     checked
+}
+
+/// The fastest growth that is as straight as a steady leak and still rising, but too small to
+/// be one (under its growth floor).
+fn slow_growth(analysis: &Analysis) -> Option<&GrowthFit> {
+    analysis
+        .leak_fits
+        .iter()
+        .filter(|f| {
+            !f.is_leak
+                && f.sustained
+                && f.slope_bytes_per_step > 0.0
+                && f.r_squared >= STEADY_R_SQUARED
+                && f.steps >= SHORT_MIN_STEPS
+        })
+        .max_by(|a, b| a.slope_bytes_per_step.total_cmp(&b.slope_bytes_per_step))
 }
 
 /// Where the page puts its emphasis: on the findings' evidence, never on warm-up.
@@ -394,6 +430,21 @@ mod tests {
         assert!(v.lines.is_empty(), "{:?}", v.lines);
         assert!(v.clean.unwrap().contains("without stage marks"));
         assert_eq!(v.short, "no problem seen (no stage marks)");
+    }
+
+    #[test]
+    fn steady_growth_too_small_for_a_leak_is_said_not_denied() {
+        // 1 MiB per step for 60 steps: straight, but under the 64 MiB a steady leak needs.
+        let (_, v) = of(&TrainingRun {
+            steps: 60,
+            leak_bytes_per_step: 1 << 20,
+            ..TrainingRun::default()
+        });
+        assert!(v.lines.is_empty(), "{:?}", v.lines);
+        let clean = v.clean.unwrap();
+        assert!(!clean.contains("no leak across steps"), "{clean}");
+        assert!(clean.contains("rises steadily by 1.00 MiB/step"), "{clean}");
+        assert!(clean.contains("a longer run will tell"), "{clean}");
     }
 
     #[test]
