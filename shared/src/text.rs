@@ -69,6 +69,7 @@ pub fn render_brief(trace: &Trace, analysis: &Analysis) -> String {
             &mut out,
             "  nothing to change: no rule found evidence of a memory problem",
         );
+        slow_growth(&mut out, analysis);
     }
     for f in analysis.findings.iter().take(BRIEF_FINDINGS) {
         let tag = format!("[{}]", f.severity.label().to_ascii_uppercase());
@@ -991,6 +992,18 @@ pub fn oom_line(o: &OomContext) -> String {
 
 fn findings(out: &mut String, analysis: &Analysis) {
     findings_of(out, &analysis.findings);
+    if analysis.findings.is_empty() {
+        slow_growth(out, analysis);
+    }
+}
+
+/// Under "nothing to change", a steady rise too small to be a leak (the clean verdict says it
+/// too).
+fn slow_growth(out: &mut String, analysis: &Analysis) {
+    if let Some(f) = crate::verdict::slow_growth(analysis) {
+        let words = crate::verdict::slow_growth_words(f);
+        wrap(out, &format!("but {words}"), 2, 4);
+    }
 }
 
 /// The findings section of any analysis (a trace's, a snapshot's).
@@ -1136,6 +1149,32 @@ mod tests {
         assert!(!text.contains("Leaks"));
         assert!(!text.contains("Out of memory"));
         assert!(text.contains("nothing to change"));
+    }
+
+    #[test]
+    fn a_steady_rise_under_the_leak_floor_is_said_under_nothing_to_change() {
+        // 1 MiB per step over 60 steps: straight, but 59 MiB is under the 64 MiB floor.
+        let trace = Run {
+            leak_bytes_per_step: MIB,
+            ..Run::default()
+        }
+        .build();
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        assert!(analysis.findings.is_empty(), "{:?}", analysis.findings);
+        for text in [render(&trace, &analysis), render_brief(&trace, &analysis)] {
+            assert_fits(&text);
+            let findings = text.split("Findings\n").nth(1).unwrap();
+            assert!(
+                findings.starts_with(
+                    "  nothing to change: no rule found evidence of a memory problem\n  but memory at "
+                ),
+                "{text}"
+            );
+            assert!(findings.contains("rises steadily by 1.00 MiB/step"), "{text}");
+        }
+        // A run that does not grow says nothing more.
+        let flat = summary(&Run::default().build());
+        assert!(!flat.contains("rises steadily"), "{flat}");
     }
 
     #[test]

@@ -224,19 +224,9 @@ fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
     if analysis.host_memory.is_some() {
         checked.push_str(", host memory never short");
     }
-    if let Some(f) = growth {
-        checked.push_str(&format!(
-            "; memory at {} ({}) rises steadily by {}/step (R² {:.2}, +{} from step {} to {}), \
-             under the {} a leak needs here: a longer run will tell",
-            f.stage,
-            f.metric,
-            format_bytes_f64(f.slope_bytes_per_step),
-            f.r_squared,
-            format_bytes(f.growth_bytes.max(0).unsigned_abs()),
-            format_count(f.first_step),
-            format_count(f.last_step),
-            format_bytes(f.min_leak_growth_bytes),
-        ));
+    if let Some(words) = growth.map(slow_growth_words) {
+        checked.push_str("; ");
+        checked.push_str(&words);
     }
     match trace.exit.map(|e| e.status) {
         // No exit record: the recording stopped first (or was cut); a failure is not a fact.
@@ -248,8 +238,9 @@ fn clean_words(trace: &Trace, analysis: &Analysis) -> String {
 }
 
 /// The fastest growth that is as straight as a steady leak and still rising, but too small to
-/// be one (under its growth floor).
-fn slow_growth(analysis: &Analysis) -> Option<&GrowthFit> {
+/// be one (under its growth floor): the terminal and the clean verdict say it, so that "no
+/// problem found" never reads as "memory does not grow".
+pub(crate) fn slow_growth(analysis: &Analysis) -> Option<&GrowthFit> {
     analysis
         .leak_fits
         .iter()
@@ -261,6 +252,23 @@ fn slow_growth(analysis: &Analysis) -> Option<&GrowthFit> {
                 && f.steps >= SHORT_MIN_STEPS
         })
         .max_by(|a, b| a.slope_bytes_per_step.total_cmp(&b.slope_bytes_per_step))
+}
+
+/// [`slow_growth`] in words: "memory at S (M) rises steadily by …/step (…), under the … a leak
+/// needs here: a longer run will tell".
+pub(crate) fn slow_growth_words(f: &GrowthFit) -> String {
+    format!(
+        "memory at {} ({}) rises steadily by {}/step (R² {:.2}, +{} from step {} to {}), under \
+         the {} a leak needs here: a longer run will tell",
+        f.stage,
+        f.metric,
+        format_bytes_f64(f.slope_bytes_per_step),
+        f.r_squared,
+        format_bytes(f.growth_bytes.max(0).unsigned_abs()),
+        format_count(f.first_step),
+        format_count(f.last_step),
+        format_bytes(f.min_leak_growth_bytes),
+    )
 }
 
 /// Where the page puts its emphasis: on the findings' evidence, never on warm-up.
