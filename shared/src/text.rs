@@ -1170,7 +1170,10 @@ mod tests {
                 ),
                 "{text}"
             );
-            assert!(findings.contains("rises steadily by 1.00 MiB/step"), "{text}");
+            assert!(
+                findings.contains("rises steadily by 1.00 MiB/step"),
+                "{text}"
+            );
         }
         // A run that does not grow says nothing more.
         let flat = summary(&Run::default().build());
