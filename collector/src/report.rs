@@ -102,8 +102,9 @@ pub struct Embedded {
     pub bytes: Vec<u8>,
     /// What the page says about the copy, when it is not the whole recording.
     pub notice: Option<String>,
-    /// Whether sample rows were left out (a thinned copy).
-    pub thinned: bool,
+    /// When sample rows were left out (a thinned copy), the limits that made it so ("to stay
+    /// under 5 MB", "to open at once", or both).
+    pub thinned: Option<String>,
     /// The verdict of the embedded copy (`shared::verdict`, as text), which the page shows the
     /// moment it starts, before its own analysis of the same bytes replaces it.
     pub verdict: Option<String>,
@@ -120,7 +121,7 @@ impl Embedded {
             name,
             bytes,
             notice: None,
-            thinned: false,
+            thinned: None,
             verdict: None,
         }
     }
@@ -207,14 +208,13 @@ pub fn embed_trace(
     if !rows_fit {
         why.push("to open at once".to_owned());
     }
-    let thinned_rows = thinned.is_thinned();
-    let notice = thinned_rows.then(|| {
+    let why = thinned.is_thinned().then(|| why.join(" and "));
+    let notice = why.as_ref().map(|why| {
         format!(
-            "This report carries a thinned copy of {name} {}: {} of {} sample rows (every stage \
-             mark's reading, the first and last, and each counter's minimum and maximum per time \
-             slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables \
+            "This report carries a thinned copy of {name} {why}: {} of {} sample rows (every \
+             stage mark's reading, the first and last, and each counter's minimum and maximum per \
+             time slice); marks, OOMs, notes and statistics are complete. Peaks and stage tables \
              match the full recording; open {name} itself for every sample.",
-            why.join(" and "),
             format_count(thinned.rows_kept as u64),
             format_count(thinned.rows_total as u64),
         )
@@ -240,7 +240,7 @@ pub fn embed_trace(
     }
     Ok(Embedded {
         notice,
-        thinned: thinned_rows,
+        thinned: why,
         ..Embedded::whole(name, packed)
     })
 }
@@ -387,14 +387,15 @@ pub fn default_output(trace: Option<&Path>) -> PathBuf {
 }
 
 /// Writes the report of `traces` (none: the bare viewer; several: a job's, analysed together
-/// in the page); returns its size and whether a trace had to be thinned. A job's traces share
+/// in the page); returns its size and, for each trace that had to be thinned, why (see
+/// [`Embedded::thinned`]). A job's traces share
 /// the size and row limits equally.
 pub fn write_report(
     traces: &[Named],
     output: &Path,
     max_bytes: u64,
     max_rows: usize,
-) -> Result<(usize, bool)> {
+) -> Result<(usize, Vec<String>)> {
     let viewer = Viewer::find()?;
     let page_bytes = render(&viewer, &[])?.len();
     let each = match (max_bytes, traces.len()) {
@@ -459,7 +460,8 @@ pub fn write_report(
         ));
     }
     std::fs::write(output, &html).with_context(|| format!("cannot write {}", output.display()))?;
-    Ok((html.len(), embedded.iter().any(|e| e.thinned)))
+    let thinned = embedded.into_iter().filter_map(|e| e.thinned).collect();
+    Ok((html.len(), thinned))
 }
 
 /// The verdict of a packed trace as the page's analysis will find it (`None` for a snapshot).
@@ -537,7 +539,7 @@ mod tests {
             name: "<script>alert(1)</script>.oomt".into(),
             bytes: b"<img src=x onerror=alert(1)>".to_vec(),
             notice: Some("</script><script>alert(2)</script>".into()),
-            thinned: true,
+            thinned: Some("to open at once".into()),
             verdict: Some("oomscope-verdict 1\nshort\t\"><script>alert(3)</script>\n".into()),
         };
         let html = render(&fake_viewer(), std::slice::from_ref(&t)).unwrap();

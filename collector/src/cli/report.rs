@@ -59,20 +59,14 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
     }
     let max_bytes = (args.max_size_mb * 1e6) as u64;
     let (bytes, thinned) = crate::report::write_report(&traces, &output, max_bytes, args.max_rows)?;
-    if thinned {
-        let mut limits = Vec::new();
-        if max_bytes > 0 {
-            limits.push(format!("{} MB", args.max_size_mb));
-        }
-        if args.max_rows > 0 {
-            let rows = oomscope_trace::units::format_count(args.max_rows as u64);
-            limits.push(format!("{rows} sample rows"));
-        }
+    if let Some(why) = thinned.first() {
+        let which = match traces.len() {
+            1 => "a thinned copy of the trace".to_owned(),
+            n => format!("thinned copies of {} of its {n} traces", thinned.len()),
+        };
         crate::ui::warning(&format!(
-            "the trace{} did not fit in {}: the report carries samples thinned (the page says so; \
-             --max-size-mb 0 --max-rows 0 keep every sample)",
-            if traces.len() > 1 { "s" } else { "" },
-            limits.join(" and ")
+            "the report carries {which}, {why} (the page says so; --max-size-mb 0 --max-rows 0 \
+             keep every sample)"
         ));
     }
     crate::ui::info(&format!(
