@@ -129,12 +129,13 @@ impl Embedded {
 
 /// Reads `path` and fits it into a report of at most `max_bytes` with about `max_rows` sample
 /// rows at most (0: no limit; see `reduce::FitLimits`), given the size of the page without the
-/// trace.
+/// trace; `with_verdict`: a trace (not a snapshot) also carries its verdict.
 pub fn embed_trace(
     path: &Path,
     max_bytes: u64,
     max_rows: usize,
     page_bytes: usize,
+    with_verdict: bool,
 ) -> Result<Embedded> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let fits = |len: usize| {
@@ -172,7 +173,11 @@ pub fn embed_trace(
     if rows_fit {
         let packed = pack(&bytes);
         if fits(packed.len()) {
-            return Ok(Embedded::whole(name, packed));
+            let verdict = with_verdict.then(|| verdict_of(&packed)).flatten();
+            return Ok(Embedded {
+                verdict,
+                ..Embedded::whole(name, packed)
+            });
         }
     }
     // base64 makes 4 bytes of 3.
@@ -241,6 +246,7 @@ pub fn embed_trace(
     Ok(Embedded {
         notice,
         thinned: why,
+        verdict: with_verdict.then(|| verdict_of(&packed)).flatten(),
         ..Embedded::whole(name, packed)
     })
 }
@@ -407,19 +413,16 @@ pub fn write_report(
         0 => 0,
         max => (max / traces.len().max(1)).max(1),
     };
-    let mut embedded = traces
+    // One run's report opens with its verdict (a job's page opens with the job's findings).
+    let with_verdict = traces.len() == 1;
+    let embedded = traces
         .iter()
         .map(|t| {
-            let mut e = embed_trace(&t.path, each, each_rows, page_bytes)?;
+            let mut e = embed_trace(&t.path, each, each_rows, page_bytes, with_verdict)?;
             e.name.clone_from(&t.name);
             Ok(e)
         })
         .collect::<Result<Vec<_>>>()?;
-    // One run's report opens with its verdict: worked out here from the very bytes the page
-    // will read, by the same analysis (a job's page opens with the job's findings instead).
-    if let [one] = embedded.as_mut_slice() {
-        one.verdict = verdict_of(&one.bytes);
-    }
     // One run's report also carries the memory snapshots its OOMs saved, as room allows.
     let mut snapshots = Vec::new();
     if let [one] = traces {
@@ -464,12 +467,10 @@ pub fn write_report(
     Ok((html.len(), thinned))
 }
 
-/// The verdict of a packed trace as the page's analysis will find it (`None` for a snapshot).
+/// The verdict of a packed trace as the page's analysis will find it: worked out from the very
+/// bytes the page will read, by the same analysis.
 fn verdict_of(packed: &[u8]) -> Option<String> {
     let bytes = oomscope_trace::report_page::unpack(packed.to_vec(), Some(DEFLATE)).ok()?;
-    if oomscope_trace::snapshot::looks_like_pickle(&bytes) {
-        return None;
-    }
     let trace = oomscope_trace::decode(&bytes).ok()?.trace;
     let analysis = oomscope_trace::analysis::analyze(
         &trace,
