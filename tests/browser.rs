@@ -597,6 +597,96 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
     b.quit().await;
 }
 
+/// A snapshot too large to read at once as the page opens (over a megabyte deflated, and more
+/// entries than one of the worker's messages holds): its report reads it in the page's Web
+/// Worker, showing progress, and then shows what `collector summary` prints.
+#[tokio::test]
+async fn a_large_snapshot_report_is_read_in_the_background_as_the_summary_reads() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("snapshot-large");
+    let pickle = s.path("large.pickle");
+    let made = std::process::Command::new("python3")
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/tests/data/snapshots/make_snapshot.py"),
+        )
+        .arg(&pickle)
+        .args(["--steps", "25000"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let facts: Value =
+        serde_json::from_slice(&std::fs::read(s.path("large.pickle.json")).unwrap()).unwrap();
+    let entries = facts["entries"].as_u64().unwrap();
+    assert!(
+        entries > 1 << 18,
+        "{entries} entries: more than one message"
+    );
+    let html = s.path("large.html");
+    report(&pickle, &html, &[]);
+    let text =
+        String::from_utf8(run_collector(&["summary", pickle.to_str().unwrap()]).stdout).unwrap();
+    let json: Value = serde_json::from_slice(
+        &run_collector(&["summary", "--json", pickle.to_str().unwrap()]).stdout,
+    )
+    .unwrap();
+
+    let b = Browser::start("snapshot-large").await;
+    b.open(&html).await;
+    b.wait_for("section.snapshot-device").await;
+    assert_eq!(
+        b.js("return document.body.dataset.snapshotWorker !== undefined")
+            .await,
+        Value::Bool(true)
+    );
+    let about = b.wait_for("#snapshot-about").await.text().await.unwrap();
+    assert!(
+        about.contains(&oomscope_trace::units::format_count(entries)),
+        "{about}: {entries} entries"
+    );
+    for li in b
+        .d()
+        .find_all(By::Css(".snapshot-device .device-lines li"))
+        .await
+        .unwrap()
+    {
+        let line = li.text().await.unwrap();
+        let first_words: String = line
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(
+            line.split_whitespace().collect::<Vec<_>>().join(" "),
+            terminal_sentence(&text, &first_words)
+        );
+    }
+    let rows = b
+        .js("return [...document.querySelectorAll('table.at-peak tbody tr')].map(r => [r.dataset.site, Number(r.dataset.bytes), r.title])")
+        .await;
+    let expected = json["analysis"]["devices"][0]["at_peak"]
+        .as_array()
+        .unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), expected.len());
+    for (row, want) in rows.iter().zip(expected) {
+        assert_eq!(row[0], want["site"]);
+        assert_eq!(row[1], want["bytes"]);
+        assert!(row[2].as_str().unwrap().contains("train.py"), "{row}");
+    }
+    b.wait_for("canvas.snapshot-chart[data-scale]").await;
+    assert!(painted_pixels_in(&b, "canvas.snapshot-chart").await > 1_000);
+    let title = b.js("return document.title").await;
+    assert!(
+        title
+            .as_str()
+            .unwrap()
+            .starts_with("Out of memory on GPU 1"),
+        "{title}"
+    );
+    b.quit().await;
+}
+
 /// Issue 16's browser figures in BENCHMARKS.md: a 1 GB PyTorch memory snapshot (written by the
 /// `snapshot_workload` example, torch's structure) picked in the empty viewer: how long until its
 /// chart is drawn, the longest the page went without running its event loop while reading (a
@@ -1709,20 +1799,38 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
     )
     .unwrap();
     let viewer = empty_viewer(&s);
+    // A page whose policy forbids workers reads a picked snapshot itself, a slice at a time.
+    let no_worker = s.path("no-worker.html");
+    let page = std::fs::read_to_string(&viewer).unwrap();
+    assert!(page.contains("worker-src blob:; "));
+    std::fs::write(&no_worker, page.replace("worker-src blob:; ", "")).unwrap();
 
     let b = Browser::start("snapshot").await;
-    for via_picker in [false, true] {
+    // The report (a small snapshot is read at once), picked in the viewer (read in its worker),
+    // picked where no worker may run.
+    for (page, via_picker, in_worker) in [
+        (&html, false, false),
+        (&viewer, true, true),
+        (&no_worker, true, false),
+    ] {
+        b.open(page).await;
         if via_picker {
-            b.open(&viewer).await;
             b.wait_for("#open-input")
                 .await
                 .send_keys(pickle.canonicalize().unwrap().display().to_string())
                 .await
                 .unwrap();
-        } else {
-            b.open(&html).await;
         }
         b.wait_for("section.snapshot-device").await;
+        let worker = b
+            .js("return document.body.dataset.snapshotWorker !== undefined")
+            .await;
+        assert_eq!(worker, Value::Bool(in_worker), "{}", page.display());
+        assert!(
+            b.d().find(By::Css(".banner.error")).await.is_err(),
+            "{}",
+            page.display()
+        );
         // Findings: the summary's titles, in its order.
         let titles = b
             .js("return [...document.querySelectorAll('#findings h3')].map(e => e.textContent)")

@@ -25,7 +25,7 @@ use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use oomscope_trace::reduce;
-use oomscope_trace::report_page::{DEFLATE, pack};
+use oomscope_trace::report_page::{DEFLATE, GLUE_END, pack};
 use oomscope_trace::units::{format_bytes, format_count};
 use sha2::{Digest, Sha256};
 
@@ -311,7 +311,7 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
         );
     }
     let module = format!(
-        "{js}\n;{{\n\
+        "{js}\n{GLUE_END}\n;{{\n\
          const b64 = document.getElementById(\"oomscope-wasm\").textContent.trim();\n\
          const bytes = Uint8Array.fromBase64 ? Uint8Array.fromBase64(b64)\n\
            : Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));\n\
@@ -321,7 +321,8 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
     );
     let hash = STANDARD.encode(Sha256::digest(module.as_bytes()));
     let csp = format!(
-        "default-src 'none'; script-src 'sha256-{hash}' 'wasm-unsafe-eval'; style-src 'unsafe-inline'; \
+        "default-src 'none'; script-src 'sha256-{hash}' 'wasm-unsafe-eval'; worker-src blob:; \
+         style-src 'unsafe-inline'; \
          img-src data: blob:; base-uri 'none'; form-action 'none'"
     );
     let mut html = String::with_capacity(

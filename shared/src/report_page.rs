@@ -25,6 +25,12 @@ pub fn snapshot_element_id(index: usize) -> String {
     format!("oomscope-snapshot-{index}")
 }
 
+/// Written in a report's module script between wasm-bindgen's glue and the lines that start the
+/// viewer: the viewer starts its Web Worker (which reads large memory snapshots off the page's
+/// thread) from the text before it, so the worker runs the page's own code with no file or
+/// network.
+pub const GLUE_END: &str = "/* oomscope: the viewer's glue ends here */";
+
 /// The `data-encoding` of a deflated trace.
 pub const DEFLATE: &str = "deflate";
 
@@ -48,6 +54,23 @@ pub fn unpack(bytes: Vec<u8>, encoding: Option<&str>) -> Result<Vec<u8>, String>
         Some(other) => Err(format!(
             "the report's embedded trace has an unknown encoding `{other}` (a newer report?)"
         )),
+    }
+}
+
+/// Whether an element's bytes (and `data-encoding`) hold a memory snapshot rather than a trace:
+/// the viewer reads a snapshot in its worker, and finds out from the first bytes alone.
+pub fn holds_snapshot(bytes: &[u8], encoding: Option<&str>) -> bool {
+    const HEAD: usize = 2;
+    match encoding {
+        None => crate::snapshot::looks_like_pickle(bytes),
+        Some(DEFLATE) => {
+            let head = match miniz_oxide::inflate::decompress_to_vec_with_limit(bytes, HEAD) {
+                Ok(all) => all,
+                Err(e) => e.output,
+            };
+            crate::snapshot::looks_like_pickle(&head)
+        }
+        Some(_) => false,
     }
 }
 
@@ -117,6 +140,23 @@ mod tests {
             "<html><body><script id=\"{}\" type=\"application/octet-stream\"{notice}>\n{body}\n</script></body></html>",
             trace_element_id(0)
         )
+    }
+
+    #[test]
+    fn a_snapshot_is_told_from_a_trace_by_its_first_bytes() {
+        let pickle = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/snapshots/small_p4.pickle"
+        ))
+        .unwrap();
+        let trace = crate::synth::TrainingRun::default().to_bytes();
+        assert!(holds_snapshot(&pack(&pickle), Some(DEFLATE)));
+        assert!(holds_snapshot(&pickle, None));
+        assert!(!holds_snapshot(&pack(&trace), Some(DEFLATE)));
+        assert!(!holds_snapshot(&trace, None));
+        assert!(!holds_snapshot(b"", Some(DEFLATE)));
+        assert!(!holds_snapshot(b"garbage", Some(DEFLATE)));
+        assert!(!holds_snapshot(&pack(&pickle), Some("zstd")));
     }
 
     #[test]

@@ -281,6 +281,10 @@ fn a_snapshot_handed_over_in_slices_reads_as_the_whole_file() {
             assert_eq!(snap.segments, whole.segments, "{name}");
             assert_eq!(analyze_snapshot(&snap), analyze_snapshot(&whole), "{name}");
         }
+        // What the viewer reads a pickle held in memory with.
+        let held = SnapshotParser::read_bytes(&bytes).unwrap();
+        assert_eq!(held.devices, whole.devices, "{name}");
+        assert_eq!(analyze_snapshot(&held), analyze_snapshot(&whole), "{name}");
     }
     // Cut short: once told there is no more, the prefix as `read_snapshot` keeps it.
     let bytes = support::data("snapshots/small_p4.pickle");
@@ -297,4 +301,9 @@ fn a_snapshot_handed_over_in_slices_reads_as_the_whole_file() {
     assert!(snap.truncated);
     assert_eq!(snap.devices, direct.devices);
     assert_eq!(snap.warnings, direct.warnings);
+    let held = SnapshotParser::read_bytes(cut).unwrap();
+    assert_eq!(held.devices, direct.devices);
+    assert_eq!(held.warnings, direct.warnings);
+    assert!(SnapshotParser::read_bytes(b"").is_err());
+    assert!(SnapshotParser::read_bytes(b"\x80\x04not a pickle").is_err());
 }

@@ -117,9 +117,14 @@ enum Target {
 /// Files opened together that make a job rather than a comparison: three or more.
 const JOB_FILES: usize = 3;
 
-/// The whole viewer. `initial` holds the traces a report embeds: one trace, or a job's.
+/// The whole viewer. `initial` holds the traces a report embeds: one trace, or a job's;
+/// `snapshot` the large memory snapshot a report embeds instead, which is read once the page is
+/// up.
 #[component]
-pub fn App(initial: Vec<Loaded>) -> impl IntoView {
+pub fn App(
+    initial: Vec<Loaded>,
+    #[prop(default = None)] snapshot: Option<browser::EmbeddedSnapshot>,
+) -> impl IntoView {
     let job = RwSignal::new(None::<Vec<Arc<Loaded>>>);
     let primary = RwSignal::new(None::<Opened>);
     if initial.len() > 1 {
@@ -131,6 +136,15 @@ pub fn App(initial: Vec<Loaded>) -> impl IntoView {
     let reading = RwSignal::new(false);
     // How far a large file has been read (a memory snapshot is read in slices).
     let progress = RwSignal::new(None::<String>);
+    if let Some(snapshot) = snapshot {
+        reading.set(true);
+        leptos::task::spawn_local(async move {
+            let loaded = browser::read_embedded_snapshot(snapshot, progress).await;
+            primary.set(Some(Opened::new(loaded)));
+            reading.set(false);
+            progress.set(None);
+        });
+    }
 
     let open_files = move |files: Vec<web_sys::File>, target: Target| {
         if files.is_empty() {

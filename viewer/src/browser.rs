@@ -71,16 +71,81 @@ pub fn embedded_snapshots() -> Vec<(String, std::sync::Arc<crate::load::OpenSnap
         .collect()
 }
 
+/// A memory snapshot a report of one snapshot carries (`collector report snap.pickle`), as its
+/// element holds it.
+#[derive(Debug, Clone)]
+pub struct EmbeddedSnapshot {
+    /// The file's name.
+    pub name: String,
+    /// The element's bytes (base64 decoded, still deflated).
+    pub bytes: Vec<u8>,
+    /// Its `data-encoding`.
+    pub encoding: Option<String>,
+}
+
+/// Embedded snapshots at least this large (deflated) are read in the page's worker; smaller ones
+/// at once, so that the page (and a printout made as it loads) is complete when it appears.
+const BACKGROUND_BYTES: usize = 1 << 20;
+
+/// The large memory snapshot a report of one snapshot carries, to read in the background
+/// ([`read_embedded_snapshot`]); `None` for any other page (read by [`embedded_traces`]).
+pub fn embedded_snapshot() -> Option<EmbeddedSnapshot> {
+    let doc = document()?;
+    if doc.get_element_by_id(&trace_element_id(1)).is_some() {
+        return None;
+    }
+    let el = doc.get_element_by_id(&trace_element_id(0))?;
+    let encoding = el.get_attribute("data-encoding");
+    let bytes = embedded_bytes(&el).ok()?;
+    if bytes.len() < BACKGROUND_BYTES
+        || !oomscope_trace::report_page::holds_snapshot(&bytes, encoding.as_deref())
+    {
+        return None;
+    }
+    let name = attribute(&el, "data-name").unwrap_or_else(|| "embedded snapshot".to_owned());
+    Some(EmbeddedSnapshot {
+        name,
+        bytes,
+        encoding,
+    })
+}
+
+/// Reads and analyses a snapshot a report carries: in the page's worker, else here at once.
+pub async fn read_embedded_snapshot(
+    embedded: EmbeddedSnapshot,
+    progress: RwSignal<Option<String>>,
+) -> Loaded {
+    let EmbeddedSnapshot {
+        name,
+        bytes,
+        encoding,
+    } = embedded;
+    let size = bytes.len();
+    let source =
+        crate::worker::Source::Bytes(js_sys::Uint8Array::from(&bytes[..]), encoding.clone());
+    match crate::worker::read(&name, source, progress).await {
+        Some(Ok(open)) => Loaded::analysed_snapshot(name, size, open),
+        Some(Err(e)) => Loaded::failed(name, e),
+        None => match oomscope_trace::report_page::unpack(bytes, encoding.as_deref()) {
+            Ok(bytes) => Loaded::decode(name, &bytes, None),
+            Err(e) => Loaded::failed(name, e),
+        },
+    }
+}
+
+/// An element's base64 `data-` attribute, as text.
+fn attribute(el: &web_sys::Element, name: &str) -> Option<String> {
+    el.get_attribute(name)
+        .and_then(|v| decode_base64(&v).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
 /// One trace a report carries. Its name, the notice about thinned samples and (one trace's report)
 /// the verdict its collector worked out travel base64-encoded in `data-` attributes, so no
 /// recorded text is ever parsed as HTML, not even in an attribute.
 fn embedded_trace(id: &str) -> Option<Loaded> {
     let el = document()?.get_element_by_id(id)?;
-    let attr = |name: &str| {
-        el.get_attribute(name)
-            .and_then(|v| decode_base64(&v).ok())
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-    };
+    let attr = |name: &str| attribute(&el, name);
     let name = attr("data-name").unwrap_or_else(|| "embedded trace".to_owned());
     let notice = attr("data-notice");
     let encoding = el.get_attribute("data-encoding");
@@ -97,8 +162,9 @@ fn embedded_trace(id: &str) -> Option<Loaded> {
 }
 
 /// Reads a file the user picked or dropped. A PyTorch memory snapshot (often hundreds of
-/// megabytes) is read a slice at a time ([`read_snapshot_in_slices`]) with `progress` saying how
-/// far it got; anything else is read whole.
+/// megabytes) is read, analysed and charted in a Web Worker ([`crate::worker`]), or where none
+/// can be started a slice at a time in the page ([`read_snapshot_in_slices`]), with `progress`
+/// saying how far it got; anything else is read whole.
 pub async fn read_file(file: web_sys::File, progress: RwSignal<Option<String>>) -> Loaded {
     let name = file.name();
     let head = read_slice(&file, 0.0, file.size().min(2.0)).await;
@@ -106,7 +172,14 @@ pub async fn read_file(file: web_sys::File, progress: RwSignal<Option<String>>) 
         .as_deref()
         .is_ok_and(oomscope_trace::snapshot::looks_like_pickle)
     {
-        return read_snapshot_in_slices(name, &file, progress).await;
+        // Off the page's thread where a worker can be started, else a slice at a time here.
+        return match crate::worker::read(&name, crate::worker::Source::File(file.clone()), progress)
+            .await
+        {
+            Some(Ok(open)) => Loaded::analysed_snapshot(name, file.size() as usize, open),
+            Some(Err(e)) => Loaded::failed(name, e),
+            None => read_snapshot_in_slices(name, &file, progress).await,
+        };
     }
     match JsFuture::from(file.array_buffer()).await {
         Ok(buffer) => {
@@ -115,6 +188,16 @@ pub async fn read_file(file: web_sys::File, progress: RwSignal<Option<String>>) 
         }
         Err(_) => Loaded::failed(name, "the browser could not read this file".to_owned()),
     }
+}
+
+/// How far reading a snapshot has got, as the page's status says it.
+pub fn reading_progress(name: &str, read_bytes: u64, size_bytes: u64, entries: usize) -> String {
+    format!(
+        "reading {name}: {} of {} ({} trace entries)",
+        format_bytes(read_bytes),
+        format_bytes(size_bytes),
+        format_count(entries as u64)
+    )
 }
 
 /// How much of a snapshot is read at a time: the page gets the event loop back after each slice
@@ -153,11 +236,11 @@ async fn read_snapshot_in_slices(
         if let Some(done) = parser.resume() {
             break done;
         }
-        progress.set(Some(format!(
-            "reading {name}: {} of {} ({} trace entries)",
-            format_bytes(parser.bytes_read()),
-            format_bytes(size as u64),
-            format_count(parser.entries() as u64)
+        progress.set(Some(reading_progress(
+            &name,
+            parser.bytes_read(),
+            size as u64,
+            parser.entries(),
         )));
         yield_to_page().await;
     };

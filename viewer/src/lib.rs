@@ -8,7 +8,8 @@
 //! Modules: [`load`] (bytes → trace, prefix kept on damage), [`view_model`] (pure, unit-tested
 //! values the page shows), [`browser`] (the report's embedded traces, files, downloads),
 //! [`timeline`] and [`views`] (components, one view per file), [`app`] (layout and opening
-//! files), [`job`] (a job's traces together: the ranks of every node, then one trace).
+//! files), [`job`] (a job's traces together: the ranks of every node, then one trace), [`worker`]
+//! (large memory snapshots read off the page's thread).
 
 // leptos components receive their props by value (the macro builds a props struct), so this
 // lint would flag every component that only reads an `Arc` it was given.
@@ -22,12 +23,18 @@ pub mod load;
 pub mod timeline;
 pub mod view_model;
 pub mod views;
+pub mod worker;
 
 pub use app::App;
 
 /// Mounts the viewer on `<body>`, with the report's embedded traces if there are any. A panic
 /// leaves a message on the page rather than a blank or half-drawn one.
 pub fn start() {
+    // In the page's Web Worker (no window): answer its requests instead.
+    if web_sys::window().is_none() {
+        worker::serve();
+        return;
+    }
     std::panic::set_hook(Box::new(|info| {
         let message = format!("The viewer hit an internal error: {info}");
         let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
@@ -41,12 +48,17 @@ pub fn start() {
         }
     }));
     browser::record_time("data-start-ms");
-    let initial = browser::embedded_traces();
+    // A large snapshot is read in the background, the page shows its progress meanwhile.
+    let snapshot = browser::embedded_snapshot();
+    let initial = match snapshot {
+        Some(_) => Vec::new(),
+        None => browser::embedded_traces(),
+    };
     browser::record_time("data-read-ms");
     let attached = views::AttachedSnapshots(std::sync::Arc::new(browser::embedded_snapshots()));
     leptos::mount::mount_to_body(move || {
         use leptos::prelude::*;
         provide_context(attached);
-        view! { <App initial=initial/> }
+        view! { <App initial=initial snapshot=snapshot/> }
     });
 }

@@ -11,7 +11,8 @@ use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
 use oomscope_trace::report_page::trace_in_report;
 use oomscope_trace::snapshot::analysis::{SnapshotAnalysis, analyze_snapshot};
 use oomscope_trace::snapshot::timeline::{StackedTimeline, stacked_by_site};
-use oomscope_trace::snapshot::{Snapshot, SnapshotError, looks_like_pickle, read_snapshot};
+use oomscope_trace::snapshot::wire::Parts;
+use oomscope_trace::snapshot::{Snapshot, SnapshotError, SnapshotParser, looks_like_pickle};
 use oomscope_trace::verdict::Verdict;
 use oomscope_trace::{Trace, decode};
 
@@ -35,19 +36,31 @@ pub const SNAPSHOT_POINTS: usize = 600;
 impl OpenSnapshot {
     /// The stacked timelines of `analysis`'s devices.
     pub fn stacked(snapshot: &Snapshot, analysis: &SnapshotAnalysis) -> Vec<Arc<StackedTimeline>> {
-        analysis
-            .devices
-            .iter()
-            .map(|d| {
-                Arc::new(stacked_by_site(
-                    snapshot,
-                    d.device,
-                    SNAPSHOT_BANDS,
-                    SNAPSHOT_POINTS,
-                ))
-            })
+        stacked_timelines(snapshot, analysis)
+            .into_iter()
+            .map(Arc::new)
             .collect()
     }
+}
+
+/// A snapshot the page's worker read and analysed ([`crate::worker`]).
+impl From<Parts> for OpenSnapshot {
+    fn from(parts: Parts) -> OpenSnapshot {
+        OpenSnapshot {
+            snapshot: parts.snapshot,
+            analysis: parts.analysis,
+            stacked: parts.stacked.into_iter().map(Arc::new).collect(),
+        }
+    }
+}
+
+/// Each of `analysis`'s devices' active memory stacked by site, as the page draws it.
+pub fn stacked_timelines(snapshot: &Snapshot, analysis: &SnapshotAnalysis) -> Vec<StackedTimeline> {
+    analysis
+        .devices
+        .iter()
+        .map(|d| stacked_by_site(snapshot, d.device, SNAPSHOT_BANDS, SNAPSHOT_POINTS))
+        .collect()
 }
 
 /// One opened trace.
@@ -114,7 +127,7 @@ impl Loaded {
 
     /// Reads a memory snapshot pickle and analyses it (as `collector summary` does).
     fn snapshot(name: String, bytes: &[u8]) -> Loaded {
-        Loaded::from_snapshot(name, bytes.len(), read_snapshot(bytes))
+        Loaded::from_snapshot(name, bytes.len(), SnapshotParser::read_bytes(bytes))
     }
 
     /// A memory snapshot read (whole, or in slices by the page), analysed as `collector summary`

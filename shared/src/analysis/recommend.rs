@@ -21,7 +21,7 @@ mod memory;
 mod numerics;
 mod ranks;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::{Analysis, AnalysisOptions};
 use crate::model::Trace;
@@ -44,7 +44,7 @@ pub use numerics::{NonFiniteGradients, NonFiniteTensors, SPORADIC_INF_MAX_FRACTI
 pub use ranks::{FirstRankFailure, NodeHostSpikeRule, RankImbalance};
 
 /// How urgent a finding is. Ordered: `Info < Warning < Critical`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// Worth knowing; nothing is wrong.
@@ -75,7 +75,7 @@ impl Severity {
 
 /// What a finding is about: one kind per rule. Its id (`oom`, `leak`, …, kebab-case) is what
 /// `collector summary --json` writes and the text shows after a finding's title.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FindingKind {
     /// The run died of an out-of-memory error.
@@ -172,7 +172,7 @@ impl FindingKind {
 }
 
 /// The unit of an evidence value, so every layer formats it the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Unit {
     /// Bytes (negative for a shrink).
@@ -201,7 +201,7 @@ impl Unit {
 }
 
 /// A machine-readable number behind a finding.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// What it is (`shortfall_bytes`, `r_squared`, `step`).
     pub label: String,
@@ -260,7 +260,7 @@ impl Evidence {
 }
 
 /// One diagnosis with its numbers and the change to make.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     /// What it is about (serialised as its kebab-case id, e.g. `"id": "oom"`).
     #[serde(rename = "id")]

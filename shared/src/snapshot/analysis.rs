@@ -11,7 +11,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::timeline::{replay, start};
 use super::{Action, BlockState, Snapshot, StackId};
@@ -28,7 +28,7 @@ pub const TIMELINE_POINTS: usize = 2_000;
 pub const TOP_SITES: usize = 10;
 
 /// One allocation site's live bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SiteBytes {
     /// `file:line (function)` of the first user frame; `(no stack recorded)`; or `(allocated
     /// before the recorded window)`.
@@ -43,7 +43,7 @@ pub struct SiteBytes {
 }
 
 /// One OOM entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotOom {
     /// µs since the epoch.
     pub time_us: u64,
@@ -60,7 +60,7 @@ pub struct SnapshotOom {
 }
 
 /// One device's analysis.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceAnalysis {
     /// Device index.
     pub device: u32,
@@ -104,7 +104,7 @@ pub struct DeviceAnalysis {
 
 /// A site whose allocations in the recording were never freed in it, spread over the recording:
 /// memory kept across steps.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeptSite {
     /// The site.
     pub site: String,
@@ -125,7 +125,7 @@ pub const KEPT_MIN_BYTES: u64 = 64 << 20;
 pub const KEPT_MIN_SPREAD_PERMILLE: u64 = 500;
 
 /// A snapshot's analysis.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotAnalysis {
     /// Per device that has segments or entries.
     pub devices: Vec<DeviceAnalysis>,

@@ -16,10 +16,13 @@ pub mod analysis;
 pub mod export;
 pub mod text;
 pub mod timeline;
+pub mod wire;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Read;
 use std::rc::Rc;
+
+use serde::{Deserialize, Serialize};
 
 use crate::pickle::{self, Dict, List, Memo, Offer, Value, Visitor};
 
@@ -27,7 +30,7 @@ use crate::pickle::{self, Dict, List, Memo, Offer, Value, Visitor};
 pub type StackId = u32;
 
 /// One Python (or C++) frame of a stack.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Frame {
     /// Source file (`train.py`, `.../torch/nn/modules/linear.py`, `??` for unknown C++).
     pub filename: String,
@@ -38,7 +41,7 @@ pub struct Frame {
 }
 
 /// What a trace entry records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Action {
     /// A block handed to a tensor.
     Alloc,
@@ -97,7 +100,7 @@ impl Action {
 }
 
 /// One trace entry of one device: 40 bytes, as a 1 GB snapshot holds some 8 million.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     /// The block's or segment's address; on OOM entries the device's free bytes then, which
     /// torch records in place of the address (see [`Event::device_free_bytes`]).
@@ -125,7 +128,7 @@ impl Event {
 }
 
 /// A block's state at dump time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum BlockState {
     /// Held by a tensor.
     ActiveAllocated,
@@ -148,7 +151,7 @@ impl BlockState {
 }
 
 /// A block of a segment at dump time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Block {
     /// Address (0 in old snapshots without it).
     pub address: u64,
@@ -163,7 +166,7 @@ pub struct Block {
 }
 
 /// A segment (one `cudaMalloc`, or an expandable segment) at dump time.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Segment {
     /// Device index.
     pub device: u32,
@@ -186,7 +189,7 @@ pub struct Segment {
 }
 
 /// A memory snapshot, read.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Snapshot {
     /// The allocator's segments at dump time.
     pub segments: Vec<Segment>,
@@ -296,6 +299,24 @@ impl SnapshotParser {
     /// Trace entries read so far.
     pub fn entries(&self) -> usize {
         self.read.visitor.events
+    }
+
+    /// A whole pickle held in memory, read a slice at a time: what [`read_snapshot`] returns,
+    /// by the parser the viewer reads files with, so the page carries one copy of the pickle
+    /// machine instead of two.
+    pub fn read_bytes(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+        const SLICE_BYTES: usize = 1 << 20;
+        let mut parser = SnapshotParser::default();
+        for slice in bytes.chunks(SLICE_BYTES) {
+            parser.push(slice.to_vec());
+            if let Some(done) = parser.resume() {
+                return done;
+            }
+        }
+        parser.finish();
+        parser
+            .resume()
+            .unwrap_or_else(|| Err(SnapshotError("cannot read the snapshot".to_owned())))
     }
 
     /// Reads as far as the bytes given allow: `None` while more are needed, then what

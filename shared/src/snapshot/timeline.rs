@@ -8,7 +8,7 @@
 //! "allocated before the recorded window", never from a site.
 
 use rustc_hash::FxHashMap as HashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::analysis::{Sites, total};
 use super::{Action, BlockState, Event, Snapshot, StackId};
@@ -117,7 +117,7 @@ impl<'a> Iterator for Replay<'a> {
 }
 
 /// One band of a stacked chart: a site, "other sites", or what was allocated before the window.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Band {
     /// `file:line (function)`, `(N other sites)` or [`BEFORE_WINDOW`].
     pub label: String,
@@ -126,7 +126,7 @@ pub struct Band {
 }
 
 /// One moment of a stacked chart.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackedPoint {
     /// µs since the epoch.
     pub time_us: u64,
@@ -145,7 +145,7 @@ impl StackedPoint {
 }
 
 /// Active memory over the entries, stacked by allocation site.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackedTimeline {
     /// The bands, bottom first: the top sites, then the other sites, then memory allocated
     /// before the recorded window.
