@@ -597,13 +597,10 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
     b.quit().await;
 }
 
-/// A snapshot too large to read at once as the page opens (over a megabyte deflated, and more
-/// entries than one of the worker's messages holds): its report reads it in the page's Web
-/// Worker, showing progress, and then shows what `collector summary` prints.
-#[tokio::test]
-async fn a_large_snapshot_report_is_read_in_the_background_as_the_summary_reads() {
-    let _one = ONE_BROWSER.lock().await;
-    let s = Scratch::new("snapshot-large");
+/// A snapshot written by CPython in torch's structure, large enough to be read in the page's
+/// worker (over a megabyte deflated, 325 000 entries: more than one of the worker's messages
+/// hold), and the facts its generator wrote beside it.
+fn large_snapshot(s: &Scratch) -> (std::path::PathBuf, Value) {
     let pickle = s.path("large.pickle");
     let made = std::process::Command::new("python3")
         .arg(
@@ -615,8 +612,19 @@ async fn a_large_snapshot_report_is_read_in_the_background_as_the_summary_reads(
         .status()
         .unwrap();
     assert!(made.success());
-    let facts: Value =
+    let facts =
         serde_json::from_slice(&std::fs::read(s.path("large.pickle.json")).unwrap()).unwrap();
+    (pickle, facts)
+}
+
+/// A snapshot too large to read at once as the page opens (over a megabyte deflated, and more
+/// entries than one of the worker's messages holds): its report reads it in the page's Web
+/// Worker, showing progress, and then shows what `collector summary` prints.
+#[tokio::test]
+async fn a_large_snapshot_report_is_read_in_the_background_as_the_summary_reads() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("snapshot-large");
+    let (pickle, facts) = large_snapshot(&s);
     let entries = facts["entries"].as_u64().unwrap();
     assert!(
         entries > 1 << 18,
@@ -771,7 +779,10 @@ async fn measure_the_viewer_on_a_large_snapshot() {
         .js("return document.getElementById('snapshot-about').textContent")
         .await;
     let phases = b
-        .js("const d = document.body.dataset; return [d.snapshotReadMs, d.snapshotAnalysisMs, d.snapshotStackedMs].map(Number)")
+        .js("const d = document.body.dataset; return [d.snapshotReadMs, d.snapshotAnalysisMs, d.snapshotStackedMs, d.snapshotReceivedMs].map(Number)")
+        .await;
+    let worker = b
+        .js("const d = document.body.dataset; return d.snapshotWorkerFailed || (d.snapshotWorker ? 'read in the worker' : 'read in the page')")
         .await;
     let at = |i: usize| (phases[i].as_f64().unwrap_or(0.0) - start) / 1000.0;
     // Every stall over 250 ms: when it began (s after picking) and how long it was (ms).
@@ -785,10 +796,12 @@ async fn measure_the_viewer_on_a_large_snapshot() {
         .collect();
     println!("stalls over 250 ms (s after picking, ms): {gaps:.1?}");
     println!(
-        "read done {:.1} s, analysis done {:.1} s, stacked timelines done {:.1} s after picking",
+        "{worker}: read done {:.1} s, analysis done {:.1} s, stacked timelines done {:.1} s, \
+         received by the page {:.1} s after picking",
         at(0),
         at(1),
-        at(2)
+        at(2),
+        at(3)
     );
     println!(
         "snapshot {size} bytes: chart drawn {:.1} s after picking it; longest stall {gap:.0} ms; \
@@ -1025,35 +1038,45 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
         "run.oomt",
         &oomscope_trace::reduce::encode(&decoded).unwrap(),
     );
-    let pickle = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    // A small snapshot is read as the page opens, a large one in the page's worker.
+    let small = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/tests/data/snapshots/small_p4.pickle");
-    std::fs::copy(&pickle, s.path("run.oom-4242.pickle")).unwrap();
-    let html = s.path("run.html");
-    report(&with_note, &html, &[]);
-    let json: Value = serde_json::from_slice(
-        &run_collector(&["summary", "--json", pickle.to_str().unwrap()]).stdout,
-    )
-    .unwrap();
-    b.open(&html).await;
-    let attached = b.wait_for("#ooms details.oom-snapshot").await;
-    assert_eq!(
-        attached.attr("data-name").await.unwrap().as_deref(),
-        Some("run.oom-4242.pickle")
-    );
-    b.wait_for("#oom-snapshot-findings").await;
-    let peak = b
-        .wait_for("#ooms .snapshot-device")
-        .await
-        .attr("data-peak-active-bytes")
-        .await
-        .unwrap()
+    for (pickle, in_worker) in [(small, false), (large_snapshot(&s).0, true)] {
+        std::fs::copy(&pickle, s.path("run.oom-4242.pickle")).unwrap();
+        let html = s.path("run.html");
+        report(&with_note, &html, &["--max-size-mb", "0"]);
+        let json: Value = serde_json::from_slice(
+            &run_collector(&["summary", "--json", pickle.to_str().unwrap()]).stdout,
+        )
         .unwrap();
-    assert_eq!(
-        peak,
-        json["analysis"]["devices"][0]["peak_active_bytes"].to_string()
-    );
-    b.wait_for("#ooms canvas.snapshot-chart[data-scale]").await;
-    b.wait_for("#ooms canvas.allocator-map[data-scale]").await;
+        b.open(&html).await;
+        let attached = b.wait_for("#ooms details.oom-snapshot").await;
+        assert_eq!(
+            attached.attr("data-name").await.unwrap().as_deref(),
+            Some("run.oom-4242.pickle")
+        );
+        b.wait_for("#oom-snapshot-findings").await;
+        let peak = b
+            .wait_for("#ooms .snapshot-device")
+            .await
+            .attr("data-peak-active-bytes")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            peak,
+            json["analysis"]["devices"][0]["peak_active_bytes"].to_string()
+        );
+        assert_eq!(
+            b.js("return document.body.dataset.snapshotWorker !== undefined")
+                .await,
+            Value::Bool(in_worker),
+            "{}",
+            pickle.display()
+        );
+        b.wait_for("#ooms canvas.snapshot-chart[data-scale]").await;
+        b.wait_for("#ooms canvas.allocator-map[data-scale]").await;
+    }
     // The trace's own sections are still the trace's.
     b.wait_for("#alive-at-oom tbody tr").await;
     b.quit().await;

@@ -60,18 +60,36 @@ pub fn embedded_traces() -> Vec<Loaded> {
     traces
 }
 
-/// The memory snapshots a run's report attaches to its trace (saved at its OOMs), read and
-/// analysed; one that cannot be read is left out (the trace is what the report is about).
-pub fn embedded_snapshots() -> Vec<(String, std::sync::Arc<crate::load::OpenSnapshot>)> {
-    (0..)
-        .map(|i| embedded_trace(&oomscope_trace::report_page::snapshot_element_id(i)))
-        .take_while(Option::is_some)
-        .flatten()
-        .filter_map(|l| Some((l.name.clone(), l.snapshot?)))
-        .collect()
+/// A memory snapshot read and analysed, by its name.
+pub type NamedSnapshot = (String, std::sync::Arc<crate::load::OpenSnapshot>);
+
+/// The memory snapshots a run's report attaches to its trace (saved at its OOMs): the small ones
+/// read and analysed at once, the large ones as the report holds them, to read in the background
+/// ([`read_embedded_snapshot`]). One that cannot be read is left out (the trace is what the
+/// report is about).
+pub fn embedded_snapshots() -> (Vec<NamedSnapshot>, Vec<EmbeddedSnapshot>) {
+    let (mut now, mut later) = (Vec::new(), Vec::new());
+    let Some(doc) = document() else {
+        return (now, later);
+    };
+    for i in 0.. {
+        let id = oomscope_trace::report_page::snapshot_element_id(i);
+        let Some(el) = doc.get_element_by_id(&id) else {
+            break;
+        };
+        let Some(embedded) = EmbeddedSnapshot::of(&el) else {
+            continue;
+        };
+        if embedded.bytes.len() >= BACKGROUND_BYTES {
+            later.push(embedded);
+        } else if let Some(named) = embedded.read_here().named() {
+            now.push(named);
+        }
+    }
+    (now, later)
 }
 
-/// A memory snapshot a report of one snapshot carries (`collector report snap.pickle`), as its
+/// A memory snapshot a report carries (of one snapshot, or attached to a run's trace), as its
 /// element holds it.
 #[derive(Debug, Clone)]
 pub struct EmbeddedSnapshot {
@@ -81,6 +99,25 @@ pub struct EmbeddedSnapshot {
     pub bytes: Vec<u8>,
     /// Its `data-encoding`.
     pub encoding: Option<String>,
+}
+
+impl EmbeddedSnapshot {
+    /// What `el` holds, unless its base64 is damaged.
+    fn of(el: &web_sys::Element) -> Option<EmbeddedSnapshot> {
+        Some(EmbeddedSnapshot {
+            name: attribute(el, "data-name").unwrap_or_else(|| "embedded snapshot".to_owned()),
+            bytes: embedded_bytes(el).ok()?,
+            encoding: el.get_attribute("data-encoding"),
+        })
+    }
+
+    /// Read and analysed in the page, at once.
+    fn read_here(self) -> Loaded {
+        match oomscope_trace::report_page::unpack(self.bytes, self.encoding.as_deref()) {
+            Ok(bytes) => Loaded::decode(self.name, &bytes, None),
+            Err(e) => Loaded::failed(self.name, e),
+        }
+    }
 }
 
 /// Embedded snapshots at least this large (deflated) are read in the page's worker; smaller ones
@@ -94,20 +131,13 @@ pub fn embedded_snapshot() -> Option<EmbeddedSnapshot> {
     if doc.get_element_by_id(&trace_element_id(1)).is_some() {
         return None;
     }
-    let el = doc.get_element_by_id(&trace_element_id(0))?;
-    let encoding = el.get_attribute("data-encoding");
-    let bytes = embedded_bytes(&el).ok()?;
-    if bytes.len() < BACKGROUND_BYTES
-        || !oomscope_trace::report_page::holds_snapshot(&bytes, encoding.as_deref())
-    {
-        return None;
-    }
-    let name = attribute(&el, "data-name").unwrap_or_else(|| "embedded snapshot".to_owned());
-    Some(EmbeddedSnapshot {
-        name,
-        bytes,
-        encoding,
-    })
+    let embedded = EmbeddedSnapshot::of(&doc.get_element_by_id(&trace_element_id(0))?)?;
+    (embedded.bytes.len() >= BACKGROUND_BYTES
+        && oomscope_trace::report_page::holds_snapshot(
+            &embedded.bytes,
+            embedded.encoding.as_deref(),
+        ))
+    .then_some(embedded)
 }
 
 /// Reads and analyses a snapshot a report carries: in the page's worker, else here at once.
@@ -115,21 +145,14 @@ pub async fn read_embedded_snapshot(
     embedded: EmbeddedSnapshot,
     progress: RwSignal<Option<String>>,
 ) -> Loaded {
-    let EmbeddedSnapshot {
-        name,
-        bytes,
-        encoding,
-    } = embedded;
-    let size = bytes.len();
-    let source =
-        crate::worker::Source::Bytes(js_sys::Uint8Array::from(&bytes[..]), encoding.clone());
-    match crate::worker::read(&name, source, progress).await {
-        Some(Ok(open)) => Loaded::analysed_snapshot(name, size, open),
-        Some(Err(e)) => Loaded::failed(name, e),
-        None => match oomscope_trace::report_page::unpack(bytes, encoding.as_deref()) {
-            Ok(bytes) => Loaded::decode(name, &bytes, None),
-            Err(e) => Loaded::failed(name, e),
-        },
+    let source = crate::worker::Source::Bytes(
+        js_sys::Uint8Array::from(&embedded.bytes[..]),
+        embedded.encoding.clone(),
+    );
+    match crate::worker::read(&embedded.name, source, progress).await {
+        Some(Ok(open)) => Loaded::analysed_snapshot(embedded.name, embedded.bytes.len(), open),
+        Some(Err(e)) => Loaded::failed(embedded.name, e),
+        None => embedded.read_here(),
     }
 }
 

@@ -55,10 +55,20 @@ pub fn start() {
         None => browser::embedded_traces(),
     };
     browser::record_time("data-read-ms");
-    let attached = views::AttachedSnapshots(std::sync::Arc::new(browser::embedded_snapshots()));
+    let (attached_now, attached_later) = browser::embedded_snapshots();
     leptos::mount::mount_to_body(move || {
         use leptos::prelude::*;
-        provide_context(attached);
+        let attached = RwSignal::new(attached_now);
+        provide_context(views::AttachedSnapshots(attached));
+        // Large attached snapshots join the OOMs' section once read in the background.
+        leptos::task::spawn_local(async move {
+            for embedded in attached_later {
+                let loaded = browser::read_embedded_snapshot(embedded, RwSignal::new(None)).await;
+                if let Some(named) = loaded.named() {
+                    attached.update(|a| a.push(named));
+                }
+            }
+        });
         view! { <App initial=initial snapshot=snapshot/> }
     });
 }

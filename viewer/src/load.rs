@@ -179,6 +179,11 @@ impl Loaded {
         }
     }
 
+    /// Its name and snapshot, when it is a memory snapshot that could be read.
+    pub fn named(self) -> Option<crate::browser::NamedSnapshot> {
+        Some((self.name, self.snapshot?))
+    }
+
     /// True when the reader had to skip or stop early: the page says that it shows a prefix.
     pub fn is_partial(&self) -> bool {
         !self.warnings.is_empty()

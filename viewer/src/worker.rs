@@ -98,7 +98,10 @@ pub async fn read(
         if part.is_object() {
             let bytes = js_sys::Uint8Array::new(&part).to_vec();
             match receiver.push(&bytes) {
-                Ok(Some(parts)) => return Some(Ok(OpenSnapshot::from(parts))),
+                Ok(Some(parts)) => {
+                    crate::browser::record_time("data-snapshot-received-ms");
+                    return Some(Ok(OpenSnapshot::from(parts)));
+                }
                 Ok(None) => {}
                 Err(e) => return Some(Err(e.to_string())),
             }

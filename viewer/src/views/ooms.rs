@@ -9,11 +9,12 @@ use oomscope_trace::analysis::Analysis;
 use oomscope_trace::text::{error_line, oom_line, titles};
 
 use super::SnapshotReport;
-use crate::load::OpenSnapshot;
+use crate::browser::NamedSnapshot;
 
-/// The memory snapshots a report attaches to its trace (by name), given as context.
-#[derive(Debug, Clone, Default)]
-pub struct AttachedSnapshots(pub Arc<Vec<(String, Arc<OpenSnapshot>)>>);
+/// The memory snapshots a report attaches to its trace (by name), given as context; large ones
+/// arrive once read in the background.
+#[derive(Debug, Clone, Copy)]
+pub struct AttachedSnapshots(pub RwSignal<Vec<NamedSnapshot>>);
 
 /// One entry per OOM, the full message under a disclosure; nothing without an OOM.
 #[component]
@@ -38,21 +39,24 @@ pub fn Ooms(analysis: Arc<Analysis>) -> impl IntoView {
         .collect_view();
     // The memory snapshots `collector run --oom-snapshot` saved at the OOM, when the report
     // carries them: every block alive at that moment, with its stack.
-    let attached = use_context::<AttachedSnapshots>()
-        .map(|a| a.0)
-        .unwrap_or_default()
-        .iter()
-        .map(|(name, snap)| {
+    let attached = use_context::<AttachedSnapshots>();
+    let attached = move || {
+        attached
+            .map(|a| a.0.get())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, snap)| {
             view! {
                 <details class="oom-snapshot" open data-name=name.clone()>
                     <summary>{format!(
                         "The memory snapshot saved at the OOM ({name}): every block alive then, with its stack"
                     )}</summary>
-                    <SnapshotReport name=name.clone() snap=snap.clone() attached=true/>
+                    <SnapshotReport name=name.clone() snap=snap attached=true/>
                 </details>
             }
-        })
-        .collect_view();
+            })
+            .collect_view()
+    };
     view! {
         <section id="ooms"><h2>{titles::OOMS}</h2><ul class="lines">{items}</ul>{attached}</section>
     }
