@@ -597,6 +597,52 @@ async fn measure_the_viewer_on_an_hour_at_1khz() {
     b.quit().await;
 }
 
+/// The snapshot on the page reads as `collector summary` prints it (`text`, `json`): each device
+/// line as the terminal's sentence, the sites alive at the peak as the JSON's, byte for byte, each
+/// with its whole stack (holding `in_stack`) on hover. Returns the JSON's sites.
+async fn assert_snapshot_reads_as_the_summary(
+    b: &Browser,
+    text: &str,
+    json: &Value,
+    in_stack: &str,
+) -> Vec<Value> {
+    for li in b
+        .d()
+        .find_all(By::Css(".snapshot-device .device-lines li"))
+        .await
+        .unwrap()
+    {
+        let line = li.text().await.unwrap();
+        let first_words: String = line
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(
+            line.split_whitespace().collect::<Vec<_>>().join(" "),
+            terminal_sentence(text, &first_words)
+        );
+    }
+    let rows = b
+        .js("return [...document.querySelectorAll('table.at-peak tbody tr')].map(r => [r.dataset.site, Number(r.dataset.bytes), r.title])")
+        .await;
+    let expected = json["analysis"]["devices"][0]["at_peak"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), expected.len());
+    for (row, want) in rows.iter().zip(&expected) {
+        assert_eq!(row[0], want["site"]);
+        assert_eq!(row[1], want["bytes"]);
+        assert!(
+            row[2].as_str().unwrap().contains(in_stack),
+            "the whole stack on hover: {row}"
+        );
+    }
+    expected
+}
+
 /// A snapshot written by CPython in torch's structure, large enough to be read in the page's
 /// worker (over a megabyte deflated, 325 000 entries: more than one of the worker's messages
 /// hold), and the facts its generator wrote beside it.
@@ -652,36 +698,7 @@ async fn a_large_snapshot_report_is_read_in_the_background_as_the_summary_reads(
         about.contains(&oomscope_trace::units::format_count(entries)),
         "{about}: {entries} entries"
     );
-    for li in b
-        .d()
-        .find_all(By::Css(".snapshot-device .device-lines li"))
-        .await
-        .unwrap()
-    {
-        let line = li.text().await.unwrap();
-        let first_words: String = line
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ");
-        assert_eq!(
-            line.split_whitespace().collect::<Vec<_>>().join(" "),
-            terminal_sentence(&text, &first_words)
-        );
-    }
-    let rows = b
-        .js("return [...document.querySelectorAll('table.at-peak tbody tr')].map(r => [r.dataset.site, Number(r.dataset.bytes), r.title])")
-        .await;
-    let expected = json["analysis"]["devices"][0]["at_peak"]
-        .as_array()
-        .unwrap();
-    let rows = rows.as_array().unwrap();
-    assert_eq!(rows.len(), expected.len());
-    for (row, want) in rows.iter().zip(expected) {
-        assert_eq!(row[0], want["site"]);
-        assert_eq!(row[1], want["bytes"]);
-        assert!(row[2].as_str().unwrap().contains("train.py"), "{row}");
-    }
+    assert_snapshot_reads_as_the_summary(&b, &text, &json, "train.py").await;
     b.wait_for("canvas.snapshot-chart[data-scale]").await;
     assert!(painted_pixels_in(&b, "canvas.snapshot-chart").await > 1_000);
     let title = b.js("return document.title").await;
@@ -1869,45 +1886,13 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
                 "{title} in {titles}"
             );
         }
-        // Each device line as the terminal prints it.
-        for li in b
-            .d()
-            .find_all(By::Css(".snapshot-device .device-lines li"))
-            .await
-            .unwrap()
-        {
-            let line = li.text().await.unwrap();
-            let first_words: String = line
-                .split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ");
-            assert_eq!(
-                line.split_whitespace().collect::<Vec<_>>().join(" "),
-                terminal_sentence(&text, &first_words),
-                "via picker: {via_picker}"
-            );
-        }
-        // The sites alive at the peak: the summary's, byte for byte, each with its whole stack.
-        let rows = b
-            .js("return [...document.querySelectorAll('table.at-peak tbody tr')].map(r => [r.dataset.site, Number(r.dataset.bytes), r.title])")
-            .await;
-        let expected = json["analysis"]["devices"][0]["at_peak"]
-            .as_array()
-            .unwrap();
-        let rows = rows.as_array().unwrap();
-        assert_eq!(rows.len(), expected.len());
-        for (row, want) in rows.iter().zip(expected) {
-            assert_eq!(row[0], want["site"]);
-            assert_eq!(row[1], want["bytes"]);
-            assert!(
-                row[2]
-                    .as_str()
-                    .unwrap()
-                    .contains("site-packages/torch/nn/modules"),
-                "the whole stack on hover: {row}"
-            );
-        }
+        let expected = assert_snapshot_reads_as_the_summary(
+            &b,
+            &text,
+            &json,
+            "site-packages/torch/nn/modules",
+        )
+        .await;
         b.wait_for("canvas.snapshot-chart[data-scale]").await;
         assert!(painted_pixels_in(&b, "canvas.snapshot-chart").await > 1_000);
         // Active memory stacked by site: the site holding the most at the peak has its band,
