@@ -801,7 +801,8 @@ async fn measure_the_viewer_on_a_large_snapshot() {
     let worker = b
         .js("const d = document.body.dataset; return d.snapshotWorkerFailed || (d.snapshotWorker ? 'read in the worker' : 'read in the page')")
         .await;
-    let at = |i: usize| (phases[i].as_f64().unwrap_or(0.0) - start) / 1000.0;
+    // A phase the page did not go through (no hand-over when it read the file itself): NaN.
+    let at = |i: usize| (phases[i].as_f64().unwrap_or(f64::NAN) - start) / 1000.0;
     // Every stall over 250 ms: when it began (s after picking) and how long it was (ms).
     let gaps: Vec<(f64, f64)> = b
         .js("return window.__gaps")
@@ -1866,6 +1867,16 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
             .js("return document.body.dataset.snapshotWorker !== undefined")
             .await;
         assert_eq!(worker, Value::Bool(in_worker), "{}", page.display());
+        // Where the page read a picked file itself, it says why: the policy refused the worker.
+        let refused = b
+            .js("return document.body.dataset.snapshotWorkerFailed || null")
+            .await;
+        assert_eq!(
+            refused.is_string(),
+            via_picker && !in_worker,
+            "{}: {refused}",
+            page.display()
+        );
         assert!(
             b.d().find(By::Css(".banner.error")).await.is_err(),
             "{}",

@@ -403,12 +403,36 @@ class Proof:
         exact = all(d["compared"] >= 5 and d["max_abs_diff_bytes"] is not None and d["max_abs_diff_bytes"] <= 1 << 20
                     for d in diffs.values())
         alive_ok = bool(o.get("alive")) and o["alive"][0].get("file", "").endswith("train.py")
+        snapshot, snapshot_ok = self.oom_snapshot("zero_code")
+        figures["oom_snapshot"] = snapshot
         ok = ok and code == 1 and len(s["ooms"]) == 1 and o.get("source") == "allocator" and \
-            o.get("stage") == "post_forward" and o.get("step") == 6 and close and exact and alive_ok
+            o.get("stage") == "post_forward" and o.get("step") == 6 and close and exact and alive_ok and \
+            snapshot_ok
         return figures, ok, ("the six stages; post_backward/post_optimizer_step allocated within 1 MiB of "
                              "the program's own memory_stats(); one OOM, from the allocator's observer, at "
                              "post_forward of step 6, requested bytes equal torch's error (to its 2 decimals); "
-                             "what was alive at it led by a line of train.py; exit 1 kept"), None
+                             "what was alive at it led by a line of train.py; exit 1 kept; the real CUDA "
+                             "snapshot --oom-snapshot saved read by `collector summary` with no warning, its OOM "
+                             "entry there (kept as oom_snapshot.pickle: issue 16's golden file)"), None
+
+    def oom_snapshot(self, name):
+        """The whole memory snapshot `--oom-snapshot` saved next to the trace at its first OOM (what
+        torch.cuda.memory._dump_snapshot writes): kept in --out, read by `collector summary`."""
+        found = sorted(f for f in os.listdir(self.work) if f.startswith(name + ".oom-") and f.endswith(".pickle"))
+        if not found:
+            return {"saved": False}, False
+        path = os.path.join(self.work, found[0])
+        shutil.copy(path, os.path.join(self.out, "oom_snapshot.pickle"))
+        _, out, _ = self.run([self.exe("collector"), "summary", path, "--json"], check=True)
+        doc = json.loads(out)
+        devices = doc["analysis"]["devices"]
+        figures = {"saved": True, "bytes": os.path.getsize(path), "trace_entries": doc["trace_entries"],
+                   "segments": doc["segments"], "frames": doc["frames"], "warnings": doc["warnings"],
+                   "devices": [{k: d.get(k) for k in ("device", "events", "peak_active_bytes", "reserved_bytes",
+                                                      "allocated_bytes", "ooms")} for d in devices],
+                   "findings": [f["id"] for f in doc["analysis"]["findings"]]}
+        ok = not doc["warnings"] and doc["trace_entries"] > 0 and any(d.get("ooms") for d in devices)
+        return figures, ok
 
     # ---- 4. batch finder -------------------------------------------------------------------
 

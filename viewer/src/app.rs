@@ -137,12 +137,27 @@ pub fn App(
     // How far a large file has been read (a memory snapshot is read in slices).
     let progress = RwSignal::new(None::<String>);
     if let Some(snapshot) = snapshot {
+        let pending: browser::Pending = std::rc::Rc::new(std::cell::RefCell::new(Some(snapshot)));
         reading.set(true);
+        let show = move |loaded: Loaded| {
+            // A file the user opened meanwhile stays.
+            if primary.with_untracked(Option::is_none) && job.with_untracked(Option::is_none) {
+                primary.set(Some(Opened::new(loaded)));
+                reading.set(false);
+                progress.set(None);
+            }
+        };
+        // A printout cannot wait for the worker: what it has not handed over is read here.
+        let for_print = pending.clone();
+        browser::on_window_event("beforeprint", move || {
+            if let Some(loaded) = browser::read_pending_now(&for_print) {
+                show(loaded);
+            }
+        });
         leptos::task::spawn_local(async move {
-            let loaded = browser::read_embedded_snapshot(snapshot, progress).await;
-            primary.set(Some(Opened::new(loaded)));
-            reading.set(false);
-            progress.set(None);
+            if let Some(loaded) = browser::read_embedded_snapshot(pending, progress).await {
+                show(loaded);
+            }
         });
     }
 

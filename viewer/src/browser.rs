@@ -4,6 +4,9 @@
 //! Nothing here sends anything anywhere: files are read in the page, downloads are generated in
 //! the page from `Blob`s, and a report's Content-Security-Policy forbids network access anyway.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use leptos::prelude::{RwSignal, Set as _};
@@ -121,39 +124,69 @@ impl EmbeddedSnapshot {
 }
 
 /// Embedded snapshots at least this large (deflated) are read in the page's worker; smaller ones
-/// at once, so that the page (and a printout made as it loads) is complete when it appears.
+/// at once, so that the page is complete when it appears.
 const BACKGROUND_BYTES: usize = 1 << 20;
 
+/// Base64 characters of an element decoded to tell a snapshot from a trace.
+const SNIFF_CHARS: u32 = 4096;
+
 /// The large memory snapshot a report of one snapshot carries, to read in the background
-/// ([`read_embedded_snapshot`]); `None` for any other page (read by [`embedded_traces`]).
+/// ([`read_embedded_snapshot`]); `None` for any other page (read by [`embedded_traces`]). Told
+/// from a trace by its length and first bytes, so that a trace's report decodes its base64 once.
 pub fn embedded_snapshot() -> Option<EmbeddedSnapshot> {
     let doc = document()?;
     if doc.get_element_by_id(&trace_element_id(1)).is_some() {
         return None;
     }
-    let embedded = EmbeddedSnapshot::of(&doc.get_element_by_id(&trace_element_id(0))?)?;
-    (embedded.bytes.len() >= BACKGROUND_BYTES
-        && oomscope_trace::report_page::holds_snapshot(
-            &embedded.bytes,
-            embedded.encoding.as_deref(),
-        ))
-    .then_some(embedded)
+    let el = doc.get_element_by_id(&trace_element_id(0))?;
+    let text: js_sys::JsString = js_sys::Reflect::get(&el, &"textContent".into())
+        .ok()?
+        .dyn_into()
+        .ok()?;
+    if (text.length() as usize) / 4 * 3 < BACKGROUND_BYTES {
+        return None;
+    }
+    let head: String = String::from(text.slice(0, SNIFF_CHARS))
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    let head = STANDARD.decode(&head[..head.len() / 4 * 4]).ok()?;
+    let encoding = el.get_attribute("data-encoding");
+    if !oomscope_trace::report_page::holds_snapshot(&head, encoding.as_deref()) {
+        return None;
+    }
+    EmbeddedSnapshot::of(&el)
 }
 
+/// A snapshot a report carries, waiting to be read: taken by whichever comes first, the read in
+/// the background or a printout (which cannot wait for it).
+pub type Pending = Rc<RefCell<Option<EmbeddedSnapshot>>>;
+
 /// Reads and analyses a snapshot a report carries: in the page's worker, else here at once.
+/// `None` when a printout took it meanwhile ([`read_pending_now`]).
 pub async fn read_embedded_snapshot(
-    embedded: EmbeddedSnapshot,
+    pending: Pending,
     progress: RwSignal<Option<String>>,
-) -> Loaded {
-    let source = crate::worker::Source::Bytes(
-        js_sys::Uint8Array::from(&embedded.bytes[..]),
-        embedded.encoding.clone(),
-    );
-    match crate::worker::read(&embedded.name, source, progress).await {
+) -> Option<Loaded> {
+    let (name, source) = {
+        let slot = pending.borrow();
+        let embedded = slot.as_ref()?;
+        let bytes = js_sys::Uint8Array::from(&embedded.bytes[..]);
+        let source = crate::worker::Source::Bytes(bytes, embedded.encoding.clone());
+        (embedded.name.clone(), source)
+    };
+    let read = crate::worker::read(&name, source, progress).await;
+    let embedded = pending.borrow_mut().take()?;
+    Some(match read {
         Some(Ok(open)) => Loaded::analysed_snapshot(embedded.name, embedded.bytes.len(), open),
         Some(Err(e)) => Loaded::failed(embedded.name, e),
         None => embedded.read_here(),
-    }
+    })
+}
+
+/// What is still waiting in `pending`, read here at once: a printout cannot wait for the worker.
+pub fn read_pending_now(pending: &Pending) -> Option<Loaded> {
+    pending.borrow_mut().take().map(EmbeddedSnapshot::read_here)
 }
 
 /// An element's base64 `data-` attribute, as text.

@@ -60,11 +60,24 @@ pub fn start() {
         use leptos::prelude::*;
         let attached = RwSignal::new(attached_now);
         provide_context(views::AttachedSnapshots(attached));
-        // Large attached snapshots join the OOMs' section once read in the background.
+        // Large attached snapshots join the OOMs' section once read in the background, or at
+        // once when the page is printed (a printout cannot wait for the worker).
+        let pending: Vec<browser::Pending> = attached_later
+            .into_iter()
+            .map(|e| std::rc::Rc::new(std::cell::RefCell::new(Some(e))))
+            .collect();
+        let for_print = pending.clone();
+        browser::on_window_event("beforeprint", move || {
+            for p in &for_print {
+                if let Some(named) = browser::read_pending_now(p).and_then(load::Loaded::named) {
+                    attached.update(|a| a.push(named));
+                }
+            }
+        });
         leptos::task::spawn_local(async move {
-            for embedded in attached_later {
-                let loaded = browser::read_embedded_snapshot(embedded, RwSignal::new(None)).await;
-                if let Some(named) = loaded.named() {
+            for p in pending {
+                let read = browser::read_embedded_snapshot(p, RwSignal::new(None)).await;
+                if let Some(named) = read.and_then(load::Loaded::named) {
                     attached.update(|a| a.push(named));
                 }
             }

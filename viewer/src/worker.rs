@@ -6,9 +6,11 @@
 //! page makes it from its module script's text up to [`GLUE_END`] (wasm-bindgen's glue, made a
 //! classic script by [`classic_script`]) plus [`BOOT`], and sends it the WebAssembly module it
 //! already compiled. In the worker, the viewer's
-//! `start` finds no window and calls [`serve`] instead of mounting the page. Where there is no
-//! such script (the viewer served by `trunk serve`), or the browser refuses the worker, the page
-//! reads the snapshot itself in slices ([`crate::browser`]), as before.
+//! `start` finds no window and calls [`serve`] instead of mounting the page, which says it is
+//! ready. Where there is no such script (the viewer served by `trunk serve`), or the browser
+//! refuses the worker (a policy without `worker-src blob:`), the page reads the snapshot itself
+//! ([`crate::browser`]: a picked file in slices, an embedded one at once); a worker that fails
+//! after it was ready is an error on the page, not a second read.
 
 use futures::StreamExt as _;
 use futures::channel::mpsc;
@@ -48,11 +50,17 @@ pub async fn read(
     source: Source,
     progress: RwSignal<Option<String>>,
 ) -> Option<Result<OpenSnapshot, String>> {
-    let (worker, mut messages) = Running::start()?;
+    let (worker, mut messages) = match Running::start() {
+        Ok(started) => started,
+        Err(why) => return gave_up(&why),
+    };
     let request = js_sys::Object::new();
     set(&request, "name", &name.into());
-    match source {
-        Source::File(f) => set(&request, "file", &f),
+    let handed_over = match source {
+        Source::File(f) => {
+            set(&request, "file", &f);
+            worker.worker.post_message(&request)
+        }
         Source::Bytes(b, encoding) => {
             set(&request, "bytes", &b);
             set(
@@ -60,25 +68,22 @@ pub async fn read(
                 "encoding",
                 &encoding.map_or(JsValue::NULL, Into::into),
             );
+            // Handed over, not copied.
+            worker
+                .worker
+                .post_message_with_transfer(&request, &js_sys::Array::of1(&b.buffer()))
         }
+    };
+    if handed_over.is_err() {
+        return gave_up("the request could not be posted");
     }
-    worker.worker.post_message(&request).ok()?;
     let mut receiver = Receiver::default();
     let mut heard = false;
     while let Some(message) = messages.next().await {
         let data = match message {
             Ok(data) => data,
-            // The worker could not start (or died before a word): read in the page instead,
-            // leaving the reason where a developer finds it.
-            Err(e) if !heard => {
-                if let Some(body) = web_sys::window()
-                    .and_then(|w| w.document())
-                    .and_then(|d| d.body())
-                {
-                    let _ = body.set_attribute("data-snapshot-worker-failed", &e);
-                }
-                return None;
-            }
+            // The worker could not start (it says it is ready before anything else).
+            Err(e) if !heard => return gave_up(&e),
             Err(e) => return Some(Err(format!("reading {name} in the background failed: {e}"))),
         };
         if !heard {
@@ -112,6 +117,18 @@ pub async fn read(
     None
 }
 
+/// No worker: the page reads the snapshot itself, and the reason is left where a developer (and
+/// the browser tests) find it, `data-snapshot-worker-failed` on the page's body.
+fn gave_up<T>(why: &str) -> Option<T> {
+    if let Some(body) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.body())
+    {
+        let _ = body.set_attribute("data-snapshot-worker-failed", why);
+    }
+    None
+}
+
 /// What a worker said, or why it stopped.
 type Messages = mpsc::UnboundedReceiver<Result<JsValue, String>>;
 
@@ -123,17 +140,22 @@ struct Running {
 }
 
 impl Running {
-    /// The worker, and its messages (and errors) as a stream.
-    fn start() -> Option<(Running, Messages)> {
-        let script = classic_script(&page_glue()?)?;
+    /// The worker, and its messages (and errors) as a stream; or why there is none.
+    fn start() -> Result<(Running, Messages), String> {
+        let glue = page_glue().ok_or("this page has no glue to start a worker from")?;
+        let script = classic_script(&glue).ok_or("the glue cannot be a classic script")?;
         let parts = js_sys::Array::of2(&script.into(), &BOOT.into());
         let options = web_sys::BlobPropertyBag::new();
         options.set_type("text/javascript");
-        let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options).ok()?;
-        let url = web_sys::Url::create_object_url_with_blob(&blob).ok()?;
+        let url = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options)
+            .and_then(|blob| web_sys::Url::create_object_url_with_blob(&blob))
+            .map_err(|_| "no blob address for the worker")?;
         let worker = web_sys::Worker::new(&url);
         let _ = web_sys::Url::revoke_object_url(&url);
-        let worker = worker.ok()?;
+        let worker = worker.map_err(|e| {
+            e.dyn_ref::<js_sys::Error>()
+                .map_or_else(|| "the browser refused the worker".to_owned(), |e| e.message().into())
+        })?;
         let (tx, rx) = mpsc::unbounded();
         let sender = tx.clone();
         let on_message =
@@ -149,15 +171,17 @@ impl Running {
         });
         worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
         worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-        worker.post_message(&wasm_bindgen::module()).ok()?;
-        Some((
-            Running {
-                worker,
-                _on_message: on_message,
-                _on_error: on_error,
-            },
-            rx,
-        ))
+        // Ended when dropped, from here on.
+        let running = Running {
+            worker,
+            _on_message: on_message,
+            _on_error: on_error,
+        };
+        running
+            .worker
+            .post_message(&wasm_bindgen::module())
+            .map_err(|_| "the page's module could not be handed to the worker")?;
+        Ok((running, rx))
     }
 }
 
@@ -219,6 +243,15 @@ pub fn serve() {
     let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
         return;
     };
+    // A panic here would only be a trap (`panic = "abort"`): say it to the page first.
+    std::panic::set_hook(Box::new(|info| {
+        if let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() {
+            let message = js_sys::Object::new();
+            let text = format!("the viewer hit an internal error in its worker: {info}");
+            set(&message, "error", &text.into());
+            let _ = scope.post_message(&message);
+        }
+    }));
     let reply = scope.clone();
     let on_request =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
@@ -231,6 +264,11 @@ pub fn serve() {
     scope.set_onmessage(Some(on_request.as_ref().unchecked_ref()));
     // The worker lives as long as the page keeps it.
     on_request.forget();
+    // Ready: a failure from now on is the reading's, not the worker's start (the page then does
+    // not read the snapshot again itself).
+    let ready = js_sys::Object::new();
+    set(&ready, "ready", &JsValue::TRUE);
+    let _ = scope.post_message(&ready);
 }
 
 /// The bytes of a snapshot from an offset on (a slice of them).

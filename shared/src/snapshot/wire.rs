@@ -53,8 +53,8 @@ fn damaged(what: impl std::fmt::Display) -> SnapshotError {
     ))
 }
 
-/// Hands `parts` to `post` as messages: the head, then the entries in chunks. The entries are
-/// dropped chunk by chunk as they are sent.
+/// Hands `parts` to `post` as messages: the head, then the entries in chunks. Each device's
+/// entries are dropped once they are sent.
 #[inline]
 pub fn send(parts: Parts, mut post: impl FnMut(Vec<u8>)) -> Result<(), SnapshotError> {
     let Parts {
