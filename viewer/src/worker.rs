@@ -153,8 +153,10 @@ impl Running {
         let worker = web_sys::Worker::new(&url);
         let _ = web_sys::Url::revoke_object_url(&url);
         let worker = worker.map_err(|e| {
-            e.dyn_ref::<js_sys::Error>()
-                .map_or_else(|| "the browser refused the worker".to_owned(), |e| e.message().into())
+            e.dyn_ref::<js_sys::Error>().map_or_else(
+                || "the browser refused the worker".to_owned(),
+                |e| e.message().into(),
+            )
         })?;
         let (tx, rx) = mpsc::unbounded();
         let sender = tx.clone();
