@@ -58,27 +58,39 @@ pub fn start() {
     let (attached_now, attached_later) = browser::embedded_snapshots();
     leptos::mount::mount_to_body(move || {
         use leptos::prelude::*;
-        let attached = RwSignal::new(attached_now);
-        provide_context(views::AttachedSnapshots(attached));
-        // Large attached snapshots join the OOMs' section once read in the background, or at
-        // once when the page is printed (a printout cannot wait for the worker).
-        let pending: Vec<browser::Pending> = attached_later
+        // Large attached snapshots fill their slot under the OOM once read in the background,
+        // or at once when the page is printed (a printout cannot wait for the worker).
+        let later: Vec<(browser::Pending, RwSignal<Option<browser::NamedSnapshot>>)> =
+            attached_later
+                .into_iter()
+                .map(|e| {
+                    (
+                        std::rc::Rc::new(std::cell::RefCell::new(Some(e))),
+                        RwSignal::new(None),
+                    )
+                })
+                .collect();
+        let slots = attached_now
             .into_iter()
-            .map(|e| std::rc::Rc::new(std::cell::RefCell::new(Some(e))))
+            .map(|named| RwSignal::new(Some(named)))
+            .chain(later.iter().map(|(_, slot)| *slot))
             .collect();
-        let for_print = pending.clone();
+        provide_context(views::AttachedSnapshots(slots));
+        let for_print = later.clone();
         browser::on_window_event("beforeprint", move || {
-            for p in &for_print {
-                if let Some(named) = browser::read_pending_now(p).and_then(load::Loaded::named) {
-                    attached.update(|a| a.push(named));
+            for (pending, slot) in &for_print {
+                if let Some(named) =
+                    browser::read_pending_now(pending).and_then(load::Loaded::named)
+                {
+                    slot.set(Some(named));
                 }
             }
         });
         leptos::task::spawn_local(async move {
-            for p in pending {
-                let read = browser::read_embedded_snapshot(p, RwSignal::new(None)).await;
+            for (pending, slot) in later {
+                let read = browser::read_embedded_snapshot(pending, RwSignal::new(None)).await;
                 if let Some(named) = read.and_then(load::Loaded::named) {
-                    attached.update(|a| a.push(named));
+                    slot.set(Some(named));
                 }
             }
         });

@@ -11,10 +11,11 @@ use oomscope_trace::text::{error_line, oom_line, titles};
 use super::SnapshotReport;
 use crate::browser::NamedSnapshot;
 
-/// The memory snapshots a report attaches to its trace (by name), given as context; large ones
-/// arrive once read in the background.
-#[derive(Debug, Clone, Copy)]
-pub struct AttachedSnapshots(pub RwSignal<Vec<NamedSnapshot>>);
+/// The memory snapshots a report attaches to its trace (by name), given as context: a slot each,
+/// filled at once for a small one, once read in the background for a large one (each slot is
+/// drawn on its own, so one arriving leaves the others as the user left them).
+#[derive(Debug, Clone, Default)]
+pub struct AttachedSnapshots(pub Vec<RwSignal<Option<NamedSnapshot>>>);
 
 /// One entry per OOM, the full message under a disclosure; nothing without an OOM.
 #[component]
@@ -39,24 +40,25 @@ pub fn Ooms(analysis: Arc<Analysis>) -> impl IntoView {
         .collect_view();
     // The memory snapshots `collector run --oom-snapshot` saved at the OOM, when the report
     // carries them: every block alive at that moment, with its stack.
-    let attached = use_context::<AttachedSnapshots>();
-    let attached = move || {
-        attached
-            .map(|a| a.0.get())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, snap)| {
-            view! {
-                <details class="oom-snapshot" open data-name=name.clone()>
-                    <summary>{format!(
-                        "The memory snapshot saved at the OOM ({name}): every block alive then, with its stack"
-                    )}</summary>
-                    <SnapshotReport name=name.clone() snap=snap attached=true/>
-                </details>
+    let attached = use_context::<AttachedSnapshots>()
+        .unwrap_or_default()
+        .0
+        .into_iter()
+        .map(|slot| {
+            move || {
+                slot.get().map(|(name, snap)| {
+                    view! {
+                        <details class="oom-snapshot" open data-name=name.clone()>
+                            <summary>{format!(
+                                "The memory snapshot saved at the OOM ({name}): every block alive then, with its stack"
+                            )}</summary>
+                            <SnapshotReport name=name.clone() snap=snap attached=true/>
+                        </details>
+                    }
+                })
             }
-            })
-            .collect_view()
-    };
+        })
+        .collect_view();
     view! {
         <section id="ooms"><h2>{titles::OOMS}</h2><ul class="lines">{items}</ul>{attached}</section>
     }
