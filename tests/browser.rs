@@ -1178,8 +1178,9 @@ fn terminal_sentence(text: &str, prefix: &str) -> String {
     sentence.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Each rank row's `(rank, marks, host peak)` as the page holds them in `data-` attributes.
-async fn rank_rows(b: &Browser, table: &str) -> Vec<(u64, u64, u64)> {
+/// Each rank row's `(rank, marks, host peak)` as the page holds them in `data-` attributes (no
+/// host peak when the rank's process ended before the tree's poller read it).
+async fn rank_rows(b: &Browser, table: &str) -> Vec<(u64, u64, Option<u64>)> {
     let rows = b
         .js(&format!(
             "return [...document.querySelectorAll('#{table} tbody tr')].map(r => [r.dataset.rank, r.dataset.marks, r.dataset.peakHostBytes])"
@@ -1189,14 +1190,14 @@ async fn rank_rows(b: &Browser, table: &str) -> Vec<(u64, u64, u64)> {
         .unwrap()
         .iter()
         .map(|r| {
-            let n = |i: usize| as_f64(&r[i]).unwrap() as u64;
-            (n(0), n(1), n(2))
+            let n = |i: usize| as_f64(&r[i]).map(|v| v as u64);
+            (n(0).unwrap(), n(1).unwrap(), n(2))
         })
         .collect()
 }
 
 /// The same rows from `collector summary --json`'s rank analysis.
-fn summary_rank_rows(ranks: &Value) -> Vec<(u64, u64, u64)> {
+fn summary_rank_rows(ranks: &Value) -> Vec<(u64, u64, Option<u64>)> {
     ranks["ranks"]
         .as_array()
         .unwrap()
@@ -1205,7 +1206,7 @@ fn summary_rank_rows(ranks: &Value) -> Vec<(u64, u64, u64)> {
             (
                 r["rank"].as_u64().unwrap(),
                 r["marks"].as_u64().unwrap(),
-                r["peak_host_bytes"].as_u64().unwrap(),
+                r["peak_host_bytes"].as_u64(),
             )
         })
         .collect()

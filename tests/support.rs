@@ -92,6 +92,23 @@ pub fn record(script: &Path, args: &[&str], trace: &Path) {
     record_with(script, args, trace, &[]);
 }
 
+/// The Python interpreter itself, not a wrapper on `PATH` (pyenv's `python3` shim sometimes runs
+/// it as a child instead of in its own process: the program is then not the rank, and a short
+/// rank's memory rests on the process poller, which may miss it — found 2026-11-24, 1 run in 6).
+fn python() -> &'static str {
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| {
+        Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "python3".to_owned())
+    })
+}
+
 /// [`record`] with `env` set for the collector and its program (`RANK`, … as a launcher sets
 /// them).
 pub fn record_with(script: &Path, args: &[&str], trace: &Path, env: &[(&str, &str)]) {
@@ -103,7 +120,7 @@ pub fn record_with(script: &Path, args: &[&str], trace: &Path, env: &[(&str, &st
         "-o",
         trace.to_str().expect("utf-8 path"),
         "--",
-        "python3",
+        python(),
         script.to_str().expect("utf-8 path"),
     ];
     all.extend_from_slice(args);
