@@ -22,12 +22,12 @@ cargo clippy --workspace --all-targets --locked $TCH -- -D warnings
 step "the collector builds without libtorch (the tch feature off)"
 cargo clippy -p oomscope-collector --all-targets --locked -- -D warnings
 
-step "clippy (wasm32: shared, viewer)"
-cargo clippy -p oomscope-trace --lib --target wasm32-unknown-unknown --locked -- -D warnings
+step "clippy (wasm32: the shared crates, viewer)"
+cargo clippy -p oomscope-format -p oomscope-snapshot -p oomscope-analysis --lib --target wasm32-unknown-unknown --locked -- -D warnings
 cargo clippy -p oomscope-viewer --all-targets --target wasm32-unknown-unknown --locked -- -D warnings
 
-step "build shared for wasm32"
-cargo build -p oomscope-trace --lib --target wasm32-unknown-unknown --locked
+step "build the shared crates for wasm32"
+cargo build -p oomscope-format -p oomscope-snapshot -p oomscope-analysis --lib --target wasm32-unknown-unknown --locked
 
 step "build the viewer (trunk, offline) so the collector embeds it for \`collector report\`"
 bash scripts/build-viewer.sh

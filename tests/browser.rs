@@ -377,7 +377,7 @@ time.sleep(0.05)
         ],
         &trace,
     );
-    let marks = oomscope_trace::decode(&std::fs::read(&trace).unwrap())
+    let marks = oomscope_format::decode(&std::fs::read(&trace).unwrap())
         .unwrap()
         .trace
         .marks
@@ -451,10 +451,10 @@ time.sleep(0.05)
 
 #[tokio::test]
 async fn an_hour_at_1khz_fits_in_five_megabytes_and_draws_within_a_second() {
-    use oomscope_trace::synth::TrainingRun;
+    use oomscope_testkit::synth::TrainingRun;
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("hour");
-    let trace = s.write("hour.oomt", &TrainingRun::hour_at_1khz().to_bytes());
+    let trace = s.write("hour.oomt", TrainingRun::hour_at_1khz().to_bytes());
     let html = s.path("hour.html");
     report(&trace, &html, &[]);
     let size = std::fs::metadata(&html).unwrap().len();
@@ -484,7 +484,7 @@ async fn an_hour_at_1khz_fits_in_five_megabytes_and_draws_within_a_second() {
              return new TextDecoder().decode(Uint8Array.from(atob(v), c => c.charCodeAt(0)))",
         )
         .await;
-    let carried = oomscope_trace::verdict::Verdict::from_text(carried.as_str().unwrap())
+    let carried = oomscope_analysis::render::verdict::Verdict::from_text(carried.as_str().unwrap())
         .expect("the report carries a verdict");
     let strip = b.wait_for("#verdict[data-from='page']").await;
     assert_eq!(
@@ -518,10 +518,10 @@ async fn an_hour_at_1khz_fits_in_five_megabytes_and_draws_within_a_second() {
 #[tokio::test]
 #[ignore]
 async fn measure_the_viewer_on_an_hour_at_1khz() {
-    use oomscope_trace::synth::TrainingRun;
+    use oomscope_testkit::synth::TrainingRun;
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("measure");
-    let trace = s.write("hour.oomt", &TrainingRun::hour_at_1khz().to_bytes());
+    let trace = s.write("hour.oomt", TrainingRun::hour_at_1khz().to_bytes());
     let html = s.path("hour.html");
     // Other limits to measure with, e.g. `OOMSCOPE_REPORT_ARGS="--max-rows 0"`.
     let args = std::env::var("OOMSCOPE_REPORT_ARGS").unwrap_or_default();
@@ -651,7 +651,7 @@ fn large_snapshot(s: &Scratch) -> (std::path::PathBuf, Value) {
     let made = std::process::Command::new("python3")
         .arg(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../shared/tests/data/snapshots/make_snapshot.py"),
+                .join("../shared/snapshot/tests/data/make_snapshot.py"),
         )
         .arg(&pickle)
         .args(["--steps", "25000"])
@@ -695,7 +695,7 @@ async fn a_large_snapshot_report_is_read_in_the_background_as_the_summary_reads(
     );
     let about = b.wait_for("#snapshot-about").await.text().await.unwrap();
     assert!(
-        about.contains(&oomscope_trace::units::format_count(entries)),
+        about.contains(&oomscope_format::units::format_count(entries)),
         "{about}: {entries} entries"
     );
     assert_snapshot_reads_as_the_summary(&b, &text, &json, "train.py").await;
@@ -859,10 +859,10 @@ fn renderer_rss_kib() -> u64 {
 #[tokio::test]
 #[ignore]
 async fn measure_the_viewer_on_8_ranks_for_an_hour() {
-    use oomscope_trace::synth::NodeRun;
+    use oomscope_testkit::synth::NodeRun;
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("measure-ranks");
-    let trace = s.write("node8.oomt", &NodeRun::default().to_bytes());
+    let trace = s.write("node8.oomt", NodeRun::default().to_bytes());
     let html = s.path("node8.html");
     report(&trace, &html, &[]);
     println!(
@@ -889,7 +889,7 @@ async fn measure_the_viewer_on_8_ranks_for_an_hour() {
 #[tokio::test]
 async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
     use base64::Engine as _;
-    use oomscope_trace::synth::TrainingRun;
+    use oomscope_testkit::synth::TrainingRun;
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("drop");
     let viewer = empty_viewer(&s);
@@ -904,8 +904,8 @@ async fn two_traces_dropped_on_the_empty_viewer_are_compared() {
     let (leaky, fixed) = (run(64 << 20), run(0));
     // The terminal's comparison of the same pair, the fix read from its report's `.html`.
     let b64 = base64::engine::general_purpose::STANDARD;
-    let before = s.write("before.oomt", &b64.decode(&leaky).unwrap());
-    let after = s.write("after.oomt", &b64.decode(&fixed).unwrap());
+    let before = s.write("before.oomt", b64.decode(&leaky).unwrap());
+    let after = s.write("after.oomt", b64.decode(&fixed).unwrap());
     let after_html = s.path("after.html");
     report(&after, &after_html, &[]);
     let o = run_collector(&[
@@ -1004,7 +1004,7 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("alive");
     let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/tests/data/v1_3_alive_at_oom.oomt");
+        .join("../shared/format/tests/data/v1_3_alive_at_oom.oomt");
     let html = s.path("alive.html");
     report(&trace, &html, &[]);
     let text =
@@ -1045,20 +1045,20 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
     // The same run had `--oom-snapshot` save the whole snapshot next to it (the hooks' note
     // names the file): the report carries it, shown under the OOM with its own findings, chart
     // and blocks, as `collector summary` reads the pickle.
-    let mut decoded = oomscope_trace::decode(&std::fs::read(&trace).unwrap())
+    let mut decoded = oomscope_format::decode(&std::fs::read(&trace).unwrap())
         .unwrap()
         .trace;
-    decoded.notes.push(oomscope_trace::Note {
+    decoded.notes.push(oomscope_format::Note {
         t_us: decoded.ooms[0].t_us,
-        text: format!("{}run.oom-4242.pickle", oomscope_trace::OOM_SNAPSHOT_NOTE),
+        text: format!("{}run.oom-4242.pickle", oomscope_format::OOM_SNAPSHOT_NOTE),
     });
     let with_note = s.write(
         "run.oomt",
-        &oomscope_trace::reduce::encode(&decoded).unwrap(),
+        oomscope_analysis::reduce::encode(&decoded).unwrap(),
     );
     // A small snapshot is read as the page opens, a large one in the page's worker.
     let small = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/tests/data/snapshots/small_p4.pickle");
+        .join("../shared/snapshot/tests/data/small_p4.pickle");
     for (pickle, in_worker) in [(small, false), (large_snapshot(&s).0, true)] {
         std::fs::copy(&pickle, s.path("run.oom-4242.pickle")).unwrap();
         let html = s.path("run.html");
@@ -1107,7 +1107,7 @@ async fn a_kernel_oom_kill_reads_in_the_report_as_in_the_terminal() {
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("oom-kill");
     let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/tests/data/v1_4_oom_kill.oomt");
+        .join("../shared/format/tests/data/v1_4_oom_kill.oomt");
     let html = s.path("kill.html");
     report(&trace, &html, &[]);
     let text =
@@ -1218,7 +1218,7 @@ async fn a_torchrun_trace_shows_its_ranks_and_one_rank_at_a_time() {
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("ranks");
     let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/tests/data/v1_5_ranks.oomt");
+        .join("../shared/format/tests/data/v1_5_ranks.oomt");
     let html = s.path("ranks.html");
     report(&trace, &html, &[]);
     let summary = summary_json(&trace);
@@ -1364,21 +1364,21 @@ async fn a_report_of_a_job_directory_puts_every_node_s_ranks_together() {
 
 #[tokio::test]
 async fn the_verdict_is_in_the_first_screen_for_a_leak_an_oom_a_clean_run_and_no_marks() {
-    use oomscope_trace::synth::TrainingRun;
+    use oomscope_testkit::synth::TrainingRun;
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("verdict");
     let leak = s.write(
         "leak.oomt",
-        &TrainingRun {
+        TrainingRun {
             steps: 60,
             leak_bytes_per_step: 64 << 20,
             ..TrainingRun::default()
         }
         .to_bytes(),
     );
-    let clean = s.write("clean.oomt", &TrainingRun::default().to_bytes());
-    let oom =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tests/data/v1_0_oom.oomt");
+    let clean = s.write("clean.oomt", TrainingRun::default().to_bytes());
+    let oom = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/format/tests/data/v1_0_oom.oomt");
     // A real recording without stage marks.
     let unmarked = s.path("unmarked.oomt");
     let o = run_collector(&[
@@ -1452,13 +1452,13 @@ async fn the_verdict_is_in_the_first_screen_for_a_leak_an_oom_a_clean_run_and_no
 
 /// A leak, evals that keep memory, and allocator retries: the report's evidence to highlight.
 fn leak_and_evals() -> Vec<u8> {
-    oomscope_trace::synth::TrainingRun {
+    oomscope_testkit::synth::TrainingRun {
         steps: 160,
         leak_bytes_per_step: 48 << 20,
         eval_every: Some(40),
         eval_steps: 3,
         eval_retained_bytes: 1 << 30,
-        ..oomscope_trace::synth::TrainingRun::default()
+        ..oomscope_testkit::synth::TrainingRun::default()
     }
     .to_bytes()
 }
@@ -1485,7 +1485,7 @@ fn collapsed(text: &str) -> String {
 async fn the_page_has_every_terminal_section_and_highlights_the_evidence_not_the_warm_up() {
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("sections");
-    let trace = s.write("evidence.oomt", &leak_and_evals());
+    let trace = s.write("evidence.oomt", leak_and_evals());
     let summary = summary_json(&trace);
     let ids: Vec<&str> = summary["analysis"]["findings"]
         .as_array()
@@ -1612,8 +1612,8 @@ async fn the_page_has_every_terminal_section_and_highlights_the_evidence_not_the
     b.quit().await;
 
     // An OOM: its details and the program's own error line.
-    let oom =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/tests/data/v1_0_oom.oomt");
+    let oom = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/format/tests/data/v1_0_oom.oomt");
     let summary = summary_json(&oom);
     let html = s.path("oom.html");
     report(&oom, &html, &[]);
@@ -1636,7 +1636,7 @@ async fn the_page_has_every_terminal_section_and_highlights_the_evidence_not_the
 async fn the_timeline_follows_the_screen_the_keyboard_and_dark_mode() {
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("screen");
-    let trace = s.write("screen.oomt", &leak_and_evals());
+    let trace = s.write("screen.oomt", leak_and_evals());
     let html = s.path("screen.html");
     report(&trace, &html, &[]);
     let b = Browser::start("screen").await;
@@ -1747,7 +1747,7 @@ async fn the_timeline_follows_the_screen_the_keyboard_and_dark_mode() {
 async fn a_report_printed_to_pdf_by_headless_chromium_holds_the_findings_and_the_tables() {
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("pdf");
-    let trace = s.write("print.oomt", &leak_and_evals());
+    let trace = s.write("print.oomt", leak_and_evals());
     let summary = summary_json(&trace);
     let html = s.path("print.html");
     report(&trace, &html, &[]);
@@ -1822,11 +1822,11 @@ async fn a_report_printed_to_pdf_by_headless_chromium_holds_the_findings_and_the
 
 #[tokio::test]
 async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_reads() {
-    // A pickle written by CPython in torch's structure (shared/tests/data/snapshots).
+    // A pickle written by CPython in torch's structure (shared/snapshot/tests/data).
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("snapshot");
     let pickle = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/tests/data/snapshots/small_p4.pickle");
+        .join("../shared/snapshot/tests/data/small_p4.pickle");
     let html = s.path("snap.html");
     let out = report(&pickle, &html, &[]);
     assert!(

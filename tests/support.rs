@@ -35,39 +35,7 @@ pub fn python_helper_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/python")
 }
 
-/// A directory removed when dropped.
-#[derive(Debug)]
-pub struct Scratch {
-    dir: PathBuf,
-}
-
-impl Scratch {
-    /// A fresh directory under the system temp dir.
-    pub fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("oomscope-e2e-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir is writable");
-        Scratch { dir }
-    }
-
-    /// A path inside.
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Writes a file inside; returns its path.
-    pub fn write(&self, name: &str, contents: &[u8]) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, contents).expect("scratch is writable");
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+pub use oomscope_testkit::Scratch;
 
 /// Runs the collector with `args`; the Python helper is importable by children.
 pub fn run_collector(args: &[&str]) -> Output {

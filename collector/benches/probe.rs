@@ -7,7 +7,7 @@ use std::os::unix::net::UnixDatagram;
 
 use divan::{Bencher, black_box};
 use oomscope_collector::probe::Probe;
-use oomscope_trace::{AllocatorSnapshot, Phase};
+use oomscope_format::{AllocatorSnapshot, Phase};
 
 fn main() {
     // A stand-in collector: a bound socket drained by a thread.

@@ -27,7 +27,7 @@
 
 use anyhow::{Context, Result, bail};
 use oomscope_collector::torch::Session;
-use oomscope_trace::Phase;
+use oomscope_format::Phase;
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 

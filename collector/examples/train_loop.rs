@@ -13,8 +13,8 @@
 use std::time::Duration;
 
 use oomscope_collector::probe::Probe;
-use oomscope_collector::protocol::Message;
-use oomscope_trace::{ComponentBreakdown, Phase, Record};
+use oomscope_format::protocol::Message;
+use oomscope_format::{ComponentBreakdown, Phase, Record};
 
 const MIB: usize = 1 << 20;
 

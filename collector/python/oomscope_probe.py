@@ -58,7 +58,7 @@ def _lookup(stats, path):
 
 
 # The launchers' names for a process's place in the job, in order of precedence: the same lists
-# as `oomscope_trace::launch_env` (a test holds them equal).
+# as `oomscope_collector::launch_env` (a test holds them equal).
 _RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
 _LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
 _WORLD_SIZE_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result, bail};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
-use oomscope_trace::GpuInfo;
+use oomscope_format::GpuInfo;
 
 /// Environment variable naming the NVML library to load.
 pub const NVML_LIB_ENV: &str = "OOMSCOPE_NVML_LIB";

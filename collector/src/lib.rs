@@ -1,21 +1,25 @@
 //! # oomscope collector
 //!
 //! The native half of oomscope: `collector run -- CMD` records a program's GPU and host memory,
-//! stage marks and OOM errors into a trace (format and analysis in `oomscope-trace`), and
+//! stage marks and OOM errors into a trace (the format in `oomscope-format`, the analysis in `oomscope-analysis`), and
 //! `collector summary` / `collector export` read traces back, and `collector report` writes one
 //! self-contained HTML file with the browser viewer and a trace ([`report`]).
 //!
-//! Programs that want to say where they are use the marker protocol ([`protocol`]); Rust programs
+//! Programs that want to say where they are use the marker protocol
+//! ([`oomscope_format::protocol`]); Rust programs
 //! use [`probe::Probe`], which costs nothing when the program is not run under the collector.
 
 pub mod cgroup;
 pub mod cli;
+pub mod estimate;
+pub mod fleet;
 pub mod gpu;
 pub mod host;
+pub mod launch_env;
+pub mod launcher_text;
 #[cfg(feature = "parquet")]
 pub mod parquet_export;
 pub mod probe;
-pub use oomscope_trace::protocol;
 pub mod report;
 pub mod run;
 #[cfg(feature = "tch")]

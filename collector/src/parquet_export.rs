@@ -12,8 +12,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::fleet::{ColumnSpec, ColumnType, Encoding as Enc, Table, TableSpec, Values};
 use anyhow::{Context, Result};
-use oomscope_trace::fleet::{ColumnSpec, ColumnType, Encoding as Enc, Table, TableSpec, Values};
 use parquet::basic::{Compression, Encoding, LogicalType, Repetition, TimeUnit, Type as Physical};
 use parquet::data_type::{BoolType, ByteArray, ByteArrayType, DoubleType, Int64Type};
 use parquet::file::metadata::KeyValue;
@@ -74,7 +74,7 @@ fn write(
         .set_created_by(format!("oomscope collector {}", env!("CARGO_PKG_VERSION")))
         .set_key_value_metadata(Some(vec![KeyValue::new(
             "oomscope.schema_version".to_owned(),
-            oomscope_trace::fleet::SCHEMA_VERSION.to_string(),
+            crate::fleet::SCHEMA_VERSION.to_string(),
         )]));
     for c in spec.columns {
         let path = ColumnPath::from(c.name);

@@ -19,9 +19,11 @@
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use oomscope_trace::{AllocatorSnapshot, Note, Phase, Record, StageMark};
+use oomscope_format::{AllocatorSnapshot, Note, Phase, Record, StageMark};
 
-use crate::protocol::{self, Context, Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
+use oomscope_format::protocol::{
+    self, Context, Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV,
+};
 
 /// A connection to the collector watching this process (or none).
 #[derive(Debug)]
@@ -150,7 +152,7 @@ impl Probe {
         self.send(&line);
     }
 
-    /// Sends one or more raw protocol lines (see [`crate::protocol`]).
+    /// Sends one or more raw protocol lines (see [`oomscope_format::protocol`]).
     pub fn send(&self, lines: &str) {
         let Some(socket) = &self.socket else {
             return;
@@ -164,7 +166,7 @@ impl Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::parse_datagram;
+    use oomscope_format::protocol::parse_datagram;
 
     #[test]
     fn a_disabled_probe_sends_nothing() {

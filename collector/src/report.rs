@@ -15,7 +15,7 @@
 //!
 //! A report must stay small enough to attach (5 MB by default) and open at once (200 000 sample
 //! rows by default): when the trace's base64 would not fit, or it has more rows, the report
-//! embeds a copy with thinned sample rows (`oomscope_trace::reduce`) and says so on the page;
+//! embeds a copy with thinned sample rows (`oomscope_analysis::reduce`) and says so on the page;
 //! marks, OOMs, notes and statistics are always complete.
 
 use std::borrow::Cow;
@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use oomscope_trace::reduce;
-use oomscope_trace::report_page::{DEFLATE, GLUE_END, pack};
-use oomscope_trace::units::{format_bytes, format_count};
+use oomscope_analysis::reduce;
+use oomscope_analysis::report_page::{DEFLATE, GLUE_END, pack};
+use oomscope_format::units::{format_bytes, format_count};
 use sha2::{Digest, Sha256};
 
 mod assets {
@@ -98,7 +98,7 @@ pub struct Embedded {
     /// File name shown in the page.
     pub name: String,
     /// The trace bytes (the file itself, or a thinned copy), deflated
-    /// (`oomscope_trace::report_page::pack`).
+    /// (`oomscope_analysis::report_page::pack`).
     pub bytes: Vec<u8>,
     /// What the page says about the copy, when it is not the whole recording.
     pub notice: Option<String>,
@@ -141,10 +141,10 @@ pub fn embed_trace(
     let fits = |len: usize| {
         max_bytes == 0 || (page_bytes + ATTRIBUTES_BYTES + base64_len(len)) as u64 <= max_bytes
     };
-    if oomscope_trace::snapshot::looks_like_pickle(&bytes) {
+    if oomscope_snapshot::looks_like_pickle(&bytes) {
         // A memory snapshot goes in whole: it is read where it is opened, and there is no
         // thinned copy of a pickle.
-        oomscope_trace::snapshot::read_snapshot(&bytes[..])
+        oomscope_snapshot::read_snapshot(&bytes[..])
             .with_context(|| format!("cannot open {}", path.display()))?;
         let packed = pack(&bytes);
         if !fits(packed.len()) {
@@ -163,7 +163,7 @@ pub fn embed_trace(
         );
         return Ok(Embedded::whole(name, packed));
     }
-    let decoded = oomscope_trace::decode(&bytes)
+    let decoded = oomscope_format::decode(&bytes)
         .with_context(|| format!("cannot open {}", path.display()))?;
     let name = path.file_name().map_or_else(
         || "trace.oomt".to_owned(),
@@ -345,7 +345,7 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
     html.push_str(CSS);
     html.push_str("</style>\n</head>\n<body>\n");
     for (i, t) in traces.iter().enumerate() {
-        let id = oomscope_trace::report_page::trace_element_id(i);
+        let id = oomscope_analysis::report_page::trace_element_id(i);
         html.push_str(&format!(
             "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
              data-name=\""
@@ -367,7 +367,7 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
         html.push_str("</script>\n");
     }
     for (i, snap) in snapshots.iter().enumerate() {
-        let id = oomscope_trace::report_page::snapshot_element_id(i);
+        let id = oomscope_analysis::report_page::snapshot_element_id(i);
         html.push_str(&format!(
             "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
              data-name=\"{}\">",
@@ -431,7 +431,7 @@ pub fn write_report(
         for path in oom_snapshots(&one.path) {
             let bytes =
                 std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            if !oomscope_trace::snapshot::looks_like_pickle(&bytes) {
+            if !oomscope_snapshot::looks_like_pickle(&bytes) {
                 continue;
             }
             let packed = pack(&bytes);
@@ -471,19 +471,17 @@ pub fn write_report(
 /// The verdict of a packed trace as the page's analysis will find it: worked out from the very
 /// bytes the page will read, by the same analysis.
 fn verdict_of(packed: &[u8]) -> Option<String> {
-    let bytes = oomscope_trace::report_page::unpack(packed.to_vec(), Some(DEFLATE)).ok()?;
-    let trace = oomscope_trace::decode(&bytes).ok()?.trace;
-    let analysis = oomscope_trace::analysis::analyze(
-        &trace,
-        &oomscope_trace::analysis::AnalysisOptions::default(),
-    );
-    Some(oomscope_trace::verdict::verdict(&trace, &analysis).to_text())
+    let bytes = oomscope_analysis::report_page::unpack(packed.to_vec(), Some(DEFLATE)).ok()?;
+    let trace = oomscope_format::decode(&bytes).ok()?.trace;
+    let analysis =
+        oomscope_analysis::analyze(&trace, &oomscope_analysis::AnalysisOptions::default());
+    Some(oomscope_analysis::render::verdict::verdict(&trace, &analysis).to_text())
 }
 
 /// The memory snapshots a trace's notes say were saved next to it at an OOM
 /// (`collector run --oom-snapshot`), those still there.
 fn oom_snapshots(trace: &Path) -> Vec<PathBuf> {
-    let Ok(decoded) = std::fs::read(trace).map(|b| oomscope_trace::decode(&b)) else {
+    let Ok(decoded) = std::fs::read(trace).map(|b| oomscope_format::decode(&b)) else {
         return Vec::new();
     };
     let Ok(decoded) = decoded else {

@@ -7,8 +7,8 @@ use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_trace::report_page::trace_in_report;
-use oomscope_trace::{Decoded, decode};
+use oomscope_analysis::report_page::trace_in_report;
+use oomscope_format::{Decoded, decode};
 
 /// A decoded trace and, when it came from a report holding a thinned copy, the report's notice.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ pub fn read_trace(path: &Path) -> Result<Decoded> {
 
 /// The error for a PyTorch memory snapshot given where a trace is expected.
 pub fn not_a_snapshot(path: &Path, bytes: &[u8]) -> Result<()> {
-    if oomscope_trace::snapshot::looks_like_pickle(bytes) {
+    if oomscope_snapshot::looks_like_pickle(bytes) {
         return Err(anyhow!(
             "{} is a PyTorch memory snapshot (a pickle), not a trace: `collector summary`, \
              `collector report` and `collector export --format csv|chrome` read snapshots",
@@ -55,5 +55,5 @@ pub fn open_snapshot(path: &Path) -> Result<Option<BufReader<File>>> {
     let cannot = || format!("cannot read {}", path.display());
     let mut reader = BufReader::new(File::open(path).with_context(cannot)?);
     let head = reader.fill_buf().with_context(cannot)?;
-    Ok(oomscope_trace::snapshot::looks_like_pickle(head).then_some(reader))
+    Ok(oomscope_snapshot::looks_like_pickle(head).then_some(reader))
 }

@@ -8,7 +8,7 @@ use tch::{Device, Kind, Tensor};
 
 mod support;
 
-use support::MIB;
+use oomscope_format::units::MIB;
 
 fn peak_rss_after_reset() -> u64 {
     std::fs::write("/proc/self/clear_refs", "5").unwrap();

@@ -11,10 +11,12 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use oomscope_trace::analysis::recommend::FindingKind;
-use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::{CounterKind, ExitStatus, Trace, text};
-use support::{COLLECTOR, MIB, Scratch, python_path, read};
+use oomscope_analysis::recommend::FindingKind;
+use oomscope_analysis::render;
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_format::units::MIB;
+use oomscope_format::{CounterKind, ExitStatus, Trace};
+use support::{COLLECTOR, Scratch, python_path, read};
 
 /// A memory cgroup made for one test, removed when dropped.
 struct TestCgroup {
@@ -202,7 +204,7 @@ fn a_kernel_oom_kill_in_a_memory_cgroup_is_named_as_one() {
         top.explanation
     );
     assert!(!top.explanation.contains("probably"), "{}", top.explanation);
-    let summary = text::render(&t, &a);
+    let summary = render::summary::render(&t, &a);
     assert!(
         summary.contains("killed by signal 9: the kernel's OOM killer"),
         "{summary}"
@@ -258,7 +260,7 @@ sys.exit(1)
         finding.title
     );
     // The program itself exited with code 1: nothing says it was killed.
-    let summary = text::render(&t, &a);
+    let summary = render::summary::render(&t, &a);
     assert!(summary.contains("exited with code 1"), "{summary}");
     assert!(!summary.contains("SIGKILL"), "{summary}");
 }
@@ -314,7 +316,7 @@ print("elapsed", time.monotonic() - start, flush=True)
         "{}",
         leak.title
     );
-    let summary = text::render(&t, &a);
+    let summary = render::summary::render(&t, &a);
     assert!(
         summary.contains("no stage marks: for stages and steps"),
         "{summary}"
@@ -388,7 +390,7 @@ for round in range(2):
         "{:?} MiB",
         during.iter().map(|v| v / MIB).collect::<Vec<_>>()
     );
-    let summary = text::render(&t, &a);
+    let summary = render::summary::render(&t, &a);
     assert!(summary.contains("of the RSS peak is shared"), "{summary}");
 }
 
@@ -422,7 +424,7 @@ fn libtorch_s_own_host_allocation_error_from_stderr_is_an_impossible_request() {
         "{:#?}",
         a.findings
     );
-    let summary = text::render(&t, &a);
+    let summary = render::summary::render(&t, &a);
     assert!(!summary.contains("SIGKILL"), "{summary}");
     assert!(summary.contains("exited with code 1"), "{summary}");
 }

@@ -8,11 +8,13 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::synth::TrainingRun;
-use oomscope_trace::{CounterId, CounterKind, fleet};
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_collector::fleet;
+use oomscope_format::units::MIB;
+use oomscope_format::{CounterId, CounterKind};
+use oomscope_testkit::synth::TrainingRun;
 use serde_json::Value;
-use support::{MIB, Scratch, read, run, stderr, torch_python};
+use support::{Scratch, read, run, stderr, torch_python};
 
 /// Runs SQL in DuckDB over `root`'s tables; each query's rows come back as JSON arrays.
 fn duckdb(root: &Path, queries: &[&str]) -> Vec<Vec<Value>> {
@@ -63,7 +65,7 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
     // …and a two-rank torchrun trace, in a subdirectory.
     let ranks_trace = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/tests/data/v1_5_ranks.oomt"
+        "/../shared/format/tests/data/v1_5_ranks.oomt"
     );
     std::fs::copy(ranks_trace, traces.join("nodes/node0.oomt")).unwrap();
 
@@ -218,7 +220,7 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
 fn parquet_export_refuses_what_it_cannot_do_in_one_line() {
     let golden = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/tests/data/v1_5_ranks.oomt"
+        "/../shared/format/tests/data/v1_5_ranks.oomt"
     );
     let o = run(&["export", "--format", "parquet", golden]);
     assert_eq!(o.status.code(), Some(1));

@@ -13,10 +13,10 @@ mod support;
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
 
-use oomscope_trace::analysis::node::SpikeWhen;
-use oomscope_trace::analysis::recommend::FindingKind;
-use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
+use oomscope_analysis::node::SpikeWhen;
+use oomscope_analysis::recommend::FindingKind;
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_format::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
 use support::{Scratch, collector, read, stderr, torch_python};
 
 const STAGES: [&str; 6] = [
@@ -397,7 +397,7 @@ fn each_rank_gets_its_stage_table_and_a_rank_holding_more_is_named() {
     );
     // A rank seen between torchrun's fork and its exec (a copy of the agent) is read again.
     assert_eq!(of(ProcessRole::Rank), 3, "{roles:?}");
-    let analysed = oomscope_trace::analysis::ranks::ranks_of(&t);
+    let analysed = oomscope_analysis::ranks::ranks_of(&t);
     assert_eq!(analysed.len(), 3, "{analysed:?}");
     let ranks: BTreeSet<Option<u32>> = roles
         .iter()
@@ -839,7 +839,7 @@ fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
     // are <other>.
     assert_eq!((other.3, other.4), ((1..=8u64).sum::<u64>() << 10, 8));
     // The terminal says it, and the OOM finding points at the line.
-    let text = oomscope_trace::text::render(&t, &analysis);
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
     assert!(text.contains("alive at the OOM, by source line:"), "{text}");
     assert!(text.contains("train.py:20 (forward)"), "{text}");
     let finding = analysis
@@ -865,8 +865,7 @@ fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
         "{file}"
     );
     let pickle = s.path(file);
-    let snap =
-        oomscope_trace::snapshot::read_snapshot(&std::fs::read(&pickle).unwrap()[..]).unwrap();
+    let snap = oomscope_snapshot::read_snapshot(&std::fs::read(&pickle).unwrap()[..]).unwrap();
     assert_eq!(snap.segments.len(), 1);
     assert_eq!(snap.segments[0].blocks.len(), 30);
     // The run's report carries it beside the trace.

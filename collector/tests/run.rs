@@ -5,17 +5,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use oomscope_trace::analysis::metrics::MetricKey;
-use oomscope_trace::analysis::recommend::FindingKind;
-use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::codec::tag;
-use oomscope_trace::{CounterKind, ExitStatus, OomSource, TrialOutcome, decode, protocol};
+use oomscope_analysis::metrics::MetricKey;
+use oomscope_analysis::recommend::FindingKind;
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_format::codec::tag;
+use oomscope_format::{CounterKind, ExitStatus, OomSource, TrialOutcome, decode, protocol};
 
 mod support;
 
 use support::{COLLECTOR, Scratch, collector, python_path, read, run, stderr};
 
-const MIB: f64 = support::MIB as f64;
+const MIB: f64 = oomscope_format::units::MIB as f64;
 
 #[test]
 fn host_memory_steps_show_in_the_stage_table() {
@@ -138,7 +138,7 @@ sys.exit(1)
 
 #[test]
 fn an_oom_completed_by_the_lines_after_it_on_stderr() {
-    // NCCL's real lines (shared/tests/data/oom_texts.md, nccl-warn-alloc: NVIDIA/nccl#1235): the
+    // NCCL's real lines (shared/analysis/tests/data/oom_texts.md, nccl-warn-alloc: NVIDIA/nccl#1235): the
     // size is on the line after the error, written together with it.
     let s = Scratch::new("nccl-oom");
     let child = s.script(
@@ -438,7 +438,7 @@ for p in ranks:
         "every mark recorded or counted as dropped"
     );
     assert!(t.marks.len() > 1000, "{}", t.marks.len());
-    let ranks = oomscope_trace::analysis::ranks::ranks_of(&t);
+    let ranks = oomscope_analysis::ranks::ranks_of(&t);
     assert_eq!(
         ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
         [0, 1, 2, 3]
@@ -637,7 +637,7 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
         assert!(!err.contains("panicked"), "{err}");
     }
     // A newer major version names both versions.
-    let mut bytes = oomscope_trace::synth::TrainingRun {
+    let mut bytes = oomscope_testkit::synth::TrainingRun {
         steps: 1,
         ..Default::default()
     }
@@ -646,7 +646,7 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
     let newer = s.path("newer.oomt");
     std::fs::write(&newer, &bytes).unwrap();
     let err = stderr(&run(&["summary", newer.to_str().unwrap()]));
-    let minor = oomscope_trace::codec::FORMAT_MINOR;
+    let minor = oomscope_format::codec::FORMAT_MINOR;
     assert!(
         err.contains(&format!(
             "v9.{minor} is newer than this reader, which reads v1.x"
@@ -654,7 +654,7 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
         "{err}"
     );
     // A truncated trace is summarised with a warning.
-    let whole = oomscope_trace::synth::TrainingRun {
+    let whole = oomscope_testkit::synth::TrainingRun {
         steps: 20,
         ..Default::default()
     }
@@ -670,7 +670,7 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
 fn summary_json_and_exports_agree_with_the_analysis() {
     let s = Scratch::new("exports");
     let trace = s.path("t.oomt");
-    let run_bytes = oomscope_trace::synth::TrainingRun {
+    let run_bytes = oomscope_testkit::synth::TrainingRun {
         steps: 10,
         ..Default::default()
     }
@@ -793,7 +793,7 @@ sys.exit(max(p.wait() for p in ranks))
         .map(|(i, c)| {
             let peak = t
                 .samples
-                .points(oomscope_trace::CounterId(i as u32))
+                .points(oomscope_format::CounterId(i as u32))
                 .map(|(_, v)| v)
                 .max()
                 .unwrap_or(0);
@@ -983,7 +983,7 @@ sys.modules["torch"] = torch
 "#;
 
 /// Records a Python script under the collector; it must exit 0.
-fn record_python(s: &Scratch, script: &Path) -> oomscope_trace::Trace {
+fn record_python(s: &Scratch, script: &Path) -> oomscope_format::Trace {
     let trace = s.path("t.oomt");
     let out = run(&[
         "run",
@@ -1186,7 +1186,7 @@ for names in (oom._RANK_VARS, oom._LOCAL_RANK_VARS, oom._WORLD_SIZE_VARS, oom._A
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    use oomscope_trace::launch_env;
+    use oomscope_collector::launch_env;
     let lists: Vec<String> = [
         &launch_env::RANK_VARS[..],
         &launch_env::LOCAL_RANK_VARS,

@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use oomscope_trace::analysis::recommend::FindingKind;
-use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::{Phase, Trace};
+use oomscope_analysis::recommend::FindingKind;
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_format::{Phase, Trace};
 
 mod support;
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use oomscope_trace::Trace;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::verdict::Spotlight;
+use oomscope_analysis::Analysis;
+use oomscope_analysis::render::verdict::Spotlight;
+use oomscope_format::Trace;
 
 use crate::browser;
 use crate::job::JobReport;
@@ -239,7 +239,7 @@ pub fn App(
                         o.analysis
                             .get()
                             .zip(o.loaded.trace.clone())
-                            .map(|(a, t)| oomscope_trace::verdict::verdict(&t, &a).short)
+                            .map(|(a, t)| oomscope_analysis::render::verdict::verdict(&t, &a).short)
                             // The report's own verdict until then.
                             .or_else(|| o.loaded.verdict.as_ref().map(|v| v.short.clone()))
                             .or_else(|| {
@@ -332,7 +332,7 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
     let analysed = move || match analysis.get() {
         None => view! { <p id="analysing" class="hint">"analysing…"</p> }.into_any(),
         Some(a) => {
-            let spotlight = oomscope_trace::verdict::spotlight(&analysed_trace, &a);
+            let spotlight = oomscope_analysis::render::verdict::spotlight(&analysed_trace, &a);
             view! {
                 <Findings findings=a.findings.clone() id="findings"
                     empty="Nothing to change: no rule found a problem in this trace."/>

@@ -10,9 +10,9 @@ use std::rc::Rc;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use leptos::prelude::{RwSignal, Set as _};
-use oomscope_trace::report_page::trace_element_id;
-use oomscope_trace::units::{format_bytes, format_count};
-use oomscope_trace::verdict::Verdict;
+use oomscope_analysis::render::verdict::Verdict;
+use oomscope_analysis::report_page::trace_element_id;
+use oomscope_format::units::{format_bytes, format_count};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
@@ -76,7 +76,7 @@ pub fn embedded_snapshots() -> (Vec<NamedSnapshot>, Vec<EmbeddedSnapshot>) {
         return (now, later);
     };
     for i in 0.. {
-        let id = oomscope_trace::report_page::snapshot_element_id(i);
+        let id = oomscope_analysis::report_page::snapshot_element_id(i);
         let Some(el) = doc.get_element_by_id(&id) else {
             break;
         };
@@ -116,7 +116,7 @@ impl EmbeddedSnapshot {
 
     /// Read and analysed in the page, at once.
     fn read_here(self) -> Loaded {
-        match oomscope_trace::report_page::unpack(self.bytes, self.encoding.as_deref()) {
+        match oomscope_analysis::report_page::unpack(self.bytes, self.encoding.as_deref()) {
             Ok(bytes) => Loaded::decode(self.name, &bytes, None),
             Err(e) => Loaded::failed(self.name, e),
         }
@@ -152,7 +152,7 @@ pub fn embedded_snapshot() -> Option<EmbeddedSnapshot> {
         .collect();
     let head = STANDARD.decode(&head[..head.len() / 4 * 4]).ok()?;
     let encoding = el.get_attribute("data-encoding");
-    if !oomscope_trace::report_page::holds_snapshot(&head, encoding.as_deref()) {
+    if !oomscope_analysis::report_page::holds_snapshot(&head, encoding.as_deref()) {
         return None;
     }
     EmbeddedSnapshot::of(&el)
@@ -206,7 +206,7 @@ fn embedded_trace(id: &str) -> Option<Loaded> {
     let notice = attr("data-notice");
     let encoding = el.get_attribute("data-encoding");
     let bytes = embedded_bytes(&el)
-        .and_then(|b| oomscope_trace::report_page::unpack(b, encoding.as_deref()));
+        .and_then(|b| oomscope_analysis::report_page::unpack(b, encoding.as_deref()));
     let mut loaded = match bytes {
         Ok(bytes) => Loaded::decode(name, &bytes, notice),
         Err(e) => Loaded::failed(name, e),
@@ -226,7 +226,7 @@ pub async fn read_file(file: web_sys::File, progress: RwSignal<Option<String>>) 
     let head = read_slice(&file, 0.0, file.size().min(2.0)).await;
     if head
         .as_deref()
-        .is_ok_and(oomscope_trace::snapshot::looks_like_pickle)
+        .is_ok_and(oomscope_snapshot::looks_like_pickle)
     {
         // Off the page's thread where a worker can be started, else a slice at a time here.
         return match crate::worker::read(&name, crate::worker::Source::File(file.clone()), progress)
@@ -268,7 +268,7 @@ async fn read_slice(file: &web_sys::Blob, from: f64, to: f64) -> Result<Vec<u8>,
     Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
-/// Reads a memory snapshot slice by slice ([`oomscope_trace::snapshot::SnapshotParser`]): the
+/// Reads a memory snapshot slice by slice ([`oomscope_snapshot::SnapshotParser`]): the
 /// file is never held whole, and between slices the page redraws `progress`.
 async fn read_snapshot_in_slices(
     name: String,
@@ -276,7 +276,7 @@ async fn read_snapshot_in_slices(
     progress: RwSignal<Option<String>>,
 ) -> Loaded {
     let size = file.size();
-    let mut parser = oomscope_trace::snapshot::SnapshotParser::default();
+    let mut parser = oomscope_snapshot::SnapshotParser::default();
     let mut at = 0.0;
     let result = loop {
         if at < size {
@@ -308,7 +308,7 @@ async fn read_snapshot_in_slices(
         Ok(s) => s,
         Err(e) => return Loaded::failed(name, e.to_string()),
     };
-    let analysis = oomscope_trace::snapshot::analysis::analyze_snapshot(&snapshot);
+    let analysis = oomscope_analysis::snapshot::analysis::analyze_snapshot(&snapshot);
     record_time("data-snapshot-analysis-ms");
     progress.set(Some(format!("drawing {name}…")));
     yield_to_page().await;

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use leptos::html::Canvas;
 use leptos::prelude::*;
 
-use oomscope_trace::units::format_bytes;
+use oomscope_format::units::format_bytes;
 use plotters::coord::Shift;
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::AnalysisOptions;
-use oomscope_trace::analysis::ranks::{JobTrace, RankAnalysis, analyze_job};
-use oomscope_trace::analysis::recommend::job_findings;
-use oomscope_trace::text::trace_about;
+use oomscope_analysis::AnalysisOptions;
+use oomscope_analysis::ranks::{JobTrace, RankAnalysis, analyze_job};
+use oomscope_analysis::recommend::job_findings;
+use oomscope_analysis::render::job::trace_about;
 
 use crate::app::{Opened, Report};
 use crate::load::Loaded;

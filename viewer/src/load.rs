@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
-use oomscope_trace::analysis::{Analysis, AnalysisOptions, analyze};
-use oomscope_trace::report_page::trace_in_report;
-use oomscope_trace::snapshot::analysis::{SnapshotAnalysis, analyze_snapshot};
-use oomscope_trace::snapshot::timeline::{StackedTimeline, stacked_by_site};
-use oomscope_trace::snapshot::wire::Parts;
-use oomscope_trace::snapshot::{Snapshot, SnapshotError, SnapshotParser, looks_like_pickle};
-use oomscope_trace::verdict::Verdict;
-use oomscope_trace::{Trace, decode};
+use oomscope_analysis::render::verdict::Verdict;
+use oomscope_analysis::report_page::trace_in_report;
+use oomscope_analysis::snapshot::analysis::{SnapshotAnalysis, analyze_snapshot};
+use oomscope_analysis::snapshot::wire::Parts;
+use oomscope_analysis::{Analysis, AnalysisOptions, analyze};
+use oomscope_format::{Trace, decode};
+use oomscope_snapshot::timeline::{StackedTimeline, stacked_by_site};
+use oomscope_snapshot::{Snapshot, SnapshotError, SnapshotParser, looks_like_pickle};
 
 /// A PyTorch memory snapshot, read and analysed.
 #[derive(Debug)]
@@ -238,7 +238,7 @@ mod tests {
     }
 
     use super::*;
-    use oomscope_trace::synth::TrainingRun;
+    use oomscope_testkit::synth::TrainingRun;
 
     #[test]
     fn truncated_trace_keeps_its_prefix_and_says_so() {

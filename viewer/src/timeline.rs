@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::analysis::series::{BlockIndex, Bucket, decimate_indexed, decimate_points};
-use oomscope_trace::units::{format_bytes, format_duration_us};
-use oomscope_trace::{Phase, Trace};
+use oomscope_analysis::series::{BlockIndex, Bucket, decimate_indexed, decimate_points};
+use oomscope_format::units::{format_bytes, format_duration_us};
+use oomscope_format::{Phase, Trace};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};

@@ -5,11 +5,11 @@
 //! formatted text (`data-*` attributes) so the browser tests compare exact figures with
 //! `collector summary --json`, not rounded strings.
 
-use oomscope_trace::analysis::leaks::{LimitBasis, limit_of};
-use oomscope_trace::analysis::marks::mark_at_or_before;
-use oomscope_trace::analysis::metrics::Metric;
-use oomscope_trace::units::{format_bytes, format_duration_us, format_signed_bytes};
-use oomscope_trace::{CounterId, CounterKind, Phase, Trace};
+use oomscope_analysis::leaks::{LimitBasis, limit_of};
+use oomscope_analysis::marks::mark_at_or_before;
+use oomscope_analysis::metrics::Metric;
+use oomscope_format::units::{format_bytes, format_duration_us, format_signed_bytes};
+use oomscope_format::{CounterId, CounterKind, Phase, Trace};
 
 /// A counter the timeline draws.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub fn plotted_counters(trace: &Trace) -> Vec<Plotted> {
         let has_data = trace
             .samples
             .column(id)
-            .is_some_and(|col| col.iter().any(|v| *v != oomscope_trace::MISSING));
+            .is_some_and(|col| col.iter().any(|v| *v != oomscope_format::MISSING));
         if shown && has_data {
             out.push(Plotted {
                 id,
@@ -226,7 +226,7 @@ impl YAxis {
 /// Stage names in first-appearance order, each with a palette index that never changes while
 /// panning or zooming (the legend and the bands share it).
 pub fn stage_colors(trace: &Trace) -> Vec<(String, usize)> {
-    oomscope_trace::analysis::stages::stage_names(trace)
+    oomscope_analysis::stages::stage_names(trace)
         .into_iter()
         .enumerate()
         .map(|(i, name)| (name, (i + 3) % PALETTE.len()))
@@ -337,12 +337,9 @@ pub struct StepChartData {
 
 /// The per-step chart of `trace`: the first leak's metric and stage when there is a leak, else the
 /// primary metric; `None` with fewer than two training steps.
-pub fn step_chart(
-    trace: &Trace,
-    analysis: &oomscope_trace::analysis::Analysis,
-) -> Option<StepChartData> {
-    use oomscope_trace::analysis::metrics::{MarkValues, primary_metric};
-    use oomscope_trace::analysis::stages::step_rows;
+pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Option<StepChartData> {
+    use oomscope_analysis::metrics::{MarkValues, primary_metric};
+    use oomscope_analysis::stages::step_rows;
     let leak = analysis.leaks().next();
     let metric = match leak {
         Some(f) => {
@@ -479,8 +476,8 @@ pub fn bytes_text(v: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use oomscope_trace::decode;
-    use oomscope_trace::synth::TrainingRun;
+    use oomscope_format::decode;
+    use oomscope_testkit::synth::TrainingRun;
 
     fn run(leak: u64) -> Trace {
         let r = TrainingRun {
@@ -616,7 +613,7 @@ mod tests {
     fn stage_colours_are_the_trace_s_not_the_window_s() {
         let t = run(0);
         let colors = stage_colors(&t);
-        let names = oomscope_trace::analysis::stages::stage_names(&t);
+        let names = oomscope_analysis::stages::stage_names(&t);
         assert_eq!(colors.len(), names.len());
         // A window that starts at the third stage still colours the first stage the same.
         let spans = stage_spans(&t, t.marks[2].t_us, t.marks[12].t_us, 100).unwrap();
@@ -643,7 +640,7 @@ mod tests {
     #[test]
     fn the_step_chart_carries_the_leak_to_the_limit() {
         let t = run(256 << 20);
-        let a = oomscope_trace::analysis::analyze(&t, &Default::default());
+        let a = oomscope_analysis::analyze(&t, &Default::default());
         let d = step_chart(&t, &a).unwrap();
         let f = a.leaks().next().unwrap();
         assert_eq!(d.metric, f.metric.label());
@@ -658,7 +655,7 @@ mod tests {
         assert!(d.stages.iter().all(|(_, _, pts)| pts.len() >= 40));
 
         let clean = run(0);
-        let a = oomscope_trace::analysis::analyze(&clean, &Default::default());
+        let a = oomscope_analysis::analyze(&clean, &Default::default());
         let d = step_chart(&clean, &a).unwrap();
         assert!(d.fit.is_none() && d.projection.is_none());
     }

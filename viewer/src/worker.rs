@@ -1,6 +1,6 @@
 //! Reading a memory snapshot in a Web Worker, so that even a 1 GB pickle never stops the page:
 //! the worker reads, analyses and builds the stacked timelines, the page only shows progress and
-//! then takes the result a chunk at a time ([`oomscope_trace::snapshot::wire`]).
+//! then takes the result a chunk at a time ([`oomscope_analysis::snapshot::wire`]).
 //!
 //! The worker runs the page's own code, so a report needs no second file and no network: the
 //! page makes it from its module script's text up to [`GLUE_END`] (wasm-bindgen's glue, made a
@@ -15,10 +15,10 @@
 use futures::StreamExt as _;
 use futures::channel::mpsc;
 use leptos::prelude::{RwSignal, Set as _};
-use oomscope_trace::report_page::GLUE_END;
-use oomscope_trace::snapshot::SnapshotParser;
-use oomscope_trace::snapshot::analysis::analyze_snapshot;
-use oomscope_trace::snapshot::wire::{self, Parts, Receiver};
+use oomscope_analysis::report_page::GLUE_END;
+use oomscope_analysis::snapshot::analysis::analyze_snapshot;
+use oomscope_analysis::snapshot::wire::{self, Parts, Receiver};
+use oomscope_snapshot::SnapshotParser;
 use wasm_bindgen::JsCast as _;
 use wasm_bindgen::JsValue;
 use wasm_bindgen::closure::Closure;
@@ -307,7 +307,7 @@ fn answer(request: &JsValue, scope: &web_sys::DedicatedWorkerGlobalScope) -> Res
     } else {
         let bytes = js_sys::Uint8Array::new(&get(request, "bytes")).to_vec();
         let encoding = get(request, "encoding").as_string();
-        let bytes = oomscope_trace::report_page::unpack(bytes, encoding.as_deref())?;
+        let bytes = oomscope_analysis::report_page::unpack(bytes, encoding.as_deref())?;
         let size = bytes.len() as u64;
         let next = move |at: u64| {
             let from = at.min(size) as usize;

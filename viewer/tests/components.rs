@@ -6,7 +6,7 @@
 #![cfg(target_arch = "wasm32")]
 
 use leptos::prelude::*;
-use oomscope_trace::synth::TrainingRun;
+use oomscope_testkit::synth::TrainingRun;
 use oomscope_viewer::App;
 use oomscope_viewer::load::{Loaded, analyse};
 use wasm_bindgen::JsCast as _;
@@ -142,14 +142,14 @@ async fn zoom_buttons_redraw_and_whole_run_restores_the_chart() {
 
 #[wasm_bindgen_test]
 async fn recorded_markup_is_text() {
-    use oomscope_trace::{Metadata, Note, Phase, Record, StageMark, TraceWriter};
+    use oomscope_format::{Metadata, Note, Phase, Record, StageMark, TraceWriter};
     let meta = Metadata {
         command: vec!["<b>bold</b>".into(), "<img src=x onerror=alert(1)>".into()],
         ..Metadata::default()
     };
     let mut w = TraceWriter::new(Vec::new(), &meta).unwrap();
     let rss = w
-        .declare_counter(oomscope_trace::CounterKind::HostRss, None)
+        .declare_counter(oomscope_format::CounterKind::HostRss, None)
         .unwrap();
     for step in 0..3 {
         w.sample(step * 1000 + 1, &[(rss, 100 << 20)]).unwrap();

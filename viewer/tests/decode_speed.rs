@@ -1,12 +1,12 @@
 //! Decode throughput of the 1-hour 1 kHz benchmark trace inside the browser, for BENCHMARKS.md
-//! (beside the native figure from `cargo run --release -p oomscope-trace --example measure`).
+//! (beside the native figure from `cargo run --release -p oomscope-analysis --example measure`).
 //! Ignored by default (it is a measurement, and slow in debug builds); run it in release:
 //!
 //! `CHROMEDRIVER=/usr/bin/chromedriver cargo test --release -p oomscope-viewer --target wasm32-unknown-unknown --test decode_speed -- --include-ignored --nocapture`
 #![cfg(target_arch = "wasm32")]
 
-use oomscope_trace::decode;
-use oomscope_trace::synth::TrainingRun;
+use oomscope_format::decode;
+use oomscope_testkit::synth::TrainingRun;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);

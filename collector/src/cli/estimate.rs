@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use oomscope_trace::text;
 
 use super::write_stdout;
 use crate::gpu::GpuSelection;
@@ -131,13 +130,13 @@ fn parse_count(text: &str) -> Result<u64, String> {
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    oomscope_trace::units::parse_bytes(text)
+    oomscope_format::units::parse_bytes(text)
         .ok_or_else(|| format!("`{text}` is not a size (e.g. 80GiB, 310MiB, 1073741824)"))
 }
 
 /// Reads a safetensors file's header: its parameter count and a description.
 fn safetensors_parameters(path: &std::path::Path) -> Result<(u64, String)> {
-    use oomscope_trace::estimate::{MAX_SAFETENSORS_HEADER_BYTES, parse_safetensors_header};
+    use crate::estimate::{MAX_SAFETENSORS_HEADER_BYTES, parse_safetensors_header};
     let mut file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let len = file.metadata()?.len();
@@ -156,7 +155,7 @@ fn safetensors_parameters(path: &std::path::Path) -> Result<(u64, String)> {
     let dtypes: Vec<&str> = s.parameters_by_dtype.keys().map(String::as_str).collect();
     let what = format!(
         "{} parameters in {} tensors ({}) from {}",
-        oomscope_trace::units::format_count(s.parameters),
+        oomscope_format::units::format_count(s.parameters),
         s.tensors,
         dtypes.join(", "),
         path.display()
@@ -165,7 +164,7 @@ fn safetensors_parameters(path: &std::path::Path) -> Result<(u64, String)> {
 }
 
 pub fn estimate(args: &EstimateArgs) -> Result<i32> {
-    use oomscope_trace::estimate::{
+    use crate::estimate::{
         Activations, EstimateInput, ModelConfig, Optimizer, Precision, Sharding, estimate,
     };
     let config = args
@@ -181,13 +180,16 @@ pub fn estimate(args: &EstimateArgs) -> Result<i32> {
         (Some(path), _, _) => safetensors_parameters(path)?,
         (None, Some(params), _) => (
             params,
-            format!("{} parameters", oomscope_trace::units::format_count(params)),
+            format!(
+                "{} parameters",
+                oomscope_format::units::format_count(params)
+            ),
         ),
         (None, None, Some(c)) => (
             c.parameters(),
             format!(
                 "{} parameters from {}",
-                oomscope_trace::units::format_count(c.parameters()),
+                oomscope_format::units::format_count(c.parameters()),
                 args.model_config
                     .as_ref()
                     .map(|p| p.display().to_string())
@@ -278,7 +280,7 @@ pub fn estimate(args: &EstimateArgs) -> Result<i32> {
                 }
             ));
         }
-        text::render_estimate(&e, &what)
+        crate::estimate::render_estimate(&e, &what)
     };
     write_stdout(out.as_bytes())?;
     Ok(0)

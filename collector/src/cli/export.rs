@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
-use oomscope_trace::export::{to_chrome_json, to_csv};
+use oomscope_analysis::export::{to_chrome_json, to_csv};
 
 use super::write_stdout;
 use crate::trace_file::{open_snapshot, read_trace};
@@ -79,7 +79,8 @@ pub fn export(args: &ExportArgs) -> Result<i32> {
 /// A PyTorch memory snapshot's timeline: a row (or a counter event) per trace entry, written as
 /// it is replayed.
 fn snapshot(path: &Path, file: BufReader<File>, args: &ExportArgs) -> Result<i32> {
-    use oomscope_trace::snapshot::{export, read_snapshot};
+    use oomscope_analysis::snapshot::export;
+    use oomscope_snapshot::read_snapshot;
     let snap = read_snapshot(file).with_context(|| format!("cannot open {}", path.display()))?;
     for w in &snap.warnings {
         crate::ui::warning(w);
@@ -117,8 +118,8 @@ fn format_name(format: ExportFormat) -> String {
 
 #[cfg(feature = "parquet")]
 fn parquet(traces: &[PathBuf], out: &Path) -> Result<i32> {
-    use oomscope_trace::analysis::{AnalysisOptions, analyze};
-    use oomscope_trace::fleet;
+    use crate::fleet;
+    use oomscope_analysis::{AnalysisOptions, analyze};
 
     let files = super::summary::trace_files(traces)?;
     if out.is_file() {
@@ -176,7 +177,7 @@ fn parquet(traces: &[PathBuf], out: &Path) -> Result<i32> {
         "wrote {} run{} ({rows} rows, {}) into {}: query with read_parquet('{}/<table>/*/*.parquet')",
         exported.len(),
         if exported.len() == 1 { "" } else { "s" },
-        oomscope_trace::units::format_bytes(bytes),
+        oomscope_format::units::format_bytes(bytes),
         out.display(),
         out.display()
     ));

@@ -72,7 +72,7 @@ pub fn report(args: &ReportArgs) -> Result<i32> {
     crate::ui::info(&format!(
         "report: {} ({})",
         output.display(),
-        oomscope_trace::units::format_bytes(bytes as u64)
+        oomscope_format::units::format_bytes(bytes as u64)
     ));
     write_stdout(format!("{}\n", output.display()).as_bytes())?;
     Ok(0)

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::text;
+use oomscope_analysis::render;
+use oomscope_analysis::{AnalysisOptions, analyze};
 
 use crate::gpu::GpuSelection;
 use crate::run::RunOptions;
@@ -85,7 +85,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
             Ok(decoded) => {
                 let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
                 report.push('\n');
-                report.push_str(&text::render_brief(&decoded.trace, &analysis));
+                report.push_str(&render::summary::render_brief(&decoded.trace, &analysis));
                 for w in &decoded.warnings {
                     report.push_str(&format!("warning: {w}\n"));
                 }
@@ -135,12 +135,12 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 /// whether it must be a new file.
 fn output_path(path: &std::path::Path) -> Result<(PathBuf, bool)> {
     let text = path.to_string_lossy();
-    if !oomscope_trace::launch_env::is_template(&text) {
+    if !crate::launch_env::is_template(&text) {
         return Ok((path.to_owned(), false));
     }
     let env: Vec<(String, String)> = std::env::vars().collect();
     let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    let filled = oomscope_trace::launch_env::expand_template(
+    let filled = crate::launch_env::expand_template(
         &text,
         lookup,
         &crate::run::recording::host_name(),

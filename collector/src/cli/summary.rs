@@ -7,9 +7,9 @@ use std::io::BufReader;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use oomscope_trace::analysis::ranks::{JobTrace, analyze_job};
-use oomscope_trace::analysis::{AnalysisOptions, analyze};
-use oomscope_trace::text;
+use oomscope_analysis::ranks::{JobTrace, analyze_job};
+use oomscope_analysis::render;
+use oomscope_analysis::{AnalysisOptions, analyze};
 use serde::Serialize;
 
 use super::write_stdout;
@@ -42,7 +42,7 @@ struct SummaryJson<'a> {
     trace: String,
     format_version: String,
     warnings: Vec<String>,
-    analysis: &'a oomscope_trace::analysis::Analysis,
+    analysis: &'a oomscope_analysis::Analysis,
 }
 
 pub fn summary(args: &SummaryArgs) -> Result<i32> {
@@ -82,7 +82,7 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
                 out.push_str(&format!("note: {}: {n}\n", name.display()));
             }
         }
-        out.push_str(&text::render_compare(
+        out.push_str(&render::compare::render_compare(
             &path.display().to_string(),
             &analysis,
             &other.display().to_string(),
@@ -111,7 +111,7 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
         if let Some(n) = &a_notice {
             text.push_str(&format!("note: {n}\n"));
         }
-        text.push_str(&text::render(&decoded.trace, &analysis));
+        text.push_str(&render::summary::render(&decoded.trace, &analysis));
         text
     };
     if !out.ends_with('\n') {
@@ -160,8 +160,8 @@ fn collect(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> std::io::Result<()>
 struct JobJson<'a> {
     schema_version: u32,
     traces: Vec<String>,
-    ranks: &'a oomscope_trace::analysis::ranks::RankAnalysis,
-    findings: Vec<oomscope_trace::analysis::recommend::Finding>,
+    ranks: &'a oomscope_analysis::ranks::RankAnalysis,
+    findings: Vec<oomscope_analysis::recommend::Finding>,
 }
 
 /// Several traces of one job, side by side.
@@ -185,7 +185,7 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
             schema_version: SUMMARY_SCHEMA_VERSION,
             traces: names,
             ranks: &analysis,
-            findings: oomscope_trace::analysis::recommend::job_findings(&analysis),
+            findings: oomscope_analysis::recommend::job_findings(&analysis),
         };
         serde_json::to_string_pretty(&doc).context("encoding the summary as JSON failed")?
     } else {
@@ -198,9 +198,9 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
         let sources: Vec<(String, String)> = decoded
             .iter()
             .zip(&names)
-            .map(|(d, name)| (name.clone(), text::trace_about(&d.trace)))
+            .map(|(d, name)| (name.clone(), render::job::trace_about(&d.trace)))
             .collect();
-        text.push_str(&text::render_job(&sources, &analysis));
+        text.push_str(&render::job::render_job(&sources, &analysis));
         text
     };
     if !out.ends_with('\n') {
@@ -219,14 +219,14 @@ struct SnapshotJson<'a> {
     frames: usize,
     stacks: usize,
     warnings: &'a [String],
-    analysis: &'a oomscope_trace::snapshot::analysis::SnapshotAnalysis,
+    analysis: &'a oomscope_analysis::snapshot::analysis::SnapshotAnalysis,
 }
 
 /// `collector summary snap.pickle`: a PyTorch memory snapshot read in one streaming pass.
 fn snapshot_summary(path: &std::path::Path, file: BufReader<File>, json: bool) -> Result<i32> {
-    use oomscope_trace::snapshot::{
-        analysis::analyze_snapshot, read_snapshot, text::render_snapshot,
-    };
+    use oomscope_analysis::render::snapshot::render_snapshot;
+    use oomscope_analysis::snapshot::analysis::analyze_snapshot;
+    use oomscope_snapshot::read_snapshot;
     let snap = read_snapshot(file).with_context(|| format!("cannot open {}", path.display()))?;
     let analysis = analyze_snapshot(&snap);
     let mut out = if json {

@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex};
 
 use super::Event;
 use super::shared_state::RunState;
-use oomscope_trace::Record;
-use oomscope_trace::launcher_text::{ChildFailedSummary, SlurmOom, rank_prefix, slurm_oom};
-use oomscope_trace::oom_text::{recognise, recognise_text};
+use crate::launcher_text::{ChildFailedSummary, SlurmOom, rank_prefix, slurm_oom};
+use oomscope_analysis::oom_text::{recognise, recognise_text};
+use oomscope_format::Record;
 
 /// Pid of the child, read by the signal handler (0 before it exists).
 static CHILD_PID: AtomicI32 = AtomicI32::new(0);
@@ -151,9 +151,9 @@ fn slurm_line(line: &str, kills: &mut usize, state: &RunState, events: &SyncSend
         let first = *kills == 0 && tasks.len() == 1;
         *kills += tasks.len();
         for &task in &tasks {
-            let mut oom = oomscope_trace::OomEvent::new(
+            let mut oom = oomscope_format::OomEvent::new(
                 t_us,
-                oomscope_trace::OomSource::LauncherKill,
+                oomscope_format::OomSource::LauncherKill,
                 line.trim().to_owned(),
             );
             oom.rank = Some(task);
@@ -161,17 +161,17 @@ fn slurm_line(line: &str, kills: &mut usize, state: &RunState, events: &SyncSend
             let _ = events.send(Event::StderrOom(oom));
         }
         records.extend(tasks.into_iter().map(|task| {
-            Record::ProcessEnd(oomscope_trace::ProcessEnd {
+            Record::ProcessEnd(oomscope_format::ProcessEnd {
                 t_us,
                 rank: Some(task),
-                status: Some(oomscope_trace::ExitStatus::Signal(9)),
+                status: Some(oomscope_format::ExitStatus::Signal(9)),
                 first_failure: first,
                 from_launcher: true,
-                ..oomscope_trace::ProcessEnd::default()
+                ..oomscope_format::ProcessEnd::default()
             })
         }));
     } else {
-        records.push(Record::Note(oomscope_trace::Note {
+        records.push(Record::Note(oomscope_format::Note {
             t_us,
             text: line.trim().to_owned(),
         }));

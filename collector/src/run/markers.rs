@@ -18,7 +18,7 @@ use anyhow::{Context, Result};
 
 use super::Event;
 use super::shared_state::RunState;
-use crate::protocol::{Message, parse_datagram};
+use oomscope_format::protocol::{Message, parse_datagram};
 
 /// Kernel receive buffer asked for (the kernel may cap it at `net.core.rmem_max`).
 const RECEIVE_BUFFER_BYTES: libc::c_int = 8 << 20;

@@ -39,10 +39,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_trace::{ExitStatus, OomEvent, OomSource, ProcessExit};
+use oomscope_format::{ExitStatus, OomEvent, OomSource, ProcessExit};
 
 use crate::gpu::{GpuSelection, Gpus};
-use crate::protocol::{Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
+use oomscope_format::protocol::{Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
 pub use recording::Recording;
 use recording::spawn;
 use shared_state::RunState;
@@ -67,7 +67,7 @@ pub enum Event {
     },
     /// Records the collector made itself, complete (who the tree's processes are, their ends):
     /// written as they are.
-    Records(Vec<oomscope_trace::Record>),
+    Records(Vec<oomscope_format::Record>),
     /// The child is gone: write its exit and close the trace.
     Finish {
         /// How it ended.
@@ -75,7 +75,7 @@ pub enum Event {
         /// A probable host OOM kill, when the evidence says so (only without `kills`).
         host_kill: Option<OomEvent>,
         /// The kernel's OOM kills of the program's processes.
-        kills: Vec<oomscope_trace::model::OomKill>,
+        kills: Vec<oomscope_format::OomKill>,
     },
 }
 

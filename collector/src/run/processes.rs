@@ -6,7 +6,7 @@
 //! messages: the zero-code hooks and the helpers send it, and it survives launchers that set the
 //! rank inside the process, like Ray or DeepSpeed's MPI path) and from the environment it was
 //! started with (`/proc/PID/environ`, read once per process with the launchers' variables of
-//! [`oomscope_trace::launch_env`]). The collector's own `RANK` is never taken for the run's: in a
+//! [`crate::launch_env`]). The collector's own `RANK` is never taken for the run's: in a
 //! Kubeflow pod it is the node's index.
 //!
 //! A child with exactly its parent's identity is a worker of that parent (forked and spawned
@@ -16,8 +16,8 @@
 
 use std::collections::HashMap;
 
-use oomscope_trace::launch_env::Identity;
-use oomscope_trace::{ProcessEnd, ProcessInfo, ProcessRole, RankSource, Record};
+use crate::launch_env::Identity;
+use oomscope_format::{ProcessEnd, ProcessInfo, ProcessRole, RankSource, Record};
 
 use crate::host::{environ_of, name_of, parent_of};
 

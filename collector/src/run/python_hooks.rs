@@ -81,7 +81,7 @@ mod tests {
         let hooks = include_str!("../../python/boot/_oomscope_torch.py");
         let declared = format!(
             "OOM_SNAPSHOT_NOTE = {:?}",
-            oomscope_trace::OOM_SNAPSHOT_NOTE
+            oomscope_format::OOM_SNAPSHOT_NOTE
         );
         assert!(hooks.contains(&declared), "{declared}");
         assert_eq!(

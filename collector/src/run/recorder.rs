@@ -12,12 +12,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use oomscope_trace::codec::tag;
-use oomscope_trace::{CounterId, Dropped, Name, OomEvent, Phase, ProcessInfo, Record, TraceWriter};
+use oomscope_format::codec::tag;
+use oomscope_format::{
+    CounterId, Dropped, Name, OomEvent, Phase, ProcessInfo, Record, TraceWriter,
+};
 
 use super::Event;
 use super::shared_state::{PidCounters, RunState};
-use crate::protocol::{self, Message};
+use oomscope_format::protocol::{self, Message};
 
 /// Longest time between two flushes of the trace file.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);

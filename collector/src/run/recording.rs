@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_trace::{
+use oomscope_format::{
     CounterId, CounterKind, GpuInfo, Metadata, OomEvent, ProcessExit, TraceWriter,
 };
 
@@ -181,7 +181,7 @@ impl Recording {
         self,
         exit: ProcessExit,
         host_kill: Option<OomEvent>,
-        kills: Vec<oomscope_trace::model::OomKill>,
+        kills: Vec<oomscope_format::OomKill>,
     ) -> Result<PathBuf> {
         self.state.request_stop();
         let _ = self.sampler.join();

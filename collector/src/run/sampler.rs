@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 
-use oomscope_trace::{CounterId, CounterKind, Record};
+use oomscope_format::{CounterId, CounterKind, Record};
 
 use super::Event;
 use super::markers::MarkerSocket;
 use super::shared_state::{PendingRows, RunState};
 use crate::gpu::Gpus;
 use crate::host::{LastPid, MemInfo, TreeRss, process_tree};
-use crate::protocol::{MAX_DATAGRAM_BYTES, Message};
+use oomscope_format::protocol::{MAX_DATAGRAM_BYTES, Message};
 
 /// Counter ids of one watched GPU.
 #[derive(Debug, Clone, Copy)]
@@ -398,7 +398,7 @@ fn read_pss(
         .iter()
         .filter(|r| Some(r.pid) != tree.first().copied())
     {
-        let record = Record::ProcessMemory(oomscope_trace::model::ProcessMemory {
+        let record = Record::ProcessMemory(oomscope_format::ProcessMemory {
             t_us,
             pid: r.pid,
             private_bytes: r.private_bytes,
@@ -490,7 +490,7 @@ pub fn poll_loop(
             }
             if foreign && !foreign_noted {
                 foreign_noted = true;
-                let note = Record::Note(oomscope_trace::Note {
+                let note = Record::Note(oomscope_format::Note {
                     t_us: state.now_us(),
                     text: FOREIGN_PIDS_NOTE.to_owned(),
                 });

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use oomscope_trace::CounterId;
+use oomscope_format::CounterId;
 
 /// "No reading" in an atomic slot.
 pub const UNKNOWN: u64 = u64::MAX;
@@ -117,12 +117,12 @@ pub struct RunState {
 /// next rows and maps the provisional id to the declared one.
 #[derive(Debug, Default)]
 pub struct PidCounters {
-    ids: std::collections::HashMap<(oomscope_trace::CounterKind, Option<u32>, u32), CounterId>,
+    ids: std::collections::HashMap<(oomscope_format::CounterKind, Option<u32>, u32), CounterId>,
     pending: Vec<PidCounter>,
 }
 
 /// A per-process counter to declare: its provisional id, kind, device and pid.
-pub type PidCounter = (CounterId, oomscope_trace::CounterKind, Option<u32>, u32);
+pub type PidCounter = (CounterId, oomscope_format::CounterKind, Option<u32>, u32);
 
 impl PidCounters {
     /// First provisional id.
@@ -131,7 +131,7 @@ impl PidCounters {
     /// The provisional id of a process's counter (the same one every time).
     pub fn id(
         &mut self,
-        kind: oomscope_trace::CounterKind,
+        kind: oomscope_format::CounterKind,
         device: Option<u32>,
         pid: u32,
     ) -> CounterId {
@@ -192,7 +192,7 @@ impl PendingRows {
 
 impl RunState {
     /// State for a run watching these GPUs.
-    pub fn new(gpus: &[oomscope_trace::GpuInfo], root_pid: u32) -> RunState {
+    pub fn new(gpus: &[oomscope_format::GpuInfo], root_pid: u32) -> RunState {
         let gpu_total_bytes: Vec<u64> = gpus.iter().map(|g| g.total_memory_bytes).collect();
         let gpu_indices = gpus.iter().map(|g| g.index).collect();
         let gpus = gpu_total_bytes.len();
@@ -278,8 +278,8 @@ impl RunState {
     /// any change of the ranks.
     pub fn with_processes(
         &self,
-        f: impl FnOnce(&mut super::processes::Processes) -> Vec<oomscope_trace::Record>,
-    ) -> Vec<oomscope_trace::Record> {
+        f: impl FnOnce(&mut super::processes::Processes) -> Vec<oomscope_format::Record>,
+    ) -> Vec<oomscope_format::Record> {
         let Ok(mut processes) = self.processes.lock() else {
             return Vec::new();
         };

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use oomscope_trace::units::format_bytes;
+use oomscope_format::units::format_bytes;
 
 use super::shared_state::RunState;
 
@@ -122,7 +122,7 @@ mod tests {
     #[test]
     fn the_status_line_names_gpus_by_their_device_index() {
         // `--gpus 2` watches one GPU: it is gpu2, not the first of the list.
-        let gpu = oomscope_trace::GpuInfo {
+        let gpu = oomscope_format::GpuInfo {
             index: 2,
             name: "GPU".into(),
             uuid: "GPU-2".into(),

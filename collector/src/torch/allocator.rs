@@ -5,7 +5,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Mutex;
 
-use oomscope_trace::AllocatorSnapshot;
+use oomscope_format::AllocatorSnapshot;
 
 #[repr(C)]
 #[derive(Default)]

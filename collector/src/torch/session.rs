@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_trace::{
+use oomscope_format::{
     ComponentBreakdown, CounterId, CounterKind, ExitStatus, GradientSummary, Name, NamedBytes,
     Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
 };
@@ -25,9 +25,9 @@ use super::allocator::{self, ObservedOom};
 use super::stats::{PendingGradientStats, gradient_stats, gradient_stats_async, tensor_summary};
 use crate::gpu::{GpuSelection, Gpus};
 use crate::probe::{Probe, rank_from_env};
-use crate::protocol::{self, Message};
 use crate::run::Event;
 use crate::run::recording::{self, ExtraCounters, Recording};
+use oomscope_format::protocol::{self, Message};
 
 /// Default sampling interval of a standalone session.
 const STANDALONE_INTERVAL: Duration = Duration::from_millis(10);
@@ -216,7 +216,7 @@ impl Session {
     }
 
     /// The allocator's statistics now, when CUDA is in use.
-    pub fn allocator_snapshot(&self) -> Option<oomscope_trace::AllocatorSnapshot> {
+    pub fn allocator_snapshot(&self) -> Option<oomscope_format::AllocatorSnapshot> {
         allocator::snapshot(self.cuda_device?).ok()
     }
 
@@ -455,7 +455,7 @@ impl Session {
             .unwrap_or(&text)
             .trim()
             .to_owned();
-        let parsed = oomscope_trace::oom_text::recognise(&first_line);
+        let parsed = oomscope_analysis::oom_text::recognise(&first_line);
         let requested_bytes = observed
             .map(|o| o.requested_bytes)
             .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes))
@@ -663,7 +663,7 @@ mod tests {
             &tch::Tensor::ones([4, 4], (tch::Kind::Float, tch::Device::Cpu)),
         );
         assert_eq!(s.finish().unwrap().as_deref(), Some(path.as_path()));
-        let t = oomscope_trace::decode(&std::fs::read(&path).unwrap())
+        let t = oomscope_format::decode(&std::fs::read(&path).unwrap())
             .unwrap()
             .trace;
         assert_eq!(t.marks.len(), 6);

@@ -7,7 +7,7 @@
 //! step, which cost 12.8% of a 32 ms step on an H100 (scripts/gpu-proof). The small result is
 //! copied into pinned memory behind a CUDA event and read a step later, when it is long there.
 
-use oomscope_trace::{GradientSummary, TensorStats};
+use oomscope_format::{GradientSummary, TensorStats};
 use tch::{Kind, Tensor};
 
 use super::allocator::{DeviceEvent, GradientNormsInFlight, gradient_norms_async};

@@ -7,50 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use oomscope_trace::{Decoded, decode};
+use oomscope_format::{Decoded, decode};
 
 /// The `collector` binary cargo built for these tests.
 pub const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
-/// A mebibyte.
-pub const MIB: u64 = 1 << 20;
 
-/// A scratch directory per test, removed on success (kept after a failure, to look at).
-pub struct Scratch(PathBuf);
-
-impl Scratch {
-    /// A fresh, empty directory named after the test.
-    pub fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("oomscope-it-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.0
-    }
-
-    /// A path inside it.
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-
-    /// Writes a file (a script) and returns its path.
-    pub fn script(&self, name: &str, body: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::write(&path, body).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+pub use oomscope_testkit::Scratch;
 
 /// The test environment's Python (`OOMSCOPE_TORCH_VENV`, made by `scripts/setup-torch.sh`):
 /// PyTorch, and DuckDB for the fleet export's queries.

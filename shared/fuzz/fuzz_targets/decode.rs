@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use oomscope_trace::codec::MAGIC;
+use oomscope_format::codec::MAGIC;
 
 fuzz_target!(|data: &[u8]| {
     // Half the time, graft the input onto a valid header so the fuzzer explores the body.
@@ -17,11 +17,11 @@ fuzz_target!(|data: &[u8]| {
     } else {
         data
     };
-    if let Ok(decoded) = oomscope_trace::decode(input) {
-        let analysis = oomscope_trace::analysis::analyze(
+    if let Ok(decoded) = oomscope_format::decode(input) {
+        let analysis = oomscope_analysis::analyze(
             &decoded.trace,
-            &oomscope_trace::analysis::AnalysisOptions::default(),
+            &oomscope_analysis::AnalysisOptions::default(),
         );
-        let _ = oomscope_trace::text::render(&decoded.trace, &analysis);
+        let _ = oomscope_analysis::render::summary::render(&decoded.trace, &analysis);
     }
 });

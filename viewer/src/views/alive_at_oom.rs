@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::text::{source_line, tensor_count};
-use oomscope_trace::units::{format_bytes, format_count, format_duration_us};
+use oomscope_analysis::Analysis;
+use oomscope_analysis::words::{source_line, tensor_count};
+use oomscope_format::units::{format_bytes, format_count, format_duration_us};
 
 /// One table per OOM that has rows; nothing when none has.
 #[component]

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::text::{allocator_lines, titles};
+use oomscope_analysis::Analysis;
+use oomscope_analysis::render::summary::{allocator_lines, titles};
 
 use super::Lines;
 

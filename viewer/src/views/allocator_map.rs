@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::snapshot::analysis::{site_of, stack_text};
-use oomscope_trace::snapshot::{BlockState, Segment};
-use oomscope_trace::units::{format_bytes, format_count};
+use oomscope_format::units::{format_bytes, format_count};
+use oomscope_snapshot::{BlockState, Segment};
+use oomscope_snapshot::{site_of, stack_text};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
@@ -136,7 +136,7 @@ pub fn AllocatorMap(snap: Arc<OpenSnapshot>, device: u32) -> impl IntoView {
 
 /// Each block of `segment` with its offset from the segment's start: blocks are listed in address
 /// order, and old snapshots give no addresses, so offsets are the sizes before it.
-fn spans(segment: &Segment) -> impl Iterator<Item = (u64, &oomscope_trace::snapshot::Block)> {
+fn spans(segment: &Segment) -> impl Iterator<Item = (u64, &oomscope_snapshot::Block)> {
     segment.blocks.iter().scan(0u64, |at, b| {
         let start = *at;
         *at = at.saturating_add(b.size);

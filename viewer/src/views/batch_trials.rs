@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::analysis::batch_fit::BatchFitMethod;
-use oomscope_trace::units::{format_bytes, format_bytes_f64};
-use oomscope_trace::{Trace, TrialOutcome};
+use oomscope_analysis::Analysis;
+use oomscope_analysis::batch_fit::BatchFitMethod;
+use oomscope_format::units::{format_bytes, format_bytes_f64};
+use oomscope_format::{Trace, TrialOutcome};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
@@ -69,8 +69,8 @@ pub fn BatchTrials(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView 
 
 fn draw_trials(
     canvas: &web_sys::HtmlCanvasElement,
-    trials: &[oomscope_trace::BatchTrial],
-    fit: Option<&oomscope_trace::analysis::batch_fit::BatchFit>,
+    trials: &[oomscope_format::BatchTrial],
+    fit: Option<&oomscope_analysis::batch_fit::BatchFit>,
 ) -> Option<()> {
     let root = CanvasBackend::with_canvas_object(canvas.clone())?.into_drawing_area();
     root.fill(&WHITE).ok()?;

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::Trace;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::analysis::peaks::breakdown_peak;
-use oomscope_trace::units::format_bytes;
+use oomscope_analysis::Analysis;
+use oomscope_analysis::peaks::breakdown_peak;
+use oomscope_format::Trace;
+use oomscope_format::units::format_bytes;
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 

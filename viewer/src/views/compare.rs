@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::Trace;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::analysis::compare::{
+use oomscope_analysis::Analysis;
+use oomscope_analysis::compare::{
     FindingChange, compare_peaks, compare_stages, diff_findings, step_overlay,
 };
-use oomscope_trace::text::{compare_headline, compare_lines, titles};
-use oomscope_trace::units::format_signed_bytes_f64;
+use oomscope_analysis::render::compare::{compare_headline, compare_lines};
+use oomscope_analysis::render::summary::titles;
+use oomscope_format::Trace;
+use oomscope_format::units::format_signed_bytes_f64;
 
 use crate::view_model::{bytes_text, change_text};
 

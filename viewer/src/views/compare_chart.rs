@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::analysis::compare::StepOverlay;
-use oomscope_trace::units::format_count;
+use oomscope_analysis::compare::StepOverlay;
+use oomscope_format::units::format_count;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters_canvas::CanvasBackend;

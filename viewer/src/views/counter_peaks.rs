@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::units::format_bytes;
+use oomscope_analysis::Analysis;
+use oomscope_format::units::format_bytes;
 
 /// Peak of every sampled counter.
 #[component]

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::text::{titles, transition_lines};
-use oomscope_trace::verdict::Spotlight;
+use oomscope_analysis::Analysis;
+use oomscope_analysis::render::summary::{titles, transition_lines};
+use oomscope_analysis::render::verdict::Spotlight;
 
 /// One line per eval; nothing when the run had none.
 #[component]

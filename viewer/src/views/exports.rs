@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::{Trace, export};
+use oomscope_analysis::export;
+use oomscope_format::Trace;
 
 use crate::browser;
 

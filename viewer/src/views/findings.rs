@@ -1,7 +1,7 @@
 //! Findings and what to change, most severe first.
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::recommend::Finding;
+use oomscope_analysis::recommend::Finding;
 
 /// Findings and what to change, most severe first (the analysis sorts them): a trace's
 /// (`#findings`), a rank's (`#rank-findings`) or a job's (`#job-findings`). `empty` says what

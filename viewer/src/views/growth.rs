@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::text::{largest_growth_line, leak_lines, time_trend_lines, titles};
+use oomscope_analysis::Analysis;
+use oomscope_analysis::render::summary::{
+    largest_growth_line, leak_lines, time_trend_lines, titles,
+};
 
 use super::Lines;
 

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::text::{error_line, oom_line, titles};
+use oomscope_analysis::Analysis;
+use oomscope_analysis::render::summary::{error_line, oom_line, titles};
 
 use super::SnapshotReport;
 use crate::browser::NamedSnapshot;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::analysis::ranks::{CurveScale, RankAnalysis, RankCurve};
-use oomscope_trace::units::format_bytes;
+use oomscope_analysis::ranks::{CurveScale, RankAnalysis, RankCurve};
+use oomscope_format::units::format_bytes;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::analysis::ranks::RankAnalysis;
-use oomscope_trace::text::{node_of, rank_ended, rank_highest, rank_imbalance};
-use oomscope_trace::units::{format_bytes, format_count};
+use oomscope_analysis::ranks::RankAnalysis;
+use oomscope_analysis::render::job::{node_of, rank_ended, rank_highest, rank_imbalance};
+use oomscope_format::units::{format_bytes, format_count};
 
 use super::rank_multiples::RankMultiples;
 use super::{Findings, StageTable, opt_num, opt_text};

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::snapshot::Snapshot;
-use oomscope_trace::snapshot::analysis::{DeviceAnalysis, SiteBytes, site_of, stack_text};
-use oomscope_trace::snapshot::text::{about_line, alive_line, device_lines, titles};
-use oomscope_trace::snapshot::timeline::{
+use oomscope_analysis::render::snapshot::{about_line, alive_line, device_lines, titles};
+use oomscope_analysis::snapshot::analysis::{DeviceAnalysis, SiteBytes};
+use oomscope_format::units::{format_bytes, format_count, format_duration_us};
+use oomscope_snapshot::Snapshot;
+use oomscope_snapshot::timeline::{
     AliveAt, StackedPoint, StackedTimeline, alive_at, entry_at, events_of,
 };
-use oomscope_trace::units::{format_bytes, format_count, format_duration_us};
+use oomscope_snapshot::{site_of, stack_text};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::Trace;
-use oomscope_trace::units::format_bytes;
+use oomscope_format::Trace;
+use oomscope_format::units::format_bytes;
 
 /// Latest rows of gradient or tensor statistics listed.
 const STAT_ROWS: usize = 40;

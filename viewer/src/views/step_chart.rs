@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_trace::Trace;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::units::{format_bytes, format_count};
+use oomscope_analysis::Analysis;
+use oomscope_format::Trace;
+use oomscope_format::units::{format_bytes, format_count};
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_trace::Trace;
-use oomscope_trace::analysis::Analysis;
-use oomscope_trace::verdict::verdict;
+use oomscope_analysis::Analysis;
+use oomscope_analysis::render::verdict::verdict;
+use oomscope_format::Trace;
 
 use crate::browser;
 
@@ -20,7 +20,7 @@ use crate::browser;
 pub fn Verdict(
     trace: Arc<Trace>,
     analysis: Option<Arc<Analysis>>,
-    early: Option<oomscope_trace::verdict::Verdict>,
+    early: Option<oomscope_analysis::render::verdict::Verdict>,
 ) -> impl IntoView {
     let (v, from) = match (analysis, early) {
         (Some(analysis), _) => (verdict(&trace, &analysis), "page"),

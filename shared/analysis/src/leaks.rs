@@ -1,0 +1,857 @@
+//! Memory that grows step after step: leaks, and when they will kill the run.
+//!
+//! A healthy training loop returns to the same memory at the same point of every step. A loop
+//! that keeps something per step (a loss tensor appended to a list without `.item()`, a growing
+//! cache, a hook that stores outputs) climbs a little each step and dies hours later. Comparing
+//! the same stage across steps removes the within-step sawtooth, and a robust line fit
+//! ([`robust_line`]) ignores the odd step that ran eval or flushed the cache. A fit is called a
+//! leak only when it is long, straight, rising and large: see [`leak_fits`].
+//!
+//! Only training marks (`Train`, or `Unknown` when the program did not say) are fitted; eval
+//! marks restart their own pattern and are analysed by the phase transitions.
+
+use serde::Serialize;
+
+use crate::fit::robust_line;
+use crate::marks::{StageIndex, is_train};
+use crate::metrics::{
+    MarkValues, Metric, MetricKey, counter_with_data, host_in_use, primary_metric, reserved_metric,
+};
+use oomscope_format::{CounterKind, Trace};
+
+/// Default for the least number of distinct steps a fit needs before it can be called a leak.
+pub const DEFAULT_MIN_STEPS: usize = 20;
+
+/// A fit must explain at least this share of the variance to be called a leak: growth must be
+/// steady, not a few jumps.
+pub const MIN_R_SQUARED: f64 = 0.8;
+
+/// Growth below this over the fitted span is never called a leak (allocator rounding, small
+/// caches warming up).
+pub const MIN_GROWTH_BYTES: u64 = 64 << 20;
+
+/// Growth below this share of the memory limit (device total, or host memory) is not a leak...
+pub const MIN_GROWTH_FRACTION_OF_LIMIT: f64 = 0.01;
+
+/// ...unless the growth is this steady (R²) over at least [`STEADY_MIN_STEPS`] distinct steps
+/// and still rising in its second half (sustained): 4 MiB kept every step for 30 steps is a leak
+/// on any machine, even though 120 MiB is under 1% of a 24 GiB host. Then only
+/// [`MIN_GROWTH_BYTES`] applies.
+pub const STEADY_R_SQUARED: f64 = 0.98;
+
+/// See [`STEADY_R_SQUARED`]. Steps the fit kept: the robust fit drops a warm-up step or two, so
+/// at 30 a real 30-step PyTorch loop keeping 4 MiB a step (R² 0.999, +116 MiB over 28 kept
+/// steps, under both floors on a 24 GiB host) read "no leak across steps". 20 steps stay too
+/// short to call steady.
+pub const STEADY_MIN_STEPS: usize = 25;
+
+/// A short run can show a leak too: most OOM runs die early. With at least this many distinct
+/// steps, a fit with R² ≥ [`SHORT_R_SQUARED`] whose growth continues into its second half
+/// ("sustained": not a warm-up that levelled off) and reaches [`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`]
+/// of the limit (and [`MIN_GROWTH_BYTES`]) is a leak.
+pub const SHORT_MIN_STEPS: usize = 8;
+
+/// See [`SHORT_MIN_STEPS`].
+pub const SHORT_R_SQUARED: f64 = 0.95;
+
+/// See [`SHORT_MIN_STEPS`].
+pub const SHORT_MIN_GROWTH_FRACTION_OF_LIMIT: f64 = 0.005;
+
+/// A run that died of an out-of-memory error of the same memory (GPU for device metrics, host
+/// for RSS) after sustained growth needs only this many steps, with R² ≥ [`MIN_R_SQUARED`] and
+/// the short-run growth floor: the OOM is the evidence the growth mattered.
+pub const BEFORE_OOM_MIN_STEPS: usize = 5;
+
+/// Growth continues when the second half of the points rises at least this share of the whole
+/// fit's slope (a warm-up rises, then stays flat: its second half does not).
+pub const SUSTAINED_SHARE: f64 = 0.5;
+
+/// Two consecutive training points further apart in time than this many times the median time
+/// per step have a pause between them (a checkpoint save, an eval that did not mark): growth
+/// across it belongs to the transition, not to the steps.
+pub const PAUSE_FACTOR: f64 = 3.0;
+
+/// Which evidence made a fit a leak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeakEvidence {
+    /// At least the configured number of steps (default [`DEFAULT_MIN_STEPS`]).
+    Long,
+    /// A short, very straight, sustained fit ([`SHORT_MIN_STEPS`]).
+    Short,
+    /// Sustained growth that ended in an out-of-memory error ([`BEFORE_OOM_MIN_STEPS`]).
+    BeforeOom,
+}
+
+/// Which limit a projection runs into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitBasis {
+    /// The GPU's total memory.
+    DeviceTotal,
+    /// Host memory: the last `MemAvailable` plus the RSS at that time.
+    HostMemory,
+}
+
+/// When a leak fills memory, extrapolating the fitted line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FullProjection {
+    /// The limit.
+    pub limit_bytes: u64,
+    /// What the limit is.
+    pub limit_basis: LimitBasis,
+    /// Highest value of the metric at any training mark of the last fitted step: the leaked
+    /// bytes add to every stage, so the stage that is highest fills memory first.
+    pub current_bytes: u64,
+    /// Steps until the limit at the fitted slope (0 when already there).
+    pub steps_remaining: u64,
+    /// The step at which memory is full.
+    pub full_at_step: u64,
+    /// Mean wall time per step over the fitted marks.
+    pub us_per_step: Option<f64>,
+    /// Wall time until memory is full.
+    pub time_to_full_us: Option<u64>,
+}
+
+/// A line fitted to one metric at one stage across steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GrowthFit {
+    /// Stage name.
+    pub stage: String,
+    /// Metric label.
+    pub metric: MetricKey,
+    /// True when the metric is host memory (RSS) rather than GPU memory.
+    pub host_memory: bool,
+    /// Fitted growth per step.
+    pub slope_bytes_per_step: f64,
+    /// Fitted value at step 0.
+    pub intercept_bytes: f64,
+    /// R² of the final fit.
+    pub r_squared: f64,
+    /// Marks the final fit used.
+    pub points: usize,
+    /// Marks dropped as outliers.
+    pub points_dropped: usize,
+    /// Distinct steps among the marks used.
+    pub steps: usize,
+    /// First step used.
+    pub first_step: u64,
+    /// Last step used.
+    pub last_step: u64,
+    /// Fitted growth from the first to the last step.
+    pub growth_bytes: i64,
+    /// Growth needed to call it a leak.
+    pub min_leak_growth_bytes: u64,
+    /// Growth between training points with nothing else between them, per step: what the steps
+    /// themselves keep. Equal to the slope when there are no transitions.
+    pub train_slope_bytes_per_step: f64,
+    /// Growth across transitions (an eval, or a pause such as a checkpoint save, between two
+    /// consecutive training points): what the transitions keep.
+    pub transition_growth_bytes: i64,
+    /// Transitions between the fitted points.
+    pub transitions: usize,
+    /// The second half of the points still rises (see [`SUSTAINED_SHARE`]).
+    pub sustained: bool,
+    /// Long, straight, rising and large enough, with the growth inside training steps: see
+    /// [`leak_fits`].
+    pub is_leak: bool,
+    /// Which evidence made it a leak.
+    pub evidence: Option<LeakEvidence>,
+    /// When memory is full (leaks with a known limit only).
+    pub projection: Option<FullProjection>,
+}
+
+/// One mark's contribution to a fit.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    mark: usize,
+    step: u64,
+    value: u64,
+    t_us: u64,
+}
+
+/// The metrics fitted: the primary metric, the allocator's reserved bytes, and the host RSS.
+fn fitted_metrics(trace: &Trace) -> Vec<Metric> {
+    let mut metrics: Vec<Metric> = Vec::new();
+    let candidates = [
+        primary_metric(trace),
+        reserved_metric(trace),
+        host_in_use(trace).map(Metric::Counter),
+    ];
+    for metric in candidates.into_iter().flatten() {
+        if !metrics.contains(&metric) {
+            metrics.push(metric);
+        }
+    }
+    metrics
+}
+
+/// Fits every (stage, metric) pair of training marks that spans at least
+/// [`BEFORE_OOM_MIN_STEPS`] distinct steps, stage by stage in first-appearance order.
+///
+/// The evidence a leak needs scales with its strength. A fit with a positive slope is a leak
+/// when the growth inside training steps (`train_slope × span`, so that memory kept only at
+/// eval or at pauses is the transitions' and not a per-step leak) reaches the growth floor, and
+/// one of:
+/// - **long**: ≥ `min_steps` distinct steps, R² ≥ [`MIN_R_SQUARED`], growth ≥ max([`MIN_GROWTH_BYTES`],
+///   [`MIN_GROWTH_FRACTION_OF_LIMIT`] × limit), or only [`MIN_GROWTH_BYTES`] when steady
+///   ([`STEADY_R_SQUARED`] over [`STEADY_MIN_STEPS`] steps);
+/// - **short**: ≥ [`SHORT_MIN_STEPS`], R² ≥ [`SHORT_R_SQUARED`], sustained, growth ≥
+///   max([`MIN_GROWTH_BYTES`], [`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`] × limit);
+/// - **before an OOM**: ≥ [`BEFORE_OOM_MIN_STEPS`], R² ≥ [`MIN_R_SQUARED`], sustained, the short
+///   growth floor, and the run died of an OOM of that memory.
+///
+/// Leaks get a [`FullProjection`] when the limit is known. Linear in the number of marks.
+pub fn leak_fits(
+    trace: &Trace,
+    values: &MarkValues,
+    stages: &StageIndex,
+    min_steps: usize,
+) -> Vec<GrowthFit> {
+    let metrics: Vec<(Metric, usize)> = fitted_metrics(trace)
+        .into_iter()
+        .filter_map(|m| values.index_of(m).map(|i| (m, i)))
+        .collect();
+    let stage_count = stages.names().len();
+    // Non-training marks before each mark: two training points with a different count between
+    // them have an eval (or another phase) between them.
+    let mut outside_train = Vec::with_capacity(trace.marks.len() + 1);
+    outside_train.push(0u32);
+    for mark in &trace.marks {
+        let last = *outside_train.last().unwrap_or(&0);
+        outside_train.push(last + u32::from(!is_train(mark.phase)));
+    }
+    let (gpu_oom, host_oom) = died_of_oom(trace);
+    let mut out = Vec::new();
+    for &(metric, index) in &metrics {
+        let limit = limit_of(trace, metric);
+        let host = metric.is_host(trace);
+        let context = FitContext {
+            limit,
+            min_steps,
+            died_of_oom: if host { host_oom } else { gpu_oom },
+            outside_train: &outside_train,
+        };
+        // One pass over the marks sorts the points into their stages.
+        let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
+        for (i, (mark, value)) in trace.marks.iter().zip(values.column(index)).enumerate() {
+            if let Some(value) = *value
+                && is_train(mark.phase)
+            {
+                per_stage[stages.of_mark(i)].push(Point {
+                    mark: i,
+                    step: mark.step,
+                    value,
+                    t_us: mark.t_us,
+                });
+            }
+        }
+        for (stage, points) in per_stage.iter().enumerate() {
+            let name = &stages.names()[stage];
+            if let Some(fit) = fit_stage(trace, values, name, index, points, &context) {
+                out.push((stage, fit));
+            }
+        }
+    }
+    // Stage order first, then metric order (the sort is stable).
+    out.sort_by_key(|(stage, _)| *stage);
+    out.into_iter().map(|(_, fit)| fit).collect()
+}
+
+/// The memory limit a metric runs into, if known.
+pub fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
+    if metric.is_host(trace) {
+        let available = counter_with_data(trace, CounterKind::HostAvailable)?;
+        let rss = host_in_use(trace)?;
+        let (t_us, available_bytes) = trace.samples.points(available).last()?;
+        let rss_bytes = trace.samples.value_at(rss, t_us)?;
+        return Some((
+            available_bytes.saturating_add(rss_bytes),
+            LimitBasis::HostMemory,
+        ));
+    }
+    let total = metric
+        .device(trace)
+        .and_then(|d| trace.gpu_total_bytes(Some(d)))
+        .or_else(|| trace.gpu_total_bytes(None))?;
+    Some((total, LimitBasis::DeviceTotal))
+}
+
+/// Whether the run died of an out-of-memory error of the GPU, and of the host: it failed (a
+/// non-zero exit, a signal, or no recorded end) and recorded such an OOM (or a probable kill).
+fn died_of_oom(trace: &Trace) -> (bool, bool) {
+    let failed = trace.failed();
+    if !failed {
+        return (false, false);
+    }
+    let host = trace.ooms.iter().any(|o| o.source.is_host())
+        || trace.exit.is_some_and(|e| e.probable_host_oom);
+    let gpu = trace.ooms.iter().any(|o| !o.source.is_host());
+    (gpu, host)
+}
+
+/// What every fit of one metric shares.
+struct FitContext<'a> {
+    limit: Option<(u64, LimitBasis)>,
+    min_steps: usize,
+    died_of_oom: bool,
+    outside_train: &'a [u32],
+}
+
+/// Fits the points of metric number `index` at one stage; `None` when they span fewer than
+/// [`BEFORE_OOM_MIN_STEPS`] distinct steps (or fewer than `min_steps` when that is smaller).
+fn fit_stage(
+    trace: &Trace,
+    values: &MarkValues,
+    stage: &str,
+    index: usize,
+    points: &[Point],
+    context: &FitContext<'_>,
+) -> Option<GrowthFit> {
+    let &FitContext {
+        limit, min_steps, ..
+    } = context;
+    let fewest = BEFORE_OOM_MIN_STEPS.min(min_steps).max(2);
+    if distinct_steps(points.iter().map(|p| p.step)) < fewest {
+        return None;
+    }
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (p.step as f64, p.value as f64))
+        .collect();
+    let robust = robust_line(&xy)?;
+    let used = || {
+        points
+            .iter()
+            .zip(&robust.kept)
+            .filter(|(_, k)| **k)
+            .map(|(p, _)| p)
+    };
+    let steps = distinct_steps(used().map(|p| p.step));
+    let first = used().min_by_key(|p| (p.step, p.t_us))?;
+    let last = used().max_by_key(|p| (p.step, p.t_us))?;
+    let line = robust.line;
+    let span_steps = (last.step - first.step) as f64;
+    let growth = line.slope * span_steps;
+    let kept: Vec<&Point> = used().collect();
+    let split = split_growth(&kept, context.outside_train);
+    let sustained = sustained(&kept, line.slope);
+    let train_growth = split.train_slope * span_steps;
+    let fraction = |share: f64| match limit {
+        Some((l, _)) => MIN_GROWTH_BYTES.max((l as f64 * share) as u64),
+        None => MIN_GROWTH_BYTES,
+    };
+    let steady = line.r_squared >= STEADY_R_SQUARED && steps >= STEADY_MIN_STEPS && sustained;
+    let long_floor = if steady {
+        MIN_GROWTH_BYTES
+    } else {
+        fraction(MIN_GROWTH_FRACTION_OF_LIMIT)
+    };
+    let short_floor = fraction(SHORT_MIN_GROWTH_FRACTION_OF_LIMIT);
+    let grows = |floor: u64| growth >= floor as f64 && train_growth >= floor as f64;
+    let rising = line.slope > 0.0 && split.train_slope > 0.0;
+    let evidence = if !rising {
+        None
+    } else if steps >= min_steps && line.r_squared >= MIN_R_SQUARED && grows(long_floor) {
+        Some(LeakEvidence::Long)
+    } else if steps >= SHORT_MIN_STEPS
+        && line.r_squared >= SHORT_R_SQUARED
+        && sustained
+        && grows(short_floor)
+    {
+        Some(LeakEvidence::Short)
+    } else if context.died_of_oom
+        && steps >= BEFORE_OOM_MIN_STEPS
+        && line.r_squared >= MIN_R_SQUARED
+        && sustained
+        && grows(short_floor)
+    {
+        Some(LeakEvidence::BeforeOom)
+    } else {
+        None
+    };
+    let is_leak = evidence.is_some();
+    let min_leak_growth_bytes = match evidence {
+        Some(LeakEvidence::Short | LeakEvidence::BeforeOom) => short_floor,
+        _ => long_floor,
+    };
+    let projection = if is_leak {
+        limit.map(|(limit_bytes, limit_basis)| {
+            let current = highest_in_step(trace, values, index, last.mark);
+            project(limit_bytes, limit_basis, current, line.slope, first, last)
+        })
+    } else {
+        None
+    };
+    Some(GrowthFit {
+        stage: stage.to_owned(),
+        metric: values.key(index),
+        host_memory: values.metrics()[index].is_host(trace),
+        slope_bytes_per_step: line.slope,
+        intercept_bytes: line.intercept,
+        r_squared: line.r_squared,
+        points: line.points,
+        points_dropped: robust.dropped,
+        steps,
+        first_step: first.step,
+        last_step: last.step,
+        growth_bytes: growth.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+        min_leak_growth_bytes,
+        train_slope_bytes_per_step: split.train_slope,
+        transition_growth_bytes: split
+            .transition_growth
+            .clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+        transitions: split.transitions,
+        sustained,
+        is_leak,
+        evidence,
+        projection,
+    })
+}
+
+/// Growth of consecutive fitted points, split into what the training steps kept and what the
+/// transitions between them kept.
+struct GrowthSplit {
+    /// Growth per step between points with no transition between them (0 without such pairs).
+    train_slope: f64,
+    /// Growth across transitions.
+    transition_growth: f64,
+    /// Transitions crossed.
+    transitions: usize,
+}
+
+/// Walks consecutive points (in step order): a pair with a non-training mark between them, or
+/// a pause longer than [`PAUSE_FACTOR`] × the median time per step, is a transition; the pair
+/// after it (the first step back in training) is counted with it.
+fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
+    let mut per_step_us: Vec<f64> = points
+        .windows(2)
+        .filter(|w| w[1].step > w[0].step)
+        .map(|w| w[1].t_us.saturating_sub(w[0].t_us) as f64 / (w[1].step - w[0].step) as f64)
+        .collect();
+    per_step_us.sort_by(f64::total_cmp);
+    let median_us = per_step_us.get(per_step_us.len() / 2).copied();
+    let (mut train_growth, mut train_steps) = (0.0, 0u64);
+    let (mut transition_growth, mut transitions) = (0.0, 0);
+    let mut after_transition = false;
+    for w in points.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let delta = b.value as f64 - a.value as f64;
+        let steps = b.step.saturating_sub(a.step);
+        let other_phase = outside_train[b.mark] != outside_train[a.mark + 1];
+        let paused = steps > 0
+            && median_us.is_some_and(|m| {
+                b.t_us.saturating_sub(a.t_us) as f64 / steps as f64 > PAUSE_FACTOR * m.max(1.0)
+            });
+        if other_phase || paused {
+            transition_growth += delta;
+            transitions += 1;
+            after_transition = true;
+        } else if std::mem::take(&mut after_transition) {
+            // The first step after a transition settles it: what the transition kept shows in
+            // the allocator's reserved bytes once training next reaches its high point.
+            transition_growth += delta;
+        } else {
+            train_growth += delta;
+            train_steps += steps;
+        }
+    }
+    GrowthSplit {
+        train_slope: if train_steps > 0 {
+            train_growth / train_steps as f64
+        } else {
+            0.0
+        },
+        transition_growth,
+        transitions,
+    }
+}
+
+/// Whether the second half of the points (by step) still rises at [`SUSTAINED_SHARE`] of the
+/// whole fit's slope.
+fn sustained(points: &[&Point], slope: f64) -> bool {
+    let half = &points[points.len() / 2..];
+    let xy: Vec<(f64, f64)> = half
+        .iter()
+        .map(|p| (p.step as f64, p.value as f64))
+        .collect();
+    crate::fit::least_squares(&xy).is_some_and(|l| l.slope >= SUSTAINED_SHARE * slope)
+}
+
+/// Distinct values of a sequence that is non-decreasing in a normal run, in one pass: counts the
+/// values that exceed everything before them, which is exact for non-decreasing sequences and for
+/// restarts that replay earlier steps, and never over-counts.
+fn distinct_steps(steps: impl Iterator<Item = u64>) -> usize {
+    let mut highest: Option<u64> = None;
+    let mut count = 0;
+    for step in steps {
+        if highest.is_none_or(|h| step > h) {
+            highest = Some(step);
+            count += 1;
+        }
+    }
+    count
+}
+
+/// The highest value of metric `index` at the training marks of the step of mark `mark`.
+fn highest_in_step(trace: &Trace, values: &MarkValues, index: usize, mark: usize) -> u64 {
+    let step = trace.marks[mark].step;
+    let same_step = |i: &usize| trace.marks[*i].step == step;
+    let before = (0..mark).rev().take_while(same_step);
+    let after = (mark..trace.marks.len()).take_while(same_step);
+    before
+        .chain(after)
+        .filter(|i| is_train(trace.marks[*i].phase))
+        .filter_map(|i| values.get(i, index))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Extrapolates the line to the limit.
+fn project(
+    limit_bytes: u64,
+    limit_basis: LimitBasis,
+    current_bytes: u64,
+    slope: f64,
+    first: &Point,
+    last: &Point,
+) -> FullProjection {
+    let headroom = limit_bytes.saturating_sub(current_bytes);
+    let steps_remaining = (headroom as f64 / slope).ceil() as u64;
+    let us_per_step = (last.step > first.step)
+        .then(|| last.t_us.saturating_sub(first.t_us) as f64 / (last.step - first.step) as f64);
+    FullProjection {
+        limit_bytes,
+        limit_basis,
+        current_bytes,
+        steps_remaining,
+        full_at_step: last.step.saturating_add(steps_remaining),
+        us_per_step,
+        time_to_full_us: us_per_step.map(|us| (us * steps_remaining as f64).round() as u64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_format::units::{GIB, MIB};
+    use oomscope_testkit::run::Run;
+
+    fn fits(run: &Run) -> Vec<GrowthFit> {
+        let trace = run.build();
+        let values = MarkValues::new(&trace);
+        leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS)
+    }
+
+    fn leaks(run: &Run) -> Vec<GrowthFit> {
+        fits(run).into_iter().filter(|f| f.is_leak).collect()
+    }
+
+    #[test]
+    fn healthy_run_has_flat_fits_and_no_leak() {
+        let fits = fits(&Run::default());
+        // 4 stages × (allocated, reserved, host_rss).
+        assert_eq!(fits.len(), 12);
+        assert_eq!(fits[0].stage, "pre_forward");
+        assert_eq!(fits[0].metric.label(), "allocated");
+        assert!(fits.iter().all(|f| !f.is_leak && f.projection.is_none()));
+        assert!(fits.iter().all(|f| f.slope_bytes_per_step.abs() < 1.0));
+    }
+
+    #[test]
+    fn planted_leak_is_found_and_projected() {
+        let run = Run {
+            steps: 100,
+            leak_bytes_per_step: 12 * MIB,
+            ..Run::default()
+        };
+        let leaks = leaks(&run);
+        let post_opt = leaks
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert!((post_opt.slope_bytes_per_step - (12 * MIB) as f64).abs() < 1.0);
+        assert!(post_opt.r_squared > 0.999);
+        assert_eq!(
+            (post_opt.first_step, post_opt.last_step, post_opt.steps),
+            (0, 99, 100)
+        );
+        assert_eq!(post_opt.growth_bytes, (99 * 12 * MIB) as i64);
+        // Perfectly steady over 100 steps: only the absolute floor applies.
+        assert_eq!(post_opt.min_leak_growth_bytes, MIN_GROWTH_BYTES);
+        let p = post_opt.projection.as_ref().unwrap();
+        assert_eq!(p.limit_basis, LimitBasis::DeviceTotal);
+        // The highest stage at step 99 is post_forward: 28 GiB + 99 × 12 MiB.
+        let current = 28 * GIB + 99 * 12 * MIB;
+        assert_eq!(p.current_bytes, current);
+        let remaining = (80 * GIB - current).div_ceil(12 * MIB);
+        assert_eq!(p.steps_remaining, remaining);
+        assert_eq!(p.full_at_step, 99 + remaining);
+        assert_eq!(p.us_per_step, Some(250_000.0));
+        assert_eq!(p.time_to_full_us, Some(remaining * 250_000));
+        // Reserved grows with it; RSS does not.
+        assert!(leaks.iter().any(|f| f.metric.label() == "reserved"));
+        assert!(leaks.iter().all(|f| f.metric.label() != "host.rss"));
+    }
+
+    #[test]
+    fn near_misses_are_not_leaks() {
+        // Too small: 100 steps × 0.5 MiB = 50 MiB, below 1% of 80 GiB.
+        assert!(
+            leaks(&Run {
+                steps: 100,
+                leak_bytes_per_step: MIB / 2,
+                ..Run::default()
+            })
+            .is_empty()
+        );
+        // Too short: 7 steps, even perfectly straight, without an OOM at the end.
+        assert!(
+            leaks(&Run {
+                steps: 7,
+                leak_bytes_per_step: 100 * MIB,
+                ..Run::default()
+            })
+            .is_empty()
+        );
+        // One jump is not steady growth: eval at step 29 keeps 4 GiB, a step function whose
+        // line fit explains only 75% of the variance.
+        let jump = Run {
+            steps: 60,
+            eval_every: Some(30),
+            eval_retain_bytes: 4 * GIB,
+            ..Run::default()
+        };
+        let fits = fits(&jump);
+        let post_opt = fits
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step")
+            .unwrap();
+        assert!(post_opt.r_squared < MIN_R_SQUARED, "{}", post_opt.r_squared);
+        assert!(fits.iter().all(|f| !f.is_leak));
+    }
+
+    #[test]
+    fn a_small_steady_leak_on_a_large_device_is_a_leak() {
+        // 4 MiB per step for 60 steps: 236 MiB, under 1% of 80 GiB, but perfectly steady.
+        let run = Run {
+            steps: 60,
+            leak_bytes_per_step: 4 * MIB,
+            ..Run::default()
+        };
+        let found = leaks(&run);
+        assert!(!found.is_empty());
+        assert!(
+            found
+                .iter()
+                .all(|f| (f.slope_bytes_per_step - (4 * MIB) as f64).abs() < 1.0)
+        );
+        // The same rate over 20 steps (80 MiB) is too short to call steady: 1% of 80 GiB applies.
+        let short = Run {
+            steps: 20,
+            leak_bytes_per_step: 4 * MIB,
+            ..Run::default()
+        };
+        assert!(leaks(&short).is_empty());
+        // Steady but tiny: 1 MiB per step for 60 steps stays under the 64 MiB floor.
+        let tiny = Run {
+            steps: 60,
+            leak_bytes_per_step: MIB,
+            ..Run::default()
+        };
+        assert!(leaks(&tiny).is_empty());
+    }
+
+    #[test]
+    fn steps_from_eval_are_not_fitted() {
+        // Eval jumps 20 GiB every 5 steps; eval marks are excluded, so no train fit sees them.
+        let run = Run {
+            steps: 60,
+            eval_every: Some(5),
+            eval_jump_bytes: 20 * GIB,
+            ..Run::default()
+        };
+        let fits = fits(&run);
+        assert!(fits.iter().all(|f| f.stage != "eval_forward"));
+        assert!(fits.iter().all(|f| !f.is_leak));
+    }
+
+    #[test]
+    fn host_rss_growth_projects_against_host_memory() {
+        let run = Run {
+            steps: 50,
+            host_rss_growth_per_step: 200 * MIB,
+            ..Run::default()
+        };
+        let leaks = leaks(&run);
+        let rss = leaks
+            .iter()
+            .find(|f| f.metric.label() == "host.rss")
+            .unwrap();
+        assert!(rss.host_memory);
+        let p = rss.projection.as_ref().unwrap();
+        assert_eq!(p.limit_basis, LimitBasis::HostMemory);
+        assert_eq!(p.limit_bytes, 256 * GIB);
+        assert!(leaks.iter().all(|f| f.metric.label() == "host.rss"));
+    }
+
+    #[test]
+    fn a_short_straight_leak_is_found_without_waiting_for_twenty_steps() {
+        // +64 MiB kept every step for 12 steps (+704 MiB fitted): the example.
+        let found = leaks(&Run {
+            steps: 12,
+            leak_bytes_per_step: 64 * MIB,
+            ..Run::default()
+        });
+        let post_opt = found
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert_eq!(post_opt.evidence, Some(LeakEvidence::Short));
+        assert!((post_opt.slope_bytes_per_step - (64 * MIB) as f64).abs() < 1.0);
+        assert!(post_opt.sustained);
+        // Half a percent of 80 GiB.
+        assert_eq!(
+            post_opt.min_leak_growth_bytes,
+            ((80 * GIB) as f64 * SHORT_MIN_GROWTH_FRACTION_OF_LIMIT) as u64
+        );
+    }
+
+    /// A run whose allocated memory rises `warmup` per step for the first `warm_steps` steps and
+    /// then stays flat (a cache filling, lazily built buffers), with `noise` added to every mark
+    /// alternately up and down.
+    fn warmup_run(steps: u64, warm_steps: u64, warmup: u64, noise: u64) -> Trace {
+        let mut trace = Run {
+            steps,
+            ..Run::default()
+        }
+        .build();
+        for (i, mark) in trace.marks.iter_mut().enumerate() {
+            let extra = warmup * mark.step.min(warm_steps) + if i % 2 == 0 { noise } else { 0 };
+            if let Some(s) = mark.snapshot.as_mut() {
+                s.allocated_bytes += extra;
+                s.peak_allocated_bytes += extra;
+                s.reserved_bytes += extra;
+            }
+        }
+        trace
+    }
+
+    #[test]
+    fn warm_up_and_noise_in_a_short_run_are_not_leaks() {
+        let of = |trace: &Trace| -> Vec<GrowthFit> {
+            let values = MarkValues::new(trace);
+            leak_fits(trace, &values, &StageIndex::new(trace), DEFAULT_MIN_STEPS)
+                .into_iter()
+                .filter(|f| f.is_leak)
+                .collect()
+        };
+        // 300 MiB per step for 4 steps, then flat for 8: a warm-up that levelled off.
+        let warm = warmup_run(12, 4, 300 * MIB, 0);
+        assert!(of(&warm).is_empty(), "{:#?}", of(&warm));
+        // The same levelled-off shape, over 25 steps, is no leak either.
+        assert!(of(&warmup_run(25, 4, 300 * MIB, 0)).is_empty());
+        // ±500 MiB of noise around a flat line.
+        assert!(of(&warmup_run(12, 0, 0, 500 * MIB)).is_empty());
+    }
+
+    #[test]
+    fn growth_that_ends_in_an_oom_is_a_leak_after_a_few_steps() {
+        // 2 GiB kept per step, OOM in the forward pass of step 5: five steps of evidence.
+        let oom = Run {
+            steps: 6,
+            leak_bytes_per_step: 2 * GIB,
+            oom_at_step: Some(5),
+            ..Run::default()
+        };
+        let found = leaks(&oom);
+        assert!(
+            found
+                .iter()
+                .any(|f| f.evidence == Some(LeakEvidence::BeforeOom)),
+            "{found:#?}"
+        );
+        // The same growth in a run that finished cleanly is too short to tell.
+        let clean = Run {
+            oom_at_step: None,
+            ..oom
+        };
+        assert!(leaks(&clean).is_empty());
+    }
+
+    #[test]
+    fn memory_kept_at_every_eval_is_not_a_per_step_leak() {
+        // Flat training steps; each eval (every 10 steps) keeps 200 MiB: a staircase whose line
+        // fit is straight enough to pass for a leak.
+        let staircase = Run {
+            steps: 100,
+            eval_every: Some(10),
+            eval_jump_bytes: GIB,
+            eval_retain_bytes: 200 * MIB,
+            ..Run::default()
+        };
+        let fits = fits(&staircase);
+        let post_opt = fits
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert!(post_opt.r_squared > MIN_R_SQUARED, "{}", post_opt.r_squared);
+        assert_eq!(post_opt.transitions, 9);
+        assert_eq!(post_opt.transition_growth_bytes, 9 * 200 * MIB as i64);
+        assert!(post_opt.train_slope_bytes_per_step.abs() < 1.0);
+        assert!(fits.iter().all(|f| !f.is_leak), "{fits:#?}");
+        // A real leak that also has evals is still a leak, at its per-step rate.
+        let both = Run {
+            leak_bytes_per_step: 20 * MIB,
+            ..staircase
+        };
+        let found = leaks(&both);
+        let post_opt = found
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert!(
+            (post_opt.train_slope_bytes_per_step - (20 * MIB) as f64).abs() < 1.0,
+            "{}",
+            post_opt.train_slope_bytes_per_step
+        );
+        // Each transition carries its eval's 200 MiB plus the steps' own growth over it.
+        assert!(post_opt.transition_growth_bytes >= 9 * 220 * MIB as i64);
+    }
+
+    #[test]
+    fn memory_kept_at_pauses_such_as_checkpoint_saves_is_not_a_per_step_leak() {
+        // 100 flat training steps; every 10 steps a 5 s pause without marks (a checkpoint save)
+        // after which 300 MiB more stay allocated: a staircase no eval mark explains.
+        let mut trace = Run {
+            steps: 100,
+            ..Run::default()
+        }
+        .build();
+        for mark in &mut trace.marks {
+            let saves = mark.step / 10;
+            mark.t_us += saves * 5_000_000;
+            if let Some(s) = mark.snapshot.as_mut() {
+                s.allocated_bytes += saves * 300 * MIB;
+                s.peak_allocated_bytes += saves * 300 * MIB;
+            }
+        }
+        let values = MarkValues::new(&trace);
+        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let post_opt = fits
+            .iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        assert!(post_opt.r_squared > MIN_R_SQUARED, "{}", post_opt.r_squared);
+        assert_eq!(post_opt.transitions, 9);
+        assert_eq!(post_opt.transition_growth_bytes, 9 * 300 * MIB as i64);
+        assert!(!post_opt.is_leak, "{post_opt:#?}");
+    }
+
+    #[test]
+    fn distinct_steps_counts_new_highs() {
+        assert_eq!(distinct_steps([0, 0, 1, 2, 2, 3].into_iter()), 4);
+        assert_eq!(distinct_steps([0, 1, 2, 0, 1, 2, 3].into_iter()), 4);
+        assert_eq!(distinct_steps(std::iter::empty()), 0);
+    }
+}

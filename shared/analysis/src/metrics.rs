@@ -1,0 +1,557 @@
+//! What "memory at a mark" means, decided once for every analysis.
+//!
+//! A stage mark can carry the caching allocator's own snapshot, and the sampler may have read
+//! NVML and `/proc` counters around the same instant. The stage table, the leak fits, the
+//! train→eval transitions and the recommendations all ask "how much memory at this mark?", and
+//! they must give the same answer or a reader sees two numbers for one thing. This module is that
+//! answer: [`Metric`] names a quantity, [`value_at_mark`] reads it, [`primary_metric`] picks the
+//! one the headline numbers use, and [`MarkValues`] evaluates every metric at every mark once so
+//! the passes that follow are plain array scans.
+
+use serde::Serialize;
+
+use oomscope_format::{AllocatorSnapshot, CounterId, CounterKind, MISSING, Trace};
+
+/// A memory quantity that can be read at a stage mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// Allocator snapshot: bytes in live tensors.
+    Allocated,
+    /// Allocator snapshot: bytes in segments the allocator holds.
+    Reserved,
+    /// Allocator snapshot: bytes in active blocks.
+    Active,
+    /// Allocator snapshot: bytes in inactive split blocks.
+    InactiveSplit,
+    /// Allocator snapshot: peak allocated since the last reset.
+    PeakAllocated,
+    /// Allocator snapshot: peak reserved since the last reset.
+    PeakReserved,
+    /// A sampled counter, read at the latest sample at or before the mark.
+    Counter(CounterId),
+}
+
+impl Metric {
+    /// The allocator-snapshot metrics, in table order.
+    pub const SNAPSHOT: [Metric; 6] = [
+        Metric::Allocated,
+        Metric::Reserved,
+        Metric::Active,
+        Metric::InactiveSplit,
+        Metric::PeakAllocated,
+        Metric::PeakReserved,
+    ];
+
+    /// What it measures, independent of this trace's counter numbering.
+    pub fn key(self, trace: &Trace) -> MetricKey {
+        match self {
+            Metric::Counter(id) => {
+                let counter = trace.counters.get(id.0 as usize);
+                MetricKey::Counter {
+                    kind: counter.map_or(CounterKind::Other(0), |c| c.kind),
+                    device: counter.and_then(|c| c.device),
+                }
+            }
+            snapshot => MetricKey::Snapshot(snapshot),
+        }
+    }
+
+    /// Stable label: `allocated`, `reserved`, `active`, `inactive_split`, `peak_allocated`,
+    /// `peak_reserved`, or the counter's standard name (`gpu0.used`, `host.rss`, ...).
+    pub fn label(self, trace: &Trace) -> String {
+        self.key(trace).label()
+    }
+
+    /// The field of an allocator snapshot this metric reads; `None` for counters.
+    pub fn from_snapshot(self, snapshot: &AllocatorSnapshot) -> Option<u64> {
+        Some(match self {
+            Metric::Allocated => snapshot.allocated_bytes,
+            Metric::Reserved => snapshot.reserved_bytes,
+            Metric::Active => snapshot.active_bytes,
+            Metric::InactiveSplit => snapshot.inactive_split_bytes,
+            Metric::PeakAllocated => snapshot.peak_allocated_bytes,
+            Metric::PeakReserved => snapshot.peak_reserved_bytes,
+            Metric::Counter(_) => return None,
+        })
+    }
+
+    /// The counter's kind, for counter metrics that exist in `trace`.
+    pub fn counter_kind(self, trace: &Trace) -> Option<CounterKind> {
+        match self {
+            Metric::Counter(id) => trace.counters.get(id.0 as usize).map(|c| c.kind),
+            _ => None,
+        }
+    }
+
+    /// True when the metric measures host memory rather than GPU memory.
+    pub fn is_host(self, trace: &Trace) -> bool {
+        matches!(
+            self.counter_kind(trace),
+            Some(CounterKind::HostRss | CounterKind::HostAvailable | CounterKind::HostPss)
+        )
+    }
+
+    /// The GPU a device metric belongs to, when the counter says; snapshot metrics do not say.
+    pub fn device(self, trace: &Trace) -> Option<u32> {
+        match self {
+            Metric::Counter(id) => trace.counters.get(id.0 as usize).and_then(|c| c.device),
+            _ => None,
+        }
+    }
+}
+
+/// What a metric measures, the same in every trace: a field of the allocator snapshot taken at
+/// marks, or a counter's kind on a device. Every analysis output names its metric by this key;
+/// the label is for the edges (text, viewer, JSON). It is serialised as its label (`allocated`,
+/// `gpu0.used`), so `summary --json` reads as it did when metrics were strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricKey {
+    /// A field of the allocator snapshot (one of [`Metric::SNAPSHOT`], never a counter).
+    Snapshot(Metric),
+    /// A sampled counter.
+    Counter {
+        /// What it counts.
+        kind: CounterKind,
+        /// On which GPU, for device counters.
+        device: Option<u32>,
+    },
+}
+
+impl MetricKey {
+    /// The allocator snapshot's `allocated` field.
+    pub const ALLOCATED: MetricKey = MetricKey::Snapshot(Metric::Allocated);
+    /// The allocator snapshot's `reserved` field.
+    pub const RESERVED: MetricKey = MetricKey::Snapshot(Metric::Reserved);
+
+    /// `allocated`, `reserved`, …, or the counter's standard name (`gpu0.used`).
+    pub fn label(self) -> String {
+        match self {
+            MetricKey::Snapshot(metric) => match metric {
+                Metric::Allocated => "allocated",
+                Metric::Reserved => "reserved",
+                Metric::Active => "active",
+                Metric::InactiveSplit => "inactive_split",
+                Metric::PeakAllocated => "peak_allocated",
+                Metric::PeakReserved => "peak_reserved",
+                Metric::Counter(_) => "?",
+            }
+            .to_owned(),
+            MetricKey::Counter { kind, device } => kind.counter_name(device),
+        }
+    }
+
+    /// True when it measures host memory.
+    pub fn is_host(self) -> bool {
+        matches!(
+            self,
+            MetricKey::Counter {
+                kind: CounterKind::HostRss | CounterKind::HostAvailable | CounterKind::HostPss,
+                ..
+            }
+        )
+    }
+}
+
+impl std::fmt::Display for MetricKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.label())
+    }
+}
+
+impl Serialize for MetricKey {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.label())
+    }
+}
+
+/// True when at least one stage mark carries an allocator snapshot.
+pub fn has_snapshots(trace: &Trace) -> bool {
+    trace.marks.iter().any(|m| m.snapshot.is_some())
+}
+
+/// True when the counter has at least one present sample.
+pub fn counter_has_data(trace: &Trace, id: CounterId) -> bool {
+    trace
+        .samples
+        .column(id)
+        .is_some_and(|c| c.iter().any(|v| *v != MISSING))
+}
+
+/// The first counter of `kind` (any device) that has data.
+pub fn counter_with_data(trace: &Trace, kind: CounterKind) -> Option<CounterId> {
+    trace
+        .counters
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.kind == kind)
+        .map(|(i, _)| CounterId(i as u32))
+        .find(|id| counter_has_data(trace, *id))
+}
+
+/// Counter kinds worth reading at marks: memory in use. Totals, free memory, availability and
+/// running peaks are limits or summaries, not "memory at this point".
+const MARK_COUNTER_KINDS: [CounterKind; 7] = [
+    CounterKind::GpuUsed,
+    CounterKind::ProcessGpu,
+    CounterKind::AllocAllocated,
+    CounterKind::AllocReserved,
+    CounterKind::AllocActive,
+    CounterKind::HostRss,
+    CounterKind::HostPss,
+];
+
+/// The host memory the program really uses: the tree's PSS when recorded and it ever differs
+/// from the summed RSS (several processes sharing pages: forked workers counted once), else the
+/// RSS (one process: the two are the same number, and RSS is the name everyone knows).
+pub fn host_in_use(trace: &Trace) -> Option<CounterId> {
+    let rss = counter_with_data(trace, CounterKind::HostRss);
+    match counter_with_data(trace, CounterKind::HostPss) {
+        Some(pss) if rss.is_none_or(|rss| pss_differs(trace, pss, rss)) => Some(pss),
+        _ => rss,
+    }
+}
+
+/// Whether PSS is materially below RSS where RSS peaks (the moment host memory matters): at
+/// least [`SHARED_MIN_SHARE`] of the RSS peak is shared between the tree's processes. A brief
+/// second process at start-up (a launcher's shim) does not make a single-process run's memory a
+/// PSS story.
+fn pss_differs(trace: &Trace, pss: CounterId, rss: CounterId) -> bool {
+    let Some(r) = trace.samples.column(rss) else {
+        return false;
+    };
+    let Some((row, &peak)) = r
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| **v != MISSING)
+        .max_by_key(|(i, v)| (**v, std::cmp::Reverse(*i)))
+    else {
+        return false;
+    };
+    let t_us = trace.samples.times_us()[row];
+    trace
+        .samples
+        .value_at(pss, t_us)
+        .is_some_and(|p| (p as f64) < (1.0 - SHARED_MIN_SHARE) * peak as f64)
+}
+
+/// See `pss_differs`.
+pub const SHARED_MIN_SHARE: f64 = 0.05;
+
+/// True when the trace's PSS column says nothing the RSS does not (a single process).
+pub fn pss_is_rss(trace: &Trace) -> bool {
+    counter_with_data(trace, CounterKind::HostPss).is_some()
+        && host_in_use(trace) != counter_with_data(trace, CounterKind::HostPss)
+}
+
+/// The metrics the per-mark analyses use: the snapshot metrics when any mark has a snapshot, then
+/// every counter measuring memory in use (used, process, allocator, RSS) that has data, in
+/// declaration order.
+pub fn metrics_at_marks(trace: &Trace) -> Vec<Metric> {
+    let mut metrics = Vec::new();
+    if has_snapshots(trace) {
+        metrics.extend(Metric::SNAPSHOT);
+    }
+    metrics.extend(
+        trace
+            .counters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| MARK_COUNTER_KINDS.contains(&c.kind))
+            .map(|(i, _)| CounterId(i as u32))
+            .filter(|id| counter_has_data(trace, *id))
+            .map(Metric::Counter),
+    );
+    metrics
+}
+
+/// The value of `metric` at mark `mark_index`: the snapshot field, or the counter's latest sample
+/// at or before the mark. `None` when the mark has no snapshot, the counter no recent sample, or
+/// there is no such mark.
+pub fn value_at_mark(trace: &Trace, mark_index: usize, metric: Metric) -> Option<u64> {
+    let mark = trace.marks.get(mark_index)?;
+    match metric {
+        Metric::Counter(id) => trace.samples.value_at(id, mark.t_us),
+        _ => metric.from_snapshot(mark.snapshot.as_ref()?),
+    }
+}
+
+/// The metric headline numbers use: allocator `allocated` when marks carry snapshots (it is what
+/// the program's tensors hold); else the first with data of the allocator's sampled `allocated`,
+/// the process's GPU memory, the device's used memory, and the host RSS.
+pub fn primary_metric(trace: &Trace) -> Option<Metric> {
+    if has_snapshots(trace) {
+        return Some(Metric::Allocated);
+    }
+    [
+        CounterKind::AllocAllocated,
+        CounterKind::ProcessGpu,
+        CounterKind::GpuUsed,
+    ]
+    .into_iter()
+    .find_map(|kind| counter_with_data(trace, kind))
+    .or_else(|| host_in_use(trace))
+    .map(Metric::Counter)
+}
+
+/// The allocator's reserved bytes: from snapshots when marks have them, else the sampled counter.
+pub fn reserved_metric(trace: &Trace) -> Option<Metric> {
+    if has_snapshots(trace) {
+        return Some(Metric::Reserved);
+    }
+    counter_with_data(trace, CounterKind::AllocReserved).map(Metric::Counter)
+}
+
+/// For each mark, the last sample row at or before it. Marks are in time order, so each search
+/// starts where the previous one ended and gallops forward (a mark earlier than its predecessor,
+/// which a well-formed trace never has, restarts from the beginning).
+fn rows_at_marks(trace: &Trace) -> Vec<Option<usize>> {
+    let times = trace.samples.times_us();
+    let mut rows = Vec::with_capacity(trace.marks.len());
+    let mut from = 0;
+    let mut previous_t = 0;
+    for mark in &trace.marks {
+        let t = mark.t_us;
+        if t < previous_t {
+            from = 0;
+        }
+        previous_t = t;
+        // Gallop: find a window [lo, hi) with times[lo - 1] <= t < times[hi], then bisect it.
+        let (mut lo, mut hi, mut step) = (from, from, 1);
+        while hi < times.len() && times[hi] <= t {
+            lo = hi + 1;
+            hi += step;
+            step *= 2;
+        }
+        let hi = hi.min(times.len());
+        let after = lo + times[lo..hi].partition_point(|x| *x <= t);
+        rows.push(after.checked_sub(1));
+        from = after;
+    }
+    rows
+}
+
+/// Every metric evaluated at every mark, computed once and shared by the analyses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkValues {
+    metrics: Vec<Metric>,
+    keys: Vec<MetricKey>,
+    /// One column per metric, one entry per mark.
+    columns: Vec<Vec<Option<u64>>>,
+    primary: Option<usize>,
+}
+
+impl MarkValues {
+    /// Evaluates [`metrics_at_marks`] (plus the [`primary_metric`], should it be missing) at every
+    /// mark of `trace`.
+    pub fn new(trace: &Trace) -> MarkValues {
+        let mut metrics = metrics_at_marks(trace);
+        let primary = primary_metric(trace);
+        if let Some(p) = primary
+            && !metrics.contains(&p)
+        {
+            metrics.push(p);
+        }
+        let mut values = MarkValues::for_metrics(trace, metrics);
+        values.primary = primary.and_then(|p| values.index_of(p));
+        values
+    }
+
+    /// Evaluates the given metrics at every mark (no primary metric is designated). Gives the
+    /// same values as [`value_at_mark`], but finds each mark's sample row once for all counters,
+    /// walking forward through the samples as the marks advance.
+    pub fn for_metrics(trace: &Trace, metrics: Vec<Metric>) -> MarkValues {
+        let keys = metrics.iter().map(|m| m.key(trace)).collect();
+        let rows = if metrics.iter().any(|m| matches!(m, Metric::Counter(_))) {
+            rows_at_marks(trace)
+        } else {
+            Vec::new()
+        };
+        let columns = metrics
+            .iter()
+            .map(|metric| match *metric {
+                Metric::Counter(id) => rows
+                    .iter()
+                    .map(|row| trace.samples.value_at_row(id, (*row)?))
+                    .collect(),
+                _ => trace
+                    .marks
+                    .iter()
+                    .map(|m| metric.from_snapshot(m.snapshot.as_ref()?))
+                    .collect(),
+            })
+            .collect();
+        MarkValues {
+            metrics,
+            keys,
+            columns,
+            primary: None,
+        }
+    }
+
+    /// The metrics, in column order.
+    pub fn metrics(&self) -> &[Metric] {
+        &self.metrics
+    }
+
+    /// What metric number `index` measures.
+    pub fn key(&self, index: usize) -> MetricKey {
+        self.keys[index]
+    }
+
+    /// What every metric measures, in column order.
+    pub fn keys(&self) -> &[MetricKey] {
+        &self.keys
+    }
+
+    /// Column number of `metric`, if it was evaluated.
+    pub fn index_of(&self, metric: Metric) -> Option<usize> {
+        self.metrics.iter().position(|m| *m == metric)
+    }
+
+    /// Column number of the primary metric, if there is one.
+    pub fn primary(&self) -> Option<usize> {
+        self.primary
+    }
+
+    /// Values of metric number `index` at every mark.
+    pub fn column(&self, index: usize) -> &[Option<u64>] {
+        &self.columns[index]
+    }
+
+    /// Value of metric number `index` at mark `mark_index`.
+    pub fn get(&self, mark_index: usize, index: usize) -> Option<u64> {
+        self.columns
+            .get(index)
+            .and_then(|c| c.get(mark_index))
+            .copied()
+            .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_format::{Name, Phase, StageMark};
+
+    fn trace_with_counters() -> (Trace, CounterId, CounterId, CounterId) {
+        let mut trace = Trace::default();
+        let total = trace.declare_counter(CounterKind::GpuTotal, Some(0));
+        let used = trace.declare_counter(CounterKind::GpuUsed, Some(0));
+        let process = trace.declare_counter(CounterKind::ProcessGpu, Some(0));
+        let rss = trace.declare_counter(CounterKind::HostRss, None);
+        let _unused = trace.declare_counter(CounterKind::AllocReserved, Some(0));
+        trace
+            .samples
+            .push_row(0, &[(total, 80), (used, 10), (rss, 5)]);
+        trace.samples.push_row(10, &[(used, 20), (process, 7)]);
+        trace.marks.push(StageMark {
+            t_us: 15,
+            name: "post_forward".into(),
+            step: 1,
+            phase: Phase::Train,
+            ..StageMark::default()
+        });
+        (trace, used, process, rss)
+    }
+
+    #[test]
+    fn counters_without_snapshots() {
+        let (trace, used, process, rss) = trace_with_counters();
+        // Totals and counters without data are not metrics at marks.
+        assert_eq!(
+            metrics_at_marks(&trace),
+            [
+                Metric::Counter(used),
+                Metric::Counter(process),
+                Metric::Counter(rss)
+            ]
+        );
+        assert_eq!(primary_metric(&trace), Some(Metric::Counter(process)));
+        assert_eq!(reserved_metric(&trace), None);
+        assert_eq!(value_at_mark(&trace, 0, Metric::Counter(used)), Some(20));
+        // RSS was last read at t=0; the row at t=10 misses it, so the look-back finds 5.
+        assert_eq!(value_at_mark(&trace, 0, Metric::Counter(rss)), Some(5));
+        assert_eq!(value_at_mark(&trace, 0, Metric::Allocated), None);
+        assert_eq!(value_at_mark(&trace, 9, Metric::Counter(used)), None);
+        assert_eq!(Metric::Counter(process).label(&trace), "gpu0.process");
+        assert!(Metric::Counter(rss).is_host(&trace));
+        assert_eq!(Metric::Counter(used).device(&trace), Some(0));
+    }
+
+    #[test]
+    fn snapshots_make_allocated_primary() {
+        let (mut trace, _, _, _) = trace_with_counters();
+        trace.marks[0].snapshot = Some(AllocatorSnapshot {
+            allocated_bytes: 3,
+            reserved_bytes: 4,
+            ..AllocatorSnapshot::default()
+        });
+        let metrics = metrics_at_marks(&trace);
+        assert_eq!(metrics[..6], Metric::SNAPSHOT);
+        assert_eq!(metrics.len(), 9);
+        assert_eq!(primary_metric(&trace), Some(Metric::Allocated));
+        assert_eq!(reserved_metric(&trace), Some(Metric::Reserved));
+        assert_eq!(value_at_mark(&trace, 0, Metric::Reserved), Some(4));
+
+        let values = MarkValues::new(&trace);
+        assert_eq!(values.primary(), Some(0));
+        assert_eq!(values.get(0, 0), Some(3));
+        assert_eq!(values.key(1).label(), "reserved");
+        assert_eq!(values.keys().len(), values.metrics().len());
+    }
+
+    #[test]
+    fn mark_values_read_what_value_at_reads() {
+        // Rows every 10 µs with holes of every length up to 100 rows; marks at, between, before
+        // and after the rows, including a mark that goes back in time.
+        let mut trace = Trace::default();
+        let a = trace.declare_counter(CounterKind::GpuUsed, Some(0));
+        let b = trace.declare_counter(CounterKind::HostRss, None);
+        let mut t = 5;
+        for hole in 0..100u64 {
+            trace.samples.push_row(t, &[(a, hole), (b, hole * 2)]);
+            t += 10;
+            for _ in 0..hole {
+                trace.samples.push_row(t, &[(b, 7)]);
+                t += 10;
+            }
+        }
+        let name: Name = "s".into();
+        let mut mark_times: Vec<u64> = (0..t + 50).step_by(7).collect();
+        mark_times.insert(300, 3);
+        for t_us in mark_times {
+            trace.marks.push(StageMark {
+                t_us,
+                name: name.clone(),
+                phase: Phase::Train,
+                ..StageMark::default()
+            });
+        }
+        let metrics = vec![
+            Metric::Counter(a),
+            Metric::Counter(b),
+            Metric::Counter(CounterId(9)),
+        ];
+        let values = MarkValues::for_metrics(&trace, metrics.clone());
+        let mut present = 0;
+        for (m, metric) in metrics.iter().enumerate() {
+            for i in 0..trace.marks.len() {
+                let expected = value_at_mark(&trace, i, *metric);
+                assert_eq!(values.get(i, m), expected, "mark {i} metric {m}");
+                present += usize::from(expected.is_some());
+            }
+        }
+        // Both found values and ran out of look-back.
+        assert!(present > 0);
+        assert!(values.column(0).iter().any(Option::is_none));
+    }
+
+    #[test]
+    fn host_only_trace_uses_rss() {
+        let mut trace = Trace::default();
+        let rss = trace.declare_counter(CounterKind::HostRss, None);
+        trace.samples.push_row(0, &[(rss, 5)]);
+        assert_eq!(primary_metric(&trace), Some(Metric::Counter(rss)));
+        assert_eq!(primary_metric(&Trace::default()), None);
+    }
+}

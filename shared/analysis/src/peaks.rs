@@ -1,0 +1,717 @@
+//! The highest memory each counter reached, where in the loop, and what it was made of.
+//!
+//! "How close did we get, and when?" is the first thing to know about an OOM or a near miss. A
+//! peak alone does not say what to change, so each device peak carries the stage active at that
+//! moment and the nearest component breakdown: what part of the peak is the model's own state
+//! (parameters, gradients, optimizer, registered extras) and what part is activations. The
+//! activations are the remainder, which is only meaningful against the allocator's `allocated`
+//! bytes; when the trace has no allocator data at all, the process's (or device's) GPU memory is
+//! used instead and the `activations_basis` field says so (the remainder then also includes the
+//! allocator cache and the CUDA context).
+
+use serde::Serialize;
+
+use crate::marks::StageAt;
+use crate::metrics::{MarkValues, Metric, MetricKey, counter_with_data, has_snapshots};
+use oomscope_format::{ComponentBreakdown, CounterId, CounterKind, NamedBytes, Trace};
+
+/// Where a peak was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PeakSource {
+    /// A sampled counter.
+    Counter,
+    /// The allocator snapshots at stage marks.
+    Snapshot,
+}
+
+/// What a peak measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    /// Caching allocator: bytes in live tensors.
+    Allocated,
+    /// Caching allocator: bytes in segments.
+    Reserved,
+    /// Caching allocator: bytes in active blocks.
+    Active,
+    /// NVML: device memory in use (all processes).
+    DeviceUsed,
+    /// NVML: device memory reserved by the driver.
+    DeviceReserved,
+    /// NVML: device memory of the watched process tree.
+    ProcessGpu,
+    /// Host resident set size.
+    HostRss,
+    /// Host proportional set size (shared pages counted once).
+    HostPss,
+}
+
+impl Measure {
+    /// What a counter kind measures; `None` for limits (total, free, available) and unknown kinds.
+    pub fn of_counter(kind: CounterKind) -> Option<Measure> {
+        Some(match kind {
+            CounterKind::GpuUsed => Measure::DeviceUsed,
+            CounterKind::GpuReserved => Measure::DeviceReserved,
+            CounterKind::ProcessGpu => Measure::ProcessGpu,
+            CounterKind::AllocAllocated | CounterKind::AllocPeakAllocated => Measure::Allocated,
+            CounterKind::AllocReserved | CounterKind::AllocPeakReserved => Measure::Reserved,
+            CounterKind::AllocActive => Measure::Active,
+            CounterKind::HostRss => Measure::HostRss,
+            CounterKind::HostPss => Measure::HostPss,
+            CounterKind::GpuFree
+            | CounterKind::GpuTotal
+            | CounterKind::HostAvailable
+            | CounterKind::PidRss
+            | CounterKind::PidGpu
+            | CounterKind::Other(_) => return None,
+        })
+    }
+
+    /// True for device memory (everything but the host RSS and PSS).
+    pub fn is_device(self) -> bool {
+        !matches!(self, Measure::HostRss | Measure::HostPss)
+    }
+}
+
+/// Which memory the activations were computed against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActivationsBasis {
+    /// The allocator's allocated bytes: activations are exactly what tensors held beyond the
+    /// model's state.
+    AllocatorAllocated,
+    /// The process's GPU memory (no allocator data): includes the allocator cache and the CUDA
+    /// context, so the activations are an upper bound.
+    ProcessGpu,
+    /// The device's used memory (no allocator or process data): includes everything on the GPU.
+    DeviceUsed,
+}
+
+/// The component breakdown nearest to a peak, and the activations it implies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeakComponents {
+    /// The breakdown (its fields appear inline in JSON).
+    #[serde(flatten)]
+    pub breakdown: ComponentBreakdown,
+    /// Sum of all components.
+    pub total_bytes: u64,
+    /// Peak minus the components (saturating), when the peak's measure allows it.
+    pub activations_bytes: Option<u64>,
+    /// What the activations were computed against.
+    pub activations_basis: Option<ActivationsBasis>,
+}
+
+impl PeakComponents {
+    /// The components of `breakdown`, with activations `peak − total` against `basis`.
+    pub fn new(
+        breakdown: &ComponentBreakdown,
+        peak_bytes: u64,
+        basis: Option<ActivationsBasis>,
+    ) -> PeakComponents {
+        let total_bytes = breakdown.total_bytes();
+        PeakComponents {
+            breakdown: breakdown.clone(),
+            total_bytes,
+            activations_bytes: basis.map(|_| peak_bytes.saturating_sub(total_bytes)),
+            activations_basis: basis,
+        }
+    }
+
+    /// The largest single component (parameters, buffers, gradients, optimizer state or an
+    /// extra), if any is non-zero.
+    pub fn largest(&self) -> Option<NamedBytes> {
+        let b = &self.breakdown;
+        [
+            ("parameters", b.parameters_bytes),
+            ("buffers", b.buffers_bytes),
+            ("gradients", b.gradients_bytes),
+            ("optimizer_state", b.optimizer_state_bytes),
+        ]
+        .into_iter()
+        .map(|(name, bytes)| NamedBytes {
+            name: name.into(),
+            bytes,
+        })
+        .chain(b.extras.iter().cloned())
+        .filter(|c| c.bytes > 0)
+        .reduce(|best, c| if c.bytes > best.bytes { c } else { best })
+    }
+}
+
+/// The highest value of one memory quantity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Peak {
+    /// Metric label (`peak_allocated`, `gpu0.used`, `host_rss`, ...).
+    pub metric: MetricKey,
+    /// Where it was read.
+    pub source: PeakSource,
+    /// What it measures.
+    pub measure: Measure,
+    /// GPU, for device counters.
+    pub device: Option<u32>,
+    /// The peak.
+    pub bytes: u64,
+    /// When it was first reached (for snapshots: the mark that reported it).
+    pub t_us: u64,
+    /// The stage active then; `None` when the peak came before the first mark or after the
+    /// last one (see `outside_marks`).
+    pub stage: Option<StageAt>,
+    /// Set when the peak came before the first mark (setup, loading) or after the last one
+    /// (teardown, saving): no stage was running then.
+    pub outside_marks: Option<OutsideMarks>,
+    /// The nearest component breakdown (device peaks only).
+    pub components: Option<PeakComponents>,
+}
+
+/// A moment outside the marked loop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "when")]
+pub enum OutsideMarks {
+    /// Before the first mark: imports, data loading, model construction.
+    BeforeFirstMark {
+        /// How long before the first mark.
+        before_us: u64,
+    },
+    /// After the last mark, in a run that then ended without an OOM: teardown, saving,
+    /// evaluation code that does not mark.
+    AfterLastMark {
+        /// The last mark.
+        last: StageAt,
+        /// How long after it.
+        after_us: u64,
+    },
+}
+
+impl Peak {
+    /// Where the peak happened, for a reader: ` at post_forward of step 3`, ` after the last mark
+    /// (222 ms after post_step of step 9)`, ` before the first mark (1.20 s before it)`, or empty.
+    /// Outside the marks no stage was running: setup, loading or a batch search before, teardown
+    /// or saving after, or code the program does not mark; the words do not guess which.
+    pub fn place(&self) -> String {
+        use oomscope_format::units::{format_count, format_duration_us};
+        match (&self.stage, &self.outside_marks) {
+            (Some(s), _) => format!(
+                " at {} of step {}{}",
+                s.stage,
+                format_count(s.step),
+                s.phase.suffix()
+            ),
+            (None, Some(OutsideMarks::BeforeFirstMark { before_us })) => format!(
+                " before the first mark ({} before it)",
+                format_duration_us(*before_us)
+            ),
+            (None, Some(OutsideMarks::AfterLastMark { last, after_us })) => format!(
+                " after the last mark ({} after {} of step {})",
+                format_duration_us(*after_us),
+                last.stage,
+                format_count(last.step)
+            ),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// Where `t_us` lies against the marks: the stage running then, or outside the marked loop.
+///
+/// After the last mark counts as outside only when the run then ended (an exit was recorded)
+/// with no OOM after the last mark and was not killed by a signal: a run that dies in a stage
+/// peaks in that stage after its last mark (a sampled peak may even come a moment after the
+/// error, as per-process readings lag).
+fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>) {
+    let (Some(first), Some(last)) = (trace.marks.first(), trace.marks.last()) else {
+        return (None, None);
+    };
+    if t_us < first.t_us {
+        let before_us = first.t_us - t_us;
+        return (None, Some(OutsideMarks::BeforeFirstMark { before_us }));
+    }
+    let stage = StageAt::at(trace, t_us);
+    let died_there = trace.ooms.iter().any(|o| o.t_us >= last.t_us)
+        || trace.exit.is_none_or(|e| {
+            matches!(e.status, oomscope_format::ExitStatus::Signal(_)) || e.probable_host_oom
+        });
+    if t_us > last.t_us && !died_there {
+        let last = StageAt::of_mark(trace, trace.marks.len() - 1);
+        if let Some(last) = last {
+            let after_us = t_us - last.t_us;
+            return (None, Some(OutsideMarks::AfterLastMark { last, after_us }));
+        }
+    }
+    (stage, None)
+}
+
+/// Latest component breakdown at or before `t_us`, else the first one after it.
+pub fn breakdown_near(trace: &Trace, t_us: u64) -> Option<&ComponentBreakdown> {
+    let before = trace
+        .components
+        .iter()
+        .filter(|c| c.t_us <= t_us)
+        .max_by_key(|c| c.t_us);
+    before.or_else(|| {
+        trace
+            .components
+            .iter()
+            .filter(|c| c.t_us > t_us)
+            .min_by_key(|c| c.t_us)
+    })
+}
+
+/// True when the trace has any allocator data (snapshots or allocator counters with data).
+pub fn has_allocator_data(trace: &Trace) -> bool {
+    has_snapshots(trace)
+        || [
+            CounterKind::AllocAllocated,
+            CounterKind::AllocReserved,
+            CounterKind::AllocActive,
+            CounterKind::AllocPeakAllocated,
+            CounterKind::AllocPeakReserved,
+        ]
+        .into_iter()
+        .any(|kind| counter_with_data(trace, kind).is_some())
+}
+
+/// Every peak: the snapshot peaks (`peak_allocated`, `allocated`, `reserved`) when marks carry
+/// snapshots, then each memory-in-use counter with data, in declaration order.
+pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
+    let allocator = has_allocator_data(trace);
+    let has_process = counter_with_data(trace, CounterKind::ProcessGpu).is_some();
+    let basis_for = |measure: Measure| match measure {
+        Measure::Allocated => Some(ActivationsBasis::AllocatorAllocated),
+        Measure::ProcessGpu if !allocator => Some(ActivationsBasis::ProcessGpu),
+        Measure::DeviceUsed if !allocator && !has_process => Some(ActivationsBasis::DeviceUsed),
+        _ => None,
+    };
+    let finish = |metric: MetricKey, source, measure: Measure, device, bytes, t_us| {
+        let components = measure
+            .is_device()
+            .then(|| breakdown_near(trace, t_us))
+            .flatten()
+            .map(|b| PeakComponents::new(b, bytes, basis_for(measure)));
+        let (stage, outside_marks) = place_of(trace, t_us);
+        Peak {
+            metric,
+            source,
+            measure,
+            device,
+            bytes,
+            t_us,
+            stage,
+            outside_marks,
+            components,
+        }
+    };
+
+    let mut out = Vec::new();
+    for (metric, measure) in [
+        (Metric::PeakAllocated, Measure::Allocated),
+        (Metric::Allocated, Measure::Allocated),
+        (Metric::Reserved, Measure::Reserved),
+    ] {
+        let Some(index) = values.index_of(metric) else {
+            continue;
+        };
+        if let Some((mark, bytes)) = first_max(values.column(index).iter().copied()) {
+            let t_us = trace.marks[mark].t_us;
+            let label = values.key(index);
+            let mut peak = finish(label, PeakSource::Snapshot, measure, None, bytes, t_us);
+            // The mark that reported it, even when another mark shares its timestamp.
+            peak.stage = StageAt::of_mark(trace, mark);
+            peak.outside_marks = None;
+            out.push(peak);
+        }
+    }
+    let times = trace.samples.times_us();
+    let pss_is_rss = crate::metrics::pss_is_rss(trace);
+    for (i, counter) in trace.counters.iter().enumerate() {
+        let Some(measure) = Measure::of_counter(counter.kind) else {
+            continue;
+        };
+        // One process: its PSS is its RSS, a second line would say nothing.
+        if measure == Measure::HostPss && pss_is_rss {
+            continue;
+        }
+        let Some(column) = trace.samples.column(CounterId(i as u32)) else {
+            continue;
+        };
+        if let Some((row, bytes)) = first_max_present(column) {
+            out.push(finish(
+                MetricKey::Counter {
+                    kind: counter.kind,
+                    device: counter.device,
+                },
+                PeakSource::Counter,
+                measure,
+                counter.device,
+                bytes,
+                times[row],
+            ));
+        }
+    }
+    out
+}
+
+/// Index and value of the first maximum of a sample column, skipping [`MISSING`], in one pass
+/// (the columns are tens of megabytes: memory bandwidth is the cost). Adding one turns `MISSING`
+/// (`u64::MAX`) into 0, below every present value, so the loop has a single comparison.
+fn first_max_present(column: &[u64]) -> Option<(usize, u64)> {
+    let (mut best_row, mut best) = (0, 0u64);
+    for (row, v) in column.iter().enumerate() {
+        let shifted = v.wrapping_add(1);
+        if shifted > best {
+            best = shifted;
+            best_row = row;
+        }
+    }
+    Some((best_row, best.checked_sub(1)?))
+}
+
+/// Index and value of the first maximum of the present values.
+fn first_max(values: impl Iterator<Item = Option<u64>>) -> Option<(usize, u64)> {
+    let mut best: Option<(usize, u64)> = None;
+    for (i, v) in values.enumerate() {
+        if let Some(v) = v
+            && best.is_none_or(|(_, b)| v > b)
+        {
+            best = Some((i, v));
+        }
+    }
+    best
+}
+
+/// The peak whose make-up the viewer charts: the memory peak ([`memory_peak`]) when the
+/// analysis attached components to it; for a run without a device breakdown (a CPU run), the
+/// host RSS peak against the nearest component breakdown; else the memory peak as it is.
+pub fn breakdown_peak(trace: &Trace, peaks: &[Peak]) -> Option<Peak> {
+    let device = memory_peak(peaks);
+    if let Some(p) = device.filter(|p| p.components.is_some()) {
+        return Some(p.clone());
+    }
+    let host = peaks
+        .iter()
+        .filter(|p| p.measure == Measure::HostRss)
+        .max_by_key(|p| p.bytes)
+        .and_then(|p| {
+            let near = breakdown_near(trace, p.t_us)?;
+            Some(Peak {
+                components: Some(PeakComponents::new(near, p.bytes, None)),
+                ..p.clone()
+            })
+        });
+    host.or_else(|| device.cloned())
+}
+
+impl Peak {
+    /// Its make-up as named parts, in chart order: parameters (with buffers), gradients,
+    /// optimizer state, each extra, activations when known, and `other` (the rest of the peak).
+    /// Empty without components.
+    pub fn parts(&self) -> Vec<NamedBytes> {
+        let Some(c) = &self.components else {
+            return Vec::new();
+        };
+        let named = |name: &str, bytes: u64| NamedBytes {
+            name: name.into(),
+            bytes,
+        };
+        let b = &c.breakdown;
+        let mut parts = vec![
+            named("parameters", b.parameters_bytes + b.buffers_bytes),
+            named("gradients", b.gradients_bytes),
+            named("optimizer state", b.optimizer_state_bytes),
+        ];
+        parts.extend(b.extras.iter().cloned());
+        parts.extend(c.activations_bytes.map(|a| named("activations", a)));
+        let accounted: u64 = parts.iter().map(|p| p.bytes).sum();
+        parts.push(named("other", self.bytes.saturating_sub(accounted)));
+        parts
+    }
+}
+
+/// The peak that best answers "how much memory did the program's tensors need?": the highest
+/// allocator `allocated` peak; without allocator data, the process's GPU memory; else the
+/// device's used memory.
+pub fn memory_peak(peaks: &[Peak]) -> Option<&Peak> {
+    [Measure::Allocated, Measure::ProcessGpu, Measure::DeviceUsed]
+        .into_iter()
+        .find_map(|measure| {
+            peaks
+                .iter()
+                .filter(|p| p.measure == measure)
+                .reduce(|best, p| if p.bytes > best.bytes { p } else { best })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_format::units::{GIB, MIB};
+    use oomscope_format::{NamedBytes, Phase};
+    use oomscope_testkit::run::Run;
+
+    fn peaks_of(trace: &Trace) -> Vec<Peak> {
+        peaks(trace, &MarkValues::new(trace))
+    }
+
+    /// A healthy run whose host RSS (`host.rss`) peaks `offset_us` after the last mark (or
+    /// before the first when negative), then exits with `status`.
+    fn host_peak_outside(offset_us: i64, status: oomscope_format::ExitStatus) -> Trace {
+        let mut trace = Run {
+            steps: 4,
+            ..Run::default()
+        }
+        .build();
+        let rss = trace.counter(CounterKind::HostRss, None).unwrap();
+        let t_us = if offset_us >= 0 {
+            trace.marks.last().unwrap().t_us + offset_us as u64
+        } else {
+            trace.marks[0].t_us - offset_us.unsigned_abs()
+        };
+        let mut samples = std::mem::take(&mut trace.samples);
+        let mut rows: Vec<(u64, Vec<(CounterId, u64)>)> = (0..samples.len())
+            .map(|row| {
+                let t = samples.times_us()[row];
+                let values = (0..trace.counters.len() as u32)
+                    .filter_map(|c| Some((CounterId(c), samples.value(CounterId(c), row)?)))
+                    .collect();
+                (t, values)
+            })
+            .collect();
+        rows.push((t_us, vec![(rss, 100 * GIB)]));
+        rows.sort_by_key(|(t, _)| *t);
+        samples = oomscope_format::Samples::with_counters(trace.counters.len());
+        for (t, values) in rows {
+            samples.push_row(t, &values);
+        }
+        trace.samples = samples;
+        let exit_t_us = trace.marks.last().unwrap().t_us + offset_us.unsigned_abs() + 1000;
+        trace.exit = Some(oomscope_format::ProcessExit {
+            t_us: exit_t_us,
+            status,
+            probable_host_oom: false,
+        });
+        trace
+    }
+
+    fn host_peak(trace: &Trace) -> Peak {
+        let values = MarkValues::new(trace);
+        peaks(trace, &values)
+            .into_iter()
+            .find(|p| p.measure == Measure::HostRss)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_peak_after_the_last_mark_is_teardown_not_the_last_stage() {
+        use oomscope_format::ExitStatus;
+        let trace = host_peak_outside(222_000, ExitStatus::Code(0));
+        let peak = host_peak(&trace);
+        assert_eq!(peak.bytes, 100 * GIB);
+        assert!(peak.stage.is_none());
+        let Some(OutsideMarks::AfterLastMark { last, after_us }) = &peak.outside_marks else {
+            panic!("{peak:?}");
+        };
+        assert_eq!(
+            (last.stage.as_str(), last.step, *after_us),
+            ("post_optimizer_step", 3, 222_000)
+        );
+        assert_eq!(
+            peak.place(),
+            " after the last mark (222 ms after post_optimizer_step of step 3)"
+        );
+        // Before the first mark: setup.
+        let trace = host_peak_outside(-40_000, ExitStatus::Code(0));
+        let peak = host_peak(&trace);
+        assert_eq!(
+            peak.outside_marks,
+            Some(OutsideMarks::BeforeFirstMark { before_us: 40_000 })
+        );
+        assert!(
+            peak.place()
+                .eq(" before the first mark (40.0 ms before it)"),
+            "{}",
+            peak.place()
+        );
+        // A run killed after its last mark died in that stage: the stage keeps the peak.
+        let trace = host_peak_outside(222_000, ExitStatus::Signal(9));
+        let peak = host_peak(&trace);
+        assert_eq!(peak.outside_marks, None);
+        assert_eq!(peak.stage.unwrap().stage, "post_optimizer_step");
+    }
+
+    #[test]
+    fn snapshot_peak_is_split_into_components_and_activations() {
+        let trace = Run::default().build();
+        let peaks = peaks_of(&trace);
+        let labels: Vec<String> = peaks.iter().map(|p| p.metric.label()).collect();
+        assert_eq!(
+            labels,
+            [
+                "peak_allocated",
+                "allocated",
+                "reserved",
+                "gpu0.used",
+                "gpu0.process",
+                "host.rss"
+            ]
+        );
+        let peak = memory_peak(&peaks).unwrap();
+        assert_eq!(peak.metric.label(), "peak_allocated");
+        assert_eq!(peak.bytes, 28 * GIB);
+        let stage = peak.stage.as_ref().unwrap();
+        assert_eq!(
+            (stage.stage.as_str(), stage.step, stage.phase),
+            ("post_forward", 0, Phase::Train)
+        );
+        let c = peak.components.as_ref().unwrap();
+        assert_eq!(c.total_bytes, 16 * GIB);
+        assert_eq!(c.activations_bytes, Some(12 * GIB));
+        assert_eq!(
+            c.activations_basis,
+            Some(ActivationsBasis::AllocatorAllocated)
+        );
+        assert_eq!(c.largest().unwrap().name.as_ref(), "optimizer_state");
+
+        // Reserved and NVML peaks carry components but no activations; the host peak neither.
+        let reserved = peaks
+            .iter()
+            .find(|p| p.metric.label() == "reserved")
+            .unwrap();
+        assert_eq!(reserved.bytes, 28 * GIB + 512 * MIB);
+        assert!(
+            reserved
+                .components
+                .as_ref()
+                .unwrap()
+                .activations_bytes
+                .is_none()
+        );
+        let host = peaks
+            .iter()
+            .find(|p| p.metric.label() == "host.rss")
+            .unwrap();
+        assert!(host.components.is_none());
+        assert_eq!(host.measure, Measure::HostRss);
+    }
+
+    #[test]
+    fn without_allocator_data_the_process_memory_is_the_basis() {
+        let trace = Run {
+            snapshots: false,
+            ..Run::default()
+        }
+        .build();
+        let peaks = peaks_of(&trace);
+        let peak = memory_peak(&peaks).unwrap();
+        assert_eq!(peak.measure, Measure::ProcessGpu);
+        let c = peak.components.as_ref().unwrap();
+        assert_eq!(c.activations_basis, Some(ActivationsBasis::ProcessGpu));
+        assert_eq!(c.activations_bytes, Some(12 * GIB + 512 * MIB + 600 * MIB));
+        // NVML used is not a basis when the process counter exists.
+        let used = peaks
+            .iter()
+            .find(|p| p.measure == Measure::DeviceUsed)
+            .unwrap();
+        assert!(
+            used.components
+                .as_ref()
+                .unwrap()
+                .activations_bytes
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn breakdown_nearest_before_else_after() {
+        let mut trace = Trace::default();
+        for t in [100, 300] {
+            trace.components.push(ComponentBreakdown {
+                t_us: t,
+                step: t,
+                ..ComponentBreakdown::default()
+            });
+        }
+        assert_eq!(breakdown_near(&trace, 50).unwrap().t_us, 100);
+        assert_eq!(breakdown_near(&trace, 299).unwrap().t_us, 100);
+        assert_eq!(breakdown_near(&trace, 1_000).unwrap().t_us, 300);
+        assert!(breakdown_near(&Trace::default(), 0).is_none());
+    }
+
+    #[test]
+    fn activations_saturate_and_extras_count() {
+        let breakdown = ComponentBreakdown {
+            parameters_bytes: 10,
+            extras: vec![NamedBytes {
+                name: "ema".into(),
+                bytes: 30,
+            }],
+            ..ComponentBreakdown::default()
+        };
+        let c = PeakComponents::new(&breakdown, 25, Some(ActivationsBasis::AllocatorAllocated));
+        assert_eq!(c.total_bytes, 40);
+        assert_eq!(c.activations_bytes, Some(0));
+        assert_eq!(
+            c.largest().unwrap(),
+            NamedBytes {
+                name: "ema".into(),
+                bytes: 30
+            }
+        );
+    }
+
+    #[test]
+    fn first_time_the_maximum_is_reached() {
+        assert_eq!(
+            first_max([Some(1), None, Some(3), Some(3)].into_iter()),
+            Some((2, 3))
+        );
+        assert_eq!(first_max([None, None].into_iter()), None);
+        use oomscope_format::MISSING;
+        assert_eq!(first_max_present(&[1, MISSING, 3, 3]), Some((2, 3)));
+        assert_eq!(first_max_present(&[MISSING, MISSING]), None);
+        assert_eq!(first_max_present(&[]), None);
+        assert_eq!(first_max_present(&[0, MISSING - 1]), Some((1, MISSING - 1)));
+    }
+
+    #[test]
+    fn empty_trace_has_no_peaks() {
+        let trace = Trace::default();
+        assert!(peaks_of(&trace).is_empty());
+        assert!(memory_peak(&[]).is_none());
+    }
+
+    #[test]
+    fn a_cpu_run_gets_its_breakdown_at_the_host_peak() {
+        let mut trace = Trace::default();
+        let rss = trace.declare_counter(CounterKind::HostRss, None);
+        trace.samples.push_row(1_000, &[(rss, 100)]);
+        trace.samples.push_row(2_000, &[(rss, 900)]);
+        trace.components.push(ComponentBreakdown {
+            t_us: 500,
+            step: 0,
+            batch_size: None,
+            parameters_bytes: 200,
+            buffers_bytes: 10,
+            gradients_bytes: 200,
+            optimizer_state_bytes: 400,
+            extras: Vec::new(),
+        });
+        let values = MarkValues::new(&trace);
+        let all = peaks(&trace, &values);
+        let p = breakdown_peak(&trace, &all).expect("a host peak");
+        assert_eq!((p.measure, p.bytes), (Measure::HostRss, 900));
+        let parts: Vec<(String, u64)> = p
+            .parts()
+            .into_iter()
+            .map(|n| (n.name.to_string(), n.bytes))
+            .collect();
+        assert_eq!(
+            parts,
+            vec![
+                ("parameters".to_owned(), 210),
+                ("gradients".to_owned(), 200),
+                ("optimizer state".to_owned(), 400),
+                ("other".to_owned(), 90),
+            ]
+        );
+    }
+}

@@ -1,0 +1,184 @@
+//! What evaluation does to training memory.
+//!
+//! Eval runs inside the training process, often with different shapes, sometimes with autograd
+//! still on, and often collects outputs. Two things go wrong: eval needs more memory than a
+//! training step (the run dies at the first eval, hours in), or eval leaves memory behind that
+//! training never gets back (each eval ratchets the baseline up). For every switch from training
+//! to eval and back this module compares the primary metric before, during and after, at the
+//! same point of the training step, so the training sawtooth does not masquerade as retention.
+
+use serde::Serialize;
+
+use crate::marks::is_train;
+use crate::metrics::{MarkValues, MetricKey};
+use crate::stages::signed_delta;
+use oomscope_format::{Phase, Trace};
+
+/// One stretch of eval between training marks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PhaseTransition {
+    /// Metric label.
+    pub metric: MetricKey,
+    /// Stage of the last training mark before eval.
+    pub before_stage: String,
+    /// Step of the last training mark before eval.
+    pub before_step: u64,
+    /// The metric at the last training mark before eval.
+    pub before_bytes: Option<u64>,
+    /// Step of the first eval mark.
+    pub entry_step: u64,
+    /// Time of the first eval mark.
+    pub entry_t_us: u64,
+    /// Eval marks in the stretch.
+    pub eval_marks: usize,
+    /// Highest value during eval.
+    pub eval_peak_bytes: Option<u64>,
+    /// Stage of the training mark compared after eval: the first with the same stage as
+    /// `before_stage` when the next training stretch has one, else its first mark.
+    pub after_stage: Option<String>,
+    /// Step of that mark.
+    pub after_step: Option<u64>,
+    /// Time of the first training mark after eval (the exit from eval).
+    pub exit_t_us: Option<u64>,
+    /// The metric at the compared training mark; `None` when the trace ended in eval.
+    pub after_bytes: Option<u64>,
+    /// `eval_peak − before`.
+    pub jump_bytes: Option<i64>,
+    /// `after − before`: what eval left behind.
+    pub retained_bytes: Option<i64>,
+}
+
+/// Every train→eval→train transition, measured with the primary metric. Linear in the marks.
+pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransition> {
+    let Some(primary) = values.primary() else {
+        return Vec::new();
+    };
+    let column = values.column(primary);
+    let marks = &trace.marks;
+    let mut out = Vec::new();
+    let mut i = 1;
+    while i < marks.len() {
+        if !(marks[i].phase == Phase::Eval && is_train(marks[i - 1].phase)) {
+            i += 1;
+            continue;
+        }
+        let before = i - 1;
+        let eval_end = (i..marks.len())
+            .find(|&j| marks[j].phase != Phase::Eval)
+            .unwrap_or(marks.len());
+        let eval_peak = column[i..eval_end].iter().flatten().copied().max();
+        // The next training stretch: up to the next eval mark.
+        let train_end = (eval_end..marks.len())
+            .find(|&j| marks[j].phase == Phase::Eval)
+            .unwrap_or(marks.len());
+        let exit = (eval_end < train_end).then_some(eval_end);
+        let after = (eval_end..train_end)
+            .find(|&j| {
+                marks[j].name == marks[before].name
+                    || marks[j].name.as_ref() == marks[before].name.as_ref()
+            })
+            .or(exit);
+        let before_bytes = column[before];
+        let after_bytes = after.and_then(|j| column[j]);
+        out.push(PhaseTransition {
+            metric: values.key(primary),
+            before_stage: marks[before].name.as_ref().to_owned(),
+            before_step: marks[before].step,
+            before_bytes,
+            entry_step: marks[i].step,
+            entry_t_us: marks[i].t_us,
+            eval_marks: eval_end - i,
+            eval_peak_bytes: eval_peak,
+            after_stage: after.map(|j| marks[j].name.as_ref().to_owned()),
+            after_step: after.map(|j| marks[j].step),
+            exit_t_us: exit.map(|j| marks[j].t_us),
+            after_bytes,
+            jump_bytes: before_bytes.zip(eval_peak).map(|(b, p)| signed_delta(p, b)),
+            retained_bytes: before_bytes
+                .zip(after_bytes)
+                .map(|(b, a)| signed_delta(a, b)),
+        });
+        i = eval_end.max(i + 1);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_format::units::{GIB, MIB};
+    use oomscope_testkit::run::Run;
+
+    fn transitions(run: &Run) -> Vec<PhaseTransition> {
+        let trace = run.build();
+        phase_transitions(&trace, &MarkValues::new(&trace))
+    }
+
+    #[test]
+    fn eval_that_keeps_memory() {
+        let run = Run {
+            steps: 30,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB,
+            eval_retain_bytes: 2 * GIB,
+            ..Run::default()
+        };
+        let t = transitions(&run);
+        assert_eq!(t.len(), 3);
+        let first = &t[0];
+        assert_eq!(first.metric.label(), "allocated");
+        assert_eq!(
+            (first.before_stage.as_str(), first.before_step),
+            ("post_optimizer_step", 9)
+        );
+        assert_eq!(first.before_bytes, Some(16 * GIB));
+        assert_eq!(first.eval_marks, 3);
+        assert_eq!(first.eval_peak_bytes, Some(19 * GIB));
+        assert_eq!(first.jump_bytes, Some((3 * GIB) as i64));
+        // Compared at post_optimizer_step of step 10, not at its pre_forward.
+        assert_eq!(first.after_stage.as_deref(), Some("post_optimizer_step"));
+        assert_eq!(first.after_step, Some(10));
+        assert_eq!(first.retained_bytes, Some((2 * GIB) as i64));
+        assert!(first.exit_t_us.unwrap() > first.entry_t_us);
+        // The run ends in eval: nothing after.
+        let last = &t[2];
+        assert_eq!(last.after_bytes, None);
+        assert_eq!(last.retained_bytes, None);
+        assert_eq!(last.exit_t_us, None);
+    }
+
+    #[test]
+    fn clean_eval_returns_to_the_same_memory() {
+        let run = Run {
+            steps: 25,
+            eval_every: Some(10),
+            eval_jump_bytes: 512 * MIB,
+            ..Run::default()
+        };
+        let t = transitions(&run);
+        assert_eq!(t.len(), 2);
+        assert!(t.iter().all(|x| x.retained_bytes == Some(0)));
+        assert!(t.iter().all(|x| x.jump_bytes == Some((512 * MIB) as i64)));
+    }
+
+    #[test]
+    fn no_eval_no_transitions() {
+        assert!(transitions(&Run::default()).is_empty());
+    }
+
+    #[test]
+    fn falls_back_to_the_first_train_mark_when_the_stage_does_not_recur() {
+        let run = Run {
+            steps: 2,
+            stages: vec!["a"],
+            eval_every: Some(1),
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        // Rename the second training mark so the stage before eval does not recur.
+        let second_train = trace.marks.iter().position(|m| m.step == 1).unwrap();
+        trace.marks[second_train].name = "b".into();
+        let t = phase_transitions(&trace, &MarkValues::new(&trace));
+        assert_eq!(t[0].after_stage.as_deref(), Some("b"));
+    }
+}

@@ -1,0 +1,302 @@
+//! Rule about host memory: near exhaustion, or the kernel's OOM killer.
+
+use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use crate::host::HostMemory;
+use crate::oom::{OomContext, OomKind};
+use oomscope_format::OomSource;
+use oomscope_format::units::{format_bytes, format_count, format_duration_us, format_percent};
+
+/// Available host memory below this share of (available + the process's RSS) is pressure: the
+/// next DataLoader worker or checkpoint copy can trigger the OOM killer.
+pub const HOST_AVAILABLE_MIN_FRACTION: f64 = 0.10;
+
+/// `host-memory-pressure`: host memory nearly ran out, or the process was probably OOM-killed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostMemoryPressure;
+
+/// What [`HostMemoryPressure`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct HostPressure<'a> {
+    /// The host's tightest moment (also when it was not tight: the evidence quotes it).
+    pub host: Option<&'a HostMemory>,
+    /// Whether available memory fell below [`HOST_AVAILABLE_MIN_FRACTION`] then.
+    pub low: bool,
+    /// The probable kill by the kernel's OOM killer.
+    pub kill: Option<&'a OomContext>,
+    /// A host allocation the program saw fail (libtorch's `DefaultCPUAllocator`, `MemoryError`):
+    /// the process was not killed, it raised.
+    pub failed: Option<&'a OomContext>,
+    /// A launcher's word that it killed a task for memory (Slurm's `task N: Out Of Memory`): the
+    /// task's cgroup, perhaps on another node, so this host's figures say nothing about it.
+    pub launcher: Option<&'a OomContext>,
+}
+
+impl Diagnose for HostMemoryPressure {
+    const KIND: FindingKind = FindingKind::HostMemoryPressure;
+    type Diagnosis<'a> = HostPressure<'a>;
+
+    /// Detection: the host ran low, or the process was probably OOM-killed; `None` otherwise.
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let kill = ctx
+            .analysis
+            .ooms
+            .iter()
+            .find(|o| o.kind == OomKind::Host && o.event.source == OomSource::HostKill);
+        let failed = ctx.analysis.ooms.iter().find(|o| {
+            o.kind == OomKind::Host
+                && !matches!(
+                    o.event.source,
+                    OomSource::HostKill | OomSource::LauncherKill
+                )
+        });
+        let launcher = ctx
+            .analysis
+            .ooms
+            .iter()
+            .find(|o| o.event.source == OomSource::LauncherKill);
+        let host = ctx.analysis.host_memory.as_ref();
+        let low = host.is_some_and(|h| {
+            h.min_available_fraction
+                .is_some_and(|f| f < HOST_AVAILABLE_MIN_FRACTION)
+        });
+        (low || kill.is_some() || failed.is_some() || launcher.is_some()).then_some(HostPressure {
+            host,
+            low,
+            kill,
+            failed,
+            launcher,
+        })
+    }
+
+    /// Wording: what happened, the change to make, and the numbers.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let mut facts = Vec::new();
+        if let Some(h) = d.host.filter(|_| d.low) {
+            let total = h.rss_at_min_bytes.map(|r| r + h.min_available_bytes);
+            let stage = h.stage.as_ref().map_or_else(String::new, |s| {
+                format!(" at {} of step {}", s.stage, format_count(s.step))
+            });
+            facts.push(format!(
+                "host memory available fell to {} ({} of {}){stage} while the process held {} \
+                 resident",
+                format_bytes(h.min_available_bytes),
+                format_percent(h.min_available_fraction.unwrap_or(0.0)),
+                format_bytes(total.unwrap_or(h.min_available_bytes)),
+                format_bytes(h.rss_at_min_bytes.unwrap_or(0)),
+            ));
+        }
+        if let Some(k) = d.kill
+            && let Some(kill) = &k.kill
+        {
+            let mut fact = crate::words::kill_clause(kill, 0);
+            if let Some(step) = k.event.step {
+                fact.push_str(&format!(" (step {})", format_count(step)));
+            }
+            let said = match (kill.from_kernel_log, kill.from_cgroup_counter) {
+                (true, true) => "the kernel log and the memory cgroup's oom_kill counter say so",
+                (true, false) => "the kernel log says so",
+                _ => "the memory cgroup's oom_kill counter says so",
+            };
+            fact.push_str(&format!(" ({said})"));
+            facts.push(fact);
+        } else if let Some(k) = d.kill {
+            let mut fact = format!(
+                "the process was killed with SIGKILL at {}",
+                format_duration_us(k.event.t_us)
+            );
+            if let Some(step) = k.event.step {
+                fact.push_str(&format!(" (step {})", format_count(step)));
+            }
+            if let Some(a) = k.host_available_bytes {
+                fact.push_str(&format!(" with {} available", format_bytes(a)));
+            }
+            fact.push_str(": probably the kernel's OOM killer");
+            facts.push(fact);
+        }
+        if let Some(f) = d.failed {
+            let mut fact = match f.event.requested_bytes {
+                Some(r) => format!("allocating {} failed", format_bytes(r)),
+                None => "a host allocation failed".to_owned(),
+            };
+            fact.push_str(&format!(" at {}", format_duration_us(f.event.t_us)));
+            if let Some(step) = f.event.step {
+                fact.push_str(&format!(" (step {})", format_count(step)));
+            }
+            if let Some(a) = f.host_available_bytes {
+                fact.push_str(&format!(" with {} available", format_bytes(a)));
+            }
+            facts.push(fact);
+        }
+        if let Some(l) = d.launcher {
+            let whom = l
+                .event
+                .rank
+                .map_or_else(|| "a task".to_owned(), |r| format!("task {r} (rank {r})"));
+            facts.push(format!(
+                "the launcher killed {whom} for memory at {}: \"{}\" (its memory cgroup's limit, \
+                 on the node the launcher names)",
+                format_duration_us(l.event.t_us),
+                l.event.message.lines().next().unwrap_or_default()
+            ));
+        }
+        let mut evidence = Vec::new();
+        if let Some(r) = d.failed.and_then(|f| f.event.requested_bytes) {
+            evidence.push(Evidence::bytes("failed_request_bytes", r as f64));
+        }
+        if let Some(h) = d.host {
+            evidence.push(Evidence::bytes(
+                "min_available_bytes",
+                h.min_available_bytes as f64,
+            ));
+            if let Some(f) = h.min_available_fraction {
+                evidence.push(Evidence::share("min_available_fraction", f));
+            }
+            if let Some(r) = h.rss_at_min_bytes {
+                evidence.push(Evidence::bytes("rss_at_min_bytes", r as f64));
+            }
+        }
+        evidence.push(Evidence::count(
+            "killed",
+            if d.kill.is_some() { 1.0 } else { 0.0 },
+        ));
+        if let Some(kill) = d.kill.and_then(|k| k.kill.as_ref()) {
+            evidence.extend(
+                kill.limit_bytes
+                    .map(|l| Evidence::bytes("limit_bytes", l as f64)),
+            );
+            evidence.extend(
+                kill.rss_bytes
+                    .map(|r| Evidence::bytes("rss_at_kill_bytes", r as f64)),
+            );
+            evidence.push(Evidence::count("killed_pid", f64::from(kill.pid)));
+        }
+        let exact = d.kill.and_then(|k| k.kill.as_ref());
+        let (severity, title) = if let Some(kill) = exact {
+            let whom = if kill.main_process {
+                "The program was killed by the kernel's OOM killer".to_owned()
+            } else {
+                format!(
+                    "A process of the program{} was killed by the kernel's OOM killer",
+                    if kill.process.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", kill.process)
+                    }
+                )
+            };
+            (Severity::Critical, whom)
+        } else if d.kill.is_some() {
+            (
+                Severity::Critical,
+                "The process was probably killed for host memory".to_owned(),
+            )
+        } else if d.failed.is_some() {
+            (Severity::Critical, "A host allocation failed".to_owned())
+        } else if let Some(l) = d.launcher {
+            (
+                Severity::Critical,
+                match l.event.rank {
+                    Some(r) => format!("Rank {r} was killed by its launcher for memory"),
+                    None => "A task was killed by its launcher for memory".to_owned(),
+                },
+            )
+        } else {
+            (Severity::Warning, "Host memory nearly ran out".to_owned())
+        };
+        // One request larger than all the host's memory is a shape or configuration bug (a size
+        // taken from the wrong field), not a sign of too many workers or too big a batch.
+        let advice = match d.failed.and_then(super::impossible) {
+            Some(_) => "no setting of workers or batch fits one request larger than the host: fix \
+                        the shape that reaches it (see impossible-request)"
+                .to_owned(),
+            None if d.launcher.is_some() && exact.is_none() && d.kill.is_none() => {
+                "the job's memory request is what ran out: raise it (#SBATCH --mem or \
+                 --mem-per-cpu), or lower the task's host memory: fewer DataLoader workers or a \
+                 lower prefetch_factor, memory-mapped datasets and checkpoints \
+                 (torch.load(..., mmap=True)), per-sample Python objects kept out of worker \
+                 datasets"
+                    .to_owned()
+            }
+            None if exact.is_some_and(|k| !k.global && k.limit_bytes.is_some()) => {
+                "the memory cgroup's limit (the job's or container's memory request) is what ran \
+                 out: raise it, or use fewer DataLoader workers or a lower prefetch_factor, \
+                 memory-map datasets instead of loading them into RAM, and keep per-sample Python \
+                 objects out of worker datasets (copy-on-write duplicates them per worker)"
+                    .to_owned()
+            }
+            None => "use fewer DataLoader workers or a lower prefetch_factor, memory-map datasets \
+                     instead of loading them into RAM, keep per-sample Python objects out of \
+                     worker datasets (copy-on-write duplicates them per worker), and pin less \
+                     memory"
+                .to_owned(),
+        };
+        finding(self, severity, title, facts.join("; "), advice, evidence)
+    }
+}
+
+/// `worker-private-growth`: the program's workers each grow private memory (copy-on-write).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WorkerPrivateGrowth;
+
+impl Diagnose for WorkerPrivateGrowth {
+    const KIND: FindingKind = FindingKind::WorkerPrivateGrowth;
+    type Diagnosis<'a> = &'a [crate::workers::WorkerGrowth];
+
+    /// Detection: at least one worker whose private memory grows steadily
+    /// ([`crate::workers::growing_workers`]).
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let workers = ctx.analysis.growing_workers.as_slice();
+        (!workers.is_empty()).then_some(workers)
+    }
+
+    /// Wording.
+    fn explain(&self, workers: &Self::Diagnosis<'_>) -> Finding {
+        let shown: Vec<String> = workers.iter().take(8).map(|w| w.pid.to_string()).collect();
+        let more = workers.len().saturating_sub(shown.len());
+        let rate: f64 = workers.iter().map(|w| w.slope_bytes_per_s).sum();
+        let growth: u64 = workers
+            .iter()
+            .map(|w| w.last_private_bytes.saturating_sub(w.first_private_bytes))
+            .sum();
+        let top = &workers[0];
+        let explanation = format!(
+            "the private memory of {} of the program's processes grows steadily ({}{}): together \
+             +{}/min, {} so far; the largest, pid {}, went from {} to {} in {}. A forked worker \
+             shares its parent's pages until it writes to them, and reading Python objects writes \
+             their reference counts, so each worker slowly copies what it reads",
+            workers.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+            oomscope_format::units::format_bytes_f64(rate * 60.0),
+            format_bytes(growth),
+            top.pid,
+            format_bytes(top.first_private_bytes),
+            format_bytes(top.last_private_bytes),
+            format_duration_us(top.to_us.saturating_sub(top.from_us)),
+        );
+        finding(
+            self,
+            Severity::Warning,
+            format!(
+                "{} worker process(es) copy their parent's memory (+{}/min private)",
+                workers.len(),
+                oomscope_format::units::format_bytes_f64(rate * 60.0)
+            ),
+            explanation,
+            "keep the dataset out of Python objects the workers read: numpy arrays, torch \
+             tensors, Arrow/pandas columns or a memory-mapped file are read without copying; or \
+             create the data inside each worker (worker_init_fn) and use fewer workers"
+                .to_owned(),
+            vec![
+                Evidence::count("workers", workers.len() as f64),
+                Evidence::bytes("private_growth_bytes", growth as f64),
+                Evidence::bytes("slope_bytes_per_s", rate),
+                Evidence::count("largest_worker_pid", f64::from(top.pid)),
+            ],
+        )
+    }
+}

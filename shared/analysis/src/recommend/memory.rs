@@ -1,0 +1,908 @@
+//! Rules about what fills GPU memory: the OOM itself, activations, optimizer state, batch size.
+//!
+//! They share the memory model of [`crate::batch_fit`], so the batch the `oom` finding
+//! suggests is the batch `activations-dominate` and `batch-size` compute.
+
+use super::{Diagnose, Evidence, Finding, FindingKind, LoopPart, RuleContext, Severity, finding};
+use crate::batch_fit::{BatchFit, BatchFitMethod, TrialSummary};
+use crate::oom::{OomContext, OomKind};
+use crate::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
+use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_percent};
+use oomscope_format::{Phase, TrialOutcome};
+
+/// Activations at or above this share of the peak are what to shrink first.
+pub const ACTIVATIONS_MIN_SHARE: f64 = 0.5;
+
+/// Optimizer state at or above this share of the peak is worth shrinking (Adam keeps two fp32
+/// moments, 2× the fp32 parameters; at 30% it is a larger lever than most activation tricks).
+pub const OPTIMIZER_MIN_SHARE: f64 = 0.30;
+
+/// A peak at or above this share of the device counts as "near full": memory findings that would
+/// otherwise be informational become warnings.
+pub const NEAR_FULL_FRACTION: f64 = 0.90;
+
+/// The memory peak and its components, when activations were computed for it.
+fn peak_with_components<'a>(ctx: &RuleContext<'a>) -> Option<(&'a Peak, &'a PeakComponents)> {
+    let peak = memory_peak(&ctx.analysis.peaks)?;
+    Some((peak, peak.components.as_ref()?))
+}
+
+/// True when the run hit a GPU OOM.
+fn had_gpu_oom(ctx: &RuleContext<'_>) -> bool {
+    ctx.analysis.ooms.iter().any(|o| o.kind == OomKind::Gpu)
+}
+
+/// True when the peak came within [`NEAR_FULL_FRACTION`] of the device.
+fn near_full(ctx: &RuleContext<'_>, peak: &Peak) -> bool {
+    ctx.trace
+        .gpu_total_bytes(peak.device)
+        .is_some_and(|total| peak.bytes as f64 >= NEAR_FULL_FRACTION * total as f64)
+}
+
+/// " at post_forward of step 412" (or outside the marks) for a peak.
+fn where_peak(peak: &Peak) -> String {
+    peak.place()
+}
+
+/// "batch 24 fits with a 10% margin; to keep the effective batch of 32, run 2 accumulation steps
+/// of batch 16", or `None` when the current batch already fits.
+fn smaller_batch_advice(fit: &BatchFit) -> Option<String> {
+    let current = fit.current_batch?;
+    let steps = fit.accumulation_steps?;
+    let micro = current.div_ceil(steps);
+    let effective = if micro * steps == current {
+        format!("to keep the effective batch of {current}")
+    } else {
+        format!(
+            "for an effective batch of {} (now {current})",
+            micro * steps
+        )
+    };
+    Some(format!(
+        "batch {} fits with a {} margin; {effective}, run {steps} gradient accumulation steps of \
+         batch {micro}",
+        fit.max_batch,
+        format_percent(fit.margin),
+    ))
+}
+
+/// `oom`: the run ran out of GPU memory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Oom;
+
+/// What [`Oom`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct OutOfGpuMemory<'a> {
+    /// The first GPU OOM, in context.
+    pub first: &'a OomContext,
+    /// GPU OOM events in all.
+    pub events: usize,
+    /// The part of the loop that was running then.
+    pub part: LoopPart,
+    /// The memory model's batch that fits, when it knows one.
+    pub fit: Option<&'a BatchFit>,
+    /// The optimizer's state at the peak, when the components are known.
+    pub optimizer_state_bytes: Option<u64>,
+    /// Batch-size trials that ran out of memory (a batch search probing the limit).
+    pub oom_trials: usize,
+}
+
+impl Diagnose for Oom {
+    const KIND: FindingKind = FindingKind::Oom;
+    type Diagnosis<'a> = OutOfGpuMemory<'a>;
+
+    /// Detection: the first GPU OOM and where in the loop it struck; `None` without one.
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let gpu: Vec<&OomContext> = ctx
+            .analysis
+            .ooms
+            .iter()
+            .filter(|o| o.kind == OomKind::Gpu)
+            .collect();
+        // The OOM the run died of explains the run; without one, the first the program survived.
+        let first = gpu.iter().find(|o| o.fatal).or(gpu.first()).copied()?;
+        Some(OutOfGpuMemory {
+            first,
+            events: gpu.len(),
+            part: LoopPart::running(first.event.stage.as_deref(), first.next_stage.as_deref()),
+            fit: ctx.analysis.batch_fit.as_ref(),
+            optimizer_state_bytes: peak_with_components(ctx)
+                .map(|(_, c)| c.breakdown.optimizer_state_bytes),
+            oom_trials: ctx
+                .trace
+                .batch_trials
+                .iter()
+                .filter(|t| t.outcome == TrialOutcome::Oom)
+                .count(),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let first = d.first;
+        let mut explanation = oom_explanation(first);
+        if d.events > 1 {
+            explanation.push_str(&format!(" ({} OOM events in all)", d.events));
+        }
+        let mut evidence = vec![Evidence::count("oom_events", d.events as f64)];
+        evidence.extend(first.event.step.map(|s| Evidence::count("step", s as f64)));
+        let optional_bytes = [
+            ("requested_bytes", first.event.requested_bytes),
+            ("device_free_bytes", first.event.device_free_bytes),
+            ("device_total_bytes", first.event.device_total_bytes),
+            ("allocated_bytes", first.allocated_bytes),
+            ("reserved_bytes", first.reserved_bytes),
+        ];
+        evidence.extend(
+            optional_bytes
+                .iter()
+                .filter_map(|(l, v)| Some(Evidence::bytes(l, (*v)? as f64))),
+        );
+        if let Some(s) = first.shortfall_bytes {
+            evidence.push(Evidence::bytes("shortfall_bytes", s as f64));
+        }
+        let mut title = match first.event.step {
+            Some(step) => format!("Out of GPU memory at step {}", format_count(step)),
+            None => "Out of GPU memory".to_owned(),
+        };
+        if !first.fatal {
+            // Every OOM was survived: the program caught them (a cuDNN workspace fallback, a
+            // batch-size finder, a retry) and went on. Worth knowing, not the cause of a failure.
+            title.push_str(", caught by the program");
+            explanation.push_str(
+                "; the program caught it and went on (the run did not die of it): each caught OOM \
+                 costs a cache flush and a retry",
+            );
+            let change = if d.oom_trials > 0 {
+                format!(
+                    "nothing: these are the batch search's {} trial(s) that did not fit, probing \
+                     the limit on purpose (see the batch-size finding)",
+                    d.oom_trials
+                )
+            } else {
+                oom_change(d)
+            };
+            return finding(
+                self,
+                Severity::Warning,
+                title,
+                explanation,
+                change,
+                evidence,
+            );
+        }
+        finding(
+            self,
+            Severity::Critical,
+            title,
+            explanation,
+            oom_change(d),
+            evidence,
+        )
+    }
+}
+
+/// Where the OOM happened, what was asked for and free, and what held the memory.
+fn oom_explanation(oom: &OomContext) -> String {
+    let mut where_ = match (&oom.event.stage, &oom.next_stage) {
+        (Some(stage), Some(next)) => format!(" between {stage} and {next}"),
+        (Some(stage), None) => format!(" after {stage}"),
+        _ => String::new(),
+    };
+    if let Some(step) = oom.event.step {
+        where_.push_str(&format!(" of step {}", format_count(step)));
+    }
+    if oom.phase == Some(Phase::Eval) {
+        where_.push_str(" (eval)");
+    }
+    let mut facts: Vec<String> = Vec::new();
+    match (oom.event.requested_bytes, oom.event.device_free_bytes) {
+        (Some(r), Some(f)) => {
+            let total = oom
+                .event
+                .device_total_bytes
+                .map_or_else(String::new, |t| format!(" of {}", format_bytes(t)));
+            let short = match oom.shortfall_bytes {
+                Some(s) if s > 0 => format!(", {} short", format_bytes(s.unsigned_abs())),
+                _ => ", at least what was asked for: the free memory was fragmented or taken by \
+                      another process"
+                    .to_owned(),
+            };
+            facts.push(format!(
+                "it asked for {} with {} free{total}{short}",
+                format_bytes(r),
+                format_bytes(f)
+            ));
+        }
+        (Some(r), None) => facts.push(format!("it asked for {}", format_bytes(r))),
+        _ => {}
+    }
+    match (
+        oom.allocated_bytes,
+        oom.reserved_bytes,
+        oom.process_gpu_bytes,
+    ) {
+        (Some(a), Some(r), _) => facts.push(format!(
+            "{} tensors held {} and the allocator {} reserved",
+            oom.allocator_mark_stage
+                .as_ref()
+                .map_or_else(|| "when it failed,".to_owned(), |s| format!("at {s},")),
+            format_bytes(a),
+            format_bytes(r)
+        )),
+        (_, _, Some(p)) => facts.push(format!("the process held {} on the GPU", format_bytes(p))),
+        _ => {}
+    }
+    if let Some(top) = oom.alive.first() {
+        facts.push(format!(
+            "of what was alive, most came from {}: {} in {}",
+            crate::words::source_line(top),
+            format_bytes(top.bytes),
+            crate::words::tensor_count(top.count)
+        ));
+    }
+    if let Some(c) = &oom.largest_component {
+        facts.push(format!(
+            "the largest model component is {} ({})",
+            c.name.replace('_', " "),
+            format_bytes(c.bytes)
+        ));
+    }
+    let mut explanation = format!("the run ran out of GPU memory{where_}");
+    if !facts.is_empty() {
+        explanation.push_str(": ");
+        explanation.push_str(&facts.join("; "));
+    }
+    explanation
+}
+
+/// What to change, by the part of the loop that ran out: eval, the optimizer step, or the
+/// forward/backward pass (the batch that fits, when the memory model knows it).
+fn oom_change(d: &OutOfGpuMemory<'_>) -> String {
+    if super::impossible(d.first).is_some() {
+        return "no batch size fits one request larger than the GPU: fix the shape that reaches \
+                it (see impossible-request)"
+            .to_owned();
+    }
+    if d.first.phase == Some(Phase::Eval) {
+        return "evaluate under torch.no_grad() (or torch.inference_mode()) with model.eval(), \
+                use a smaller eval batch, and move collected outputs to the CPU"
+            .to_owned();
+    }
+    let fit_advice = d.fit.and_then(smaller_batch_advice);
+    match d.part {
+        LoopPart::Optimizer => {
+            let opt = d.optimizer_state_bytes.map_or_else(String::new, |b| {
+                format!(" (optimizer state is {})", format_bytes(b))
+            });
+            format!(
+                "the optimizer step ran out of memory{opt}: use an 8-bit or factored optimizer, \
+                 or shard its state across ranks (ZeRO / FSDP)"
+            )
+        }
+        LoopPart::Forward | LoopPart::Backward => match fit_advice {
+            Some(advice) => format!("{advice}; or enable activation checkpointing"),
+            None => "halve the batch size and use 2 gradient accumulation steps to keep the \
+                     effective batch, or enable activation checkpointing \
+                     (torch.utils.checkpoint) on the largest blocks"
+                .to_owned(),
+        },
+        LoopPart::Other => match fit_advice {
+            Some(advice) => format!("{advice}; see the other findings for what fills memory"),
+            None => "reduce the batch size (keeping the effective batch with gradient \
+                     accumulation); see the other findings for what fills memory"
+                .to_owned(),
+        },
+    }
+}
+
+/// `activations-dominate`: activations are most of the peak.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ActivationsDominate;
+
+/// What [`ActivationsDominate`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct ActivationShare<'a> {
+    /// The memory peak.
+    pub peak: &'a Peak,
+    /// Its activations (peak minus the model's components, against the allocator's own numbers).
+    pub activations_bytes: u64,
+    /// `activations / peak`, at least [`ACTIVATIONS_MIN_SHARE`].
+    pub share: f64,
+    /// The memory model's batch that fits, when it knows one.
+    pub fit: Option<&'a BatchFit>,
+    /// The run pressed on memory: it hit a GPU OOM or peaked within [`NEAR_FULL_FRACTION`].
+    pub pressed: bool,
+}
+
+impl Diagnose for ActivationsDominate {
+    const KIND: FindingKind = FindingKind::ActivationsDominate;
+    type Diagnosis<'a> = ActivationShare<'a>;
+
+    /// Detection: activations are at least [`ACTIVATIONS_MIN_SHARE`] of the peak, measured
+    /// against the allocator, with no leak of the primary metric inflating the remainder.
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let (peak, components) = peak_with_components(ctx)?;
+        // Only against the allocator's own numbers: a process-level remainder also holds the
+        // cache and the CUDA context and would overstate activations.
+        if components.activations_basis != Some(ActivationsBasis::AllocatorAllocated) {
+            return None;
+        }
+        // With the primary metric leaking, the remainder is activations plus leaked memory: the
+        // `leak` finding explains that instead.
+        let primary = ctx.analysis.stage_table.primary_metric;
+        if ctx.analysis.leaks().any(|f| Some(f.metric) == primary) {
+            return None;
+        }
+        let activations_bytes = components.activations_bytes?;
+        let share = activations_bytes as f64 / peak.bytes.max(1) as f64;
+        (share >= ACTIVATIONS_MIN_SHARE).then(|| ActivationShare {
+            peak,
+            activations_bytes,
+            share,
+            fit: ctx.analysis.batch_fit.as_ref(),
+            pressed: had_gpu_oom(ctx) || near_full(ctx, peak),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let (peak, activations, share, fit) = (d.peak, d.activations_bytes, d.share, d.fit);
+        let per_sample = fit.map_or_else(String::new, |f| {
+            let source = match f.method {
+                BatchFitMethod::Trials => " from the batch trials".to_owned(),
+                BatchFitMethod::Breakdown => f
+                    .current_batch
+                    .map_or_else(String::new, |b| format!(" at batch {b}")),
+            };
+            format!(
+                ", {} per sample{source}",
+                format_bytes_f64(f.per_sample_bytes)
+            )
+        });
+        let mut explanation = format!(
+            "activations are {} of the peak ({} of {}{}{per_sample})",
+            format_percent(share),
+            format_bytes(activations),
+            format_bytes(peak.bytes),
+            where_peak(peak),
+        );
+        let advice = fit.and_then(smaller_batch_advice);
+        match (fit, &advice) {
+            (_, Some(advice)) => explanation.push_str(&format!(": {advice}")),
+            (Some(f), None) => explanation.push_str(&format!(
+                ": up to batch {} fits with a {} margin",
+                f.max_batch,
+                format_percent(f.margin)
+            )),
+            (None, None) => {}
+        }
+        let change = match &advice {
+            Some(advice) => format!(
+                "{advice}; activation checkpointing (torch.utils.checkpoint) or bf16 autocast \
+                 shrink activations without changing the batch"
+            ),
+            None => "activations are the lever: activation checkpointing \
+                     (torch.utils.checkpoint) on the largest blocks, bf16 autocast, or a smaller \
+                     batch with gradient accumulation"
+                .to_owned(),
+        };
+        let severity = if d.pressed || advice.is_some() {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        let mut evidence = vec![
+            Evidence::bytes("activations_bytes", activations as f64),
+            Evidence::bytes("peak_bytes", peak.bytes as f64),
+            Evidence::share("activations_share", share),
+        ];
+        if let Some(f) = fit {
+            evidence.push(Evidence::bytes("per_sample_bytes", f.per_sample_bytes));
+            evidence.push(Evidence::count("max_batch", f.max_batch as f64));
+            evidence.push(Evidence::share("margin", f.margin));
+            if let Some(b) = f.current_batch {
+                evidence.push(Evidence::count("current_batch", b as f64));
+            }
+            if let Some(k) = f.accumulation_steps {
+                evidence.push(Evidence::count("accumulation_steps", k as f64));
+            }
+        }
+        finding(
+            self,
+            severity,
+            format!("Activations are {} of peak memory", format_percent(share)),
+            explanation,
+            change,
+            evidence,
+        )
+    }
+}
+
+/// `optimizer-state-heavy`: optimizer state is a large share of the peak.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptimizerStateHeavy;
+
+/// What [`OptimizerStateHeavy`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct OptimizerShare<'a> {
+    /// The memory peak.
+    pub peak: &'a Peak,
+    /// The components at the peak.
+    pub components: &'a PeakComponents,
+    /// `optimizer state / peak`, at least [`OPTIMIZER_MIN_SHARE`].
+    pub share: f64,
+    /// Ranks the state could be sharded across (more than one).
+    pub ranks: Option<u32>,
+    /// The run pressed on memory: it hit a GPU OOM or peaked within [`NEAR_FULL_FRACTION`].
+    pub pressed: bool,
+}
+
+impl Diagnose for OptimizerStateHeavy {
+    const KIND: FindingKind = FindingKind::OptimizerStateHeavy;
+    type Diagnosis<'a> = OptimizerShare<'a>;
+
+    /// Detection: the optimizer's state is at least [`OPTIMIZER_MIN_SHARE`] of the peak.
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let (peak, components) = peak_with_components(ctx)?;
+        let optimizer = components.breakdown.optimizer_state_bytes;
+        let share = optimizer as f64 / peak.bytes.max(1) as f64;
+        (optimizer > 0 && share >= OPTIMIZER_MIN_SHARE).then(|| OptimizerShare {
+            peak,
+            components,
+            share,
+            ranks: ctx.trace.metadata.world_size.filter(|w| *w > 1),
+            pressed: had_gpu_oom(ctx) || near_full(ctx, peak),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let (peak, components, share) = (d.peak, d.components, d.share);
+        let optimizer = components.breakdown.optimizer_state_bytes;
+        let vs_params = if components.breakdown.parameters_bytes > 0 {
+            format!(
+                ", {:.1}× the parameters ({})",
+                optimizer as f64 / components.breakdown.parameters_bytes as f64,
+                format_bytes(components.breakdown.parameters_bytes)
+            )
+        } else {
+            String::new()
+        };
+        let explanation = format!(
+            "optimizer state is {} of the peak ({} of {}{vs_params})",
+            format_percent(share),
+            format_bytes(optimizer),
+            format_bytes(peak.bytes),
+        );
+        // 8-bit moments take a quarter of fp32 ones.
+        let saving = optimizer - optimizer / 4;
+        let mut change = format!(
+            "an 8-bit optimizer (e.g. bitsandbytes AdamW8bit) stores fp32 moments in a quarter \
+             of the space (saves about {}); a factored optimizer (Adafactor) keeps even less",
+            format_bytes(saving)
+        );
+        if let Some(world) = d.ranks {
+            change.push_str(&format!(
+                "; sharding the state across the {world} ranks (ZeRO-1 / FSDP) divides it by {world}"
+            ));
+        }
+        let severity = if d.pressed {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        finding(
+            self,
+            severity,
+            format!(
+                "Optimizer state is {} of peak memory",
+                format_percent(share)
+            ),
+            explanation,
+            change,
+            vec![
+                Evidence::bytes("optimizer_state_bytes", optimizer as f64),
+                Evidence::bytes(
+                    "parameters_bytes",
+                    components.breakdown.parameters_bytes as f64,
+                ),
+                Evidence::bytes("peak_bytes", peak.bytes as f64),
+                Evidence::share("optimizer_share", share),
+                Evidence::bytes("estimated_saving_bytes", saving as f64),
+            ],
+        )
+    }
+}
+
+/// `batch-size`: a batch-size search ran.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchSize;
+
+/// What [`BatchSize`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSearchResult<'a> {
+    /// The trials, summarised.
+    pub trials: &'a TrialSummary,
+    /// The memory model fitted to them, when it could be.
+    pub fit: Option<&'a BatchFit>,
+}
+
+impl Diagnose for BatchSize {
+    const KIND: FindingKind = FindingKind::BatchSize;
+    type Diagnosis<'a> = BatchSearchResult<'a>;
+
+    /// Detection: a batch-size search ran; `None` otherwise.
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        Some(BatchSearchResult {
+            trials: ctx.analysis.batch_trials.as_ref()?,
+            fit: ctx
+                .analysis
+                .batch_fit
+                .as_ref()
+                .filter(|f| f.method == BatchFitMethod::Trials),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let (trials, fit) = (d.trials, d.fit);
+        let mut facts = vec![format!("the batch search ran {} trials", trials.trials)];
+        if let Some(b) = trials.largest_fit_batch {
+            let peak = trials
+                .largest_fit_peak_bytes
+                .map_or_else(String::new, |p| format!(" (peak {})", format_bytes(p)));
+            facts.push(format!("batch {b} fit{peak}"));
+        }
+        if let Some(b) = trials.smallest_oom_batch {
+            facts.push(format!("batch {b} ran out of memory"));
+        }
+        let mut explanation = facts.join(", ");
+        let mut evidence = vec![Evidence::count("trials", trials.trials as f64)];
+        evidence.extend(
+            trials
+                .largest_fit_batch
+                .map(|b| Evidence::count("largest_fit_batch", b as f64)),
+        );
+        evidence.extend(
+            trials
+                .smallest_oom_batch
+                .map(|b| Evidence::count("smallest_oom_batch", b as f64)),
+        );
+        let change = match fit {
+            Some(f) => {
+                explanation.push_str(&format!(
+                    "; the fitted cost is {} per sample on top of {}, so batch {} fits with a {} \
+                     margin of the {} device",
+                    format_bytes_f64(f.per_sample_bytes),
+                    format_bytes_f64(f.fixed_bytes),
+                    f.max_batch,
+                    format_percent(f.margin),
+                    format_bytes(f.device_total_bytes),
+                ));
+                evidence.push(Evidence::bytes("per_sample_bytes", f.per_sample_bytes));
+                evidence.push(Evidence::bytes("fixed_bytes", f.fixed_bytes));
+                evidence.push(Evidence::count("max_batch", f.max_batch as f64));
+                evidence.push(Evidence::share("margin", f.margin));
+                let margin = format_percent(f.margin);
+                match trials.largest_fit_batch {
+                    Some(m) if f.max_batch > m => format!(
+                        "use batch {} (predicted; batch {m} is the largest measured to fit) and \
+                         keep the {margin} margin for longer inputs and the allocator cache",
+                        f.max_batch
+                    ),
+                    Some(m) if f.max_batch < m => format!(
+                        "use batch {}: batch {m} fit in the search but leaves less than the \
+                         {margin} margin, which longer inputs or a fuller cache can use up",
+                        f.max_batch
+                    ),
+                    _ => format!(
+                        "use batch {}; for a larger effective batch, add gradient accumulation",
+                        f.max_batch
+                    ),
+                }
+            }
+            None => match trials.largest_fit_batch {
+                Some(b) => format!(
+                    "use batch {b} or less (the largest measured to fit); for a larger effective \
+                     batch, add gradient accumulation"
+                ),
+                None => "no batch size fit: reduce memory first (activation checkpointing, bf16, \
+                         an 8-bit optimizer) and search again"
+                    .to_owned(),
+            },
+        };
+        let severity = if trials.largest_fit_batch.is_none() {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        let title = match trials.largest_fit_batch {
+            Some(b) => format!("Batch search: {b} is the largest batch that fit"),
+            None => "Batch search: no batch size fit".to_owned(),
+        };
+        finding(self, severity, title, explanation, change, evidence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{evidence, find, with_context};
+    use super::*;
+    use oomscope_format::units::{GIB, MIB};
+    use oomscope_format::{BatchTrial, ExitStatus, ProcessExit, Trace, TrialOutcome};
+    use oomscope_testkit::run::Run;
+
+    /// 8 GiB of model state and 16 GiB of activations at batch 32 on a 25 GiB GPU: the peak is
+    /// 96% of the device (24.5 GiB with cache and context) and batch 29 is the most that fits
+    /// with a 10% margin.
+    fn tight() -> Run {
+        Run {
+            params_bytes: 2 * GIB,
+            grads_bytes: 2 * GIB,
+            optimizer_bytes: 4 * GIB,
+            activations_bytes: 16 * GIB,
+            gpu_total_bytes: 25 * GIB,
+            reserved_gap_bytes: 256 * MIB,
+            context_bytes: 256 * MIB,
+            ..Run::default()
+        }
+    }
+
+    #[test]
+    fn oom_in_the_forward_pass() {
+        let trace = Run {
+            oom_at_step: Some(30),
+            ..Run::default()
+        }
+        .build();
+        let f = find(&trace, FindingKind::Oom).unwrap();
+        assert_eq!(f.severity, Severity::Critical);
+        assert_eq!(f.title, "Out of GPU memory at step 30");
+        assert!(
+            f.explanation.starts_with(
+                "the run ran out of GPU memory between pre_forward and post_forward of step 30: \
+                 it asked for 2.00 GiB with 50.9 GiB free of 80.0 GiB, at least what was asked for"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert!(
+            f.explanation.contains(
+                "at pre_forward, tensors held 16.0 GiB and the allocator 28.5 GiB reserved"
+            )
+        );
+        assert!(
+            f.explanation
+                .contains("the largest model component is optimizer state (8.00 GiB)")
+        );
+        // The current batch fits the model, so the advice is the generic one.
+        assert!(f.change.starts_with("halve the batch size"), "{}", f.change);
+        assert_eq!(evidence(&f, "requested_bytes"), (2 * GIB) as f64);
+        assert_eq!(evidence(&f, "step"), 30.0);
+        assert!(evidence(&f, "shortfall_bytes") < 0.0);
+    }
+
+    #[test]
+    fn oom_names_the_batch_that_fits() {
+        let trace = Run {
+            oom_at_step: Some(30),
+            oom_requested_bytes: 2 * GIB + GIB / 2,
+            ..tight()
+        }
+        .build();
+        let f = find(&trace, FindingKind::Oom).unwrap();
+        assert!(
+            f.explanation.contains("2.00 GiB short"),
+            "{}",
+            f.explanation
+        );
+        assert!(
+            f.change.starts_with(
+                "batch 29 fits with a 10% margin; to keep the effective batch of 32, run 2 \
+                 gradient accumulation steps of batch 16"
+            ),
+            "{}",
+            f.change
+        );
+    }
+
+    #[test]
+    fn oom_in_the_optimizer_step_and_in_eval() {
+        let mut trace = Run {
+            oom_at_step: Some(30),
+            oom_knows_stage: true,
+            ..Run::default()
+        }
+        .build();
+        trace.ooms[0].stage = Some("post_backward".into());
+        let (events, step, part) = with_context(&trace, |ctx| {
+            let d = Oom.detect(ctx).unwrap();
+            (d.events, d.first.event.step, d.part)
+        });
+        assert_eq!((events, step, part), (1, Some(30), LoopPart::Optimizer));
+        let f = find(&trace, FindingKind::Oom).unwrap();
+        assert!(
+            f.explanation
+                .contains("between post_backward and post_optimizer_step of step 30")
+        );
+        assert!(
+            f.change
+                .contains("optimizer step ran out of memory (optimizer state is 8.00 GiB)")
+        );
+
+        let mut trace = Run {
+            oom_at_step: Some(30),
+            eval_every: Some(10),
+            ..Run::default()
+        }
+        .build();
+        let eval_mark = trace.marks.iter().find(|m| m.phase == Phase::Eval).unwrap();
+        trace.ooms[0].t_us = eval_mark.t_us + 1;
+        let f = find(&trace, FindingKind::Oom).unwrap();
+        assert!(f.explanation.contains("(eval)"), "{}", f.explanation);
+        assert!(f.change.contains("torch.no_grad()"));
+    }
+
+    #[test]
+    fn no_oom_finding_without_a_gpu_oom() {
+        assert!(find(&Run::default().build(), FindingKind::Oom).is_none());
+        let host_kill = Run {
+            exit: Some(ProcessExit {
+                t_us: 1_000,
+                status: ExitStatus::Signal(9),
+                probable_host_oom: true,
+            }),
+            ..Run::default()
+        }
+        .build();
+        assert!(find(&host_kill, FindingKind::Oom).is_none());
+    }
+
+    #[test]
+    fn activations_dominate_with_room_to_spare() {
+        let trace = Run {
+            activations_bytes: 48 * GIB,
+            ..Run::default()
+        }
+        .build();
+        let f = find(&trace, FindingKind::ActivationsDominate).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(
+            f.explanation,
+            "activations are 75% of the peak (48.0 GiB of 64.0 GiB at post_forward of step 0, \
+             1.50 GiB per sample at batch 32): up to batch 37 fits with a 10% margin"
+        );
+        assert_eq!(evidence(&f, "max_batch"), 37.0);
+    }
+
+    #[test]
+    fn activations_dominate_and_the_batch_is_too_big() {
+        let f = find(&tight().build(), FindingKind::ActivationsDominate).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(
+            f.explanation.ends_with(
+                ": batch 29 fits with a 10% margin; to keep the effective batch of 32, run 2 \
+                 gradient accumulation steps of batch 16"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(evidence(&f, "accumulation_steps"), 2.0);
+        assert!((evidence(&f, "activations_share") - 16.0 / 24.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn leaked_memory_is_not_called_activations() {
+        // Leaked memory makes "peak − model state" 63% of the peak; the leak explains it.
+        let run = Run {
+            steps: 200,
+            leak_bytes_per_step: 80 * MIB,
+            ..Run::default()
+        };
+        let analysis = crate::analyze(&run.build(), &Default::default());
+        assert!(
+            analysis
+                .findings
+                .iter()
+                .any(|f| f.kind == FindingKind::Leak)
+        );
+        assert!(
+            analysis
+                .findings
+                .iter()
+                .all(|f| f.kind != FindingKind::ActivationsDominate)
+        );
+        assert!(analysis.batch_fit.is_none());
+    }
+
+    #[test]
+    fn activations_below_half_or_without_allocator_data_do_not_fire() {
+        // 12 of 28 GiB (43%).
+        assert!(find(&Run::default().build(), FindingKind::ActivationsDominate).is_none());
+        // Near miss: 15.5 of 31.5 GiB (49%).
+        let near = Run {
+            activations_bytes: 15 * GIB + GIB / 2,
+            ..Run::default()
+        };
+        assert!(find(&near.build(), FindingKind::ActivationsDominate).is_none());
+        // Process memory only: the remainder includes cache and context, so no claim is made.
+        let no_allocator = Run {
+            snapshots: false,
+            activations_bytes: 48 * GIB,
+            ..Run::default()
+        };
+        assert!(find(&no_allocator.build(), FindingKind::ActivationsDominate).is_none());
+    }
+
+    #[test]
+    fn optimizer_state_heavy() {
+        let mut trace = Run {
+            activations_bytes: 6 * GIB,
+            ..Run::default()
+        }
+        .build();
+        trace.metadata.world_size = Some(8);
+        let f = find(&trace, FindingKind::OptimizerStateHeavy).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(
+            f.explanation,
+            "optimizer state is 36% of the peak (8.00 GiB of 22.0 GiB, 2.0× the parameters \
+             (4.00 GiB))"
+        );
+        assert!(f.change.contains("saves about 6.00 GiB"));
+        assert!(f.change.contains("across the 8 ranks"));
+        // 8 of 28 GiB (29%) is below the threshold; no breakdown, no finding.
+        assert!(find(&Run::default().build(), FindingKind::OptimizerStateHeavy).is_none());
+        let no_components = Run {
+            activations_bytes: 6 * GIB,
+            components: false,
+            ..Run::default()
+        };
+        assert!(find(&no_components.build(), FindingKind::OptimizerStateHeavy).is_none());
+    }
+
+    fn with_trials(trials: &[(u64, TrialOutcome, Option<u64>)]) -> Trace {
+        let mut trace = Run::default().build();
+        for (batch_size, outcome, peak_bytes) in trials {
+            trace.batch_trials.push(BatchTrial {
+                t_us: 0,
+                batch_size: *batch_size,
+                outcome: *outcome,
+                peak_bytes: *peak_bytes,
+            });
+        }
+        trace
+    }
+
+    #[test]
+    fn batch_search_results() {
+        let trace = with_trials(&[
+            (32, TrialOutcome::Fit, Some(32 * GIB)),
+            (64, TrialOutcome::Fit, Some(48 * GIB)),
+            (96, TrialOutcome::Fit, Some(64 * GIB)),
+            (128, TrialOutcome::Oom, None),
+        ]);
+        let f = find(&trace, FindingKind::BatchSize).unwrap();
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(f.title, "Batch search: 96 is the largest batch that fit");
+        assert_eq!(
+            f.explanation,
+            "the batch search ran 4 trials, batch 96 fit (peak 64.0 GiB), batch 128 ran out of \
+             memory; the fitted cost is 512 MiB per sample on top of 16.0 GiB, so batch 112 fits \
+             with a 10% margin of the 80.0 GiB device"
+        );
+        assert!(f.change.starts_with("use batch 112 (predicted; batch 96"));
+        assert_eq!(evidence(&f, "smallest_oom_batch"), 128.0);
+    }
+
+    #[test]
+    fn batch_search_where_nothing_fit() {
+        let trace = with_trials(&[(8, TrialOutcome::Oom, None), (4, TrialOutcome::Oom, None)]);
+        let f = find(&trace, FindingKind::BatchSize).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert!(f.explanation.contains("batch 4 ran out of memory"));
+        assert!(f.change.starts_with("no batch size fit"));
+        assert!(find(&Run::default().build(), FindingKind::BatchSize).is_none());
+    }
+}

@@ -1,0 +1,138 @@
+//! Private memory growing in the program's other processes: the copy-on-write "DataLoader leak".
+//!
+//! A forked DataLoader worker starts sharing every page of its parent. When it reads a dataset
+//! held as Python objects (lists of dicts, strings, numbers), CPython updates each object's
+//! reference count, which writes to the page and makes the kernel copy it: the worker's private
+//! memory climbs epoch after epoch until it holds a copy of the dataset, once per worker, and the
+//! host OOM killer steps in. The parent's RSS shows nothing; summed RSS showed it from the start
+//! (counting shared pages per worker). Only each worker's private bytes tell it apart, so the
+//! collector records them ([`oomscope_format::ProcessMemory`]) and this module fits each worker's
+//! private bytes against time.
+
+use serde::Serialize;
+
+use crate::fit::{least_squares, robust_line};
+use crate::leaks::MIN_GROWTH_BYTES;
+use oomscope_format::Trace;
+
+/// Readings of one worker a fit needs.
+pub const MIN_READINGS: usize = 4;
+
+/// Time the readings must span.
+pub const MIN_SPAN_US: u64 = 4_000_000;
+
+/// R² a worker's growth needs.
+pub const MIN_R_SQUARED: f64 = 0.8;
+
+/// One worker whose private memory grows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerGrowth {
+    /// The process.
+    pub pid: u32,
+    /// Private bytes at the first reading.
+    pub first_private_bytes: u64,
+    /// Private bytes at the last reading.
+    pub last_private_bytes: u64,
+    /// Fitted growth per second.
+    pub slope_bytes_per_s: f64,
+    /// R² of the fit.
+    pub r_squared: f64,
+    /// Readings.
+    pub readings: usize,
+    /// First reading.
+    pub from_us: u64,
+    /// Last reading.
+    pub to_us: u64,
+}
+
+/// The workers (other processes of the tree) whose private memory grows steadily by at least
+/// [`MIN_GROWTH_BYTES`] over [`MIN_SPAN_US`] or more, most growth first.
+pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
+    let mut pids: Vec<u32> = trace.process_memory.iter().map(|p| p.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let mut out: Vec<WorkerGrowth> = pids
+        .into_iter()
+        .filter_map(|pid| {
+            let readings: Vec<(u64, u64)> = trace
+                .process_memory
+                .iter()
+                .filter(|p| p.pid == pid)
+                .map(|p| (p.t_us, p.private_bytes))
+                .collect();
+            let (first, last) = (readings.first()?, readings.last()?);
+            if readings.len() < MIN_READINGS || last.0.saturating_sub(first.0) < MIN_SPAN_US {
+                return None;
+            }
+            let xy: Vec<(f64, f64)> = readings
+                .iter()
+                .map(|&(t, v)| (t as f64 / 1e6, v as f64))
+                .collect();
+            let line = robust_line(&xy)?.line;
+            let span_s = (last.0 - first.0) as f64 / 1e6;
+            let sustained = least_squares(&xy[xy.len() / 2..])
+                .is_some_and(|half| half.slope >= 0.5 * line.slope);
+            let grows = line.slope > 0.0
+                && line.r_squared >= MIN_R_SQUARED
+                && sustained
+                && line.slope * span_s >= MIN_GROWTH_BYTES as f64;
+            grows.then_some(WorkerGrowth {
+                pid,
+                first_private_bytes: first.1,
+                last_private_bytes: last.1,
+                slope_bytes_per_s: line.slope,
+                r_squared: line.r_squared,
+                readings: readings.len(),
+                from_us: first.0,
+                to_us: last.0,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let growth = |w: &WorkerGrowth| w.last_private_bytes.saturating_sub(w.first_private_bytes);
+        growth(b).cmp(&growth(a))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_format::ProcessMemory;
+
+    use oomscope_format::units::MIB;
+
+    fn with(readings: &[(u32, u64, u64)]) -> Trace {
+        let mut trace = Trace::default();
+        for &(pid, t_s, private_mib) in readings {
+            trace.process_memory.push(ProcessMemory {
+                t_us: t_s * 1_000_000,
+                pid,
+                private_bytes: private_mib * MIB,
+                pss_bytes: private_mib * MIB,
+            });
+        }
+        trace
+    }
+
+    #[test]
+    fn a_worker_copying_its_parent_s_pages_is_found_and_a_flat_one_is_not() {
+        let mut readings = Vec::new();
+        for t in 0..10 {
+            readings.push((101, t, 10 + 40 * t)); // +40 MiB/s
+            readings.push((102, t, 12)); // flat
+        }
+        let found = growing_workers(&with(&readings));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].pid, 101);
+        assert!((found[0].slope_bytes_per_s - (40 * MIB) as f64).abs() < 1.0);
+        // A worker that copied once at start-up and then stayed is not growing.
+        let warmup: Vec<(u32, u64, u64)> = (0..10)
+            .map(|t| (103, t, if t < 2 { 10 + 100 * t } else { 210 }))
+            .collect();
+        assert!(growing_workers(&with(&warmup)).is_empty());
+        // Too short to tell.
+        let short: Vec<(u32, u64, u64)> = (0..3).map(|t| (104, t, 10 + 100 * t)).collect();
+        assert!(growing_workers(&with(&short)).is_empty());
+    }
+}

@@ -1,0 +1,203 @@
+//! A finding must never contradict the recorded facts. For every committed trace (golden, and
+//! recorded on an H100) and for a few hundred simulated runs, each finding's words and evidence
+//! are checked against the trace itself:
+//! - "SIGKILL" / "killed" claims only when the program died of a signal or the kernel's OOM
+//!   killer is on record, "exited with code N" only with that exit code;
+//! - every step a finding names (evidence `step`, `first_step`, `last_step`, `entry_step`, and
+//!   "step N" in its words, projections excepted) is a step the trace has;
+//! - every stage it names (`pre_*`, `post_*`, `eval_*` words) is a stage the trace marked;
+//! - every GPU it names ("GPU N") is one the trace watched or an OOM named;
+//! - "probably" is never said of a kill the kernel itself accounted for;
+//! - "out of GPU memory" only with a GPU OOM on record, host-memory findings only with host
+//!   counters or a host OOM.
+
+use std::collections::BTreeSet;
+
+use oomscope_analysis::recommend::{Finding, FindingKind};
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_format::{CounterKind, ExitStatus, Trace, decode};
+use oomscope_testkit::synth::TrainingRun;
+use proptest::prelude::*;
+
+mod support;
+
+/// The numbers written after `word ` in `text` ("step 1 332" reads as 1332).
+fn numbers_after(text: &str, word: &str) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(word) {
+        rest = &rest[at + word.len()..];
+        let digits: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ' ')
+            .filter(char::is_ascii_digit)
+            .collect();
+        if let Ok(n) = digits.parse() {
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// Checks every finding of `trace` against it; `name` says which trace failed.
+fn check(name: &str, trace: &Trace) {
+    let analysis = analyze(trace, &AnalysisOptions::default());
+    let steps: BTreeSet<u64> = trace
+        .marks
+        .iter()
+        .map(|m| m.step)
+        .chain(trace.ooms.iter().filter_map(|o| o.step))
+        .collect();
+    let stages: BTreeSet<&str> = trace.marks.iter().map(|m| m.name.as_ref()).collect();
+    let gpus: BTreeSet<u32> = trace
+        .metadata
+        .gpus
+        .iter()
+        .map(|g| g.index)
+        .chain(trace.ooms.iter().filter_map(|o| o.device))
+        .chain(trace.counters.iter().filter_map(|c| c.device))
+        .collect();
+    let signal = matches!(trace.exit.map(|e| e.status), Some(ExitStatus::Signal(_)));
+    let kernel_kill = !trace.oom_kills.is_empty();
+    for f in &analysis.findings {
+        let words = format!("{} {} {}", f.title, f.explanation, f.change);
+        let context = || format!("{name}: {:?} says {words:?}", f.kind);
+        if words.contains("SIGKILL") || words.contains("was killed") || words.contains("killed ") {
+            assert!(signal || kernel_kill, "{}", context());
+        }
+        if let Some(code) = numbers_after(&words, "exited with code ").first() {
+            assert_eq!(
+                trace.exit.map(|e| e.status),
+                Some(ExitStatus::Code(*code as i32)),
+                "{}",
+                context()
+            );
+        }
+        if kernel_kill
+            && trace
+                .oom_kills
+                .iter()
+                .any(|k| k.from_kernel_log || k.from_cgroup_counter)
+        {
+            assert!(
+                !(f.kind == FindingKind::HostMemoryPressure && words.contains("probably")),
+                "{}",
+                context()
+            );
+        }
+        check_steps(f, &words, &steps, &context);
+        for word in words.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            let looks_like_stage = ["pre_", "post_", "eval_"]
+                .iter()
+                .any(|p| word.starts_with(p));
+            if looks_like_stage {
+                assert!(stages.contains(word), "stage {word}: {}", context());
+            }
+        }
+        for gpu in numbers_after(&words, "GPU ") {
+            assert!(gpus.contains(&(gpu as u32)), "GPU {gpu}: {}", context());
+        }
+        if f.kind == FindingKind::Oom {
+            assert!(
+                trace.ooms.iter().any(|o| !o.source.is_host()),
+                "{}",
+                context()
+            );
+        }
+        if f.kind == FindingKind::HostMemoryPressure {
+            let host_counters = trace
+                .counters
+                .iter()
+                .any(|c| matches!(c.kind, CounterKind::HostAvailable | CounterKind::HostRss));
+            assert!(
+                host_counters || kernel_kill || trace.ooms.iter().any(|o| o.source.is_host()),
+                "{}",
+                context()
+            );
+        }
+    }
+}
+
+/// Steps a finding names exist in the trace (a projection's "full at step N" is the future).
+fn check_steps(f: &Finding, words: &str, steps: &BTreeSet<u64>, context: &dyn Fn() -> String) {
+    let Some((&first, &last)) = steps.first().zip(steps.last()) else {
+        return;
+    };
+    for e in &f.evidence {
+        if ["step", "first_step", "last_step", "entry_step"].contains(&e.label.as_str()) {
+            let step = e.value as u64;
+            assert!(
+                steps.contains(&step),
+                "evidence {} = {step}: {}",
+                e.label,
+                context()
+            );
+        }
+    }
+    let without_projections = words
+        .replace("full at step", "")
+        .replace("training steps from now", "");
+    for step in numbers_after(&without_projections, "step ") {
+        assert!(
+            (first..=last).contains(&step),
+            "step {step} outside {first}..={last}: {}",
+            context()
+        );
+    }
+}
+
+#[test]
+fn committed_traces() {
+    for path in [
+        "v1_0_instrumented.oomt",
+        "v1_0_oom.oomt",
+        "v1_0_truncated.oomt",
+        "v1_1_host_error.oomt",
+        "v1_2_mark_senders.oomt",
+        "v1_3_alive_at_oom.oomt",
+        "v1_4_oom_kill.oomt",
+        "gpu/h100_batch.oomt",
+        "gpu/h100_gpt.oomt",
+        "gpu/h100_tch_oom.oomt",
+        "gpu/h100_torch_loop.oomt",
+        "gpu/h100_torch_oom.oomt",
+        "gpu/h100_v1_2_gpt.oomt",
+        "gpu/h100_v1_2_torch_loop.oomt",
+    ] {
+        check(path, &decode(&support::data(path)).unwrap().trace);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn simulated_runs(
+        steps in 3u64..60,
+        leak_mib in prop_oneof![Just(0u64), 1u64..300],
+        oom_at in proptest::option::of(1u64..60),
+        eval_every in proptest::option::of(3u64..20),
+        eval_retained_mib in prop_oneof![Just(0u64), 50u64..2000],
+        activation_mib in 64u64..4096,
+        batch in 1u64..64,
+        snapshots in any::<bool>(),
+        nan_at in proptest::option::of(1u64..60),
+        seed in any::<u64>(),
+    ) {
+        let run = TrainingRun {
+            steps,
+            leak_bytes_per_step: leak_mib << 20,
+            oom_at_step: oom_at.filter(|s| *s < steps),
+            eval_every,
+            eval_retained_bytes: eval_retained_mib << 20,
+            activation_bytes_per_sample: (activation_mib << 20) / batch.max(1),
+            batch_size: batch,
+            snapshots,
+            nan_at_step: nan_at.filter(|s| *s < steps),
+            seed,
+            ..TrainingRun::default()
+        };
+        let name = format!("{run:?}");
+        check(&name, &decode(&run.to_bytes()).unwrap().trace);
+    }
+}

@@ -1,0 +1,309 @@
+//! PyTorch memory snapshots read and analysed: pickles written by CPython's own `pickle` in
+//! torch's structure and sharing pattern (`shared/snapshot/tests/data/make_snapshot.py`, which also
+//! writes the facts each file holds, computed independently, to `NAME.pickle.json`), in
+//! protocols 2 (torch's C++ pickler writes 2 too), 4 (Python ≤ 3.13's default) and 5 (3.14's).
+
+use oomscope_analysis::snapshot::analysis::analyze_snapshot;
+use oomscope_snapshot::{Action, read_snapshot};
+
+mod support;
+
+fn facts(name: &str) -> serde_json::Value {
+    serde_json::from_slice(&support::snapshot(&format!("{name}.json"))).unwrap()
+}
+
+fn num(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("{key} in {v}"))
+}
+
+#[test]
+fn protocols_2_4_and_5_read_to_the_facts_python_wrote() {
+    let mut seen = Vec::new();
+    for name in ["small_p2.pickle", "small_p4.pickle", "small_p5.pickle"] {
+        let f = facts(name);
+        let snap = read_snapshot(&support::snapshot(name)[..]).unwrap();
+        assert!(snap.warnings.is_empty(), "{name}: {:?}", snap.warnings);
+        // Device 0 recorded nothing; device 1 everything.
+        assert_eq!(snap.devices.len(), 2, "{name}");
+        assert!(snap.devices[0].is_empty());
+        let events = &snap.devices[1];
+        assert_eq!(events.len() as u64, num(&f, "entries"), "{name}");
+        assert_eq!(events[0].action, Action::SegmentAlloc);
+        // The 9-byte stream pointer.
+        assert_eq!(
+            snap.streams[events[1].stream as usize],
+            (1u64 << 63) + 0x1234
+        );
+        // Shared frame dicts are interned once each.
+        assert_eq!(snap.frames.len() as u64, num(&f, "unique_frames"), "{name}");
+        assert_eq!(snap.setting("expandable_segments"), Some("False"), "{name}");
+
+        let a = analyze_snapshot(&snap);
+        assert_eq!(a.devices.len(), 1);
+        let d = &a.devices[0];
+        assert_eq!(u64::from(d.device), num(&f, "device"));
+        assert_eq!(d.peak_active_bytes, num(&f, "peak_active_bytes"), "{name}");
+        assert_eq!(d.peak_time_us, num(&f, "peak_time_us"), "{name}");
+        assert_eq!(d.active_bytes, num(&f, "end_active_bytes"), "{name}");
+        assert_eq!(
+            d.active_before_bytes, 0,
+            "{name}: nothing fell out of the ring"
+        );
+        let leak = d
+            .at_end
+            .iter()
+            .find(|s| s.site == f["leak_site"].as_str().unwrap())
+            .unwrap_or_else(|| panic!("{name}: {:?}", d.at_end));
+        assert_eq!(leak.bytes, num(&f, "leak_bytes"));
+        assert_eq!(d.ooms.len(), 1);
+        assert_eq!(d.ooms[0].requested_bytes, num(&f, "oom_requested_bytes"));
+        assert_eq!(
+            d.ooms[0].device_free_bytes,
+            Some(num(&f, "oom_device_free_bytes"))
+        );
+        // The OOM first (its request larger than all the process had), then the site that kept
+        // a block per step; no fragmentation claimed where the free memory is one block.
+        let kinds: Vec<&str> = a.findings.iter().map(|f| f.kind.id()).collect();
+        assert_eq!(kinds, ["oom", "leak"], "{name}: {:#?}", a.findings);
+        assert!(a.findings[0].change.contains("train.py:52 (forward)"));
+        assert_eq!(d.kept.len(), 1);
+        assert_eq!(d.kept[0].site, f["leak_site"].as_str().unwrap());
+        assert_eq!(d.kept[0].bytes, num(&f, "leak_bytes"));
+        seen.push(format!("{a:?}"));
+    }
+    assert!(
+        seen.windows(2).all(|w| w[0] == w[1]),
+        "every protocol reads the same"
+    );
+}
+
+#[test]
+fn a_ring_buffer_that_overflowed_places_the_older_memory_before_the_window() {
+    let f = facts("ring.pickle");
+    let snap = read_snapshot(&support::snapshot("ring.pickle")[..]).unwrap();
+    assert_eq!(snap.devices[1].len() as u64, num(&f, "entries"));
+    let d = &analyze_snapshot(&snap).devices[0];
+    assert!(d.active_before_bytes > 1 << 30, "{}", d.active_before_bytes);
+    assert_eq!(d.peak_active_bytes, num(&f, "peak_active_bytes"));
+    assert_eq!(d.active_bytes, num(&f, "end_active_bytes"));
+    assert!(
+        d.at_peak
+            .iter()
+            .any(|s| s.site == "(allocated before the recorded window)"),
+        "{:?}",
+        d.at_peak
+    );
+}
+
+#[test]
+fn a_cut_short_snapshot_keeps_what_was_read_and_never_panics() {
+    let bytes = support::snapshot("small_p4.pickle");
+    let entries = num(&facts("small_p4.pickle"), "entries") as usize;
+    let mut kept_some = 0;
+    for cut in (0..bytes.len()).step_by(13) {
+        match read_snapshot(&bytes[..cut]) {
+            Ok(snap) => {
+                assert!(!snap.warnings.is_empty(), "cut at {cut} says so");
+                assert!(snap.events() <= entries);
+                if snap.events() > 0 {
+                    kept_some += 1;
+                    // The entries read are device 1's, in order.
+                    assert_eq!(snap.devices.len(), 2, "cut at {cut}");
+                    assert_eq!(snap.devices[1][0].action, Action::SegmentAlloc);
+                }
+                let _ = analyze_snapshot(&snap);
+            }
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+    assert!(
+        kept_some > 50,
+        "cuts inside the entries keep their prefix ({kept_some})"
+    );
+}
+
+#[test]
+fn other_pickles_are_one_clear_error() {
+    // pickle.dumps([1, 2], protocol=4)
+    let list = b"\x80\x04\x95\x09\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02e.";
+    let e = read_snapshot(&list[..]).unwrap_err().to_string();
+    assert!(e.contains("not a memory snapshot"), "{e}");
+    // pickle.dumps({"model": torch.nn.Linear}) would hold a GLOBAL.
+    let global = b"\x80\x02}q\x00X\x05\x00\x00\x00modelq\x01ctorch.nn\nLinear\nq\x02s.";
+    let e = read_snapshot(&global[..]).unwrap_err().to_string();
+    assert!(e.contains("GLOBAL"), "{e}");
+    // pickle.dumps({"a": 1}, protocol=4): a dict, but no snapshot.
+    let dict = b"\x80\x04\x95\n\x00\x00\x00\x00\x00\x00\x00}\x94\x8c\x01a\x94K\x01s.";
+    let e = read_snapshot(&dict[..]).unwrap_err().to_string();
+    assert!(e.contains("neither `segments` nor `device_traces`"), "{e}");
+}
+
+#[test]
+fn the_summary_reads_as_reviewed() {
+    let snap = read_snapshot(&support::snapshot("small_p4.pickle")[..]).unwrap();
+    let a = analyze_snapshot(&snap);
+    insta::assert_snapshot!(
+        "snapshot_small_p4",
+        oomscope_analysis::render::snapshot::render_snapshot("small_p4.pickle", &snap, &a)
+    );
+}
+
+#[test]
+fn inputs_the_fuzzer_found_read_or_fail_without_panicking() {
+    // Sizes and times chosen to overflow u64 arithmetic in the analysis.
+    for name in ["fuzz_overflow.pickle"] {
+        if let Ok(snap) = read_snapshot(&support::snapshot(name)[..]) {
+            let a = analyze_snapshot(&snap);
+            let _ = oomscope_analysis::render::snapshot::render_snapshot(name, &snap, &a);
+        }
+    }
+}
+
+#[test]
+fn the_stacked_timeline_and_the_alive_list_add_up_to_the_replayed_memory() {
+    use oomscope_snapshot::timeline::{
+        BEFORE_WINDOW, StackedPoint, alive_at, entry_at, events_of, replay, stacked_by_site, start,
+    };
+    for name in ["small_p4.pickle", "ring.pickle"] {
+        let f = facts(name);
+        let snap = read_snapshot(&support::snapshot(name)[..]).unwrap();
+        let device = num(&f, "device") as u32;
+        let events = events_of(&snap, device);
+        let active: Vec<u64> = replay(events, start(&snap, device))
+            .map(|s| s.active_bytes)
+            .collect();
+        // Every band sums to the active bytes after its entry.
+        let stacked = stacked_by_site(&snap, device, 4, 50);
+        assert!(
+            stacked.points.len() <= 50 && !stacked.points.is_empty(),
+            "{name}"
+        );
+        assert_eq!(stacked.bands.last().unwrap().label, BEFORE_WINDOW);
+        assert!(stacked.bands.len() <= 4 + 2, "{name}: {:?}", stacked.bands);
+        for p in &stacked.points {
+            assert_eq!(p.active_bytes(), active[p.index], "{name} at {}", p.index);
+        }
+        // Thinning keeps the peak.
+        let top = stacked.points.iter().map(StackedPoint::active_bytes).max();
+        assert_eq!(top, Some(num(&f, "peak_active_bytes")), "{name}");
+        // At the peak: the alive blocks and what came before the window make the peak.
+        let at = entry_at(events, num(&f, "peak_time_us")).unwrap();
+        let alive = alive_at(&snap, device, at);
+        let placed: u64 = alive.blocks.iter().map(|b| b.size).sum();
+        assert_eq!(placed + alive.before_bytes, alive.active_bytes, "{name}");
+        assert_eq!(alive.active_bytes, num(&f, "peak_active_bytes"), "{name}");
+        assert!(alive.blocks.windows(2).all(|w| w[0].size >= w[1].size));
+        // After the last entry: the dump's end state.
+        let alive = alive_at(&snap, device, events.len() - 1);
+        assert_eq!(alive.active_bytes, *active.last().unwrap(), "{name}");
+    }
+}
+
+#[test]
+fn exports_hold_a_row_per_entry_with_the_replayed_memory() {
+    use oomscope_analysis::snapshot::export::{CSV_HEADER, write_chrome_json, write_csv};
+    let f = facts("small_p4.pickle");
+    let snap = read_snapshot(&support::snapshot("small_p4.pickle")[..]).unwrap();
+    let mut csv = Vec::new();
+    write_csv(&snap, &mut csv).unwrap();
+    let csv = String::from_utf8(csv).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(CSV_HEADER));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, num(&f, "entries"));
+    let column = |name: &str| CSV_HEADER.split(',').position(|c| c == name).unwrap();
+    let active = column("active_bytes");
+    let peak = rows.iter().map(|r| r[active].parse::<u64>().unwrap()).max();
+    assert_eq!(peak, Some(num(&f, "peak_active_bytes")));
+    let oom = rows.iter().find(|r| r[column("action")] == "oom").unwrap();
+    assert_eq!(oom[column("addr")], "");
+    assert_eq!(
+        oom[column("device_free_bytes")].parse::<u64>().unwrap(),
+        num(&f, "oom_device_free_bytes")
+    );
+    assert_eq!(
+        oom[column("size_bytes")].parse::<u64>().unwrap(),
+        num(&f, "oom_requested_bytes")
+    );
+
+    let mut chrome = Vec::new();
+    write_chrome_json(&snap, &mut chrome).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&chrome).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let counters: Vec<u64> = events
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| e["args"]["active"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        counters.iter().max().copied(),
+        Some(num(&f, "peak_active_bytes"))
+    );
+    let ooms: Vec<_> = events.iter().filter(|e| e["ph"] == "i").collect();
+    assert_eq!(ooms.len(), 1);
+    assert_eq!(
+        ooms[0]["args"]["device_free_bytes"],
+        num(&f, "oom_device_free_bytes")
+    );
+}
+
+#[test]
+fn a_snapshot_handed_over_in_slices_reads_as_the_whole_file() {
+    use oomscope_snapshot::SnapshotParser;
+    for name in [
+        "small_p2.pickle",
+        "small_p4.pickle",
+        "small_p5.pickle",
+        "ring.pickle",
+    ] {
+        let bytes = support::snapshot(name);
+        let whole = read_snapshot(&bytes[..]).unwrap();
+        // Slices of 1, 7 and 4 096 bytes: every opcode and operand is cut somewhere.
+        for slice in [1, 7, 4096] {
+            let mut parser = SnapshotParser::default();
+            let mut done = None;
+            for chunk in bytes.chunks(slice) {
+                assert!(done.is_none(), "{name}: read before its end");
+                parser.push(chunk.to_vec());
+                done = parser.resume();
+                assert!(parser.bytes_read() <= bytes.len() as u64);
+            }
+            let snap = done
+                .or_else(|| {
+                    parser.finish();
+                    parser.resume()
+                })
+                .unwrap()
+                .unwrap();
+            assert_eq!(snap.devices, whole.devices, "{name} in slices of {slice}");
+            assert_eq!(snap.frames, whole.frames, "{name}");
+            assert_eq!(snap.stacks, whole.stacks, "{name}");
+            assert_eq!(snap.segments, whole.segments, "{name}");
+            assert_eq!(analyze_snapshot(&snap), analyze_snapshot(&whole), "{name}");
+        }
+        // What the viewer reads a pickle held in memory with.
+        let held = SnapshotParser::read_bytes(&bytes).unwrap();
+        assert_eq!(held.devices, whole.devices, "{name}");
+        assert_eq!(analyze_snapshot(&held), analyze_snapshot(&whole), "{name}");
+    }
+    // Cut short: once told there is no more, the prefix as `read_snapshot` keeps it.
+    let bytes = support::snapshot("small_p4.pickle");
+    let cut = &bytes[..bytes.len() * 2 / 3];
+    let mut parser = SnapshotParser::default();
+    for chunk in cut.chunks(1000) {
+        parser.push(chunk.to_vec());
+        assert!(parser.resume().is_none());
+    }
+    assert!(parser.bytes_read() > 0);
+    parser.finish();
+    let snap = parser.resume().unwrap().unwrap();
+    let direct = read_snapshot(cut).unwrap();
+    assert!(snap.truncated);
+    assert_eq!(snap.devices, direct.devices);
+    assert_eq!(snap.warnings, direct.warnings);
+    let held = SnapshotParser::read_bytes(cut).unwrap();
+    assert_eq!(held.devices, direct.devices);
+    assert_eq!(held.warnings, direct.warnings);
+    assert!(SnapshotParser::read_bytes(b"").is_err());
+    assert!(SnapshotParser::read_bytes(b"\x80\x04not a pickle").is_err());
+}

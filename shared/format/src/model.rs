@@ -1,0 +1,1379 @@
+//! The decoded, in-memory form of a trace.
+//!
+//! These types are what the reader produces and what every analysis consumes. They are kept
+//! separate from the byte layout (see `FORMAT.md` and [`crate::codec`]) so that the format can
+//! grow new record kinds without the analysis noticing, and so that tests can build a [`Trace`]
+//! directly without going through bytes.
+//!
+//! Times are microseconds since the trace's start (`t_us`); the wall-clock start is
+//! [`Metadata::start_unix_ns`]. Memory is in bytes (`_bytes`).
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+/// A name in a record (a stage, a tensor, a dtype, a component): shared, so a name used by a
+/// hundred thousand marks is stored once. In the file names are interned in a string table; that
+/// table is a detail of [`crate::codec`] and never reaches the analysis.
+pub type Name = Arc<str>;
+
+/// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct CounterId(pub u32);
+
+/// Marks an absent value in a [`Samples`] column (the counter was not read at that instant).
+pub const MISSING: u64 = u64::MAX;
+
+/// Who recorded the trace, where, and what was being watched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metadata {
+    /// Host name of the machine the run was recorded on.
+    pub host: String,
+    /// Process id of the watched process (the child of `collector run`, or the program itself).
+    pub pid: u32,
+    /// The watched command line, one argument per entry.
+    pub command: Vec<String>,
+    /// Wall-clock time of `t_us == 0`, in nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Version string of the program that wrote the trace.
+    pub collector_version: String,
+    /// Sampling interval the recorder was asked for, in microseconds (0 when not sampling).
+    pub sample_interval_us: u64,
+    /// Distributed rank of the watched process, when known.
+    pub rank: Option<u32>,
+    /// Distributed world size, when known.
+    pub world_size: Option<u32>,
+    /// The GPUs the recorder watched.
+    pub gpus: Vec<GpuInfo>,
+}
+
+/// One GPU as NVML (or libtorch) described it when recording started.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// Device index as the driver numbers it.
+    pub index: u32,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Device UUID.
+    pub uuid: String,
+    /// Total device memory in bytes.
+    pub total_memory_bytes: u64,
+    /// Driver version string.
+    pub driver_version: String,
+    /// CUDA version string.
+    pub cuda_version: String,
+}
+
+/// What a counter measures. The numeric codes are part of the format and never change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum CounterKind {
+    /// Device memory in use (NVML `used`; v2 where available, which excludes reserved).
+    GpuUsed,
+    /// Device memory free (NVML `free`).
+    GpuFree,
+    /// Device memory reserved by the driver (NVML v2 `reserved`).
+    GpuReserved,
+    /// Total device memory.
+    GpuTotal,
+    /// Device memory used by the watched process tree (NVML per-process query).
+    ProcessGpu,
+    /// Caching allocator: bytes in live tensors.
+    AllocAllocated,
+    /// Caching allocator: bytes held in segments (what the allocator took from the device).
+    AllocReserved,
+    /// Caching allocator: bytes in active blocks.
+    AllocActive,
+    /// Caching allocator: peak of `AllocAllocated` since the last reset.
+    AllocPeakAllocated,
+    /// Caching allocator: peak of `AllocReserved` since the last reset.
+    AllocPeakReserved,
+    /// Resident set size of the watched process tree.
+    HostRss,
+    /// Host memory available (`MemAvailable`).
+    HostAvailable,
+    /// Proportional set size of the watched process tree: each shared page counted once, split
+    /// among the processes that map it (forked DataLoader workers share their parent's pages;
+    /// summed RSS counts them once per worker). Format v1.4.
+    HostPss,
+    /// Resident set size of one process of the tree (a rank): the counter names its pid
+    /// ([`Counter::pid`]). Format v1.5.
+    PidRss,
+    /// Device memory of one process of the tree on one device (NVML per-process query): the
+    /// counter names its pid and device. Format v1.5.
+    PidGpu,
+    /// A kind this reader does not know (written by a newer recorder); the code is kept.
+    Other(u16),
+}
+
+impl CounterKind {
+    /// Every kind this version knows, in code order.
+    pub const KNOWN: [CounterKind; 15] = [
+        CounterKind::GpuUsed,
+        CounterKind::GpuFree,
+        CounterKind::GpuReserved,
+        CounterKind::GpuTotal,
+        CounterKind::ProcessGpu,
+        CounterKind::AllocAllocated,
+        CounterKind::AllocReserved,
+        CounterKind::AllocActive,
+        CounterKind::AllocPeakAllocated,
+        CounterKind::AllocPeakReserved,
+        CounterKind::HostRss,
+        CounterKind::HostAvailable,
+        CounterKind::HostPss,
+        CounterKind::PidRss,
+        CounterKind::PidGpu,
+    ];
+
+    /// The stable numeric code written to the trace.
+    pub fn code(self) -> u16 {
+        match self {
+            CounterKind::GpuUsed => 1,
+            CounterKind::GpuFree => 2,
+            CounterKind::GpuReserved => 3,
+            CounterKind::GpuTotal => 4,
+            CounterKind::ProcessGpu => 5,
+            CounterKind::AllocAllocated => 6,
+            CounterKind::AllocReserved => 7,
+            CounterKind::AllocActive => 8,
+            CounterKind::AllocPeakAllocated => 9,
+            CounterKind::AllocPeakReserved => 10,
+            CounterKind::HostRss => 11,
+            CounterKind::HostAvailable => 12,
+            CounterKind::HostPss => 13,
+            CounterKind::PidRss => 14,
+            CounterKind::PidGpu => 15,
+            CounterKind::Other(code) => code,
+        }
+    }
+
+    /// The kind for a code; unknown codes become [`CounterKind::Other`].
+    pub fn from_code(code: u16) -> CounterKind {
+        CounterKind::KNOWN
+            .into_iter()
+            .find(|k| k.code() == code)
+            .unwrap_or(CounterKind::Other(code))
+    }
+
+    /// The standard name of this kind's counter on `device` (`gpu0.used`, `host.rss`,
+    /// `gpu0.allocator.reserved`): the one name every writer declares (the collector, the tch
+    /// `Session`, the simulator, tests), so the CSV header, the viewer's legend and the findings
+    /// say the same thing. Allocator counters are `allocator.*`, apart from the mark snapshot's
+    /// `allocated`/`reserved` metrics.
+    pub fn counter_name(self, device: Option<u32>) -> String {
+        let field = match self {
+            CounterKind::GpuUsed => "used",
+            CounterKind::GpuFree => "free",
+            CounterKind::GpuReserved => "driver_reserved",
+            CounterKind::GpuTotal => "total",
+            CounterKind::ProcessGpu => "process",
+            CounterKind::AllocAllocated => "allocator.allocated",
+            CounterKind::AllocReserved => "allocator.reserved",
+            CounterKind::AllocActive => "allocator.active",
+            CounterKind::AllocPeakAllocated => "allocator.peak_allocated",
+            CounterKind::AllocPeakReserved => "allocator.peak_reserved",
+            CounterKind::HostRss => return "host.rss".to_owned(),
+            CounterKind::HostAvailable => return "host.available".to_owned(),
+            CounterKind::HostPss => return "host.pss".to_owned(),
+            CounterKind::PidRss => return "pid.rss".to_owned(),
+            CounterKind::PidGpu => "pid",
+            CounterKind::Other(code) => return format!("other{code}"),
+        };
+        match device {
+            Some(d) => format!("gpu{d}.{field}"),
+            None => format!("gpu.{field}"),
+        }
+    }
+
+    /// The standard name of one process's counter of this kind: `pid4101.rss`,
+    /// `gpu0.pid4101` (the per-process kinds), else [`Self::counter_name`].
+    pub fn process_counter_name(self, device: Option<u32>, pid: Option<u32>) -> String {
+        match (self, pid) {
+            (CounterKind::PidRss, Some(pid)) => format!("pid{pid}.rss"),
+            (CounterKind::PidGpu, Some(pid)) => match device {
+                Some(d) => format!("gpu{d}.pid{pid}"),
+                None => format!("gpu.pid{pid}"),
+            },
+            _ => self.counter_name(device),
+        }
+    }
+
+    /// Whether a counter of this kind measures one process ([`Counter::pid`]).
+    pub fn is_per_process(self) -> bool {
+        matches!(self, CounterKind::PidRss | CounterKind::PidGpu)
+    }
+
+    /// A short, stable label used in tables, CSV headers and JSON (`gpu_used`, `host_rss`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            CounterKind::GpuUsed => "gpu_used",
+            CounterKind::GpuFree => "gpu_free",
+            CounterKind::GpuReserved => "gpu_reserved",
+            CounterKind::GpuTotal => "gpu_total",
+            CounterKind::ProcessGpu => "process_gpu",
+            CounterKind::AllocAllocated => "allocated",
+            CounterKind::AllocReserved => "reserved",
+            CounterKind::AllocActive => "active",
+            CounterKind::AllocPeakAllocated => "peak_allocated",
+            CounterKind::AllocPeakReserved => "peak_reserved",
+            CounterKind::HostRss => "host_rss",
+            CounterKind::HostAvailable => "host_available",
+            CounterKind::HostPss => "host_pss",
+            CounterKind::PidRss => "pid_rss",
+            CounterKind::PidGpu => "pid_gpu",
+            CounterKind::Other(_) => "other",
+        }
+    }
+}
+
+/// A declared counter: one column of [`Samples`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    /// What it measures.
+    pub kind: CounterKind,
+    /// GPU index for device counters; `None` for host counters.
+    pub device: Option<u32>,
+    /// Display name as the recorder chose it (e.g. `gpu0.used`).
+    pub name: String,
+    /// The one process a per-process counter measures ([`CounterKind::PidRss`],
+    /// [`CounterKind::PidGpu`]); `None` for the others. Format v1.5.
+    pub pid: Option<u32>,
+}
+
+/// Counter samples as a table: one row per sampling instant, one column per declared counter.
+///
+/// Columns are dense `u64` vectors aligned with [`Samples::times_us`]; a counter that was not read
+/// at an instant holds [`MISSING`] there. This keeps a 1-hour 1 kHz trace with 6 counters at
+/// ~200 MB instead of ~350 MB for per-counter (time, value) pairs, and makes the scans that the
+/// analysis does (peaks, decimation) tight loops over slices.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Samples {
+    times_us: Vec<u64>,
+    columns: Vec<Vec<u64>>,
+}
+
+impl Samples {
+    /// An empty table with room for `counters` columns.
+    pub fn with_counters(counters: usize) -> Samples {
+        Samples {
+            times_us: Vec::new(),
+            columns: vec![Vec::new(); counters],
+        }
+    }
+
+    /// Number of rows (sampling instants).
+    pub fn len(&self) -> usize {
+        self.times_us.len()
+    }
+
+    /// True when no sample was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.times_us.is_empty()
+    }
+
+    /// Timestamps of the rows, non-decreasing.
+    pub fn times_us(&self) -> &[u64] {
+        &self.times_us
+    }
+
+    /// Raw column of a counter (with [`MISSING`] holes), or `None` for an unknown counter.
+    pub fn column(&self, id: CounterId) -> Option<&[u64]> {
+        self.columns.get(id.0 as usize).map(Vec::as_slice)
+    }
+
+    /// Value of a counter at a row, `None` when missing.
+    pub fn value(&self, id: CounterId, row: usize) -> Option<u64> {
+        let v = *self.columns.get(id.0 as usize)?.get(row)?;
+        (v != MISSING).then_some(v)
+    }
+
+    /// The (time, value) points of one counter, skipping missing rows.
+    pub fn points(&self, id: CounterId) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let column = self.column(id).unwrap_or(&[]);
+        self.times_us
+            .iter()
+            .zip(column)
+            .filter(|(_, v)| **v != MISSING)
+            .map(|(t, v)| (*t, *v))
+    }
+
+    /// Index of the last row at or before `t_us`, if any.
+    pub fn row_at_or_before(&self, t_us: u64) -> Option<usize> {
+        self.times_us.partition_point(|t| *t <= t_us).checked_sub(1)
+    }
+
+    /// How far [`Samples::value_at`] looks back past missing values: a counter that has not been
+    /// read for this many rows has no current value.
+    pub const MAX_LOOKBACK_ROWS: usize = 64;
+
+    /// The latest present value of a counter at or before `t_us`, looking back at most
+    /// [`Samples::MAX_LOOKBACK_ROWS`] rows past missing values.
+    pub fn value_at(&self, id: CounterId, t_us: u64) -> Option<u64> {
+        self.value_at_row(id, self.row_at_or_before(t_us)?)
+    }
+
+    /// The latest present value of a counter at or before `row`, looking back at most
+    /// [`Samples::MAX_LOOKBACK_ROWS`] rows past missing values.
+    pub fn value_at_row(&self, id: CounterId, row: usize) -> Option<u64> {
+        self.column(id)?
+            .get(..=row)?
+            .iter()
+            .rev()
+            .take(Samples::MAX_LOOKBACK_ROWS)
+            .copied()
+            .find(|v| *v != MISSING)
+    }
+
+    /// Appends a row. `values` are (counter, value) pairs; counters not named get [`MISSING`].
+    /// Columns grow to fit counter ids not seen before. Rows must come in time order; a row
+    /// earlier than the last one is clamped to the last time (clocks never run backwards here).
+    pub fn push_row(&mut self, t_us: u64, values: &[(CounterId, u64)]) {
+        let t_us = t_us.max(self.times_us.last().copied().unwrap_or(0));
+        let row = self.times_us.len();
+        self.times_us.push(t_us);
+        for (id, v) in values {
+            let column = self.column_mut(*id);
+            column.resize(row, MISSING);
+            column.push(*v);
+        }
+        for column in &mut self.columns {
+            column.resize(row + 1, MISSING);
+        }
+    }
+
+    /// New columns are padded with [`MISSING`] to the current row count, so every column is
+    /// always as long as [`Samples::times_us`].
+    pub fn column_mut(&mut self, id: CounterId) -> &mut Vec<u64> {
+        let index = id.0 as usize;
+        let rows = self.times_us.len();
+        if self.columns.len() <= index {
+            self.columns.resize(index + 1, vec![MISSING; rows]);
+        }
+        &mut self.columns[index]
+    }
+
+    /// A table of some columns of this one (the same rows, the columns in the order given; an
+    /// unknown counter gives a column of [`MISSING`]).
+    pub fn select(&self, ids: &[CounterId]) -> Samples {
+        Samples {
+            times_us: self.times_us.clone(),
+            columns: ids
+                .iter()
+                .map(|id| match self.column(*id) {
+                    Some(column) => column.to_vec(),
+                    None => vec![MISSING; self.times_us.len()],
+                })
+                .collect(),
+        }
+    }
+
+    /// Number of columns (declared or sampled counters).
+    pub fn columns(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Reserves room for `rows` more rows in the timestamps and in every column created from now
+    /// on (the reader knows the row count of a whole trace before it decodes it).
+    pub(crate) fn reserve_rows(&mut self, rows: usize) {
+        self.times_us.reserve(rows);
+    }
+
+    /// Appends `times` as new rows (clamped to be non-decreasing) and returns the first new row.
+    /// The caller then fills columns with [`Samples::column_for_block`] and closes the block with
+    /// [`Samples::end_block`] (or undoes it with [`Samples::truncate`]).
+    pub fn begin_block(&mut self, times: &[u64]) -> usize {
+        let start = self.times_us.len();
+        let mut last = self.times_us.last().copied().unwrap_or(0);
+        self.times_us.extend(times.iter().map(|t| {
+            last = last.max(*t);
+            last
+        }));
+        start
+    }
+
+    /// The column of `id`, cut back to `start` rows, ready to receive a block's values.
+    pub fn column_for_block(&mut self, id: CounterId, start: usize) -> &mut Vec<u64> {
+        let column = self.column_mut(id);
+        column.resize(start, MISSING);
+        column
+    }
+
+    /// Pads every column not filled by the block to the new row count.
+    pub fn end_block(&mut self) {
+        let rows = self.times_us.len();
+        for column in &mut self.columns {
+            column.resize(rows, MISSING);
+        }
+    }
+
+    /// Drops rows from `rows` on (undoes a block that failed to decode).
+    pub(crate) fn truncate(&mut self, rows: usize) {
+        self.times_us.truncate(rows);
+        for column in &mut self.columns {
+            column.truncate(rows);
+        }
+    }
+
+    /// Total stored cells (rows × columns), used to bound decoding work.
+    pub fn cells(&self) -> usize {
+        self.times_us.len() * self.columns.len()
+    }
+}
+
+/// Training or evaluation: marks carry the phase so analysis can see eval's effect on memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The program did not say.
+    #[default]
+    Unknown,
+    /// Training steps.
+    Train,
+    /// Evaluation / validation.
+    Eval,
+}
+
+impl Phase {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            Phase::Unknown => 0,
+            Phase::Train => 1,
+            Phase::Eval => 2,
+        }
+    }
+
+    /// The phase for a code; unknown codes read as [`Phase::Unknown`].
+    pub fn from_code(code: u8) -> Phase {
+        match code {
+            1 => Phase::Train,
+            2 => Phase::Eval,
+            _ => Phase::Unknown,
+        }
+    }
+
+    /// `train`, `eval` or `unknown`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Unknown => "unknown",
+            Phase::Train => "train",
+            Phase::Eval => "eval",
+        }
+    }
+
+    /// What a stage name carries in tables when its mark was in eval: `" (eval)"`, else `""`.
+    pub fn suffix(self) -> &'static str {
+        if self == Phase::Eval { " (eval)" } else { "" }
+    }
+}
+
+/// The CUDA caching allocator's own statistics at one instant (libtorch `getDeviceStats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct AllocatorSnapshot {
+    /// Bytes in live tensors.
+    pub allocated_bytes: u64,
+    /// Bytes in segments the allocator holds.
+    pub reserved_bytes: u64,
+    /// Bytes in active blocks (allocated plus blocks waiting on streams).
+    pub active_bytes: u64,
+    /// Bytes in inactive, split blocks: fragmentation that cannot serve large requests.
+    pub inactive_split_bytes: u64,
+    /// Peak allocated since the last peak reset.
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved since the last peak reset.
+    pub peak_reserved_bytes: u64,
+    /// Times the allocator freed its cache and retried an allocation (a sign of pressure).
+    pub num_alloc_retries: u64,
+    /// Out-of-memory errors the allocator has raised.
+    pub num_ooms: u64,
+}
+
+impl AllocatorSnapshot {
+    /// The fields' names, in the order of the MARK record (FORMAT.md), the marker protocol and
+    /// the CSV export: one list, so the four can never disagree.
+    pub const FIELD_NAMES: [&'static str; 8] = [
+        "allocated_bytes",
+        "reserved_bytes",
+        "active_bytes",
+        "inactive_split_bytes",
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+        "num_alloc_retries",
+        "num_ooms",
+    ];
+
+    /// The fields' values, in [`AllocatorSnapshot::FIELD_NAMES`] order.
+    pub fn values(&self) -> [u64; 8] {
+        [
+            self.allocated_bytes,
+            self.reserved_bytes,
+            self.active_bytes,
+            self.inactive_split_bytes,
+            self.peak_allocated_bytes,
+            self.peak_reserved_bytes,
+            self.num_alloc_retries,
+            self.num_ooms,
+        ]
+    }
+
+    /// A snapshot from values in [`AllocatorSnapshot::FIELD_NAMES`] order.
+    pub fn from_values(v: [u64; 8]) -> AllocatorSnapshot {
+        AllocatorSnapshot {
+            allocated_bytes: v[0],
+            reserved_bytes: v[1],
+            active_bytes: v[2],
+            inactive_split_bytes: v[3],
+            peak_allocated_bytes: v[4],
+            peak_reserved_bytes: v[5],
+            num_alloc_retries: v[6],
+            num_ooms: v[7],
+        }
+    }
+}
+
+/// A stage marker: the program said "I am at `name` of step `step`".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageMark {
+    /// When.
+    pub t_us: u64,
+    /// Stage name (e.g. `post_forward`).
+    pub name: Name,
+    /// Training step (global, monotone in a normal run).
+    pub step: u64,
+    /// Epoch.
+    pub epoch: u32,
+    /// Train or eval.
+    pub phase: Phase,
+    /// Allocator statistics taken at the mark, when the program could read them.
+    pub snapshot: Option<AllocatorSnapshot>,
+    /// The process that sent the mark, when it said: several processes can share one
+    /// collector (torchrun's workers under one `collector run`).
+    pub pid: Option<u32>,
+    /// The sender's distributed rank (`RANK`), when it has one.
+    pub rank: Option<u32>,
+}
+
+/// Named bytes, e.g. an extra model copy the user registered (`ema`: 1.2 GiB).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NamedBytes {
+    /// What it is.
+    pub name: Name,
+    /// How big.
+    pub bytes: u64,
+}
+
+/// Where the model's own memory goes: the part of the peak that is not activations.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ComponentBreakdown {
+    /// When it was measured.
+    pub t_us: u64,
+    /// At which step.
+    pub step: u64,
+    /// Batch size in use (samples per step), when known; needed to express activations per sample.
+    pub batch_size: Option<u64>,
+    /// Bytes of trainable and frozen parameters.
+    pub parameters_bytes: u64,
+    /// Bytes of buffers (e.g. batch-norm statistics).
+    pub buffers_bytes: u64,
+    /// Bytes of gradients.
+    pub gradients_bytes: u64,
+    /// Bytes of optimizer state (moments etc.).
+    pub optimizer_state_bytes: u64,
+    /// Extra copies the user registered (EMA, frozen teacher, ...).
+    pub extras: Vec<NamedBytes>,
+}
+
+impl ComponentBreakdown {
+    /// Sum of every component (what is resident independent of activations).
+    pub fn total_bytes(&self) -> u64 {
+        let extras: u64 = self.extras.iter().map(|e| e.bytes).sum();
+        self.parameters_bytes
+            .saturating_add(self.buffers_bytes)
+            .saturating_add(self.gradients_bytes)
+            .saturating_add(self.optimizer_state_bytes)
+            .saturating_add(extras)
+    }
+}
+
+/// Gradients after a backward pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradientSummary {
+    /// When.
+    pub t_us: u64,
+    /// At which step.
+    pub step: u64,
+    /// Parameters that had a gradient.
+    pub params_with_grad: u64,
+    /// Bytes of all gradients.
+    pub gradient_bytes: u64,
+    /// Global L2 norm over all gradients.
+    pub global_norm: f64,
+    /// NaN elements over all gradients.
+    pub nan_count: u64,
+    /// Infinite elements over all gradients.
+    pub inf_count: u64,
+}
+
+/// Statistics of one tensor, computed on its device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorStats {
+    /// When.
+    pub t_us: u64,
+    /// At which step.
+    pub step: u64,
+    /// The name the program gave (e.g. `block3.out`).
+    pub name: Name,
+    /// Shape.
+    pub shape: Vec<u64>,
+    /// Element type (e.g. `f32`).
+    pub dtype: Name,
+    /// Bytes of the tensor's data.
+    pub bytes: u64,
+    /// Minimum over finite elements.
+    pub min: f64,
+    /// Maximum over finite elements.
+    pub max: f64,
+    /// Mean over finite elements.
+    pub mean: f64,
+    /// Standard deviation over finite elements.
+    pub std: f64,
+    /// NaN elements.
+    pub nan_count: u64,
+    /// Infinite elements.
+    pub inf_count: u64,
+}
+
+impl TensorStats {
+    /// Statistics of the tensor `name` before anything was measured: no shape, dtype `?`, 0
+    /// bytes, NaN statistics, no NaN/Inf elements counted.
+    pub fn unmeasured(name: Name) -> TensorStats {
+        TensorStats {
+            t_us: 0,
+            step: 0,
+            name,
+            shape: Vec::new(),
+            dtype: "?".into(),
+            bytes: 0,
+            min: f64::NAN,
+            max: f64::NAN,
+            mean: f64::NAN,
+            std: f64::NAN,
+            nan_count: 0,
+            inf_count: 0,
+        }
+    }
+}
+
+/// How an out-of-memory event came to be known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomSource {
+    /// Recognised in the program's stderr (e.g. PyTorch's `CUDA out of memory`).
+    Stderr,
+    /// Reported by the caching allocator's OOM observer.
+    Allocator,
+    /// Sent by the program as a marker message.
+    Marker,
+    /// The process was killed (SIGKILL) while host memory was nearly exhausted.
+    HostKill,
+    /// The program reported a failed host allocation (`Cannot allocate memory`, `MemoryError`).
+    /// Added in format v1.1.
+    HostError,
+    /// A launcher said it killed a task for memory: Slurm's `srun: error: NODE: task N: Out Of
+    /// Memory` (the step's memory cgroup, perhaps on another node; the event's rank is the task).
+    /// Added in format v1.6.
+    LauncherKill,
+    /// A source this reader does not know.
+    Other(u8),
+}
+
+impl OomSource {
+    /// Whether the event is about host memory rather than device memory.
+    pub fn is_host(self) -> bool {
+        matches!(
+            self,
+            OomSource::HostKill | OomSource::HostError | OomSource::LauncherKill
+        )
+    }
+}
+
+impl OomSource {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            OomSource::Stderr => 1,
+            OomSource::Allocator => 2,
+            OomSource::Marker => 3,
+            OomSource::HostKill => 4,
+            OomSource::HostError => 5,
+            OomSource::LauncherKill => 6,
+            OomSource::Other(code) => code,
+        }
+    }
+
+    /// The source for a code.
+    pub fn from_code(code: u8) -> OomSource {
+        match code {
+            1 => OomSource::Stderr,
+            2 => OomSource::Allocator,
+            3 => OomSource::Marker,
+            4 => OomSource::HostKill,
+            5 => OomSource::HostError,
+            6 => OomSource::LauncherKill,
+            other => OomSource::Other(other),
+        }
+    }
+
+    /// `stderr`, `allocator`, `marker`, `host_kill`, `host_error`, `launcher_kill` (as
+    /// serialised), `other`.
+    pub fn label(self) -> &'static str {
+        match self {
+            OomSource::Stderr => "stderr",
+            OomSource::Allocator => "allocator",
+            OomSource::Marker => "marker",
+            OomSource::HostKill => "host_kill",
+            OomSource::HostError => "host_error",
+            OomSource::LauncherKill => "launcher_kill",
+            OomSource::Other(_) => "other",
+        }
+    }
+}
+
+/// An out-of-memory error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OomEvent {
+    /// When.
+    pub t_us: u64,
+    /// How it was detected.
+    pub source: OomSource,
+    /// The stage active when it happened, if the recorder knew.
+    pub stage: Option<Name>,
+    /// The step, if known.
+    pub step: Option<u64>,
+    /// Bytes the failing allocation asked for.
+    pub requested_bytes: Option<u64>,
+    /// Which GPU.
+    pub device: Option<u32>,
+    /// Free device memory at the time, as the error or the allocator stated it.
+    pub device_free_bytes: Option<u64>,
+    /// Total device memory, as the error or the allocator stated it.
+    pub device_total_bytes: Option<u64>,
+    /// The error text (first line(s) of it).
+    pub message: String,
+    /// The process that ran out, when known (the sender of the message; format v1.5).
+    pub pid: Option<u32>,
+    /// That process's distributed rank, when it has one (format v1.5).
+    pub rank: Option<u32>,
+}
+
+impl OomEvent {
+    /// Two reports closer than this (µs) can be one OOM told twice.
+    pub const SAME_OOM_WITHIN_US: u64 = 2_000_000;
+    /// Requested sizes this close (a share of the larger) are one request: a traceback rounds it
+    /// (`Tried to allocate 2.34 GiB`) where the allocator's observer gives exact bytes.
+    pub const SAME_SIZE_SHARE: f64 = 0.01;
+
+    /// Whether `later` is this OOM told again (e.g. the allocator's observer inside the program,
+    /// then the traceback on stderr): within [`Self::SAME_OOM_WITHIN_US`], of the same memory
+    /// (device or host), and the same requested size or one of them unknown.
+    pub fn same_oom(&self, later: &OomEvent) -> bool {
+        let close = later.t_us.abs_diff(self.t_us) < Self::SAME_OOM_WITHIN_US;
+        let same_size = match (self.requested_bytes, later.requested_bytes) {
+            (Some(a), Some(b)) => a.abs_diff(b) as f64 <= Self::SAME_SIZE_SHARE * a.max(b) as f64,
+            _ => true,
+        };
+        let same_process = match (self.pid, later.pid) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        close && same_size && same_process && self.source.is_host() == later.source.is_host()
+    }
+
+    /// An OOM of `source` saying `message`, with nothing else known yet (stage, step, sizes).
+    pub fn new(t_us: u64, source: OomSource, message: String) -> OomEvent {
+        OomEvent {
+            t_us,
+            source,
+            stage: None,
+            step: None,
+            requested_bytes: None,
+            device: None,
+            device_free_bytes: None,
+            device_total_bytes: None,
+            message,
+            pid: None,
+            rank: None,
+        }
+    }
+}
+
+/// Outcome of one batch-size trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrialOutcome {
+    /// The step ran.
+    Fit,
+    /// The step ran out of memory.
+    Oom,
+    /// The step failed for another reason.
+    Error,
+}
+
+impl TrialOutcome {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            TrialOutcome::Fit => 1,
+            TrialOutcome::Oom => 2,
+            TrialOutcome::Error => 3,
+        }
+    }
+
+    /// The outcome for a code (unknown codes read as `Error`).
+    pub fn from_code(code: u8) -> TrialOutcome {
+        match code {
+            1 => TrialOutcome::Fit,
+            2 => TrialOutcome::Oom,
+            _ => TrialOutcome::Error,
+        }
+    }
+}
+
+/// One trial of a batch-size search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchTrial {
+    /// When it finished.
+    pub t_us: u64,
+    /// Batch size tried.
+    pub batch_size: u64,
+    /// What happened.
+    pub outcome: TrialOutcome,
+    /// Peak allocated bytes during the trial, when it fit.
+    pub peak_bytes: Option<u64>,
+}
+
+/// How the watched process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+/// The end of the watched process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessExit {
+    /// When.
+    pub t_us: u64,
+    /// Code or signal.
+    pub status: ExitStatus,
+    /// Killed by SIGKILL while host memory was nearly exhausted: probably the kernel's OOM killer.
+    pub probable_host_oom: bool,
+}
+
+/// One source line's share of the GPU memory alive at an OOM: the caching allocator's live
+/// blocks grouped by the first stack frame in the program's own code (not torch, not a library),
+/// as the zero-code hooks send them with `collector run --oom-snapshot`. The rows of one OOM
+/// arrive together, right after it. Added in format v1.3.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AliveSite {
+    /// When (the moment the rows arrived, just after their OOM).
+    pub t_us: u64,
+    /// The source file (`<unknown>` for blocks allocated before history was recorded, `<other>`
+    /// for the rows beyond the ones sent).
+    pub file: Name,
+    /// The line in `file` (0 when unknown).
+    pub line: u32,
+    /// The function that line is in.
+    pub function: Name,
+    /// Bytes the allocations from this line asked for, alive at the OOM.
+    pub bytes: u64,
+    /// How many live blocks.
+    pub count: u64,
+}
+
+/// A process of the watched program killed by the kernel's OOM killer, as the kernel itself
+/// accounted for it: the memory cgroup's `oom_kill` counter (v2 `memory.events`, v1
+/// `memory.oom_control`) and, where readable, the kernel log's `Killed process PID (name)` line.
+/// The collector writes one per kill it can tell apart; the analysis says "killed by the kernel
+/// OOM killer" only on this evidence, "probably" otherwise. Added in format v1.4.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct OomKill {
+    /// When: the kernel log's time, else when the collector saw the counter rise, else the
+    /// program's exit.
+    pub t_us: u64,
+    /// The killed process (0 when only the counter says a process was killed).
+    pub pid: u32,
+    /// Its name as the kernel gives it (`python3`); empty when unknown.
+    pub process: Name,
+    /// The killed process is the watched program itself (not a worker, a rank or a helper).
+    pub main_process: bool,
+    /// The kernel log named it.
+    pub from_kernel_log: bool,
+    /// The memory cgroup's OOM-kill counter rose.
+    pub from_cgroup_counter: bool,
+    /// The whole host ran out (`Out of memory: Killed process`), not a cgroup's limit.
+    pub global: bool,
+    /// Its resident memory when killed (anon + file + shmem, from the kernel log).
+    pub rss_bytes: Option<u64>,
+    /// The memory cgroup's limit, when it has one.
+    pub limit_bytes: Option<u64>,
+    /// The memory cgroup (`/job/123`), when known.
+    pub cgroup: Name,
+}
+
+/// One process of the watched tree other than the program itself (a DataLoader worker, a rank
+/// under a launcher), as the kernel accounts its memory: what only it uses and its proportional
+/// share. The collector writes one per such process at every PSS reading (about once a second),
+/// so the analysis can see a worker's private memory grow: copy-on-write of the parent's pages
+/// (refcount updates touch every Python object a worker reads). Added in format v1.4.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessMemory {
+    /// When it was read.
+    pub t_us: u64,
+    /// The process.
+    pub pid: u32,
+    /// Pages only it maps (`Private_Clean + Private_Dirty` of `smaps_rollup`).
+    pub private_bytes: u64,
+    /// Its proportional set size.
+    pub pss_bytes: u64,
+}
+
+/// What a process of the watched tree is to the run. Codes are part of the format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessRole {
+    /// The watched program itself, training in its own process (no ranks below it).
+    #[default]
+    Program,
+    /// A process that starts the ranks and trains nothing itself (torchrun's agent, DeepSpeed's
+    /// `launch.py`, `mpirun`): the program when ranks appear below it.
+    Launcher,
+    /// A training process with a distributed rank.
+    Rank,
+    /// A helper of a rank (a DataLoader worker, a compile worker): it inherited the rank's
+    /// environment, so it is not a rank itself.
+    Worker,
+    /// Any other process of the tree (a shell between the program and a launcher).
+    Other,
+    /// A role this reader does not know.
+    Unknown(u8),
+}
+
+impl ProcessRole {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            ProcessRole::Program => 1,
+            ProcessRole::Launcher => 2,
+            ProcessRole::Rank => 3,
+            ProcessRole::Worker => 4,
+            ProcessRole::Other => 5,
+            ProcessRole::Unknown(code) => code,
+        }
+    }
+
+    /// The role for a code.
+    pub fn from_code(code: u8) -> ProcessRole {
+        match code {
+            1 => ProcessRole::Program,
+            2 => ProcessRole::Launcher,
+            3 => ProcessRole::Rank,
+            4 => ProcessRole::Worker,
+            5 => ProcessRole::Other,
+            other => ProcessRole::Unknown(other),
+        }
+    }
+}
+
+/// Where a process's rank came from. Codes are part of the format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankSource {
+    /// No rank is known.
+    #[default]
+    None,
+    /// The process said so in a message (`rank=`: the zero-code hooks and the helpers send it
+    /// from `torch.distributed` or the environment the process sees now).
+    Message,
+    /// The environment the process was started with (`/proc/PID/environ`: `RANK`,
+    /// `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `PMIX_RANK`).
+    Environment,
+}
+
+impl RankSource {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            RankSource::None => 0,
+            RankSource::Message => 1,
+            RankSource::Environment => 2,
+        }
+    }
+
+    /// The source for a code (unknown codes read as `None`).
+    pub fn from_code(code: u8) -> RankSource {
+        match code {
+            1 => RankSource::Message,
+            2 => RankSource::Environment,
+            _ => RankSource::None,
+        }
+    }
+}
+
+/// Who one process of the watched tree is: its role and, for a rank, its place in the job. The
+/// collector writes one when it first sees a process (a message from it, or the tree walk) and
+/// again when it learns more (a message names its rank; the program turns out to be a launcher);
+/// the latest record of a pid is what it is. Added in format v1.5.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessInfo {
+    /// When the collector learnt this.
+    pub t_us: u64,
+    /// The process (in the collector's pid namespace).
+    pub pid: u32,
+    /// Its parent, when it was read.
+    pub parent_pid: Option<u32>,
+    /// Its name (`/proc/PID/comm`: `python3`, `pt_main_thread`).
+    pub name: Name,
+    /// What it is to the run.
+    pub role: ProcessRole,
+    /// Where its rank came from.
+    pub rank_from: RankSource,
+    /// Global rank (`RANK`, `SLURM_PROCID`, …).
+    pub rank: Option<u32>,
+    /// Rank within the node (`LOCAL_RANK`, `SLURM_LOCALID`, …).
+    pub local_rank: Option<u32>,
+    /// Number of ranks in the job (`WORLD_SIZE`, `SLURM_NTASKS`, …).
+    pub world_size: Option<u32>,
+    /// Which attempt of an elastic job (`TORCHELASTIC_RESTART_COUNT`).
+    pub restart: Option<u32>,
+    /// The group of ranks it is compared with, as the process said (`process group=pp0`):
+    /// ranks of a pipeline stage, of an expert-parallel group, a parameter server. Ranks of
+    /// different groups differ by design; imbalance is measured within a group. Format v1.6.
+    pub group: Option<Name>,
+}
+
+/// The end of one process of the tree other than the program: seen by the collector (the process
+/// left the tree; its exit status is its parent's to read) or stated by its launcher (torchrun's
+/// `ChildFailedError` summary: rank, local rank, exit code or signal, pid). Added in format v1.5.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessEnd {
+    /// When: the collector saw it gone, or read the launcher's account of it.
+    pub t_us: u64,
+    /// The process (0 when the launcher did not say).
+    pub pid: u32,
+    /// Its rank, when known.
+    pub rank: Option<u32>,
+    /// Its local rank, when known.
+    pub local_rank: Option<u32>,
+    /// How it ended, when known (torchrun states a negative exit code for a signal).
+    pub status: Option<ExitStatus>,
+    /// The launcher named it the first failure (torchrun's "Root Cause").
+    pub first_failure: bool,
+    /// This is the launcher's account (`true`) rather than the collector's observation.
+    pub from_launcher: bool,
+}
+
+/// A free-text note from the program or the recorder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// When.
+    pub t_us: u64,
+    /// What.
+    pub text: String,
+}
+
+/// How the zero-code hooks' note names the memory snapshot they saved next to the trace at the
+/// first OOM (`collector run --oom-snapshot`): this, then the file's name. The Python hooks write
+/// the same words (`OOM_SNAPSHOT_NOTE` in `_oomscope_torch.py`; a test holds them equal).
+pub const OOM_SNAPSHOT_NOTE: &str = "memory snapshot at the OOM: ";
+
+impl Note {
+    /// The file name of the memory snapshot this note says was saved at an OOM.
+    pub fn oom_snapshot_file(&self) -> Option<&str> {
+        self.text
+            .strip_prefix(OOM_SNAPSHOT_NOTE)
+            .map(str::trim)
+            .filter(|f| !f.is_empty() && !f.contains(['/', '\\']))
+    }
+}
+
+/// Records the recorder had to drop (it never blocks the watched program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dropped {
+    /// When the drop was accounted.
+    pub t_us: u64,
+    /// Record tag of what was dropped (see `FORMAT.md`).
+    pub record_tag: u8,
+    /// How many.
+    pub count: u64,
+}
+
+/// One fact of a trace other than its samples: what the recorder writes, the reader returns,
+/// the marker protocol carries and the exports list. Each kind's byte layout is in
+/// [`crate::codec::records`] (encoder and decoder side by side) and `FORMAT.md`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A stage mark.
+    Mark(StageMark),
+    /// A component breakdown.
+    Components(ComponentBreakdown),
+    /// A gradient summary.
+    Gradients(GradientSummary),
+    /// Tensor statistics.
+    Tensor(TensorStats),
+    /// An out-of-memory event.
+    Oom(OomEvent),
+    /// A batch-size trial.
+    Trial(BatchTrial),
+    /// How the watched process ended.
+    Exit(ProcessExit),
+    /// A free-text note.
+    Note(Note),
+    /// Drop accounting.
+    Dropped(Dropped),
+    /// What was alive at an OOM, one source line (format v1.3).
+    Alive(AliveSite),
+    /// A process killed by the kernel's OOM killer (format v1.4).
+    OomKill(OomKill),
+    /// The memory of one process of the tree other than the program (format v1.4).
+    ProcessMemory(ProcessMemory),
+    /// Who one process of the tree is: its role and rank (format v1.5).
+    Process(ProcessInfo),
+    /// The end of one process of the tree other than the program (format v1.5).
+    ProcessEnd(ProcessEnd),
+}
+
+impl Record {
+    /// When it happened.
+    pub fn t_us(&self) -> u64 {
+        *self.time()
+    }
+
+    /// Sets when it happened (the recorder stamps records as they arrive).
+    pub fn set_t_us(&mut self, t_us: u64) {
+        *self.time_mut() = t_us;
+    }
+
+    fn time(&self) -> &u64 {
+        match self {
+            Record::Mark(r) => &r.t_us,
+            Record::Components(r) => &r.t_us,
+            Record::Gradients(r) => &r.t_us,
+            Record::Tensor(r) => &r.t_us,
+            Record::Oom(r) => &r.t_us,
+            Record::Trial(r) => &r.t_us,
+            Record::Exit(r) => &r.t_us,
+            Record::Note(r) => &r.t_us,
+            Record::Dropped(r) => &r.t_us,
+            Record::Alive(r) => &r.t_us,
+            Record::OomKill(r) => &r.t_us,
+            Record::ProcessMemory(r) => &r.t_us,
+            Record::Process(r) => &r.t_us,
+            Record::ProcessEnd(r) => &r.t_us,
+        }
+    }
+
+    fn time_mut(&mut self) -> &mut u64 {
+        match self {
+            Record::Mark(r) => &mut r.t_us,
+            Record::Components(r) => &mut r.t_us,
+            Record::Gradients(r) => &mut r.t_us,
+            Record::Tensor(r) => &mut r.t_us,
+            Record::Oom(r) => &mut r.t_us,
+            Record::Trial(r) => &mut r.t_us,
+            Record::Exit(r) => &mut r.t_us,
+            Record::Note(r) => &mut r.t_us,
+            Record::Dropped(r) => &mut r.t_us,
+            Record::Alive(r) => &mut r.t_us,
+            Record::OomKill(r) => &mut r.t_us,
+            Record::ProcessMemory(r) => &mut r.t_us,
+            Record::Process(r) => &mut r.t_us,
+            Record::ProcessEnd(r) => &mut r.t_us,
+        }
+    }
+}
+
+/// A whole decoded trace.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trace {
+    /// Format version the file was written in (major, minor).
+    pub format_version: (u16, u16),
+    /// Who, where, what.
+    pub metadata: Metadata,
+    /// Declared counters, indexed by [`CounterId`].
+    pub counters: Vec<Counter>,
+    /// Counter samples.
+    pub samples: Samples,
+    /// Stage marks in time order.
+    pub marks: Vec<StageMark>,
+    /// Component breakdowns.
+    pub components: Vec<ComponentBreakdown>,
+    /// Gradient summaries.
+    pub gradients: Vec<GradientSummary>,
+    /// Tensor statistics.
+    pub tensors: Vec<TensorStats>,
+    /// Out-of-memory events.
+    pub ooms: Vec<OomEvent>,
+    /// Batch-size trials.
+    pub batch_trials: Vec<BatchTrial>,
+    /// How the process ended, when it did while recorded.
+    pub exit: Option<ProcessExit>,
+    /// Notes.
+    pub notes: Vec<Note>,
+    /// Drop accounting.
+    pub dropped: Vec<Dropped>,
+    /// What was alive at OOMs, by source line.
+    pub alive: Vec<AliveSite>,
+    /// Processes the kernel's OOM killer killed.
+    pub oom_kills: Vec<OomKill>,
+    /// Memory of the tree's other processes, over time.
+    pub process_memory: Vec<ProcessMemory>,
+    /// Who the tree's processes are, in the order learnt (the latest of a pid counts).
+    pub processes: Vec<ProcessInfo>,
+    /// Ends of the tree's other processes.
+    pub process_ends: Vec<ProcessEnd>,
+    /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
+    pub end_us: Option<u64>,
+}
+
+impl Trace {
+    /// Whether the program failed: a non-zero exit, a signal, or no recorded end.
+    pub fn failed(&self) -> bool {
+        self.exit.is_none_or(|e| e.status != ExitStatus::Code(0))
+    }
+
+    /// Adds a record to the list of its kind (an exit replaces an earlier one).
+    pub fn push(&mut self, record: Record) {
+        match record {
+            Record::Mark(r) => self.marks.push(r),
+            Record::Components(r) => self.components.push(r),
+            Record::Gradients(r) => self.gradients.push(r),
+            Record::Tensor(r) => self.tensors.push(r),
+            Record::Oom(r) => self.ooms.push(r),
+            Record::Trial(r) => self.batch_trials.push(r),
+            Record::Exit(r) => self.exit = Some(r),
+            Record::Note(r) => self.notes.push(r),
+            Record::Dropped(r) => self.dropped.push(r),
+            Record::Alive(r) => self.alive.push(r),
+            Record::OomKill(r) => self.oom_kills.push(r),
+            Record::ProcessMemory(r) => self.process_memory.push(r),
+            Record::Process(r) => self.processes.push(r),
+            Record::ProcessEnd(r) => self.process_ends.push(r),
+        }
+    }
+
+    /// Every record in time order, each kind's list keeping its own order (ties go to the kind
+    /// listed first in [`Record`]): what re-encoding, the exports and the viewer's markers walk.
+    pub fn records_in_time(&self) -> impl Iterator<Item = Record> + '_ {
+        type List<'a> = std::iter::Peekable<Box<dyn Iterator<Item = Record> + 'a>>;
+        fn list<'a, T: Clone + 'a>(
+            items: impl IntoIterator<Item = &'a T> + 'a,
+            kind: fn(T) -> Record,
+        ) -> List<'a> {
+            let records: Box<dyn Iterator<Item = Record> + 'a> =
+                Box::new(items.into_iter().cloned().map(kind));
+            records.peekable()
+        }
+        let mut lists = [
+            list(&self.marks, Record::Mark),
+            list(&self.components, Record::Components),
+            list(&self.gradients, Record::Gradients),
+            list(&self.tensors, Record::Tensor),
+            list(&self.ooms, Record::Oom),
+            list(&self.batch_trials, Record::Trial),
+            list(&self.exit, Record::Exit),
+            list(&self.notes, Record::Note),
+            list(&self.dropped, Record::Dropped),
+            list(&self.alive, Record::Alive),
+            list(&self.oom_kills, Record::OomKill),
+            list(&self.process_memory, Record::ProcessMemory),
+            list(&self.processes, Record::Process),
+            list(&self.process_ends, Record::ProcessEnd),
+        ];
+        std::iter::from_fn(move || {
+            let (_, first) = lists
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(kind, l)| Some((l.peek()?.t_us(), kind)))
+                .min()?;
+            lists[first].next()
+        })
+    }
+
+    /// Declares a counter (used when building traces in memory) and returns its id.
+    pub fn declare_counter(&mut self, kind: CounterKind, device: Option<u32>) -> CounterId {
+        let name = kind.counter_name(device);
+        self.counters.push(Counter {
+            kind,
+            device,
+            name,
+            pid: None,
+        });
+        let id = CounterId((self.counters.len() - 1) as u32);
+        self.samples.column_mut(id);
+        id
+    }
+
+    /// Declares a per-process counter (used when building traces in memory) and returns its id.
+    pub fn declare_process_counter(
+        &mut self,
+        kind: CounterKind,
+        device: Option<u32>,
+        pid: u32,
+    ) -> CounterId {
+        let name = kind.process_counter_name(device, Some(pid));
+        self.counters.push(Counter {
+            kind,
+            device,
+            name,
+            pid: Some(pid),
+        });
+        let id = CounterId((self.counters.len() - 1) as u32);
+        self.samples.column_mut(id);
+        id
+    }
+
+    /// The first counter of a kind (on a device, or any device when `device` is `None`).
+    pub fn counter(&self, kind: CounterKind, device: Option<u32>) -> Option<CounterId> {
+        self.counters
+            .iter()
+            .position(|c| c.kind == kind && (device.is_none() || c.device == device))
+            .map(|i| CounterId(i as u32))
+    }
+
+    /// Latest timestamp of anything in the trace.
+    pub fn duration_us(&self) -> u64 {
+        let last_sample = self.samples.times_us().last().copied().unwrap_or(0);
+        let last_mark = self.marks.last().map_or(0, |m| m.t_us);
+        let last_oom = self.ooms.iter().map(|o| o.t_us).max().unwrap_or(0);
+        let exit = self.exit.map_or(0, |e| e.t_us);
+        [
+            last_sample,
+            last_mark,
+            last_oom,
+            exit,
+            self.end_us.unwrap_or(0),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+    }
+
+    /// Total memory of the watched GPU(s) as recorded: metadata first, then a `GpuTotal` counter.
+    pub fn gpu_total_bytes(&self, device: Option<u32>) -> Option<u64> {
+        let from_meta = self
+            .metadata
+            .gpus
+            .iter()
+            .find(|g| device.is_none_or(|d| g.index == d))
+            .map(|g| g.total_memory_bytes)
+            .filter(|b| *b > 0);
+        from_meta.or_else(|| {
+            let id = self.counter(CounterKind::GpuTotal, device)?;
+            self.samples.points(id).map(|(_, v)| v).max()
+        })
+    }
+}

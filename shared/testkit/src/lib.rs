@@ -1,0 +1,18 @@
+//! # oomscope-testkit
+//!
+//! What oomscope's tests, benchmarks and golden traces share (a dev-dependency only, never
+//! shipped):
+//! - [`TrainingRun`] (and [`NodeRun`]): a simulated training run written through the real
+//!   [`oomscope_format::TraceWriter`], with a caching allocator's shapes and seeded noise; the
+//!   benchmarks, the golden traces, the demo and the analysis's integration tests use it;
+//! - [`Run`]: the same vocabulary of knobs, built as an in-memory [`oomscope_format::Trace`] with
+//!   exact numbers (no noise, no writer), for the analysis's unit tests that assert exact bytes;
+//! - [`Scratch`]: a directory per test, removed when the test passes.
+
+pub mod run;
+mod scratch;
+pub mod synth;
+
+pub use run::Run;
+pub use scratch::Scratch;
+pub use synth::{NodeRun, TrainingRun};
