@@ -637,7 +637,7 @@ pub fn sample_chunks<'a>(
     run_id: &'a str,
     rows: usize,
 ) -> impl Iterator<Item = Table> + 'a {
-    let process_ranks = ranks::ranks_of(trace);
+    let process_ranks = oomscope_analysis::rank_views::ranks_of(trace);
     let ranks: Vec<Option<u32>> = trace
         .counters
         .iter()

@@ -397,7 +397,7 @@ fn each_rank_gets_its_stage_table_and_a_rank_holding_more_is_named() {
     );
     // A rank seen between torchrun's fork and its exec (a copy of the agent) is read again.
     assert_eq!(of(ProcessRole::Rank), 3, "{roles:?}");
-    let analysed = oomscope_analysis::ranks::ranks_of(&t);
+    let analysed = oomscope_analysis::rank_views::ranks_of(&t);
     assert_eq!(analysed.len(), 3, "{analysed:?}");
     let ranks: BTreeSet<Option<u32>> = roles
         .iter()

@@ -438,7 +438,7 @@ for p in ranks:
         "every mark recorded or counted as dropped"
     );
     assert!(t.marks.len() > 1000, "{}", t.marks.len());
-    let ranks = oomscope_analysis::ranks::ranks_of(&t);
+    let ranks = oomscope_analysis::rank_views::ranks_of(&t);
     assert_eq!(
         ranks.iter().map(|r| r.rank).collect::<Vec<_>>(),
         [0, 1, 2, 3]

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 use oomscope_analysis::AnalysisOptions;
-use oomscope_analysis::ranks::{JobTrace, RankAnalysis, analyze_job};
-use oomscope_analysis::recommend::job_findings;
+use oomscope_analysis::job::job_findings;
+use oomscope_analysis::job::{JobTrace, analyze_job};
+use oomscope_analysis::ranks::RankAnalysis;
 use oomscope_analysis::render::job::trace_about;
 
-use crate::app::{Opened, Report};
 use crate::load::Loaded;
+use crate::report::{Opened, Report};
 use crate::views::{Findings, Ranks};
 
 /// The job's ranks and findings, and one of its traces in full.

@@ -20,6 +20,9 @@ pub mod browser;
 pub mod chart;
 pub mod job;
 pub mod load;
+pub mod open;
+pub mod print;
+pub mod report;
 pub mod timeline;
 pub mod view_model;
 pub mod views;
@@ -49,27 +52,26 @@ pub fn start() {
     }));
     browser::record_time("data-start-ms");
     // A large snapshot is read in the background, the page shows its progress meanwhile.
-    let snapshot = browser::embedded_snapshot();
+    let snapshot = open::embedded_snapshot();
     let initial = match snapshot {
         Some(_) => Vec::new(),
-        None => browser::embedded_traces(),
+        None => open::embedded_traces(),
     };
     browser::record_time("data-read-ms");
-    let (attached_now, attached_later) = browser::embedded_snapshots();
+    let (attached_now, attached_later) = open::embedded_snapshots();
     leptos::mount::mount_to_body(move || {
         use leptos::prelude::*;
         // Large attached snapshots fill their slot under the OOM once read in the background,
         // or at once when the page is printed (a printout cannot wait for the worker).
-        let later: Vec<(browser::Pending, RwSignal<Option<browser::NamedSnapshot>>)> =
-            attached_later
-                .into_iter()
-                .map(|e| {
-                    (
-                        std::rc::Rc::new(std::cell::RefCell::new(Some(e))),
-                        RwSignal::new(None),
-                    )
-                })
-                .collect();
+        let later: Vec<(open::Pending, RwSignal<Option<load::NamedSnapshot>>)> = attached_later
+            .into_iter()
+            .map(|e| {
+                (
+                    std::rc::Rc::new(std::cell::RefCell::new(Some(e))),
+                    RwSignal::new(None),
+                )
+            })
+            .collect();
         let slots = attached_now
             .into_iter()
             .map(|named| RwSignal::new(Some(named)))
@@ -79,16 +81,14 @@ pub fn start() {
         let for_print = later.clone();
         browser::on_window_event("beforeprint", move || {
             for (pending, slot) in &for_print {
-                if let Some(named) =
-                    browser::read_pending_now(pending).and_then(load::Loaded::named)
-                {
+                if let Some(named) = open::read_pending_now(pending).and_then(load::Loaded::named) {
                     slot.set(Some(named));
                 }
             }
         });
         leptos::task::spawn_local(async move {
             for (pending, slot) in later {
-                let read = browser::read_embedded_snapshot(pending, RwSignal::new(None)).await;
+                let read = open::read_embedded_snapshot(pending, RwSignal::new(None)).await;
                 if let Some(named) = read.and_then(load::Loaded::named) {
                     slot.set(Some(named));
                 }

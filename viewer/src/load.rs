@@ -180,7 +180,7 @@ impl Loaded {
     }
 
     /// Its name and snapshot, when it is a memory snapshot that could be read.
-    pub fn named(self) -> Option<crate::browser::NamedSnapshot> {
+    pub fn named(self) -> Option<NamedSnapshot> {
         Some((self.name, self.snapshot?))
     }
 
@@ -194,6 +194,9 @@ impl Loaded {
 pub fn analyse(trace: &Trace) -> Analysis {
     analyze(trace, &AnalysisOptions::default())
 }
+
+/// A memory snapshot read and analysed, by its name.
+pub type NamedSnapshot = (String, Arc<OpenSnapshot>);
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use std::io::BufReader;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use oomscope_analysis::ranks::{JobTrace, analyze_job};
+use oomscope_analysis::job::{JobTrace, analyze_job};
 use oomscope_analysis::render;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use serde::Serialize;
@@ -185,7 +185,7 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
             schema_version: SUMMARY_SCHEMA_VERSION,
             traces: names,
             ranks: &analysis,
-            findings: oomscope_analysis::recommend::job_findings(&analysis),
+            findings: oomscope_analysis::job::job_findings(&analysis),
         };
         serde_json::to_string_pretty(&doc).context("encoding the summary as JSON failed")?
     } else {

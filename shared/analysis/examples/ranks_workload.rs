@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Parser;
-use oomscope_analysis::ranks::{JobTrace, analyze_job};
+use oomscope_analysis::job::{JobTrace, analyze_job};
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::decode;
 use oomscope_testkit::synth::NodeRun;

@@ -15,6 +15,7 @@ pub mod batch_fit;
 pub mod compare;
 pub mod fit;
 pub mod host;
+pub mod job;
 pub mod leaks;
 pub mod marks;
 pub mod metrics;
@@ -24,6 +25,7 @@ pub mod overhead;
 pub mod peaks;
 pub mod phases;
 pub mod pressure;
+pub mod rank_views;
 pub mod ranks;
 pub mod recommend;
 pub mod series;
@@ -210,9 +212,9 @@ impl Analysis {
 /// Analyses a trace. A trace of several ranks is analysed as a whole with the lowest rank's
 /// marks (one process's stages), and rank by rank ([`Analysis::ranks`]).
 pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
-    let ranks = ranks::ranks_of(trace);
+    let ranks = rank_views::ranks_of(trace);
     if ranks.len() >= 2
-        && let Some(marks) = ranks::lowest_rank_marks(trace, &ranks)
+        && let Some(marks) = rank_views::lowest_rank_marks(trace, &ranks)
     {
         let whole = Trace {
             marks,

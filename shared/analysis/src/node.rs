@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::metrics::counter_with_data;
-use crate::ranks::RankProcess;
+use crate::rank_views::RankProcess;
 use oomscope_format::{CounterId, CounterKind, Trace};
 
 /// A spike is named when the node's peak exceeds its level in the loop by this much…

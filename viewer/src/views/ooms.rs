@@ -9,7 +9,7 @@ use oomscope_analysis::Analysis;
 use oomscope_analysis::render::summary::{error_line, oom_line, titles};
 
 use super::SnapshotReport;
-use crate::browser::NamedSnapshot;
+use crate::load::NamedSnapshot;
 
 /// The memory snapshots a report attaches to its trace (by name), given as context: a slot each,
 /// filled at once for a small one, once read in the background for a large one (each slot is

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::ranks::RankAnalysis;
-use oomscope_analysis::render::job::{node_of, rank_ended, rank_highest, rank_imbalance};
+use oomscope_analysis::render::ranks::{node_of, rank_ended, rank_highest, rank_imbalance};
 use oomscope_format::units::{format_bytes, format_count};
 
 use super::rank_multiples::RankMultiples;

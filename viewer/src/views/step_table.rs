@@ -12,7 +12,7 @@ use oomscope_analysis::stages::{StepRow, step_rows};
 use oomscope_format::units::format_signed_bytes;
 use oomscope_format::{Phase, Trace};
 
-use crate::app::Printing;
+use crate::print::Printing;
 use crate::view_model::bytes_text;
 
 use super::{opt_num, opt_text};

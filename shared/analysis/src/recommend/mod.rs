@@ -354,35 +354,6 @@ pub fn findings(ctx: &RuleContext<'_>) -> Vec<Finding> {
     out
 }
 
-/// The findings of ranks side by side, for a job's traces analysed together
-/// ([`crate::ranks::analyze_job`]): which rank failed first, imbalance, then each
-/// rank's own findings with its rank in the title; most severe first.
-pub fn job_findings(r: &crate::ranks::RankAnalysis) -> Vec<Finding> {
-    let mut out = Vec::new();
-    if let Some(f) = &r.first_failure {
-        out.push(FirstRankFailure.explain(&f));
-    }
-    if let Some(i) = r.imbalance.first() {
-        out.push(RankImbalance.explain(&i));
-    }
-    if let Some(s) = r.node_spikes.first() {
-        out.push(NodeHostSpikeRule.explain(&s));
-    }
-    for rank in &r.ranks {
-        for f in &rank.findings {
-            let mut f = f.clone();
-            f.title = format!("rank {}: {}", rank.rank, f.title);
-            out.push(f);
-        }
-    }
-    out.sort_by(|a, b| {
-        b.severity
-            .cmp(&a.severity)
-            .then_with(|| a.kind.rank().cmp(&b.kind.rank()))
-    });
-    out
-}
-
 /// Builds a finding.
 pub(crate) fn finding(
     rule: &dyn Rule,

@@ -2,7 +2,8 @@
 //! by side, and the comparison in one sentence (the viewer's compare overlay says the same).
 
 use crate::Analysis;
-use crate::render::summary::{STAGE_COLUMN, titles};
+use crate::render::stage_table::STAGE_COLUMN;
+use crate::render::summary::titles;
 use crate::render::wrap::{line, section, shorten, wrap};
 use oomscope_format::units::{format_bytes, format_signed_bytes, format_signed_bytes_f64};
 

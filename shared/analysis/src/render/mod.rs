@@ -6,7 +6,9 @@
 pub mod compare;
 pub mod headline;
 pub mod job;
+pub mod ranks;
 pub mod snapshot;
+pub mod stage_table;
 pub mod summary;
 pub mod verdict;
 pub mod wrap;

@@ -13,11 +13,9 @@
 //! Bodies may grow at their end: a reader reads the fields it knows and ignores bytes after them,
 //! and reads a trailing field only when bytes remain (the mark's sender, format 1.2).
 
-use std::io::Write;
 use std::sync::Arc;
 
 use super::tag;
-use super::writer::TraceWriter;
 use crate::error::EncodeError;
 use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
@@ -27,8 +25,20 @@ use crate::model::{
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
+/// Where an encoder writes a record: the trace writer, which interns names in its string table
+/// and frames each body into its chunk. (A trait so that the bodies here need not know the
+/// writer, which calls them.)
+pub(super) trait RecordSink {
+    /// The string-table id of `text`, defining it first if it is new.
+    fn name(&mut self, text: &str) -> Result<u32, EncodeError>;
+    /// Starts a record at `t_us`; the body is appended to the returned buffer.
+    fn begin(&mut self, t_us: u64) -> &mut Vec<u8>;
+    /// Ends the record begun last, as a record of `record_tag`.
+    fn end(&mut self, record_tag: u8) -> Result<(), EncodeError>;
+}
+
 /// Writes one record through the writer's string table and chunking.
-pub(super) fn encode<W: Write>(w: &mut TraceWriter<W>, record: &Record) -> Result<(), EncodeError> {
+pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), EncodeError> {
     match record {
         Record::Mark(m) => encode_mark(w, m),
         Record::Components(c) => encode_components(w, c),
@@ -185,7 +195,7 @@ pub(super) fn decode_metadata(c: &mut Cursor<'_>) -> Result<Metadata, ReadError>
 // MARK: name id, step, epoch, phase, snapshot flag [+ 8 allocator values], then (1.2) the
 // sender's pid and rank as two optional values, written only when either is known.
 
-fn encode_mark<W: Write>(w: &mut TraceWriter<W>, m: &StageMark) -> Result<(), EncodeError> {
+fn encode_mark(w: &mut impl RecordSink, m: &StageMark) -> Result<(), EncodeError> {
     let name = w.name(&m.name)?;
     let b = w.begin(m.t_us);
     put_u64(b, u64::from(name));
@@ -243,10 +253,7 @@ fn decode_mark(c: &mut Cursor<'_>, names: &Names) -> Result<StageMark, ReadError
 // COMPONENTS: step, batch size?, parameters, buffers, gradients, optimizer state, extras
 // (count, then name id and bytes each).
 
-fn encode_components<W: Write>(
-    w: &mut TraceWriter<W>,
-    c: &ComponentBreakdown,
-) -> Result<(), EncodeError> {
+fn encode_components(w: &mut impl RecordSink, c: &ComponentBreakdown) -> Result<(), EncodeError> {
     let extra_names = c
         .extras
         .iter()
@@ -302,10 +309,7 @@ fn decode_components(c: &mut Cursor<'_>, names: &Names) -> Result<ComponentBreak
 // GRADIENTS: step, parameters with a gradient, gradient bytes, global norm (f64 LE), NaN and
 // Inf element counts.
 
-fn encode_gradients<W: Write>(
-    w: &mut TraceWriter<W>,
-    g: &GradientSummary,
-) -> Result<(), EncodeError> {
+fn encode_gradients(w: &mut impl RecordSink, g: &GradientSummary) -> Result<(), EncodeError> {
     let b = w.begin(g.t_us);
     put_u64(b, g.step);
     put_u64(b, g.params_with_grad);
@@ -331,7 +335,7 @@ fn decode_gradients(c: &mut Cursor<'_>) -> Result<GradientSummary, ReadError> {
 // TENSOR: step, name id, shape (count, dims), dtype id, bytes, min/max/mean/std (f64 LE), NaN
 // and Inf element counts.
 
-fn encode_tensor<W: Write>(w: &mut TraceWriter<W>, t: &TensorStats) -> Result<(), EncodeError> {
+fn encode_tensor(w: &mut impl RecordSink, t: &TensorStats) -> Result<(), EncodeError> {
     let name = w.name(&t.name)?;
     let dtype = w.name(&t.dtype)?;
     let b = w.begin(t.t_us);
@@ -379,7 +383,7 @@ fn decode_tensor(c: &mut Cursor<'_>, names: &Names) -> Result<TensorStats, ReadE
 // OOM: source, stage id?, step?, requested bytes?, device?, device free?, device total?, message;
 // since v1.5, when either is known, pid?, rank? of the process that ran out.
 
-fn encode_oom<W: Write>(w: &mut TraceWriter<W>, o: &OomEvent) -> Result<(), EncodeError> {
+fn encode_oom(w: &mut impl RecordSink, o: &OomEvent) -> Result<(), EncodeError> {
     let stage = o.stage.as_ref().map(|s| w.name(s)).transpose()?;
     let b = w.begin(o.t_us);
     b.push(o.source.code());
@@ -423,7 +427,7 @@ fn decode_oom(c: &mut Cursor<'_>, names: &Names) -> Result<OomEvent, ReadError> 
 
 // BATCH_TRIAL: batch size, outcome, peak bytes?.
 
-fn encode_trial<W: Write>(w: &mut TraceWriter<W>, t: &BatchTrial) -> Result<(), EncodeError> {
+fn encode_trial(w: &mut impl RecordSink, t: &BatchTrial) -> Result<(), EncodeError> {
     let b = w.begin(t.t_us);
     put_u64(b, t.batch_size);
     b.push(t.outcome.code());
@@ -442,7 +446,7 @@ fn decode_trial(c: &mut Cursor<'_>) -> Result<BatchTrial, ReadError> {
 
 // EXIT: kind (0 code, 1 signal), value (zigzag varint), probable host OOM (0/1).
 
-fn encode_exit<W: Write>(w: &mut TraceWriter<W>, e: &ProcessExit) -> Result<(), EncodeError> {
+fn encode_exit(w: &mut impl RecordSink, e: &ProcessExit) -> Result<(), EncodeError> {
     let b = w.begin(e.t_us);
     let (kind, value) = match e.status {
         ExitStatus::Code(c) => (0u8, c),
@@ -472,7 +476,7 @@ fn decode_exit(c: &mut Cursor<'_>) -> Result<ProcessExit, ReadError> {
 
 // NOTE: text.
 
-fn encode_note<W: Write>(w: &mut TraceWriter<W>, n: &Note) -> Result<(), EncodeError> {
+fn encode_note(w: &mut impl RecordSink, n: &Note) -> Result<(), EncodeError> {
     put_str(w.begin(n.t_us), &n.text);
     w.end(tag::NOTE)
 }
@@ -486,7 +490,7 @@ fn decode_note(c: &mut Cursor<'_>) -> Result<Note, ReadError> {
 
 // DROPPED: record tag of what was dropped, count.
 
-fn encode_dropped<W: Write>(w: &mut TraceWriter<W>, d: &Dropped) -> Result<(), EncodeError> {
+fn encode_dropped(w: &mut impl RecordSink, d: &Dropped) -> Result<(), EncodeError> {
     let b = w.begin(d.t_us);
     b.push(d.record_tag);
     put_u64(b, d.count);
@@ -503,7 +507,7 @@ fn decode_dropped(c: &mut Cursor<'_>) -> Result<Dropped, ReadError> {
 
 // ALIVE (v1.3): file id, line, function id, bytes, count.
 
-fn encode_alive<W: Write>(w: &mut TraceWriter<W>, a: &AliveSite) -> Result<(), EncodeError> {
+fn encode_alive(w: &mut impl RecordSink, a: &AliveSite) -> Result<(), EncodeError> {
     let file = w.name(&a.file)?;
     let function = w.name(&a.function)?;
     let b = w.begin(a.t_us);
@@ -536,7 +540,7 @@ mod kill_flags {
     pub const GLOBAL: u8 = 8;
 }
 
-fn encode_oom_kill<W: Write>(w: &mut TraceWriter<W>, k: &OomKill) -> Result<(), EncodeError> {
+fn encode_oom_kill(w: &mut impl RecordSink, k: &OomKill) -> Result<(), EncodeError> {
     let process = w.name(&k.process)?;
     let cgroup = w.name(&k.cgroup)?;
     let b = w.begin(k.t_us);
@@ -579,10 +583,7 @@ fn decode_oom_kill(c: &mut Cursor<'_>, names: &Names) -> Result<OomKill, ReadErr
 
 // PROCESS_MEMORY (v1.4): pid, private bytes, PSS bytes.
 
-fn encode_process_memory<W: Write>(
-    w: &mut TraceWriter<W>,
-    p: &ProcessMemory,
-) -> Result<(), EncodeError> {
+fn encode_process_memory(w: &mut impl RecordSink, p: &ProcessMemory) -> Result<(), EncodeError> {
     let b = w.begin(p.t_us);
     put_u64(b, u64::from(p.pid));
     put_u64(b, p.private_bytes);
@@ -602,7 +603,7 @@ fn decode_process_memory(c: &mut Cursor<'_>) -> Result<ProcessMemory, ReadError>
 // PROCESS (v1.5): pid, parent?, name id, role, rank source, rank?, local rank?, world size?,
 // restart?; since v1.6, when known, group id?.
 
-fn encode_process<W: Write>(w: &mut TraceWriter<W>, p: &ProcessInfo) -> Result<(), EncodeError> {
+fn encode_process(w: &mut impl RecordSink, p: &ProcessInfo) -> Result<(), EncodeError> {
     let name = w.name(&p.name)?;
     let group = p.group.as_ref().map(|g| w.name(g)).transpose()?;
     let b = w.begin(p.t_us);
@@ -649,7 +650,7 @@ mod end_flags {
     pub const FROM_LAUNCHER: u8 = 2;
 }
 
-fn encode_process_end<W: Write>(w: &mut TraceWriter<W>, e: &ProcessEnd) -> Result<(), EncodeError> {
+fn encode_process_end(w: &mut impl RecordSink, e: &ProcessEnd) -> Result<(), EncodeError> {
     let b = w.begin(e.t_us);
     put_u64(b, u64::from(e.pid));
     put_opt_u32(b, e.rank);

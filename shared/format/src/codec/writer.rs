@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 
-use super::records::{put_opt_u32, put_str};
+use super::records::{RecordSink, put_opt_u32, put_str};
 use super::{
     CHUNK_SYNC, CRC32C, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_BLOCK_ROWS, MAX_COUNTERS, tag,
 };
@@ -355,6 +355,20 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
         (a, b) = (b, a % b);
     }
     a
+}
+
+impl<W: Write> RecordSink for TraceWriter<W> {
+    fn name(&mut self, text: &str) -> Result<u32, EncodeError> {
+        TraceWriter::name(self, text)
+    }
+
+    fn begin(&mut self, t_us: u64) -> &mut Vec<u8> {
+        TraceWriter::begin(self, t_us)
+    }
+
+    fn end(&mut self, record_tag: u8) -> Result<(), EncodeError> {
+        TraceWriter::end(self, record_tag)
+    }
 }
 
 #[cfg(test)]

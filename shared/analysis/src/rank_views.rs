@@ -1,0 +1,183 @@
+//! Which processes of a trace are ranks, and each rank's *view* of the trace: its own marks and
+//! OOMs, its own memory counters (its RSS, its memory on each GPU) in the places the
+//! single-process analysis reads them, the device-level counters as they are. [`crate::analyze`]
+//! runs on a view as on any trace, so a rank's stage table, leaks and findings are the same words
+//! as a single run's.
+
+use oomscope_format::{Counter, CounterId, CounterKind, ProcessRole, StageMark, Trace};
+use serde::Serialize;
+
+/// One rank of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RankProcess {
+    /// Its rank.
+    pub rank: u32,
+    /// Its process (the latest one, after elastic restarts), when known.
+    pub pid: Option<u32>,
+    /// Its rank on the node.
+    pub local_rank: Option<u32>,
+}
+
+/// The ranks a trace holds: processes the collector took for ranks, and the senders of marks
+/// that named a rank (traces of format 1.2–1.4 have only those). A single-process trace whose
+/// program has a rank is that one rank; a trace without any rank has none.
+pub fn ranks_of(trace: &Trace) -> Vec<RankProcess> {
+    let mut ranks: Vec<RankProcess> = Vec::new();
+    let mut add = |rank: u32, pid: Option<u32>, local_rank: Option<u32>| match ranks
+        .iter_mut()
+        .find(|r| r.rank == rank)
+    {
+        Some(r) => {
+            r.pid = pid.or(r.pid);
+            r.local_rank = local_rank.or(r.local_rank);
+        }
+        None => ranks.push(RankProcess {
+            rank,
+            pid,
+            local_rank,
+        }),
+    };
+    // The latest record of each pid is what it is.
+    let mut latest: Vec<&oomscope_format::ProcessInfo> = Vec::new();
+    for p in &trace.processes {
+        match latest.iter_mut().find(|q| q.pid == p.pid) {
+            Some(q) => *q = p,
+            None => latest.push(p),
+        }
+    }
+    for p in &latest {
+        if p.role == ProcessRole::Rank
+            && let Some(rank) = p.rank
+        {
+            add(rank, Some(p.pid), p.local_rank);
+        }
+    }
+    for m in &trace.marks {
+        if let Some(rank) = m.rank {
+            let is_launcher = latest
+                .iter()
+                .any(|p| Some(p.pid) == m.pid && p.role == ProcessRole::Launcher);
+            if !is_launcher {
+                add(rank, m.pid, None);
+            }
+        }
+    }
+    ranks.sort_by_key(|r| r.rank);
+    ranks
+}
+
+/// A rank's view of a trace: its marks, OOMs and kills, its own RSS as `host.rss` and its own
+/// memory on each GPU as `gpuN.process`, the devices' counters as recorded. Records without a
+/// sender (components, statistics, trials) and the other processes are left out.
+pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
+    let mine = |pid: Option<u32>, r: Option<u32>| {
+        r == Some(rank.rank) || (r.is_none() && pid.is_some() && pid == rank.pid)
+    };
+    // Columns: device-level and in-process counters as they are; the tree's RSS, PSS and
+    // per-GPU process memory replaced by this rank's own. When the rank is the program itself
+    // (`srun` running one collector per task), the tree is the rank and its workers: its
+    // counters are the rank's.
+    let program_is_rank = rank.pid == Some(trace.metadata.pid)
+        && !trace
+            .counters
+            .iter()
+            .any(|c| c.kind.is_per_process() && c.pid == rank.pid);
+    let mut keep: Vec<(CounterId, Counter)> = Vec::new();
+    for (i, c) in trace.counters.iter().enumerate() {
+        let id = CounterId(i as u32);
+        let as_kind = match c.kind {
+            CounterKind::HostRss | CounterKind::HostPss | CounterKind::ProcessGpu
+                if program_is_rank =>
+            {
+                c.kind
+            }
+            CounterKind::PidRss if c.pid.is_some() && c.pid == rank.pid => CounterKind::HostRss,
+            CounterKind::PidGpu if c.pid.is_some() && c.pid == rank.pid => CounterKind::ProcessGpu,
+            CounterKind::PidRss
+            | CounterKind::PidGpu
+            | CounterKind::HostRss
+            | CounterKind::HostPss
+            | CounterKind::ProcessGpu => continue,
+            other => other,
+        };
+        keep.push((
+            id,
+            Counter {
+                kind: as_kind,
+                device: c.device,
+                name: as_kind.counter_name(c.device),
+                pid: None,
+            },
+        ));
+    }
+    let ids: Vec<CounterId> = keep.iter().map(|(id, _)| *id).collect();
+    let end = trace
+        .process_ends
+        .iter()
+        .filter(|e| e.from_launcher && mine(Some(e.pid).filter(|p| *p != 0), e.rank))
+        .find_map(|e| e.status);
+    let mut metadata = trace.metadata.clone();
+    metadata.rank = Some(rank.rank);
+    metadata.world_size = trace
+        .processes
+        .iter()
+        .rev()
+        .find(|p| Some(p.pid) == rank.pid)
+        .and_then(|p| p.world_size)
+        .or(metadata.world_size);
+    metadata.pid = rank.pid.unwrap_or(metadata.pid);
+    Trace {
+        format_version: trace.format_version,
+        metadata,
+        counters: keep.into_iter().map(|(_, c)| c).collect(),
+        samples: trace.samples.select(&ids),
+        marks: trace
+            .marks
+            .iter()
+            .filter(|m| mine(m.pid, m.rank))
+            .cloned()
+            .collect(),
+        ooms: trace
+            .ooms
+            .iter()
+            .filter(|o| mine(o.pid, o.rank))
+            .cloned()
+            .collect(),
+        oom_kills: trace
+            .oom_kills
+            .iter()
+            .filter(|k| rank.pid == Some(k.pid))
+            .cloned()
+            .collect(),
+        exit: match (end, trace.exit) {
+            (Some(status), Some(exit)) => Some(oomscope_format::ProcessExit {
+                status,
+                probable_host_oom: false,
+                ..exit
+            }),
+            (_, exit) => exit,
+        },
+        notes: trace.notes.clone(),
+        dropped: trace.dropped.clone(),
+        end_us: trace.end_us,
+        ..Trace::default()
+    }
+}
+
+/// The marks the whole-run analysis reads when a trace holds several ranks: the lowest rank's
+/// and those without a sender (one process's stages; each rank's are in
+/// [`RankSummary::stage_table`]).
+pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Vec<StageMark>> {
+    let lowest = ranks.first()?;
+    Some(
+        trace
+            .marks
+            .iter()
+            .filter(|m| {
+                m.rank == Some(lowest.rank)
+                    || (m.rank.is_none() && (m.pid.is_none() || m.pid == lowest.pid))
+            })
+            .cloned()
+            .collect(),
+    )
+}

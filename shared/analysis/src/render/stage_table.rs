@@ -1,0 +1,81 @@
+//! A stage table in text: per stage, the count, mean and max of a metric and its change since the
+//! previous mark. The summary prints one per metric, a job's text one per rank.
+
+use crate::Analysis;
+use crate::metrics::MetricKey;
+use crate::render::wrap::{line, section, shorten, wrap};
+use crate::stages::StageTable;
+use oomscope_format::units::{
+    format_bytes, format_bytes_f64, format_count, format_signed_bytes, format_signed_bytes_f64,
+};
+
+/// Widest stage name shown in the stage table before it is shortened.
+pub const STAGE_COLUMN: usize = 28;
+
+pub fn stage_tables(out: &mut String, analysis: &Analysis) {
+    let table = &analysis.stage_table;
+    if table.rows.is_empty() {
+        return;
+    }
+    let mut shown: Vec<MetricKey> = Vec::new();
+    shown.extend(table.primary_metric);
+    if table.metric_index(MetricKey::RESERVED).is_some() && !shown.contains(&MetricKey::RESERVED) {
+        shown.push(MetricKey::RESERVED);
+    }
+    for metric in shown {
+        stage_table(out, table, metric);
+    }
+}
+
+pub fn stage_table(out: &mut String, table: &StageTable, metric: MetricKey) {
+    let Some(m) = table.metric_index(metric) else {
+        return;
+    };
+    section(
+        out,
+        &format!("Stages ({metric}, delta = change since the previous mark)"),
+    );
+    let header = format!(
+        "  {:<STAGE_COLUMN$} {:>7} {:>10} {:>10} {:>11} {:>11}",
+        "stage", "count", "mean", "max", "mean delta", "max delta"
+    );
+    line(out, header.trim_end());
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_owned());
+    for row in &table.rows {
+        let s = &row.metrics[m];
+        let name = format!("{}{}", row.stage, row.phase.suffix());
+        line(
+            out,
+            &format!(
+                "  {:<STAGE_COLUMN$} {:>7} {:>10} {:>10} {:>11} {:>11}",
+                shorten(&name, STAGE_COLUMN),
+                format_count(row.count as u64),
+                opt(s.mean_bytes.map(format_bytes_f64)),
+                opt(s.max_bytes.map(format_bytes)),
+                opt(s.mean_delta_bytes.map(format_signed_bytes_f64)),
+                opt(s.max_delta_bytes.map(format_signed_bytes)),
+            ),
+        );
+    }
+    if let Some(b) = &table.baseline {
+        let vs: Vec<String> = table
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let v = r.metrics[m].max_vs_baseline_bytes?;
+                Some(format!("{} {}", r.stage, format_signed_bytes(v)))
+            })
+            .collect();
+        wrap(
+            out,
+            &format!(
+                "max vs {} of step {}: {}",
+                b.stage,
+                format_count(b.step),
+                vs.join(", ")
+            ),
+            4,
+            4,
+        );
+    }
+}
