@@ -260,13 +260,15 @@ class Probe:
         self.send(line)
 
     def oom(self, message="", requested_bytes=None, stage=None, step=None, device=None,
-            free_bytes=None, total_bytes=None):
+            free_bytes=None, total_bytes=None, allocated_bytes=None, reserved_bytes=None):
         """Records an OOM the program caught (e.g. to retry with a smaller batch)."""
         self._oom(message, requested_bytes=requested_bytes, stage=stage, step=step, device=device,
-                  free_bytes=free_bytes, total_bytes=total_bytes)
+                  free_bytes=free_bytes, total_bytes=total_bytes,
+                  allocated_bytes=allocated_bytes, reserved_bytes=reserved_bytes)
 
     def _oom(self, message="", source=None, requested_bytes=None, stage=None, step=None,
-             device=None, free_bytes=None, total_bytes=None):
+             device=None, free_bytes=None, total_bytes=None, allocated_bytes=None,
+             reserved_bytes=None):
         if self._sock is None:
             return
         line = "oom"
@@ -276,7 +278,8 @@ class Probe:
             line += " source=" + source
         for key, value in (("step", step), ("requested_bytes", requested_bytes), ("device", device),
                            ("free_bytes", free_bytes), ("total_bytes", total_bytes),
-                           ("pid", os.getpid()), ("rank", self.rank)):
+                           ("pid", os.getpid()), ("rank", self.rank),
+                           ("allocated_bytes", allocated_bytes), ("reserved_bytes", reserved_bytes)):
             if value is not None:
                 line += " %s=%d" % (key, value)
         self.send(line + " -- " + " ".join(str(message).splitlines()))

@@ -626,7 +626,8 @@ def _observer(device, alloc, total, free):
         stats = _torch._C._cuda_memoryStats(device)
         allocated = stats["allocated_bytes"]["all"]["current"]
         reserved = stats["reserved_bytes"]["all"]["current"]
-        # PyTorch's own wording (oomscope's reader parses it), with exact byte counts.
+        # PyTorch's own wording, with exact byte counts, as the text to show; the numbers travel
+        # as fields of the record (allocated_bytes, reserved_bytes).
         text = ("CUDA out of memory (allocator observer). Tried to allocate %d bytes. GPU %d has a "
                 "total capacity of %d bytes of which %d bytes is free. Of the allocated memory %d "
                 "bytes is allocated by PyTorch, and %d bytes is reserved by PyTorch but "
@@ -634,7 +635,8 @@ def _observer(device, alloc, total, free):
                                   max(reserved - allocated, 0)))
         _probe._oom(text, source="allocator", stage=S.stage,
                     step=None if S.user_steps else S.step, requested_bytes=alloc,
-                    device=device, free_bytes=free, total_bytes=total)
+                    device=device, free_bytes=free, total_bytes=total,
+                    allocated_bytes=allocated, reserved_bytes=reserved)
         if S.snapshot:
             snapshot = _torch.cuda.memory._snapshot()
             _probe.alive(alive_by_line(snapshot))

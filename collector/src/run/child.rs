@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use super::Event;
 use super::shared_state::RunState;
 use crate::launcher_text::{ChildFailedSummary, SlurmOom, rank_prefix, slurm_oom};
-use oomscope_analysis::oom_text::{recognise, recognise_text};
 use oomscope_format::Record;
+use oomscope_format::oom_text::{recognise, recognise_text};
 
 /// Pid of the child, read by the signal handler (0 before it exists).
 static CHILD_PID: AtomicI32 = AtomicI32::new(0);

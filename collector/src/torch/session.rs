@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use oomscope_format::{
-    ComponentBreakdown, CounterId, CounterKind, ExitStatus, GradientSummary, Name, NamedBytes,
-    Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
+    AllocatorSnapshot, ComponentBreakdown, CounterId, CounterKind, ExitStatus, GradientSummary,
+    Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
 };
 
 use super::allocator::{self, ObservedOom};
@@ -122,12 +122,19 @@ impl Session {
                 let (step, stage) = position
                     .lock()
                     .map_or((0, None), |p| (p.step, p.stage.clone()));
+                // The allocator's state at the failure (the observer runs after the allocator
+                // released its lock): the numbers on the record, and in the text to show.
+                let state = usize::try_from(o.device)
+                    .ok()
+                    .and_then(|d| allocator::snapshot(d).ok());
                 let oom = OomEvent {
                     requested_bytes: Some(o.requested_bytes),
                     device: u32::try_from(o.device).ok(),
                     device_free_bytes: Some(o.device_free_bytes),
                     device_total_bytes: Some(o.device_total_bytes),
-                    ..marker_oom(observed_oom_message(&o))
+                    allocated_bytes: state.map(|s| s.allocated_bytes),
+                    reserved_bytes: state.map(|s| s.reserved_bytes),
+                    ..marker_oom(observed_oom_message(&o, state))
                 };
                 send_to(&sink, oom_message(oom, stage, step));
             })));
@@ -455,7 +462,7 @@ impl Session {
             .unwrap_or(&text)
             .trim()
             .to_owned();
-        let parsed = oomscope_analysis::oom_text::recognise(&first_line);
+        let parsed = oomscope_format::oom_text::recognise(&first_line);
         let requested_bytes = observed
             .map(|o| o.requested_bytes)
             .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes))
@@ -470,6 +477,8 @@ impl Session {
                 device: parsed.as_ref().and_then(|p| p.device),
                 device_free_bytes: parsed.as_ref().and_then(|p| p.free_bytes),
                 device_total_bytes: parsed.as_ref().and_then(|p| p.total_bytes),
+                allocated_bytes: parsed.as_ref().and_then(|p| p.allocated_bytes),
+                reserved_bytes: parsed.as_ref().and_then(|p| p.reserved_bytes),
                 ..marker_oom(first_line.clone())
             };
             self.send(oom_message(oom, stage, step));
@@ -594,19 +603,15 @@ fn quiet_oom_panics() {
     });
 }
 
-/// The text of an OOM the allocator observed, in PyTorch's own words so that one reader
-/// (`oom_text`) understands both. The observer runs after the allocator released its lock, so
-/// its statistics here are the state at the failure (what the forward pass had allocated since
-/// the last mark included).
-fn observed_oom_message(o: &ObservedOom) -> String {
+/// The text shown for an OOM the allocator observed, in PyTorch's own words (what a user knows
+/// from the traceback); the record carries the same numbers as fields. `state` is the allocator's
+/// at the failure (what the forward pass had allocated since the last mark included).
+fn observed_oom_message(o: &ObservedOom, state: Option<AllocatorSnapshot>) -> String {
     let mut text = format!(
         "CUDA out of memory (allocator observer). Tried to allocate {} bytes. GPU {} has a total capacity of {} bytes of which {} bytes is free.",
         o.requested_bytes, o.device, o.device_total_bytes, o.device_free_bytes
     );
-    if let Some(s) = usize::try_from(o.device)
-        .ok()
-        .and_then(|d| allocator::snapshot(d).ok())
-    {
+    if let Some(s) = state {
         text.push_str(&format!(
             " Of the allocated memory {} bytes is allocated by PyTorch, and {} bytes is reserved by PyTorch but unallocated.",
             s.allocated_bytes,

@@ -34,7 +34,6 @@ pub mod trend;
 pub mod workers;
 
 pub mod export;
-pub mod oom_text;
 pub mod reduce;
 pub mod report_page;
 pub mod snapshot;

@@ -13,18 +13,9 @@ use crate::metrics::counter_with_data;
 use crate::peaks::{PeakComponents, breakdown_near};
 use crate::stages::signed_delta;
 use oomscope_format::{
-    AliveSite, CounterId, CounterKind, NamedBytes, OomEvent, OomKill, OomSource, Phase, Trace,
+    AliveSite, CounterId, CounterKind, NamedBytes, OomEvent, OomKill, OomKind, OomSource, Phase,
+    Trace,
 };
-
-/// Which memory ran out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OomKind {
-    /// GPU memory (an OOM error in the program).
-    Gpu,
-    /// Host memory (the kernel's OOM killer, probably).
-    Host,
-}
 
 /// One out-of-memory event in context: the record with what it left out resolved from the
 /// trace, and what the trace knew at that moment.
@@ -77,6 +68,18 @@ pub struct OomContext {
     pub kill: Option<OomKill>,
 }
 
+/// The caching allocator's allocated and reserved bytes at the failure, when the OOM states them:
+/// as numbers on the record (the allocator's observer, format 1.7), else in the error's own words
+/// (PyTorch's `Of the allocated memory … is reserved by PyTorch but unallocated`, on stderr and
+/// in observer OOMs of older traces).
+fn allocator_at_failure(event: &OomEvent) -> Option<(u64, u64)> {
+    if let (Some(a), Some(r)) = (event.allocated_bytes, event.reserved_bytes) {
+        return Some((a, r));
+    }
+    let stated = oomscope_format::oom_text::recognise(&event.message)?;
+    stated.allocated_bytes.zip(stated.reserved_bytes)
+}
+
 /// Rows of what was alive that arrive this long after their OOM still belong to it (the hooks
 /// send them a moment after the OOM itself, once the snapshot is reduced).
 pub const ALIVE_WITHIN_US: u64 = 5_000_000;
@@ -90,12 +93,13 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
     let mut out: Vec<OomContext> = distinct_ooms(trace)
         .filter(|e| !inferred_kill(e))
         .map(|event| {
-            let kind = if event.source.is_host() {
-                OomKind::Host
-            } else {
-                OomKind::Gpu
-            };
-            let mut c = context_at(trace, kind, event.source, event.t_us, event.device);
+            let mut c = context_at(
+                trace,
+                event.source.kind(),
+                event.source,
+                event.t_us,
+                event.device,
+            );
             if let Some(stage) = &event.stage {
                 c.event.stage = Some(stage.clone());
                 c.next_stage = next_stage(trace, stage, event.t_us);
@@ -110,9 +114,7 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
                 .requested_bytes
                 .zip(e.device_free_bytes)
                 .map(|(r, f)| signed_delta(r, f));
-            if let Some(stated) = crate::oom_text::recognise(&event.message)
-                && let (Some(a), Some(r)) = (stated.allocated_bytes, stated.reserved_bytes)
-            {
+            if let Some((a, r)) = allocator_at_failure(event) {
                 c.allocated_bytes = Some(a);
                 c.reserved_bytes = Some(r);
                 c.allocator_mark_stage = None;

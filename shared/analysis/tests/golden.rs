@@ -164,6 +164,36 @@ fn v1_3_alive_at_oom() {
 }
 
 #[test]
+fn v1_7_oom_allocator_state() {
+    let decoded = decode(&read("v1_7_oom_allocator_state.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 7));
+    let [oom] = t.ooms.as_slice() else {
+        panic!("{:?}", t.ooms)
+    };
+    assert_eq!(oom.source, OomSource::Allocator);
+    assert_eq!((oom.pid, oom.rank), (Some(5300), None));
+    assert_eq!(
+        (oom.allocated_bytes, oom.reserved_bytes),
+        (Some(70 << 30), Some(78 << 30))
+    );
+    // The message says neither figure: the analysis reads them from the record, as the state at
+    // the failure (no mark's snapshot stands in for them).
+    assert_eq!(oom.message, "CUDA out of memory");
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let o = &analysis.ooms[0];
+    assert_eq!(
+        (
+            o.allocated_bytes,
+            o.reserved_bytes,
+            o.allocator_mark_stage.as_deref()
+        ),
+        (Some(70 << 30), Some(78 << 30), None)
+    );
+}
+
+#[test]
 fn v1_4_oom_kill() {
     let decoded = decode(&read("v1_4_oom_kill.oomt")).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);

@@ -209,6 +209,8 @@ fn odd_trace() -> Trace {
         message: String::new(),
         pid: None,
         rank: Some(1),
+        allocated_bytes: None,
+        reserved_bytes: None,
     }))
     .unwrap();
     w.write(&Record::Exit(ProcessExit {
@@ -586,6 +588,8 @@ fn generated(
         message: "CUDA out of memory".into(),
         pid: Some(4101),
         rank: Some(0),
+        allocated_bytes: None,
+        reserved_bytes: None,
     }))
     .unwrap();
     w.write(&Record::Exit(ProcessExit {

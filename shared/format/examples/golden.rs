@@ -98,6 +98,8 @@ pub fn host_error() -> Vec<u8> {
         message: "OSError: [Errno 12] Cannot allocate memory".into(),
         pid: None,
         rank: None,
+        allocated_bytes: None,
+        reserved_bytes: None,
     }))
     .expect("in memory");
     w.write(&Record::Exit(ProcessExit {
@@ -385,6 +387,8 @@ pub fn ranks() -> Vec<u8> {
         message: "RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 1125899906842624 bytes. Error code 12 (Cannot allocate memory)".into(),
         pid: Some(5002),
         rank: Some(1),
+        allocated_bytes: None,
+        reserved_bytes: None,
     }))
     .expect("in memory");
     for (pid, rank, status, first) in [
@@ -515,6 +519,51 @@ pub fn pipeline_groups() -> Vec<u8> {
     w.finish(700_000).expect("in memory")
 }
 
+/// v1.7: an OOM the allocator's observer reported with the allocator's state at the failure as
+/// numbers (allocated, reserved), after the pid and rank; its message says neither.
+pub fn oom_allocator_state() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5300,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    for (t_us, stage) in [(10_000, "pre_forward"), (20_000, "post_forward")] {
+        w.write(&Record::Mark(StageMark {
+            t_us,
+            name: stage.into(),
+            step: 3,
+            phase: Phase::Train,
+            pid: Some(5300),
+            ..StageMark::default()
+        }))
+        .expect("in memory");
+    }
+    w.write(&Record::Oom(OomEvent {
+        stage: Some("post_forward".into()),
+        step: Some(3),
+        requested_bytes: Some(3 << 30),
+        device: Some(0),
+        device_free_bytes: Some(1 << 30),
+        device_total_bytes: Some(80 << 30),
+        pid: Some(5300),
+        allocated_bytes: Some(70 << 30),
+        reserved_bytes: Some(78 << 30),
+        ..OomEvent::new(30_000, OomSource::Allocator, "CUDA out of memory".into())
+    }))
+    .expect("in memory");
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 40_000,
+        status: ExitStatus::Code(1),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(40_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -537,6 +586,7 @@ fn main() -> std::io::Result<()> {
         ("v1_5_ranks.oomt", ranks()),
         ("v1_6_launcher_kill.oomt", launcher_kill()),
         ("v1_6_pipeline_groups.oomt", pipeline_groups()),
+        ("v1_7_oom_allocator_state.oomt", oom_allocator_state()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -687,13 +687,28 @@ pub enum OomSource {
     Other(u8),
 }
 
+/// Which memory ran out: the accelerator's (CUDA, ROCm, MPS, TPU) or the host's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomKind {
+    /// Accelerator memory (an OOM error in the program).
+    Gpu,
+    /// Host memory (the kernel's OOM killer, a failed host allocation, a launcher's kill).
+    Host,
+}
+
 impl OomSource {
     /// Whether the event is about host memory rather than device memory.
     pub fn is_host(self) -> bool {
-        matches!(
-            self,
-            OomSource::HostKill | OomSource::HostError | OomSource::LauncherKill
-        )
+        self.kind() == OomKind::Host
+    }
+
+    /// Which memory the event is about.
+    pub fn kind(self) -> OomKind {
+        match self {
+            OomSource::HostKill | OomSource::HostError | OomSource::LauncherKill => OomKind::Host,
+            _ => OomKind::Gpu,
+        }
     }
 }
 
@@ -764,6 +779,14 @@ pub struct OomEvent {
     pub pid: Option<u32>,
     /// That process's distributed rank, when it has one (format v1.5).
     pub rank: Option<u32>,
+    /// Bytes the caching allocator had allocated at the failure, when the reporter knew
+    /// (`torch.cuda.memory_stats()` read by the allocator's OOM observer; format v1.7). In JSON
+    /// the analysis's resolved figure stands for it.
+    #[serde(skip)]
+    pub allocated_bytes: Option<u64>,
+    /// Bytes the caching allocator had reserved at the failure, likewise (format v1.7).
+    #[serde(skip)]
+    pub reserved_bytes: Option<u64>,
 }
 
 impl OomEvent {
@@ -803,6 +826,8 @@ impl OomEvent {
             message,
             pid: None,
             rank: None,
+            allocated_bytes: None,
+            reserved_bytes: None,
         }
     }
 }

@@ -26,7 +26,8 @@
 //!      nan_count=N inf_count=N
 //! trial batch_size=N outcome=fit|oom|error [peak_bytes=N]
 //! oom [stage=<stage>] [step=N] [source=marker|allocator|host_error] [requested_bytes=N] [device=N]
-//!      [free_bytes=N] [total_bytes=N] [pid=N] [rank=N] [-- <message>]
+//!      [free_bytes=N] [total_bytes=N] [pid=N] [rank=N] [allocated_bytes=N] [reserved_bytes=N]
+//!      [-- <message>]
 //! alive bytes=N count=N [line=N] [function=<name>] -- <file>
 //! process [rank=N] [local_rank=N] [world_size=N] [restart=N] [group=NAME]
 //! ```
@@ -92,6 +93,9 @@ pub struct Context {
 
 /// One parsed message: a record with its unresolved context, or a control verb that only changes
 /// the context of later records.
+// Most messages are records (a mark per stage): boxing the record would allocate once per mark on
+// the recorder's hot path to save bytes on the rare control verbs.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     /// A record. Its time, and any field its context resolves (a mark's step, epoch and phase;
@@ -272,7 +276,7 @@ const TRIAL: [Field<BatchTrial>; 3] = [
     field!("peak_bytes", Optional, peak_bytes),
 ];
 
-const OOM: [Field<OomEvent>; 7] = [
+const OOM: [Field<OomEvent>; 9] = [
     field!("source", Optional, source),
     field!("requested_bytes", Optional, requested_bytes),
     field!("device", Optional, device),
@@ -280,6 +284,8 @@ const OOM: [Field<OomEvent>; 7] = [
     field!("total_bytes", Optional, device_total_bytes),
     field!("pid", Optional, pid),
     field!("rank", Optional, rank),
+    field!("allocated_bytes", Optional, allocated_bytes),
+    field!("reserved_bytes", Optional, reserved_bytes),
 ];
 
 const ALIVE: [Field<AliveSite>; 4] = [
@@ -1009,6 +1015,8 @@ mod tests {
                     message: "CUDA out of memory.\nTried".into(),
                     pid: Some(77),
                     rank: Some(2),
+                    allocated_bytes: Some(700 << 20),
+                    reserved_bytes: Some(900 << 20),
                 }),
                 Context {
                     stage: Some("post_forward".into()),

@@ -46,7 +46,7 @@ enum Op {
         [Option<u32>; 2],
     ),
     Note(u64, String),
-    Oom(u64, Option<u64>, String, [Option<u32>; 2]),
+    Oom(u64, Option<u64>, String, [Option<u32>; 2], [Option<u64>; 2]),
     Trial(u64, u64, bool),
     Kill(u64, u32, String, u8, Option<u64>, Option<u64>),
     Process(u64, u32, u64, u64),
@@ -78,8 +78,9 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(dt, n, s, p, snap, sender)| Op::Mark(dt, n, s, p, snap, sender)),
         1 => (0..5_000u64, ".{0,40}").prop_map(|(dt, t)| Op::Note(dt, t)),
         1 => (0..5_000u64, proptest::option::of(any::<u64>()), ".{0,80}",
-              proptest::array::uniform2(proptest::option::of(any::<u32>())))
-            .prop_map(|(dt, r, m, sender)| Op::Oom(dt, r, m, sender)),
+              proptest::array::uniform2(proptest::option::of(any::<u32>())),
+              proptest::array::uniform2(proptest::option::of(any::<u64>())))
+            .prop_map(|(dt, r, m, sender, allocator)| Op::Oom(dt, r, m, sender, allocator)),
         1 => (0..5_000u64, any::<u32>(), proptest::option::of(any::<u32>()), 1..6u8,
               proptest::array::uniform4(proptest::option::of(any::<u32>())))
             .prop_map(|(dt, pid, parent, role, ids)| Op::Identity(dt, pid, parent, role, ids)),
@@ -169,7 +170,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 w.write(&note).unwrap();
                 expected.push(note);
             }
-            Op::Oom(dt, requested, message, [pid, rank]) => {
+            Op::Oom(dt, requested, message, [pid, rank], [allocated, reserved]) => {
                 t += dt;
                 let event = OomEvent {
                     t_us: t,
@@ -183,6 +184,8 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                     message: message.clone(),
                     pid: *pid,
                     rank: *rank,
+                    allocated_bytes: *allocated,
+                    reserved_bytes: *reserved,
                 };
                 w.write(&Record::Oom(event.clone())).unwrap();
                 expected.ooms.push(event);

@@ -333,6 +333,8 @@ impl Run {
             message: "torch.OutOfMemoryError: CUDA out of memory.".to_owned(),
             pid: None,
             rank: None,
+            allocated_bytes: None,
+            reserved_bytes: None,
         });
     }
 }

@@ -518,6 +518,8 @@ impl<'a> Simulation<'a> {
             ),
             pid: None,
             rank: None,
+            allocated_bytes: None,
+            reserved_bytes: None,
         }))
     }
 

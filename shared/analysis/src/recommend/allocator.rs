@@ -1,9 +1,10 @@
 //! Rules about the caching allocator: fragmentation and retries, and memory outside it.
 
 use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
-use crate::oom::{OomContext, OomKind};
+use crate::oom::OomContext;
 use crate::overhead::OutsideAllocator;
 use crate::pressure::PressureReport;
+use oomscope_format::OomKind;
 use oomscope_format::units::{format_bytes, format_count, format_percent};
 
 /// A peak gap (reserved beyond what tensors needed) of at least this many bytes...

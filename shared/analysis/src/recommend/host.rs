@@ -2,7 +2,8 @@
 
 use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
 use crate::host::HostMemory;
-use crate::oom::{OomContext, OomKind};
+use crate::oom::OomContext;
+use oomscope_format::OomKind;
 use oomscope_format::OomSource;
 use oomscope_format::units::{format_bytes, format_count, format_duration_us, format_percent};
 

@@ -7,7 +7,8 @@
 //! before every other of its severity and the OOM findings point to it instead of advising.
 
 use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
-use crate::oom::{OomContext, OomKind};
+use crate::oom::OomContext;
+use oomscope_format::OomKind;
 use oomscope_format::units::{format_bytes, format_count};
 
 /// `impossible-request`: one allocation asked for more than the device or host has in all.

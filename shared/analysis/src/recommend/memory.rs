@@ -5,8 +5,9 @@
 
 use super::{Diagnose, Evidence, Finding, FindingKind, LoopPart, RuleContext, Severity, finding};
 use crate::batch_fit::{BatchFit, BatchFitMethod, TrialSummary};
-use crate::oom::{OomContext, OomKind};
+use crate::oom::OomContext;
 use crate::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
+use oomscope_format::OomKind;
 use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_percent};
 use oomscope_format::{Phase, TrialOutcome};
 

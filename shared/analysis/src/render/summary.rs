@@ -6,13 +6,14 @@
 //! from the [`Analysis`] (nothing is recomputed here), formatted by [`oomscope_format::units`].
 
 use crate::Analysis;
-use crate::oom::{OomContext, OomKind};
+use crate::oom::OomContext;
 use crate::peaks::{Measure, memory_peak};
 use crate::render::headline;
 use crate::render::ranks::ranks;
 use crate::render::stage_table::{stage_table, stage_tables};
 use crate::render::wrap::{WIDTH, line, section, shorten, wrap};
 use crate::words::{counted, source_line, tensor_count};
+use oomscope_format::OomKind;
 use oomscope_format::Trace;
 use oomscope_format::units::{
     format_bytes, format_count, format_duration_us, format_percent, format_signed_bytes,

@@ -381,7 +381,8 @@ fn decode_tensor(c: &mut Cursor<'_>, names: &Names) -> Result<TensorStats, ReadE
 }
 
 // OOM: source, stage id?, step?, requested bytes?, device?, device free?, device total?, message;
-// since v1.5, when either is known, pid?, rank? of the process that ran out.
+// since v1.5, when either is known (or anything after them is), pid?, rank? of the process that
+// ran out; since v1.7, when either is known, the allocator's allocated?, reserved? at the failure.
 
 fn encode_oom(w: &mut impl RecordSink, o: &OomEvent) -> Result<(), EncodeError> {
     let stage = o.stage.as_ref().map(|s| w.name(s)).transpose()?;
@@ -394,9 +395,14 @@ fn encode_oom(w: &mut impl RecordSink, o: &OomEvent) -> Result<(), EncodeError> 
     put_opt_u64(b, o.device_free_bytes);
     put_opt_u64(b, o.device_total_bytes);
     put_str(b, &o.message);
-    if o.pid.is_some() || o.rank.is_some() {
+    let allocator = o.allocated_bytes.is_some() || o.reserved_bytes.is_some();
+    if o.pid.is_some() || o.rank.is_some() || allocator {
         put_opt_u32(b, o.pid);
         put_opt_u32(b, o.rank);
+    }
+    if allocator {
+        put_opt_u64(b, o.allocated_bytes);
+        put_opt_u64(b, o.reserved_bytes);
     }
     w.end(tag::OOM)
 }
@@ -418,9 +424,14 @@ fn decode_oom(c: &mut Cursor<'_>, names: &Names) -> Result<OomEvent, ReadError> 
         message: c.string()?,
         pid: None,
         rank: None,
+        allocated_bytes: None,
+        reserved_bytes: None,
     };
     if !c.is_empty() {
         (oom.pid, oom.rank) = (opt_u32(c)?, opt_u32(c)?);
+    }
+    if !c.is_empty() {
+        (oom.allocated_bytes, oom.reserved_bytes) = (opt_u64(c)?, opt_u64(c)?);
     }
     Ok(oom)
 }

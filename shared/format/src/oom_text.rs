@@ -12,7 +12,7 @@
 //! OSError: [Errno 12] Cannot allocate memory / MemoryError / std::bad_alloc     (host)
 //! ```
 //!
-//! and so are the other stacks' words for it (`shared/analysis/tests/data/oom_texts.md` keeps a real
+//! and so are the other stacks' words for it (`shared/format/tests/data/oom_texts.md` keeps a real
 //! instance of each, and the near misses that must not count):
 //!
 //! - device memory ([`OomKind::Gpu`]): PyTorch's `HIP out of memory` (ROCm) and `MPS backend out
@@ -39,22 +39,16 @@
 //! argument'`) is not one. The kernel's OOM killer is read by [`kernel_kill`], never by
 //! [`recognise`]; a shell's `Killed` alone says nothing about memory.
 //!
-//! It lives in `shared` because the analysis reads the recorded error text too: PyTorch states
-//! what its allocator held when the request failed ("Of the allocated memory 64.73 GiB is
-//! allocated by PyTorch, and 1.20 GiB is reserved by PyTorch but unallocated"), which can be far
-//! more than the last stage mark's snapshot shows (a forward pass allocates between marks).
+//! It lives in the format crate beside the marker protocol because it is the other way a program
+//! tells the recorder about an OOM: the recorder (and the tch `Session`, for an error it caught)
+//! turns the error into an OOM record, with the allocator's state as numbers when PyTorch states
+//! it ("Of the allocated memory 64.73 GiB is allocated by PyTorch, and 1.20 GiB is reserved by
+//! PyTorch but unallocated": far more than the last stage mark's snapshot may show, a forward pass
+//! allocates between marks). The analysis reads a message again only in traces written before
+//! format 1.7, whose records lack those numbers.
 
-use oomscope_format::units::parse_bytes;
-use oomscope_format::{OomEvent, OomSource};
-
-/// Whether an error is about device or host memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OomKind {
-    /// Accelerator memory: CUDA, ROCm, MPS, TPU (XLA).
-    Gpu,
-    /// Host memory.
-    Host,
-}
+use crate::units::parse_bytes;
+use crate::{OomEvent, OomKind, OomSource};
 
 /// What an OOM line said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +84,8 @@ impl OomText {
             device: self.device,
             device_free_bytes: self.free_bytes,
             device_total_bytes: self.total_bytes,
+            allocated_bytes: self.allocated_bytes,
+            reserved_bytes: self.reserved_bytes,
             ..OomEvent::new(t_us, source, self.message)
         }
     }
@@ -458,8 +454,8 @@ fn leading_number(text: &str) -> Option<u64> {
 mod tests {
     use super::*;
 
-    const GIB: f64 = oomscope_format::units::GIB as f64;
-    const MIB: f64 = oomscope_format::units::MIB as f64;
+    const GIB: f64 = crate::units::GIB as f64;
+    const MIB: f64 = crate::units::MIB as f64;
 
     #[test]
     fn pytorch_2_message() {
