@@ -619,7 +619,7 @@ mod tests {
         let jump = Run {
             steps: 60,
             eval_every: Some(30),
-            eval_retain_bytes: 4 * GIB,
+            eval_retained_bytes: 4 * GIB,
             ..Run::default()
         };
         let fits = fits(&jump);
@@ -787,7 +787,7 @@ mod tests {
             steps: 100,
             eval_every: Some(10),
             eval_jump_bytes: GIB,
-            eval_retain_bytes: 200 * MIB,
+            eval_retained_bytes: 200 * MIB,
             ..Run::default()
         };
         let fits = fits(&staircase);

@@ -286,7 +286,7 @@ mod tests {
         let run = Run {
             oom_at_step: Some(30),
             oom_requested_bytes: 4 * GIB,
-            reserved_gap_bytes: 512 * MIB,
+            fragmentation_bytes: 512 * MIB,
             ..Run::default()
         };
         let contexts = oom_contexts(&run.build());

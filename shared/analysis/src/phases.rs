@@ -120,7 +120,7 @@ mod tests {
             steps: 30,
             eval_every: Some(10),
             eval_jump_bytes: 3 * GIB,
-            eval_retain_bytes: 2 * GIB,
+            eval_retained_bytes: 2 * GIB,
             ..Run::default()
         };
         let t = transitions(&run);

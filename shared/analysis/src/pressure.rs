@@ -213,8 +213,8 @@ mod tests {
     #[test]
     fn fragmentation_and_retries_are_measured() {
         let run = Run {
-            reserved_gap_bytes: 6 * GIB,
-            retries: Some((12, 2)),
+            fragmentation_bytes: 6 * GIB,
+            alloc_retries_from: Some((12, 2)),
             ..Run::default()
         };
         let report = pressure(&run.build()).unwrap();
@@ -230,7 +230,7 @@ mod tests {
         let run = Run {
             snapshots: false,
             allocator_counters: true,
-            reserved_gap_bytes: 2 * GIB,
+            fragmentation_bytes: 2 * GIB,
             ..Run::default()
         };
         let report = pressure(&run.build()).unwrap();

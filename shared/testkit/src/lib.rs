@@ -5,8 +5,10 @@
 //! - [`TrainingRun`] (and [`NodeRun`]): a simulated training run written through the real
 //!   [`oomscope_format::TraceWriter`], with a caching allocator's shapes and seeded noise; the
 //!   benchmarks, the golden traces, the demo and the analysis's integration tests use it;
-//! - [`Run`]: the same vocabulary of knobs, built as an in-memory [`oomscope_format::Trace`] with
-//!   exact numbers (no noise, no writer), for the analysis's unit tests that assert exact bytes;
+//! - [`Run`]: the same run in the same vocabulary (`parameters_bytes`, `leak_bytes_per_step`,
+//!   `eval_retained_bytes`, `fragmentation_bytes`, `oom_at_step`, …) built directly as an
+//!   in-memory [`oomscope_format::Trace`] with exact numbers (no noise, no 2 MiB segments, no
+//!   writer), for the analysis's unit tests that assert bytes to the byte;
 //! - [`Scratch`]: a directory per test, removed when the test passes.
 
 pub mod run;

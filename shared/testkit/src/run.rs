@@ -24,7 +24,7 @@ pub struct Run {
     /// Stage names of one step, in order.
     pub stages: Vec<&'static str>,
     /// Parameter bytes.
-    pub params_bytes: u64,
+    pub parameters_bytes: u64,
     /// Gradient bytes.
     pub grads_bytes: u64,
     /// Optimizer state bytes.
@@ -44,13 +44,13 @@ pub struct Run {
     /// Extra bytes allocated while evaluating.
     pub eval_jump_bytes: u64,
     /// Bytes eval leaves allocated afterwards (each eval run).
-    pub eval_retain_bytes: u64,
+    pub eval_retained_bytes: u64,
     /// Reserved minus the highest allocated so far.
-    pub reserved_gap_bytes: u64,
+    pub fragmentation_bytes: u64,
     /// Inactive split bytes in every snapshot.
     pub inactive_split_bytes: u64,
     /// From this step on, the allocator retries this many times per step.
-    pub retries: Option<(u64, u64)>,
+    pub alloc_retries_from: Option<(u64, u64)>,
     /// The run dies of a GPU OOM in the forward pass of this step.
     pub oom_at_step: Option<u64>,
     /// Bytes the failing allocation asked for.
@@ -91,7 +91,7 @@ impl Default for Run {
                 "post_backward",
                 "post_optimizer_step",
             ],
-            params_bytes: 4 * GIB,
+            parameters_bytes: 4 * GIB,
             grads_bytes: 4 * GIB,
             optimizer_bytes: 8 * GIB,
             activations_bytes: 12 * GIB,
@@ -101,10 +101,10 @@ impl Default for Run {
             eval_every: None,
             eval_marks: 3,
             eval_jump_bytes: 0,
-            eval_retain_bytes: 0,
-            reserved_gap_bytes: 512 * MIB,
+            eval_retained_bytes: 0,
+            fragmentation_bytes: 512 * MIB,
             inactive_split_bytes: 64 * MIB,
-            retries: None,
+            alloc_retries_from: None,
             oom_at_step: None,
             oom_requested_bytes: 2 * GIB,
             oom_knows_stage: false,
@@ -177,7 +177,7 @@ impl Run {
                 .then(|| trace.declare_counter(CounterKind::AllocReserved, Some(0))),
         });
         let slot_us = self.step_us / self.stages.len().max(1) as u64;
-        let fixed = self.params_bytes + self.grads_bytes + self.optimizer_bytes;
+        let fixed = self.parameters_bytes + self.grads_bytes + self.optimizer_bytes;
         let mut state = State::default();
         let mut retained = 0;
         let mut oomed = false;
@@ -200,8 +200,12 @@ impl Run {
                     } else {
                         0
                     };
-                if self.retries.is_some_and(|(from, _)| step >= from) && holds_activations {
-                    state.retries += self.retries.map_or(0, |r| r.1);
+                if self
+                    .alloc_retries_from
+                    .is_some_and(|(from, _)| step >= from)
+                    && holds_activations
+                {
+                    state.retries += self.alloc_retries_from.map_or(0, |r| r.1);
                 }
                 state.t_us += slot_us;
                 self.push_mark(
@@ -235,7 +239,7 @@ impl Run {
                         allocated,
                     );
                 }
-                retained += self.eval_retain_bytes;
+                retained += self.eval_retained_bytes;
             }
         }
 
@@ -244,7 +248,7 @@ impl Run {
                 t_us: trace.marks.first().map_or(0, |m| m.t_us),
                 step: self.first_step,
                 batch_size: self.batch_size,
-                parameters_bytes: self.params_bytes,
+                parameters_bytes: self.parameters_bytes,
                 buffers_bytes: 0,
                 gradients_bytes: self.grads_bytes,
                 optimizer_state_bytes: self.optimizer_bytes,
@@ -274,7 +278,7 @@ impl Run {
     ) {
         state.peak_in_step = state.peak_in_step.max(allocated);
         state.highest_allocated = state.highest_allocated.max(allocated);
-        let reserved = state.highest_allocated + self.reserved_gap_bytes;
+        let reserved = state.highest_allocated + self.fragmentation_bytes;
         if let Some(c) = counters {
             let used = reserved + self.context_bytes;
             let rss =
@@ -316,7 +320,7 @@ impl Run {
     }
 
     fn push_oom(&self, trace: &mut Trace, state: &State, step: u64, base: u64) {
-        let reserved = state.highest_allocated.max(base) + self.reserved_gap_bytes;
+        let reserved = state.highest_allocated.max(base) + self.fragmentation_bytes;
         let free = self
             .gpu_total_bytes
             .saturating_sub(reserved + self.context_bytes);

@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn large_gap_at_the_peak_is_fragmentation() {
         let run = Run {
-            reserved_gap_bytes: 10 * GIB,
+            fragmentation_bytes: 10 * GIB,
             ..Run::default()
         };
         let trace = run.build();
@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn retries_alone_fire() {
         let run = Run {
-            retries: Some((12, 2)),
+            alloc_retries_from: Some((12, 2)),
             ..Run::default()
         };
         let f = find(&run.build(), FindingKind::Fragmentation).unwrap();
@@ -308,7 +308,7 @@ mod tests {
     #[test]
     fn oom_the_cache_could_have_served_is_critical() {
         let run = Run {
-            reserved_gap_bytes: 10 * GIB,
+            fragmentation_bytes: 10 * GIB,
             oom_at_step: Some(20),
             oom_requested_bytes: 4 * GIB,
             ..Run::default()
@@ -326,13 +326,13 @@ mod tests {
         assert!(find(&Run::default().build(), FindingKind::Fragmentation).is_none());
         // Near miss: 8 GiB of 36 GiB is 22%, under a quarter.
         let near = Run {
-            reserved_gap_bytes: 8 * GIB,
+            fragmentation_bytes: 8 * GIB,
             ..Run::default()
         };
         assert!(find(&near.build(), FindingKind::Fragmentation).is_none());
         let no_allocator = Run {
             snapshots: false,
-            reserved_gap_bytes: 20 * GIB,
+            fragmentation_bytes: 20 * GIB,
             ..Run::default()
         };
         assert!(find(&no_allocator.build(), FindingKind::Fragmentation).is_none());

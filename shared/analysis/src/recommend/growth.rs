@@ -584,7 +584,7 @@ mod tests {
             steps: 40,
             eval_every: Some(10),
             eval_jump_bytes: 3 * GIB + GIB / 5,
-            eval_retain_bytes: 2 * GIB,
+            eval_retained_bytes: 2 * GIB,
             ..Run::default()
         };
         let f = find(&run.build(), FindingKind::EvalRetainsMemory).unwrap();
@@ -613,13 +613,13 @@ mod tests {
         assert!(find(&clean.build(), FindingKind::EvalRetainsMemory).is_none());
         // Near miss: keeps 280 MiB of a 3 GiB jump (over 256 MiB, but under a tenth of the jump).
         let partial = Run {
-            eval_retain_bytes: 280 * MIB,
+            eval_retained_bytes: 280 * MIB,
             ..clean.clone()
         };
         assert!(find(&partial.build(), FindingKind::EvalRetainsMemory).is_none());
         // Keeping a third of the jump after every eval is reported.
         let third = Run {
-            eval_retain_bytes: GIB,
+            eval_retained_bytes: GIB,
             ..clean.clone()
         };
         assert!(find(&third.build(), FindingKind::EvalRetainsMemory).is_some());
@@ -627,7 +627,7 @@ mod tests {
         let small = Run {
             steps: 15,
             eval_jump_bytes: 200 * MIB,
-            eval_retain_bytes: 200 * MIB,
+            eval_retained_bytes: 200 * MIB,
             ..clean
         };
         assert!(find(&small.build(), FindingKind::EvalRetainsMemory).is_none());
@@ -640,7 +640,7 @@ mod tests {
             steps: 100,
             eval_every: Some(10),
             eval_jump_bytes: GIB,
-            eval_retain_bytes: 200 * MIB,
+            eval_retained_bytes: 200 * MIB,
             ..Run::default()
         };
         let trace = run.build();

@@ -639,12 +639,12 @@ mod tests {
     /// with a 10% margin.
     fn tight() -> Run {
         Run {
-            params_bytes: 2 * GIB,
+            parameters_bytes: 2 * GIB,
             grads_bytes: 2 * GIB,
             optimizer_bytes: 4 * GIB,
             activations_bytes: 16 * GIB,
             gpu_total_bytes: 25 * GIB,
-            reserved_gap_bytes: 256 * MIB,
+            fragmentation_bytes: 256 * MIB,
             context_bytes: 256 * MIB,
             ..Run::default()
         }

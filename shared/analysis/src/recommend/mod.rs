@@ -493,7 +493,7 @@ mod tests {
             steps: 100,
             oom_at_step: Some(99),
             leak_bytes_per_step: 40 * MIB,
-            reserved_gap_bytes: 12 * GIB,
+            fragmentation_bytes: 12 * GIB,
             ..Run::default()
         };
         let findings = findings_of(&run.build());

@@ -692,11 +692,11 @@ mod tests {
         let run = Run {
             steps: 200,
             leak_bytes_per_step: 64 * MIB,
-            reserved_gap_bytes: 20 * GIB,
+            fragmentation_bytes: 20 * GIB,
             oom_at_step: Some(199),
             eval_every: Some(50),
             eval_jump_bytes: 2 * GIB,
-            eval_retain_bytes: GIB,
+            eval_retained_bytes: GIB,
             ..Run::default()
         };
         let mut trace = run.build();

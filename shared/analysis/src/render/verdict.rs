@@ -508,7 +508,7 @@ mod tests {
             oom_at_step: Some(199),
             eval_every: Some(50),
             eval_jump_bytes: 2 * GIB,
-            eval_retain_bytes: GIB,
+            eval_retained_bytes: GIB,
             ..Run::default()
         }
         .build();
