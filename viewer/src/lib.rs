@@ -1,7 +1,7 @@
 //! # oomscope-viewer
 //!
 //! The browser viewer: a leptos client-side app, compiled to WASM, that decodes oomscope traces
-//! and runs the same `oomscope-trace` analysis as `collector summary` inside the page, so the
+//! and runs the same `oomscope-analysis` as `collector summary` inside the page, so the
 //! terminal and the browser show the same numbers and nothing is uploaded anywhere. Charts are
 //! drawn with plotters on `<canvas>`.
 //!
