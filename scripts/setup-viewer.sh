@@ -49,4 +49,9 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
-log "ready: trunk $TRUNK_VERSION, wasm-bindgen $WASM_BINDGEN_VERSION, binaryen $BINARYEN_VERSION, $(chromium --version)"
+# The browser's own binary for its version: Debian's /usr/bin/chromium wrapper sources
+# /etc/chromium.d/dev-shm, whose test breaks (`[: N: unexpected operator`) when /dev/shm has two
+# mount entries, as in containers.
+chromium_bin=/usr/lib/chromium/chromium
+[ -x "$chromium_bin" ] || chromium_bin=chromium
+log "ready: trunk $TRUNK_VERSION, wasm-bindgen $WASM_BINDGEN_VERSION, binaryen $BINARYEN_VERSION, $("$chromium_bin" --version 2>/dev/null)"

@@ -16,7 +16,7 @@ use oomscope_collector::probe::Probe;
 use oomscope_format::protocol::Message;
 use oomscope_format::{ComponentBreakdown, Phase, Record};
 
-const MIB: usize = 1 << 20;
+const MIB: usize = oomscope_format::units::MIB as usize;
 
 /// Memory the program holds, touched page by page so that it is resident (RSS), not just
 /// reserved address space.

@@ -477,28 +477,11 @@ pub fn run_id(metadata: &Metadata) -> String {
     let host = if host.is_empty() { "unknown" } else { &host };
     let secs = metadata.start_unix_ns / 1_000_000_000;
     let millis = metadata.start_unix_ns / 1_000_000 % 1000;
-    let (y, m, d) = civil_from_days((secs / 86_400) as i64);
-    let s = secs % 86_400;
+    let (y, m, d, hh, mm, ss) = crate::clock::utc(secs);
     format!(
-        "{host}-{}-{y:04}{m:02}{d:02}T{:02}{:02}{:02}.{millis:03}",
-        metadata.pid,
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
+        "{host}-{}-{y:04}{m:02}{d:02}T{hh:02}{mm:02}{ss:02}.{millis:03}",
+        metadata.pid
     )
-}
-
-/// The Gregorian date of a day count since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// Every table of one trace but `samples` ([`sample_chunks`] gives those), in [`TABLES`] order.
@@ -918,8 +901,6 @@ mod tests {
             ..Metadata::default()
         };
         assert_eq!(run_id(&m), "node_7_a-4101-20261123T083005.000");
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
     }
 
     #[test]

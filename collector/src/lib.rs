@@ -11,6 +11,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod clock;
 pub mod estimate;
 pub mod fleet;
 pub mod gpu;

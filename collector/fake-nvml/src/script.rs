@@ -321,8 +321,7 @@ pub(crate) fn load_from_env() -> Result<Script, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const GIB: u64 = 1 << 30;
+    use oomscope_format::units::GIB;
 
     fn ms(ms: u64) -> Duration {
         Duration::from_millis(ms)

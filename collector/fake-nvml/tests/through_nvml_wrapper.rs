@@ -29,8 +29,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlReturn_enum_NVML_ERROR_UNKNOWN as UNKNOWN, nvmlReturn_enum_NVML_SUCCESS as SUCCESS,
 };
 
-const GIB: u64 = 1 << 30;
-const MIB: u64 = 1 << 20;
+use oomscope_format::units::{GIB, MIB};
 /// The version nvml-wrapper 0.13.0 writes into `nvmlMemory_v2_t` (`NVML_STRUCT_VERSION`).
 const MEMORY_V2: c_uint = (size_of::<nvmlMemory_v2_t>() | (2 << 24)) as c_uint;
 

@@ -107,28 +107,10 @@ fn default_trace_name() -> PathBuf {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d, hh, mm, ss) = crate::clock::utc(secs);
     PathBuf::from(format!(
-        "oomscope-{y:04}{m:02}{d:02}-{:02}{:02}{:02}.oomt",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
+        "oomscope-{y:04}{m:02}{d:02}-{hh:02}{mm:02}{ss:02}.oomt"
     ))
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + u64::from(m <= 2), m, d)
 }
 
 /// Fills an output path template (`{rank}`, `{node}`, …; see `RunArgs::out`): the path and
@@ -155,14 +137,3 @@ fn output_path(path: &std::path::Path) -> Result<(PathBuf, bool)> {
     Ok((filled, true))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_413), (2025, 11, 21));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-}
