@@ -16,7 +16,8 @@ use oomscope_analysis::render;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::units::MIB;
 use oomscope_format::{CounterKind, ExitStatus, Trace};
-use support::{COLLECTOR, Scratch, python_path, read};
+use oomscope_testkit::Scratch;
+use support::{COLLECTOR, python_path, read};
 
 /// A memory cgroup made for one test, removed when dropped.
 struct TestCgroup {

@@ -6,7 +6,8 @@
 
 mod support;
 
-use support::{Scratch, run};
+use oomscope_testkit::Scratch;
+use support::run;
 
 #[test]
 fn the_estimate_from_a_config_matches_torch_at_three_sizes() {

@@ -12,9 +12,10 @@ use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_collector::fleet;
 use oomscope_format::units::MIB;
 use oomscope_format::{CounterId, CounterKind};
+use oomscope_testkit::Scratch;
 use oomscope_testkit::synth::TrainingRun;
 use serde_json::Value;
-use support::{Scratch, read, run, stderr, torch_python};
+use support::{read, run, stderr, torch_python};
 
 /// Runs SQL in DuckDB over `root`'s tables; each query's rows come back as JSON arrays.
 fn duckdb(root: &Path, queries: &[&str]) -> Vec<Vec<Value>> {

@@ -17,7 +17,8 @@ use oomscope_analysis::node::SpikeWhen;
 use oomscope_analysis::recommend::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
-use support::{Scratch, collector, read, stderr, torch_python};
+use oomscope_testkit::Scratch;
+use support::{collector, read, stderr, torch_python};
 
 const STAGES: [&str; 6] = [
     "pre_forward",

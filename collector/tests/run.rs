@@ -13,7 +13,8 @@ use oomscope_format::{CounterKind, ExitStatus, OomSource, TrialOutcome, decode, 
 
 mod support;
 
-use support::{COLLECTOR, Scratch, collector, python_path, read, run, stderr};
+use oomscope_testkit::Scratch;
+use support::{COLLECTOR, collector, python_path, read, run, stderr};
 
 const MIB: f64 = oomscope_format::units::MIB as f64;
 

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 mod support;
 
-use support::{Scratch, run, stderr};
+use oomscope_testkit::Scratch;
+use support::{run, stderr};
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../shared/snapshot/tests/data/{name}"))

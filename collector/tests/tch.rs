@@ -12,7 +12,8 @@ use oomscope_format::{Phase, Trace};
 
 mod support;
 
-use support::{Scratch, collector, example, read, stderr};
+use oomscope_testkit::Scratch;
+use support::{collector, example, read, stderr};
 
 fn gpt() -> PathBuf {
     example("gpt")

@@ -136,4 +136,3 @@ fn output_path(path: &std::path::Path) -> Result<(PathBuf, bool)> {
     }
     Ok((filled, true))
 }
-

@@ -223,7 +223,7 @@ impl Session {
     }
 
     /// The allocator's statistics now, when CUDA is in use.
-    pub fn allocator_snapshot(&self) -> Option<oomscope_format::AllocatorSnapshot> {
+    pub fn allocator_snapshot(&self) -> Option<AllocatorSnapshot> {
         allocator::snapshot(self.cuda_device?).ok()
     }
 

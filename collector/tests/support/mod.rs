@@ -12,8 +12,6 @@ use oomscope_format::{Decoded, decode};
 /// The `collector` binary cargo built for these tests.
 pub const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
 
-pub use oomscope_testkit::Scratch;
-
 /// The test environment's Python (`OOMSCOPE_TORCH_VENV`, made by `scripts/setup-torch.sh`):
 /// PyTorch, and DuckDB for the fleet export's queries.
 pub fn torch_python() -> PathBuf {
