@@ -8,7 +8,7 @@
 //! collector run -- target/release/examples/train_loop --steps 40 --leak-mib 4 --eval-every 10
 //! ```
 //!
-//! It needs no libtorch: the collector's tests and the README's quick start run it anywhere.
+//! It needs no libtorch: the collector's tests run it anywhere (docs/development.md).
 
 use std::time::Duration;
 

@@ -22,7 +22,7 @@ caching allocator's statistics (read straight from torch._C._cuda_memoryStats), 
 table shows allocated, reserved and peak memory exactly as PyTorch sees them. Sends never block: if the collector
 cannot keep up, the message is dropped and counted in `Probe.dropped`.
 
-The wire format is the oomscope marker protocol, version 1 (see the collector's README).
+The wire format is the oomscope marker protocol, version 1 (docs/protocol.md).
 """
 
 import atexit

@@ -1,6 +1,6 @@
 //! `collector export --format parquet`: the tables of several traces, read back by DuckDB (the
 //! `duckdb` wheel from PyPI in the test environment, `scripts/setup-torch.sh`), answer the fleet
-//! questions of the README with the numbers the traces hold.
+//! questions of docs/distributed.md with the numbers the traces hold.
 #![cfg(feature = "parquet")]
 
 mod support;

@@ -144,7 +144,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
 
 /// The `key=value` fields a verb takes, from the one declaration of each (the field tables
 /// below): what the parser reads and the formatter writes, and what the Python helper, the
-/// README's grammar and this module's grammar are checked against by tests. `components` also
+/// docs/protocol.md's grammar and this module's grammar are checked against by tests. `components` also
 /// takes `extra.<name>=N`.
 pub fn keys(verb: &str) -> Vec<&'static str> {
     let context = context_keys(verb);

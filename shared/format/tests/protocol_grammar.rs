@@ -1,4 +1,4 @@
-//! The marker protocol's grammar is written for people twice, in the README and in the module
+//! The marker protocol's grammar is written for people twice, in docs/protocol.md and in the module
 //! documentation of `protocol`; both must name every verb and every key that `protocol::keys`
 //! declares (the parser reads by that table), so neither can drift from the code.
 
@@ -37,11 +37,11 @@ fn check(name: &str, block: &str) {
 }
 
 #[test]
-fn the_readme_grammar_names_every_verb_and_key() {
-    let readme = include_str!("../../../README.md");
+fn the_documented_grammar_names_every_verb_and_key() {
+    let readme = include_str!("../../../docs/protocol.md");
     check(
-        "README.md",
-        &grammar(readme, "## Marking stages: the marker protocol"),
+        "docs/protocol.md",
+        &grammar(readme, "# Marking stages: the marker protocol"),
     );
 }
 
