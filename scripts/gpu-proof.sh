@@ -49,6 +49,7 @@ if [ "$dry" = 1 ]; then
     cp "$(find "$bins" -maxdepth 2 -name libfake_nvml.so | head -n 1)" "$pack/bin/"
 fi
 cp scripts/gpu-proof/*.py collector/python/oomscope_probe.py collector/tests/torch_programs/train.py "$pack/py/"
+cp -r collector/python/oomscope "$pack/py/"
 cat >"$pack/run.sh" <<'SH'
 #!/usr/bin/env bash
 # Runs the GPU proof with this machine's PyTorch; results go to $OUT (or ./gpu-proof-out).

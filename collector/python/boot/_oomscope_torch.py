@@ -90,7 +90,7 @@ def install(torch, here):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "_oomscope_probe", os.path.join(here, "oomscope_probe.py"))
+        "_oomscope_probe", os.path.join(here, "oomscope", "__init__.py"))
     probe_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe_module)
     _probe = probe_module.Probe()

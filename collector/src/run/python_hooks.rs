@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 /// The files of the bootstrap directory: (name, contents).
-const FILES: [(&str, &str); 3] = [
+const FILES: [(&str, &str); 4] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
@@ -25,8 +25,12 @@ const FILES: [(&str, &str); 3] = [
         "_oomscope_torch.py",
         include_str!("../../python/boot/_oomscope_torch.py"),
     ),
-    // The helper: the hooks send through it, and the program can `import oomscope_probe`
-    // without copying it.
+    // The helper (the wheel's `oomscope` package): the hooks send through it, and the program
+    // can `import oomscope` (or `oomscope_probe`, its former name) without installing anything.
+    (
+        "oomscope/__init__.py",
+        include_str!("../../python/oomscope/__init__.py"),
+    ),
     (
         "oomscope_probe.py",
         include_str!("../../python/oomscope_probe.py"),
@@ -56,6 +60,10 @@ pub fn write_bootstrap(run_dir: &Path) -> Result<PathBuf> {
         .with_context(|| format!("cannot create the Python bootstrap in {}", dir.display()))?;
     for (name, contents) in FILES {
         let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
         std::fs::write(&path, contents)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
@@ -112,5 +120,15 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_helper_says_the_collector_s_version() {
+        let (_, helper) = FILES[2];
+        let line = format!("__version__ = \"{}\"", env!("CARGO_PKG_VERSION"));
+        assert!(
+            helper.lines().any(|l| l == line),
+            "collector/python/oomscope/__init__.py must say {line}"
+        );
     }
 }
