@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 bash scripts/setup-torch.sh
-bash scripts/build-viewer.sh >/dev/null # the viewer `collector report` embeds
+# The viewer `collector report` embeds is the built one in viewer/dist (committed, and proven to be
+# what its sources build by scripts/test.sh): nothing to compile for it here.
 source scripts/env.sh # now with LIBTORCH
 out="${1:-out}"
 mkdir -p "$out"

@@ -29,8 +29,13 @@ cargo clippy -p oomscope-viewer --all-targets --target wasm32-unknown-unknown --
 step "build the shared crates for wasm32"
 cargo build -p oomscope-format -p oomscope-snapshot -p oomscope-analysis --lib --target wasm32-unknown-unknown --locked
 
-step "build the viewer (trunk, offline) so the collector embeds it for \`collector report\`"
+step "rebuild the viewer (trunk, offline): the built viewer shipped in viewer/dist must be what its sources build"
 bash scripts/build-viewer.sh
+if [ -n "$(git status --porcelain -- viewer/dist)" ]; then
+    git status --short -- viewer/dist >&2
+    echo "viewer/dist differs from what its sources build: run scripts/build-viewer.sh and commit viewer/dist" >&2
+    exit 1
+fi
 
 step "tests (tch instrumentation on CPU and end-to-end reports in chromium included)"
 cargo test --workspace --locked $TCH
