@@ -24,6 +24,7 @@ then
     exit 0
 fi
 echo "[setup-torch] installing PyTorch 2.11.0, DuckDB 1.5.6 and pypdf into $venv (~2.7 GB download)" >&2
+started=$SECONDS
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check "torch==2.11.0" "cuda-toolkit[crt]==13.0.2" "duckdb==1.5.6" "pypdf==7.1.0"
-echo "[setup-torch] ready" >&2
+echo "[setup-torch] ready: installed in $((SECONDS - started)) s" >&2

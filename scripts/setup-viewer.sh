@@ -8,6 +8,14 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 log() { printf '[setup-viewer] %s\n' "$*" >&2; }
+# `timed WHAT CMD...`: says what it installs, runs it, and says how long it took.
+timed() {
+    local what=$1 started=$SECONDS
+    shift
+    log "installing $what"
+    "$@"
+    log "installed $what in $((SECONDS - started)) s"
+}
 
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132.0.0
@@ -18,36 +26,32 @@ WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/,
 mkdir -p "$OOMSCOPE_TOOLS/bin"
 
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
-    log "installing the wasm32-unknown-unknown target"
-    rustup target add wasm32-unknown-unknown
+    timed "the wasm32-unknown-unknown target" rustup target add wasm32-unknown-unknown
 fi
 
 if ! "$OOMSCOPE_TOOLS/bin/wasm-bindgen" --version 2>/dev/null | grep -q " $WASM_BINDGEN_VERSION\$"; then
-    log "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (~4 min)"
     # Not --locked: its lockfile pins a webpki-roots release the registry no longer has.
-    CARGO_TARGET_DIR="$OOMSCOPE_TOOLS/build" cargo install --root "$OOMSCOPE_TOOLS" --force \
-        wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+    CARGO_TARGET_DIR="$OOMSCOPE_TOOLS/build" timed "wasm-bindgen-cli $WASM_BINDGEN_VERSION (~2-4 min of compiling)" \
+        cargo install --root "$OOMSCOPE_TOOLS" --force wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
 if ! "$OOMSCOPE_TOOLS/bin/trunk" --version 2>/dev/null | grep -q " $TRUNK_VERSION\$"; then
-    log "installing trunk $TRUNK_VERSION (~9 min)"
-    CARGO_TARGET_DIR="$OOMSCOPE_TOOLS/build" cargo install --root "$OOMSCOPE_TOOLS" --force \
-        trunk --version "$TRUNK_VERSION" --locked
+    CARGO_TARGET_DIR="$OOMSCOPE_TOOLS/build" timed "trunk $TRUNK_VERSION (~6-9 min of compiling)" \
+        cargo install --root "$OOMSCOPE_TOOLS" --force trunk --version "$TRUNK_VERSION" --locked
 fi
 rm -rf "$OOMSCOPE_TOOLS/build"
 
 if ! "$OOMSCOPE_TOOLS/npm/node_modules/.bin/wasm-opt" --version 2>/dev/null | grep -q "version ${BINARYEN_VERSION%%.*}"; then
-    log "installing binaryen $BINARYEN_VERSION (wasm-opt) from npm"
     mkdir -p "$OOMSCOPE_TOOLS/npm"
-    npm install --silent --no-audit --no-fund --prefix "$OOMSCOPE_TOOLS/npm" "binaryen@$BINARYEN_VERSION"
+    timed "binaryen $BINARYEN_VERSION (wasm-opt) from npm" \
+        npm install --silent --no-audit --no-fund --prefix "$OOMSCOPE_TOOLS/npm" "binaryen@$BINARYEN_VERSION"
 fi
 
 if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
-    log "installing chromium and chromedriver (Debian)"
     export DEBIAN_FRONTEND=noninteractive
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+    timed "the package lists (apt-get update)" $SUDO apt-get update -qq
+    timed "chromium and chromedriver (Debian)" $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 # The browser's own binary for its version: Debian's /usr/bin/chromium wrapper sources
 # /etc/chromium.d/dev-shm, whose test breaks (`[: N: unexpected operator`) when /dev/shm has two
