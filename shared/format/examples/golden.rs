@@ -165,12 +165,12 @@ pub fn mark_senders() -> Vec<u8> {
     w.finish(310_000).expect("in memory")
 }
 
-/// v1.3: a GPU OOM reported by the zero-code hooks' allocator observer, then what was alive at
-/// it by source line (`collector run --oom-snapshot`).
-pub fn alive_at_oom() -> Vec<u8> {
+/// A one-GPU Python run of process `pid` whose process `sender` marked step `step`'s forward
+/// (`pre_forward` at 10 ms, `post_forward` at 20 ms): the start of the OOM traces below.
+fn into_a_forward(pid: u32, sender: u32, step: u64) -> TraceWriter<Vec<u8>> {
     let metadata = Metadata {
         host: "gpu-node-1".into(),
-        pid: 5100,
+        pid,
         command: vec!["python".into(), "train.py".into()],
         collector_version: "golden".into(),
         sample_interval_us: 10_000,
@@ -181,13 +181,20 @@ pub fn alive_at_oom() -> Vec<u8> {
         w.write(&Record::Mark(StageMark {
             t_us,
             name: stage.into(),
-            step: 7,
+            step,
             phase: Phase::Train,
-            pid: Some(5101),
+            pid: Some(sender),
             ..StageMark::default()
         }))
         .expect("in memory");
     }
+    w
+}
+
+/// v1.3: a GPU OOM reported by the zero-code hooks' allocator observer, then what was alive at
+/// it by source line (`collector run --oom-snapshot`).
+pub fn alive_at_oom() -> Vec<u8> {
+    let mut w = into_a_forward(5100, 5101, 7);
     w.write(&Record::Oom(OomEvent {
         stage: Some("post_forward".into()),
         step: Some(7),
@@ -522,26 +529,7 @@ pub fn pipeline_groups() -> Vec<u8> {
 /// v1.7: an OOM the allocator's observer reported with the allocator's state at the failure as
 /// numbers (allocated, reserved), after the pid and rank; its message says neither.
 pub fn oom_allocator_state() -> Vec<u8> {
-    let metadata = Metadata {
-        host: "gpu-node-1".into(),
-        pid: 5300,
-        command: vec!["python".into(), "train.py".into()],
-        collector_version: "golden".into(),
-        sample_interval_us: 10_000,
-        ..Metadata::default()
-    };
-    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
-    for (t_us, stage) in [(10_000, "pre_forward"), (20_000, "post_forward")] {
-        w.write(&Record::Mark(StageMark {
-            t_us,
-            name: stage.into(),
-            step: 3,
-            phase: Phase::Train,
-            pid: Some(5300),
-            ..StageMark::default()
-        }))
-        .expect("in memory");
-    }
+    let mut w = into_a_forward(5300, 5300, 3);
     w.write(&Record::Oom(OomEvent {
         stage: Some("post_forward".into()),
         step: Some(3),
