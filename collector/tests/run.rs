@@ -1167,7 +1167,7 @@ p.gradients(1, 2, 0.5, nan_count=0, inf_count=0, step=1)
 p.tensor("logits", (2, 3), "f32", 24, -1.0, 1.0, 0.0, 0.5, step=1)
 p.trial(8, "fit", peak_bytes=9)
 p._oom("boom", source="allocator", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2,
-       total_bytes=3)
+       total_bytes=3, allocated_bytes=4, reserved_bytes=5)
 p.alive([("/home/me/train.py", 20, "forward", 1 << 30, 2)])
 p.process(group="pp0")
 print("\n".join(lines))
