@@ -58,8 +58,8 @@ corpus="$CARGO_TARGET_DIR/fuzz-corpus/decode"
 mkdir -p "$corpus"
 log="$CARGO_TARGET_DIR/fuzz-decode.log"
 # -s none: no sanitizer, so the stable toolchain builds it; libFuzzer still guides coverage.
-if ! (cd shared && cargo fuzz run -s none --target-dir "$CARGO_TARGET_DIR/fuzz" decode "$corpus" fuzz/seeds -- \
-        -max_total_time="$FUZZ_SECS" -rss_limit_mb=2048 -max_len=65536 -timeout=10) >"$log" 2>&1; then
+if ! cargo fuzz run --fuzz-dir shared/fuzz -s none --target-dir "$CARGO_TARGET_DIR/fuzz" decode "$corpus" shared/fuzz/seeds -- \
+        -max_total_time="$FUZZ_SECS" -rss_limit_mb=2048 -max_len=65536 -timeout=10 >"$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzzing found a failure (full log: $log)" >&2
     exit 1
@@ -71,8 +71,8 @@ step "fuzz the snapshot reader for ${SNAP_FUZZ_SECS}s"
 corpus="$CARGO_TARGET_DIR/fuzz-corpus/snapshot"
 mkdir -p "$corpus"
 log="$CARGO_TARGET_DIR/fuzz-snapshot.log"
-if ! (cd shared && cargo fuzz run -s none --target-dir "$CARGO_TARGET_DIR/fuzz" snapshot "$corpus" fuzz/seeds-snapshot -- \
-        -max_total_time="$SNAP_FUZZ_SECS" -rss_limit_mb=2048 -max_len=65536 -timeout=10) >"$log" 2>&1; then
+if ! cargo fuzz run --fuzz-dir shared/fuzz -s none --target-dir "$CARGO_TARGET_DIR/fuzz" snapshot "$corpus" shared/fuzz/seeds-snapshot -- \
+        -max_total_time="$SNAP_FUZZ_SECS" -rss_limit_mb=2048 -max_len=65536 -timeout=10 >"$log" 2>&1; then
     tail -n 60 "$log" >&2
     echo "fuzzing found a failure (full log: $log)" >&2
     exit 1
