@@ -8,13 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-# While PyTorch downloads (network), fetch and compile everything that needs no libtorch (CPU): the
-# build with the `tch` feature below then compiles only tch and the collector. On a fresh machine
-# this hides most of the download (BENCHMARKS.md, "The first ten minutes").
-cargo build --release --locked -q -p oomscope-collector --bin collector 2>/dev/null &
-early=$!
 bash scripts/setup-torch.sh
-wait "$early" || true # a failure here shows again, with its message, in the build below
 # The viewer `collector report` embeds is the built one in viewer/dist (committed, and proven to be
 # what its sources build by scripts/test.sh): nothing to compile for it here.
 source scripts/env.sh # now with LIBTORCH
