@@ -6,6 +6,8 @@
 # when already there.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+SETUP_NAME=setup-torch
+source "$(dirname "$0")/setup-log.sh"
 venv="$OOMSCOPE_TORCH_VENV"
 python="$venv/bin/python"
 if [ -x "$python" ] && "$python" - <<'PY' 2>/dev/null
@@ -20,11 +22,9 @@ ok = "__version__ = '2.11.0" in version and (site / "torch/lib/libtorch_cpu.so")
 sys.exit(0 if ok else 1)
 PY
 then
-    echo "[setup-torch] PyTorch 2.11.0, DuckDB 1.5.6 and pypdf already in $venv" >&2
+    log "PyTorch 2.11.0, DuckDB 1.5.6 and pypdf already in $venv"
     exit 0
 fi
-echo "[setup-torch] installing PyTorch 2.11.0, DuckDB 1.5.6 and pypdf into $venv (~2.7 GB download)" >&2
-started=$SECONDS
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "torch==2.11.0" "cuda-toolkit[crt]==13.0.2" "duckdb==1.5.6" "pypdf==7.1.0"
-echo "[setup-torch] ready: installed in $((SECONDS - started)) s" >&2
+timed "PyTorch 2.11.0, DuckDB 1.5.6 and pypdf into $venv (~2.7 GB download)" \
+    "$venv/bin/pip" install -q --disable-pip-version-check "torch==2.11.0" "cuda-toolkit[crt]==13.0.2" "duckdb==1.5.6" "pypdf==7.1.0"

@@ -7,15 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
-log() { printf '[setup-viewer] %s\n' "$*" >&2; }
-# `timed WHAT CMD...`: says what it installs, runs it, and says how long it took.
-timed() {
-    local what=$1 started=$SECONDS
-    shift
-    log "installing $what"
-    "$@"
-    log "installed $what in $((SECONDS - started)) s"
-}
+SETUP_NAME=setup-viewer
+source scripts/setup-log.sh
 
 TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132.0.0

@@ -3,15 +3,8 @@
 # Everything comes from the package registries (rustup's dist server, crates.io); nothing else.
 set -euo pipefail
 
-log() { printf '[setup] %s\n' "$*" >&2; }
-# `timed WHAT CMD...`: says what it installs, runs it, and says how long it took.
-timed() {
-    local what=$1 started=$SECONDS
-    shift
-    log "installing $what"
-    "$@"
-    log "installed $what in $((SECONDS - started)) s"
-}
+SETUP_NAME=setup
+source "$(dirname "$0")/setup-log.sh"
 
 need_component() {
     if ! rustup component list --installed 2>/dev/null | grep -q "^$1"; then

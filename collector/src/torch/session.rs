@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
+use oomscope_format::protocol::{self, Message};
 use oomscope_format::{
     AllocatorSnapshot, ComponentBreakdown, CounterId, CounterKind, ExitStatus, GradientSummary,
     Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
@@ -27,7 +28,6 @@ use crate::gpu::{GpuSelection, Gpus};
 use crate::probe::{Probe, rank_from_env};
 use crate::run::Event;
 use crate::run::recording::{self, ExtraCounters, Recording};
-use oomscope_format::protocol::{self, Message};
 
 /// Default sampling interval of a standalone session.
 const STANDALONE_INTERVAL: Duration = Duration::from_millis(10);
