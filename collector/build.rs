@@ -40,6 +40,10 @@ mod shim {
             .flag("-std=c++17")
             .define("_GLIBCXX_USE_CXX11_ABI", "1")
             .warnings(false)
+            // Glue that copies a few statistics out of libtorch once a mark: -O1 without debug
+            // info runs as well and halves the compile on the release build's critical path.
+            .opt_level(1)
+            .debug(false)
             .compile("oomscope_allocator_shim");
         let lib = libtorch.join("lib");
         println!("cargo:rustc-link-search=native={}", lib.display());

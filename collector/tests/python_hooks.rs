@@ -123,8 +123,9 @@ fn an_unmodified_loop_gets_stages_steps_micro_batches_and_eval_with_output_uncha
             .collect()
     };
     assert_eq!(steps(Phase::Train), (0..6).collect());
-    // An eval after the 3rd and the 6th applied step is at step 3 and 6.
-    assert_eq!(steps(Phase::Eval), [3, 6].into_iter().collect());
+    // An eval after the 3rd and the 6th applied step carries the number of the step it follows
+    // (2 and 5): the next step begins at the next training forward, so the final eval is no step.
+    assert_eq!(steps(Phase::Eval), [2, 5].into_iter().collect());
     // Each step's marks in loop order.
     let step2: Vec<&str> = t
         .marks
@@ -1021,4 +1022,116 @@ print("plain load", subprocess.run([sys.executable, "-I", "-c", code], capture_o
             "{stage}"
         );
     }
+}
+
+/// Distinct step numbers of the training marks, and the marks of one stage in one phase.
+fn train_steps(t: &Trace) -> BTreeSet<u64> {
+    t.marks
+        .iter()
+        .filter(|m| m.phase == Phase::Train)
+        .map(|m| m.step)
+        .collect()
+}
+
+#[test]
+fn two_optimizers_stepped_in_one_iteration_count_one_step_however_forwards_interleave() {
+    let s = Scratch::new("zc-gan");
+    let py = torch_python();
+    // DCGAN's iteration: D on real and fake (two backwards), D steps, then D on the fakes for G,
+    // G steps. 12 iterations are 12 steps (not 24), each with both optimizer steps in order.
+    let cmd = [py.to_str().unwrap(), &program("gan.py"), "--iters", "12"];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.stdout, plain(&cmd).stdout, "the program's stdout is unchanged");
+    assert_eq!(train_steps(&t), (0..12).collect());
+    for step in 0..12 {
+        let stages: Vec<&str> = t
+            .marks
+            .iter()
+            .filter(|m| m.step == step)
+            .map(|m| m.name.as_ref())
+            .collect();
+        let forwards = stages.iter().filter(|s| **s == "pre_forward").count();
+        let steps = stages.iter().filter(|s| **s == "pre_optimizer_step").count();
+        // D(real), G(noise), D(fake), D(fake) for G: four outermost forwards; two optimizers.
+        assert_eq!((forwards, steps), (4, 2), "step {step}: {stages:?}");
+        assert_eq!(stages.last(), Some(&"post_optimizer_step"), "step {step}");
+    }
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert_eq!(analysis.overview.last_step, Some(11));
+
+    // WGAN's schedule: five critic steps, then one generator step, is one iteration.
+    let s = Scratch::new("zc-wgan");
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("gan.py"),
+        "--iters",
+        "6",
+        "--critic",
+        "5",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(train_steps(&t), (0..6).collect());
+    let per_step = t.marks.iter().filter(|m| m.step == 3);
+    assert_eq!(
+        per_step
+            .filter(|m| m.name.as_ref() == "post_optimizer_step")
+            .count(),
+        6
+    );
+}
+
+#[test]
+fn a_frozen_encoder_under_no_grad_is_part_of_the_step_and_an_ema_eval_is_an_eval() {
+    let s = Scratch::new("zc-frozen");
+    let py = torch_python();
+    // Each step: the frozen encoder under no_grad, then the denoiser's forward, backward, AdamW;
+    // an EMA copy (frozen too) evaluated on 3 batches after every 4th step.
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("frozen_encoder.py"),
+        "--steps",
+        "12",
+        "--eval-every",
+        "4",
+        "--eval-batches",
+        "3",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.stdout, plain(&cmd).stdout, "the program's stdout is unchanged");
+    assert_eq!(train_steps(&t), (0..12).collect(), "12 steps, the last eval none");
+    // The encoder's forward is one training mark a step (never an eval of its own); the evals
+    // open with it once each (read as the step's) and the step after each eval opens with it as
+    // the eval's last.
+    assert_eq!(count(&t, "frozen_forward", Phase::Train), 12 + 3 - 2);
+    assert_eq!(count(&t, "frozen_forward", Phase::Eval), 0);
+    assert_eq!(count(&t, "pre_forward", Phase::Train), 12);
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let evals: Vec<u64> = analysis
+        .phase_transitions
+        .iter()
+        .map(|p| p.entry_step)
+        .collect();
+    assert_eq!(evals, [3, 7, 11], "one eval after every 4th step");
+    // Each eval: the EMA copy's 3 forwards and the encoder's for the 2nd and 3rd batch (the
+    // 1st reads as the step's), plus the next step's encoder for the first two.
+    let eval_forwards: Vec<usize> = analysis
+        .phase_transitions
+        .iter()
+        .map(|p| p.eval_marks)
+        .collect();
+    assert_eq!(eval_forwards, [12, 12, 10]);
+    // The hooks say the evals ran without autograd: no advice to add torch.no_grad().
+    assert!(
+        t.notes
+            .iter()
+            .any(|n| n.text == oomscope_format::EVAL_AUTOGRAD_OFF_NOTE)
+    );
+    assert!(
+        !t.notes
+            .iter()
+            .any(|n| n.text == oomscope_format::EVAL_AUTOGRAD_ON_NOTE)
+    );
 }

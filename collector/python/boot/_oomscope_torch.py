@@ -16,12 +16,24 @@ Where each mark comes from, and why that source:
   engine. Global
   module backward hooks are never used: they slow backward ~5x and break in-place ops.
 - `pre_optimizer_step` / `post_optimizer_step`: torch's global optimizer step hooks. The step
-  number counts applied optimizer steps (an iteration that steps two optimizers counts once;
-  micro-batches under gradient accumulation are several forwards and backwards in one step); a
-  step GradScaler skips (inf/NaN gradients) fires no optimizer hook and is sent as a note. A
-  program with no torch optimizer at all (weights updated by hand) counts a step at every
-  training forward that follows a backward.
-- the phase: `eval` when the module is not training, grad is off or inference mode is on.
+  number counts iterations: an iteration ends when every optimizer the program created has
+  stepped since the last one ended, so a GAN's discriminator and generator steps, an
+  actor-critic pair or a WGAN's five critic steps and one generator step count once, however
+  forwards interleave with them (an optimizer that keeps not stepping while another steps
+  `_IDLE_AFTER` times is set aside until it steps). Micro-batches under gradient accumulation
+  are several forwards and backwards in one step; a step GradScaler skips (inf/NaN gradients)
+  fires no optimizer hook and is sent as a note. A program with no torch optimizer at all
+  (weights updated by hand) counts a step at every training forward that follows a backward.
+  The next step begins at the next training forward: an eval after the last step is not a step.
+- the phase: `eval` when the module is not training, grad is off or inference mode is on —
+  except a `frozen_forward`: a module none of whose parameters requires grad (a diffusion
+  loop's VAE or text encoder, a distillation teacher) run inside a training step — after the
+  step's training forward, in the first step, or between an optimizer step and the next
+  training forward when it is the module the last step began with at that place (an EMA copy
+  evaluated there is not). One mark, after it returns, in the training phase: part of the step
+  it serves, never an eval of its own; a step still begins at its training forward, so a
+  frozen forward that opens a step carries the number of the step before. (An eval that begins with that same frozen module reads
+  its first forward as the step's, and the step after an eval its first as the eval's.)
 
 On CUDA (only once the program initialised it: this module never does) every mark carries the
 caching allocator's statistics, and the allocator's OOM observer reports an OOM the moment it
@@ -38,6 +50,11 @@ import sys
 import weakref
 
 _ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks go
+# Notes the analysis reads (`oomscope_format::EVAL_AUTOGRAD_*_NOTE`; a test holds them equal):
+# whether eval forwards keep autograd graphs decides if "use torch.no_grad()" is advice or noise.
+EVAL_AUTOGRAD_ON_NOTE = "eval forwards run with autograd on"
+EVAL_AUTOGRAD_OFF_NOTE = "eval forwards run without autograd"
+_IDLE_AFTER = 8  # steps of one optimizer, another never stepping, before that one is set aside
 
 _probe = None
 _torch = None
@@ -50,11 +67,21 @@ class _State:
         self.depth = 0
         self.outer_emits = False
         self.outer_phase = "train"
+        self.outer_frozen = False
         self.step = 0
         self.step_pending = False
         self.in_opt_step = 0
         self.opt_outer = 0  # id() of the optimizer of the outermost step in progress
         self.has_optimizer = False  # a torch.optim.Optimizer was created
+        self.optimizers = weakref.WeakSet()  # every one created (weak: never kept alive by us)
+        self.idle = weakref.WeakSet()  # created ones set aside (see _iteration_done)
+        self.stepped = set()  # id()s of the optimizers stepped since the iteration began
+        self.repeats = {}  # id() -> its steps since the iteration began
+        self.last_phase = None  # of the last mark sent
+        self.eval_notes = set()  # the EVAL_AUTOGRAD_* notes sent
+        self.train_forward_in_step = False  # a training forward since the last optimizer step
+        self.frozen_seq = []  # id()s of the frozen forwards since then, before a training one
+        self.frozen_prefix = None  # the ones the last step began with (None: no step yet)
         self.backward_done = False  # a backward ended since the last training forward
         self.opt_steps_applied = 0
         self.roots = []  # weak references to the modules seen as outermost forwards with
@@ -185,6 +212,7 @@ def _emit(stage, phase):
     if not S.active:
         return
     S.stage = stage
+    S.last_phase = phase
     if stage in S.user_stages:
         return
     S.emitted[stage] = S.step
@@ -224,6 +252,7 @@ def _after_fork():
         _S.global_handles, _S.root_handles = old.global_handles, old.root_handles
         _S.root_hook_ids = old.root_hook_ids
         _S.has_optimizer, _S.paused = old.has_optimizer, old.paused
+        _S.optimizers, _S.idle = old.optimizers, old.idle
         _probe._reopen()
     except BaseException:
         pass
@@ -244,6 +273,27 @@ def _has_params(module):
     return False
 
 
+def _frozen(module):
+    """A no-grad forward that serves the training step under way (see the module docs): called
+    only for forwards that would otherwise be eval, so a trained model's eval pays for one
+    parameter at most."""
+    S = _S
+    if not (S.has_optimizer or S.step or S.backward_done):
+        return False  # no training yet: an inference program, or an eval before the first step
+    if S.last_phase == "eval":
+        return False  # inside an eval: the frozen encoder of an eval is eval
+    for p in module.parameters():
+        if p.requires_grad:
+            return False
+    if S.train_forward_in_step or S.frozen_prefix is None:
+        # After the step's own forward (a teacher, a frozen discriminator), or in the first step.
+        return True
+    # Between an optimizer step and the next training forward: only the modules, in order, that
+    # the last step began with (an EMA copy evaluated there is an eval, not part of a step).
+    k = len(S.frozen_seq)
+    return k < len(S.frozen_prefix) and S.frozen_prefix[k] == id(module)
+
+
 def _fw_pre(module, args):
     try:
         if _torch.compiler.is_compiling():
@@ -261,17 +311,33 @@ def _fw_pre(module, args):
         S.outer_exc = None if exc is None else id(exc)
         S.outer_emits = _torch._C._current_graph_task_id() == -1 and _has_params(module)
         if S.outer_emits:
-            S.outer_phase = _phase_of(module)
-            if S.step_pending:
+            phase = _phase_of(module)
+            S.outer_frozen = phase == "eval" and _frozen(module)
+            S.outer_phase = "train" if S.outer_frozen else phase
+            if S.outer_phase == "train" and S.step_pending and not S.outer_frozen:
                 S.step_pending = False
                 S.step += 1
             elif S.outer_phase == "train" and S.backward_done and not S.has_optimizer:
                 # A loop that updates its weights by hand (no torch optimizer, e.g. pytorch's
                 # word_language_model example): a training forward after a backward is a step.
                 S.step += 1
+            if S.outer_frozen:
+                if not S.train_forward_in_step:
+                    S.frozen_seq.append(id(module))
+                return None  # one mark, after it returns
             if S.outer_phase == "train":
                 S.backward_done = False
+                if not S.train_forward_in_step:
+                    S.train_forward_in_step = True
+                    S.frozen_prefix, S.frozen_seq = S.frozen_seq, []
             _emit("pre_forward", S.outer_phase)
+            if S.outer_phase == "eval" and S.active and not S.paused:
+                t = _torch
+                note = EVAL_AUTOGRAD_ON_NOTE if t.is_grad_enabled() and \
+                    not t.is_inference_mode_enabled() else EVAL_AUTOGRAD_OFF_NOTE
+                if note not in S.eval_notes:
+                    S.eval_notes.add(note)
+                    _probe.note(note)
     except BaseException:
         pass
     return None
@@ -292,6 +358,10 @@ def _fw_post(module, args, output):
         exc = sys.exc_info()[1]
         if not S.outer_emits or (exc is not None and id(exc) != S.outer_exc):
             return None  # the forward raised (not merely ran inside an except block)
+        if S.outer_frozen:
+            _emit("frozen_forward", "train")
+            _saw_root(module)
+            return None
         _emit("post_forward", S.outer_phase)
         if S.outer_phase == "train":
             _watch_backward(output)
@@ -439,6 +509,10 @@ def _patch_optimizer_init():
             original(self, *args, **kwargs)
             if _S is not None:
                 _S.has_optimizer = True
+                try:
+                    _S.optimizers.add(self)
+                except BaseException:
+                    pass
         return __init__
 
     _replace(_torch.optim.Optimizer, "__init__", make)
@@ -538,6 +612,8 @@ def _opt_pre(optimizer, args, kwargs):
     if S.in_opt_step and id(optimizer) == S.opt_outer:
         S.in_opt_step = 0  # its last step raised (a caught OOM): the post hook never ran
     S.in_opt_step += 1
+    S.stepped.add(id(optimizer))  # every level: a wrapper and the optimizer it steps
+    S.idle.discard(optimizer)
     if S.in_opt_step == 1:
         S.opt_outer = id(optimizer)
         _emit("pre_optimizer_step", "train")
@@ -553,9 +629,31 @@ def _opt_post(optimizer, args, kwargs):
         return
     S.opt_steps_applied += 1
     _emit("post_optimizer_step", "train")
-    # The next step begins with the next forward: a second optimizer stepped right after this
-    # one (a GAN's two) belongs to the same step.
-    S.step_pending = True
+    S.train_forward_in_step = False
+    S.frozen_seq = []
+    # The next step begins with the next training forward, once this step of this optimizer ends
+    # the iteration.
+    if _iteration_done(optimizer):
+        S.step_pending = True
+
+
+def _iteration_done(optimizer):
+    """Whether every optimizer the program created has stepped since the iteration began; a
+    created one that has not while this one stepped more than `_IDLE_AFTER` times (a leftover,
+    or one for a later phase) is set aside until it steps."""
+    S = _S
+    key = id(optimizer)
+    S.repeats[key] = S.repeats.get(key, 0) + 1
+    waiting = [o for o in S.optimizers if id(o) not in S.stepped and o not in S.idle]
+    if waiting and S.repeats[key] > _IDLE_AFTER:
+        for o in waiting:
+            S.idle.add(o)
+        waiting = []
+    if waiting:
+        return False
+    S.stepped.clear()
+    S.repeats.clear()
+    return True
 
 
 def _patch_grad_scaler():

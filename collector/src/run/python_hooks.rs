@@ -92,6 +92,19 @@ mod tests {
             oomscope_format::OOM_SNAPSHOT_NOTE
         );
         assert!(hooks.contains(&declared), "{declared}");
+        for (name, words) in [
+            (
+                "EVAL_AUTOGRAD_ON_NOTE",
+                oomscope_format::EVAL_AUTOGRAD_ON_NOTE,
+            ),
+            (
+                "EVAL_AUTOGRAD_OFF_NOTE",
+                oomscope_format::EVAL_AUTOGRAD_OFF_NOTE,
+            ),
+        ] {
+            let declared = format!("{name} = {words:?}");
+            assert!(hooks.contains(&declared), "{declared}");
+        }
         assert_eq!(
             oom_snapshot_prefix(Path::new("/runs/a.oomt")),
             OsString::from("/runs/a.oom-")

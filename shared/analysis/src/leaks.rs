@@ -128,6 +128,9 @@ pub struct GrowthFit {
     pub intercept_bytes: f64,
     /// R² of the final fit.
     pub r_squared: f64,
+    /// R² of the training steps' own series (the transitions' growth taken out; equal to
+    /// `r_squared` without transitions): what decides a leak.
+    pub train_r_squared: f64,
     /// Marks the final fit used.
     pub points: usize,
     /// Marks dropped as outliers.
@@ -335,13 +338,23 @@ fn fit_stage(
     let growth = line.slope * span_steps;
     let kept: Vec<&Point> = used().collect();
     let split = split_growth(&kept, context.outside_train);
-    let sustained = sustained(&kept, line.slope);
+    // With evals or pauses between the points, the steps' own series decides: memory that rises
+    // only at the transitions is a staircase (eval retention), straight as its line may look.
+    let (r_squared, sustained) = if split.transitions > 0 {
+        let within = crate::fit::least_squares(&split.within_train);
+        (
+            within.map_or(0.0, |l| l.r_squared),
+            within.is_some_and(|l| sustained_xy(&split.within_train, l.slope)),
+        )
+    } else {
+        (line.r_squared, sustained(&kept, line.slope))
+    };
     let train_growth = split.train_slope * span_steps;
     let fraction = |share: f64| match limit {
         Some((l, _)) => MIN_GROWTH_BYTES.max((l as f64 * share) as u64),
         None => MIN_GROWTH_BYTES,
     };
-    let steady = line.r_squared >= STEADY_R_SQUARED && steps >= STEADY_MIN_STEPS && sustained;
+    let steady = r_squared >= STEADY_R_SQUARED && steps >= STEADY_MIN_STEPS && sustained;
     let long_floor = if steady {
         MIN_GROWTH_BYTES
     } else {
@@ -352,17 +365,17 @@ fn fit_stage(
     let rising = line.slope > 0.0 && split.train_slope > 0.0;
     let evidence = if !rising {
         None
-    } else if steps >= min_steps && line.r_squared >= MIN_R_SQUARED && grows(long_floor) {
+    } else if steps >= min_steps && r_squared >= MIN_R_SQUARED && grows(long_floor) {
         Some(LeakEvidence::Long)
     } else if steps >= SHORT_MIN_STEPS
-        && line.r_squared >= SHORT_R_SQUARED
+        && r_squared >= SHORT_R_SQUARED
         && sustained
         && grows(short_floor)
     {
         Some(LeakEvidence::Short)
     } else if context.died_of_oom
         && steps >= BEFORE_OOM_MIN_STEPS
-        && line.r_squared >= MIN_R_SQUARED
+        && r_squared >= MIN_R_SQUARED
         && sustained
         && grows(short_floor)
     {
@@ -390,6 +403,7 @@ fn fit_stage(
         slope_bytes_per_step: line.slope,
         intercept_bytes: line.intercept,
         r_squared: line.r_squared,
+        train_r_squared: r_squared,
         points: line.points,
         points_dropped: robust.dropped,
         steps,
@@ -418,6 +432,9 @@ struct GrowthSplit {
     transition_growth: f64,
     /// Transitions crossed.
     transitions: usize,
+    /// The points as `(step, value)` with the growth of every transition before each taken
+    /// out: the training steps' own series, a staircase flattened.
+    within_train: Vec<(f64, f64)>,
 }
 
 /// Walks consecutive points (in step order): a pair with a non-training mark between them, or
@@ -434,6 +451,9 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
     let (mut train_growth, mut train_steps) = (0.0, 0u64);
     let (mut transition_growth, mut transitions) = (0.0, 0);
     let mut after_transition = false;
+    let mut offset = 0.0;
+    let mut within_train = Vec::with_capacity(points.len());
+    within_train.extend(points.first().map(|p| (p.step as f64, p.value as f64)));
     for w in points.windows(2) {
         let (a, b) = (w[0], w[1]);
         let delta = b.value as f64 - a.value as f64;
@@ -447,14 +467,17 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
             transition_growth += delta;
             transitions += 1;
             after_transition = true;
+            offset += delta;
         } else if std::mem::take(&mut after_transition) {
             // The first step after a transition settles it: what the transition kept shows in
             // the allocator's reserved bytes once training next reaches its high point.
             transition_growth += delta;
+            offset += delta;
         } else {
             train_growth += delta;
             train_steps += steps;
         }
+        within_train.push((b.step as f64, b.value as f64 - offset));
     }
     GrowthSplit {
         train_slope: if train_steps > 0 {
@@ -464,18 +487,24 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
         },
         transition_growth,
         transitions,
+        within_train,
     }
 }
 
 /// Whether the second half of the points (by step) still rises at [`SUSTAINED_SHARE`] of the
 /// whole fit's slope.
 fn sustained(points: &[&Point], slope: f64) -> bool {
-    let half = &points[points.len() / 2..];
-    let xy: Vec<(f64, f64)> = half
+    let xy: Vec<(f64, f64)> = points
         .iter()
         .map(|p| (p.step as f64, p.value as f64))
         .collect();
-    crate::fit::least_squares(&xy).is_some_and(|l| l.slope >= SUSTAINED_SHARE * slope)
+    sustained_xy(&xy, slope)
+}
+
+/// [`sustained`] of `(step, value)` pairs.
+fn sustained_xy(xy: &[(f64, f64)], slope: f64) -> bool {
+    crate::fit::least_squares(&xy[xy.len() / 2..])
+        .is_some_and(|l| l.slope >= SUSTAINED_SHARE * slope)
 }
 
 /// Distinct values of a sequence that is non-decreasing in a normal run, in one pass: counts the

@@ -6,6 +6,10 @@
 //! training never gets back (each eval ratchets the baseline up). For every switch from training
 //! to eval and back this module compares the primary metric before, during and after, at the
 //! same point of the training step, so the training sawtooth does not masquerade as retention.
+//! It also tells growth *within* an eval (outputs kept batch by batch: the `torch.cat(all_logits)`
+//! pattern, measured at the same stage of the eval's first and last batch) from memory kept
+//! *after* it, and lists evals that come before the first training mark (an eval at iteration 0,
+//! Lightning's sanity check) with no "before" to compare.
 
 use serde::Serialize;
 
@@ -14,15 +18,15 @@ use crate::metrics::{MarkValues, MetricKey};
 use crate::stages::signed_delta;
 use oomscope_format::{Phase, Trace};
 
-/// One stretch of eval between training marks.
+/// One stretch of eval between training marks (or before the first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PhaseTransition {
     /// Metric label.
     pub metric: MetricKey,
-    /// Stage of the last training mark before eval.
-    pub before_stage: String,
+    /// Stage of the last training mark before eval; `None` for an eval before any training.
+    pub before_stage: Option<String>,
     /// Step of the last training mark before eval.
-    pub before_step: u64,
+    pub before_step: Option<u64>,
     /// The metric at the last training mark before eval.
     pub before_bytes: Option<u64>,
     /// Step of the first eval mark.
@@ -33,6 +37,13 @@ pub struct PhaseTransition {
     pub eval_marks: usize,
     /// Highest value during eval.
     pub eval_peak_bytes: Option<u64>,
+    /// The stage the eval's growth is measured at: its first mark's, seen again at its last batch.
+    pub within_stage: Option<String>,
+    /// Times the eval passed that stage (its batches).
+    pub eval_batches: usize,
+    /// The metric at that stage in the eval's first batch minus in its last: what the eval
+    /// accumulated batch by batch (`None` with fewer than two batches).
+    pub within_growth_bytes: Option<i64>,
     /// Stage of the training mark compared after eval: the first with the same stage as
     /// `before_stage` when the next training stretch has one, else its first mark.
     pub after_stage: Option<String>,
@@ -56,39 +67,55 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
     let column = values.column(primary);
     let marks = &trace.marks;
     let mut out = Vec::new();
-    let mut i = 1;
+    let first_train = marks.iter().position(|m| is_train(m.phase));
+    let mut i = 0;
     while i < marks.len() {
-        if !(marks[i].phase == Phase::Eval && is_train(marks[i - 1].phase)) {
+        let leading = first_train.is_none_or(|f| i < f);
+        if !(marks[i].phase == Phase::Eval && (leading || is_train(marks[i - 1].phase))) {
             i += 1;
             continue;
         }
-        let before = i - 1;
+        let before = (!leading).then(|| i - 1);
         let eval_end = (i..marks.len())
             .find(|&j| marks[j].phase != Phase::Eval)
             .unwrap_or(marks.len());
         let eval_peak = column[i..eval_end].iter().flatten().copied().max();
+        let within_stage = marks[i].name.as_ref();
+        let batches: Vec<usize> = (i..eval_end)
+            .filter(|&j| marks[j].name.as_ref() == within_stage)
+            .collect();
+        let within_growth = match (batches.first(), batches.last()) {
+            (Some(&a), Some(&b)) if batches.len() >= 2 => {
+                column[a].zip(column[b]).map(|(a, b)| signed_delta(b, a))
+            }
+            _ => None,
+        };
         // The next training stretch: up to the next eval mark.
         let train_end = (eval_end..marks.len())
             .find(|&j| marks[j].phase == Phase::Eval)
             .unwrap_or(marks.len());
         let exit = (eval_end < train_end).then_some(eval_end);
-        let after = (eval_end..train_end)
-            .find(|&j| {
-                marks[j].name == marks[before].name
-                    || marks[j].name.as_ref() == marks[before].name.as_ref()
-            })
-            .or(exit);
-        let before_bytes = column[before];
-        let after_bytes = after.and_then(|j| column[j]);
+        let after = match before {
+            Some(before) => (eval_end..train_end)
+                .find(|&j| marks[j].name.as_ref() == marks[before].name.as_ref())
+                .or(exit),
+            None => exit,
+        };
+        let before_bytes = before.and_then(|b| column[b]);
+        // After an eval before any training there is nothing to compare with.
+        let after_bytes = before.and(after).and_then(|j| column[j]);
         out.push(PhaseTransition {
             metric: values.key(primary),
-            before_stage: marks[before].name.as_ref().to_owned(),
-            before_step: marks[before].step,
+            before_stage: before.map(|b| marks[b].name.as_ref().to_owned()),
+            before_step: before.map(|b| marks[b].step),
             before_bytes,
             entry_step: marks[i].step,
             entry_t_us: marks[i].t_us,
             eval_marks: eval_end - i,
             eval_peak_bytes: eval_peak,
+            within_stage: (batches.len() >= 2).then(|| within_stage.to_owned()),
+            eval_batches: batches.len(),
+            within_growth_bytes: within_growth,
             after_stage: after.map(|j| marks[j].name.as_ref().to_owned()),
             after_step: after.map(|j| marks[j].step),
             exit_t_us: exit.map(|j| marks[j].t_us),
@@ -128,8 +155,8 @@ mod tests {
         let first = &t[0];
         assert_eq!(first.metric.label(), "allocated");
         assert_eq!(
-            (first.before_stage.as_str(), first.before_step),
-            ("post_optimizer_step", 9)
+            (first.before_stage.as_deref(), first.before_step),
+            (Some("post_optimizer_step"), Some(9))
         );
         assert_eq!(first.before_bytes, Some(16 * GIB));
         assert_eq!(first.eval_marks, 3);

@@ -1115,6 +1115,15 @@ pub struct Note {
 /// the same words (`OOM_SNAPSHOT_NOTE` in `_oomscope_torch.py`; a test holds them equal).
 pub const OOM_SNAPSHOT_NOTE: &str = "memory snapshot at the OOM: ";
 
+/// The zero-code hooks' note, sent once, when an eval forward runs with autograd on (so advice
+/// to evaluate under `torch.no_grad()` fits); the Python hooks write the same words
+/// (`EVAL_AUTOGRAD_ON_NOTE` in `_oomscope_torch.py`; a test holds them equal).
+pub const EVAL_AUTOGRAD_ON_NOTE: &str = "eval forwards run with autograd on";
+
+/// ... and when one runs without it (`torch.no_grad()` or `torch.inference_mode()`: advice to
+/// add them would contradict the program).
+pub const EVAL_AUTOGRAD_OFF_NOTE: &str = "eval forwards run without autograd";
+
 impl Note {
     /// The file name of the memory snapshot this note says was saved at an OOM.
     pub fn oom_snapshot_file(&self) -> Option<&str> {

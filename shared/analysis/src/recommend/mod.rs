@@ -14,6 +14,7 @@
 //! snapshot-tested in `tests/summary_text.rs`, so a wording change is a reviewed diff).
 
 mod allocator;
+mod eval;
 mod growth;
 mod host;
 mod impossible;
@@ -30,10 +31,11 @@ pub use allocator::{
     EXPANDABLE_SEGMENTS_CHANGE, FRAGMENTATION_MIN_GAP_BYTES, FRAGMENTATION_MIN_GAP_FRACTION,
     Fragmentation, OUTSIDE_ALLOCATOR_MIN_BYTES, OutsideAllocatorRule,
 };
-pub use growth::{
-    CRITICAL_RUNWAY_FACTOR, EVAL_RETAIN_MIN_BYTES, EVAL_RETAIN_MIN_FRACTION_OF_JUMP,
-    EvalRetainsMemory, Leak,
+pub use eval::{
+    EVAL_PEAK_MIN_BYTES, EVAL_PEAK_MIN_FRACTION, EVAL_RETAIN_MIN_BYTES,
+    EVAL_RETAIN_MIN_FRACTION_OF_JUMP, EvalPeak, EvalRetainsMemory, eval_autograd,
 };
+pub use growth::{CRITICAL_RUNWAY_FACTOR, Leak};
 pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure, WorkerPrivateGrowth};
 pub use impossible::{ImpossibleRequest, impossible};
 pub use memory::{
@@ -90,6 +92,8 @@ pub enum FindingKind {
     Leak,
     /// Evaluation leaves memory behind.
     EvalRetainsMemory,
+    /// Evaluation needs more memory than training.
+    EvalPeak,
     /// The process holds device memory outside the caching allocator.
     OutsideAllocator,
     /// Gradients turned NaN or infinite.
@@ -123,6 +127,7 @@ impl FindingKind {
             FindingKind::OptimizerStateHeavy => "optimizer-state-heavy",
             FindingKind::Leak => "leak",
             FindingKind::EvalRetainsMemory => "eval-retains-memory",
+            FindingKind::EvalPeak => "eval-peak",
             FindingKind::OutsideAllocator => "outside-allocator",
             FindingKind::NonFiniteGradients => "non-finite-gradients",
             FindingKind::NonFiniteTensors => "non-finite-tensors",
@@ -146,6 +151,7 @@ impl FindingKind {
             FindingKind::OptimizerStateHeavy => "heavy optimizer state",
             FindingKind::Leak => "leak",
             FindingKind::EvalRetainsMemory => "memory kept by eval",
+            FindingKind::EvalPeak => "eval peak above training",
             FindingKind::OutsideAllocator => "memory outside the allocator",
             FindingKind::NonFiniteGradients => "non-finite gradients",
             FindingKind::NonFiniteTensors => "non-finite tensors",
@@ -329,6 +335,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(OptimizerStateHeavy),
         Box::new(Leak),
         Box::new(EvalRetainsMemory),
+        Box::new(EvalPeak),
         Box::new(OutsideAllocatorRule),
         Box::new(NonFiniteGradients),
         Box::new(NonFiniteTensors),

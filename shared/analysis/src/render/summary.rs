@@ -441,12 +441,29 @@ pub fn transition_lines(analysis: &Analysis) -> Vec<String> {
         .phase_transitions
         .iter()
         .map(|t| {
+            // Growth inside the eval, batch by batch, when there is some.
+            let within = t
+                .within_growth_bytes
+                .filter(|g| *g > 0)
+                .map_or_else(String::new, |g| {
+                    format!(
+                        ", {} over its {} batches",
+                        format_signed_bytes(g),
+                        format_count(t.eval_batches as u64)
+                    )
+                });
+            if t.before_stage.is_none() {
+                return format!(
+                    "eval before the first step: {} marks{within}",
+                    format_count(t.eval_marks as u64),
+                );
+            }
             let kept = match t.retained_bytes {
                 Some(_) => format!("kept {}", opt_bytes(t.retained_bytes)),
-                None => "the trace ended in eval".to_owned(),
+                None => "no training after it".to_owned(),
             };
             format!(
-                "eval at step {}: {} marks, jump {}, {kept}",
+                "eval at step {}: {} marks, jump {}{within}, {kept}",
                 format_count(t.entry_step),
                 format_count(t.eval_marks as u64),
                 opt_bytes(t.jump_bytes),
@@ -717,7 +734,10 @@ mod tests {
             text.contains("step 199, between pre_forward and post_forward: requested 2.00 GiB")
         );
         assert!(text.contains("\"torch.OutOfMemoryError: CUDA out of memory.\""));
-        assert!(text.contains("eval at step 49: 3 marks, jump +2.00 GiB, kept +1.06 GiB"));
+        assert!(
+            text.contains("eval at step 49: 3 marks, jump +2.00 GiB, kept +1.06 GiB"),
+            "{text}"
+        );
         assert!(text.contains("[CRITICAL] Out of GPU memory at step 199 (oom)"));
         assert!(text.contains("(fragmentation)"));
         assert!(text.contains("    → set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"));

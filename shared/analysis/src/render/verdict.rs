@@ -247,16 +247,37 @@ pub(crate) fn slow_growth(analysis: &Analysis) -> Option<&GrowthFit> {
         .filter(|f| {
             !f.is_leak
                 && f.sustained
-                && f.slope_bytes_per_step > 0.0
-                && f.r_squared >= STEADY_R_SQUARED
+                && f.train_slope_bytes_per_step > 0.0
+                && f.train_r_squared >= STEADY_R_SQUARED
                 && f.steps >= SHORT_MIN_STEPS
         })
-        .max_by(|a, b| a.slope_bytes_per_step.total_cmp(&b.slope_bytes_per_step))
+        .max_by(|a, b| {
+            a.train_slope_bytes_per_step
+                .total_cmp(&b.train_slope_bytes_per_step)
+        })
 }
 
 /// [`slow_growth`] in words: "memory at S (M) rises steadily by …/step (…), under the … a leak
 /// needs here: a longer run will tell".
 pub(crate) fn slow_growth_words(f: &GrowthFit) -> String {
+    if f.transitions > 0 {
+        // The steps' own rise: what the evals or pauses kept is theirs, not a per-step rate.
+        let span = f.last_step.saturating_sub(f.first_step) as f64;
+        return format!(
+            "within training steps memory at {} ({}) rises steadily by {}/step (R² {:.2}, +{} \
+             from step {} to {}, besides what {} eval or pause transition(s) kept), under the {} \
+             a leak needs here: a longer run will tell",
+            f.stage,
+            f.metric,
+            format_bytes_f64(f.train_slope_bytes_per_step),
+            f.train_r_squared,
+            format_bytes_f64((f.train_slope_bytes_per_step * span).max(0.0)),
+            format_count(f.first_step),
+            format_count(f.last_step),
+            format_count(f.transitions as u64),
+            format_bytes(f.min_leak_growth_bytes),
+        );
+    }
     format!(
         "memory at {} ({}) rises steadily by {}/step (R² {:.2}, +{} from step {} to {}), under \
          the {} a leak needs here: a longer run will tell",

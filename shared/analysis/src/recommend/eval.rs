@@ -1,0 +1,560 @@
+//! Rules about evaluation: memory an eval keeps after it (a staircase that ends in an OOM, never
+//! a per-step leak) and an eval that needs more memory than training. Their advice follows the
+//! evidence: "use torch.no_grad()" only when the hooks saw eval forwards run with autograd on,
+//! "move it to the CPU" only for device memory, and outputs collected batch by batch named when
+//! the eval grew inside itself.
+
+use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use crate::phases::PhaseTransition;
+use oomscope_format::units::{format_bytes, format_count};
+
+/// Eval retention below this is noise (allocator rounding, lazily built eval buffers)...
+pub const EVAL_RETAIN_MIN_BYTES: i64 = 256 << 20;
+
+/// ...unless at least [`EVAL_RETAIN_REPEATS`] evals each keep this much: memory kept again and
+/// again at every eval is a staircase that ends in an OOM, however small each stair.
+pub const EVAL_RETAIN_REPEATED_MIN_BYTES: i64 = 64 << 20;
+
+/// See [`EVAL_RETAIN_REPEATED_MIN_BYTES`].
+pub const EVAL_RETAIN_REPEATS: usize = 2;
+
+/// ...or at least [`EVAL_STAIRCASE_REPEATS`] evals each keep this much and together
+/// [`EVAL_STAIRCASE_MIN_TOTAL_BYTES`]: a long staircase of small stairs (a list of validation
+/// outputs never cleared, 30–50 MiB an epoch) is the same bug, caught later.
+pub const EVAL_STAIRCASE_MIN_BYTES: i64 = 16 << 20;
+
+/// See [`EVAL_STAIRCASE_MIN_BYTES`].
+pub const EVAL_STAIRCASE_REPEATS: usize = 4;
+
+/// See [`EVAL_STAIRCASE_MIN_BYTES`].
+pub const EVAL_STAIRCASE_MIN_TOTAL_BYTES: i64 = 128 << 20;
+
+/// Retention must also be at least this share of the jump on entering eval, so that allocator
+/// rounding on a huge eval jump is not reported. Kept low on purpose: eval that keeps 1.5 GiB of
+/// a 12 GiB jump after every evaluation is exactly the bug to report (outputs or a graph held on
+/// the device), even though most of the jump did come back.
+pub const EVAL_RETAIN_MIN_FRACTION_OF_JUMP: f64 = 0.1;
+
+/// An eval peak this far above the training peak is a finding of its own...
+pub const EVAL_PEAK_MIN_BYTES: u64 = 256 << 20;
+
+/// ...when it is also this share of the training peak above it (an eval that needs a quarter
+/// more than training is what decides the batch sizes that fit).
+pub const EVAL_PEAK_MIN_FRACTION: f64 = 0.25;
+
+/// `eval-peak`: an eval needs more memory than training does.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EvalPeak;
+
+/// What [`EvalPeak`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalAboveTraining<'a> {
+    /// The eval with the highest peak (the earliest of equals).
+    pub eval: &'a PhaseTransition,
+    /// Its peak.
+    pub eval_peak_bytes: u64,
+    /// The highest value at any training mark.
+    pub training_peak_bytes: u64,
+    /// See [`EvalRetention::autograd`].
+    pub autograd: Option<bool>,
+    /// The eval grew inside itself by at least half of its rise above the memory before it:
+    /// outputs collected batch by batch (the `torch.cat(all_logits)` pattern).
+    pub accumulates: bool,
+    /// Memory was also kept after evals (an `eval-retains-memory` finding says so).
+    pub also_retains: bool,
+}
+
+impl Diagnose for EvalPeak {
+    const KIND: FindingKind = FindingKind::EvalPeak;
+    type Diagnosis<'a> = EvalAboveTraining<'a>;
+
+    /// Detection: the highest eval peak is at least [`EVAL_PEAK_MIN_BYTES`] and
+    /// [`EVAL_PEAK_MIN_FRACTION`] of the training peak above the training peak (both of the
+    /// primary metric, at marks).
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let table = &ctx.analysis.stage_table;
+        let primary = table.primary_metric?;
+        let training_peak_bytes = table
+            .rows
+            .iter()
+            .filter(|r| crate::marks::is_train(r.phase))
+            .flat_map(|r| &r.metrics)
+            .filter(|m| m.metric == primary)
+            .filter_map(|m| m.max_bytes)
+            .max()?;
+        let (eval, eval_peak_bytes) = ctx
+            .analysis
+            .phase_transitions
+            .iter()
+            .filter(|t| t.metric == primary)
+            .filter_map(|t| t.eval_peak_bytes.map(|p| (t, p)))
+            .reduce(|best, t| if t.1 > best.1 { t } else { best })?;
+        let excess = eval_peak_bytes.checked_sub(training_peak_bytes)?;
+        let floor =
+            EVAL_PEAK_MIN_BYTES.max((EVAL_PEAK_MIN_FRACTION * training_peak_bytes as f64) as u64);
+        if excess < floor {
+            return None;
+        }
+        let rise = eval
+            .before_bytes
+            .map_or(0, |b| eval_peak_bytes.saturating_sub(b));
+        let accumulates = eval
+            .within_growth_bytes
+            .is_some_and(|g| g > 0 && g.unsigned_abs().saturating_mul(2) >= rise);
+        Some(EvalAboveTraining {
+            eval,
+            eval_peak_bytes,
+            training_peak_bytes,
+            autograd: eval_autograd(ctx.trace),
+            accumulates,
+            also_retains: EvalRetainsMemory.detect(ctx).is_some(),
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let excess = d.eval_peak_bytes - d.training_peak_bytes;
+        let when = if d.eval.before_stage.is_some() {
+            format!("the eval at step {}", format_count(d.eval.entry_step))
+        } else {
+            "the eval before the first step".to_owned()
+        };
+        let mut explanation = format!(
+            "{} peaks at {} during {when}, {} above the training peak ({})",
+            d.eval.metric,
+            format_bytes(d.eval_peak_bytes),
+            format_bytes(excess),
+            format_bytes(d.training_peak_bytes),
+        );
+        if let (true, Some(growth)) = (d.accumulates, d.eval.within_growth_bytes) {
+            let batches = d.eval.eval_batches.saturating_sub(1).max(1) as u64;
+            explanation.push_str(&format!(
+                "; inside it memory grew {} over {} batches ({}/batch): the eval collects its \
+                 outputs batch by batch (the torch.cat(all_logits) pattern)",
+                format_bytes(growth.unsigned_abs()),
+                format_count(d.eval.eval_batches as u64),
+                format_bytes(growth.unsigned_abs() / batches),
+            ));
+        }
+        match d.autograd {
+            Some(true) => explanation.push_str("; its forwards ran with autograd on"),
+            Some(false) => explanation
+                .push_str("; its forwards ran without autograd (no_grad or inference_mode)"),
+            None => {}
+        }
+        if d.also_retains {
+            explanation.push_str("; evals also keep memory after they end (see below)");
+        }
+        explanation.push_str(
+            ": the eval, not training, decides what fits, and it will fail first as data or \
+             batch sizes grow",
+        );
+        let host = d.eval.metric.is_host();
+        let change = if d.accumulates {
+            eval_change(d.autograd, host)
+        } else if d.autograd == Some(true) {
+            "run eval under torch.no_grad() (or torch.inference_mode()): its forwards run with \
+             autograd on and keep their graphs"
+                .to_owned()
+        } else {
+            "lower the eval batch size (Hugging Face Trainer: per_device_eval_batch_size; \
+             Lightning: the val DataLoader's batch_size), or cap the eval's sequence length"
+                .to_owned()
+        };
+        let mut evidence = vec![
+            Evidence::bytes("eval_peak_bytes", d.eval_peak_bytes as f64),
+            Evidence::bytes("training_peak_bytes", d.training_peak_bytes as f64),
+            Evidence::bytes("excess_bytes", excess as f64),
+            Evidence::count("entry_step", d.eval.entry_step as f64),
+        ];
+        if let Some(g) = d.eval.within_growth_bytes {
+            evidence.push(Evidence::bytes("within_eval_growth_bytes", g as f64));
+        }
+        finding(
+            self,
+            Severity::Warning,
+            format!(
+                "Eval needs {} more than training (peak {})",
+                format_bytes(excess),
+                format_bytes(d.eval_peak_bytes)
+            ),
+            explanation,
+            change,
+            evidence,
+        )
+    }
+}
+
+/// How many more evals like the retaining ones fit under the primary metric's limit.
+fn eval_projection(
+    ctx: &RuleContext<'_>,
+    transitions: &[PhaseTransition],
+    retaining: &[&PhaseTransition],
+    total_retained_bytes: i64,
+) -> Option<EvalProjection> {
+    let metric = crate::metrics::primary_metric(ctx.trace)?;
+    let (limit_bytes, _) = crate::leaks::limit_of(ctx.trace, metric)?;
+    let per_eval_bytes = u64::try_from(total_retained_bytes / retaining.len() as i64).ok()?;
+    if per_eval_bytes == 0 {
+        return None;
+    }
+    // The run's high point so far (the memory peak, or the last eval's if higher): the next
+    // eval adds to everything after it.
+    let last = transitions.last()?;
+    let current_bytes = crate::peaks::memory_peak(&ctx.analysis.peaks)
+        .map(|p| p.bytes)
+        .into_iter()
+        .chain(last.eval_peak_bytes)
+        .max()?;
+    let evals_remaining = limit_bytes.saturating_sub(current_bytes) / per_eval_bytes;
+    let mut gaps: Vec<u64> = transitions
+        .windows(2)
+        .map(|w| w[1].entry_step.saturating_sub(w[0].entry_step))
+        .collect();
+    gaps.sort_unstable();
+    Some(EvalProjection {
+        limit_bytes,
+        current_bytes,
+        per_eval_bytes,
+        evals_remaining,
+        steps_between_evals: gaps.get(gaps.len() / 2).copied(),
+    })
+}
+
+/// `eval-retains-memory`: memory rises on entering eval and does not come back.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EvalRetainsMemory;
+
+/// True when a transition kept memory: a positive jump, and retention of at least
+/// max(`floor`, [`EVAL_RETAIN_MIN_FRACTION_OF_JUMP`] × jump).
+fn retains(t: &PhaseTransition, floor: i64) -> bool {
+    match (t.jump_bytes, t.retained_bytes) {
+        (Some(jump), Some(retained)) if jump > 0 => {
+            let min = floor.max((EVAL_RETAIN_MIN_FRACTION_OF_JUMP * jump as f64) as i64);
+            retained >= min
+        }
+        _ => false,
+    }
+}
+
+/// What [`EvalRetainsMemory`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct EvalRetention<'a> {
+    /// The eval that kept the most (the earliest of equals).
+    pub worst: &'a PhaseTransition,
+    /// Evals that kept memory.
+    pub retaining_evals: usize,
+    /// Evals recorded.
+    pub evals: usize,
+    /// Memory kept by all of them.
+    pub total_retained_bytes: i64,
+    /// When the evals fill memory at this rate, if the limit is known.
+    pub projection: Option<EvalProjection>,
+    /// Memory also leaks within training steps (a `leak` finding explains that part).
+    pub also_leaks: bool,
+    /// Whether eval forwards ran with autograd on (the zero-code hooks' note); `None` when the
+    /// trace does not say (marks by hand, or no hooks).
+    pub autograd: Option<bool>,
+    /// The worst eval grew inside itself, batch by batch, by at least half of what it kept:
+    /// its outputs are collected and kept.
+    pub accumulates: bool,
+}
+
+/// Whether the trace's eval forwards ran with autograd on: `Some(true)` when any did (the
+/// zero-code hooks say so once), `Some(false)` when they all ran without, `None` unknown.
+pub fn eval_autograd(trace: &oomscope_format::Trace) -> Option<bool> {
+    let said = |words: &str| trace.notes.iter().any(|n| n.text == words);
+    if said(oomscope_format::EVAL_AUTOGRAD_ON_NOTE) {
+        Some(true)
+    } else if said(oomscope_format::EVAL_AUTOGRAD_OFF_NOTE) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// What an eval's memory is, in the words of its advice: autograd graphs when its forwards ran
+/// with autograd on, else what it collects; the device's memory can be moved to the CPU, the
+/// host's only dropped or reduced.
+fn eval_change(autograd: Option<bool>, host: bool) -> String {
+    let keep = if host {
+        "reduce each batch's outputs to numbers (.item(), a running sum) as they are collected"
+    } else {
+        "reduce each batch's outputs to numbers (.item()) or move them off the device \
+         (.detach().cpu()) as they are collected"
+    };
+    let clear = "clear what the eval collects when it ends (a list of outputs such as \
+                 Lightning's validation_step_outputs: .clear() it in on_validation_epoch_end; \
+                 metric states: .reset())";
+    match autograd {
+        Some(true) => format!(
+            "run eval under torch.no_grad() (or torch.inference_mode()): its forwards run with \
+             autograd on and keep their graphs; {clear}, and {keep}"
+        ),
+        Some(false) => format!("{clear}, and {keep}"),
+        None => format!(
+            "{clear}, and {keep}; if eval runs with autograd on, run it under torch.no_grad()"
+        ),
+    }
+}
+
+/// Where repeated eval retention leads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EvalProjection {
+    /// The memory limit (device total, or host memory).
+    pub limit_bytes: u64,
+    /// The run's high point so far: the memory peak, or the last eval's peak when higher (each
+    /// eval lifts everything after it).
+    pub current_bytes: u64,
+    /// Mean memory kept per retaining eval.
+    pub per_eval_bytes: u64,
+    /// More evals like these until an eval no longer fits (0: the next one does not).
+    pub evals_remaining: u64,
+    /// Training steps between evals (the median), when more than one eval ran.
+    pub steps_between_evals: Option<u64>,
+}
+
+impl Diagnose for EvalRetainsMemory {
+    const KIND: FindingKind = FindingKind::EvalRetainsMemory;
+    type Diagnosis<'a> = EvalRetention<'a>;
+
+    /// Detection: an eval whose memory did not come back (see `retains`: at least
+    /// [`EVAL_RETAIN_MIN_BYTES`] once, or [`EVAL_RETAIN_REPEATED_MIN_BYTES`] at
+    /// [`EVAL_RETAIN_REPEATS`] evals or more, or a staircase of [`EVAL_STAIRCASE_REPEATS`] evals
+    /// keeping [`EVAL_STAIRCASE_MIN_BYTES`] each); `None` without one. With the limit known, how many
+    /// more such evals fit.
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let transitions = &ctx.analysis.phase_transitions;
+        let mut retaining: Vec<&PhaseTransition> = transitions
+            .iter()
+            .filter(|t| retains(t, EVAL_RETAIN_MIN_BYTES))
+            .collect();
+        if retaining.is_empty() {
+            retaining = transitions
+                .iter()
+                .filter(|t| retains(t, EVAL_RETAIN_REPEATED_MIN_BYTES))
+                .collect();
+            if retaining.len() < EVAL_RETAIN_REPEATS {
+                retaining = transitions
+                    .iter()
+                    .filter(|t| retains(t, EVAL_STAIRCASE_MIN_BYTES))
+                    .collect();
+                let total: i64 = retaining.iter().filter_map(|t| t.retained_bytes).sum();
+                if retaining.len() < EVAL_STAIRCASE_REPEATS
+                    || total < EVAL_STAIRCASE_MIN_TOTAL_BYTES
+                {
+                    return None;
+                }
+            }
+        }
+        let worst = *retaining.iter().max_by(|a, b| {
+            a.retained_bytes
+                .cmp(&b.retained_bytes)
+                .then(b.entry_t_us.cmp(&a.entry_t_us))
+        })?;
+        let total_retained_bytes: i64 = retaining.iter().filter_map(|t| t.retained_bytes).sum();
+        let projection = eval_projection(ctx, transitions, &retaining, total_retained_bytes);
+        let retained = worst.retained_bytes.unwrap_or(0);
+        let accumulates = worst
+            .within_growth_bytes
+            .is_some_and(|g| g > 0 && g.saturating_mul(2) >= retained);
+        Some(EvalRetention {
+            worst,
+            retaining_evals: retaining.len(),
+            evals: transitions.len(),
+            total_retained_bytes,
+            projection,
+            also_leaks: ctx.analysis.leaks().next().is_some(),
+            autograd: eval_autograd(ctx.trace),
+            accumulates,
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let worst = d.worst;
+        let jump = worst.jump_bytes.unwrap_or(0).unsigned_abs();
+        let retained = worst.retained_bytes.unwrap_or(0).unsigned_abs();
+        let total = d.total_retained_bytes;
+        let after = match (&worst.after_stage, worst.after_step) {
+            (Some(stage), Some(step)) => format!(" at {stage} of step {}", format_count(step)),
+            _ => String::new(),
+        };
+        let mut explanation = format!(
+            "{} rises {} on entering eval at step {} and does not come back: {} of it is still \
+             held{after}, compared with {} of step {}",
+            worst.metric,
+            format_bytes(jump),
+            format_count(worst.entry_step),
+            format_bytes(retained),
+            // A retaining eval always has a training mark before it (see `retains`).
+            worst.before_stage.as_deref().unwrap_or_default(),
+            format_count(worst.before_step.unwrap_or_default()),
+        );
+        if d.retaining_evals > 1 {
+            explanation.push_str(&format!(
+                " ({} of {} evals kept memory, {} in all)",
+                d.retaining_evals,
+                d.evals,
+                format_bytes(total.max(0).unsigned_abs())
+            ));
+        }
+        if let (true, Some(growth), Some(stage)) = (
+            d.accumulates,
+            worst.within_growth_bytes,
+            worst.within_stage.as_deref(),
+        ) {
+            let batches = worst.eval_batches.saturating_sub(1).max(1);
+            explanation.push_str(&format!(
+                "; inside that eval it grew {} over {} batches ({}/batch at {stage}): what the \
+                 eval collects batch by batch is what stays",
+                format_bytes(growth.unsigned_abs()),
+                format_count(worst.eval_batches as u64),
+                format_bytes(growth.unsigned_abs() / batches as u64),
+            ));
+        }
+        if d.autograd == Some(false) {
+            explanation.push_str(
+                "; its forwards ran without autograd (no_grad or inference_mode), so this is not \
+                 autograd graphs but outputs or state the program keeps",
+            );
+        }
+        if let Some(p) = &d.projection {
+            let when = p.steps_between_evals.map_or_else(String::new, |k| {
+                format!(
+                    ", about {} training steps from now",
+                    format_count(p.evals_remaining.saturating_add(1).saturating_mul(k))
+                )
+            });
+            let kind = if d.also_leaks {
+                "besides the per-step leak, memory is kept at each eval; at that alone"
+            } else {
+                "this is memory kept at each eval, not a per-step leak; at"
+            };
+            explanation.push_str(&format!(
+                ": {kind} {} per eval, {} more eval(s) fit under the limit of {}{when}",
+                format_bytes(p.per_eval_bytes),
+                format_count(p.evals_remaining),
+                format_bytes(p.limit_bytes),
+            ));
+        }
+        let mut evidence = vec![
+            Evidence::bytes("jump_bytes", jump as f64),
+            Evidence::bytes("retained_bytes", retained as f64),
+            Evidence::count("entry_step", worst.entry_step as f64),
+            Evidence::count("retaining_evals", d.retaining_evals as f64),
+            Evidence::count("evals", d.evals as f64),
+            Evidence::bytes("total_retained_bytes", total as f64),
+        ];
+        if let Some(g) = worst.within_growth_bytes {
+            evidence.push(Evidence::bytes("within_eval_growth_bytes", g as f64));
+        }
+        if let Some(p) = &d.projection {
+            evidence.push(Evidence::bytes("per_eval_bytes", p.per_eval_bytes as f64));
+            evidence.push(Evidence::bytes("limit_bytes", p.limit_bytes as f64));
+            evidence.push(Evidence::count("evals_remaining", p.evals_remaining as f64));
+        }
+        finding(
+            self,
+            Severity::Warning,
+            format!(
+                "Eval keeps {} after returning to training",
+                format_bytes(retained)
+            ),
+            explanation,
+            eval_change(d.autograd, worst.metric.is_host()),
+            evidence,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{evidence, find, with_context};
+    use super::*;
+    use oomscope_format::units::{GIB, MIB};
+    use oomscope_testkit::run::Run;
+
+    #[test]
+    fn eval_that_keeps_memory() {
+        let run = Run {
+            steps: 40,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB + GIB / 5,
+            eval_retained_bytes: 2 * GIB,
+            ..Run::default()
+        };
+        let f = find(&run.build(), FindingKind::EvalRetainsMemory).unwrap();
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.title, "Eval keeps 2.00 GiB after returning to training");
+        assert!(
+            f.explanation.starts_with(
+                "allocated rises 3.20 GiB on entering eval at step 9 and does not come back: \
+                 2.00 GiB of it is still held at post_optimizer_step of step 10, compared with \
+                 post_optimizer_step of step 9 (3 of 4 evals kept memory, 6.00 GiB in all)"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(evidence(&f, "retaining_evals"), 3.0);
+    }
+
+    #[test]
+    fn eval_that_gives_memory_back() {
+        let clean = Run {
+            steps: 40,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB,
+            ..Run::default()
+        };
+        assert!(find(&clean.build(), FindingKind::EvalRetainsMemory).is_none());
+        // Near miss: keeps 280 MiB of a 3 GiB jump (over 256 MiB, but under a tenth of the jump).
+        let partial = Run {
+            eval_retained_bytes: 280 * MIB,
+            ..clean.clone()
+        };
+        assert!(find(&partial.build(), FindingKind::EvalRetainsMemory).is_none());
+        // Keeping a third of the jump after every eval is reported.
+        let third = Run {
+            eval_retained_bytes: GIB,
+            ..clean.clone()
+        };
+        assert!(find(&third.build(), FindingKind::EvalRetainsMemory).is_some());
+        // Near miss: one eval keeps all of a 200 MiB jump (under 256 MiB).
+        let small = Run {
+            steps: 15,
+            eval_jump_bytes: 200 * MIB,
+            eval_retained_bytes: 200 * MIB,
+            ..clean
+        };
+        assert!(find(&small.build(), FindingKind::EvalRetainsMemory).is_none());
+    }
+
+    #[test]
+    fn small_retention_at_every_eval_is_a_staircase_to_an_oom_not_a_leak() {
+        // The issue's story: flat training, +200 MiB kept at each of 9 evals (every 10 steps).
+        let run = Run {
+            steps: 100,
+            eval_every: Some(10),
+            eval_jump_bytes: GIB,
+            eval_retained_bytes: 200 * MIB,
+            ..Run::default()
+        };
+        let trace = run.build();
+        assert!(find(&trace, FindingKind::Leak).is_none());
+        let f = find(&trace, FindingKind::EvalRetainsMemory).unwrap();
+        assert_eq!(f.title, "Eval keeps 200 MiB after returning to training");
+        assert_eq!(evidence(&f, "retaining_evals"), 9.0);
+        assert_eq!(evidence(&f, "per_eval_bytes"), (200 * MIB) as f64);
+        // The high point is the last step's forward pass, 28 GiB + 9 × 200 MiB: (80 GiB − that)
+        // / 200 MiB = 257 more evals fit.
+        assert_eq!(evidence(&f, "evals_remaining"), 257.0);
+        assert!(
+            f.explanation.contains(
+                "this is memory kept at each eval, not a per-step leak; at 200 MiB per eval"
+            ),
+            "{}",
+            f.explanation
+        );
+    }
+}
