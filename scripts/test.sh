@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 bash scripts/setup.sh
 bash scripts/setup-torch.sh
+bash scripts/setup-frameworks.sh
 bash scripts/setup-viewer.sh
 source scripts/env.sh # now with LIBTORCH
 TCH="--features oomscope-collector/tch"

@@ -11,6 +11,7 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output};
 
 use oomscope_analysis::node::SpikeWhen;
@@ -1042,7 +1043,11 @@ fn two_optimizers_stepped_in_one_iteration_count_one_step_however_forwards_inter
     let cmd = [py.to_str().unwrap(), &program("gan.py"), "--iters", "12"];
     let (out, t) = record(&s, &[], &cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(out.stdout, plain(&cmd).stdout, "the program's stdout is unchanged");
+    assert_eq!(
+        out.stdout,
+        plain(&cmd).stdout,
+        "the program's stdout is unchanged"
+    );
     assert_eq!(train_steps(&t), (0..12).collect());
     for step in 0..12 {
         let stages: Vec<&str> = t
@@ -1052,7 +1057,10 @@ fn two_optimizers_stepped_in_one_iteration_count_one_step_however_forwards_inter
             .map(|m| m.name.as_ref())
             .collect();
         let forwards = stages.iter().filter(|s| **s == "pre_forward").count();
-        let steps = stages.iter().filter(|s| **s == "pre_optimizer_step").count();
+        let steps = stages
+            .iter()
+            .filter(|s| **s == "pre_optimizer_step")
+            .count();
         // D(real), G(noise), D(fake), D(fake) for G: four outermost forwards; two optimizers.
         assert_eq!((forwards, steps), (4, 2), "step {step}: {stages:?}");
         assert_eq!(stages.last(), Some(&"post_optimizer_step"), "step {step}");
@@ -1100,8 +1108,16 @@ fn a_frozen_encoder_under_no_grad_is_part_of_the_step_and_an_ema_eval_is_an_eval
     ];
     let (out, t) = record(&s, &[], &cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(out.stdout, plain(&cmd).stdout, "the program's stdout is unchanged");
-    assert_eq!(train_steps(&t), (0..12).collect(), "12 steps, the last eval none");
+    assert_eq!(
+        out.stdout,
+        plain(&cmd).stdout,
+        "the program's stdout is unchanged"
+    );
+    assert_eq!(
+        train_steps(&t),
+        (0..12).collect(),
+        "12 steps, the last eval none"
+    );
     // The encoder's forward is one training mark a step (never an eval of its own); the evals
     // open with it once each (read as the step's) and the step after each eval opens with it as
     // the eval's last.
@@ -1133,5 +1149,36 @@ fn a_frozen_encoder_under_no_grad_is_part_of_the_step_and_an_ema_eval_is_an_eval
         !t.notes
             .iter()
             .any(|n| n.text == oomscope_format::EVAL_AUTOGRAD_ON_NOTE)
+    );
+}
+
+#[test]
+fn a_ctrl_c_during_backward_reads_as_without_the_collector() {
+    let s = Scratch::new("zc-sigint");
+    let py = torch_python();
+    // A SIGINT arrives while backward runs in C++: Python raises KeyboardInterrupt at the first
+    // Python code after it, which under the hooks is their end-of-backward callback.
+    let cmd = [py.to_str().unwrap(), &program("interrupt.py")];
+    let (out, t) = record(&s, &[], &cmd);
+    let without = plain(&cmd);
+    // Python dies of the SIGINT it re-raises; `collector run` exits 128 + 2 for it, as shells do.
+    assert_eq!(without.status.signal(), Some(2), "died of the interrupt");
+    assert_eq!(out.status.code(), Some(130));
+    assert_eq!(out.stdout, without.stdout);
+    let traceback = program_stderr(&out);
+    assert!(
+        traceback.trim_end().ends_with("KeyboardInterrupt"),
+        "{traceback}"
+    );
+    assert!(
+        !traceback.contains("_oomscope_torch.py") && !traceback.contains("oomscope/__init__.py"),
+        "no frame of ours in the program's traceback:\n{traceback}"
+    );
+    assert_eq!(traceback, String::from_utf8_lossy(&without.stderr));
+    // Recorded up to the interrupt: the steps before it and the step it stopped.
+    assert!(
+        t.marks
+            .iter()
+            .any(|m| m.step == 2 && m.name.as_ref() == "pre_backward")
     );
 }

@@ -57,6 +57,7 @@ EVAL_AUTOGRAD_OFF_NOTE = "eval forwards run without autograd"
 _IDLE_AFTER = 8  # steps of one optimizer, another never stepping, before that one is set aside
 
 _probe = None
+_probe_module = None  # the helper's module (its file's frames are ours too)
 _torch = None
 _S = None  # the state, one per process
 
@@ -109,7 +110,7 @@ class _State:
 
 def install(torch, here):
     """Called once, right after `import torch` finished."""
-    global _probe, _torch, _S
+    global _probe, _probe_module, _torch, _S
     _torch = torch
     _S = _State()
     _S.snapshot = os.environ.get("OOMSCOPE_OOM_SNAPSHOT") == "1"
@@ -121,6 +122,7 @@ def install(torch, here):
     probe_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe_module)
     _probe = probe_module.Probe()
+    _probe_module = probe_module
     if not _probe.enabled:
         return
     import warnings
@@ -143,8 +145,28 @@ def install(torch, here):
                   _patch_compile, _patch_grad_scaler, _patch_cuda_init, _patch_excepthook):
         try:
             patch()
-        except BaseException:
-            pass
+        except BaseException as e:
+            _interrupted(e)
+
+
+def _interrupted(exc):
+    """What a hook does with what it caught. An error of ours is dropped: the program never sees
+    it. A Ctrl-C is the program's: backward's end callback is the first Python code after a long
+    stretch of C++, so a pending SIGINT surfaces there, in our frame. With Python's own handler it
+    is raised again the moment our hook returns (`_thread.interrupt_main`), so the traceback ends
+    in torch or the program, as it does without us; any other signal-made exception (the
+    program's own handler raised it) goes on up unchanged."""
+    if isinstance(exc, Exception):
+        return
+    import signal
+
+    if isinstance(exc, KeyboardInterrupt) and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        import _thread
+
+        _thread.interrupt_main()
+        return
+    raise exc
 
 
 def _guard(fn):
@@ -152,7 +174,8 @@ def _guard(fn):
     def hook(*args):
         try:
             return fn(*args)
-        except BaseException:
+        except BaseException as e:
+            _interrupted(e)
             return None
     hook.__name__ = fn.__name__
     return hook
@@ -228,8 +251,8 @@ def _decide_active():
 
         if get_worker_info() is not None:
             return False
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
     ids = [(key, os.environ.get(env)) for key, env in
            (("rank", "RANK"), ("local_rank", "LOCAL_RANK"), ("world_size", "WORLD_SIZE"))]
     ids = [(k, v) for k, v in ids if v is not None]
@@ -254,8 +277,8 @@ def _after_fork():
         _S.has_optimizer, _S.paused = old.has_optimizer, old.paused
         _S.optimizers, _S.idle = old.optimizers, old.idle
         _probe._reopen()
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
 
 
 # --- forward -----------------------------------------------------------------------------------
@@ -338,8 +361,8 @@ def _fw_pre(module, args):
                 if note not in S.eval_notes:
                     S.eval_notes.add(note)
                     _probe.note(note)
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
     return None
 
 
@@ -366,8 +389,8 @@ def _fw_post(module, args, output):
         if S.outer_phase == "train":
             _watch_backward(output)
         _saw_root(module)
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
     return None
 
 
@@ -447,8 +470,8 @@ def _patch_train():
                 if (S.in_train_call == 0 and S.mode == "roots" and S.depth == 0
                         and not any(r() is self for r in S.roots)):
                     _search()
-            except BaseException:
-                pass
+            except BaseException as e:
+                _interrupted(e)
             return result
         return train
 
@@ -473,8 +496,8 @@ def _patch_getstate():
                         hooks = state.get(key)
                         if hooks and any(k in ours for k in hooks):
                             state[key] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
-            except BaseException:
-                pass
+            except BaseException as e:
+                _interrupted(e)
             return state
         return __getstate__
 
@@ -491,8 +514,8 @@ def _patch_jit():
             try:
                 if _S.mode == "roots":
                     _search()
-            except BaseException:
-                pass
+            except BaseException as e:
+                _interrupted(e)
             return original(*args, **kwargs)
         return entry
 
@@ -511,8 +534,8 @@ def _patch_optimizer_init():
                 _S.has_optimizer = True
                 try:
                     _S.optimizers.add(self)
-                except BaseException:
-                    pass
+                except BaseException as e:
+                    _interrupted(e)
         return __init__
 
     _replace(_torch.optim.Optimizer, "__init__", make)
@@ -528,8 +551,8 @@ def _patch_compile():
                 inner = self._compiled_call_impl
                 if inner is not None:
                     self._compiled_call_impl = _eager_hooks_around(self, inner)
-            except BaseException:
-                pass
+            except BaseException as e:
+                _interrupted(e)
             return result
         return compile
 
@@ -590,8 +613,8 @@ def _bw_start(grad):
         S.bw_task = task
         _emit("pre_backward", "train")
         _torch.autograd.Variable._execution_engine.queue_callback(_bw_end)
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
     return None
 
 
@@ -599,8 +622,8 @@ def _bw_end():
     try:
         _S.backward_done = True
         _emit("post_backward", "train")
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
 
 
 # --- optimizer ---------------------------------------------------------------------------------
@@ -670,8 +693,8 @@ def _patch_grad_scaler():
                 if _S.opt_steps_applied == before and self.is_enabled() and _S.active:
                     _probe.note("GradScaler skipped the optimizer step at step %d (inf/NaN "
                                 "gradients)" % _S.step)
-            except BaseException:
-                pass
+            except BaseException as e:
+                _interrupted(e)
             return result
         return step
 
@@ -709,8 +732,8 @@ def _cuda_ready_check():
         S.snapshot = False
     try:
         _torch._C._cuda_attach_out_of_memory_observer(_observer)
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
 
 
 def _observer(device, alloc, total, free):
@@ -739,8 +762,8 @@ def _observer(device, alloc, total, free):
             snapshot = _torch.cuda.memory._snapshot()
             _probe.alive(alive_by_line(snapshot))
             _save_snapshot(snapshot)
-    except BaseException:
-        pass
+    except BaseException as e:
+        _interrupted(e)
 
 
 # The note that names the saved snapshot (`shared::model::OOM_SNAPSHOT_NOTE`: the report reads it).
@@ -828,17 +851,47 @@ def _host_error(value):
     return None
 
 
+def _without_our_frames(tb):
+    """`tb` with the frames of our files taken out. A Ctrl-C pending while backward runs in C++
+    surfaces at the first Python code after it: at the entry of our end-of-backward callback,
+    before any `try` of ours can catch it. The exception then goes up through torch as the program's
+    own; only its traceback would name us, so the printed traceback is the program's as without
+    the collector. (Traceback links are writable since Python 3.7.)"""
+    ours = {__file__, getattr(_probe_module, "__file__", None)}
+
+    def skip(node):
+        while node is not None and node.tb_frame.f_code.co_filename in ours:
+            node = node.tb_next
+        return node
+
+    head = node = skip(tb)
+    while node is not None:
+        node.tb_next = skip(node.tb_next)
+        node = node.tb_next
+    return head
+
+
 def _patch_excepthook():
     def make(previous):
         def excepthook(kind, value, traceback):
+            try:
+                traceback = _without_our_frames(traceback)
+                seen = 0
+                chained = value
+                while chained is not None and seen < 16:  # the causes printed with it, too
+                    chained.__traceback__ = _without_our_frames(chained.__traceback__)
+                    chained = chained.__cause__ or chained.__context__
+                    seen += 1
+            except BaseException as e:
+                _interrupted(e)
             try:
                 found = _host_error(value)
                 if found is not None and _S.active is not False:
                     requested, line = found
                     _probe._oom(line, source="host_error", stage=_S.stage,
                                 step=None if _S.user_steps else _S.step, requested_bytes=requested)
-            except BaseException:
-                pass
+            except BaseException as e:
+                _interrupted(e)
             previous(kind, value, traceback)
         return excepthook
 

@@ -225,16 +225,15 @@ fn eval_projection(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EvalRetainsMemory;
 
-/// True when a transition kept memory: a positive jump, and retention of at least
-/// max(`floor`, [`EVAL_RETAIN_MIN_FRACTION_OF_JUMP`] × jump).
+/// True when a transition kept memory: retention of at least max(`floor`,
+/// [`EVAL_RETAIN_MIN_FRACTION_OF_JUMP`] × the jump on entering eval). The jump may be nothing:
+/// what an eval keeps is often made after its last forward (Trainer's `compute_metrics`,
+/// Lightning's `on_validation_epoch_end`).
 fn retains(t: &PhaseTransition, floor: i64) -> bool {
-    match (t.jump_bytes, t.retained_bytes) {
-        (Some(jump), Some(retained)) if jump > 0 => {
-            let min = floor.max((EVAL_RETAIN_MIN_FRACTION_OF_JUMP * jump as f64) as i64);
-            retained >= min
-        }
-        _ => false,
-    }
+    t.retained_bytes.is_some_and(|retained| {
+        let jump = t.jump_bytes.unwrap_or(0).max(0);
+        retained >= floor.max((EVAL_RETAIN_MIN_FRACTION_OF_JUMP * jump as f64) as i64)
+    })
 }
 
 /// What [`EvalRetainsMemory`] detected.
@@ -283,9 +282,9 @@ fn eval_change(autograd: Option<bool>, host: bool) -> String {
         "reduce each batch's outputs to numbers (.item()) or move them off the device \
          (.detach().cpu()) as they are collected"
     };
-    let clear = "clear what the eval collects when it ends (a list of outputs such as \
-                 Lightning's validation_step_outputs: .clear() it in on_validation_epoch_end; \
-                 metric states: .reset())";
+    let clear = "clear what the eval collects when it ends (lists of outputs or predictions: \
+                 Lightning's validation_step_outputs, .clear() it in on_validation_epoch_end; \
+                 what a Trainer's compute_metrics stores; metric states: .reset())";
     match autograd {
         Some(true) => format!(
             "run eval under torch.no_grad() (or torch.inference_mode()): its forwards run with \
@@ -376,20 +375,25 @@ impl Diagnose for EvalRetainsMemory {
         let jump = worst.jump_bytes.unwrap_or(0).unsigned_abs();
         let retained = worst.retained_bytes.unwrap_or(0).unsigned_abs();
         let total = d.total_retained_bytes;
-        let after = match (&worst.after_stage, worst.after_step) {
-            (Some(stage), Some(step)) => format!(" at {stage} of step {}", format_count(step)),
-            _ => String::new(),
+        // A retaining eval always has a training mark before it (see `retains`).
+        let before = format!(
+            "{} of step {}",
+            worst.before_stage.as_deref().unwrap_or_default(),
+            format_count(worst.before_step.unwrap_or_default())
+        );
+        let compared = match (&worst.after_stage, worst.after_step) {
+            (Some(stage), Some(step)) => {
+                format!("{stage} of step {} against {before}", format_count(step))
+            }
+            _ => format!("against {before}"),
         };
         let mut explanation = format!(
-            "{} rises {} on entering eval at step {} and does not come back: {} of it is still \
-             held{after}, compared with {} of step {}",
+            "{} is {} higher after the eval at step {} than before it ({compared}); during the \
+             eval it rose {}",
             worst.metric,
-            format_bytes(jump),
-            format_count(worst.entry_step),
             format_bytes(retained),
-            // A retaining eval always has a training mark before it (see `retains`).
-            worst.before_stage.as_deref().unwrap_or_default(),
-            format_count(worst.before_step.unwrap_or_default()),
+            format_count(worst.entry_step),
+            format_bytes(jump),
         );
         if d.retaining_evals > 1 {
             explanation.push_str(&format!(
