@@ -7,7 +7,9 @@
 //!
 //! RSS of a tree is the sum of its processes' resident pages: pages shared between them (e.g.
 //! after `fork` of data-loader workers) count once per process, as `ps` and the OOM killer's
-//! per-process view do.
+//! per-process view do. The same `statm` read gives the file-backed and shared part of it
+//! (`shared`: memory-mapped files, libraries, shmem), so RSS splits into anonymous memory (what
+//! leaks) and pages the kernel can drop (a memory-mapped dataset) at no extra cost.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,6 +22,8 @@ pub struct TreeRss {
     statm: HashMap<u32, File>,
     /// Each process's resident bytes at the last [`TreeRss::rss_bytes`].
     last: HashMap<u32, u64>,
+    /// The tree's resident file-backed and shared bytes at the last [`TreeRss::rss_bytes`].
+    file_bytes: u64,
     page_bytes: u64,
     buf: Vec<u8>,
 }
@@ -32,6 +36,7 @@ impl TreeRss {
         TreeRss {
             statm: HashMap::new(),
             last: HashMap::new(),
+            file_bytes: 0,
             page_bytes: u64::try_from(page).unwrap_or(4096),
             buf: vec![0; 256],
         }
@@ -53,22 +58,26 @@ impl TreeRss {
     /// Sum of resident bytes of the processes, or `None` when none could be read (all exited).
     pub fn rss_bytes(&mut self) -> Option<u64> {
         let mut total = 0u64;
+        let mut file_total = 0u64;
         let mut any = false;
         let mut gone = Vec::new();
         for (pid, file) in &self.statm {
             match read_at_start(file, &mut self.buf) {
                 Ok(text) => {
                     // statm: size resident shared text lib data dt (pages)
-                    let pages = text
+                    let mut fields = text
                         .split_ascii_whitespace()
-                        .nth(1)
-                        .and_then(|v| v.parse::<u64>().ok());
+                        .skip(1)
+                        .map(|v| v.parse::<u64>().ok());
+                    let pages = fields.next().flatten();
+                    let shared = fields.next().flatten().unwrap_or(0);
                     match pages {
                         // A zombie (killed, not yet reaped) reads as 0 resident pages: it is gone,
                         // and its last real reading is what a post-mortem needs.
                         Some(0) | None => gone.push(*pid),
                         Some(pages) => {
                             total += pages * self.page_bytes;
+                            file_total += shared.min(pages) * self.page_bytes;
                             self.last.insert(*pid, pages * self.page_bytes);
                             any = true;
                         }
@@ -81,7 +90,14 @@ impl TreeRss {
             self.statm.remove(&pid);
             self.last.remove(&pid);
         }
+        self.file_bytes = file_total;
         any.then_some(total)
+    }
+
+    /// Of the last [`TreeRss::rss_bytes`], the resident pages that are file-backed or shared
+    /// memory (the rest is anonymous).
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
     }
 
     /// One process's resident bytes at the last [`TreeRss::rss_bytes`] (`None` once it is gone).

@@ -250,7 +250,68 @@ fn a_planted_leak_is_found_at_its_rate_and_a_clean_run_has_none() {
             "found {rate_mib:.2} MiB/step, planted {leak_mib}"
         );
         assert!(STAGES.contains(&fit.stage.as_str()), "{}", fit.stage);
+        // A CPU run with no worker process, leaking tensors: the advice speaks of tensors in host
+        // memory, not of copy-on-write workers.
+        assert!(
+            leaks[0]
+                .change
+                .contains("on the CPU tensors live in host memory")
+        );
+        assert!(
+            !leaks[0].change.contains("copy-on-write"),
+            "{}",
+            leaks[0].change
+        );
     }
+}
+
+#[test]
+fn a_memory_mapped_dataset_read_page_by_page_is_file_pages_not_a_leak() {
+    let s = Scratch::new("zc-mmap");
+    let py = torch_python();
+    let data = s.path("data.f32");
+    // 384 MiB of samples in an np.memmap file, read sequentially over 80 steps: RSS grows by
+    // the file's pages, ~4.8 MiB a step, anonymous memory stays flat.
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("mmap_dataset.py"),
+        "--data",
+        data.to_str().unwrap(),
+        "--mib",
+        "384",
+        "--steps",
+        "80",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let file = t
+        .counter(CounterKind::HostRssFile, None)
+        .expect("host.rss_file");
+    let points: Vec<(u64, u64)> = t.samples.points(file).collect();
+    let (first, last) = (points.first().unwrap().1, points.last().unwrap().1);
+    assert!(
+        last - first >= 300 << 20,
+        "file pages grew {first} -> {last}"
+    );
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert!(
+        !analysis
+            .findings
+            .iter()
+            .any(|f| f.kind == FindingKind::Leak),
+        "{:#?}",
+        analysis.findings
+    );
+    let fit = analysis
+        .leak_fits
+        .iter()
+        .filter(|f| f.metric.is_host())
+        .max_by(|a, b| a.growth_bytes.cmp(&b.growth_bytes))
+        .unwrap();
+    assert!(fit.growth_bytes >= 300 << 20, "{fit:#?}");
+    assert!(fit.file_backed_growth_bytes.unwrap() as f64 >= 0.9 * fit.growth_bytes as f64);
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
+    assert!(text.contains("pages of memory-mapped files"), "{text}");
 }
 
 #[test]

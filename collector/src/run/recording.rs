@@ -232,6 +232,7 @@ fn declare_counters<W: std::io::Write>(
         host_rss: writer.declare_counter(CounterKind::HostRss, None)?,
         host_available: writer.declare_counter(CounterKind::HostAvailable, None)?,
         host_pss: writer.declare_counter(CounterKind::HostPss, None)?,
+        host_rss_file: writer.declare_counter(CounterKind::HostRssFile, None)?,
     })
 }
 

@@ -48,6 +48,8 @@ pub struct Counters {
     pub host_available: CounterId,
     /// Host PSS of the tree.
     pub host_pss: CounterId,
+    /// Resident file-backed and shared pages of the tree.
+    pub host_rss_file: CounterId,
 }
 
 /// What the fast sampler reads.
@@ -221,6 +223,8 @@ impl Reader<'_> {
         }
         if let Some(bytes) = self.rss.rss_bytes() {
             self.row.push((self.counters.host_rss, bytes));
+            self.row
+                .push((self.counters.host_rss_file, self.rss.file_bytes()));
             state.host_rss.set(bytes);
             let pss = self.pss(bytes);
             self.row

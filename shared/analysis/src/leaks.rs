@@ -162,7 +162,14 @@ pub struct GrowthFit {
     pub evidence: Option<LeakEvidence>,
     /// When memory is full (leaks with a known limit only).
     pub projection: Option<FullProjection>,
+    /// For host memory, when the trace records the tree's file-backed pages (`host.rss_file`):
+    /// how much of `growth_bytes`' span they grew. At least [`FILE_BACKED_MIN_SHARE`] of the
+    /// growth is pages of memory-mapped files, which the kernel drops at will: never a leak.
+    pub file_backed_growth_bytes: Option<i64>,
 }
+
+/// See [`GrowthFit::file_backed_growth_bytes`].
+pub const FILE_BACKED_MIN_SHARE: f64 = 0.5;
 
 /// One mark's contribution to a fit.
 #[derive(Debug, Clone, Copy)]
@@ -234,6 +241,9 @@ pub fn leak_fits(
             min_steps,
             died_of_oom: if host { host_oom } else { gpu_oom },
             outside_train: &outside_train,
+            file_pages: host
+                .then(|| counter_with_data(trace, CounterKind::HostRssFile))
+                .flatten(),
         };
         // One pass over the marks sorts the points into their stages.
         let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
@@ -299,6 +309,8 @@ struct FitContext<'a> {
     min_steps: usize,
     died_of_oom: bool,
     outside_train: &'a [u32],
+    /// The tree's file-backed pages, for a host metric whose trace records them.
+    file_pages: Option<oomscope_format::CounterId>,
 }
 
 /// Fits the points of metric number `index` at one stage; `None` when they span fewer than
@@ -362,7 +374,14 @@ fn fit_stage(
     };
     let short_floor = fraction(SHORT_MIN_GROWTH_FRACTION_OF_LIMIT);
     let grows = |floor: u64| growth >= floor as f64 && train_growth >= floor as f64;
-    let rising = line.slope > 0.0 && split.train_slope > 0.0;
+    // Host memory that grows as resident pages of memory-mapped files is the kernel's to drop.
+    let file_backed_growth_bytes = context.file_pages.and_then(|id| {
+        let at = |p: &Point| trace.samples.value_at(id, p.t_us);
+        Some(crate::stages::signed_delta(at(last)?, at(first)?))
+    });
+    let file_backed =
+        file_backed_growth_bytes.is_some_and(|f| f as f64 >= FILE_BACKED_MIN_SHARE * growth);
+    let rising = line.slope > 0.0 && split.train_slope > 0.0 && !file_backed;
     let evidence = if !rising {
         None
     } else if steps >= min_steps && r_squared >= MIN_R_SQUARED && grows(long_floor) {
@@ -420,6 +439,7 @@ fn fit_stage(
         is_leak,
         evidence,
         projection,
+        file_backed_growth_bytes,
     })
 }
 

@@ -87,7 +87,12 @@ impl Metric {
     pub fn is_host(self, trace: &Trace) -> bool {
         matches!(
             self.counter_kind(trace),
-            Some(CounterKind::HostRss | CounterKind::HostAvailable | CounterKind::HostPss)
+            Some(
+                CounterKind::HostRss
+                    | CounterKind::HostAvailable
+                    | CounterKind::HostPss
+                    | CounterKind::HostRssFile
+            )
         )
     }
 
@@ -145,7 +150,10 @@ impl MetricKey {
         matches!(
             self,
             MetricKey::Counter {
-                kind: CounterKind::HostRss | CounterKind::HostAvailable | CounterKind::HostPss,
+                kind: CounterKind::HostRss
+                    | CounterKind::HostAvailable
+                    | CounterKind::HostPss
+                    | CounterKind::HostRssFile,
                 ..
             }
         )

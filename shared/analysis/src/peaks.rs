@@ -64,6 +64,8 @@ impl Measure {
             | CounterKind::HostAvailable
             | CounterKind::PidRss
             | CounterKind::PidGpu
+            // A part of the host RSS (its file-backed pages), not a memory of its own.
+            | CounterKind::HostRssFile
             | CounterKind::Other(_) => return None,
         })
     }

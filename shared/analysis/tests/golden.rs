@@ -194,6 +194,38 @@ fn v1_7_oom_allocator_state() {
 }
 
 #[test]
+fn v1_8_file_pages() {
+    let decoded = decode(&read("v1_8_file_pages.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 8));
+    let file = t.counter(CounterKind::HostRssFile, None).unwrap();
+    assert_eq!(t.counters[file.0 as usize].name, "host.rss_file");
+    assert_eq!(
+        t.samples.value_at(file, 780_000),
+        Some((60 << 20) + 39 * (8 << 20))
+    );
+    // RSS grows 8 MiB a step, all of it pages of the mapped file: no leak, and the verdict says
+    // what the growth is.
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert!(analysis.findings.is_empty(), "{:#?}", analysis.findings);
+    let fit = analysis
+        .leak_fits
+        .iter()
+        .find(|f| f.stage == "post_forward")
+        .unwrap();
+    assert!(!fit.is_leak);
+    assert!((fit.slope_bytes_per_step - (8 << 20) as f64).abs() < 1.0);
+    assert_eq!(fit.file_backed_growth_bytes, Some(fit.growth_bytes));
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
+    assert!(
+        text.contains("of it resident pages of memory-mapped files"),
+        "{text}"
+    );
+    assert!(text.contains("anonymous memory did not grow"), "{text}");
+}
+
+#[test]
 fn v1_4_oom_kill() {
     let decoded = decode(&read("v1_4_oom_kill.oomt")).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);

@@ -552,6 +552,57 @@ pub fn oom_allocator_state() -> Vec<u8> {
     w.finish(40_000).expect("in memory")
 }
 
+/// v1.8: a CPU loop reading a memory-mapped dataset: host RSS grows 8 MiB a step, every byte of
+/// it resident pages of the mapped file (`host.rss_file`); the anonymous part stays flat.
+pub fn file_pages() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5400,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    let file = w
+        .declare_counter(CounterKind::HostRssFile, None)
+        .expect("in memory");
+    let available = w
+        .declare_counter(CounterKind::HostAvailable, None)
+        .expect("in memory");
+    let anon: u64 = 700 << 20;
+    for step in 0..40u64 {
+        let t_us = step * 20_000;
+        let mapped = (60 << 20) + step * (8 << 20);
+        w.sample(
+            t_us,
+            &[(rss, anon + mapped), (file, mapped), (available, 16 << 30)],
+        )
+        .expect("in memory");
+        for (k, stage) in ["pre_forward", "post_forward"].into_iter().enumerate() {
+            w.write(&Record::Mark(StageMark {
+                t_us: t_us + 1_000 + k as u64 * 5_000,
+                name: stage.into(),
+                step,
+                phase: Phase::Train,
+                pid: Some(5400),
+                ..StageMark::default()
+            }))
+            .expect("in memory");
+        }
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 800_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(800_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -575,6 +626,7 @@ fn main() -> std::io::Result<()> {
         ("v1_6_launcher_kill.oomt", launcher_kill()),
         ("v1_6_pipeline_groups.oomt", pipeline_groups()),
         ("v1_7_oom_allocator_state.oomt", oom_allocator_state()),
+        ("v1_8_file_pages.oomt", file_pages()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -101,13 +101,18 @@ pub enum CounterKind {
     /// Device memory of one process of the tree on one device (NVML per-process query): the
     /// counter names its pid and device. Format v1.5.
     PidGpu,
+    /// Resident pages of the watched process tree that are file-backed or shared memory
+    /// (`/proc/PID/statm`'s `shared`: memory-mapped files such as an `np.memmap` dataset, shared
+    /// libraries, shmem). Clean file pages are the kernel's to drop under pressure: growth here is
+    /// not a leak; the rest of `HostRss` is anonymous memory. Format v1.8.
+    HostRssFile,
     /// A kind this reader does not know (written by a newer recorder); the code is kept.
     Other(u16),
 }
 
 impl CounterKind {
     /// Every kind this version knows, in code order.
-    pub const KNOWN: [CounterKind; 15] = [
+    pub const KNOWN: [CounterKind; 16] = [
         CounterKind::GpuUsed,
         CounterKind::GpuFree,
         CounterKind::GpuReserved,
@@ -123,6 +128,7 @@ impl CounterKind {
         CounterKind::HostPss,
         CounterKind::PidRss,
         CounterKind::PidGpu,
+        CounterKind::HostRssFile,
     ];
 
     /// The stable numeric code written to the trace.
@@ -143,6 +149,7 @@ impl CounterKind {
             CounterKind::HostPss => 13,
             CounterKind::PidRss => 14,
             CounterKind::PidGpu => 15,
+            CounterKind::HostRssFile => 16,
             CounterKind::Other(code) => code,
         }
     }
@@ -176,6 +183,7 @@ impl CounterKind {
             CounterKind::HostAvailable => return "host.available".to_owned(),
             CounterKind::HostPss => return "host.pss".to_owned(),
             CounterKind::PidRss => return "pid.rss".to_owned(),
+            CounterKind::HostRssFile => return "host.rss_file".to_owned(),
             CounterKind::PidGpu => "pid",
             CounterKind::Other(code) => return format!("other{code}"),
         };
@@ -221,6 +229,7 @@ impl CounterKind {
             CounterKind::HostPss => "host_pss",
             CounterKind::PidRss => "pid_rss",
             CounterKind::PidGpu => "pid_gpu",
+            CounterKind::HostRssFile => "host_rss_file",
             CounterKind::Other(_) => "other",
         }
     }

@@ -493,9 +493,9 @@ mod tests {
         assert_eq!(f.title, "Eval keeps 2.00 GiB after returning to training");
         assert!(
             f.explanation.starts_with(
-                "allocated rises 3.20 GiB on entering eval at step 9 and does not come back: \
-                 2.00 GiB of it is still held at post_optimizer_step of step 10, compared with \
-                 post_optimizer_step of step 9 (3 of 4 evals kept memory, 6.00 GiB in all)"
+                "allocated is 2.00 GiB higher after the eval at step 9 than before it \
+                 (post_optimizer_step of step 10 against post_optimizer_step of step 9); during \
+                 the eval it rose 3.20 GiB (3 of 4 evals kept memory, 6.00 GiB in all)"
             ),
             "{}",
             f.explanation

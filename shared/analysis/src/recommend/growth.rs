@@ -44,7 +44,34 @@ pub enum LeakDiagnosis<'a> {
     /// Memory at a stage grows step after step.
     PerStep(GrowingMemory<'a>),
     /// A counter grows for the whole of a run that has no step marks.
-    OverTime(&'a TimeTrend),
+    OverTime(&'a TimeTrend, Program),
+}
+
+/// What the advice may assume of the program: where its tensors live and whether it has worker
+/// processes, so that a CPU run whose leak is tensors is not told about copy-on-write workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Program {
+    /// No device memory was recorded: the tensors live in host memory.
+    pub cpu_only: bool,
+    /// Processes other than the program were seen in its tree (DataLoader workers, ranks).
+    pub workers: bool,
+}
+
+impl Program {
+    fn of(ctx: &RuleContext<'_>) -> Program {
+        let t = ctx.trace;
+        Program {
+            cpu_only: ctx
+                .analysis
+                .stage_table
+                .primary_metric
+                .is_none_or(|m| m.is_host()),
+            workers: !t.process_memory.is_empty()
+                || t.processes
+                    .iter()
+                    .any(|p| p.role == oomscope_format::ProcessRole::Worker),
+        }
+    }
 }
 
 /// A per-step leak.
@@ -56,6 +83,8 @@ pub struct GrowingMemory<'a> {
     pub leaking_fits: usize,
     /// At this rate memory fills within [`CRITICAL_RUNWAY_FACTOR`] × the steps observed.
     pub critical: bool,
+    /// What the advice may assume.
+    pub program: Program,
 }
 
 impl Diagnose for Leak {
@@ -73,7 +102,7 @@ impl Diagnose for Leak {
                 .iter()
                 .filter(|t| t.is_leak)
                 .min_by_key(|t| t.time_to_full_us.unwrap_or(u64::MAX))
-                .map(LeakDiagnosis::OverTime);
+                .map(|t| LeakDiagnosis::OverTime(t, Program::of(ctx)));
         };
         let steps_run = (headline.last_step - headline.first_step) as f64;
         let critical = headline
@@ -84,6 +113,7 @@ impl Diagnose for Leak {
             headline,
             leaking_fits: ctx.analysis.leaks().count(),
             critical,
+            program: Program::of(ctx),
         }))
     }
 
@@ -91,28 +121,44 @@ impl Diagnose for Leak {
     fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         match d {
             LeakDiagnosis::PerStep(d) => self.explain_per_step(d),
-            LeakDiagnosis::OverTime(t) => self.explain_over_time(t),
+            LeakDiagnosis::OverTime(t, program) => self.explain_over_time(t, *program),
         }
     }
 }
 
-/// What to look for, by memory.
-fn leak_change(host: bool) -> &'static str {
-    if host {
-        "look for host objects kept across steps: growing lists or dicts of metrics, caches \
-         keyed by sample, tensors moved to the CPU and kept; DataLoader workers that touch \
-         Python objects copy them (copy-on-write), so keep datasets in numpy arrays or \
-         memory-mapped files"
+/// What to look for, by the memory that grows and the program it grows in.
+fn leak_change(host: bool, program: Program) -> String {
+    const TENSORS: &str = "a loss or metric accumulated without .item() or .detach() (it keeps \
+                           each step's autograd graph), lists of outputs, caches keyed by step, \
+                           hooks that store activations";
+    let mut change = if !host {
+        format!(
+            "look for tensors kept across steps: {TENSORS}; compare \
+             torch.cuda.memory_snapshot() at the same stage of two steps to find them"
+        )
+    } else if program.cpu_only {
+        format!(
+            "look for what is kept across steps — on the CPU tensors live in host memory: \
+             {TENSORS}; and Python objects: growing lists or dicts of metrics, caches keyed by \
+             sample"
+        )
     } else {
-        "look for tensors kept across steps: a loss or metric accumulated without .item() or \
-         .detach(), lists of outputs, caches keyed by step, hooks that store activations; \
-         compare torch.cuda.memory_snapshot() at the same stage of two steps to find them"
+        "look for host objects kept across steps: growing lists or dicts of metrics, caches \
+         keyed by sample, tensors moved to the CPU and kept"
+            .to_owned()
+    };
+    if host && program.workers {
+        change.push_str(
+            "; DataLoader workers that touch Python objects copy them (copy-on-write), so keep \
+             datasets in numpy arrays or memory-mapped files",
+        );
     }
+    change
 }
 
 impl Leak {
     /// Wording of a growth over time in a run without step marks.
-    fn explain_over_time(&self, t: &TimeTrend) -> Finding {
+    fn explain_over_time(&self, t: &TimeTrend, program: Program) -> Finding {
         let per_minute = t.slope_bytes_per_s * 60.0;
         let mut explanation = format!(
             "{} grows {}/min (R² {:.2}) from {} to {} of the run (+{}), measured on the lowest \
@@ -172,7 +218,7 @@ impl Leak {
                 t.metric
             ),
             explanation,
-            leak_change(t.host_memory).to_owned(),
+            leak_change(t.host_memory, program),
             evidence,
         )
     }
@@ -230,7 +276,7 @@ impl Leak {
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
-        let change = leak_change(host);
+        let change = leak_change(host, d.program);
         let mut evidence = vec![
             Evidence::bytes("slope_bytes_per_step", leak.slope_bytes_per_step),
             Evidence::number("r_squared", leak.r_squared),
@@ -261,7 +307,7 @@ impl Leak {
                 leak.stage
             ),
             explanation,
-            change.to_owned(),
+            change,
             evidence,
         )
     }
@@ -345,7 +391,12 @@ mod tests {
             f.explanation
         );
         assert!(f.explanation.contains("host memory is full"));
-        assert!(f.change.contains("copy-on-write"));
+        // A GPU run with no worker process: host objects, and nothing of workers.
+        assert!(
+            f.change
+                .starts_with("look for host objects kept across steps")
+        );
+        assert!(!f.change.contains("copy-on-write"), "{}", f.change);
     }
 
     #[test]

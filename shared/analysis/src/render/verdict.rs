@@ -8,7 +8,7 @@
 //! show (a run without stage marks cannot show a per-step leak).
 
 use crate::Analysis;
-use crate::leaks::{GrowthFit, SHORT_MIN_STEPS, STEADY_R_SQUARED};
+use crate::leaks::{FILE_BACKED_MIN_SHARE, GrowthFit, SHORT_MIN_STEPS, STEADY_R_SQUARED};
 use crate::recommend::{Finding, Severity};
 use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
 use oomscope_format::{ExitStatus, Trace};
@@ -260,6 +260,36 @@ pub(crate) fn slow_growth(analysis: &Analysis) -> Option<&GrowthFit> {
 /// [`slow_growth`] in words: "memory at S (M) rises steadily by …/step (…), under the … a leak
 /// needs here: a longer run will tell".
 pub(crate) fn slow_growth_words(f: &GrowthFit) -> String {
+    if let Some(file) = f
+        .file_backed_growth_bytes
+        .filter(|&b| b as f64 >= FILE_BACKED_MIN_SHARE * f.growth_bytes as f64)
+    {
+        // Pages of memory-mapped files: resident, counted in RSS, and the kernel's to drop.
+        return format!(
+            "memory at {} ({}) rises by {}/step (+{} from step {} to {}), {} of it resident \
+             pages of memory-mapped files (file-backed: the kernel drops them when memory is \
+             short), not a leak; anonymous memory {} {}",
+            f.stage,
+            f.metric,
+            format_bytes_f64(f.slope_bytes_per_step),
+            format_bytes(f.growth_bytes.max(0).unsigned_abs()),
+            format_count(f.first_step),
+            format_count(f.last_step),
+            format_bytes(file.max(0).unsigned_abs()),
+            if f.growth_bytes > file {
+                "grew"
+            } else {
+                "did not grow"
+            },
+            if f.growth_bytes > file {
+                format_bytes((f.growth_bytes - file).unsigned_abs())
+            } else {
+                String::new()
+            },
+        )
+        .trim_end()
+        .to_owned();
+    }
     if f.transitions > 0 {
         // The steps' own rise: what the evals or pauses kept is theirs, not a per-step rate.
         let span = f.last_step.saturating_sub(f.first_step) as f64;
