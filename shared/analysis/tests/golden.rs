@@ -215,7 +215,7 @@ fn v1_8_file_pages() {
         .find(|f| f.stage == "post_forward")
         .unwrap();
     assert!(!fit.is_leak);
-    assert!((fit.slope_bytes_per_step - (8 << 20) as f64).abs() < 1.0);
+    assert!((fit.slope_bytes_per_step - f64::from(8 << 20)).abs() < 1.0);
     assert_eq!(fit.file_backed_growth_bytes, Some(fit.growth_bytes));
     let text = oomscope_analysis::render::summary::render(&t, &analysis);
     assert!(

@@ -474,7 +474,7 @@ impl Diagnose for EvalRetainsMemory {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{evidence, find, with_context};
+    use super::super::test_support::{evidence, find};
     use super::*;
     use oomscope_format::units::{GIB, MIB};
     use oomscope_testkit::run::Run;

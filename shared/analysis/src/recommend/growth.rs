@@ -65,7 +65,7 @@ impl Program {
                 .analysis
                 .stage_table
                 .primary_metric
-                .is_none_or(|m| m.is_host()),
+                .is_none_or(MetricKey::is_host),
             workers: !t.process_memory.is_empty()
                 || t.processes
                     .iter()
@@ -317,7 +317,7 @@ impl Leak {
 mod tests {
     use super::super::test_support::{evidence, find, with_context};
     use super::*;
-    use oomscope_format::units::{GIB, MIB};
+    use oomscope_format::units::MIB;
     use oomscope_testkit::run::Run;
 
     #[test]
