@@ -1243,3 +1243,52 @@ fn a_ctrl_c_during_backward_reads_as_without_the_collector() {
             .any(|m| m.step == 2 && m.name.as_ref() == "pre_backward")
     );
 }
+
+#[test]
+fn a_checkpoint_save_is_marked_as_what_it_is() {
+    let s = Scratch::new("zc-save");
+    let py = torch_python();
+    let checkpoint = s.path("ck.pt");
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("train.py"),
+        "--steps",
+        "6",
+        "--save-every",
+        "2",
+        "--save-path",
+        checkpoint.to_str().unwrap(),
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        checkpoint.exists(),
+        "the program's checkpoint is written as without us"
+    );
+    // After the 2nd, 4th and 6th optimizer step (steps 1, 3, 5), in the training phase, right
+    // after post_optimizer_step; the step's marks are otherwise untouched.
+    for stage in ["pre_checkpoint_save", "post_checkpoint_save"] {
+        let steps: Vec<u64> = t
+            .marks
+            .iter()
+            .filter(|m| m.name.as_ref() == stage)
+            .map(|m| m.step)
+            .collect();
+        assert_eq!(steps, [1, 3, 5], "{stage}");
+    }
+    let names: Vec<&str> = t.marks.iter().map(|m| m.name.as_ref()).collect();
+    let at = names
+        .iter()
+        .position(|n| *n == "pre_checkpoint_save")
+        .unwrap();
+    assert_eq!(
+        &names[at - 1..at + 3],
+        [
+            "post_optimizer_step",
+            "pre_checkpoint_save",
+            "post_checkpoint_save",
+            "pre_forward"
+        ]
+    );
+    assert_eq!(count(&t, "pre_forward", Phase::Train), 6);
+}

@@ -25,6 +25,8 @@ Where each mark comes from, and why that source:
   fires no optimizer hook and is sent as a note. A program with no torch optimizer at all
   (weights updated by hand) counts a step at every training forward that follows a backward.
   The next step begins at the next training forward: an eval after the last step is not a step.
+- `pre_checkpoint_save` / `post_checkpoint_save`: around `torch.save`, so a checkpoint's spike is
+  named for what it is.
 - the phase: `eval` when the module is not training, grad is off or inference mode is on —
   except a `frozen_forward`: a module none of whose parameters requires grad (a diffusion
   loop's VAE or text encoder, a distillation teacher) run inside a training step — after the
@@ -142,7 +144,8 @@ def install(torch, here):
     register_optimizer_step_post_hook(_guard(_opt_post))
     # Each patch on its own: one that this torch does not support leaves the others in place.
     for patch in (_patch_train, _patch_optimizer_init, _patch_getstate, _patch_jit,
-                  _patch_compile, _patch_grad_scaler, _patch_cuda_init, _patch_excepthook):
+                  _patch_compile, _patch_grad_scaler, _patch_cuda_init, _patch_excepthook,
+                  _patch_save):
         try:
             patch()
         except BaseException as e:
@@ -539,6 +542,32 @@ def _patch_optimizer_init():
         return __init__
 
     _replace(_torch.optim.Optimizer, "__init__", make)
+
+
+def _patch_save():
+    """`torch.save`: a checkpoint (a state dict's copies, the pickler's buffers, a CPU copy of
+    device tensors) is a spike of its own, between `pre_checkpoint_save` and
+    `post_checkpoint_save`, in the phase and step it happens in, so that the analysis names it
+    instead of blaming the step."""
+    def make(original):
+        def save(*args, **kwargs):
+            _save_mark("pre_checkpoint_save")
+            try:
+                return original(*args, **kwargs)
+            finally:
+                _save_mark("post_checkpoint_save")
+        return save
+
+    _replace(_torch, "save", make)
+
+
+def _save_mark(stage):
+    try:
+        S = _S
+        if S is not None and not S.depth and _torch._C._current_graph_task_id() == -1:
+            _emit(stage, S.last_phase or "train")
+    except BaseException as e:
+        _interrupted(e)
 
 
 def _patch_compile():

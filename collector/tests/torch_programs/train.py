@@ -96,6 +96,9 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--oom-step", type=int, default=-1,
                    help="at this step, after the forward, ask for 1.5x the free device memory")
+    p.add_argument("--save-every", type=int, default=0,
+                   help="torch.save a checkpoint (model and optimizer state) every N steps")
+    p.add_argument("--save-path", default="checkpoint.pt")
     p.add_argument("--report", default=None,
                    help="write torch.cuda.memory_stats() after every backward and optimizer step, "
                         "and the OOM's text, to this JSON file (what users print by hand)")
@@ -160,6 +163,9 @@ def main():
         if args.leak == "list":
             kept.append(torch.ones(int(args.leak_mib * (1 << 20)) // 4))
         step += 1
+        if args.save_every and step % args.save_every == 0:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
+                       args.save_path)
         if args.eval_every and step % args.eval_every == 0:
             model.eval()
             with torch.no_grad():
