@@ -56,6 +56,8 @@ _ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks 
 # whether eval forwards keep autograd graphs decides if "use torch.no_grad()" is advice or noise.
 EVAL_AUTOGRAD_ON_NOTE = "eval forwards run with autograd on"
 EVAL_AUTOGRAD_OFF_NOTE = "eval forwards run without autograd"
+# The stages around torch.save (`oomscope_format::CHECKPOINT_SAVE_STAGES`).
+PRE_SAVE, POST_SAVE = "pre_checkpoint_save", "post_checkpoint_save"
 _IDLE_AFTER = 8  # steps of one optimizer, another never stepping, before that one is set aside
 
 _probe = None
@@ -551,11 +553,11 @@ def _patch_save():
     instead of blaming the step."""
     def make(original):
         def save(*args, **kwargs):
-            _save_mark("pre_checkpoint_save")
+            _save_mark(PRE_SAVE)
             try:
                 return original(*args, **kwargs)
             finally:
-                _save_mark("post_checkpoint_save")
+                _save_mark(POST_SAVE)
         return save
 
     _replace(_torch, "save", make)

@@ -105,6 +105,9 @@ mod tests {
             let declared = format!("{name} = {words:?}");
             assert!(hooks.contains(&declared), "{declared}");
         }
+        let [pre, post] = oomscope_format::CHECKPOINT_SAVE_STAGES;
+        let declared = format!("PRE_SAVE, POST_SAVE = {pre:?}, {post:?}");
+        assert!(hooks.contains(&declared), "{declared}");
         assert_eq!(
             oom_snapshot_prefix(Path::new("/runs/a.oomt")),
             OsString::from("/runs/a.oom-")

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::metrics::counter_with_data;
 use crate::rank_views::RankProcess;
-use oomscope_format::{CounterId, CounterKind, Trace};
+use oomscope_format::{CHECKPOINT_SAVE_STAGES, CounterId, CounterKind, Trace};
 
 /// A spike is named when the node's peak exceeds its level in the loop by this much…
 pub const NODE_SPIKE_MIN_BYTES: u64 = 256 << 20;
@@ -104,7 +104,14 @@ pub fn node_host_spike(
         return None;
     }
     let series = node_series(trace);
-    let (first, last) = (trace.marks.first()?.t_us, trace.marks.last()?.t_us);
+    // The loop's marks: a checkpoint saved before the loop (the file the ranks then load) is not
+    // the loop's first mark.
+    let mut in_loop = trace
+        .marks
+        .iter()
+        .filter(|m| !CHECKPOINT_SAVE_STAGES.contains(&m.name.as_ref()));
+    let first = in_loop.next()?.t_us;
+    let last = in_loop.next_back().map_or(first, |m| m.t_us);
     let at = |t_us: u64| {
         let i = series.partition_point(|(t, _)| *t <= t_us);
         i.checked_sub(1).map(|i| series[i].1)

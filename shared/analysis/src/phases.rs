@@ -35,7 +35,9 @@ pub struct PhaseTransition {
     pub entry_t_us: u64,
     /// Eval marks in the stretch.
     pub eval_marks: usize,
-    /// Highest value during eval.
+    /// Highest value during eval: at its marks, and for a sampled counter at every sample from
+    /// its first mark to the first training mark after it (a `torch.cat(all_logits)` after the
+    /// last eval batch happens between marks).
     pub eval_peak_bytes: Option<u64>,
     /// The stage the eval's growth is measured at: its first mark's, seen again at its last batch.
     pub within_stage: Option<String>,
@@ -79,7 +81,19 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
         let eval_end = (i..marks.len())
             .find(|&j| marks[j].phase != Phase::Eval)
             .unwrap_or(marks.len());
-        let eval_peak = column[i..eval_end].iter().flatten().copied().max();
+        let sampled_until = marks.get(eval_end).map_or(u64::MAX, |m| m.t_us);
+        let eval_peak = column[i..eval_end]
+            .iter()
+            .flatten()
+            .copied()
+            .chain(sampled_peak(
+                trace,
+                values,
+                primary,
+                marks[i].t_us,
+                sampled_until,
+            ))
+            .max();
         let within_stage = marks[i].name.as_ref();
         let batches: Vec<usize> = (i..eval_end)
             .filter(|&j| marks[j].name.as_ref() == within_stage)
@@ -128,6 +142,29 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
         i = eval_end.max(i + 1);
     }
     out
+}
+
+/// The highest sample of metric `index` (when it is a sampled counter) in `[from_us, until_us)`.
+fn sampled_peak(
+    trace: &Trace,
+    values: &MarkValues,
+    index: usize,
+    from_us: u64,
+    until_us: u64,
+) -> Option<u64> {
+    let crate::metrics::Metric::Counter(id) = values.metrics()[index] else {
+        return None;
+    };
+    let times = trace.samples.times_us();
+    let column = trace.samples.column(id)?;
+    let start = times.partition_point(|&t| t < from_us);
+    let end = times.partition_point(|&t| t < until_us);
+    column
+        .get(start..end)?
+        .iter()
+        .copied()
+        .filter(|&v| v != oomscope_format::MISSING)
+        .max()
 }
 
 #[cfg(test)]

@@ -1124,6 +1124,10 @@ pub struct Note {
 /// the same words (`OOM_SNAPSHOT_NOTE` in `_oomscope_torch.py`; a test holds them equal).
 pub const OOM_SNAPSHOT_NOTE: &str = "memory snapshot at the OOM: ";
 
+/// The stages the zero-code hooks mark around `torch.save` (`PRE_SAVE`/`POST_SAVE` in
+/// `_oomscope_torch.py`; a test holds them equal): a checkpoint, not a stage of the training loop.
+pub const CHECKPOINT_SAVE_STAGES: [&str; 2] = ["pre_checkpoint_save", "post_checkpoint_save"];
+
 /// The zero-code hooks' note, sent once, when an eval forward runs with autograd on (so advice
 /// to evaluate under `torch.no_grad()` fits); the Python hooks write the same words
 /// (`EVAL_AUTOGRAD_ON_NOTE` in `_oomscope_torch.py`; a test holds them equal).

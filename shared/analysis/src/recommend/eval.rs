@@ -57,8 +57,8 @@ pub struct EvalAboveTraining<'a> {
     pub training_peak_bytes: u64,
     /// See [`EvalRetention::autograd`].
     pub autograd: Option<bool>,
-    /// The eval grew inside itself by at least half of its rise above the memory before it:
-    /// outputs collected batch by batch (the `torch.cat(all_logits)` pattern).
+    /// The eval grew inside itself by at least a third of its rise above the memory before it
+    /// (the outputs collected batch by batch, then as much again for `torch.cat(all_logits)`).
     pub accumulates: bool,
     /// Memory was also kept after evals (an `eval-retains-memory` finding says so).
     pub also_retains: bool,
@@ -100,7 +100,7 @@ impl Diagnose for EvalPeak {
             .map_or(0, |b| eval_peak_bytes.saturating_sub(b));
         let accumulates = eval
             .within_growth_bytes
-            .is_some_and(|g| g > 0 && g.unsigned_abs().saturating_mul(2) >= rise);
+            .is_some_and(|g| g > 0 && g.unsigned_abs().saturating_mul(3) >= rise);
         Some(EvalAboveTraining {
             eval,
             eval_peak_bytes,
