@@ -110,14 +110,17 @@ fn lightning_validation_outputs_never_cleared_are_an_eval_staircase_not_a_leak()
     let entries: Vec<u64> = evals[1..].iter().map(|e| e.entry_step).collect();
     assert_eq!(entries, [19, 39, 59, 79, 99, 119]);
     assert_eq!(evals[6].retained_bytes, None, "no training after the last");
-    // Kept after the evals, grown inside them: 10 batches × 8 MiB of logits, give or take what
-    // the C allocator reuses of training's freed memory (RSS).
-    for e in &evals[1..6] {
-        let kept = e.retained_bytes.unwrap();
-        assert!((40 << 20..=160 << 20).contains(&kept), "{e:#?}");
-        let within = e.within_growth_bytes.unwrap();
-        assert!(within >= 16 << 20, "{e:#?}");
-    }
+    // Kept after the evals, grown inside them: 10 batches × 8 MiB of logits each, 400 MiB in the
+    // five — give or take what the C allocator reuses of training's freed memory, which RSS
+    // shows eval by eval, so the sums are what is held to the numbers.
+    let kept: i64 = evals[1..6].iter().map(|e| e.retained_bytes.unwrap()).sum();
+    assert!((250 << 20..=800 << 20).contains(&kept), "{evals:#?}");
+    assert!(evals[1..6].iter().all(|e| e.retained_bytes.unwrap() > 0));
+    let within: i64 = evals[1..6]
+        .iter()
+        .map(|e| e.within_growth_bytes.unwrap())
+        .sum();
+    assert!(within >= 120 << 20, "{evals:#?}");
     let top = &a.findings[0];
     assert_eq!(
         top.kind,
@@ -179,7 +182,7 @@ fn a_trainer_whose_compute_metrics_keeps_predictions_keeps_memory_at_each_eval()
     assert_eq!(entries, [9, 19, 29, 39]);
     for e in &a.phase_transitions[..3] {
         let kept = e.retained_bytes.unwrap();
-        assert!((56 << 20..=80 << 20).contains(&kept), "{e:#?}");
+        assert!((48 << 20..=96 << 20).contains(&kept), "{e:#?}");
     }
     let top = &a.findings[0];
     assert_eq!(

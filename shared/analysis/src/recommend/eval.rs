@@ -151,7 +151,22 @@ impl Diagnose for EvalPeak {
         );
         let host = d.eval.metric.is_host();
         let change = if d.accumulates {
-            eval_change(d.autograd, host)
+            let off_device = if host {
+                ""
+            } else {
+                ", or move each batch's outputs off the device as they come (.detach().cpu(); \
+                 Hugging Face Trainer: eval_accumulation_steps)"
+            };
+            let no_grad = if d.autograd == Some(true) {
+                "run eval under torch.no_grad() (its forwards keep autograd graphs); "
+            } else {
+                ""
+            };
+            format!(
+                "{no_grad}compute the metric batch by batch (a running count of correct \
+                 predictions, a running sum of the loss) instead of collecting every batch's \
+                 outputs and concatenating them{off_device}"
+            )
         } else if d.autograd == Some(true) {
             "run eval under torch.no_grad() (or torch.inference_mode()): its forwards run with \
              autograd on and keep their graphs"
