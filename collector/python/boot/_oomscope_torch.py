@@ -24,7 +24,8 @@ Where each mark comes from, and why that source:
   are several forwards and backwards in one step; a step GradScaler skips (inf/NaN gradients)
   fires no optimizer hook and is sent as a note. A program with no torch optimizer at all
   (weights updated by hand) counts a step at every training forward that follows a backward.
-  The next step begins at the next training forward: an eval after the last step is not a step.
+  The next step begins at the next training forward (or optimizer step, when the step runs its
+  forward in a closure): an eval after the last step is not a step.
 - `pre_checkpoint_save` / `post_checkpoint_save`: around `torch.save`, so a checkpoint's spike is
   named for what it is.
 - the phase: `eval` when the module is not training, grad is off or inference mode is on —
@@ -670,6 +671,11 @@ def _opt_pre(optimizer, args, kwargs):
     S.idle.discard(optimizer)
     if S.in_opt_step == 1:
         S.opt_outer = id(optimizer)
+        if S.step_pending:
+            # The iteration's first event is its optimizer step: `optimizer.step(closure)` runs
+            # the forward and backward inside it (Lightning, LBFGS), so the step begins here.
+            S.step_pending = False
+            S.step += 1
         _emit("pre_optimizer_step", "train")
     return None
 

@@ -443,6 +443,9 @@ fn fit_stage(
     })
 }
 
+/// At most this many steps after an eval or a pause count as its settling (see `split_growth`).
+pub const SETTLE_STEPS: u64 = 3;
+
 /// Growth of consecutive fitted points, split into what the training steps kept and what the
 /// transitions between them kept.
 struct GrowthSplit {
@@ -471,6 +474,7 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
     let (mut train_growth, mut train_steps) = (0.0, 0u64);
     let (mut transition_growth, mut transitions) = (0.0, 0);
     let mut after_transition = false;
+    let mut settle_steps = 0u64;
     let mut offset = 0.0;
     let mut within_train = Vec::with_capacity(points.len());
     within_train.extend(points.first().map(|p| (p.step as f64, p.value as f64)));
@@ -487,13 +491,21 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
             transition_growth += delta;
             transitions += 1;
             after_transition = true;
+            settle_steps = 0;
             offset += delta;
-        } else if std::mem::take(&mut after_transition) {
-            // The first step after a transition settles it: what the transition kept shows in
-            // the allocator's reserved bytes once training next reaches its high point.
+        } else if after_transition
+            && settle_steps < SETTLE_STEPS
+            && (delta > 0.0 || settle_steps == 0)
+        {
+            // The steps right after a transition settle it: what the transition kept shows in
+            // the allocator's reserved bytes once training next reaches its high point, and in
+            // RSS over the next steps or two as the C allocator's heap takes in what an eval
+            // left; the settling ends at the first step that does not grow.
             transition_growth += delta;
             offset += delta;
+            settle_steps += steps.max(1);
         } else {
+            after_transition = false;
             train_growth += delta;
             train_steps += steps;
         }

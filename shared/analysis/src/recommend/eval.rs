@@ -269,9 +269,14 @@ pub struct EvalRetention<'a> {
     /// Whether eval forwards ran with autograd on (the zero-code hooks' note); `None` when the
     /// trace does not say (marks by hand, or no hooks).
     pub autograd: Option<bool>,
-    /// The worst eval grew inside itself, batch by batch, by at least half of what it kept:
-    /// its outputs are collected and kept.
+    /// The retaining evals grew inside themselves, batch by batch, by at least half of what
+    /// they kept (summed: the C allocator's reuse of freed memory moves single evals): their
+    /// outputs are collected and kept.
     pub accumulates: bool,
+    /// Growth inside the retaining evals, summed, and the batches it came over.
+    pub within_growth_bytes: i64,
+    /// See `within_growth_bytes`.
+    pub within_batches: usize,
 }
 
 /// Whether the trace's eval forwards ran with autograd on: `Some(true)` when any did (the
@@ -368,10 +373,18 @@ impl Diagnose for EvalRetainsMemory {
         })?;
         let total_retained_bytes: i64 = retaining.iter().filter_map(|t| t.retained_bytes).sum();
         let projection = eval_projection(ctx, transitions, &retaining, total_retained_bytes);
-        let retained = worst.retained_bytes.unwrap_or(0);
-        let accumulates = worst
-            .within_growth_bytes
-            .is_some_and(|g| g > 0 && g.saturating_mul(2) >= retained);
+        let within_growth_bytes: i64 = retaining
+            .iter()
+            .filter_map(|t| t.within_growth_bytes)
+            .filter(|g| *g > 0)
+            .sum();
+        let within_batches: usize = retaining
+            .iter()
+            .filter(|t| t.within_growth_bytes.is_some())
+            .map(|t| t.eval_batches.saturating_sub(1))
+            .sum();
+        let accumulates = within_growth_bytes > 0
+            && within_growth_bytes.saturating_mul(2) >= total_retained_bytes;
         Some(EvalRetention {
             worst,
             retaining_evals: retaining.len(),
@@ -381,6 +394,8 @@ impl Diagnose for EvalRetainsMemory {
             also_leaks: ctx.analysis.leaks().next().is_some(),
             autograd: eval_autograd(ctx.trace),
             accumulates,
+            within_growth_bytes,
+            within_batches,
         })
     }
 
@@ -418,18 +433,18 @@ impl Diagnose for EvalRetainsMemory {
                 format_bytes(total.max(0).unsigned_abs())
             ));
         }
-        if let (true, Some(growth), Some(stage)) = (
-            d.accumulates,
-            worst.within_growth_bytes,
-            worst.within_stage.as_deref(),
-        ) {
-            let batches = worst.eval_batches.saturating_sub(1).max(1);
+        if d.accumulates {
+            let growth = d.within_growth_bytes.unsigned_abs();
+            let them = if d.retaining_evals > 1 {
+                "the evals that kept memory"
+            } else {
+                "that eval"
+            };
             explanation.push_str(&format!(
-                "; inside that eval it grew {} over {} batches ({}/batch at {stage}): what the \
-                 eval collects batch by batch is what stays",
-                format_bytes(growth.unsigned_abs()),
-                format_count(worst.eval_batches as u64),
-                format_bytes(growth.unsigned_abs() / batches as u64),
+                "; inside {them} it grew {} batch by batch ({}/batch): what the eval collects \
+                 batch by batch is what stays",
+                format_bytes(growth),
+                format_bytes(growth / d.within_batches.max(1) as u64),
             ));
         }
         if d.autograd == Some(false) {
