@@ -63,6 +63,7 @@ _IDLE_AFTER = 8  # steps of one optimizer, another never stepping, before that o
 
 _probe = None
 _probe_module = None  # the helper's module (its file's frames are ours too)
+_breakdown = None  # `_oomscope_breakdown`: what the model's memory is
 _torch = None
 _S = None  # the state, one per process
 
@@ -111,6 +112,10 @@ class _State:
         # Where the first OOM's whole memory snapshot goes: this prefix, the pid, `.pickle`.
         self.snapshot_prefix = None
         self.paused = False
+        self.iterations = 0  # iterations ended (every optimizer stepped)
+        self.breakdown_at = 1  # the iteration that measures the breakdown next (then ×4)
+        self.breakdown_sent = None  # the last breakdown sent
+        self.user_components = False  # the program sends its own (the helper's components())
 
 
 def install(torch, here):
@@ -128,6 +133,11 @@ def install(torch, here):
     spec.loader.exec_module(probe_module)
     _probe = probe_module.Probe()
     _probe_module = probe_module
+    global _breakdown
+    spec = importlib.util.spec_from_file_location(
+        "_oomscope_breakdown", os.path.join(here, "_oomscope_breakdown.py"))
+    _breakdown = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(_breakdown)
     if not _probe.enabled:
         return
     import warnings
@@ -230,6 +240,11 @@ def user_phase():
         _S.user_phases = True
 
 
+def user_components():
+    if _S is not None:
+        _S.user_components = True
+
+
 # --- sending ---------------------------------------------------------------------------------
 
 def _emit(stage, phase):
@@ -277,6 +292,7 @@ def _after_fork():
         _S.snapshot = old.snapshot
         _S.user_stages = old.user_stages
         _S.user_steps, _S.user_phases = old.user_steps, old.user_phases
+        _S.user_components = old.user_components
         _S.mode, _S.roots = old.mode, old.roots
         _S.global_handles, _S.root_handles = old.global_handles, old.root_handles
         _S.root_hook_ids = old.root_hook_ids
@@ -695,6 +711,31 @@ def _opt_post(optimizer, args, kwargs):
     # the iteration.
     if _iteration_done(optimizer):
         S.step_pending = True
+        S.iterations += 1
+        if S.iterations >= S.breakdown_at:
+            S.breakdown_at = S.iterations * 4
+            _send_breakdown()
+
+
+def _send_breakdown():
+    """The model's memory by component, at the end of iterations 1, 4, 16, 64, ... (gradients and
+    optimizer state exist then), sent when it changed (`_oomscope_breakdown`)."""
+    S = _S
+    if not S.active or S.paused or S.user_components:
+        return
+    try:
+        b = _breakdown.measure(_torch, list(S.optimizers), sys._getframe(1))
+    except BaseException as e:
+        _interrupted(e)
+        return
+    if b == S.breakdown_sent:
+        return
+    S.breakdown_sent = b
+    extras = dict(b["extras"])
+    _probe._components(parameters_bytes=b["parameters_bytes"], buffers_bytes=b["buffers_bytes"],
+                      gradients_bytes=b["gradients_bytes"],
+                      optimizer_state_bytes=b["optimizer_state_bytes"],
+                      step=None if S.user_steps else S.step, **extras)
 
 
 def _iteration_done(optimizer):

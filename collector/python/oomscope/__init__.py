@@ -218,7 +218,14 @@ class Probe:
 
     def components(self, parameters_bytes=0, buffers_bytes=0, gradients_bytes=0,
                    optimizer_state_bytes=0, batch_size=None, step=None, **extras):
-        """Model memory by component; extra copies as keyword arguments (ema=bytes, ...)."""
+        """Model memory by component; extra copies as keyword arguments (ema=bytes, ...). The
+        zero-code hooks measure it themselves until the program sends its own."""
+        _tell_hooks("user_components")
+        self._components(parameters_bytes, buffers_bytes, gradients_bytes, optimizer_state_bytes,
+                         batch_size, step, **extras)
+
+    def _components(self, parameters_bytes=0, buffers_bytes=0, gradients_bytes=0,
+                    optimizer_state_bytes=0, batch_size=None, step=None, **extras):
         if self._sock is None:
             return
         line = "components parameters_bytes=%d buffers_bytes=%d gradients_bytes=%d optimizer_state_bytes=%d" % (

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 /// The files of the bootstrap directory: (name, contents).
-const FILES: [(&str, &str); 4] = [
+const FILES: [(&str, &str); 5] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
@@ -24,6 +24,10 @@ const FILES: [(&str, &str); 4] = [
     (
         "_oomscope_torch.py",
         include_str!("../../python/boot/_oomscope_torch.py"),
+    ),
+    (
+        "_oomscope_breakdown.py",
+        include_str!("../../python/boot/_oomscope_breakdown.py"),
     ),
     // The helper (the wheel's `oomscope` package): the hooks send through it, and the program
     // can `import oomscope` (or `oomscope_probe`, its former name) without installing anything.

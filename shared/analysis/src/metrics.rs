@@ -222,24 +222,18 @@ pub fn host_in_use(trace: &Trace) -> Option<CounterId> {
 /// Whether PSS is materially below RSS where RSS peaks (the moment host memory matters): at
 /// least [`SHARED_MIN_SHARE`] of the RSS peak is shared between the tree's processes. A brief
 /// second process at start-up (a launcher's shim) does not make a single-process run's memory a
-/// PSS story.
+/// PSS story. The peak is taken over the rows that read both: the sampler writes no PSS for a
+/// tree the poller has not read yet (workers just forked), and a PSS carried over from before
+/// the fork would compare one process with five.
 fn pss_differs(trace: &Trace, pss: CounterId, rss: CounterId) -> bool {
-    let Some(r) = trace.samples.column(rss) else {
+    let (Some(r), Some(p)) = (trace.samples.column(rss), trace.samples.column(pss)) else {
         return false;
     };
-    let Some((row, &peak)) = r
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| **v != MISSING)
-        .max_by_key(|(i, v)| (**v, std::cmp::Reverse(*i)))
-    else {
-        return false;
-    };
-    let t_us = trace.samples.times_us()[row];
-    trace
-        .samples
-        .value_at(pss, t_us)
-        .is_some_and(|p| (p as f64) < (1.0 - SHARED_MIN_SHARE) * peak as f64)
+    r.iter()
+        .zip(p)
+        .filter(|(r, p)| **r != MISSING && **p != MISSING)
+        .max_by_key(|(r, _)| **r)
+        .is_some_and(|(r, p)| (*p as f64) < (1.0 - SHARED_MIN_SHARE) * *r as f64)
 }
 
 /// See `pss_differs`.
@@ -484,6 +478,34 @@ mod tests {
         assert_eq!(Metric::Counter(process).label(&trace), "gpu0.process");
         assert!(Metric::Counter(rss).is_host(&trace));
         assert_eq!(Metric::Counter(used).device(&trace), Some(0));
+    }
+
+    #[test]
+    fn pss_is_the_memory_in_use_when_read_below_rss_even_if_missing_at_the_rss_peak() {
+        // One process (PSS = RSS), then five forked ones sharing its 256 units: the RSS peak's
+        // row has no PSS (the poller had not read that tree yet), a later row of the same tree
+        // has. The comparison is made where both were read, not against the PSS carried over
+        // from the one-process tree.
+        let mut trace = Trace::default();
+        let rss = trace.declare_counter(CounterKind::HostRss, None);
+        let pss = trace.declare_counter(CounterKind::HostPss, None);
+        trace.samples.push_row(0, &[(rss, 260), (pss, 260)]);
+        for t in 1..100 {
+            trace.samples.push_row(t, &[(rss, 260)]);
+        }
+        trace.samples.push_row(100, &[(rss, 1300)]);
+        trace.samples.push_row(101, &[(rss, 1290), (pss, 300)]);
+        assert_eq!(host_in_use(&trace), Some(pss));
+        assert!(!pss_is_rss(&trace));
+
+        // One process all along: RSS is the name everyone knows.
+        let mut single = Trace::default();
+        let rss = single.declare_counter(CounterKind::HostRss, None);
+        let pss = single.declare_counter(CounterKind::HostPss, None);
+        single.samples.push_row(0, &[(rss, 260), (pss, 260)]);
+        single.samples.push_row(1, &[(rss, 300), (pss, 299)]);
+        assert_eq!(host_in_use(&single), Some(rss));
+        assert!(pss_is_rss(&single));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::marks::StageAt;
 use crate::metrics::{MarkValues, Metric, MetricKey, counter_with_data, has_snapshots};
-use oomscope_format::{ComponentBreakdown, CounterId, CounterKind, NamedBytes, Trace};
+use oomscope_format::{ComponentBreakdown, CounterId, CounterKind, MISSING, NamedBytes, Trace};
 
 /// Where a peak was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -162,7 +162,8 @@ pub struct Peak {
     /// Set when the peak came before the first mark (setup, loading) or after the last one
     /// (teardown, saving): no stage was running then.
     pub outside_marks: Option<OutsideMarks>,
-    /// The nearest component breakdown (device peaks only).
+    /// The nearest component breakdown: on device peaks, or on the host's when the tensors
+    /// live in host memory (see [`tensors_on_host`]).
     pub components: Option<PeakComponents>,
 }
 
@@ -259,6 +260,21 @@ pub fn breakdown_near(trace: &Trace, t_us: u64) -> Option<&ComponentBreakdown> {
     })
 }
 
+/// True when the program's tensors live in host memory: no allocator data (the hooks attach the
+/// CUDA allocator's statistics to every mark once the program uses CUDA) and no GPU memory of the
+/// program's own processes. A CPU run on a GPU host still records the device's `used`, which
+/// is other programs' memory, not this one's model.
+pub fn tensors_on_host(trace: &Trace) -> bool {
+    let process_gpu = trace
+        .counters
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.kind == CounterKind::ProcessGpu)
+        .filter_map(|(i, _)| trace.samples.column(CounterId(i as u32)))
+        .any(|column| column.iter().any(|v| *v != MISSING && *v > 0));
+    !has_allocator_data(trace) && !process_gpu
+}
+
 /// True when the trace has any allocator data (snapshots or allocator counters with data).
 pub fn has_allocator_data(trace: &Trace) -> bool {
     has_snapshots(trace)
@@ -278,6 +294,7 @@ pub fn has_allocator_data(trace: &Trace) -> bool {
 pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
     let allocator = has_allocator_data(trace);
     let has_process = counter_with_data(trace, CounterKind::ProcessGpu).is_some();
+    let on_host = tensors_on_host(trace);
     let basis_for = |measure: Measure| match measure {
         Measure::Allocated => Some(ActivationsBasis::AllocatorAllocated),
         Measure::ProcessGpu if !allocator => Some(ActivationsBasis::ProcessGpu),
@@ -285,8 +302,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         _ => None,
     };
     let finish = |metric: MetricKey, source, measure: Measure, device, bytes, t_us| {
-        let components = measure
-            .is_device()
+        let components = (measure.is_device() != on_host)
             .then(|| breakdown_near(trace, t_us))
             .flatten()
             .map(|b| PeakComponents::new(b, bytes, basis_for(measure)));
@@ -381,26 +397,24 @@ fn first_max(values: impl Iterator<Item = Option<u64>>) -> Option<(usize, u64)> 
     best
 }
 
-/// The peak whose make-up the viewer charts: the memory peak ([`memory_peak`]) when the
-/// analysis attached components to it; for a run without a device breakdown (a CPU run), the
-/// host RSS peak against the nearest component breakdown; else the memory peak as it is.
-pub fn breakdown_peak(trace: &Trace, peaks: &[Peak]) -> Option<Peak> {
+/// The peak whose make-up the summary and the viewer show: the memory peak ([`memory_peak`]) when
+/// the analysis attached components to it; for a run whose tensors live in host memory, the
+/// host peak in use (PSS where it is the memory in use, else RSS) with its breakdown; else the
+/// memory peak as it is.
+pub fn breakdown_peak(peaks: &[Peak]) -> Option<&Peak> {
     let device = memory_peak(peaks);
     if let Some(p) = device.filter(|p| p.components.is_some()) {
-        return Some(p.clone());
+        return Some(p);
     }
-    let host = peaks
-        .iter()
-        .filter(|p| p.measure == Measure::HostRss)
-        .max_by_key(|p| p.bytes)
-        .and_then(|p| {
-            let near = breakdown_near(trace, p.t_us)?;
-            Some(Peak {
-                components: Some(PeakComponents::new(near, p.bytes, None)),
-                ..p.clone()
-            })
+    let host = [Measure::HostPss, Measure::HostRss]
+        .into_iter()
+        .find_map(|m| {
+            peaks
+                .iter()
+                .filter(|p| p.measure == m && p.components.is_some())
+                .max_by_key(|p| p.bytes)
         });
-    host.or_else(|| device.cloned())
+    host.or(device)
 }
 
 impl Peak {
@@ -699,7 +713,7 @@ mod tests {
         });
         let values = MarkValues::new(&trace);
         let all = peaks(&trace, &values);
-        let p = breakdown_peak(&trace, &all).expect("a host peak");
+        let p = breakdown_peak(&all).expect("a host peak");
         assert_eq!((p.measure, p.bytes), (Measure::HostRss, 900));
         let parts: Vec<(String, u64)> = p
             .parts()

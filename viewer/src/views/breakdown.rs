@@ -50,13 +50,13 @@ fn draw_bars(canvas: &web_sys::HtmlCanvasElement, parts: &[(String, u64)]) -> Op
 /// What made up memory at the peak: parameters, gradients, optimizer state, activations, other.
 #[component]
 pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
-    let Some(peak) = breakdown_peak(&trace, &analysis.peaks) else {
+    let Some(peak) = breakdown_peak(&analysis.peaks) else {
         return ().into_any();
     };
     if peak.components.is_none() {
         return view! {
             <section id="breakdown"><h2>"At the peak"</h2>
-            <p>{format!("{} peaked at {}; the trace has no component breakdown (the tch Session and the Python helper's components() record one).",
+            <p>{format!("{} peaked at {}; the trace has no component breakdown (the zero-code hooks record one at the end of the first training step; the tch Session and the helper's components() do too).",
                 peak.metric, format_bytes(peak.bytes))}</p></section>
         }
         .into_any();

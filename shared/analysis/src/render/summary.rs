@@ -7,7 +7,7 @@
 
 use crate::Analysis;
 use crate::oom::OomContext;
-use crate::peaks::{Measure, memory_peak};
+use crate::peaks::{Measure, breakdown_peak};
 use crate::render::headline;
 use crate::render::ranks::ranks;
 use crate::render::stage_table::{stage_table, stage_tables};
@@ -215,7 +215,7 @@ fn peaks(out: &mut String, analysis: &Analysis) {
             4,
         );
     }
-    let Some(c) = memory_peak(&analysis.peaks).and_then(|p| p.components.as_ref()) else {
+    let Some(c) = breakdown_peak(&analysis.peaks).and_then(|p| p.components.as_ref()) else {
         return;
     };
     let mut parts = vec![

@@ -1,0 +1,189 @@
+"""What the model's memory is, zero-code: parameters, buffers, gradients and optimizer state, and
+the models that hold parameters but are not trained (an EMA copy, a frozen encoder or teacher),
+named as the program names them. `_oomscope_torch` calls `measure` at the end of iterations 1, 4,
+16, 64, ... (where gradients and optimizer state both exist) and sends what changed as a
+`components` record, the record the Rust `Session` writes, so the analysis, the summary and the
+report read both the same way.
+
+How each part is found, and why that way:
+- the optimizers: every `torch.optim.Optimizer` the program created (the hooks keep them weakly);
+  their parameters are the trained ones, their `state` tensors the optimizer state.
+- the models: every `nn.Module` alive in the process (`gc.get_objects()`: modules are tracked
+  containers; ~0.1 s for a million objects, paid at those iterations only) that is no other
+  module's child. One with a parameter in an optimizer is the trained model; the others holding
+  parameters or buffers (an EMA copy, a frozen VAE) are extras.
+- names: a variable or attribute that holds the model, found from the stack's frames outermost
+  first: the frames' globals (the script's own names), one level into the objects they hold
+  (`trainer.model`, `self.ema`), and on Python 3.13+ the functions' locals too. Before 3.13,
+  reading a function frame's `f_locals` leaves a snapshot of its variables on the frame that keeps
+  them alive (a tensor the loop has since dropped would not be freed), so locals are not read;
+  a model only a function's locals name is named by class, and one with the trained model's
+  class and parameter shapes is called its copy (`Denoiser_copy`).
+- bytes: each tensor's storage, counted once however many tensors view it (tied weights, a
+  flattened FSDP buffer, an optimizer state that aliases a parameter), on every device.
+"""
+
+import gc
+import sys
+import types
+
+_OUR_FILES = ("_oomscope_torch.py", "_oomscope_breakdown.py", "oomscope/__init__.py",
+              "oomscope_probe.py")
+# Items looked at in one dict, list or object the frames hold: bounded, whatever the program keeps.
+_MAX_ITEMS = 256
+
+
+class _Storages:
+    """Counts bytes once per storage."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def add(self, tensor):
+        try:
+            storage = tensor.untyped_storage()
+            nbytes = storage.nbytes()
+            key = (storage.device.type, storage.device.index, storage.data_ptr(), nbytes)
+        except Exception:  # sparse, nested or wrapper tensors: their own size, once per tensor
+            try:
+                nbytes = tensor.element_size() * tensor.nelement()
+            except Exception:
+                return 0
+            key = ("id", id(tensor))
+        if key in self.seen or nbytes == 0:
+            return 0
+        self.seen.add(key)
+        return nbytes
+
+
+def _names(torch, frame):
+    """{id(module): name} for the modules the program names: the stack's frames outermost first
+    (see the module docs for which namespaces are read)."""
+    Module = torch.nn.Module
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    names = {}
+
+    def take(name, obj):
+        if issubclass(type(obj), Module) and id(obj) not in names and name and name != "self":
+            names[id(obj)] = name.lstrip("_") or name
+
+    def inside(name, value):
+        """One level into what a variable holds."""
+        kind = type(value)  # never `isinstance`: see `_models`
+        if issubclass(kind, (types.ModuleType, type)):
+            return
+        if issubclass(kind, Module):
+            items = value.__dict__.get("_modules") or {}
+        elif issubclass(kind, dict):
+            items = value
+        elif issubclass(kind, (list, tuple)):
+            items = {"%s[%d]" % (name, i): v for i, v in enumerate(value[:_MAX_ITEMS])}
+        else:
+            items = getattr(value, "__dict__", None)
+            if not isinstance(items, dict):
+                return
+        for i, (attr, inner) in enumerate(list(items.items())):
+            if i >= _MAX_ITEMS:
+                break
+            if isinstance(attr, str) and not attr.startswith("__"):
+                take(attr, inner)
+
+    read_locals = sys.version_info >= (3, 13)
+    namespaces = []
+    for f in reversed(frames):
+        if any(f.f_code.co_filename.endswith(ours) for ours in _OUR_FILES):
+            continue
+        if not namespaces or namespaces[-1] is not f.f_globals:
+            namespaces.append(f.f_globals)
+        if read_locals and f.f_locals is not f.f_globals:
+            namespaces.append(f.f_locals)
+    for namespace in namespaces:
+        try:
+            variables = list(namespace.items())
+        except Exception:
+            continue
+        for name, value in variables:
+            if isinstance(name, str) and not name.startswith("__"):
+                take(name, value)
+        for name, value in variables[:_MAX_ITEMS * 4]:
+            if isinstance(name, str) and not name.startswith("__"):
+                inside(name, value)
+    return names
+
+
+def _models(torch):
+    """The outermost modules alive: no other module's child."""
+    Module = torch.nn.Module
+    # `type()`, not `isinstance`: the latter asks an object its `__class__`, which some answer
+    # with a warning on the program's stderr (torch.distributed.reduce_op).
+    modules = [o for o in gc.get_objects() if issubclass(type(o), Module)]
+    children = set()
+    for m in modules:
+        for child in m.__dict__.get("_modules", {}).values():
+            children.add(id(child))
+    return [m for m in modules if id(m) not in children]
+
+
+def _shape(module, params):
+    return type(module), tuple(tuple(p.shape) for p in params)
+
+
+def measure(torch, optimizers, frame):
+    """The breakdown now: a dict of `parameters_bytes`, `buffers_bytes`, `gradients_bytes`,
+    `optimizer_state_bytes` and `extras` ([(name, bytes)], the untrained models)."""
+    trained = set()
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                trained.add(id(p))
+    names = _names(torch, frame)
+    storages = _Storages()
+    parameters = buffers = gradients = state = 0
+    trained_shapes = set()  # (class, parameter shapes) of the trained models: a copy matches
+    untrained = []
+    params_seen = []
+    for module in _models(torch):
+        params = list(module.parameters())
+        if any(id(p) in trained for p in params):
+            parameters += sum(storages.add(p) for p in params)
+            buffers += sum(storages.add(b) for b in module.buffers())
+            params_seen += params
+            trained_shapes.add(_shape(module, params))
+        else:
+            untrained.append((module, params))
+    extras = {}
+    for module, params in untrained:
+        size = sum(storages.add(p) for p in params) + \
+            sum(storages.add(b) for b in module.buffers())
+        if not size:
+            continue
+        label = names.get(id(module))
+        if label is None:
+            label = type(module).__name__
+            if _shape(module, params) in trained_shapes:
+                label += "_copy"
+        extras[label] = extras.get(label, 0) + size
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                parameters += storages.add(p)
+                params_seen.append(p)
+    for p in params_seen:
+        if p.grad is not None:
+            gradients += storages.add(p.grad)
+    for opt in optimizers:
+        for per_param in opt.state.values():
+            values = per_param.values() if isinstance(per_param, dict) else (per_param,)
+            for v in values:
+                if isinstance(v, torch.Tensor):
+                    state += storages.add(v)
+    return {
+        "parameters_bytes": parameters,
+        "buffers_bytes": buffers,
+        "gradients_bytes": gradients,
+        "optimizer_state_bytes": state,
+        "extras": sorted(extras.items()),
+    }
