@@ -6,6 +6,7 @@ use leptos::html::Canvas;
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
 use oomscope_analysis::peaks::breakdown_peak;
+use oomscope_analysis::render::breakdown::breakdown_line;
 use oomscope_format::Trace;
 use oomscope_format::units::format_bytes;
 use plotters::prelude::*;
@@ -89,6 +90,7 @@ pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
         <section id="breakdown">
             <h2>"At the peak"</h2>
             <p>{format!("{} peaked at {}{stage}.", peak.metric, format_bytes(peak.bytes))}</p>
+            <p class="breakdown-line">{breakdown_line(peak)}</p>
             <div class="split">
                 <canvas id="breakdown-canvas" node_ref=canvas_ref height="220"></canvas>
                 <table class="breakdown">{rows}</table>

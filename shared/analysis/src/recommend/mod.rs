@@ -14,6 +14,7 @@
 //! snapshot-tested in `tests/summary_text.rs`, so a wording change is a reviewed diff).
 
 mod allocator;
+mod copies;
 mod eval;
 mod growth;
 mod host;
@@ -31,6 +32,7 @@ pub use allocator::{
     EXPANDABLE_SEGMENTS_CHANGE, FRAGMENTATION_MIN_GAP_BYTES, FRAGMENTATION_MIN_GAP_FRACTION,
     Fragmentation, OUTSIDE_ALLOCATOR_MIN_BYTES, OutsideAllocatorRule,
 };
+pub use copies::{COPIES_MIN_SHARE, ModelCopies};
 pub use eval::{
     EVAL_PEAK_MIN_BYTES, EVAL_PEAK_MIN_FRACTION, EVAL_RETAIN_MIN_BYTES,
     EVAL_RETAIN_MIN_FRACTION_OF_JUMP, EvalPeak, EvalRetainsMemory, eval_autograd,
@@ -88,6 +90,8 @@ pub enum FindingKind {
     Fragmentation,
     /// The optimizer's state is a large share of the model's memory.
     OptimizerStateHeavy,
+    /// Models that are not trained (an EMA copy, a frozen encoder) hold a large share.
+    ModelCopies,
     /// Memory grows step after step.
     Leak,
     /// Evaluation leaves memory behind.
@@ -125,6 +129,7 @@ impl FindingKind {
             FindingKind::ActivationsDominate => "activations-dominate",
             FindingKind::Fragmentation => "fragmentation",
             FindingKind::OptimizerStateHeavy => "optimizer-state-heavy",
+            FindingKind::ModelCopies => "model-copies",
             FindingKind::Leak => "leak",
             FindingKind::EvalRetainsMemory => "eval-retains-memory",
             FindingKind::EvalPeak => "eval-peak",
@@ -149,6 +154,7 @@ impl FindingKind {
             FindingKind::ActivationsDominate => "activation-heavy peak",
             FindingKind::Fragmentation => "fragmentation",
             FindingKind::OptimizerStateHeavy => "heavy optimizer state",
+            FindingKind::ModelCopies => "untrained model copies",
             FindingKind::Leak => "leak",
             FindingKind::EvalRetainsMemory => "memory kept by eval",
             FindingKind::EvalPeak => "eval peak above training",
@@ -333,6 +339,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(ActivationsDominate),
         Box::new(Fragmentation),
         Box::new(OptimizerStateHeavy),
+        Box::new(ModelCopies),
         Box::new(Leak),
         Box::new(EvalRetainsMemory),
         Box::new(EvalPeak),

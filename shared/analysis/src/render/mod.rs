@@ -3,6 +3,7 @@
 //! reads an [`crate::Analysis`] (or a snapshot's) and formats it; nothing computes a number the
 //! analysis has not, and no analysis module imports this one (`tests/layers.rs` holds the rule).
 
+pub mod breakdown;
 pub mod compare;
 pub mod headline;
 pub mod job;

@@ -8,6 +8,7 @@
 use crate::Analysis;
 use crate::oom::OomContext;
 use crate::peaks::{Measure, breakdown_peak};
+use crate::render::breakdown::breakdown_line;
 use crate::render::headline;
 use crate::render::ranks::ranks;
 use crate::render::stage_table::{stage_table, stage_tables};
@@ -215,41 +216,9 @@ fn peaks(out: &mut String, analysis: &Analysis) {
             4,
         );
     }
-    let Some(c) = breakdown_peak(&analysis.peaks).and_then(|p| p.components.as_ref()) else {
-        return;
-    };
-    let mut parts = vec![
-        format!("parameters {}", format_bytes(c.breakdown.parameters_bytes)),
-        format!("gradients {}", format_bytes(c.breakdown.gradients_bytes)),
-        format!(
-            "optimizer {}",
-            format_bytes(c.breakdown.optimizer_state_bytes)
-        ),
-    ];
-    if c.breakdown.buffers_bytes > 0 {
-        parts.push(format!(
-            "buffers {}",
-            format_bytes(c.breakdown.buffers_bytes)
-        ));
+    if let Some(text) = breakdown_peak(&analysis.peaks).and_then(breakdown_line) {
+        wrap(out, &text, 4, 4);
     }
-    parts.extend(
-        c.breakdown
-            .extras
-            .iter()
-            .map(|e| format!("{} {}", e.name, format_bytes(e.bytes))),
-    );
-    let mut text = format!(
-        "model state {} ({})",
-        format_bytes(c.total_bytes),
-        parts.join(", ")
-    );
-    if let Some(a) = c.activations_bytes {
-        text.push_str(&format!(
-            "; activations {} (peak minus model state)",
-            format_bytes(a)
-        ));
-    }
-    wrap(out, &text, 4, 4);
 }
 
 /// Section titles the terminal prints and the viewer shows over the same lines.
@@ -653,10 +622,13 @@ mod tests {
             text.contains("  peak_allocated   28.0 GiB  at post_forward of step 0\n"),
             "{text}"
         );
-        assert!(text.contains(
-            "    model state 16.0 GiB (parameters 4.00 GiB, gradients 4.00 GiB, optimizer 8.00 GiB);"
-        ));
-        assert!(text.contains("12.0 GiB (peak minus model state)\n"));
+        assert!(
+            text.contains(
+                "    peak_allocated 28.0 GiB = weights 4.00 GiB + gradients 4.00 GiB + optimizer \
+                 state 8.00 GiB +\n    activations 12.0 GiB\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("Stages (allocated,"));
         assert!(text.contains("Stages (reserved,"));
         assert!(text.contains(
