@@ -130,3 +130,64 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         );
     }
 }
+
+/// The three leaks users write, each named by the hooks' two counts of live tensors: the list
+/// that keeps every validation loss (and the graph behind it), a metric whose state is never
+/// reset, a running total summed without `.item()` — and a clean run counted never.
+#[test]
+fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() {
+    let py = torch_python();
+    for (kind, want) in [
+        ("list", "list `val_losses`"),
+        ("metric", "list `preds`"),
+        ("total", "the autograd graph behind `total_val`"),
+    ] {
+        let s = Scratch::new(&format!("held-{kind}"));
+        let cmd = [
+            py.to_str().unwrap(),
+            &program("held_leaks.py"),
+            "--kind",
+            kind,
+            "--steps",
+            "30",
+        ];
+        let (out, t) = record(&s, &cmd);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let named: Vec<_> = t
+            .held
+            .iter()
+            .filter(|h| h.holder.starts_with(want))
+            .collect();
+        assert!(!named.is_empty(), "{kind}: {:#?}", t.held);
+        for h in &named {
+            assert!(h.to_step - h.from_step >= 8, "{h:?}");
+            if h.is_graph() {
+                // Each step adds the validation loss's graph: several nodes a step.
+                assert!(h.count >= 8 * 5, "{h:?}");
+            } else {
+                // One tensor a step, 64x1024 float32 storage each (256 KiB).
+                assert_eq!(h.count, h.to_step - h.from_step, "{h:?}");
+                assert_eq!(h.bytes, h.count * 256 * 1024, "{h:?}");
+            }
+        }
+        let trace = s.path("t.oomt");
+        let summary = run(&["summary", trace.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&summary.stdout).replace("\n    ", " ");
+        assert!(
+            text.contains("What grew (live tensors counted twice") && text.contains(want),
+            "{text}"
+        );
+    }
+    // The same loop without a leak: memory flat, no count taken.
+    let s = Scratch::new("held-clean");
+    let clean = s.script(
+        "clean.py",
+        "import torch, torch.nn as nn\n\
+         m = nn.Linear(512, 512); o = torch.optim.AdamW(m.parameters())\n\
+         for _ in range(30):\n    \
+             l = m(torch.randn(64, 512)).square().mean(); l.backward(); o.step(); o.zero_grad()\n",
+    );
+    let (out, t) = record(&s, &[py.to_str().unwrap(), clean.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(t.held.is_empty(), "{:#?}", t.held);
+}

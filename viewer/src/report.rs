@@ -172,7 +172,7 @@ fn Tables(trace: Arc<Trace>, analysis: Arc<Analysis>, spotlight: Spotlight) -> i
         <StepTable trace=trace.clone() analysis=a.clone() spotlight=spotlight/>
         <CounterPeaks analysis=a.clone()/>
         <Allocator analysis=a.clone()/>
-        <Breakdown trace=trace.clone() analysis=a.clone()/>
+        <Breakdown analysis=a.clone()/>
         <Statistics trace=trace.clone()/>
         <BatchTrials trace=trace analysis=a/>
     }

@@ -27,8 +27,8 @@ import gc
 import sys
 import types
 
-_OUR_FILES = ("_oomscope_torch.py", "_oomscope_breakdown.py", "oomscope/__init__.py",
-              "oomscope_probe.py")
+_OUR_FILES = ("_oomscope_torch.py", "_oomscope_breakdown.py", "_oomscope_held.py",
+              "oomscope/__init__.py", "oomscope_probe.py")
 # Items looked at in one dict, list or object the frames hold: bounded, whatever the program keeps.
 _MAX_ITEMS = 256
 
@@ -56,9 +56,10 @@ class _Storages:
         return nbytes
 
 
-def _names(torch, frame):
-    """{id(module): name} for the modules the program names: the stack's frames outermost first
-    (see the module docs for which namespaces are read)."""
+def named(torch, frame, wanted):
+    """{id(obj): name} for the objects `wanted(obj)` accepts that the program names: the stack's
+    frames outermost first (see the module docs for which namespaces are read), one level into
+    what each variable holds. Also what the leak census (`_oomscope_held`) names holders by."""
     Module = torch.nn.Module
     frames = []
     while frame is not None:
@@ -67,7 +68,7 @@ def _names(torch, frame):
     names = {}
 
     def take(name, obj):
-        if issubclass(type(obj), Module) and id(obj) not in names and name and name != "self":
+        if name and name != "self" and id(obj) not in names and wanted(obj):
             names[id(obj)] = name.lstrip("_") or name
 
     def inside(name, value):
@@ -76,7 +77,8 @@ def _names(torch, frame):
         if issubclass(kind, (types.ModuleType, type)):
             return
         if issubclass(kind, Module):
-            items = value.__dict__.get("_modules") or {}
+            items = dict(value.__dict__.get("_modules") or {})
+            items.update((k, v) for k, v in value.__dict__.items() if not k.startswith("_"))
         elif issubclass(kind, dict):
             items = value
         elif issubclass(kind, (list, tuple)):
@@ -139,7 +141,8 @@ def measure(torch, optimizers, frame):
         for group in opt.param_groups:
             for p in group["params"]:
                 trained.add(id(p))
-    names = _names(torch, frame)
+    Module = torch.nn.Module
+    names = named(torch, frame, lambda o: issubclass(type(o), Module))
     storages = _Storages()
     parameters = buffers = gradients = state = 0
     trained_shapes = set()  # (class, parameter shapes) of the trained models: a copy matches

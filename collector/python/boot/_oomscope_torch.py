@@ -64,6 +64,7 @@ _IDLE_AFTER = 8  # steps of one optimizer, another never stepping, before that o
 _probe = None
 _probe_module = None  # the helper's module (its file's frames are ours too)
 _breakdown = None  # `_oomscope_breakdown`: what the model's memory is
+_held = None  # `_oomscope_held`: what holds a leak
 _torch = None
 _S = None  # the state, one per process
 
@@ -116,6 +117,7 @@ class _State:
         self.breakdown_at = 1  # the iteration that measures the breakdown next (then ×4)
         self.breakdown_sent = None  # the last breakdown sent
         self.user_components = False  # the program sends its own (the helper's components())
+        self.watch = None  # `_oomscope_held.Watch`: when to count live tensors
 
 
 def install(torch, here):
@@ -133,11 +135,16 @@ def install(torch, here):
     spec.loader.exec_module(probe_module)
     _probe = probe_module.Probe()
     _probe_module = probe_module
-    global _breakdown
+    global _breakdown, _held
     spec = importlib.util.spec_from_file_location(
         "_oomscope_breakdown", os.path.join(here, "_oomscope_breakdown.py"))
     _breakdown = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(_breakdown)
+    spec = importlib.util.spec_from_file_location(
+        "_oomscope_held", os.path.join(here, "_oomscope_held.py"))
+    _held = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(_held)
+    _S.watch = _held.Watch()
     if not _probe.enabled:
         return
     import warnings
@@ -293,6 +300,7 @@ def _after_fork():
         _S.user_stages = old.user_stages
         _S.user_steps, _S.user_phases = old.user_steps, old.user_phases
         _S.user_components = old.user_components
+        _S.watch = _held.Watch() if _held is not None else None
         _S.mode, _S.roots = old.mode, old.roots
         _S.global_handles, _S.root_handles = old.global_handles, old.root_handles
         _S.root_hook_ids = old.root_hook_ids
@@ -715,6 +723,33 @@ def _opt_post(optimizer, args, kwargs):
         if S.iterations >= S.breakdown_at:
             S.breakdown_at = S.iterations * 4
             _send_breakdown()
+        _watch_held()
+
+
+def _watch_held():
+    """At an iteration's end: one memory reading; while it keeps rising, two counts of the live
+    tensors some iterations apart, and what grew between them (`_oomscope_held`)."""
+    S = _S
+    if not S.active or S.paused or S.watch is None:
+        return
+    try:
+        due = S.watch.due(S.iterations, _held.memory_now(_torch))
+        if due is None:
+            return
+        frame = sys._getframe()
+        count = _held.census(_torch, frame, _breakdown.named)
+        if due == "first":
+            S.watch.first = (S.iterations, S.step, count)
+            return
+        iteration, step, first = S.watch.first
+        S.watch.done(S.iterations)
+        rows = _held.grown(_torch, frame, _breakdown.named, first, count,
+                           S.iterations - iteration)
+        del first, count
+        for (device, dtype, shape, grad_fn), n, nbytes, holder in rows:
+            _probe._held(n, nbytes, step, S.step, device, dtype, shape, grad_fn, holder)
+    except BaseException as e:
+        _interrupted(e)
 
 
 def _send_breakdown():

@@ -238,6 +238,16 @@ class Probe:
             line += " extra.%s=%d" % (_token(name), size)
         self.send(line)
 
+    def _held(self, count, bytes, from_step, to_step, device, dtype, shape, grad_fn, holder):
+        """A group of live tensors that grew across steps (the zero-code hooks' leak census)."""
+        if self._sock is None:
+            return
+        line = "held count=%d bytes=%d from_step=%d to_step=%d device=%s dtype=%s shape=%s" % (
+            count, bytes, from_step, to_step, _token(device), _token(dtype), _token(shape))
+        if grad_fn:
+            line += " grad_fn=" + _token(grad_fn)
+        self.send(line + " -- " + " ".join(str(holder).splitlines()))
+
     def gradients(self, params_with_grad, gradient_bytes, global_norm, nan_count=0, inf_count=0,
                   step=None):
         """A gradient summary you computed (e.g. the norm clip_grad_norm_ returns)."""

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 /// The files of the bootstrap directory: (name, contents).
-const FILES: [(&str, &str); 5] = [
+const FILES: [(&str, &str); 6] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
@@ -28,6 +28,10 @@ const FILES: [(&str, &str); 5] = [
     (
         "_oomscope_breakdown.py",
         include_str!("../../python/boot/_oomscope_breakdown.py"),
+    ),
+    (
+        "_oomscope_held.py",
+        include_str!("../../python/boot/_oomscope_held.py"),
     ),
     // The helper (the wheel's `oomscope` package): the hooks send through it, and the program
     // can `import oomscope` (or `oomscope_probe`, its former name) without installing anything.

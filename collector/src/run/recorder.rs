@@ -340,7 +340,8 @@ impl Context {
             | Record::OomKill(_)
             | Record::ProcessMemory(_)
             | Record::Process(_)
-            | Record::ProcessEnd(_) => {}
+            | Record::ProcessEnd(_)
+            | Record::Held(_) => {}
         }
     }
 }

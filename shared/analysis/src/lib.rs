@@ -167,6 +167,9 @@ pub struct Overview {
 pub struct Analysis {
     /// What was recorded.
     pub overview: Overview,
+    /// Live tensors that grew across steps, as the hooks counted them while memory rose (the
+    /// trace's HELD records, largest growth first).
+    pub held: Vec<oomscope_format::HeldTensors>,
     /// Peaks of every memory quantity.
     pub peaks: Vec<Peak>,
     /// Memory per stage.
@@ -257,8 +260,11 @@ fn analyze_one(
     });
     let batch_fit = batch_fit::batch_fit(trace, &peaks, options.batch_margin)
         .filter(|f| f.method == batch_fit::BatchFitMethod::Trials || !primary_leaks);
+    let mut held = trace.held.clone();
+    held.sort_by_key(|h| std::cmp::Reverse((h.bytes, h.count)));
     let mut analysis = Analysis {
         overview: overview(trace, &values, &peaks),
+        held,
         stage_table: stages::stage_table(trace, &values, &stages, &stage_options),
         largest_growth: stages::largest_growth(trace, &values),
         leak_fits,

@@ -301,6 +301,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         process_memory: trace.process_memory.clone(),
         processes: trace.processes.clone(),
         process_ends: trace.process_ends.clone(),
+        held: trace.held.clone(),
         end_us: trace.end_us,
     }
 }

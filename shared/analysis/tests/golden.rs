@@ -226,6 +226,33 @@ fn v1_8_file_pages() {
 }
 
 #[test]
+fn v1_9_held() {
+    let decoded = decode(&read("v1_9_held.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 9));
+    let [list, graph] = t.held.as_slice() else {
+        panic!("{:?}", t.held)
+    };
+    assert_eq!((list.count, list.bytes), (8, 8 * (256 << 10)));
+    assert_eq!(&*list.holder, "list `val_losses` (12 items)");
+    assert!(graph.is_graph() && !list.is_graph());
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
+    assert!(
+        text.contains(
+            "  +8 float32[scalar] (MseLossBackward0) on cpu, +2.00 MiB over steps 4-12 (1 a step): \
+             list\n    `val_losses` (12 items)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("+56 autograd nodes behind one float32 (AddBackward0) tensor on cpu"),
+        "{text}"
+    );
+}
+
+#[test]
 fn v1_4_oom_kill() {
     let decoded = decode(&read("v1_4_oom_kill.oomt")).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);

@@ -12,9 +12,9 @@
 use std::path::PathBuf;
 
 use oomscope_format::{
-    AliveSite, CounterKind, ExitStatus, Metadata, Note, OomEvent, OomKill, OomSource, Phase,
-    ProcessEnd, ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, StageMark, TraceWriter,
-    WriterOptions,
+    AliveSite, CounterKind, ExitStatus, HeldTensors, Metadata, Note, OomEvent, OomKill, OomSource,
+    Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, StageMark,
+    TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -603,6 +603,73 @@ pub fn file_pages() -> Vec<u8> {
     w.finish(800_000).expect("in memory")
 }
 
+/// Format v1.9: a CPU loop keeping each step's validation loss in a list (RSS +256 KiB a step)
+/// and the hooks' two counts of live tensors: the losses, held by the list `val_losses`, and a
+/// running total's autograd graph.
+pub fn held() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5500,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    for step in 0..30u64 {
+        let t_us = step * 20_000;
+        w.sample(t_us, &[(rss, (700 << 20) + step * (256 << 10))])
+            .expect("in memory");
+        w.write(&Record::Mark(StageMark {
+            t_us: t_us + 1_000,
+            name: "post_optimizer_step".into(),
+            step,
+            phase: Phase::Train,
+            pid: Some(5500),
+            ..StageMark::default()
+        }))
+        .expect("in memory");
+    }
+    for held in [
+        HeldTensors {
+            t_us: 250_000,
+            from_step: 4,
+            to_step: 12,
+            device: "cpu".into(),
+            dtype: "float32".into(),
+            shape: "scalar".into(),
+            grad_fn: "MseLossBackward0".into(),
+            count: 8,
+            bytes: 8 * (256 << 10),
+            holder: "list `val_losses` (12 items)".into(),
+        },
+        HeldTensors {
+            t_us: 250_000,
+            from_step: 4,
+            to_step: 12,
+            device: "cpu".into(),
+            dtype: "float32".into(),
+            shape: HeldTensors::GRAPH.into(),
+            grad_fn: "AddBackward0".into(),
+            count: 56,
+            bytes: 0,
+            holder: "the autograd graph behind `total_val` (102 nodes, was 46)".into(),
+        },
+    ] {
+        w.write(&Record::Held(held)).expect("in memory");
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 600_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(600_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -627,6 +694,7 @@ fn main() -> std::io::Result<()> {
         ("v1_6_pipeline_groups.oomt", pipeline_groups()),
         ("v1_7_oom_allocator_state.oomt", oom_allocator_state()),
         ("v1_8_file_pages.oomt", file_pages()),
+        ("v1_9_held.oomt", held()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -928,6 +928,38 @@ pub struct AliveSite {
     pub count: u64,
 }
 
+/// A group of live tensors that grew while memory grew across steps: the zero-code hooks count
+/// the process's tensors (by device, dtype, shape and autograd node) at two iterations some steps
+/// apart once growth is suspected, and send each group that grew, with what holds it where
+/// Python can tell. Added in format v1.9.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HeldTensors {
+    /// When (the second count).
+    pub t_us: u64,
+    /// The step of the first count.
+    pub from_step: u64,
+    /// The step of the second.
+    pub to_step: u64,
+    /// Where the tensors live (`cpu`, `cuda:0`).
+    pub device: Name,
+    /// Their element type (`float32`).
+    pub dtype: Name,
+    /// Their shape (`256x512`; `scalar` for none). `graph` marks a row about one named tensor's
+    /// autograd graph instead (a running total summed without `.item()`): `count` is then how
+    /// many more autograd nodes the graph has, `bytes` 0.
+    pub shape: Name,
+    /// The autograd node that made them (`AddmmBackward0`): each keeps the graph behind it, and
+    /// the activations that graph saved, alive. Empty for tensors outside autograd.
+    pub grad_fn: Name,
+    /// How many more there were at the second count.
+    pub count: u64,
+    /// How many more bytes of storage they hold (each storage once).
+    pub bytes: u64,
+    /// What holds them, as the hooks could tell (`list \`losses\` (96 items)`); empty when no
+    /// container of the program's was found.
+    pub holder: Name,
+}
+
 /// A process of the watched program killed by the kernel's OOM killer, as the kernel itself
 /// accounted for it: the memory cgroup's `oom_kill` counter (v2 `memory.events`, v1
 /// `memory.oom_control`) and, where readable, the kernel log's `Killed process PID (name)` line.
@@ -1191,6 +1223,8 @@ pub enum Record {
     Process(ProcessInfo),
     /// The end of one process of the tree other than the program (format v1.5).
     ProcessEnd(ProcessEnd),
+    /// A group of live tensors that grew across steps (format v1.9).
+    Held(HeldTensors),
 }
 
 impl Record {
@@ -1220,6 +1254,7 @@ impl Record {
             Record::ProcessMemory(r) => &r.t_us,
             Record::Process(r) => &r.t_us,
             Record::ProcessEnd(r) => &r.t_us,
+            Record::Held(r) => &r.t_us,
         }
     }
 
@@ -1239,6 +1274,7 @@ impl Record {
             Record::ProcessMemory(r) => &mut r.t_us,
             Record::Process(r) => &mut r.t_us,
             Record::ProcessEnd(r) => &mut r.t_us,
+            Record::Held(r) => &mut r.t_us,
         }
     }
 }
@@ -1282,8 +1318,20 @@ pub struct Trace {
     pub processes: Vec<ProcessInfo>,
     /// Ends of the tree's other processes.
     pub process_ends: Vec<ProcessEnd>,
+    /// Groups of live tensors that grew across steps.
+    pub held: Vec<HeldTensors>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
+}
+
+impl HeldTensors {
+    /// The shape that marks a row about an autograd graph's nodes.
+    pub const GRAPH: &'static str = "graph";
+
+    /// Whether this row counts autograd nodes behind one tensor rather than tensors.
+    pub fn is_graph(&self) -> bool {
+        &*self.shape == Self::GRAPH
+    }
 }
 
 impl Trace {
@@ -1309,6 +1357,7 @@ impl Trace {
             Record::ProcessMemory(r) => self.process_memory.push(r),
             Record::Process(r) => self.processes.push(r),
             Record::ProcessEnd(r) => self.process_ends.push(r),
+            Record::Held(r) => self.held.push(r),
         }
     }
 
@@ -1339,6 +1388,7 @@ impl Trace {
             list(&self.process_memory, Record::ProcessMemory),
             list(&self.processes, Record::Process),
             list(&self.process_ends, Record::ProcessEnd),
+            list(&self.held, Record::Held),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists

@@ -48,9 +48,9 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::model::{
-    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GradientSummary, Name,
-    NamedBytes, Note, OomEvent, OomSource, Phase, ProcessInfo, ProcessRole, RankSource, Record,
-    StageMark, TensorStats, TrialOutcome,
+    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GradientSummary, HeldTensors,
+    Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessInfo, ProcessRole, RankSource,
+    Record, StageMark, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -132,6 +132,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Oom(_) => "oom",
         Record::Alive(_) => "alive",
         Record::Process(_) => "process",
+        Record::Held(_) => "held",
         Record::Exit(_)
         | Record::Dropped(_)
         | Record::OomKill(_)
@@ -164,6 +165,7 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
         "trial" => keys.extend(TRIAL.iter().map(|f| f.key)),
         "oom" => keys.extend(OOM.iter().map(|f| f.key)),
         "alive" => keys.extend(ALIVE.iter().map(|f| f.key)),
+        "held" => keys.extend(HELD.iter().map(|f| f.key)),
         "process" => keys.extend(PROCESS.iter().map(|f| f.key)),
         _ => {}
     }
@@ -293,6 +295,17 @@ const ALIVE: [Field<AliveSite>; 4] = [
     field!("count", Required, count),
     field!("line", Optional, line),
     field!("function", Optional, function),
+];
+
+const HELD: [Field<HeldTensors>; 8] = [
+    field!("count", Required, count),
+    field!("bytes", Required, bytes),
+    field!("from_step", Optional, from_step),
+    field!("to_step", Optional, to_step),
+    field!("device", Optional, device),
+    field!("dtype", Optional, dtype),
+    field!("shape", Optional, shape),
+    field!("grad_fn", Optional, grad_fn),
 ];
 
 const PROCESS: [Field<ProcessInfo>; 5] = [
@@ -498,6 +511,15 @@ pub fn parse_line(line: &str) -> Option<Message> {
             };
             Fields::parse(fields).read(&ALIVE, &mut site)?;
             Some(Message::record(Record::Alive(site)))
+        }
+        "held" => {
+            let (fields, holder) = rest.split_once(" -- ").unwrap_or((rest, ""));
+            let mut held = HeldTensors {
+                holder: holder.trim().into(),
+                ..HeldTensors::default()
+            };
+            Fields::parse(fields).read(&HELD, &mut held)?;
+            Some(Message::record(Record::Held(held)))
         }
         "mark" => {
             let (name, rest) = name_token(rest)?;
@@ -712,6 +734,11 @@ pub fn format(out: &mut String, message: &Message) {
                     show_all(out, &ALIVE, a);
                     out.push_str(" -- ");
                     push_text(out, &a.file);
+                }
+                Record::Held(h) => {
+                    show_all(out, &HELD, h);
+                    out.push_str(" -- ");
+                    push_text(out, &h.holder);
                 }
                 Record::Process(p) => show_all(out, &PROCESS, p),
                 Record::Note(_)

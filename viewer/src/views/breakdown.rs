@@ -7,7 +7,6 @@ use leptos::prelude::*;
 use oomscope_analysis::Analysis;
 use oomscope_analysis::peaks::breakdown_peak;
 use oomscope_analysis::render::breakdown::breakdown_line;
-use oomscope_format::Trace;
 use oomscope_format::units::format_bytes;
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
@@ -50,7 +49,7 @@ fn draw_bars(canvas: &web_sys::HtmlCanvasElement, parts: &[(String, u64)]) -> Op
 
 /// What made up memory at the peak: parameters, gradients, optimizer state, activations, other.
 #[component]
-pub fn Breakdown(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
+pub fn Breakdown(analysis: Arc<Analysis>) -> impl IntoView {
     let Some(peak) = breakdown_peak(&analysis.peaks) else {
         return ().into_any();
     };

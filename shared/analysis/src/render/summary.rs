@@ -14,12 +14,12 @@ use crate::render::ranks::ranks;
 use crate::render::stage_table::{stage_table, stage_tables};
 use crate::render::wrap::{WIDTH, line, section, shorten, wrap};
 use crate::words::{counted, source_line, tensor_count};
-use oomscope_format::OomKind;
 use oomscope_format::Trace;
 use oomscope_format::units::{
     format_bytes, format_count, format_duration_us, format_percent, format_signed_bytes,
     format_signed_bytes_f64,
 };
+use oomscope_format::{HeldTensors, OomKind};
 
 /// At most this many eval transitions are listed (the rest are counted).
 const MAX_TRANSITIONS: usize = 5;
@@ -230,6 +230,8 @@ pub mod titles {
         "Growth over time (no step marks; the floor of each moment, after warm-up)";
     /// Over [`super::leak_lines`].
     pub const LEAKS: &str = "Leaks (memory at the same stage, across steps)";
+    /// Over [`super::held_line`].
+    pub const HELD: &str = "What grew (live tensors counted twice, steps apart, while memory rose)";
     /// Over [`super::allocator_lines`].
     pub const ALLOCATOR: &str = "Allocator";
     /// Over [`super::transition_lines`].
@@ -258,6 +260,60 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
         for text in &leaks {
             wrap(out, text, 2, 4);
         }
+    }
+    if !analysis.held.is_empty() {
+        section(out, titles::HELD);
+        for h in &analysis.held {
+            wrap(out, &held_line(h), 2, 4);
+        }
+    }
+}
+
+/// One group of live tensors that grew, and what holds it: "+8 float32[64x1024]
+/// (AddmmBackward0) on cpu, +2.00 MiB over steps 10-18: list `val_losses` (22 items)".
+pub fn held_line(h: &HeldTensors) -> String {
+    let steps = h.to_step.saturating_sub(h.from_step);
+    let span = format!(
+        "over steps {}-{}",
+        format_count(h.from_step),
+        format_count(h.to_step)
+    );
+    let what = if h.is_graph() {
+        format!(
+            "+{} autograd nodes behind one {}{} tensor on {} {span}",
+            format_count(h.count),
+            h.dtype,
+            if h.grad_fn.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", h.grad_fn)
+            },
+            h.device
+        )
+    } else {
+        let per_step = if steps > 0 && h.count >= steps {
+            format!(" ({} a step)", format_count(h.count / steps))
+        } else {
+            String::new()
+        };
+        format!(
+            "+{} {}[{}]{} on {}, +{} {span}{per_step}",
+            format_count(h.count),
+            h.dtype,
+            h.shape,
+            if h.grad_fn.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", h.grad_fn)
+            },
+            h.device,
+            format_bytes(h.bytes)
+        )
+    };
+    if h.holder.is_empty() {
+        what
+    } else {
+        format!("{what}: {}", h.holder)
     }
 }
 

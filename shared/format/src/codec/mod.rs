@@ -20,7 +20,7 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version written by this crate; a larger minor only adds record kinds, values of
 /// existing enumerations (which older readers keep as "other") or fields at the end of a body.
 /// `FORMAT.md` keeps the history (a test holds its title to this number).
-pub const FORMAT_MINOR: u16 = 8;
+pub const FORMAT_MINOR: u16 = 9;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
@@ -80,6 +80,8 @@ pub mod tag {
     pub const PROCESS: u8 = 0x12;
     /// The end of one process of the tree other than the program (format v1.5).
     pub const PROCESS_END: u8 = 0x13;
+    /// A group of live tensors that grew across steps (format v1.9).
+    pub const HELD: u8 = 0x14;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -103,6 +105,7 @@ pub mod tag {
             PROCESS_MEMORY => "process_memory",
             PROCESS => "process",
             PROCESS_END => "process_end",
+            HELD => "held",
             _ => "unknown",
         }
     }

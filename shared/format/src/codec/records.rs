@@ -19,8 +19,8 @@ use super::tag;
 use crate::error::EncodeError;
 use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
-    GradientSummary, Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase,
-    ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record,
+    GradientSummary, HeldTensors, Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource,
+    Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record,
     StageMark, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
@@ -54,6 +54,7 @@ pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), Enc
         Record::ProcessMemory(p) => encode_process_memory(w, p),
         Record::Process(p) => encode_process(w, p),
         Record::ProcessEnd(e) => encode_process_end(w, e),
+        Record::Held(h) => encode_held(w, h),
     }
 }
 
@@ -79,6 +80,7 @@ pub(super) fn decode(
         tag::PROCESS_MEMORY => Record::ProcessMemory(decode_process_memory(c)?),
         tag::PROCESS => Record::Process(decode_process(c, names)?),
         tag::PROCESS_END => Record::ProcessEnd(decode_process_end(c)?),
+        tag::HELD => Record::Held(decode_held(c, names)?),
         _ => return Ok(None),
     }))
 }
@@ -713,6 +715,44 @@ fn decode_process_end(c: &mut Cursor<'_>) -> Result<ProcessEnd, ReadError> {
         status,
         first_failure: flags & end_flags::FIRST_FAILURE != 0,
         from_launcher: flags & end_flags::FROM_LAUNCHER != 0,
+    })
+}
+
+// HELD (v1.9): from step, to step, device id, dtype id, shape id, grad_fn id, count, bytes,
+// holder id.
+
+fn encode_held(w: &mut impl RecordSink, h: &HeldTensors) -> Result<(), EncodeError> {
+    let ids = [
+        w.name(&h.device)?,
+        w.name(&h.dtype)?,
+        w.name(&h.shape)?,
+        w.name(&h.grad_fn)?,
+    ];
+    let holder = w.name(&h.holder)?;
+    let b = w.begin(h.t_us);
+    put_u64(b, h.from_step);
+    put_u64(b, h.to_step);
+    for id in ids {
+        put_u64(b, u64::from(id));
+    }
+    put_u64(b, h.count);
+    put_u64(b, h.bytes);
+    put_u64(b, u64::from(holder));
+    w.end(tag::HELD)
+}
+
+fn decode_held(c: &mut Cursor<'_>, names: &Names) -> Result<HeldTensors, ReadError> {
+    Ok(HeldTensors {
+        t_us: c.u64()?,
+        from_step: c.u64()?,
+        to_step: c.u64()?,
+        device: names.read(c)?,
+        dtype: names.read(c)?,
+        shape: names.read(c)?,
+        grad_fn: names.read(c)?,
+        count: c.u64()?,
+        bytes: c.u64()?,
+        holder: names.read(c)?,
     })
 }
 
