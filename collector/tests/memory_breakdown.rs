@@ -137,10 +137,18 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
 #[test]
 fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() {
     let py = torch_python();
-    for (kind, want) in [
-        ("list", "list `val_losses`"),
-        ("metric", "list `preds`"),
-        ("total", "the autograd graph behind `total_val`"),
+    for (kind, want, advice) in [
+        (
+            "list",
+            "list `val_losses`",
+            "keep .item() (or .detach()) instead of the tensor",
+        ),
+        ("metric", "list `preds`", "reset it after compute()"),
+        (
+            "total",
+            "total_val",
+            "`total_val` is summed without .item(): the autograd graph behind it grows",
+        ),
     ] {
         let s = Scratch::new(&format!("held-{kind}"));
         let cmd = [
@@ -156,7 +164,7 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
         let named: Vec<_> = t
             .held
             .iter()
-            .filter(|h| h.holder.starts_with(want))
+            .filter(|h| h.holder.starts_with(want) && h.is_graph() == (kind == "total"))
             .collect();
         assert!(!named.is_empty(), "{kind}: {:#?}", t.held);
         for h in &named {
@@ -176,6 +184,20 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
         assert!(
             text.contains("What grew (live tensors counted twice") && text.contains(want),
             "{text}"
+        );
+        // The leak finding's advice names it (a leak fit or, below the fits' reach, the counts).
+        let a = analyze(&t, &AnalysisOptions::default());
+        let leak = a
+            .findings
+            .iter()
+            .find(|f| f.kind == oomscope_analysis::recommend::FindingKind::Leak)
+            .unwrap_or_else(|| panic!("{kind}: no leak finding\n{text}"));
+        assert!(
+            leak.change
+                .starts_with("what grows, as counted in the program: ")
+                && leak.change.contains(advice),
+            "{kind}: {}",
+            leak.change
         );
     }
     // The same loop without a leak: memory flat, no count taken.

@@ -174,7 +174,7 @@ def _holder(torch, frame, named, tensors):
                 if getattr(owner, "__dict__", None) is owner_dict:
                     attr = next((k for k, v in owner_dict.items() if v is c), None)
                     if attr is not None:
-                        return "%s `%s` of a `%s` object (%d items)" % (
+                        return "%s `%s` of the `%s` object (%d items)" % (
                             type(c).__name__, attr, type(owner).__name__, len(c))
     return "a %s (%d items)" % (type(c).__name__, len(c))
 
@@ -209,7 +209,6 @@ def grown(torch, frame, named, first, second, steps):
         # graph each step is the tensor groups' story.
         if before and nodes - before >= steps:
             # shape `graph`: the row counts autograd nodes (format v1.9's HELD)
-            result.append(((key[0], key[1], "graph", key[3]), nodes - before, 0,
-                           "the autograd graph behind `%s` (%d nodes, was %d)" % (
-                               name, nodes, before)))
+            # holder: the variable's name
+            result.append(((key[0], key[1], "graph", key[3]), nodes - before, 0, name))
     return result

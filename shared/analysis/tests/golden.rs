@@ -247,7 +247,10 @@ fn v1_9_held() {
         "{text}"
     );
     assert!(
-        text.contains("+56 autograd nodes behind one float32 (AddBackward0) tensor on cpu"),
+        text.contains(
+            "+56 autograd nodes over steps 4-12 behind `total_val`, one float32 (AddBackward0) \
+             tensor on cpu:\n    each step's graph stays attached to it"
+        ),
         "{text}"
     );
 }

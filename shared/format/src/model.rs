@@ -946,7 +946,7 @@ pub struct HeldTensors {
     pub dtype: Name,
     /// Their shape (`256x512`; `scalar` for none). `graph` marks a row about one named tensor's
     /// autograd graph instead (a running total summed without `.item()`): `count` is then how
-    /// many more autograd nodes the graph has, `bytes` 0.
+    /// many more autograd nodes the graph has, `bytes` 0, and `holder` the tensor's name.
     pub shape: Name,
     /// The autograd node that made them (`AddmmBackward0`): each keeps the graph behind it, and
     /// the activations that graph saved, alive. Empty for tensors outside autograd.

@@ -5,6 +5,7 @@ use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, fin
 use crate::leaks::{GrowthFit, LeakEvidence};
 use crate::metrics::MetricKey;
 use crate::trend::TimeTrend;
+use oomscope_format::HeldTensors;
 use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
 
 /// A leak that fills memory within this many times the steps already observed is critical: the
@@ -38,14 +39,24 @@ fn headline_leak(fits: &[GrowthFit], primary: Option<MetricKey>) -> Option<&Grow
     })
 }
 
-/// What [`Leak`] detected: a per-stage leak, or, in a run without step marks, growth over time.
-#[derive(Debug, Clone, Copy)]
+/// What [`Leak`] detected: a per-stage leak, or, in a run without step marks, growth over time,
+/// or tensors the hooks counted accumulating.
+#[derive(Debug, Clone)]
 pub enum LeakDiagnosis<'a> {
     /// Memory at a stage grows step after step.
     PerStep(GrowingMemory<'a>),
     /// A counter grows for the whole of a run that has no step marks.
     OverTime(&'a TimeTrend, Program),
+    /// No stage's memory fits a steady rise (the growth is small next to the process's
+    /// memory, or noisy), but the hooks' counts found tensors that accumulate step after step:
+    /// the groups that grew at least one a step, at least [`HELD_MIN_BYTES`] in all or an
+    /// autograd graph.
+    Accumulating(Vec<&'a HeldTensors>),
 }
+
+/// A group of live tensors the hooks counted growing that is a leak on its own evidence: at
+/// least this many bytes between the two counts (with at least one tensor a step).
+pub const HELD_MIN_BYTES: u64 = 1 << 20;
 
 /// What the advice may assume of the program: where its tensors live and whether it has worker
 /// processes, so that a CPU run whose leak is tensors is not told about copy-on-write workers.
@@ -85,6 +96,8 @@ pub struct GrowingMemory<'a> {
     pub critical: bool,
     /// What the advice may assume.
     pub program: Program,
+    /// The live tensors the hooks counted growing across steps, largest first.
+    pub held: &'a [HeldTensors],
 }
 
 impl Diagnose for Leak {
@@ -102,7 +115,14 @@ impl Diagnose for Leak {
                 .iter()
                 .filter(|t| t.is_leak)
                 .min_by_key(|t| t.time_to_full_us.unwrap_or(u64::MAX))
-                .map(|t| LeakDiagnosis::OverTime(t, Program::of(ctx)));
+                .map(|t| LeakDiagnosis::OverTime(t, Program::of(ctx)))
+                .or_else(|| {
+                    let held: Vec<&HeldTensors> = steady(&ctx.analysis.held)
+                        .into_iter()
+                        .filter(|h| h.is_graph() || h.bytes >= HELD_MIN_BYTES)
+                        .collect();
+                    (!held.is_empty()).then_some(LeakDiagnosis::Accumulating(held))
+                });
         };
         let steps_run = (headline.last_step - headline.first_step) as f64;
         let critical = headline
@@ -114,6 +134,7 @@ impl Diagnose for Leak {
             leaking_fits: ctx.analysis.leaks().count(),
             critical,
             program: Program::of(ctx),
+            held: &ctx.analysis.held,
         }))
     }
 
@@ -122,6 +143,7 @@ impl Diagnose for Leak {
         match d {
             LeakDiagnosis::PerStep(d) => self.explain_per_step(d),
             LeakDiagnosis::OverTime(t, program) => self.explain_over_time(t, *program),
+            LeakDiagnosis::Accumulating(held) => self.explain_accumulating(held),
         }
     }
 }
@@ -156,7 +178,159 @@ fn leak_change(host: bool, program: Program) -> String {
     change
 }
 
+/// Per step of the span between a group's two counts.
+fn per_step(h: &HeldTensors) -> u64 {
+    h.count / h.to_step.saturating_sub(h.from_step).max(1)
+}
+
+/// The groups that grew at least one a step, each once (the latest pair of counts that found
+/// it: the hooks count again after a cool-down), in the order given.
+fn steady(held: &[HeldTensors]) -> Vec<&HeldTensors> {
+    // The holder without its "(N items)": the count moves between pairs of counts.
+    let key = |h: &HeldTensors| {
+        let holder = match h.holder.rsplit_once(" (") {
+            Some((name, rest)) if rest.ends_with(" items)") => name.to_owned(),
+            _ => h.holder.to_string(),
+        };
+        (
+            holder,
+            h.device.clone(),
+            h.dtype.clone(),
+            h.shape.clone(),
+            h.grad_fn.clone(),
+        )
+    };
+    let mut out: Vec<&HeldTensors> = Vec::new();
+    for h in held.iter().filter(|h| per_step(h) >= 1) {
+        match out.iter_mut().find(|o| key(o) == key(h)) {
+            Some(o) if h.to_step > o.to_step => *o = h,
+            Some(_) => {}
+            None => out.push(h),
+        }
+    }
+    out
+}
+
+/// What to change, from what the hooks' counts of live tensors found growing (see
+/// `HeldTensors`): a running total's graph, a container of the program's that gains tensors each
+/// step (with their autograd graphs, or detached), or tensors only autograd graphs keep. `None`
+/// without a group that grew by at least one a step.
+fn held_change(held: &[HeldTensors]) -> Option<String> {
+    held_change_of(&steady(held))
+}
+
+/// [`held_change`] of groups already [`steady`].
+fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
+    let mut parts = Vec::new();
+    for h in steady.iter().filter(|h| h.is_graph()) {
+        parts.push(format!(
+            "`{}` is summed without .item(): the autograd graph behind it grows {} nodes a step, \
+             keeping every step's graph and the activations it saved; add .item() (or \
+             .detach()) where it is summed",
+            h.holder,
+            format_count(per_step(h))
+        ));
+    }
+    let python =
+        |h: &&&HeldTensors| !h.is_graph() && !h.holder.is_empty() && !h.holder.starts_with("no ");
+    for h in steady.iter().filter(python) {
+        let tensors = format!(
+            "{} {}[{}] a step ({}/step)",
+            format_count(per_step(h)),
+            h.dtype,
+            h.shape,
+            format_bytes(h.bytes / h.to_step.saturating_sub(h.from_step).max(1))
+        );
+        parts.push(if h.grad_fn.is_empty() {
+            format!(
+                "{} gains {tensors} and is never emptied: clear it once used (a metric's \
+                 state: reset it after compute())",
+                h.holder
+            )
+        } else {
+            format!(
+                "{} gains {tensors}, each with its autograd graph ({}) and the activations the \
+                 graph saved: keep .item() (or .detach()) instead of the tensor",
+                h.holder, h.grad_fn
+            )
+        });
+    }
+    if parts.is_empty()
+        && let Some(h) = steady
+            .iter()
+            .find(|h| !h.is_graph() && !h.grad_fn.is_empty())
+    {
+        parts.push(format!(
+            "tensors made with autograd on ({}), {} {}[{}] a step, are kept by no Python \
+             container, only by autograd graphs that never ran backward: a loss or output \
+             computed with autograd on and kept, or summed; keep .item() (or .detach()) of it",
+            h.grad_fn,
+            format_count(per_step(h)),
+            h.dtype,
+            h.shape
+        ));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "what grows, as counted in the program: {}",
+            parts.join("; ")
+        )
+    })
+}
+
 impl Leak {
+    /// Wording of tensors that accumulate while no stage's memory fits a steady rise.
+    fn explain_accumulating(&self, held: &[&HeldTensors]) -> Finding {
+        let top = held[0];
+        let steps = top.to_step.saturating_sub(top.from_step).max(1);
+        let what = if top.is_graph() {
+            format!(
+                "the autograd graph behind `{}` gained {} nodes",
+                top.holder,
+                format_count(top.count)
+            )
+        } else {
+            format!(
+                "{} gained {} {}[{}] tensors ({})",
+                if top.holder.is_empty() {
+                    "the program"
+                } else {
+                    &top.holder
+                },
+                format_count(top.count),
+                top.dtype,
+                top.shape,
+                format_bytes(top.bytes)
+            )
+        };
+        let explanation = format!(
+            "counted twice while memory rose, {what} between steps {} and {}, one or more every \
+             step; the memory at the stages does not rise steadily enough yet to fit a leak (the \
+             growth is small next to the rest, or the allocator hides it), but nothing freed \
+             them between the two counts, so at this rate they grow as long as the run does",
+            format_count(top.from_step),
+            format_count(top.to_step)
+        );
+        let per_step_bytes = top.bytes / steps;
+        finding(
+            self,
+            Severity::Warning,
+            if top.is_graph() {
+                format!("An autograd graph grows every step (`{}`)", top.holder)
+            } else {
+                format!("Tensors accumulate: +{}/step", format_bytes(per_step_bytes))
+            },
+            explanation,
+            held_change_of(held).unwrap_or_default(),
+            vec![
+                Evidence::count("tensors", top.count as f64),
+                Evidence::bytes("bytes", top.bytes as f64),
+                Evidence::count("from_step", top.from_step as f64),
+                Evidence::count("to_step", top.to_step as f64),
+            ],
+        )
+    }
+
     /// Wording of a growth over time in a run without step marks.
     fn explain_over_time(&self, t: &TimeTrend, program: Program) -> Finding {
         let per_minute = t.slope_bytes_per_s * 60.0;
@@ -276,7 +450,7 @@ impl Leak {
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
-        let change = leak_change(host, d.program);
+        let change = held_change(d.held).unwrap_or_else(|| leak_change(host, d.program));
         let mut evidence = vec![
             Evidence::bytes("slope_bytes_per_step", leak.slope_bytes_per_step),
             Evidence::number("r_squared", leak.r_squared),
@@ -356,6 +530,124 @@ mod tests {
         );
         assert_eq!(evidence(&f, "full_at_step"), 1_332.0);
         assert!(f.change.contains(".item()"));
+    }
+
+    #[test]
+    fn the_advice_names_what_the_hooks_counted_growing() {
+        let mut trace = Run {
+            steps: 100,
+            leak_bytes_per_step: 12 * MIB,
+            ..Run::default()
+        }
+        .build();
+        let row = |shape: &str, grad_fn: &str, count: u64, holder: &str| HeldTensors {
+            from_step: 10,
+            to_step: 18,
+            device: "cuda:0".into(),
+            dtype: "float32".into(),
+            shape: shape.into(),
+            grad_fn: grad_fn.into(),
+            count,
+            bytes: if shape == HeldTensors::GRAPH {
+                0
+            } else {
+                count * 12 * MIB
+            },
+            holder: holder.into(),
+            ..HeldTensors::default()
+        };
+        // A list of losses with their graphs, a metric's list of detached outputs, a running
+        // total; a group that grew less than one a step says nothing.
+        trace.held = vec![
+            row("scalar", "MseLossBackward0", 8, "list `losses` (18 items)"),
+            row(
+                "64x1024",
+                "",
+                8,
+                "list `preds` of the `Accuracy` object (18 items)",
+            ),
+            row(HeldTensors::GRAPH, "AddBackward0", 48, "total_loss"),
+            row("3", "", 2, "dict `cache` (2 items)"),
+        ];
+        let f = find(&trace, FindingKind::Leak).unwrap();
+        assert_eq!(
+            f.change,
+            "what grows, as counted in the program: `total_loss` is summed without .item(): the \
+             autograd graph behind it grows 6 nodes a step, keeping every step's graph and the \
+             activations it saved; add .item() (or .detach()) where it is summed; list `losses` \
+             (18 items) gains 1 float32[scalar] a step (12.0 MiB/step), each with its autograd \
+             graph (MseLossBackward0) and the activations the graph saved: keep .item() (or \
+             .detach()) instead of the tensor; list `preds` of the `Accuracy` object (18 items) \
+             gains 1 float32[64x1024] a step (12.0 MiB/step) and is never emptied: clear it once \
+             used (a metric's state: reset it after compute())"
+        );
+        // Only autograd keeps them: the graphs that never ran backward are named.
+        trace.held = vec![row(
+            "64x1024",
+            "ReluBackward0",
+            8,
+            "no Python container (held from C++)",
+        )];
+        let f = find(&trace, FindingKind::Leak).unwrap();
+        assert!(
+            f.change.starts_with(
+                "what grows, as counted in the program: tensors made with autograd on \
+                 (ReluBackward0), 1 float32[64x1024] a step, are kept by no Python container"
+            ),
+            "{}",
+            f.change
+        );
+    }
+
+    #[test]
+    fn tensors_counted_accumulating_are_a_leak_even_when_no_stage_fits_one() {
+        let mut trace = Run::default().build();
+        assert!(find(&trace, FindingKind::Leak).is_none());
+        let preds = HeldTensors {
+            from_step: 4,
+            to_step: 12,
+            device: "cpu".into(),
+            dtype: "float32".into(),
+            shape: "64x1024".into(),
+            count: 8,
+            bytes: 8 << 18,
+            holder: "list `preds` (12 items)".into(),
+            ..HeldTensors::default()
+        };
+        // The same group counted again later: said once, from the later counts.
+        let later = HeldTensors {
+            from_step: 86,
+            to_step: 94,
+            holder: "list `preds` (94 items)".into(),
+            ..preds.clone()
+        };
+        trace.held = vec![preds.clone(), later];
+        let f = find(&trace, FindingKind::Leak).expect("accumulating tensors");
+        assert_eq!(f.severity, Severity::Warning);
+        assert_eq!(f.title, "Tensors accumulate: +256 KiB/step");
+        assert!(
+            f.explanation.starts_with(
+                "counted twice while memory rose, list `preds` (94 items) gained 8 \
+                 float32[64x1024] tensors (2.00 MiB) between steps 86 and 94, one or more every \
+                 step"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(
+            f.change.matches("is never emptied").count(),
+            1,
+            "{}",
+            f.change
+        );
+        // Below a mebibyte, or less than one a step: not evidence enough.
+        trace.held = vec![HeldTensors {
+            bytes: 512 << 10,
+            ..preds.clone()
+        }];
+        assert!(find(&trace, FindingKind::Leak).is_none());
+        trace.held = vec![HeldTensors { count: 7, ..preds }];
+        assert!(find(&trace, FindingKind::Leak).is_none());
     }
 
     #[test]

@@ -278,10 +278,12 @@ pub fn held_line(h: &HeldTensors) -> String {
         format_count(h.from_step),
         format_count(h.to_step)
     );
-    let what = if h.is_graph() {
-        format!(
-            "+{} autograd nodes behind one {}{} tensor on {} {span}",
+    if h.is_graph() {
+        return format!(
+            "+{} autograd nodes {span} behind `{}`, one {}{} tensor on {}: each step's graph \
+             stays attached to it",
             format_count(h.count),
+            h.holder,
             h.dtype,
             if h.grad_fn.is_empty() {
                 String::new()
@@ -289,8 +291,9 @@ pub fn held_line(h: &HeldTensors) -> String {
                 format!(" ({})", h.grad_fn)
             },
             h.device
-        )
-    } else {
+        );
+    }
+    let what = {
         let per_step = if steps > 0 && h.count >= steps {
             format!(" ({} a step)", format_count(h.count / steps))
         } else {
