@@ -213,3 +213,54 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(t.held.is_empty(), "{:#?}", t.held);
 }
+
+/// Memory only the garbage collector frees: each step's record refers to itself, and the
+/// program collects every 20 steps. The collections are recorded with what they freed (20
+/// steps × 4 MiB), the tensors are named as a cycle's, and the run is told it is a saw-tooth of
+/// reference cycles — not a leak.
+#[test]
+fn a_reference_cycle_saw_tooth_is_named_and_not_called_a_leak() {
+    let py = torch_python();
+    let s = Scratch::new("gc-cycles");
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("cycles.py"),
+        "--steps",
+        "60",
+        "--collect-every",
+        "20",
+    ];
+    let (out, t) = record(&s, &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let plain = std::process::Command::new(cmd[0])
+        .args(&cmd[1..])
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.stdout, plain.stdout,
+        "the program's output is unchanged"
+    );
+    let freed: Vec<u64> =
+        t.gc.iter()
+            .filter(|g| g.generation == 2)
+            .map(|g| g.freed_bytes >> 20)
+            .collect();
+    assert_eq!(freed.len(), 3, "{:?}", t.gc);
+    assert!(
+        freed.iter().all(|mib| (78..=82).contains(mib)),
+        "{freed:?} MiB"
+    );
+    assert!(
+        t.held
+            .iter()
+            .any(|h| h.is_cycle() && h.holder.contains("`StepRecord`")),
+        "{:#?}",
+        t.held
+    );
+    let a = analyze(&t, &AnalysisOptions::default());
+    let kinds: Vec<_> = a.findings.iter().map(|f| f.kind).collect();
+    use oomscope_analysis::recommend::FindingKind;
+    assert!(kinds.contains(&FindingKind::ReferenceCycles), "{kinds:?}");
+    assert!(!kinds.contains(&FindingKind::Leak), "{:#?}", a.findings);
+}

@@ -2,9 +2,10 @@
 count the process's live tensors twice, some steps apart, and say which groups grew and what
 holds them — what people find today by hand with `gc.get_objects()`.
 
-- Suspicion (`Watch`): the memory in use at each iteration's end (the CUDA allocator's allocated
-  bytes once CUDA is up, else the process's RSS from /proc/self/statm, ~10 us) rose at each of
-  the last `RISES` iterations and by at least `MIN_RISE_BYTES` in all. Nothing else runs per step.
+- Suspicion (`Watch`): the memory in use at each iteration's end (`memory_now`: the CUDA
+  allocator's allocated bytes once CUDA is up, else glibc's bytes in use, else the RSS; ~15 us)
+  rose at each of the last `RISES` iterations and by at least `MIN_RISE_BYTES` in all. Nothing
+  else runs per step.
 - A count (`census`): every tensor `gc.get_objects()` returns, grouped by device, dtype, shape
   and the autograd node that made it; each storage counted once. Plus, for the tensors the
   program names (a variable, an attribute, one level in) that carry an autograd graph, the size
@@ -16,11 +17,17 @@ holds them — what people find today by hand with `gc.get_objects()`.
 - Bounds: one pair of counts `APART` iterations apart, then none for `COOLDOWN` iterations
   (doubling after each pair); weak references only between the counts; nothing the program holds
   is touched, and a count's own lists are dropped before the hook returns.
+- Reference cycles (`GcWatch`): memory that only the garbage collector frees rises between its
+  collections and falls at them, a saw-tooth that is not a leak. Generation 1 and 2 collections
+  (a tenth and a hundredth of them, at most; generation 0 runs every 700 allocations and is left
+  alone) are timed through `gc.callbacks`, with `memory_now` read before and after (glibc's
+  `mallinfo2` sees a free the RSS does not: a heap it does not trim); one after which it was at
+  least `GC_MIN_FREED_BYTES` lower is sent as a `gc` record.
 """
 
 import gc
 import os
-import weakref
+import time
 
 RISES = 4  # consecutive rising iteration ends before a count
 MIN_RISE_BYTES = 1 << 20  # over those rises
@@ -30,6 +37,7 @@ _MIN_GROUP_BYTES = 64 << 10  # a group's growth below this (and below one tensor
 _MAX_GROUPS = 8  # groups sent per pair
 _MAX_GRAPH_NODES = 200_000  # autograd nodes walked per named tensor
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+GC_MIN_FREED_BYTES = 1 << 20  # a collection freeing less is not sent
 
 
 def _rss_bytes():
@@ -40,14 +48,46 @@ def _rss_bytes():
         return None
 
 
+_mallinfo2 = None  # glibc's mallinfo2(), once looked up (False: not available)
+
+
+def _malloc_in_use():
+    """Bytes the C allocator has handed out and not had back (glibc `mallinfo2`: arena chunks in
+    use plus mmapped chunks), or None. Unlike the RSS it falls when memory is freed even if
+    glibc keeps the pages (a heap it does not trim, an mmap threshold that has grown)."""
+    global _mallinfo2
+    if _mallinfo2 is None:
+        _mallinfo2 = False
+        try:
+            import ctypes
+
+            class Mallinfo2(ctypes.Structure):
+                _fields_ = [(name, ctypes.c_size_t) for name in (
+                    "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                    "uordblks", "fordblks", "keepcost")]
+
+            f = ctypes.CDLL(None).mallinfo2
+            f.restype = Mallinfo2
+            f.argtypes = []
+            _mallinfo2 = f
+        except Exception:
+            pass
+    if not _mallinfo2:
+        return None
+    m = _mallinfo2()
+    return m.uordblks + m.hblkhd
+
+
 def memory_now(torch):
-    """The memory in use at this moment: allocated on CUDA once initialised, else the RSS."""
+    """The memory the program's tensors and objects use, as exactly as can be read: CUDA
+    allocated once CUDA is up, else the C allocator's bytes in use, else the RSS (~15 us)."""
     try:
         if torch.cuda.is_initialized():
             return torch.cuda.memory_allocated()
     except Exception:
         pass
-    return _rss_bytes()
+    in_use = _malloc_in_use()
+    return in_use if in_use is not None else _rss_bytes()
 
 
 class Watch:
@@ -149,34 +189,88 @@ def census(torch, frame, named):
     return groups, graphs
 
 
+# Words the analysis reads (`oomscope_format::HeldTensors::CYCLE_PREFIX`; a test holds them
+# equal): a holder that only a reference cycle keeps, freed when the garbage collector runs.
+CYCLE_PREFIX = "a reference cycle"
+_CONTAINERS = (list, dict, tuple, set)
+_MAX_CYCLE = 16  # objects followed back through referrers to tell a garbage cycle
+
+
+def _attribute_of(owner, value):
+    """The name of `owner`'s attribute that is `value`, or None."""
+    try:
+        attrs = vars(owner)
+    except TypeError:
+        return None
+    return next((k for k, v in attrs.items() if v is value), None)
+
+
+def _only_a_cycle(obj, ignore):
+    """True when every object that refers to `obj`, followed back up to `_MAX_CYCLE` objects,
+    is one of those objects (or an attribute dict of one): nothing the program reaches holds it,
+    only a reference cycle, which the garbage collector frees when it next runs. (A running
+    function's local variables are not visible to `gc.get_referrers`; the census asks this only
+    of tensors that grew one a step, which locals cannot hold.)"""
+    seen = {id(obj): obj}
+    queue = [obj]
+    while queue:
+        o = queue.pop()
+        for r in gc.get_referrers(o):
+            if id(r) in ignore or id(r) in seen or r is queue:
+                continue
+            if type(r) is dict and any(getattr(x, "__dict__", None) is r for x in seen.values()):
+                continue
+            if len(seen) >= _MAX_CYCLE or type(r).__name__ in ("frame", "module"):
+                return False
+            seen[id(r)] = r
+            queue.append(r)
+    return len(seen) > 1 or any(r is obj for r in gc.get_referrers(obj))
+
+
 def _holder(torch, frame, named, tensors):
-    """Words for what holds these tensors: the first container among their referrers."""
-    containers = []
+    """Words for what holds these tensors: the first container or object among their
+    referrers, named as the program names it; a reference cycle when only one holds it."""
+    ignore = {id(tensors)}
+    owners = []
     for t in tensors:
         for r in gc.get_referrers(t):
-            if type(r) in (list, dict, tuple, set) and r is not tensors:
-                containers.append(r)
-        if containers:
+            if r is tensors:
+                continue
+            attr = None if type(r) in _CONTAINERS else _attribute_of(r, t)
+            if type(r) in _CONTAINERS or attr is not None:
+                owners.append((r, attr))
+        if owners:
             break
-    if not containers:
+    if not owners:
         return "no Python container (held from C++, such as an autograd graph's saved tensors)"
-    ids = {id(c) for c in containers}
+    ids = {id(o) for o, _ in owners}
     names = named(torch, frame, lambda o: id(o) in ids)
-    for c in containers:
-        kind = type(c).__name__
-        if id(c) in names:
-            return "%s `%s` (%d items)" % (kind, names[id(c)], len(c))
-    c = containers[0]
-    # An object's attribute: the dict that is its __dict__ holds the list.
-    for owner_dict in gc.get_referrers(c):
+    for o, attr in owners:
+        if id(o) in names:
+            if attr is not None:
+                return "attribute `%s` of `%s`" % (attr, names[id(o)])
+            return "%s `%s` (%d items)" % (type(o).__name__, names[id(o)], len(o))
+    o, attr = owners[0]
+    if type(o) is dict:
+        # The dict may be an object's attributes: name the object.
+        for owner in gc.get_referrers(o):
+            if getattr(owner, "__dict__", None) is o:
+                o, attr = owner, _attribute_of(owner, tensors[0])
+                break
+    if attr is not None and _only_a_cycle(o, ignore):
+        return "%s through a `%s` object (attribute `%s`)" % (
+            CYCLE_PREFIX, type(o).__name__, attr)
+    if attr is not None:
+        return "attribute `%s` of a `%s` object" % (attr, type(o).__name__)
+    for owner_dict in gc.get_referrers(o):
         if type(owner_dict) is dict:
             for owner in gc.get_referrers(owner_dict):
                 if getattr(owner, "__dict__", None) is owner_dict:
-                    attr = next((k for k, v in owner_dict.items() if v is c), None)
-                    if attr is not None:
+                    name = _attribute_of(owner, o)
+                    if name is not None:
                         return "%s `%s` of the `%s` object (%d items)" % (
-                            type(c).__name__, attr, type(owner).__name__, len(c))
-    return "a %s (%d items)" % (type(c).__name__, len(c))
+                            type(o).__name__, name, type(owner).__name__, len(o))
+    return "a %s (%d items)" % (type(o).__name__, len(o))
 
 
 def grown(torch, frame, named, first, second, steps):
@@ -212,3 +306,33 @@ def grown(torch, frame, named, first, second, steps):
             # holder: the variable's name
             result.append(((key[0], key[1], "graph", key[3]), nodes - before, 0, name))
     return result
+
+
+class GcWatch:
+    """`gc.callbacks` entry: times generation 1 and 2 collections and reports, through `send`,
+    those that freed memory (see the module docs)."""
+
+    def __init__(self, torch, send):
+        self.torch = torch
+        self.send = send  # (generation, collected, freed_bytes, pause_us)
+        self.before = None
+        self.started = 0.0
+
+    def __call__(self, phase, info):
+        try:
+            generation = info.get("generation", 0)
+            if generation < 1:
+                return
+            if phase == "start":
+                self.before = memory_now(self.torch)
+                self.started = time.perf_counter()
+                return
+            before, self.before = self.before, None
+            if before is None:
+                return
+            pause_us = int((time.perf_counter() - self.started) * 1e6)
+            after = memory_now(self.torch)
+            if after is not None and before - after >= GC_MIN_FREED_BYTES:
+                self.send(generation, info.get("collected", 0), before - after, pause_us)
+        except Exception:  # never into the collector's caller: it could be any allocation
+            pass

@@ -145,6 +145,9 @@ def install(torch, here):
     _held = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(_held)
     _S.watch = _held.Watch()
+    import gc
+
+    gc.callbacks.append(_held.GcWatch(torch, _gc_freed))
     if not _probe.enabled:
         return
     import warnings
@@ -724,6 +727,14 @@ def _opt_post(optimizer, args, kwargs):
             S.breakdown_at = S.iterations * 4
             _send_breakdown()
         _watch_held()
+
+
+def _gc_freed(generation, collected, freed_bytes, pause_us):
+    """A collection freed memory (`_oomscope_held.GcWatch`)."""
+    S = _S
+    if S is None or S.paused or not S.active:
+        return
+    _probe._gc(generation, collected, freed_bytes, pause_us)
 
 
 def _watch_held():

@@ -238,6 +238,13 @@ class Probe:
             line += " extra.%s=%d" % (_token(name), size)
         self.send(line)
 
+    def _gc(self, generation, collected, freed_bytes, pause_us):
+        """A garbage collection that freed memory (the zero-code hooks' `gc` callback)."""
+        if self._sock is None:
+            return
+        self.send("gc freed_bytes=%d generation=%d collected=%d pause_us=%d" % (
+            freed_bytes, generation, collected, pause_us))
+
     def _held(self, count, bytes, from_step, to_step, device, dtype, shape, grad_fn, holder):
         """A group of live tensors that grew across steps (the zero-code hooks' leak census)."""
         if self._sock is None:

@@ -113,6 +113,12 @@ mod tests {
             let declared = format!("{name} = {words:?}");
             assert!(hooks.contains(&declared), "{declared}");
         }
+        let held = include_str!("../../python/boot/_oomscope_held.py");
+        let declared = format!(
+            "CYCLE_PREFIX = {:?}",
+            oomscope_format::HeldTensors::CYCLE_PREFIX
+        );
+        assert!(held.contains(&declared), "{declared}");
         let [pre, post] = oomscope_format::CHECKPOINT_SAVE_STAGES;
         let declared = format!("PRE_SAVE, POST_SAVE = {pre:?}, {post:?}");
         assert!(hooks.contains(&declared), "{declared}");

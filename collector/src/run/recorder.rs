@@ -341,7 +341,8 @@ impl Context {
             | Record::ProcessMemory(_)
             | Record::Process(_)
             | Record::ProcessEnd(_)
-            | Record::Held(_) => {}
+            | Record::Held(_)
+            | Record::Gc(_) => {}
         }
     }
 }

@@ -170,6 +170,8 @@ pub struct Analysis {
     /// Live tensors that grew across steps, as the hooks counted them while memory rose (the
     /// trace's HELD records, largest growth first).
     pub held: Vec<oomscope_format::HeldTensors>,
+    /// Garbage collections that freed memory (the trace's GC records, in time order).
+    pub gc: Vec<oomscope_format::GcCollection>,
     /// Peaks of every memory quantity.
     pub peaks: Vec<Peak>,
     /// Memory per stage.
@@ -265,6 +267,7 @@ fn analyze_one(
     let mut analysis = Analysis {
         overview: overview(trace, &values, &peaks),
         held,
+        gc: trace.gc.clone(),
         stage_table: stages::stage_table(trace, &values, &stages, &stage_options),
         largest_growth: stages::largest_growth(trace, &values),
         leak_fits,

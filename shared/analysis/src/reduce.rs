@@ -302,6 +302,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         processes: trace.processes.clone(),
         process_ends: trace.process_ends.clone(),
         held: trace.held.clone(),
+        gc: trace.gc.clone(),
         end_us: trace.end_us,
     }
 }

@@ -48,9 +48,9 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::model::{
-    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GradientSummary, HeldTensors,
-    Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessInfo, ProcessRole, RankSource,
-    Record, StageMark, TensorStats, TrialOutcome,
+    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GcCollection, GradientSummary,
+    HeldTensors, Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessInfo, ProcessRole,
+    RankSource, Record, StageMark, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -133,6 +133,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Alive(_) => "alive",
         Record::Process(_) => "process",
         Record::Held(_) => "held",
+        Record::Gc(_) => "gc",
         Record::Exit(_)
         | Record::Dropped(_)
         | Record::OomKill(_)
@@ -166,6 +167,7 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
         "oom" => keys.extend(OOM.iter().map(|f| f.key)),
         "alive" => keys.extend(ALIVE.iter().map(|f| f.key)),
         "held" => keys.extend(HELD.iter().map(|f| f.key)),
+        "gc" => keys.extend(GC.iter().map(|f| f.key)),
         "process" => keys.extend(PROCESS.iter().map(|f| f.key)),
         _ => {}
     }
@@ -306,6 +308,13 @@ const HELD: [Field<HeldTensors>; 8] = [
     field!("dtype", Optional, dtype),
     field!("shape", Optional, shape),
     field!("grad_fn", Optional, grad_fn),
+];
+
+const GC: [Field<GcCollection>; 4] = [
+    field!("freed_bytes", Required, freed_bytes),
+    field!("generation", Optional, generation),
+    field!("collected", Optional, collected),
+    field!("pause_us", Optional, pause_us),
 ];
 
 const PROCESS: [Field<ProcessInfo>; 5] = [
@@ -511,6 +520,11 @@ pub fn parse_line(line: &str) -> Option<Message> {
             };
             Fields::parse(fields).read(&ALIVE, &mut site)?;
             Some(Message::record(Record::Alive(site)))
+        }
+        "gc" => {
+            let mut gc = GcCollection::default();
+            Fields::parse(rest).read(&GC, &mut gc)?;
+            Some(Message::record(Record::Gc(gc)))
         }
         "held" => {
             let (fields, holder) = rest.split_once(" -- ").unwrap_or((rest, ""));
@@ -735,6 +749,7 @@ pub fn format(out: &mut String, message: &Message) {
                     out.push_str(" -- ");
                     push_text(out, &a.file);
                 }
+                Record::Gc(g) => show_all(out, &GC, g),
                 Record::Held(h) => {
                     show_all(out, &HELD, h);
                     out.push_str(" -- ");

@@ -201,7 +201,8 @@ fn steady(held: &[HeldTensors]) -> Vec<&HeldTensors> {
         )
     };
     let mut out: Vec<&HeldTensors> = Vec::new();
-    for h in held.iter().filter(|h| per_step(h) >= 1) {
+    // What only a reference cycle holds is freed at the next collection: `reference-cycles`.
+    for h in held.iter().filter(|h| per_step(h) >= 1 && !h.is_cycle()) {
         match out.iter_mut().find(|o| key(o) == key(h)) {
             Some(o) if h.to_step > o.to_step => *o = h,
             Some(_) => {}

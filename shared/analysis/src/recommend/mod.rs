@@ -15,6 +15,7 @@
 
 mod allocator;
 mod copies;
+mod cycles;
 mod eval;
 mod growth;
 mod host;
@@ -33,6 +34,7 @@ pub use allocator::{
     Fragmentation, OUTSIDE_ALLOCATOR_MIN_BYTES, OutsideAllocatorRule,
 };
 pub use copies::{COPIES_MIN_SHARE, ModelCopies};
+pub use cycles::{CYCLES_MIN_FREED_BYTES, ReferenceCycles};
 pub use eval::{
     EVAL_PEAK_MIN_BYTES, EVAL_PEAK_MIN_FRACTION, EVAL_RETAIN_MIN_BYTES,
     EVAL_RETAIN_MIN_FRACTION_OF_JUMP, EvalPeak, EvalRetainsMemory, eval_autograd,
@@ -94,6 +96,8 @@ pub enum FindingKind {
     ModelCopies,
     /// Memory grows step after step.
     Leak,
+    /// Reference cycles hold memory until the garbage collector runs.
+    ReferenceCycles,
     /// Evaluation leaves memory behind.
     EvalRetainsMemory,
     /// Evaluation needs more memory than training.
@@ -131,6 +135,7 @@ impl FindingKind {
             FindingKind::OptimizerStateHeavy => "optimizer-state-heavy",
             FindingKind::ModelCopies => "model-copies",
             FindingKind::Leak => "leak",
+            FindingKind::ReferenceCycles => "reference-cycles",
             FindingKind::EvalRetainsMemory => "eval-retains-memory",
             FindingKind::EvalPeak => "eval-peak",
             FindingKind::OutsideAllocator => "outside-allocator",
@@ -156,6 +161,7 @@ impl FindingKind {
             FindingKind::OptimizerStateHeavy => "heavy optimizer state",
             FindingKind::ModelCopies => "untrained model copies",
             FindingKind::Leak => "leak",
+            FindingKind::ReferenceCycles => "memory held by reference cycles",
             FindingKind::EvalRetainsMemory => "memory kept by eval",
             FindingKind::EvalPeak => "eval peak above training",
             FindingKind::OutsideAllocator => "memory outside the allocator",
@@ -341,6 +347,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(OptimizerStateHeavy),
         Box::new(ModelCopies),
         Box::new(Leak),
+        Box::new(ReferenceCycles),
         Box::new(EvalRetainsMemory),
         Box::new(EvalPeak),
         Box::new(OutsideAllocatorRule),

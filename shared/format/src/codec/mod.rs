@@ -82,6 +82,8 @@ pub mod tag {
     pub const PROCESS_END: u8 = 0x13;
     /// A group of live tensors that grew across steps (format v1.9).
     pub const HELD: u8 = 0x14;
+    /// A garbage collection that freed memory (format v1.9).
+    pub const GC: u8 = 0x15;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -106,6 +108,7 @@ pub mod tag {
             PROCESS => "process",
             PROCESS_END => "process_end",
             HELD => "held",
+            GC => "gc",
             _ => "unknown",
         }
     }

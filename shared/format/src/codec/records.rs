@@ -18,10 +18,10 @@ use std::sync::Arc;
 use super::tag;
 use crate::error::EncodeError;
 use crate::model::{
-    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus, GpuInfo,
-    GradientSummary, HeldTensors, Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource,
-    Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record,
-    StageMark, TensorStats, TrialOutcome,
+    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus,
+    GcCollection, GpuInfo, GradientSummary, HeldTensors, Metadata, Name, NamedBytes, Note,
+    OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory,
+    ProcessRole, RankSource, Record, StageMark, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -55,6 +55,7 @@ pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), Enc
         Record::Process(p) => encode_process(w, p),
         Record::ProcessEnd(e) => encode_process_end(w, e),
         Record::Held(h) => encode_held(w, h),
+        Record::Gc(g) => encode_gc(w, g),
     }
 }
 
@@ -81,6 +82,7 @@ pub(super) fn decode(
         tag::PROCESS => Record::Process(decode_process(c, names)?),
         tag::PROCESS_END => Record::ProcessEnd(decode_process_end(c)?),
         tag::HELD => Record::Held(decode_held(c, names)?),
+        tag::GC => Record::Gc(decode_gc(c)?),
         _ => return Ok(None),
     }))
 }
@@ -753,6 +755,27 @@ fn decode_held(c: &mut Cursor<'_>, names: &Names) -> Result<HeldTensors, ReadErr
         count: c.u64()?,
         bytes: c.u64()?,
         holder: names.read(c)?,
+    })
+}
+
+// GC (v1.9): generation, collected, freed bytes, pause us.
+
+fn encode_gc(w: &mut impl RecordSink, g: &GcCollection) -> Result<(), EncodeError> {
+    let b = w.begin(g.t_us);
+    put_u64(b, u64::from(g.generation));
+    put_u64(b, g.collected);
+    put_u64(b, g.freed_bytes);
+    put_u64(b, g.pause_us);
+    w.end(tag::GC)
+}
+
+fn decode_gc(c: &mut Cursor<'_>) -> Result<GcCollection, ReadError> {
+    Ok(GcCollection {
+        t_us: c.u64()?,
+        generation: c.u32()?,
+        collected: c.u64()?,
+        freed_bytes: c.u64()?,
+        pause_us: c.u64()?,
     })
 }
 
