@@ -156,14 +156,14 @@ def _graph_nodes(root):
 
 
 def census(torch, frame, named):
-    """{key: [count, bytes, ids]} of the live tensors, and {name: (nodes, key)} of the named
-    tensors' autograd graphs."""
+    """({key: [count, bytes, ids]} of the live tensors, {name: (nodes, key)} of the named tensors'
+    autograd graphs, the tensors themselves). One pass over `gc.get_objects()`; the caller drops
+    the tensors' list before returning to the program."""
     Tensor = torch.Tensor
     groups = {}
     storages = set()
-    for o in gc.get_objects():
-        if not issubclass(type(o), Tensor):
-            continue
+    tensors = [o for o in gc.get_objects() if issubclass(type(o), Tensor)]
+    for o in tensors:
         key = _key(o)
         skey, nbytes = _storage_key(o)
         if skey in storages:
@@ -178,15 +178,12 @@ def census(torch, frame, named):
     graphs = {}
     names = named(torch, frame, lambda o: issubclass(type(o), Tensor) and
                   getattr(o, "grad_fn", None) is not None)
-    by_id = {}
-    for o in gc.get_objects():
-        if id(o) in names:
-            by_id[id(o)] = o
-    for oid, name in names.items():
-        t = by_id.get(oid)
-        if t is not None:
-            graphs[name] = (_graph_nodes(t.grad_fn), _key(t))
-    return groups, graphs
+    if names:
+        for t in tensors:
+            name = names.get(id(t))
+            if name is not None:
+                graphs[name] = (_graph_nodes(t.grad_fn), _key(t))
+    return groups, graphs, tensors
 
 
 # Words the analysis reads (`oomscope_format::HeldTensors::CYCLE_PREFIX`; a test holds them
@@ -227,14 +224,15 @@ def _only_a_cycle(obj, ignore):
     return len(seen) > 1 or any(r is obj for r in gc.get_referrers(obj))
 
 
-def _holder(torch, frame, named, tensors):
+def _holder(torch, frame, named, tensors, census_list):
     """Words for what holds these tensors: the first container or object among their
-    referrers, named as the program names it; a reference cycle when only one holds it."""
-    ignore = {id(tensors)}
+    referrers, named as the program names it; a reference cycle when only one holds it.
+    `census_list` is the census's own list (a referrer of every tensor, not the program's)."""
+    ignore = {id(tensors), id(census_list)}
     owners = []
     for t in tensors:
         for r in gc.get_referrers(t):
-            if r is tensors:
+            if id(r) in ignore:
                 continue
             attr = None if type(r) in _CONTAINERS else _attribute_of(r, t)
             if type(r) in _CONTAINERS or attr is not None:
@@ -274,9 +272,10 @@ def _holder(torch, frame, named, tensors):
 
 
 def grown(torch, frame, named, first, second, steps):
-    """[(key, count, bytes, holder)] for the groups that grew between two counts, largest
-    first; graphs that grew come as ("graph", name) groups."""
-    (g1, graphs1), (g2, graphs2) = first, second
+    """[(key, count, bytes, holder)] for the groups that grew between two counts (`census`
+    results; the second's tensors are sampled for holders), largest first; graphs that grew come
+    as ("graph" shape) groups."""
+    (g1, graphs1), (g2, graphs2, tensors) = first[:2], second
     out = []
     for key, (count, nbytes, ids) in g2.items():
         c0, b0, ids0 = g1.get(key, (0, 0, set()))
@@ -284,17 +283,11 @@ def grown(torch, frame, named, first, second, steps):
         if dc <= 0 or (db < _MIN_GROUP_BYTES and dc < steps):
             continue
         out.append((db, dc, key, ids - ids0))
-    out.sort(reverse=True)
+    out.sort(key=lambda row: (row[0], row[1]), reverse=True)
     result = []
     for db, dc, key, new_ids in out[:_MAX_GROUPS]:
-        sample = []
-        if new_ids:
-            for o in gc.get_objects():
-                if id(o) in new_ids and issubclass(type(o), torch.Tensor):
-                    sample.append(o)
-                    if len(sample) >= 3:
-                        break
-        holder = _holder(torch, frame, named, sample)
+        sample = [t for t in tensors if id(t) in new_ids][:3]
+        holder = _holder(torch, frame, named, sample, tensors)
         del sample
         result.append((key, dc, max(db, 0), holder))
     for name, (nodes, key) in graphs2.items():
@@ -302,8 +295,7 @@ def grown(torch, frame, named, first, second, steps):
         # The same tensor's graph, grown (a running total); a new tensor with its own small
         # graph each step is the tensor groups' story.
         if before and nodes - before >= steps:
-            # shape `graph`: the row counts autograd nodes (format v1.9's HELD)
-            # holder: the variable's name
+            # shape `graph`: the row counts autograd nodes (format v1.9's HELD); holder: the name
             result.append(((key[0], key[1], "graph", key[3]), nodes - before, 0, name))
     return result
 

@@ -135,21 +135,12 @@ def install(torch, here):
     spec.loader.exec_module(probe_module)
     _probe = probe_module.Probe()
     _probe_module = probe_module
-    global _breakdown, _held
-    spec = importlib.util.spec_from_file_location(
-        "_oomscope_breakdown", os.path.join(here, "_oomscope_breakdown.py"))
-    _breakdown = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(_breakdown)
-    spec = importlib.util.spec_from_file_location(
-        "_oomscope_held", os.path.join(here, "_oomscope_held.py"))
-    _held = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(_held)
-    _S.watch = _held.Watch()
-    import gc
-
-    gc.callbacks.append(_held.GcWatch(torch, _gc_freed))
     if not _probe.enabled:
         return
+    try:
+        _load_memory_modules(importlib.util, here)
+    except BaseException as e:  # the marks go on without the breakdown and the leak census
+        _interrupted(e)
     import warnings
 
     # Our global hooks make torch warn on every `torch.compile(module)` call; the warning is
@@ -173,6 +164,24 @@ def install(torch, here):
             patch()
         except BaseException as e:
             _interrupted(e)
+
+
+def _load_memory_modules(util, here):
+    """`_oomscope_breakdown` and `_oomscope_held`, and the garbage collector's callback: what
+    the memory is. On their own, so that a failure here leaves the marks in place."""
+    global _breakdown, _held
+    spec = util.spec_from_file_location(
+        "_oomscope_breakdown", os.path.join(here, "_oomscope_breakdown.py"))
+    breakdown = util.module_from_spec(spec)
+    spec.loader.exec_module(breakdown)
+    spec = util.spec_from_file_location("_oomscope_held", os.path.join(here, "_oomscope_held.py"))
+    held = util.module_from_spec(spec)
+    spec.loader.exec_module(held)
+    import gc
+
+    gc.callbacks.append(held.GcWatch(_torch, _gc_freed))
+    _breakdown, _held = breakdown, held
+    _S.watch = held.Watch()
 
 
 def _interrupted(exc):
@@ -750,7 +759,8 @@ def _watch_held():
         frame = sys._getframe()
         count = _held.census(_torch, frame, _breakdown.named)
         if due == "first":
-            S.watch.first = (S.iterations, S.step, count)
+            S.watch.first = (S.iterations, S.step, count[:2])  # not the tensors themselves
+            del count
             return
         iteration, step, first = S.watch.first
         S.watch.done(S.iterations)
@@ -767,7 +777,7 @@ def _send_breakdown():
     """The model's memory by component, at the end of iterations 1, 4, 16, 64, ... (gradients and
     optimizer state exist then), sent when it changed (`_oomscope_breakdown`)."""
     S = _S
-    if not S.active or S.paused or S.user_components:
+    if not S.active or S.paused or S.user_components or _breakdown is None:
         return
     try:
         b = _breakdown.measure(_torch, list(S.optimizers), sys._getframe(1))

@@ -71,6 +71,13 @@ pub const SUSTAINED_SHARE: f64 = 0.5;
 /// across it belongs to the transition, not to the steps.
 pub const PAUSE_FACTOR: f64 = 3.0;
 
+/// A pause is a transition only when memory grew across it by more than this many times what a
+/// training step adds (plus [`PAUSE_KEPT_MIN_BYTES`]): growth at the steps' own rate is theirs.
+pub const PAUSE_KEPT_FACTOR: f64 = 2.0;
+
+/// See [`PAUSE_KEPT_FACTOR`]: the noise a pause may add and still be a step like the others.
+pub const PAUSE_KEPT_MIN_BYTES: f64 = (1 << 20) as f64;
+
 /// Which evidence made a fit a leak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -461,8 +468,9 @@ struct GrowthSplit {
 }
 
 /// Walks consecutive points (in step order): a pair with a non-training mark between them, or
-/// a pause longer than [`PAUSE_FACTOR`] × the median time per step, is a transition; the pair
-/// after it (the first step back in training) is counted with it.
+/// a pause longer than [`PAUSE_FACTOR`] × the median time per step across which memory grew
+/// more than the steps' own rate ([`PAUSE_KEPT_FACTOR`]), is a transition; the pair after it
+/// (the first step back in training) is counted with it.
 fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
     let mut per_step_us: Vec<f64> = points
         .windows(2)
@@ -471,6 +479,28 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
         .collect();
     per_step_us.sort_by(f64::total_cmp);
     let median_us = per_step_us.get(per_step_us.len() / 2).copied();
+    let is_paused = |a: &Point, b: &Point| {
+        let steps = b.step.saturating_sub(a.step);
+        steps > 0
+            && median_us.is_some_and(|m| {
+                b.t_us.saturating_sub(a.t_us) as f64 / steps as f64 > PAUSE_FACTOR * m.max(1.0)
+            })
+    };
+    // What a training step itself adds (the median over unpaused pairs): a pause that grew no
+    // more than that kept nothing of its own (the hooks counting tensors, a garbage collection
+    // in the middle of a step) and is a step like the others.
+    let mut step_deltas: Vec<f64> = points
+        .windows(2)
+        .filter(|w| w[1].step > w[0].step && !is_paused(w[0], w[1]))
+        .filter(|w| outside_train[w[1].mark] == outside_train[w[0].mark + 1])
+        .map(|w| (w[1].value as f64 - w[0].value as f64) / (w[1].step - w[0].step) as f64)
+        .collect();
+    step_deltas.sort_by(f64::total_cmp);
+    let step_delta = step_deltas
+        .get(step_deltas.len() / 2)
+        .copied()
+        .unwrap_or(0.0)
+        .max(0.0);
     let (mut train_growth, mut train_steps) = (0.0, 0u64);
     let (mut transition_growth, mut transitions) = (0.0, 0);
     let mut after_transition = false;
@@ -483,10 +513,8 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
         let delta = b.value as f64 - a.value as f64;
         let steps = b.step.saturating_sub(a.step);
         let other_phase = outside_train[b.mark] != outside_train[a.mark + 1];
-        let paused = steps > 0
-            && median_us.is_some_and(|m| {
-                b.t_us.saturating_sub(a.t_us) as f64 / steps as f64 > PAUSE_FACTOR * m.max(1.0)
-            });
+        let paused = is_paused(a, b)
+            && delta > PAUSE_KEPT_FACTOR * step_delta * steps as f64 + PAUSE_KEPT_MIN_BYTES;
         if other_phase || paused {
             transition_growth += delta;
             transitions += 1;
