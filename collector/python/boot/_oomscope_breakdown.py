@@ -116,12 +116,25 @@ def named(torch, frame, wanted):
     return names
 
 
+def subclasses(cls):
+    """`cls` and every class derived from it now: a set, so that picking a kind's instances out
+    of `gc.get_objects()` is one set lookup per object (`type(o) in kinds`, ~10x faster than
+    `issubclass`; and never `isinstance`, which asks an object its `__class__`, which some
+    answer with a warning on the program's stderr: torch.distributed.reduce_op)."""
+    kinds = {cls}
+    todo = [cls]
+    while todo:
+        for sub in type.__subclasses__(todo.pop()):
+            if sub not in kinds:
+                kinds.add(sub)
+                todo.append(sub)
+    return kinds
+
+
 def _models(torch):
     """The outermost modules alive: no other module's child."""
-    Module = torch.nn.Module
-    # `type()`, not `isinstance`: the latter asks an object its `__class__`, which some answer
-    # with a warning on the program's stderr (torch.distributed.reduce_op).
-    modules = [o for o in gc.get_objects() if issubclass(type(o), Module)]
+    kinds = subclasses(torch.nn.Module)
+    modules = [o for o in gc.get_objects() if type(o) in kinds]
     children = set()
     for m in modules:
         for child in m.__dict__.get("_modules", {}).values():

@@ -155,6 +155,18 @@ def _graph_nodes(root):
     return len(seen)
 
 
+def _subclasses(cls):
+    """See `_oomscope_breakdown.subclasses` (the same, without importing it here)."""
+    kinds = {cls}
+    todo = [cls]
+    while todo:
+        for sub in type.__subclasses__(todo.pop()):
+            if sub not in kinds:
+                kinds.add(sub)
+                todo.append(sub)
+    return kinds
+
+
 def census(torch, frame, named):
     """({key: [count, bytes, ids]} of the live tensors, {name: (nodes, key)} of the named tensors'
     autograd graphs, the tensors themselves). One pass over `gc.get_objects()`; the caller drops
@@ -162,7 +174,8 @@ def census(torch, frame, named):
     Tensor = torch.Tensor
     groups = {}
     storages = set()
-    tensors = [o for o in gc.get_objects() if issubclass(type(o), Tensor)]
+    kinds = _subclasses(Tensor)
+    tensors = [o for o in gc.get_objects() if type(o) in kinds]
     for o in tensors:
         key = _key(o)
         skey, nbytes = _storage_key(o)
