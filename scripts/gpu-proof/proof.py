@@ -434,6 +434,54 @@ class Proof:
         ok = not doc["warnings"] and doc["trace_entries"] > 0 and any(d.get("ooms") for d in devices)
         return figures, ok
 
+    # ---- 3b. what the memory is (issue 31) ---------------------------------------------------
+
+    def check_breakdown(self):
+        """The zero-code breakdown of a diffusion-style loop (a denoiser under AdamW, its EMA copy,
+        a frozen encoder) against the sums of storages the program computes itself after its first
+        step; on CUDA also against the allocator: the model state is at most what
+        torch.cuda.memory_allocated() says then."""
+        cuda = self.cuda["cuda"]
+        expect = os.path.join(self.work, "breakdown_expect.json")
+        cmd = [sys.executable, os.path.join(self.py, "diffusion_memory.py"), "--device",
+               "cuda" if cuda else "cpu", "--expect", expect]
+        if cuda:
+            cmd += ["--d", "4096", "--z", "2048", "--hidden", "16384", "--batch", "256"]
+        trace, code, _, _ = self.record("breakdown", cmd, hooks=True)
+        self.keep(trace, "breakdown.oomt")
+        with open(expect) as f:
+            truth = json.load(f)
+        s = self.summary(trace)
+        with_components = [p for p in s["peaks"] if p.get("components")]
+        c = with_components[0]["components"] if with_components else {}
+        keys = ("parameters_bytes", "buffers_bytes", "gradients_bytes", "optimizer_state_bytes")
+        extras = {e["name"]: e["bytes"] for e in c.get("extras", [])}
+        figures = {"exit_code": code, "peak": with_components[0]["metric"] if with_components else None,
+                   "measured": {k: c.get(k) for k in keys}, "extras": extras, "truth": truth}
+        ok = code == 0 and all(c.get(k) == truth[k] for k in keys) and \
+            extras == {"ema": truth["ema_bytes"], "encoder": truth["encoder_bytes"]}
+        if cuda:
+            total = sum(c.get(k) or 0 for k in keys) + sum(extras.values())
+            figures["model_state_bytes"] = total
+            ok = ok and truth["allocated_bytes"] is not None and total <= truth["allocated_bytes"]
+        return figures, ok, ("each category equal to the program's own sum of storages; on CUDA the model "
+                             "state at most torch.cuda.memory_allocated()"), None
+
+    def check_held(self):
+        """What holds a leak: the loop that keeps each validation loss in a list, on this machine's
+        device; the hooks' counts name the list and the tensors' device."""
+        device = "cuda" if self.cuda["cuda"] else "cpu"
+        cmd = [sys.executable, os.path.join(self.py, "held_leaks.py"), "--kind", "list", "--steps", "40",
+               "--device", device]
+        trace, code, _, _ = self.record("held", cmd, hooks=True)
+        s = self.summary(trace)
+        held = s.get("held", [])
+        named = [h for h in held if h["holder"].startswith("list `val_losses`")]
+        figures = {"exit_code": code, "held": held[:6],
+                   "leak_change": next((f["change"] for f in s["findings"] if f["id"] == "leak"), None)}
+        ok = code == 0 and bool(named) and all(h["device"].startswith(device) for h in named)
+        return figures, ok, "the list named, its tensors on %s" % device, None
+
     # ---- 4. batch finder -------------------------------------------------------------------
 
     def check_batch(self):
@@ -713,6 +761,8 @@ CHECKS = (
     ("oom_tch", "A real CUDA OOM in the tch GPT example, seen by the allocator's OOM observer", Proof.check_oom_tch),
     ("zero_code", "An unmodified PyTorch program under the zero-code hooks: marks, a real OOM, what was alive",
      Proof.check_zero_code),
+    ("breakdown", "What the memory is: the zero-code breakdown against torch's own counts", Proof.check_breakdown),
+    ("held", "What holds a leak: the hooks' counts of live tensors name the list", Proof.check_held),
     ("batch", "Batch finder against a plain scan", Proof.check_batch),
     ("overhead", "Overhead between processes: step time with and without the collector, snapshot and NVML costs",
      Proof.check_overhead),

@@ -46,8 +46,8 @@ def nbytes(tensors):
 
 def build(a):
     torch.manual_seed(0)
-    encoder = Encoder(a.d, a.z).requires_grad_(False).eval()
-    model = Denoiser(a.z, a.hidden)
+    encoder = Encoder(a.d, a.z).to(a.device).requires_grad_(False).eval()
+    model = Denoiser(a.z, a.hidden).to(a.device)
     ema = copy.deepcopy(model).requires_grad_(False).eval()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     return encoder, model, ema, opt
@@ -55,7 +55,7 @@ def build(a):
 
 def train(a, encoder, model, ema, opt):
     for step in range(a.steps):
-        x = torch.randn(a.batch, a.d)
+        x = torch.randn(a.batch, a.d, device=a.device)
         with torch.no_grad():
             latents = encoder(x)
         noise = torch.randn_like(latents)
@@ -72,6 +72,8 @@ def train(a, encoder, model, ema, opt):
                     "optimizer_state_bytes": nbytes(state),
                     "ema_bytes": nbytes(list(ema.parameters()) + list(ema.buffers())),
                     "encoder_bytes": nbytes(encoder.parameters()),
+                    # on CUDA, what the allocator holds for tensors now
+                    "allocated_bytes": torch.cuda.memory_allocated() if a.device == "cuda" else None,
                 }, f)
         opt.zero_grad(set_to_none=True)
         with torch.no_grad():
@@ -88,6 +90,7 @@ def arguments():
     p.add_argument("--z", type=int, default=256)
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--where", choices=["globals", "function"], default="globals")
+    p.add_argument("--device", default="cpu")
     p.add_argument("--expect")
     return p.parse_args()
 

@@ -29,20 +29,22 @@ def main():
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(a.width, a.width), nn.ReLU(), nn.Linear(a.width, a.width))
+    model = nn.Sequential(nn.Linear(a.width, a.width), nn.ReLU(),
+                          nn.Linear(a.width, a.width)).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     global val_losses, metric, total_val
     val_losses, metric, total_val = [], Accuracy(), 0.0
     for step in range(a.steps):
-        x = torch.randn(a.batch, a.width)
+        x = torch.randn(a.batch, a.width, device=a.device)
         out = model(x)
         loss = F.mse_loss(out, x)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        held_out = torch.randn(a.batch, a.width)
+        held_out = torch.randn(a.batch, a.width, device=a.device)
         val_out = model(held_out)
         val_loss = F.mse_loss(val_out, held_out)
         if a.kind == "list":
