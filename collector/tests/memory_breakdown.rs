@@ -161,6 +161,9 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
         ];
         let (out, t) = record(&s, &cmd);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        // The program makes no reference cycle: a collection that freed memory would be the
+        // hooks' own (a census kept alive by a cycle once held dropped tensors until one ran).
+        assert!(t.gc.is_empty(), "{kind}: {:?}", t.gc);
         let named: Vec<_> = t
             .held
             .iter()

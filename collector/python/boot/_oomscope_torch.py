@@ -756,7 +756,10 @@ def _watch_held():
         due = S.watch.due(S.iterations, _held.memory_now(_torch))
         if due is None:
             return
-        frame = sys._getframe()
+        # The caller's frame, never this one: a local holding its own frame is a reference
+        # cycle that would keep the census's list of every tensor (and so tensors the program
+        # has dropped) alive until the garbage collector runs.
+        frame = sys._getframe(1)
         count = _held.census(_torch, frame, _breakdown.named)
         if due == "first":
             S.watch.first = (S.iterations, S.step, count[:2])  # not the tensors themselves
@@ -771,6 +774,8 @@ def _watch_held():
             _probe._held(n, nbytes, step, S.step, device, dtype, shape, grad_fn, holder)
     except BaseException as e:
         _interrupted(e)
+    finally:
+        frame = count = None
 
 
 def _send_breakdown():

@@ -13,6 +13,9 @@ use oomscope_format::{GcCollection, HeldTensors};
 /// A collection freeing at least this much is worth naming.
 pub const CYCLES_MIN_FREED_BYTES: u64 = 16 << 20;
 
+/// Collections freeing memory, in the loop, that make a saw-tooth without the hooks' counts.
+pub const CYCLES_MIN_COLLECTIONS: usize = 2;
+
 /// Freed at once, at least this share of the peak makes it a warning.
 const CYCLES_WARNING_SHARE: f64 = 0.10;
 
@@ -35,14 +38,17 @@ impl Diagnose for ReferenceCycles {
     const KIND: FindingKind = FindingKind::ReferenceCycles;
     type Diagnosis<'a> = CycleMemory<'a>;
 
-    /// Detection: a collection freed at least [`CYCLES_MIN_FREED_BYTES`], or the hooks counted
+    /// Detection: collections in the loop (after its first mark) that each freed at least
+    /// [`CYCLES_MIN_FREED_BYTES`], at least [`CYCLES_MIN_COLLECTIONS`] of them (a saw-tooth: one
+    /// collection that frees what building the model left is no pattern), or the hooks counted
     /// tensors that only a reference cycle holds, one a step or more.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let loop_start_us = ctx.trace.marks.first().map_or(0, |m| m.t_us);
         let collections: Vec<&GcCollection> = ctx
             .analysis
             .gc
             .iter()
-            .filter(|g| g.freed_bytes >= CYCLES_MIN_FREED_BYTES)
+            .filter(|g| g.freed_bytes >= CYCLES_MIN_FREED_BYTES && g.t_us >= loop_start_us)
             .collect();
         let held: Vec<&HeldTensors> = ctx
             .analysis
@@ -50,7 +56,7 @@ impl Diagnose for ReferenceCycles {
             .iter()
             .filter(|h| h.is_cycle() && h.count >= h.to_step.saturating_sub(h.from_step).max(1))
             .collect();
-        if collections.is_empty() && held.is_empty() {
+        if collections.len() < CYCLES_MIN_COLLECTIONS && held.is_empty() {
             return None;
         }
         Some(CycleMemory {
@@ -180,8 +186,11 @@ mod tests {
         );
         // The cycle's tensors are not a leak.
         assert!(find(&trace, FindingKind::Leak).is_none());
-        // Small collections say nothing.
+        // One collection alone (what building the model left) is no saw-tooth.
         trace.held.clear();
+        trace.gc.truncate(1);
+        assert!(find(&trace, FindingKind::ReferenceCycles).is_none());
+        // Small collections say nothing.
         for g in &mut trace.gc {
             g.freed_bytes = 4 << 20;
         }
