@@ -66,10 +66,10 @@ def main():
     import gc
 
     objects = len(gc.get_objects())
-    first = held.census(torch, frame, breakdown.named)[:2]
-    census_ms = median_ms(lambda: held.census(torch, frame, breakdown.named), a.rounds)
-    second = held.census(torch, frame, breakdown.named)
-    grown_ms = median_ms(lambda: held.grown(torch, frame, breakdown.named, first, second, 8),
+    first = held.census(torch, frame, breakdown)[:2]
+    census_ms = median_ms(lambda: held.census(torch, frame, breakdown), a.rounds)
+    second = held.census(torch, frame, breakdown)
+    grown_ms = median_ms(lambda: held.grown(torch, frame, breakdown, first, second, 8),
                          a.rounds)
     del second, junk
     print("GPT %.1f M parameters, step %.1f ms (CPU)" % (params / 1e6, step_ms))

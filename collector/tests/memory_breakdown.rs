@@ -5,29 +5,10 @@
 
 mod support;
 
-use std::process::Output;
-
 use oomscope_analysis::{AnalysisOptions, analyze};
-use oomscope_format::{ComponentBreakdown, Trace};
+use oomscope_format::ComponentBreakdown;
 use oomscope_testkit::Scratch;
-use support::{collector, read, run, stderr, torch_python};
-
-fn program(name: &str) -> String {
-    format!("{}/tests/torch_programs/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `collector run -q -o TRACE -- CMD...`.
-fn record(s: &Scratch, cmd: &[&str]) -> (Output, Trace) {
-    let trace = s.path("t.oomt");
-    let mut args = vec!["run", "-q", "-o", trace.to_str().unwrap(), "--"];
-    args.extend_from_slice(cmd);
-    let out = collector(&args)
-        .env("OMP_NUM_THREADS", "1")
-        .output()
-        .unwrap();
-    let t = read(&trace).trace;
-    (out, t)
-}
+use support::{record, run, stderr, torch_program as program, torch_python};
 
 /// The program's own count of a group of tensors.
 fn expected(json: &serde_json::Value, key: &str) -> u64 {
@@ -72,7 +53,7 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
             "--expect",
             expect.to_str().unwrap(),
         ];
-        let (out, t) = record(&s, &cmd);
+        let (out, t) = record(&s, &[], &cmd);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&expect).unwrap()).unwrap();
@@ -159,7 +140,7 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
             "--steps",
             "30",
         ];
-        let (out, t) = record(&s, &cmd);
+        let (out, t) = record(&s, &[], &cmd);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         // The program makes no reference cycle: a collection that freed memory would be the
         // hooks' own (a census kept alive by a cycle once held dropped tensors until one ran).
@@ -212,7 +193,7 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
          for _ in range(30):\n    \
              l = m(torch.randn(64, 512)).square().mean(); l.backward(); o.step(); o.zero_grad()\n",
     );
-    let (out, t) = record(&s, &[py.to_str().unwrap(), clean.to_str().unwrap()]);
+    let (out, t) = record(&s, &[], &[py.to_str().unwrap(), clean.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(t.held.is_empty(), "{:#?}", t.held);
 }
@@ -233,7 +214,7 @@ fn a_reference_cycle_saw_tooth_is_named_and_not_called_a_leak() {
         "--collect-every",
         "20",
     ];
-    let (out, t) = record(&s, &cmd);
+    let (out, t) = record(&s, &[], &cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let plain = std::process::Command::new(cmd[0])
         .args(&cmd[1..])

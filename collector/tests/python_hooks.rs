@@ -19,7 +19,7 @@ use oomscope_analysis::recommend::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
 use oomscope_testkit::Scratch;
-use support::{collector, read, stderr, torch_python};
+use support::{collector, read, record, stderr, torch_program as program, torch_python};
 
 const STAGES: [&str; 6] = [
     "pre_forward",
@@ -29,25 +29,6 @@ const STAGES: [&str; 6] = [
     "pre_optimizer_step",
     "post_optimizer_step",
 ];
-
-fn program(name: &str) -> String {
-    format!("{}/tests/torch_programs/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `collector run -q -o TRACE [extra] -- CMD...`.
-fn record(s: &Scratch, extra: &[&str], cmd: &[&str]) -> (Output, Trace) {
-    let trace = s.path("t.oomt");
-    let mut args = vec!["run", "-q", "-o", trace.to_str().unwrap()];
-    args.extend_from_slice(extra);
-    args.push("--");
-    args.extend_from_slice(cmd);
-    let out = collector(&args)
-        .env("OMP_NUM_THREADS", "1")
-        .output()
-        .unwrap();
-    let t = read(&trace).trace;
-    (out, t)
-}
 
 /// The same command without the collector.
 fn plain(cmd: &[&str]) -> Output {

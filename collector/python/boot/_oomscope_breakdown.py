@@ -112,7 +112,10 @@ def named(torch, frame, wanted):
                 take(name, value)
         for name, value in variables[:_MAX_ITEMS * 4]:
             if isinstance(name, str) and not name.startswith("__"):
-                inside(name, value)
+                try:
+                    inside(name, value)
+                except Exception:  # an object whose attributes cannot be listed: skip it
+                    pass
     return names
 
 

@@ -155,26 +155,15 @@ def _graph_nodes(root):
     return len(seen)
 
 
-def _subclasses(cls):
-    """See `_oomscope_breakdown.subclasses` (the same, without importing it here)."""
-    kinds = {cls}
-    todo = [cls]
-    while todo:
-        for sub in type.__subclasses__(todo.pop()):
-            if sub not in kinds:
-                kinds.add(sub)
-                todo.append(sub)
-    return kinds
-
-
-def census(torch, frame, named):
+def census(torch, frame, kit):
     """({key: [count, bytes, ids]} of the live tensors, {name: (nodes, key)} of the named tensors'
     autograd graphs, the tensors themselves). One pass over `gc.get_objects()`; the caller drops
-    the tensors' list before returning to the program."""
+    the tensors' list before returning to the program. `kit` is `_oomscope_breakdown` (how
+    objects are named and a kind's instances picked out)."""
     Tensor = torch.Tensor
     groups = {}
     storages = set()
-    kinds = _subclasses(Tensor)
+    kinds = kit.subclasses(Tensor)
     tensors = [o for o in gc.get_objects() if type(o) in kinds]
     for o in tensors:
         key = _key(o)
@@ -189,8 +178,8 @@ def census(torch, frame, named):
         g[1] += nbytes
         g[2].add(id(o))
     graphs = {}
-    names = named(torch, frame, lambda o: issubclass(type(o), Tensor) and
-                  getattr(o, "grad_fn", None) is not None)
+    names = kit.named(torch, frame, lambda o: type(o) in kinds and
+                      getattr(o, "grad_fn", None) is not None)
     if names:
         for t in tensors:
             name = names.get(id(t))
@@ -284,7 +273,7 @@ def _holder(torch, frame, named, tensors, census_list):
     return "a %s (%d items)" % (type(o).__name__, len(o))
 
 
-def grown(torch, frame, named, first, second, steps):
+def grown(torch, frame, kit, first, second, steps):
     """[(key, count, bytes, holder)] for the groups that grew between two counts (`census`
     results; the second's tensors are sampled for holders), largest first; graphs that grew come
     as ("graph" shape) groups."""
@@ -300,7 +289,7 @@ def grown(torch, frame, named, first, second, steps):
     result = []
     for db, dc, key, new_ids in out[:_MAX_GROUPS]:
         sample = [t for t in tensors if id(t) in new_ids][:3]
-        holder = _holder(torch, frame, named, sample, tensors)
+        holder = _holder(torch, frame, kit.named, sample, tensors)
         del sample
         result.append((key, dc, max(db, 0), holder))
     for name, (nodes, key) in graphs2.items():

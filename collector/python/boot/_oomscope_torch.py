@@ -760,14 +760,14 @@ def _watch_held():
         # cycle that would keep the census's list of every tensor (and so tensors the program
         # has dropped) alive until the garbage collector runs.
         frame = sys._getframe(1)
-        count = _held.census(_torch, frame, _breakdown.named)
+        count = _held.census(_torch, frame, _breakdown)
         if due == "first":
             S.watch.first = (S.iterations, S.step, count[:2])  # not the tensors themselves
             del count
             return
         iteration, step, first = S.watch.first
         S.watch.done(S.iterations)
-        rows = _held.grown(_torch, frame, _breakdown.named, first, count,
+        rows = _held.grown(_torch, frame, _breakdown, first, count,
                            S.iterations - iteration)
         del first, count
         for (device, dtype, shape, grad_fn), n, nbytes, holder in rows:

@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use oomscope_format::{Decoded, decode};
+use oomscope_format::{Decoded, Trace, decode};
+use oomscope_testkit::Scratch;
 
 /// The `collector` binary cargo built for these tests.
 pub const COLLECTOR: &str = env!("CARGO_BIN_EXE_collector");
@@ -41,6 +42,27 @@ pub fn collector(args: &[&str]) -> Command {
         .env("PYTHONUNBUFFERED", "1")
         .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1");
     c
+}
+
+/// A program of `tests/torch_programs/` (real PyTorch programs that know nothing of oomscope).
+pub fn torch_program(name: &str) -> String {
+    format!("{}/tests/torch_programs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `collector run -q -o TRACE [extra] -- CMD...` with one OpenMP thread: its output and the
+/// trace it wrote (`t.oomt` in the scratch directory).
+pub fn record(s: &Scratch, extra: &[&str], cmd: &[&str]) -> (Output, Trace) {
+    let trace = s.path("t.oomt");
+    let mut args = vec!["run", "-q", "-o", trace.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(cmd);
+    let out = collector(&args)
+        .env("OMP_NUM_THREADS", "1")
+        .output()
+        .unwrap();
+    let t = read(&trace).trace;
+    (out, t)
 }
 
 /// Runs `collector ARGS` to completion.

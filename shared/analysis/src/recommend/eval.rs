@@ -57,9 +57,11 @@ pub struct EvalAboveTraining<'a> {
     pub training_peak_bytes: u64,
     /// See [`EvalRetention::autograd`].
     pub autograd: Option<bool>,
-    /// The eval grew inside itself by at least a third of its rise above the memory before it
-    /// (the outputs collected batch by batch, then as much again for `torch.cat(all_logits)`).
-    pub accumulates: bool,
+    /// An eval that grew inside itself by at least a third of its rise above the memory before
+    /// it (the outputs collected batch by batch, then as much again for `torch.cat(all_logits)`):
+    /// the peak's own, else the one that grew most (the same code runs at every eval, but one
+    /// that grows into heap a previous eval left untrimmed shows less of its growth).
+    pub grower: Option<&'a PhaseTransition>,
     /// Memory was also kept after evals (an `eval-retains-memory` finding says so).
     pub also_retains: bool,
 }
@@ -95,18 +97,27 @@ impl Diagnose for EvalPeak {
         if excess < floor {
             return None;
         }
-        let rise = eval
-            .before_bytes
-            .map_or(0, |b| eval_peak_bytes.saturating_sub(b));
-        let accumulates = eval
-            .within_growth_bytes
-            .is_some_and(|g| g > 0 && g.unsigned_abs().saturating_mul(3) >= rise);
+        let accumulates = |t: &PhaseTransition| {
+            let rise = match (t.before_bytes, t.eval_peak_bytes) {
+                (Some(b), Some(p)) => p.saturating_sub(b),
+                _ => 0,
+            };
+            t.within_growth_bytes
+                .is_some_and(|g| g > 0 && g.unsigned_abs().saturating_mul(3) >= rise)
+        };
+        let grower = Some(eval).filter(|t| accumulates(t)).or_else(|| {
+            ctx.analysis
+                .phase_transitions
+                .iter()
+                .filter(|t| t.metric == eval.metric && accumulates(t))
+                .max_by_key(|t| t.within_growth_bytes)
+        });
         Some(EvalAboveTraining {
             eval,
             eval_peak_bytes,
             training_peak_bytes,
             autograd: eval_autograd(ctx.trace),
-            accumulates,
+            grower,
             also_retains: EvalRetainsMemory.detect(ctx).is_some(),
         })
     }
@@ -126,13 +137,18 @@ impl Diagnose for EvalPeak {
             format_bytes(excess),
             format_bytes(d.training_peak_bytes),
         );
-        if let (true, Some(growth)) = (d.accumulates, d.eval.within_growth_bytes) {
-            let batches = d.eval.eval_batches.saturating_sub(1).max(1) as u64;
+        if let Some((g, growth)) = d.grower.and_then(|g| Some((g, g.within_growth_bytes?))) {
+            let batches = g.eval_batches.saturating_sub(1).max(1) as u64;
+            let inside = if std::ptr::eq(g, d.eval) {
+                "inside it".to_owned()
+            } else {
+                format!("inside the eval at step {}", format_count(g.entry_step))
+            };
             explanation.push_str(&format!(
-                "; inside it memory grew {} over {} batches ({}/batch): the eval collects its \
+                "; {inside} memory grew {} over {} batches ({}/batch): the eval collects its \
                  outputs batch by batch (the torch.cat(all_logits) pattern)",
                 format_bytes(growth.unsigned_abs()),
-                format_count(d.eval.eval_batches as u64),
+                format_count(g.eval_batches as u64),
                 format_bytes(growth.unsigned_abs() / batches),
             ));
         }
@@ -150,7 +166,7 @@ impl Diagnose for EvalPeak {
              batch sizes grow",
         );
         let host = d.eval.metric.is_host();
-        let change = if d.accumulates {
+        let change = if d.grower.is_some() {
             let off_device = if host {
                 ""
             } else {
@@ -244,6 +260,21 @@ pub struct EvalRetainsMemory;
 /// [`EVAL_RETAIN_MIN_FRACTION_OF_JUMP`] × the jump on entering eval). The jump may be nothing:
 /// what an eval keeps is often made after its last forward (Trainer's `compute_metrics`,
 /// Lightning's `on_validation_epoch_end`).
+/// Whether the C allocator kept what this eval freed and the next eval took it again: the next
+/// eval's jump is smaller by at least half of what this one kept. Memory the program keeps makes
+/// the next eval jump as high again (its outputs are new memory); memory the allocator kept
+/// (glibc's heap, not trimmed) is what the next eval grows into.
+fn reused_by_next(t: &PhaseTransition, all: &[PhaseTransition]) -> bool {
+    let (Some(kept), Some(jump)) = (t.retained_bytes, t.jump_bytes) else {
+        return false;
+    };
+    all.iter()
+        .filter(|n| n.metric == t.metric && n.entry_t_us > t.entry_t_us)
+        .min_by_key(|n| n.entry_t_us)
+        .and_then(|n| n.jump_bytes)
+        .is_some_and(|next_jump| kept > 0 && jump - next_jump >= kept / 2)
+}
+
 fn retains(t: &PhaseTransition, floor: i64) -> bool {
     t.retained_bytes.is_some_and(|retained| {
         let jump = t.jump_bytes.unwrap_or(0).max(0);
@@ -344,19 +375,21 @@ impl Diagnose for EvalRetainsMemory {
     /// more such evals fit.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let transitions = &ctx.analysis.phase_transitions;
+        let kept =
+            |t: &&PhaseTransition, floor| retains(t, floor) && !reused_by_next(t, transitions);
         let mut retaining: Vec<&PhaseTransition> = transitions
             .iter()
-            .filter(|t| retains(t, EVAL_RETAIN_MIN_BYTES))
+            .filter(|t| kept(t, EVAL_RETAIN_MIN_BYTES))
             .collect();
         if retaining.is_empty() {
             retaining = transitions
                 .iter()
-                .filter(|t| retains(t, EVAL_RETAIN_REPEATED_MIN_BYTES))
+                .filter(|t| kept(t, EVAL_RETAIN_REPEATED_MIN_BYTES))
                 .collect();
             if retaining.len() < EVAL_RETAIN_REPEATS {
                 retaining = transitions
                     .iter()
-                    .filter(|t| retains(t, EVAL_STAIRCASE_MIN_BYTES))
+                    .filter(|t| kept(t, EVAL_STAIRCASE_MIN_BYTES))
                     .collect();
                 let total: i64 = retaining.iter().filter_map(|t| t.retained_bytes).sum();
                 if retaining.len() < EVAL_STAIRCASE_REPEATS
@@ -506,8 +539,46 @@ impl Diagnose for EvalRetainsMemory {
 mod tests {
     use super::super::test_support::{evidence, find};
     use super::*;
+    use crate::metrics::MetricKey;
     use oomscope_format::units::{GIB, MIB};
     use oomscope_testkit::run::Run;
+
+    #[test]
+    fn what_the_next_eval_grows_into_was_the_allocator_s_not_the_program_s() {
+        let eval = |t_us: u64, jump: i64, kept: i64| PhaseTransition {
+            metric: MetricKey::ALLOCATED,
+            before_stage: None,
+            before_step: None,
+            before_bytes: None,
+            entry_step: 0,
+            entry_t_us: t_us,
+            eval_marks: 60,
+            eval_peak_bytes: None,
+            within_stage: None,
+            eval_batches: 30,
+            within_growth_bytes: None,
+            after_stage: None,
+            after_step: None,
+            exit_t_us: None,
+            after_bytes: None,
+            jump_bytes: Some(jump),
+            retained_bytes: Some(kept),
+        };
+        let mib = MIB as i64;
+        // A heap glibc did not trim: 464 MiB stay after the second eval, the third jumps only
+        // 496 MiB where the others jumped ~950.
+        let heap = [
+            eval(1, 961 * mib, 0),
+            eval(2, 944 * mib, 464 * mib),
+            eval(3, 496 * mib, 0),
+        ];
+        assert!(reused_by_next(&heap[1], &heap));
+        // Outputs kept at each eval: every eval jumps as high.
+        let kept = [eval(1, 900 * mib, 300 * mib), eval(2, 900 * mib, 300 * mib)];
+        assert!(!reused_by_next(&kept[0], &kept));
+        // The last eval has no next one to tell.
+        assert!(!reused_by_next(&kept[1], &kept));
+    }
 
     #[test]
     fn eval_that_keeps_memory() {
