@@ -118,6 +118,7 @@ class _State:
         self.breakdown_sent = None  # the last breakdown sent
         self.user_components = False  # the program sends its own (the helper's components())
         self.watch = None  # `_oomscope_held.Watch`: when to count live tensors
+        self.evals = 0  # eval forwards seen (a pair of counts with one between them is dropped)
 
 
 def install(torch, here):
@@ -396,6 +397,8 @@ def _fw_pre(module, args):
                     S.train_forward_in_step = True
                     S.frozen_prefix, S.frozen_seq = S.frozen_seq, []
             _emit("pre_forward", S.outer_phase)
+            if S.outer_phase == "eval":
+                S.evals += 1
             if S.outer_phase == "eval" and S.active and not S.paused:
                 t = _torch
                 note = EVAL_AUTOGRAD_ON_NOTE if t.is_grad_enabled() and \
@@ -762,10 +765,17 @@ def _watch_held():
         frame = sys._getframe(1)
         count = _held.census(_torch, frame, _breakdown)
         if due == "first":
-            S.watch.first = (S.iterations, S.step, count[:2])  # not the tensors themselves
+            # Not the tensors themselves; the evals so far, to tell one between the counts.
+            S.watch.first = (S.iterations, S.step, count[:2], S.evals)
             del count
             return
-        iteration, step, first = S.watch.first
+        iteration, step, first, evals = S.watch.first
+        if evals != S.evals:
+            # An eval ran between the counts: what grew is what it kept (the analysis's
+            # eval-retains-memory), not what each step keeps. Start over.
+            S.watch.first = None
+            S.watch.readings = []
+            return
         S.watch.done(S.iterations)
         rows = _held.grown(_torch, frame, _breakdown, first, count,
                            S.iterations - iteration)

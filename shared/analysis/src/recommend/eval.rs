@@ -300,9 +300,10 @@ pub struct EvalRetention<'a> {
     /// Whether eval forwards ran with autograd on (the zero-code hooks' note); `None` when the
     /// trace does not say (marks by hand, or no hooks).
     pub autograd: Option<bool>,
-    /// The retaining evals grew inside themselves, batch by batch, by at least half of what
-    /// they kept (summed: the C allocator's reuse of freed memory moves single evals): their
-    /// outputs are collected and kept.
+    /// The retaining evals grew inside themselves, batch by batch, by at least a third of what
+    /// they kept (summed: the C allocator's reuse of freed memory moves single evals, and the
+    /// RSS takes in part of what an eval kept only over the steps after it): their outputs are
+    /// collected and kept.
     pub accumulates: bool,
     /// Growth inside the retaining evals, summed, and the batches it came over.
     pub within_growth_bytes: i64,
@@ -417,7 +418,7 @@ impl Diagnose for EvalRetainsMemory {
             .map(|t| t.eval_batches.saturating_sub(1))
             .sum();
         let accumulates = within_growth_bytes > 0
-            && within_growth_bytes.saturating_mul(2) >= total_retained_bytes;
+            && within_growth_bytes.saturating_mul(3) >= total_retained_bytes;
         Some(EvalRetention {
             worst,
             retaining_evals: retaining.len(),

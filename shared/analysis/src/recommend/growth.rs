@@ -86,7 +86,7 @@ impl Program {
 }
 
 /// A per-step leak.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct GrowingMemory<'a> {
     /// The leak to headline (see `headline_leak`).
     pub headline: &'a GrowthFit,
@@ -98,6 +98,8 @@ pub struct GrowingMemory<'a> {
     pub program: Program,
     /// The live tensors the hooks counted growing across steps, largest first.
     pub held: &'a [HeldTensors],
+    /// The steps at which evals began (see [`steady`]).
+    pub eval_steps: Vec<u64>,
 }
 
 impl Diagnose for Leak {
@@ -117,7 +119,7 @@ impl Diagnose for Leak {
                 .min_by_key(|t| t.time_to_full_us.unwrap_or(u64::MAX))
                 .map(|t| LeakDiagnosis::OverTime(t, Program::of(ctx)))
                 .or_else(|| {
-                    let held: Vec<&HeldTensors> = steady(&ctx.analysis.held)
+                    let held: Vec<&HeldTensors> = steady(&ctx.analysis.held, &eval_steps(ctx))
                         .into_iter()
                         .filter(|h| h.is_graph() || h.bytes >= HELD_MIN_BYTES)
                         .collect();
@@ -135,6 +137,7 @@ impl Diagnose for Leak {
             critical,
             program: Program::of(ctx),
             held: &ctx.analysis.held,
+            eval_steps: eval_steps(ctx),
         }))
     }
 
@@ -183,9 +186,20 @@ fn per_step(h: &HeldTensors) -> u64 {
     h.count / h.to_step.saturating_sub(h.from_step).max(1)
 }
 
-/// The groups that grew at least one a step, each once (the latest pair of counts that found
-/// it: the hooks count again after a cool-down), in the order given.
-fn steady(held: &[HeldTensors]) -> Vec<&HeldTensors> {
+/// The steps at which evals began: a pair of counts with an eval between them measured what the
+/// eval kept (`eval-retains-memory`'s story), not what each step keeps.
+fn eval_steps(ctx: &RuleContext<'_>) -> Vec<u64> {
+    ctx.analysis
+        .phase_transitions
+        .iter()
+        .map(|t| t.entry_step)
+        .collect()
+}
+
+/// The groups that grew at least one a step with no eval between their counts, each once (the
+/// latest pair of counts that found it: the hooks count again after a cool-down), in the order
+/// given.
+fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
     // The holder without its "(N items)": the count moves between pairs of counts.
     let key = |h: &HeldTensors| {
         let holder = match h.holder.rsplit_once(" (") {
@@ -202,7 +216,11 @@ fn steady(held: &[HeldTensors]) -> Vec<&HeldTensors> {
     };
     let mut out: Vec<&HeldTensors> = Vec::new();
     // What only a reference cycle holds is freed at the next collection: `reference-cycles`.
-    for h in held.iter().filter(|h| per_step(h) >= 1 && !h.is_cycle()) {
+    let across_eval = |h: &HeldTensors| evals.iter().any(|s| (h.from_step..h.to_step).contains(s));
+    for h in held
+        .iter()
+        .filter(|h| per_step(h) >= 1 && !h.is_cycle() && !across_eval(h))
+    {
         match out.iter_mut().find(|o| key(o) == key(h)) {
             Some(o) if h.to_step > o.to_step => *o = h,
             Some(_) => {}
@@ -216,8 +234,8 @@ fn steady(held: &[HeldTensors]) -> Vec<&HeldTensors> {
 /// `HeldTensors`): a running total's graph, a container of the program's that gains tensors each
 /// step (with their autograd graphs, or detached), or tensors only autograd graphs keep. `None`
 /// without a group that grew by at least one a step.
-fn held_change(held: &[HeldTensors]) -> Option<String> {
-    held_change_of(&steady(held))
+fn held_change(held: &[HeldTensors], evals: &[u64]) -> Option<String> {
+    held_change_of(&steady(held, evals))
 }
 
 /// [`held_change`] of groups already [`steady`].
@@ -451,7 +469,8 @@ impl Leak {
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
-        let change = held_change(d.held).unwrap_or_else(|| leak_change(host, d.program));
+        let change =
+            held_change(d.held, &d.eval_steps).unwrap_or_else(|| leak_change(host, d.program));
         let mut evidence = vec![
             Evidence::bytes("slope_bytes_per_step", leak.slope_bytes_per_step),
             Evidence::number("r_squared", leak.r_squared),
