@@ -98,6 +98,7 @@ class Watch:
         self.first = None  # (iteration, step, census) of a pair's first count
         self.quiet_until = 0
         self.cooldown = COOLDOWN
+        self.evals_seen = 0  # the hooks' eval count when the readings began
 
     def due(self, iteration, reading):
         """'first', 'second' or None."""

@@ -756,6 +756,13 @@ def _watch_held():
     if not S.active or S.paused or S.watch is None:
         return
     try:
+        if S.watch.evals_seen != S.evals:
+            # Memory settles for a few steps after an eval (the C allocator takes in what it
+            # freed): rises counted from the last eval on, and a count never made then (its own
+            # allocations, at the top of the heap, would keep glibc from trimming what the eval
+            # freed).
+            S.watch.evals_seen = S.evals
+            S.watch.readings = []
         due = S.watch.due(S.iterations, _held.memory_now(_torch))
         if due is None:
             return
