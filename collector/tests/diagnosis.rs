@@ -105,7 +105,19 @@ impl Drop for TestCgroup {
 
 /// Runs `script` under the collector inside a 400 MiB memory cgroup; `None` (with the reason
 /// printed) where no cgroup can be made.
+/// One recorded program at a time: what these tests assert (PSS read while short-lived forked
+/// workers run, a kill's timing) needs the collector's poller to get the CPU it gets on a quiet
+/// machine, not two cores shared with the other programs of this file.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn run_in_cgroup(name: &str, script: &str) -> Option<(std::process::Output, PathBuf, Scratch)> {
+    let _alone = alone();
     let cgroup = match TestCgroup::new(name, 400 * MIB) {
         Ok(c) => c,
         Err(why) => {
@@ -140,6 +152,7 @@ fn run_in_cgroup(name: &str, script: &str) -> Option<(std::process::Output, Path
 /// Runs `python program` under the collector with the hooks off (nothing but the counters and
 /// stderr), returning its output and the decoded trace.
 fn record_unhooked(s: &Scratch, python: &str, args: &[&str]) -> (std::process::Output, Trace) {
+    let _alone = alone();
     let trace = s.path("t.oomt");
     let mut cmd = vec![
         "run",
