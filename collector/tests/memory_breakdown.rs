@@ -8,7 +8,7 @@ mod support;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::ComponentBreakdown;
 use oomscope_testkit::Scratch;
-use support::{record, run, stderr, torch_program as program, torch_python};
+use support::{plain, record, run, stderr, torch_program as program, torch_python};
 
 /// The program's own count of a group of tensors.
 fn expected(json: &serde_json::Value, key: &str) -> u64 {
@@ -216,13 +216,9 @@ fn a_reference_cycle_saw_tooth_is_named_and_not_called_a_leak() {
     ];
     let (out, t) = record(&s, &[], &cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let plain = std::process::Command::new(cmd[0])
-        .args(&cmd[1..])
-        .env("OMP_NUM_THREADS", "1")
-        .output()
-        .unwrap();
     assert_eq!(
-        out.stdout, plain.stdout,
+        out.stdout,
+        plain(&cmd).stdout,
         "the program's output is unchanged"
     );
     let freed: Vec<u64> =

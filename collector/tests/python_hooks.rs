@@ -12,14 +12,14 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use oomscope_analysis::node::SpikeWhen;
 use oomscope_analysis::recommend::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
 use oomscope_testkit::Scratch;
-use support::{collector, read, record, stderr, torch_program as program, torch_python};
+use support::{collector, plain, read, record, stderr, torch_program as program, torch_python};
 
 const STAGES: [&str; 6] = [
     "pre_forward",
@@ -29,16 +29,6 @@ const STAGES: [&str; 6] = [
     "pre_optimizer_step",
     "post_optimizer_step",
 ];
-
-/// The same command without the collector.
-fn plain(cmd: &[&str]) -> Output {
-    Command::new(cmd[0])
-        .args(&cmd[1..])
-        .env("OMP_NUM_THREADS", "1")
-        .env("PYTHONUNBUFFERED", "1")
-        .output()
-        .unwrap()
-}
 
 /// The program's own stderr lines out of the collector's stderr (which adds `oomscope:` lines).
 fn program_stderr(o: &Output) -> String {

@@ -65,6 +65,16 @@ pub fn record(s: &Scratch, extra: &[&str], cmd: &[&str]) -> (Output, Trace) {
     (out, t)
 }
 
+/// The same command without the collector, as `record` runs it (one OpenMP thread).
+pub fn plain(cmd: &[&str]) -> Output {
+    Command::new(cmd[0])
+        .args(&cmd[1..])
+        .env("OMP_NUM_THREADS", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .unwrap()
+}
+
 /// Runs `collector ARGS` to completion.
 pub fn run(args: &[&str]) -> Output {
     collector(args).output().unwrap()

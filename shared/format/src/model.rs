@@ -1357,6 +1357,16 @@ impl HeldTensors {
     /// runs, not a leak. The hooks write the same words (a test holds them equal).
     pub const CYCLE_PREFIX: &'static str = "a reference cycle";
 
+    /// The steps between the two counts (at least 1).
+    pub fn steps(&self) -> u64 {
+        self.to_step.saturating_sub(self.from_step).max(1)
+    }
+
+    /// How many more a step, over the span between the counts.
+    pub fn per_step(&self) -> u64 {
+        self.count / self.steps()
+    }
+
     /// Whether only a reference cycle holds these tensors.
     pub fn is_cycle(&self) -> bool {
         self.holder.starts_with(Self::CYCLE_PREFIX)

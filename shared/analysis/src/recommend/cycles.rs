@@ -54,7 +54,7 @@ impl Diagnose for ReferenceCycles {
             .analysis
             .held
             .iter()
-            .filter(|h| h.is_cycle() && h.count >= h.to_step.saturating_sub(h.from_step).max(1))
+            .filter(|h| h.is_cycle() && h.per_step() >= 1)
             .collect();
         if collections.len() < CYCLES_MIN_COLLECTIONS && held.is_empty() {
             return None;
@@ -85,13 +85,12 @@ impl Diagnose for ReferenceCycles {
                 .to_owned(),
         };
         if let Some(h) = d.held.first() {
-            let steps = h.to_step.saturating_sub(h.from_step).max(1);
             explanation.push_str(&format!(
                 "; counted in the program: {} {}[{}] a step ({}/step) kept by {}",
-                format_count(h.count / steps),
+                format_count(h.per_step()),
                 h.dtype,
                 h.shape,
-                format_bytes(h.bytes / steps),
+                format_bytes(h.bytes / h.steps()),
                 &h.holder[HeldTensors::CYCLE_PREFIX.len()..].trim_start()
             ));
             explanation =

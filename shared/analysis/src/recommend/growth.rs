@@ -181,11 +181,6 @@ fn leak_change(host: bool, program: Program) -> String {
     change
 }
 
-/// Per step of the span between a group's two counts.
-fn per_step(h: &HeldTensors) -> u64 {
-    h.count / h.to_step.saturating_sub(h.from_step).max(1)
-}
-
 /// The steps at which evals began: a pair of counts with an eval between them measured what the
 /// eval kept (`eval-retains-memory`'s story), not what each step keeps.
 fn eval_steps(ctx: &RuleContext<'_>) -> Vec<u64> {
@@ -219,7 +214,7 @@ fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
     let across_eval = |h: &HeldTensors| evals.iter().any(|s| (h.from_step..h.to_step).contains(s));
     for h in held
         .iter()
-        .filter(|h| per_step(h) >= 1 && !h.is_cycle() && !across_eval(h))
+        .filter(|h| h.per_step() >= 1 && !h.is_cycle() && !across_eval(h))
     {
         match out.iter_mut().find(|o| key(o) == key(h)) {
             Some(o) if h.to_step > o.to_step => *o = h,
@@ -247,7 +242,7 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
              keeping every step's graph and the activations it saved; add .item() (or \
              .detach()) where it is summed",
             h.holder,
-            format_count(per_step(h))
+            format_count(h.per_step())
         ));
     }
     let python =
@@ -255,10 +250,10 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
     for h in steady.iter().filter(python) {
         let tensors = format!(
             "{} {}[{}] a step ({}/step)",
-            format_count(per_step(h)),
+            format_count(h.per_step()),
             h.dtype,
             h.shape,
-            format_bytes(h.bytes / h.to_step.saturating_sub(h.from_step).max(1))
+            format_bytes(h.bytes / h.steps())
         );
         parts.push(if h.grad_fn.is_empty() {
             format!(
@@ -284,7 +279,7 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
              container, only by autograd graphs that never ran backward: a loss or output \
              computed with autograd on and kept, or summed; keep .item() (or .detach()) of it",
             h.grad_fn,
-            format_count(per_step(h)),
+            format_count(h.per_step()),
             h.dtype,
             h.shape
         ));
@@ -301,7 +296,6 @@ impl Leak {
     /// Wording of tensors that accumulate while no stage's memory fits a steady rise.
     fn explain_accumulating(&self, held: &[&HeldTensors]) -> Finding {
         let top = held[0];
-        let steps = top.to_step.saturating_sub(top.from_step).max(1);
         let what = if top.is_graph() {
             format!(
                 "the autograd graph behind `{}` gained {} nodes",
@@ -330,7 +324,7 @@ impl Leak {
             format_count(top.from_step),
             format_count(top.to_step)
         );
-        let per_step_bytes = top.bytes / steps;
+        let per_step_bytes = top.bytes / top.steps();
         finding(
             self,
             Severity::Warning,

@@ -272,7 +272,6 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
 /// One group of live tensors that grew, and what holds it: "+8 float32[64x1024]
 /// (AddmmBackward0) on cpu, +2.00 MiB over steps 10-18: list `val_losses` (22 items)".
 pub fn held_line(h: &HeldTensors) -> String {
-    let steps = h.to_step.saturating_sub(h.from_step);
     let span = format!(
         "over steps {}-{}",
         format_count(h.from_step),
@@ -294,8 +293,8 @@ pub fn held_line(h: &HeldTensors) -> String {
         );
     }
     let what = {
-        let per_step = if steps > 0 && h.count >= steps {
-            format!(" ({} a step)", format_count(h.count / steps))
+        let per_step = if h.to_step > h.from_step && h.per_step() >= 1 {
+            format!(" ({} a step)", format_count(h.per_step()))
         } else {
             String::new()
         };
