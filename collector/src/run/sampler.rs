@@ -411,13 +411,20 @@ fn read_pss(
         // Never wait for the recorder: a full channel loses one reading, not the run's pace.
         let _ = events.try_send(Event::Records(vec![record]));
     }
+    let still = state.tree() == tree;
     if !rollups.is_empty()
         && let Ok(mut r) = state.host_pss.lock()
     {
         *r = Some((rollups.iter().map(|r| r.pss_bytes).sum(), tree));
     }
     schedule.tokens_s -= start.elapsed().as_secs_f64();
-    schedule.due = start + interval;
+    // A tree that changed while it was read (workers forked one after another) is read again as
+    // soon as the budget allows: the sampler writes PSS only for the tree it sees.
+    schedule.due = if still {
+        start + interval
+    } else {
+        Instant::now()
+    };
 }
 
 /// Said once when NVML names only processes this collector cannot see.
@@ -438,7 +445,8 @@ pub fn poll_loop(
     let mut foreign_noted = false;
     while !state.stopping() {
         let tree = process_tree(root_pid);
-        let changed = tree != last_tree;
+        // The sampler may have walked the tree since (a birth it saw first): that is a change too.
+        let changed = tree != last_tree || state.tree() != tree;
         // Processes still without an identity (a rank seen between its fork and its exec) are
         // read again at every poll, not only when the tree changes next.
         let look_again = state.processes.lock().is_ok_and(|p| p.wants_another_look());
