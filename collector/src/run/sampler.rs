@@ -349,10 +349,21 @@ const PSS_CPU_SHARE: f64 = 0.01;
 /// cannot make the poller walk page tables without pause.
 const PSS_BURST_S: f64 = 0.1;
 
-/// When the tree's PSS is read next: when `due` (a poll interval after the last reading, or as
-/// soon as the tree changes) and the budget (a token bucket of CPU seconds) is not spent.
+/// After the tree changes, its PSS is read once it has not changed for this long: a DataLoader
+/// forks its workers ~10 ms apart, and reading each partial tree (17–43 ms each for a 256 MiB
+/// parent) spent the burst before the whole tree was read, so workers shorter-lived than the
+/// refill went unread (the forked-workers test failed 1 run in 10).
+const PSS_SETTLE: Duration = Duration::from_millis(50);
+
+/// ...but no later than this after the first change, for a program that forks without pause.
+const PSS_SETTLE_MAX: Duration = Duration::from_millis(250);
+
+/// When the tree's PSS is read next: when `due` (a poll interval after the last reading, or once
+/// a changed tree has settled) and the budget (a token bucket of CPU seconds) is not spent.
 struct PssSchedule {
     due: Instant,
+    /// When the tree began changing, while a read waits for it to settle.
+    changing_since: Option<Instant>,
     tokens_s: f64,
     refilled: Instant,
 }
@@ -362,6 +373,7 @@ impl PssSchedule {
         let now = Instant::now();
         PssSchedule {
             due: now,
+            changing_since: None,
             tokens_s: PSS_BURST_S,
             refilled: now,
         }
@@ -373,6 +385,32 @@ impl PssSchedule {
         self.tokens_s = (self.tokens_s + earned).min(PSS_BURST_S);
         self.refilled = now;
         now >= self.due && self.tokens_s > 0.0
+    }
+
+    /// The tree changed at `now`: read it once it has settled.
+    fn tree_changed(&mut self, now: Instant) {
+        let since = *self.changing_since.get_or_insert(now);
+        self.due = (now + PSS_SETTLE).min(since + PSS_SETTLE_MAX);
+    }
+
+    /// A reading started at `start` of a tree that was `still` the same when it ended.
+    fn read(&mut self, start: Instant, still: bool, interval: Duration) {
+        let now = Instant::now();
+        self.tokens_s -= now.saturating_duration_since(start).as_secs_f64();
+        if still {
+            self.changing_since = None;
+            self.due = start + interval;
+        } else {
+            self.tree_changed(now);
+        }
+    }
+
+    /// How long the poller may sleep before a reading falls due, when one waits on a change
+    /// (and the budget it waits for, if spent).
+    fn wait(&self, now: Instant) -> Option<Duration> {
+        self.changing_since?;
+        let refill = Duration::from_secs_f64((-self.tokens_s).max(0.0) / PSS_CPU_SHARE);
+        Some(self.due.saturating_duration_since(now).max(refill))
     }
 }
 
@@ -386,6 +424,7 @@ fn read_pss(
 ) {
     let tree = state.tree();
     if tree.len() < 2 {
+        schedule.changing_since = None;
         if let Ok(mut r) = state.host_pss.lock() {
             *r = None;
         }
@@ -417,14 +456,9 @@ fn read_pss(
     {
         *r = Some((rollups.iter().map(|r| r.pss_bytes).sum(), tree));
     }
-    schedule.tokens_s -= start.elapsed().as_secs_f64();
-    // A tree that changed while it was read (workers forked one after another) is read again as
-    // soon as the budget allows: the sampler writes PSS only for the tree it sees.
-    schedule.due = if still {
-        start + interval
-    } else {
-        Instant::now()
-    };
+    // A tree that changed while it was read (workers forked one after another) is read again
+    // once it settles: the sampler writes PSS only for the tree it sees.
+    schedule.read(start, still, interval);
 }
 
 /// Said once when NVML names only processes this collector cannot see.
@@ -462,9 +496,10 @@ pub fn poll_loop(
         }
         if changed {
             last_tree = tree;
-            // A process came or went: its shared pages moved; read PSS again as soon as the cost
-            // budget allows (a program spawning processes all the time cannot make it spin).
-            pss.due = Instant::now();
+            // A process came or went: its shared pages moved; read PSS again once the tree
+            // settles and the cost budget allows (a program spawning processes all the time
+            // cannot make it spin).
+            pss.tree_changed(Instant::now());
         }
         // The per-process GPU query holds the driver's global lock: on its own schedule, not
         // again when a new process wakes the poller early for its PSS.
@@ -510,11 +545,55 @@ pub fn poll_loop(
             }
         }
         read_pss(state, interval, &mut pss, events);
-        let until_gpu = next_gpu.saturating_duration_since(Instant::now());
-        state.poller_sleep(if gpus.is_some() && !until_gpu.is_zero() {
+        let now = Instant::now();
+        let until_gpu = next_gpu.saturating_duration_since(now);
+        let sleep = if gpus.is_some() && !until_gpu.is_zero() {
             until_gpu
         } else {
             interval
-        });
+        };
+        // A changed tree's reading is due within the settle window, not a poll interval later.
+        let sleep = pss
+            .wait(now)
+            .map_or(sleep, |w| sleep.min(w.max(Duration::from_millis(1))));
+        state.poller_sleep(sleep);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tree_forking_workers_is_read_once_it_settles() {
+        let mut s = PssSchedule::new();
+        let t0 = Instant::now();
+        // Four workers forked 10 ms apart: one reading, 50 ms after the last fork.
+        for i in 0..4 {
+            s.tree_changed(t0 + Duration::from_millis(10 * i));
+        }
+        assert!(!s.ready(t0 + Duration::from_millis(60)));
+        assert!(s.ready(t0 + Duration::from_millis(80)));
+        assert_eq!(
+            s.wait(t0 + Duration::from_millis(60)),
+            Some(Duration::from_millis(20))
+        );
+        // A program that never stops forking is read 250 ms after its first fork at the latest.
+        let mut s = PssSchedule::new();
+        for i in 0..100 {
+            s.tree_changed(t0 + Duration::from_millis(10 * i));
+        }
+        assert!(s.ready(t0 + PSS_SETTLE_MAX));
+    }
+
+    #[test]
+    fn a_spent_budget_is_waited_for_not_polled() {
+        let mut s = PssSchedule::new();
+        let t0 = Instant::now();
+        s.tree_changed(t0);
+        s.tokens_s = -0.05;
+        // 50 ms of CPU over a 1% share: five seconds.
+        let wait = s.wait(t0).unwrap();
+        assert!(wait >= Duration::from_millis(4_900), "{wait:?}");
     }
 }
