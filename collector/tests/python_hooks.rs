@@ -291,6 +291,62 @@ fn a_memory_mapped_dataset_read_page_by_page_is_file_pages_not_a_leak() {
 }
 
 #[test]
+fn a_rare_long_batch_is_named_as_the_peak_s_cause_not_nothing_to_change() {
+    let s = Scratch::new("zc-varlen");
+    let py = torch_python();
+    // Batches of 8 x 64 tokens, every 20th 8 x 512, the model called with `input_ids=`.
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("variable_length.py"),
+        "--long-every",
+        "20",
+        "--steps",
+        "60",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent: Vec<(u64, &str)> = t
+        .inputs
+        .iter()
+        .map(|i| (i.elements, i.shape.as_ref()))
+        .collect();
+    // Sent when the shape changes: the first batch and each switch to and from a long one.
+    assert_eq!(sent[..3], [(512, "8x64"), (4096, "8x512"), (512, "8x64")]);
+    let long: Vec<u64> = t
+        .inputs
+        .iter()
+        .filter(|i| i.elements == 4096)
+        .map(|i| i.step)
+        .collect();
+    assert_eq!(long, [19, 39, 59]);
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let kinds: Vec<FindingKind> = analysis.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds.first(), Some(&FindingKind::InputPeak), "{kinds:?}");
+    assert!(!kinds.contains(&FindingKind::Leak), "{kinds:?}");
+    let p = analysis.input_peak.as_ref().unwrap();
+    assert!([19, 39, 59].contains(&p.step), "{p:?}");
+    assert_eq!((p.elements, p.median_elements), (4096, 512));
+    assert!(p.bytes_per_element > 0.0);
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
+    assert!(!text.contains("nothing to change"), "{text}");
+    assert!(text.contains("8.0× the input of a median step"), "{text}");
+
+    // The same loop with every batch alike: one input record, no such finding.
+    let s = Scratch::new("zc-fixedlen");
+    let (out, t) = record(&s, &[], &cmd[..2]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(t.inputs.len(), 1, "{:?}", t.inputs);
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    assert!(analysis.input_peak.is_none());
+    assert!(
+        !analysis
+            .findings
+            .iter()
+            .any(|f| f.kind == FindingKind::InputPeak)
+    );
+}
+
+#[test]
 fn a_host_allocation_failure_inside_libtorch_is_one_oom_with_its_size() {
     let s = Scratch::new("zc-hostoom");
     let py = torch_python();

@@ -119,6 +119,8 @@ class _State:
         self.user_components = False  # the program sends its own (the helper's components())
         self.watch = None  # `_oomscope_held.Watch`: when to count live tensors
         self.evals = 0  # eval forwards seen (a pair of counts with one between them is dropped)
+        self.input_pending = False  # a training forward's input not found yet (see _take_input)
+        self.input_shape = None  # the last input shape sent
 
 
 def install(torch, here):
@@ -360,7 +362,32 @@ def _frozen(module):
     return k < len(S.frozen_prefix) and S.frozen_prefix[k] == id(module)
 
 
-def _fw_pre(module, args):
+def _take_input(args):
+    """The training step's input: the first tensor among `args` (or one level into a list, tuple
+    or dict among them), sent when its shape differs from the last one sent. Called for the
+    outermost training forward's positional arguments, then its keyword arguments (`input_ids=`;
+    the hook on a root has them), then, while none is found and the global hooks are on (they
+    see positional arguments only), for each module it calls: the embedding gets the token ids."""
+    S = _S
+    Tensor = _torch.Tensor
+    for a in args:
+        kind = type(a)
+        if issubclass(kind, dict):
+            a = next((v for v in a.values() if issubclass(type(v), Tensor)), None)
+        elif issubclass(kind, (list, tuple)):
+            a = next((v for v in a if issubclass(type(v), Tensor)), None)
+        if a is None or not issubclass(type(a), Tensor):
+            continue
+        S.input_pending = False
+        shape = tuple(a.shape)
+        if shape != S.input_shape and S.active and not S.paused:
+            S.input_shape = shape
+            _probe._input(a.numel(), "x".join(map(str, shape)) or "scalar",
+                          step=None if S.user_steps else S.step)
+        return
+
+
+def _fw_pre(module, args, kwargs=None):
     try:
         if _torch.compiler.is_compiling():
             return None
@@ -368,6 +395,8 @@ def _fw_pre(module, args):
         if S.depth:
             if id(module) != S.outer_module:
                 S.depth += 1
+                if S.input_pending:
+                    _take_input(args)
                 return None
             # The outermost module again while "inside" it: its last forward ended without our
             # post hook (a KeyboardInterrupt, which torch's always_call does not cover). Start over.
@@ -397,6 +426,11 @@ def _fw_pre(module, args):
                     S.train_forward_in_step = True
                     S.frozen_prefix, S.frozen_seq = S.frozen_seq, []
             _emit("pre_forward", S.outer_phase)
+            if S.outer_phase == "train":
+                S.input_pending = True
+                _take_input(args)
+                if S.input_pending and kwargs:
+                    _take_input(kwargs.values())
             if S.outer_phase == "eval":
                 S.evals += 1
             if S.outer_phase == "eval" and S.active and not S.paused:
@@ -423,6 +457,7 @@ def _fw_post(module, args, output):
             return None
         S.depth = 0
         S.outer_module = 0
+        S.input_pending = False
         exc = sys.exc_info()[1]
         if not S.outer_emits or (exc is not None and id(exc) != S.outer_exc):
             return None  # the forward raised (not merely ran inside an except block)
@@ -476,7 +511,8 @@ def _roots_only():
         root = ref()
         if root is None:
             continue
-        pre = root.register_forward_pre_hook(_fw_pre, prepend=True)
+        # With the keyword arguments: a model called with `input_ids=` shows its input here.
+        pre = root.register_forward_pre_hook(_fw_pre, prepend=True, with_kwargs=True)
         post = root.register_forward_hook(_fw_post, prepend=True, always_call=True)
         handles += [pre, post]
         ids[id(root)] = {pre.id, post.id}
@@ -632,7 +668,7 @@ def _patch_compile():
 
 def _eager_hooks_around(module, inner):
     def call(*args, **kwargs):
-        _fw_pre(module, args)
+        _fw_pre(module, args, kwargs)
         try:
             out = inner(*args, **kwargs)
         except BaseException:

@@ -245,6 +245,15 @@ class Probe:
         self.send("gc freed_bytes=%d generation=%d collected=%d pause_us=%d" % (
             freed_bytes, generation, collected, pause_us))
 
+    def _input(self, elements, shape, step=None):
+        """A training step's input size, when it changed (the zero-code hooks)."""
+        if self._sock is None:
+            return
+        line = "input elements=%d shape=%s" % (elements, _token(shape))
+        if step is not None:
+            line += " step=%d" % step
+        self.send(line)
+
     def _held(self, count, bytes, from_step, to_step, device, dtype, shape, grad_fn, holder):
         """A group of live tensors that grew across steps (the zero-code hooks' leak census)."""
         if self._sock is None:

@@ -328,6 +328,7 @@ impl Context {
             Record::Components(c) => c.step = step,
             Record::Gradients(g) => g.step = step,
             Record::Tensor(t) => t.step = step,
+            Record::Input(i) => i.step = step,
             Record::Oom(o) => {
                 o.stage = given.stage.clone().or_else(|| self.stage.clone());
                 o.step = given.step.or(self.step_known.then_some(self.step));

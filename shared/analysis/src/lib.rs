@@ -15,6 +15,7 @@ pub mod batch_fit;
 pub mod compare;
 pub mod fit;
 pub mod host;
+pub mod inputs;
 pub mod job;
 pub mod leaks;
 pub mod marks;
@@ -178,6 +179,8 @@ pub struct Analysis {
     pub stage_table: StageTable,
     /// The largest rise of the primary metric between consecutive marks.
     pub largest_growth: Option<Growth>,
+    /// A training step whose peak its larger input explains (variable-length batches).
+    pub input_peak: Option<inputs::InputPeak>,
     /// Per-stage growth fits; `is_leak` marks the leaks.
     pub leak_fits: Vec<GrowthFit>,
     /// Growth of the main counters over time, for runs without step marks.
@@ -270,6 +273,7 @@ fn analyze_one(
         gc: trace.gc.clone(),
         stage_table: stages::stage_table(trace, &values, &stages, &stage_options),
         largest_growth: stages::largest_growth(trace, &values),
+        input_peak: inputs::input_peak(trace, &values),
         leak_fits,
         time_trends: trend::time_trends(trace),
         growing_workers: workers::growing_workers(trace),

@@ -303,6 +303,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         process_ends: trace.process_ends.clone(),
         held: trace.held.clone(),
         gc: trace.gc.clone(),
+        inputs: trace.inputs.clone(),
         end_us: trace.end_us,
     }
 }

@@ -256,6 +256,40 @@ fn v1_9_held() {
 }
 
 #[test]
+fn v1_10_inputs() {
+    let decoded = decode(&read("v1_10_inputs.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 10));
+    let sent: Vec<(u64, u64, &str)> = t
+        .inputs
+        .iter()
+        .map(|i| (i.step, i.elements, i.shape.as_ref()))
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (0, 512, "8x64"),
+            (9, 4096, "8x512"),
+            (10, 512, "8x64"),
+            (19, 4096, "8x512"),
+            (20, 512, "8x64"),
+            (29, 4096, "8x512"),
+        ]
+    );
+    let a = analyze(&t, &AnalysisOptions::default());
+    let p = a.input_peak.as_ref().expect("an input-driven peak");
+    assert_eq!((p.elements, p.median_elements), (4096, 512));
+    assert_eq!(p.stage, "post_forward");
+    let steps: Vec<u64> = p.long_steps.iter().map(|l| l.step).collect();
+    assert_eq!(steps, [9, 19, 29]);
+    assert_eq!(p.peak_bytes - p.median_peak_bytes, 3584 * (40 << 10));
+    assert!((p.bytes_per_element - f64::from(40 << 10)).abs() < 1.0);
+    assert_eq!(a.findings[0].kind.id(), "input-peak");
+    assert!(a.leaks().next().is_none());
+}
+
+#[test]
 fn v1_4_oom_kill() {
     let decoded = decode(&read("v1_4_oom_kill.oomt")).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);

@@ -31,6 +31,7 @@ fn golden_traces() {
         ("v1_2_mark_senders", "v1_2_mark_senders.oomt"),
         ("v1_3_alive_at_oom", "v1_3_alive_at_oom.oomt"),
         ("v1_4_oom_kill", "v1_4_oom_kill.oomt"),
+        ("v1_10_inputs", "v1_10_inputs.oomt"),
     ] {
         insta::assert_snapshot!(name, summary(&file(path)));
     }

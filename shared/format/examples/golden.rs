@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use oomscope_format::{
     AliveSite, CounterKind, ExitStatus, HeldTensors, Metadata, Note, OomEvent, OomKill, OomSource,
     Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, StageMark,
-    TraceWriter, WriterOptions,
+    StepInput, TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -670,6 +670,68 @@ pub fn held() -> Vec<u8> {
     w.finish(600_000).expect("in memory")
 }
 
+/// Format v1.10: a CPU language-model loop over batches of 8 sequences, 64 tokens long but every
+/// 10th step 512 (the INPUT records, sent when the shape changes), whose memory at `post_forward`
+/// rises 40 KiB a token.
+pub fn inputs() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5600,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    let mut last_shape = 0;
+    for step in 0..30u64 {
+        let t_us = step * 30_000;
+        let length: u64 = if step % 10 == 9 { 512 } else { 64 };
+        if length != last_shape {
+            last_shape = length;
+            w.write(&Record::Input(StepInput {
+                t_us: t_us + 500,
+                step,
+                elements: 8 * length,
+                shape: format!("8x{length}").into(),
+            }))
+            .expect("in memory");
+        }
+        let base: u64 = 600 << 20;
+        let activations = 8 * length * (40 << 10);
+        for (k, (stage, bytes)) in [
+            ("pre_forward", base),
+            ("post_forward", base + activations),
+            ("post_optimizer_step", base),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let at = t_us + 1_000 + k as u64 * 5_000;
+            w.sample(at, &[(rss, bytes)]).expect("in memory");
+            w.write(&Record::Mark(StageMark {
+                t_us: at,
+                name: stage.into(),
+                step,
+                phase: Phase::Train,
+                pid: Some(5600),
+                ..StageMark::default()
+            }))
+            .expect("in memory");
+        }
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 900_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(900_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -695,6 +757,7 @@ fn main() -> std::io::Result<()> {
         ("v1_7_oom_allocator_state.oomt", oom_allocator_state()),
         ("v1_8_file_pages.oomt", file_pages()),
         ("v1_9_held.oomt", held()),
+        ("v1_10_inputs.oomt", inputs()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -1227,6 +1227,8 @@ pub enum Record {
     Held(HeldTensors),
     /// A garbage collection that freed memory (format v1.9).
     Gc(GcCollection),
+    /// The size of a training step's input, when it changed (format v1.10).
+    Input(StepInput),
 }
 
 impl Record {
@@ -1258,6 +1260,7 @@ impl Record {
             Record::ProcessEnd(r) => &r.t_us,
             Record::Held(r) => &r.t_us,
             Record::Gc(r) => &r.t_us,
+            Record::Input(r) => &r.t_us,
         }
     }
 
@@ -1279,6 +1282,7 @@ impl Record {
             Record::ProcessEnd(r) => &mut r.t_us,
             Record::Held(r) => &mut r.t_us,
             Record::Gc(r) => &mut r.t_us,
+            Record::Input(r) => &mut r.t_us,
         }
     }
 }
@@ -1326,8 +1330,27 @@ pub struct Trace {
     pub held: Vec<HeldTensors>,
     /// Garbage collections that freed memory.
     pub gc: Vec<GcCollection>,
+    /// Training steps' input sizes, each sent when it changed.
+    pub inputs: Vec<StepInput>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
+}
+
+/// The size of a training step's input: the first tensor the outermost training forward was given
+/// (its positional argument, else the first a submodule was called with: the token ids a model
+/// called with `input_ids=` hands its embedding). The zero-code hooks send one when the shape
+/// differs from the last one sent, so a loop of fixed-size batches sends one; the analysis
+/// carries each forward to the steps after it. Added in format v1.10.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StepInput {
+    /// When the forward began.
+    pub t_us: u64,
+    /// The step the forward belongs to.
+    pub step: u64,
+    /// Its element count (batch × sequence for token ids).
+    pub elements: u64,
+    /// Its shape (`8x512`; `scalar` for none).
+    pub shape: Name,
 }
 
 /// A collection by Python's garbage collector that freed memory: what reference cycles held until
@@ -1403,6 +1426,7 @@ impl Trace {
             Record::ProcessEnd(r) => self.process_ends.push(r),
             Record::Held(r) => self.held.push(r),
             Record::Gc(r) => self.gc.push(r),
+            Record::Input(r) => self.inputs.push(r),
         }
     }
 
@@ -1435,6 +1459,7 @@ impl Trace {
             list(&self.process_ends, Record::ProcessEnd),
             list(&self.held, Record::Held),
             list(&self.gc, Record::Gc),
+            list(&self.inputs, Record::Input),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists

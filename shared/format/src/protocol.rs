@@ -50,7 +50,7 @@ use std::fmt::Write;
 use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GcCollection, GradientSummary,
     HeldTensors, Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessInfo, ProcessRole,
-    RankSource, Record, StageMark, TensorStats, TrialOutcome,
+    RankSource, Record, StageMark, StepInput, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -134,6 +134,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Process(_) => "process",
         Record::Held(_) => "held",
         Record::Gc(_) => "gc",
+        Record::Input(_) => "input",
         Record::Exit(_)
         | Record::Dropped(_)
         | Record::OomKill(_)
@@ -168,6 +169,7 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
         "alive" => keys.extend(ALIVE.iter().map(|f| f.key)),
         "held" => keys.extend(HELD.iter().map(|f| f.key)),
         "gc" => keys.extend(GC.iter().map(|f| f.key)),
+        "input" => keys.extend(INPUT.iter().map(|f| f.key)),
         "process" => keys.extend(PROCESS.iter().map(|f| f.key)),
         _ => {}
     }
@@ -193,7 +195,7 @@ fn context_keys(verb: &str) -> &'static [&'static str] {
     match verb {
         "mark" => &["step", "epoch", "phase"],
         "step" => &["epoch"],
-        "components" | "gradients" | "tensor" => &["step"],
+        "components" | "gradients" | "tensor" | "input" => &["step"],
         "oom" => &["stage", "step"],
         _ => &[],
     }
@@ -315,6 +317,11 @@ const GC: [Field<GcCollection>; 4] = [
     field!("generation", Optional, generation),
     field!("collected", Optional, collected),
     field!("pause_us", Optional, pause_us),
+];
+
+const INPUT: [Field<StepInput>; 2] = [
+    field!("elements", Required, elements),
+    field!("shape", Optional, shape),
 ];
 
 const PROCESS: [Field<ProcessInfo>; 5] = [
@@ -525,6 +532,12 @@ pub fn parse_line(line: &str) -> Option<Message> {
             let mut gc = GcCollection::default();
             Fields::parse(rest).read(&GC, &mut gc)?;
             Some(Message::record(Record::Gc(gc)))
+        }
+        "input" => {
+            let f = Fields::parse(rest);
+            let mut input = StepInput::default();
+            f.read(&INPUT, &mut input)?;
+            with_context(verb, &f, Record::Input(input))
         }
         "held" => {
             let (fields, holder) = rest.split_once(" -- ").unwrap_or((rest, ""));
@@ -750,6 +763,7 @@ pub fn format(out: &mut String, message: &Message) {
                     push_text(out, &a.file);
                 }
                 Record::Gc(g) => show_all(out, &GC, g),
+                Record::Input(i) => show_all(out, &INPUT, i),
                 Record::Held(h) => {
                     show_all(out, &HELD, h);
                     out.push_str(" -- ");
@@ -932,6 +946,21 @@ mod tests {
             .collect();
         assert_eq!(extras, [("ema", 10), ("teacher", 20)]);
         assert_eq!(c.batch_size, Some(4));
+    }
+
+    #[test]
+    fn inputs_parse_with_their_step_and_format_back() {
+        let Some(Message::Record(Record::Input(i), context)) =
+            parse_line("input elements=4096 shape=8x512 step=39")
+        else {
+            panic!("not an input");
+        };
+        assert_eq!((i.elements, i.shape.as_ref()), (4096, "8x512"));
+        assert_eq!(context.step, Some(39));
+        let mut line = String::new();
+        format(&mut line, &Message::Record(Record::Input(i), context));
+        assert_eq!(line, "input step=39 elements=4096 shape=8x512\n");
+        assert!(parse_line("input shape=8x512").is_none(), "elements are required");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub fn Growth(analysis: Arc<Analysis>) -> impl IntoView {
     let largest: Vec<String> = analysis
         .largest_growth
         .iter()
-        .map(largest_growth_line)
+        .map(|g| largest_growth_line(g, analysis.input_peak.as_ref()))
         .collect();
     let held: Vec<String> = analysis.held.iter().map(held_line).collect();
     view! {

@@ -20,6 +20,7 @@ mod eval;
 mod growth;
 mod host;
 mod impossible;
+mod inputs;
 mod memory;
 mod numerics;
 mod ranks;
@@ -42,6 +43,7 @@ pub use eval::{
 pub use growth::{CRITICAL_RUNWAY_FACTOR, Leak};
 pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure, WorkerPrivateGrowth};
 pub use impossible::{ImpossibleRequest, impossible};
+pub use inputs::{INPUT_CAP_SHARE, InputPeakRule};
 pub use memory::{
     ACTIVATIONS_MIN_SHARE, ActivationsDominate, BatchSize, NEAR_FULL_FRACTION, OPTIMIZER_MIN_SHARE,
     Oom, OptimizerStateHeavy,
@@ -94,6 +96,8 @@ pub enum FindingKind {
     OptimizerStateHeavy,
     /// Models that are not trained (an EMA copy, a frozen encoder) hold a large share.
     ModelCopies,
+    /// The peak step had a much larger input than a median step, and memory follows the input.
+    InputPeak,
     /// Memory grows step after step.
     Leak,
     /// Reference cycles hold memory until the garbage collector runs.
@@ -134,6 +138,7 @@ impl FindingKind {
             FindingKind::Fragmentation => "fragmentation",
             FindingKind::OptimizerStateHeavy => "optimizer-state-heavy",
             FindingKind::ModelCopies => "model-copies",
+            FindingKind::InputPeak => "input-peak",
             FindingKind::Leak => "leak",
             FindingKind::ReferenceCycles => "reference-cycles",
             FindingKind::EvalRetainsMemory => "eval-retains-memory",
@@ -160,6 +165,7 @@ impl FindingKind {
             FindingKind::Fragmentation => "fragmentation",
             FindingKind::OptimizerStateHeavy => "heavy optimizer state",
             FindingKind::ModelCopies => "untrained model copies",
+            FindingKind::InputPeak => "input-driven peak",
             FindingKind::Leak => "leak",
             FindingKind::ReferenceCycles => "memory held by reference cycles",
             FindingKind::EvalRetainsMemory => "memory kept by eval",
@@ -346,6 +352,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(Fragmentation),
         Box::new(OptimizerStateHeavy),
         Box::new(ModelCopies),
+        Box::new(InputPeakRule),
         Box::new(Leak),
         Box::new(ReferenceCycles),
         Box::new(EvalRetainsMemory),

@@ -245,7 +245,12 @@ pub mod titles {
 fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
     if let Some(g) = &analysis.largest_growth {
         section(out, titles::LARGEST_GROWTH);
-        wrap(out, &largest_growth_line(g), 2, 4);
+        wrap(
+            out,
+            &largest_growth_line(g, analysis.input_peak.as_ref()),
+            2,
+            4,
+        );
     }
     let trends = time_trend_lines(analysis);
     if !trends.is_empty() {
@@ -319,10 +324,26 @@ pub fn held_line(h: &HeldTensors) -> String {
     }
 }
 
-/// The largest rise between two consecutive marks, in words.
-pub fn largest_growth_line(g: &crate::stages::Growth) -> String {
+/// The largest rise between two consecutive marks, in words, with the step's input when that
+/// step is the input-driven peak.
+pub fn largest_growth_line(
+    g: &crate::stages::Growth,
+    input: Option<&crate::inputs::InputPeak>,
+) -> String {
+    let why = input
+        .filter(|_| crate::marks::is_train(g.phase))
+        .and_then(|p| Some((p, p.long_input(g.step)?)))
+        .map(|(p, long)| {
+            format!(
+                "; that step's input was {:.1}× a median step's ({} against {})",
+                long.elements as f64 / p.median_elements.max(1) as f64,
+                long.shape,
+                p.median_shape
+            )
+        })
+        .unwrap_or_default();
     format!(
-        "+{} of {} from {} (step {}) to {} (step {}){}",
+        "+{} of {} from {} (step {}) to {} (step {}){}{why}",
         format_bytes(g.bytes),
         g.metric,
         g.from_stage,

@@ -20,7 +20,7 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version written by this crate; a larger minor only adds record kinds, values of
 /// existing enumerations (which older readers keep as "other") or fields at the end of a body.
 /// `FORMAT.md` keeps the history (a test holds its title to this number).
-pub const FORMAT_MINOR: u16 = 9;
+pub const FORMAT_MINOR: u16 = 10;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
@@ -84,6 +84,8 @@ pub mod tag {
     pub const HELD: u8 = 0x14;
     /// A garbage collection that freed memory (format v1.9).
     pub const GC: u8 = 0x15;
+    /// The size of a training step's input (format v1.10).
+    pub const INPUT: u8 = 0x16;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -109,6 +111,7 @@ pub mod tag {
             PROCESS_END => "process_end",
             HELD => "held",
             GC => "gc",
+            INPUT => "input",
             _ => "unknown",
         }
     }

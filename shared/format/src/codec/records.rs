@@ -21,7 +21,7 @@ use crate::model::{
     AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus,
     GcCollection, GpuInfo, GradientSummary, HeldTensors, Metadata, Name, NamedBytes, Note,
     OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory,
-    ProcessRole, RankSource, Record, StageMark, TensorStats, TrialOutcome,
+    ProcessRole, RankSource, Record, StageMark, StepInput, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -56,6 +56,7 @@ pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), Enc
         Record::ProcessEnd(e) => encode_process_end(w, e),
         Record::Held(h) => encode_held(w, h),
         Record::Gc(g) => encode_gc(w, g),
+        Record::Input(i) => encode_input(w, i),
     }
 }
 
@@ -83,6 +84,7 @@ pub(super) fn decode(
         tag::PROCESS_END => Record::ProcessEnd(decode_process_end(c)?),
         tag::HELD => Record::Held(decode_held(c, names)?),
         tag::GC => Record::Gc(decode_gc(c)?),
+        tag::INPUT => Record::Input(decode_input(c, names)?),
         _ => return Ok(None),
     }))
 }
@@ -776,6 +778,26 @@ fn decode_gc(c: &mut Cursor<'_>) -> Result<GcCollection, ReadError> {
         collected: c.u64()?,
         freed_bytes: c.u64()?,
         pause_us: c.u64()?,
+    })
+}
+
+// INPUT (v1.10): step, elements, shape id.
+
+fn encode_input(w: &mut impl RecordSink, i: &StepInput) -> Result<(), EncodeError> {
+    let shape = w.name(&i.shape)?;
+    let b = w.begin(i.t_us);
+    put_u64(b, i.step);
+    put_u64(b, i.elements);
+    put_u64(b, u64::from(shape));
+    w.end(tag::INPUT)
+}
+
+fn decode_input(c: &mut Cursor<'_>, names: &Names) -> Result<StepInput, ReadError> {
+    Ok(StepInput {
+        t_us: c.u64()?,
+        step: c.u64()?,
+        elements: c.u64()?,
+        shape: names.read(c)?,
     })
 }
 

@@ -1,0 +1,300 @@
+//! Peaks a step's input explains. Batches of variable length (text padded per batch, images of
+//! varied size) make a rare long batch the run's peak: memory rises with its elements, is gone
+//! the step after, and the run looks fine until the longest batch comes. The zero-code hooks
+//! send each training forward's input size when it changes (INPUT records); here each training
+//! step gets its input (carried forward from the last one sent), its highest value of the primary
+//! metric at its marks, and a line through (elements, peak) over the steps says what an input
+//! element costs. A peak step whose input is well above a median step's, and whose excess the
+//! line explains, is an input-driven peak — never a leak, and never "nothing to change".
+
+use crate::fit::least_squares;
+use crate::leaks::{LimitBasis, limit_of};
+use crate::marks::{StageIndex, is_train};
+use crate::metrics::{MarkValues, MetricKey};
+use oomscope_format::Trace;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A peak step's input must be at least this many times a median step's.
+pub const INPUT_PEAK_MIN_RATIO: f64 = 2.0;
+
+/// ...its peak above a median step's peak by at least this share of it...
+pub const INPUT_PEAK_MIN_RISE: f64 = 0.05;
+
+/// ...and at least these bytes (a rise the RSS's noise cannot make).
+pub const INPUT_PEAK_MIN_BYTES: u64 = 8 << 20;
+
+/// ...and the line through every step must explain at least this share of the rise.
+const EXPLAINED_SHARE: f64 = 0.5;
+
+/// Training steps with an input and a value it takes to speak of a "median step".
+const MIN_STEPS: usize = 8;
+
+/// A step whose peak its input explains.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InputPeak {
+    /// The metric whose per-step peak it is.
+    pub metric: MetricKey,
+    /// The step.
+    pub step: u64,
+    /// The stage of its highest mark.
+    pub stage: String,
+    /// Its highest value at a mark.
+    pub peak_bytes: u64,
+    /// Its input's element count and shape.
+    pub elements: u64,
+    /// Shape as the hooks wrote it (`8x4096`).
+    pub shape: String,
+    /// A median training step's peak.
+    pub median_peak_bytes: u64,
+    /// A median training step's input elements, and a shape that had them.
+    pub median_elements: u64,
+    /// Shape of a median step's input.
+    pub median_shape: String,
+    /// The per-step peak's rise per input element (the line's slope).
+    pub bytes_per_element: f64,
+    /// The line's value at zero elements.
+    pub intercept_bytes: f64,
+    /// Training steps the line was fitted on.
+    pub steps: usize,
+    /// The steps whose input was at least [`INPUT_PEAK_MIN_RATIO`] times a median step's.
+    pub long_steps: Vec<LongInput>,
+    /// The memory the metric runs into, when known, and what it is.
+    pub limit: Option<(u64, LimitBasis)>,
+}
+
+impl InputPeak {
+    /// The input's size over a median step's.
+    pub fn ratio(&self) -> f64 {
+        self.elements as f64 / self.median_elements.max(1) as f64
+    }
+
+    /// The step's long input, if `step` had one.
+    pub fn long_input(&self, step: u64) -> Option<&LongInput> {
+        self.long_steps.iter().find(|l| l.step == step)
+    }
+
+    /// The largest input, in elements, whose fitted peak stays under `share` of the limit.
+    pub fn elements_within(&self, share: f64) -> Option<u64> {
+        let (limit, _) = self.limit?;
+        let room = share * limit as f64 - self.intercept_bytes;
+        (self.bytes_per_element > 0.0 && room > 0.0).then(|| (room / self.bytes_per_element) as u64)
+    }
+}
+
+/// A training step with a long input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LongInput {
+    /// The step.
+    pub step: u64,
+    /// Its input's element count.
+    pub elements: u64,
+    /// Its input's shape.
+    pub shape: String,
+}
+
+/// Each training step's highest value of the primary metric at its marks, with that mark's
+/// stage, and the input it was given.
+struct StepPoint {
+    step: u64,
+    peak_bytes: u64,
+    stage: usize,
+    elements: u64,
+    shape: String,
+}
+
+/// The input-driven peak, if the run has one.
+pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
+    if trace.inputs.is_empty() {
+        return None;
+    }
+    let primary = values.primary()?;
+    let column = values.column(primary);
+    let stages = StageIndex::new(trace);
+    // The input each step was given: the last one sent at or before it.
+    let mut sent: BTreeMap<u64, (u64, &str)> = BTreeMap::new();
+    for input in &trace.inputs {
+        let entry = sent.entry(input.step).or_insert((0, ""));
+        if input.elements >= entry.0 {
+            *entry = (input.elements, input.shape.as_ref());
+        }
+    }
+    let mut points: Vec<StepPoint> = Vec::new();
+    for (i, mark) in trace.marks.iter().enumerate() {
+        if !is_train(mark.phase) {
+            continue;
+        }
+        let Some(value) = column.get(i).copied().flatten() else {
+            continue;
+        };
+        let Some((_, &(elements, shape))) = sent.range(..=mark.step).next_back() else {
+            continue;
+        };
+        match points.iter_mut().rev().find(|p| p.step == mark.step) {
+            Some(p) if value > p.peak_bytes => (p.peak_bytes, p.stage) = (value, stages.of_mark(i)),
+            Some(_) => {}
+            None => points.push(StepPoint {
+                step: mark.step,
+                peak_bytes: value,
+                stage: stages.of_mark(i),
+                elements,
+                shape: shape.to_owned(),
+            }),
+        }
+    }
+    if points.len() < MIN_STEPS {
+        return None;
+    }
+    let median_of = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let median_elements = median_of(points.iter().map(|p| p.elements).collect());
+    let median_peak = median_of(points.iter().map(|p| p.peak_bytes).collect());
+    // The highest, then the longest input, then the first.
+    let top = points
+        .iter()
+        .max_by_key(|p| (p.peak_bytes, p.elements, std::cmp::Reverse(p.step)))?;
+    let rise = top.peak_bytes.saturating_sub(median_peak);
+    let ratio = top.elements as f64 / median_elements.max(1) as f64;
+    if ratio < INPUT_PEAK_MIN_RATIO
+        || rise < INPUT_PEAK_MIN_BYTES
+        || (rise as f64) < INPUT_PEAK_MIN_RISE * median_peak as f64
+    {
+        return None;
+    }
+    let xy: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (p.elements as f64, p.peak_bytes as f64))
+        .collect();
+    let line = least_squares(&xy)?;
+    let explained = line.slope * (top.elements - median_elements) as f64;
+    if line.slope <= 0.0 || explained < EXPLAINED_SHARE * rise as f64 {
+        return None;
+    }
+    let median_shape = points
+        .iter()
+        .find(|p| p.elements == median_elements)
+        .map(|p| p.shape.clone())
+        .unwrap_or_default();
+    let long_steps = points
+        .iter()
+        .filter(|p| p.elements as f64 >= INPUT_PEAK_MIN_RATIO * median_elements as f64)
+        .map(|p| LongInput {
+            step: p.step,
+            elements: p.elements,
+            shape: p.shape.clone(),
+        })
+        .collect();
+    Some(InputPeak {
+        metric: values.key(primary),
+        step: top.step,
+        stage: stages.names()[top.stage].clone(),
+        peak_bytes: top.peak_bytes,
+        elements: top.elements,
+        shape: top.shape.clone(),
+        median_peak_bytes: median_peak,
+        median_elements,
+        median_shape,
+        bytes_per_element: line.slope,
+        intercept_bytes: line.intercept,
+        steps: points.len(),
+        long_steps,
+        limit: limit_of(trace, values.metrics()[primary]),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_format::StepInput;
+    use oomscope_format::units::{GIB, MIB};
+    use oomscope_testkit::run::Run;
+
+    /// A run whose activations scale with each step's input: step 36 gets 8x the tokens.
+    fn variable_run(long_step: u64) -> Trace {
+        let run = Run {
+            steps: 60,
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        let per_token = 2 * MIB;
+        let tokens = |step: u64| if step == long_step { 8 * 512 } else { 512 };
+        let sizes: Vec<(u64, u64)> = trace
+            .marks
+            .iter()
+            .map(|m| (m.step, m.t_us))
+            .collect::<Vec<_>>();
+        for (step, t_us) in sizes.iter().copied() {
+            if trace.inputs.last().is_none_or(|i| i.step != step) {
+                let n = tokens(step);
+                trace.inputs.push(StepInput {
+                    t_us,
+                    step,
+                    elements: n,
+                    shape: format!("8x{}", n / 8).into(),
+                });
+            }
+        }
+        // The activations at post_forward grow with the step's tokens.
+        for m in &mut trace.marks {
+            if m.name.as_ref() == "post_forward"
+                && let Some(s) = m.snapshot.as_mut()
+            {
+                s.allocated_bytes += tokens(m.step).saturating_sub(512) * per_token;
+            }
+        }
+        trace
+    }
+
+    #[test]
+    fn a_rare_long_batch_is_the_peak_and_its_cost_per_element_is_fitted() {
+        let trace = variable_run(36);
+        let values = MarkValues::new(&trace);
+        let p = input_peak(&trace, &values).expect("an input-driven peak");
+        assert_eq!(p.step, 36);
+        assert_eq!(p.stage, "post_forward");
+        assert_eq!((p.elements, p.median_elements), (4096, 512));
+        assert_eq!(
+            (p.shape.as_str(), p.median_shape.as_str()),
+            ("8x512", "8x64")
+        );
+        assert_eq!(p.ratio(), 8.0);
+        assert_eq!(
+            p.long_steps,
+            [LongInput {
+                step: 36,
+                elements: 4096,
+                shape: "8x512".into()
+            }]
+        );
+        assert_eq!(p.peak_bytes - p.median_peak_bytes, 3584 * 2 * MIB);
+        assert!((p.bytes_per_element - (2 * MIB) as f64).abs() < 1.0);
+        assert!(p.limit.is_some());
+        let within = p.elements_within(0.9).unwrap();
+        let at = p.intercept_bytes + p.bytes_per_element * within as f64;
+        assert!((at - 0.9 * p.limit.unwrap().0 as f64).abs() < 4.0 * MIB as f64);
+        let _ = GIB;
+    }
+
+    #[test]
+    fn fixed_size_batches_and_a_peak_the_input_does_not_explain_are_not_input_peaks() {
+        let mut trace = variable_run(36);
+        let values = MarkValues::new(&trace);
+        assert!(input_peak(&trace, &values).is_some());
+        // Same sizes everywhere: one INPUT record.
+        let fixed = Trace {
+            inputs: trace.inputs[..1].to_vec(),
+            ..trace.clone()
+        };
+        assert!(input_peak(&fixed, &MarkValues::new(&fixed)).is_none());
+        // The long input at another step than the peak: the line explains nothing.
+        for i in &mut trace.inputs {
+            i.elements = if i.step == 12 { 4096 } else { 512 };
+        }
+        assert!(input_peak(&trace, &MarkValues::new(&trace)).is_none());
+        // No input records at all.
+        trace.inputs.clear();
+        assert!(input_peak(&trace, &MarkValues::new(&trace)).is_none());
+    }
+}
