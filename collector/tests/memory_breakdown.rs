@@ -38,11 +38,13 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         .unwrap();
     let locals_named = String::from_utf8_lossy(&version.stdout).trim() == "True";
     let in_function = if locals_named {
-        ("function", "ema", "encoder")
+        ("function", "ema", "encoder", "opt:AdamW")
     } else {
-        ("function", "Denoiser_copy", "Encoder")
+        ("function", "Denoiser_copy", "Encoder", "AdamW")
     };
-    for (where_, ema, encoder) in [("globals", "ema", "encoder"), in_function] {
+    for (where_, ema, encoder, optimizer) in
+        [("globals", "ema", "encoder", "opt:AdamW"), in_function]
+    {
         let s = Scratch::new(&format!("breakdown-{where_}"));
         let expect = s.path("expect.json");
         let cmd = [
@@ -76,6 +78,18 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         ];
         want.sort();
         assert_eq!(extras(c), want, "{where_}");
+        // The optimizer's state by optimizer, named by its variable where the program's names
+        // reach it, and by its class.
+        let optimizers: Vec<(&str, u64)> = c
+            .optimizers
+            .iter()
+            .map(|o| (o.name.as_ref(), o.bytes))
+            .collect();
+        assert_eq!(
+            optimizers,
+            [(optimizer, expected(&json, "optimizer_state_bytes"))],
+            "{where_}"
+        );
 
         // The host peak of this CPU run carries it; the summary and the JSON say so.
         let a = analyze(&t, &AnalysisOptions::default());
@@ -86,12 +100,13 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         let text = String::from_utf8_lossy(&summary.stdout).to_string();
         let line = format!(
             "weights 8.58 MiB (model 4.04 MiB, {}) + gradients 4.02 MiB + optimizer state \
-             8.05 MiB + the rest",
+             8.05 MiB ({}) + the rest",
             if ema < encoder {
                 format!("{ema} 4.04 MiB, {encoder} 513 KiB")
             } else {
                 format!("{encoder} 513 KiB, {ema} 4.04 MiB")
-            }
+            },
+            oomscope_analysis::render::breakdown::optimizer_label(optimizer)
         );
         assert!(
             text.replace("\n    ", " ").contains(&line),

@@ -1168,6 +1168,16 @@ fn two_optimizers_stepped_in_one_iteration_count_one_step_however_forwards_inter
     }
     let analysis = analyze(&t, &AnalysisOptions::default());
     assert_eq!(analysis.overview.last_step, Some(11));
+    // The breakdown keeps the two optimizers' state apart (both Adam, each training an
+    // `nn.Sequential` only function locals name): two entries that add up to the whole.
+    let c = t.components.last().expect("a breakdown");
+    let names: Vec<&str> = c.optimizers.iter().map(|o| o.name.as_ref()).collect();
+    assert_eq!(names, ["Adam(Sequential)", "Adam(Sequential)#2"]);
+    assert_eq!(
+        c.optimizers.iter().map(|o| o.bytes).sum::<u64>(),
+        c.optimizer_state_bytes
+    );
+    assert!(c.optimizers.iter().all(|o| o.bytes > 0));
 
     // WGAN's schedule: five critic steps, then one generator step, is one iteration.
     let s = Scratch::new("zc-wgan");

@@ -151,22 +151,28 @@ def _shape(module, params):
 
 def measure(torch, optimizers, frame):
     """The breakdown now: a dict of `parameters_bytes`, `buffers_bytes`, `gradients_bytes`,
-    `optimizer_state_bytes` and `extras` ([(name, bytes)], the untrained models)."""
+    `optimizer_state_bytes`, `extras` ([(name, bytes)], the untrained models) and `optimizers`
+    ([(label, bytes)]: each optimizer's state, labelled `variable:Class`, or `Class(model)` by the
+    model it trains where the program's names do not reach it)."""
     trained = set()
     for opt in optimizers:
         for group in opt.param_groups:
             for p in group["params"]:
                 trained.add(id(p))
     Module = torch.nn.Module
-    names = named(torch, frame, lambda o: issubclass(type(o), Module))
+    opt_ids = {id(o) for o in optimizers}
+    names = named(torch, frame, lambda o: id(o) in opt_ids or issubclass(type(o), Module))
     storages = _Storages()
     parameters = buffers = gradients = state = 0
     trained_shapes = set()  # (class, parameter shapes) of the trained models: a copy matches
     untrained = []
     params_seen = []
+    model_of = {}  # id(first parameter of a trained model) -> its name, else its class
     for module in _models(torch):
         params = list(module.parameters())
         if any(id(p) in trained for p in params):
+            label = names.get(id(module)) or type(module).__name__
+            model_of.update((id(p), label) for p in params)
             parameters += sum(storages.add(p) for p in params)
             buffers += sum(storages.add(b) for b in module.buffers())
             params_seen += params
@@ -193,16 +199,32 @@ def measure(torch, optimizers, frame):
     for p in params_seen:
         if p.grad is not None:
             gradients += storages.add(p.grad)
+    per_optimizer = {}
     for opt in optimizers:
+        own = 0
         for per_param in opt.state.values():
             values = per_param.values() if isinstance(per_param, dict) else (per_param,)
             for v in values:
                 if isinstance(v, torch.Tensor):
-                    state += storages.add(v)
+                    own += storages.add(v)
+        state += own
+        label = type(opt).__name__
+        if id(opt) in names:
+            label = "%s:%s" % (names[id(opt)], label)
+        else:  # by the model it trains: GANs' two Adams are `Adam(Discriminator)`, `Adam(Generator)`
+            first = next((p for g in opt.param_groups for p in g["params"]), None)
+            if first is not None and id(first) in model_of:
+                label = "%s(%s)" % (label, model_of[id(first)])
+        n, base = 1, label
+        while label in per_optimizer:  # two alike stay two: `Adam(Sequential)#2`
+            n += 1
+            label = "%s#%d" % (base, n)
+        per_optimizer[label] = own
     return {
         "parameters_bytes": parameters,
         "buffers_bytes": buffers,
         "gradients_bytes": gradients,
         "optimizer_state_bytes": state,
         "extras": sorted(extras.items()),
+        "optimizers": sorted(per_optimizer.items()),
     }

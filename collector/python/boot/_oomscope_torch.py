@@ -845,11 +845,11 @@ def _send_breakdown():
     if b == S.breakdown_sent:
         return
     S.breakdown_sent = b
-    extras = dict(b["extras"])
     _probe._components(parameters_bytes=b["parameters_bytes"], buffers_bytes=b["buffers_bytes"],
                       gradients_bytes=b["gradients_bytes"],
                       optimizer_state_bytes=b["optimizer_state_bytes"],
-                      step=None if S.user_steps else S.step, **extras)
+                      step=None if S.user_steps else S.step, extras=b["extras"],
+                      optimizers=b["optimizers"])
 
 
 def _iteration_done(optimizer):

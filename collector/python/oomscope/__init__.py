@@ -222,10 +222,13 @@ class Probe:
         zero-code hooks measure it themselves until the program sends its own."""
         _tell_hooks("user_components")
         self._components(parameters_bytes, buffers_bytes, gradients_bytes, optimizer_state_bytes,
-                         batch_size, step, **extras)
+                         batch_size, step, extras.items())
 
     def _components(self, parameters_bytes=0, buffers_bytes=0, gradients_bytes=0,
-                    optimizer_state_bytes=0, batch_size=None, step=None, **extras):
+                    optimizer_state_bytes=0, batch_size=None, step=None, extras=(),
+                    optimizers=()):
+        """The line `components` sends; `extras` and `optimizers` are (name, bytes) pairs (the
+        zero-code hooks' names may be any identifier, `step` included)."""
         if self._sock is None:
             return
         line = "components parameters_bytes=%d buffers_bytes=%d gradients_bytes=%d optimizer_state_bytes=%d" % (
@@ -234,8 +237,10 @@ class Probe:
             line += " batch_size=%d" % batch_size
         if step is not None:
             line += " step=%d" % step
-        for name, size in extras.items():
+        for name, size in extras:
             line += " extra.%s=%d" % (_token(name), size)
+        for name, size in optimizers:
+            line += " optimizer.%s=%d" % (_token(name), size)
         self.send(line)
 
     def _gc(self, generation, collected, freed_bytes, pause_us):

@@ -102,6 +102,12 @@ pub struct PeakComponents {
     pub activations_bytes: Option<u64>,
     /// What the activations were computed against.
     pub activations_basis: Option<ActivationsBasis>,
+    /// Beside an allocator peak on the GPU: what the caching allocator held without tensors
+    /// (reserved at the peak's mark − the peak).
+    pub cached_bytes: Option<u64>,
+    /// ...and the device memory of the program's processes outside the allocator then (NVML's
+    /// per-process figure − reserved): the CUDA context, NCCL's buffers, other libraries.
+    pub outside_allocator_bytes: Option<u64>,
 }
 
 impl PeakComponents {
@@ -117,6 +123,8 @@ impl PeakComponents {
             total_bytes,
             activations_bytes: basis.map(|_| peak_bytes.saturating_sub(total_bytes)),
             activations_basis: basis,
+            cached_bytes: None,
+            outside_allocator_bytes: None,
         }
     }
 
@@ -336,6 +344,27 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
             // The mark that reported it, even when another mark shares its timestamp.
             peak.stage = StageAt::of_mark(trace, mark);
             peak.outside_marks = None;
+            if measure == Measure::Allocated
+                && let Some(c) = peak.components.as_mut()
+            {
+                let reserved = values
+                    .index_of(Metric::Reserved)
+                    .and_then(|r| values.get(mark, r))
+                    .filter(|r| *r >= bytes);
+                c.cached_bytes = reserved.map(|r| r - bytes);
+                // Which GPU the marks' allocator is on is known only with one GPU.
+                let mut process = trace
+                    .counters
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.kind == CounterKind::ProcessGpu)
+                    .map(|(i, _)| CounterId(i as u32));
+                let process = process.next().filter(|_| process.next().is_none());
+                c.outside_allocator_bytes = reserved.zip(process).and_then(|(r, process)| {
+                    let used = trace.samples.value_at(process, t_us)?;
+                    Some(used.saturating_sub(r))
+                });
+            }
             out.push(peak);
         }
     }
@@ -586,6 +615,15 @@ mod tests {
             Some(ActivationsBasis::AllocatorAllocated)
         );
         assert_eq!(c.largest().unwrap().name.as_ref(), "optimizer_state");
+        // Beside it: the allocator's 512 MiB cache and the 600 MiB CUDA context, exactly.
+        assert_eq!(c.cached_bytes, Some(512 * MIB));
+        assert_eq!(c.outside_allocator_bytes, Some(600 * MIB));
+        assert_eq!(
+            crate::render::breakdown::breakdown_line(peak).unwrap(),
+            "peak_allocated 28.0 GiB = weights 4.00 GiB + gradients 4.00 GiB + optimizer state \
+             8.00 GiB + activations 12.0 GiB; beside it on the GPU: the allocator's cache 512 MiB \
+             + outside the allocator 600 MiB (CUDA context, NCCL, other libraries)"
+        );
 
         // Reserved and NVML peaks carry components but no activations; the host peak neither.
         let reserved = peaks
@@ -710,6 +748,7 @@ mod tests {
             gradients_bytes: 200,
             optimizer_state_bytes: 400,
             extras: Vec::new(),
+            optimizers: Vec::new(),
         });
         let values = MarkValues::new(&trace);
         let all = peaks(&trace, &values);

@@ -290,6 +290,35 @@ fn v1_10_inputs() {
 }
 
 #[test]
+fn v1_10_optimizers() {
+    let decoded = decode(&read("v1_10_optimizers.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    assert_eq!(t.format_version, (1, 10));
+    let [c] = t.components.as_slice() else {
+        panic!("{:?}", t.components)
+    };
+    let optimizers: Vec<(&str, u64)> = c
+        .optimizers
+        .iter()
+        .map(|o| (o.name.as_ref(), o.bytes))
+        .collect();
+    assert_eq!(
+        optimizers,
+        [("optimizerD:Adam", 4 << 20), ("Adam(Generator)", 2 << 20)]
+    );
+    let a = analyze(&t, &AnalysisOptions::default());
+    let peak = oomscope_analysis::peaks::breakdown_peak(&a.peaks).unwrap();
+    let line = oomscope_analysis::render::breakdown::breakdown_line(peak).unwrap();
+    assert!(
+        line.contains(
+            "optimizer state 6.00 MiB (optimizerD Adam 4.00 MiB, Adam(Generator) 2.00 MiB)"
+        ),
+        "{line}"
+    );
+}
+
+#[test]
 fn v1_4_oom_kill() {
     let decoded = decode(&read("v1_4_oom_kill.oomt")).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);

@@ -12,9 +12,9 @@
 use std::path::PathBuf;
 
 use oomscope_format::{
-    AliveSite, CounterKind, ExitStatus, HeldTensors, Metadata, Note, OomEvent, OomKill, OomSource,
-    Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, StageMark,
-    StepInput, TraceWriter, WriterOptions,
+    AliveSite, ComponentBreakdown, CounterKind, ExitStatus, HeldTensors, Metadata, NamedBytes,
+    Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessRole,
+    RankSource, Record, StageMark, StepInput, TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -732,6 +732,62 @@ pub fn inputs() -> Vec<u8> {
     w.finish(900_000).expect("in memory")
 }
 
+/// Format v1.10: a GAN's breakdown with its two optimizers' state apart, named as the hooks
+/// name them (a variable and a class; a class and the model it trains).
+pub fn optimizers() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5700,
+        command: vec!["python".into(), "dcgan.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    for step in 0..4u64 {
+        let t_us = step * 20_000;
+        w.sample(t_us, &[(rss, 700 << 20)]).expect("in memory");
+        w.write(&Record::Mark(StageMark {
+            t_us: t_us + 1_000,
+            name: "post_optimizer_step".into(),
+            step,
+            phase: Phase::Train,
+            pid: Some(5700),
+            ..StageMark::default()
+        }))
+        .expect("in memory");
+    }
+    w.write(&Record::Components(ComponentBreakdown {
+        t_us: 2_000,
+        step: 0,
+        parameters_bytes: 3 << 20,
+        gradients_bytes: 3 << 20,
+        optimizer_state_bytes: 6 << 20,
+        optimizers: vec![
+            NamedBytes {
+                name: "optimizerD:Adam".into(),
+                bytes: 4 << 20,
+            },
+            NamedBytes {
+                name: "Adam(Generator)".into(),
+                bytes: 2 << 20,
+            },
+        ],
+        ..ComponentBreakdown::default()
+    }))
+    .expect("in memory");
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 100_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(100_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -758,6 +814,7 @@ fn main() -> std::io::Result<()> {
         ("v1_8_file_pages.oomt", file_pages()),
         ("v1_9_held.oomt", held()),
         ("v1_10_inputs.oomt", inputs()),
+        ("v1_10_optimizers.oomt", optimizers()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

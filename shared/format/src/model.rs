@@ -590,6 +590,9 @@ pub struct ComponentBreakdown {
     pub optimizer_state_bytes: u64,
     /// Extra copies the user registered (EMA, frozen teacher, ...).
     pub extras: Vec<NamedBytes>,
+    /// `optimizer_state_bytes` per optimizer, named by its class and, where the program names
+    /// it, its variable (`opt_d:Adam`); empty when unknown. Format v1.10.
+    pub optimizers: Vec<NamedBytes>,
 }
 
 impl ComponentBreakdown {

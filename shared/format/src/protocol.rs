@@ -20,7 +20,7 @@
 //! phase <train|eval>
 //! note <free text>
 //! components [step=N] [batch_size=N] parameters_bytes=N buffers_bytes=N gradients_bytes=N
-//!      optimizer_state_bytes=N [extra.<name>=N ...]
+//!      optimizer_state_bytes=N [extra.<name>=N ...] [optimizer.<name>=N ...]
 //! gradients [step=N] params_with_grad=N gradient_bytes=N global_norm=F nan_count=N inf_count=N
 //! tensor <name> [step=N] shape=AxBxC dtype=<dtype> bytes=N min=F max=F mean=F std=F
 //!      nan_count=N inf_count=N
@@ -148,7 +148,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
 /// The `key=value` fields a verb takes, from the one declaration of each (the field tables
 /// below): what the parser reads and the formatter writes, and what the Python helper, the
 /// docs/protocol.md's grammar and this module's grammar are checked against by tests. `components` also
-/// takes `extra.<name>=N`.
+/// takes `extra.<name>=N` and `optimizer.<name>=N`.
 pub fn keys(verb: &str) -> Vec<&'static str> {
     let context = context_keys(verb);
     let mut keys: Vec<&'static str> = CONTEXT
@@ -176,7 +176,8 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
     keys
 }
 
-/// The verb of a formatted line and the `key=` fields it writes, sorted (`extra.<name>` of
+/// The verb of a formatted line and the `key=` fields it writes, sorted (`extra.<name>` and
+/// `optimizer.<name>` of
 /// `components` and the free text after ` -- ` left out): what tests compare with [`keys`].
 pub fn written_keys(line: &str) -> (&str, Vec<&str>) {
     let fields = line.split(" -- ").next().unwrap_or_default();
@@ -184,7 +185,7 @@ pub fn written_keys(line: &str) -> (&str, Vec<&str>) {
     let mut written: Vec<&str> = fields
         .split_whitespace()
         .filter_map(|t| t.split_once('=').map(|(k, _)| k))
-        .filter(|k| !k.starts_with("extra."))
+        .filter(|k| !k.starts_with("extra.") && !k.starts_with("optimizer."))
         .collect();
     written.sort_unstable();
     (verb, written)
@@ -563,6 +564,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
             let f = Fields::parse(rest);
             let mut components = ComponentBreakdown {
                 extras: f.extras(),
+                optimizers: f.named("optimizer."),
                 ..ComponentBreakdown::default()
             };
             f.read(&COMPONENTS, &mut components)?;
@@ -675,11 +677,16 @@ impl<'a> Fields<'a> {
     }
 
     fn extras(&self) -> Vec<NamedBytes> {
+        self.named("extra.")
+    }
+
+    /// The `<prefix><name>=N` fields, in order.
+    fn named(&self, prefix: &str) -> Vec<NamedBytes> {
         self.order
             .iter()
             .filter_map(|(k, v)| {
                 Some(NamedBytes {
-                    name: k.strip_prefix("extra.")?.into(),
+                    name: k.strip_prefix(prefix)?.into(),
                     bytes: v.parse().ok()?,
                 })
             })
@@ -743,10 +750,12 @@ pub fn format(out: &mut String, message: &Message) {
                 }
                 Record::Components(c) => {
                     show_all(out, &COMPONENTS, c);
-                    for extra in &c.extras {
-                        out.push_str(" extra.");
-                        push_token(out, &extra.name);
-                        let _ = write!(out, "={}", extra.bytes);
+                    for (prefix, list) in [(" extra.", &c.extras), (" optimizer.", &c.optimizers)] {
+                        for named in list {
+                            out.push_str(prefix);
+                            push_token(out, &named.name);
+                            let _ = write!(out, "={}", named.bytes);
+                        }
                     }
                 }
                 Record::Gradients(g) => show_all(out, &GRADIENTS, g),
@@ -960,7 +969,10 @@ mod tests {
         let mut line = String::new();
         format(&mut line, &Message::Record(Record::Input(i), context));
         assert_eq!(line, "input step=39 elements=4096 shape=8x512\n");
-        assert!(parse_line("input shape=8x512").is_none(), "elements are required");
+        assert!(
+            parse_line("input shape=8x512").is_none(),
+            "elements are required"
+        );
     }
 
     #[test]

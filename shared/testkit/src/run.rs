@@ -253,6 +253,7 @@ impl Run {
                 gradients_bytes: self.grads_bytes,
                 optimizer_state_bytes: self.optimizer_bytes,
                 extras: Vec::new(),
+                optimizers: Vec::new(),
             });
         }
         let end = state.t_us + 1_000;

@@ -449,6 +449,7 @@ impl<'a> Simulation<'a> {
                 gradients_bytes: run.parameters_bytes,
                 optimizer_state_bytes: run.optimizer_bytes(),
                 extras: Vec::new(),
+                optimizers: Vec::new(),
             }))?;
         }
         let nan = run.nan_at_step.is_some_and(|s| step >= s);

@@ -5,6 +5,15 @@
 use crate::peaks::{ActivationsBasis, Peak};
 use oomscope_format::units::format_bytes;
 
+/// An optimizer as the hooks name it: `opt_d:Adam` (the program's variable, the class) reads
+/// "opt_d Adam"; a class alone stays as it is.
+pub fn optimizer_label(name: &str) -> String {
+    match name.split_once(':') {
+        Some((variable, class)) => format!("{variable} {class}"),
+        None => name.to_owned(),
+    }
+}
+
 /// The peak's make-up, or `None` when the trace has no component breakdown near it.
 pub fn breakdown_line(peak: &Peak) -> Option<String> {
     let c = peak.components.as_ref()?;
@@ -32,8 +41,20 @@ pub fn breakdown_line(peak: &Peak) -> Option<String> {
         parts.push(format!("gradients {}", format_bytes(b.gradients_bytes)));
     }
     if b.optimizer_state_bytes > 0 {
+        let which = match b.optimizers.as_slice() {
+            [] => String::new(),
+            [one] => format!(" ({})", optimizer_label(&one.name)),
+            several => format!(
+                " ({})",
+                several
+                    .iter()
+                    .map(|o| format!("{} {}", optimizer_label(&o.name), format_bytes(o.bytes)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
         parts.push(format!(
-            "optimizer state {}",
+            "optimizer state {}{which}",
             format_bytes(b.optimizer_state_bytes)
         ));
     }
@@ -58,8 +79,23 @@ pub fn breakdown_line(peak: &Peak) -> Option<String> {
             format_bytes(rest)
         ),
     });
+    let mut beside = Vec::new();
+    if let Some(cache) = c.cached_bytes {
+        beside.push(format!("the allocator's cache {}", format_bytes(cache)));
+    }
+    if let Some(outside) = c.outside_allocator_bytes {
+        beside.push(format!(
+            "outside the allocator {} (CUDA context, NCCL, other libraries)",
+            format_bytes(outside)
+        ));
+    }
+    let beside = if beside.is_empty() {
+        String::new()
+    } else {
+        format!("; beside it on the GPU: {}", beside.join(" + "))
+    };
     Some(format!(
-        "{} {} = {}",
+        "{} {} = {}{beside}",
         peak.metric.label(),
         format_bytes(peak.bytes),
         parts.join(" + ")

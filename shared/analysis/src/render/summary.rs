@@ -704,7 +704,9 @@ mod tests {
         assert!(
             text.contains(
                 "    peak_allocated 28.0 GiB = weights 4.00 GiB + gradients 4.00 GiB + optimizer \
-                 state 8.00 GiB +\n    activations 12.0 GiB\n"
+                 state 8.00 GiB +\n    activations 12.0 GiB; beside it on the GPU: the allocator's \
+                 cache 512 MiB + outside the\n    allocator 600 MiB (CUDA context, NCCL, other \
+                 libraries)\n"
             ),
             "{text}"
         );

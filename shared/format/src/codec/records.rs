@@ -265,6 +265,11 @@ fn encode_components(w: &mut impl RecordSink, c: &ComponentBreakdown) -> Result<
         .iter()
         .map(|e| w.name(&e.name))
         .collect::<Result<Vec<_>, _>>()?;
+    let optimizer_names = c
+        .optimizers
+        .iter()
+        .map(|o| w.name(&o.name))
+        .collect::<Result<Vec<_>, _>>()?;
     let b = w.begin(c.t_us);
     put_u64(b, c.step);
     put_opt_u64(b, c.batch_size);
@@ -281,6 +286,13 @@ fn encode_components(w: &mut impl RecordSink, c: &ComponentBreakdown) -> Result<
         put_u64(b, u64::from(name));
         put_u64(b, e.bytes);
     }
+    if !c.optimizers.is_empty() {
+        put_u64(b, c.optimizers.len() as u64);
+        for (o, name) in c.optimizers.iter().zip(optimizer_names) {
+            put_u64(b, u64::from(name));
+            put_u64(b, o.bytes);
+        }
+    }
     w.end(tag::COMPONENTS)
 }
 
@@ -292,14 +304,20 @@ fn decode_components(c: &mut Cursor<'_>, names: &Names) -> Result<ComponentBreak
     let buffers_bytes = c.u64()?;
     let gradients_bytes = c.u64()?;
     let optimizer_state_bytes = c.u64()?;
-    let count = c.count(2)?;
-    let mut extras = Vec::with_capacity(count);
-    for _ in 0..count {
-        extras.push(NamedBytes {
-            name: names.read(c)?,
-            bytes: c.u64()?,
-        });
-    }
+    let named = |c: &mut Cursor<'_>| -> Result<Vec<NamedBytes>, ReadError> {
+        let count = c.count(2)?;
+        let mut list = Vec::with_capacity(count);
+        for _ in 0..count {
+            list.push(NamedBytes {
+                name: names.read(c)?,
+                bytes: c.u64()?,
+            });
+        }
+        Ok(list)
+    };
+    let extras = named(c)?;
+    // Since v1.10, when known.
+    let optimizers = if c.is_empty() { Vec::new() } else { named(c)? };
     Ok(ComponentBreakdown {
         t_us,
         step,
@@ -309,6 +327,7 @@ fn decode_components(c: &mut Cursor<'_>, names: &Names) -> Result<ComponentBreak
         gradients_bytes,
         optimizer_state_bytes,
         extras,
+        optimizers,
     })
 }
 
