@@ -1,5 +1,6 @@
 //! A trace as flat tables for fleet queries: runs, samples, marks, OOMs, ranks, peaks, findings,
-//! evidence and growth fits, one row per fact, every row carrying its `run_id`.
+//! evidence, growth fits and the model's memory by component, one row per fact, every row
+//! carrying its `run_id`.
 //!
 //! Questions across hundreds of runs ("the peak of every rank", "runs whose leak exceeds 10 MiB
 //! a step") are aggregates that DuckDB, Polars or Spark answer well over Parquet; a timeline
@@ -322,9 +323,33 @@ pub const FITS: TableSpec = TableSpec {
     ],
 };
 
+/// The `components` table.
+#[rustfmt::skip]
+pub const COMPONENTS: TableSpec = TableSpec {
+    name: "components",
+    doc: "One row per part of each breakdown of the model's memory (the zero-code hooks measure one at iterations 1, 4, 16, 64, … when it changed; the tch Session and the helper's components() send their own).",
+    columns: &[
+        RUN_ID,
+        T_US,
+        col("step", Int64, false, Plain, "The step it was measured at."),
+        col("category", Text, false, Dictionary, "`parameters`, `buffers`, `gradients`, `optimizer_state`, `untrained_model` (an EMA copy, a frozen encoder: `name` says which) or `optimizer` (one optimizer's share of `optimizer_state`: `name` says which, `opt_d:Adam` or `Adam(Generator)`)."),
+        col("name", Text, true, Dictionary, "The untrained model's or the optimizer's name; empty for the other categories."),
+        col("bytes", Int64, false, Plain, "Its bytes, each storage counted once."),
+    ],
+};
+
 /// Every table, in export order.
-pub const TABLES: [&TableSpec; 9] = [
-    &RUNS, &SAMPLES, &MARKS, &OOMS, &RANKS, &PEAKS, &FINDINGS, &EVIDENCE, &FITS,
+pub const TABLES: [&TableSpec; 10] = [
+    &RUNS,
+    &SAMPLES,
+    &MARKS,
+    &OOMS,
+    &RANKS,
+    &PEAKS,
+    &FINDINGS,
+    &EVIDENCE,
+    &FITS,
+    &COMPONENTS,
 ];
 
 /// One value of a row, in its column's place.
@@ -529,7 +554,40 @@ pub fn tables(
         findings(analysis, scope, &id),
         evidence(analysis, scope, &id),
         fits(analysis, scope, &id),
+        components(trace, &id),
     ]
+}
+
+fn components(trace: &Trace, id: &str) -> Table {
+    let mut t = Table::new(&COMPONENTS);
+    for c in &trace.components {
+        let fixed = [
+            ("parameters", c.parameters_bytes),
+            ("buffers", c.buffers_bytes),
+            ("gradients", c.gradients_bytes),
+            ("optimizer_state", c.optimizer_state_bytes),
+        ]
+        .map(|(category, bytes)| (category, None, bytes));
+        let rows = fixed.into_iter().chain(
+            [("untrained_model", &c.extras), ("optimizer", &c.optimizers)]
+                .into_iter()
+                .flat_map(|(category, list)| {
+                    list.iter()
+                        .map(move |n| (category, Some(n.name.as_ref()), n.bytes))
+                }),
+        );
+        for (category, name, bytes) in rows {
+            t.push([
+                text(id),
+                int(c.t_us),
+                int(c.step),
+                text(category),
+                opt_text(name),
+                int(bytes),
+            ]);
+        }
+    }
+    t
 }
 
 fn exit_cells(status: Option<ExitStatus>) -> [Cell; 2] {
@@ -960,6 +1018,55 @@ mod tests {
         );
         let evidence: usize = analysis.findings.iter().map(|f| f.evidence.len()).sum();
         assert_eq!(by("evidence").rows(), evidence);
+    }
+
+    #[test]
+    fn a_breakdown_is_one_row_per_part_with_untrained_models_and_optimizers_named() {
+        let mut trace = Trace::default();
+        trace.components.push(oomscope_format::ComponentBreakdown {
+            t_us: 500,
+            step: 4,
+            parameters_bytes: 40,
+            buffers_bytes: 2,
+            gradients_bytes: 40,
+            optimizer_state_bytes: 80,
+            extras: vec![oomscope_format::NamedBytes {
+                name: "ema".into(),
+                bytes: 42,
+            }],
+            optimizers: vec![oomscope_format::NamedBytes {
+                name: "opt:AdamW".into(),
+                bytes: 80,
+            }],
+            ..Default::default()
+        });
+        let t = components(&trace, "run");
+        let Values::Text(categories) = &t.columns[3] else {
+            panic!("category is text")
+        };
+        let Values::Text(names) = &t.columns[4] else {
+            panic!("name is text")
+        };
+        let Values::Int(bytes) = &t.columns[5] else {
+            panic!("bytes are integers")
+        };
+        let rows: Vec<(&str, Option<&str>, i64)> = categories
+            .iter()
+            .zip(names)
+            .zip(bytes)
+            .map(|((c, n), b)| (c.as_deref().unwrap(), n.as_deref(), b.unwrap()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("parameters", None, 40),
+                ("buffers", None, 2),
+                ("gradients", None, 40),
+                ("optimizer_state", None, 80),
+                ("untrained_model", Some("ema"), 42),
+                ("optimizer", Some("opt:AdamW"), 80),
+            ]
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ fn duckdb(root: &Path, queries: &[&str]) -> Vec<Vec<Value>> {
 import json, sys, duckdb
 root, queries = sys.argv[1], json.loads(sys.argv[2])
 con = duckdb.connect()
-for table in ["runs", "samples", "marks", "ooms", "ranks", "peaks", "findings", "evidence", "fits"]:
+for table in ["runs", "samples", "marks", "ooms", "ranks", "peaks", "findings", "evidence", "fits", "components"]:
     con.sql(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{root}/{table}/*/*.parquet', hive_partitioning = true, union_by_name = true)")
 out = [[list(row) for row in con.sql(q).fetchall()] for q in queries]
 print(json.dumps(out, default=str))
@@ -148,6 +148,8 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
             // Wall-clock time of the first mark of each run.
             "SELECT r.run_id, epoch_us(min(r.start_unix_us + to_microseconds(m.t_us))) FROM runs r JOIN marks m USING (run_id) GROUP BY ALL ORDER BY ALL",
             &rank_rows,
+            // The model's memory by category, over the fleet.
+            "SELECT category, sum(bytes) FROM components GROUP BY ALL ORDER BY ALL",
         ],
     );
     assert_eq!(int(&rows[0][0][0]), 4);
@@ -186,6 +188,27 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
             t.metadata.start_unix_ns / 1000 + first_mark_us
         );
     }
+    let parts: Vec<(String, u64)> = rows[8]
+        .iter()
+        .map(|r| (r[0].as_str().unwrap().to_owned(), int(&r[1]) as u64))
+        .collect();
+    let sum = |f: fn(&oomscope_format::ComponentBreakdown) -> u64| -> u64 {
+        decoded.iter().flat_map(|t| &t.components).map(f).sum()
+    };
+    let mut want: Vec<(String, u64)> = [
+        ("buffers", sum(|c| c.buffers_bytes)),
+        ("gradients", sum(|c| c.gradients_bytes)),
+        ("optimizer_state", sum(|c| c.optimizer_state_bytes)),
+        ("parameters", sum(|c| c.parameters_bytes)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert!(
+        sum(|c| c.parameters_bytes) > 0,
+        "the synthetic runs carry breakdowns"
+    );
+    assert_eq!(parts, want);
     // The ranks table says what the summary says.
     let analysis = analyze(ranks, &AnalysisOptions::default());
     let compared = analysis.ranks.expect("two ranks");

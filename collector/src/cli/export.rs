@@ -21,8 +21,9 @@ pub enum ExportFormat {
     /// Chrome trace-event JSON: counter tracks and stage slices (opens in Perfetto); of a memory
     /// snapshot, active and reserved bytes per GPU and its OOMs.
     Chrome,
-    /// Fleet tables (runs, samples, marks, ooms, ranks, peaks, findings, evidence, fits) as
-    /// hive-partitioned Parquet for DuckDB, Polars or Spark: OUT/<table>/run=<run_id>/part-0.parquet.
+    /// Fleet tables (runs, samples, marks, ooms, ranks, peaks, findings, evidence, fits,
+    /// components) as hive-partitioned Parquet for DuckDB, Polars or Spark:
+    /// OUT/<table>/run=<run_id>/part-0.parquet.
     Parquet,
 }
 

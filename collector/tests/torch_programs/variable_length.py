@@ -30,16 +30,17 @@ def main():
     p.add_argument("--length", type=int, default=64)
     p.add_argument("--long-every", type=int, default=0, help="0: every batch the same length")
     p.add_argument("--long-factor", type=int, default=8)
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
     torch.manual_seed(0)
     vocab = 512
-    model = TinyLM(vocab, 128, 2)
+    model = TinyLM(vocab, 128, 2).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for step in range(a.steps):
         length = a.length
         if a.long_every and step % a.long_every == a.long_every - 1:
             length *= a.long_factor
-        tokens = torch.randint(0, vocab, (a.batch, length + 1))
+        tokens = torch.randint(0, vocab, (a.batch, length + 1), device=a.device)
         logits = model(input_ids=tokens[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         loss.backward()
