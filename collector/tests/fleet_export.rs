@@ -195,7 +195,7 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
     let sum = |f: fn(&oomscope_format::ComponentBreakdown) -> u64| -> u64 {
         decoded.iter().flat_map(|t| &t.components).map(f).sum()
     };
-    let mut want: Vec<(String, u64)> = [
+    let want: Vec<(String, u64)> = [
         ("buffers", sum(|c| c.buffers_bytes)),
         ("gradients", sum(|c| c.gradients_bytes)),
         ("optimizer_state", sum(|c| c.optimizer_state_bytes)),
