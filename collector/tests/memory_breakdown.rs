@@ -40,7 +40,7 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
     let in_function = if locals_named {
         ("function", "ema", "encoder", "opt:AdamW")
     } else {
-        ("function", "Denoiser_copy", "Encoder", "AdamW")
+        ("function", "Denoiser_copy", "Encoder", "AdamW(Denoiser)")
     };
     for (where_, ema, encoder, optimizer) in
         [("globals", "ema", "encoder", "opt:AdamW"), in_function]
@@ -112,8 +112,32 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
             text.replace("\n    ", " ").contains(&line),
             "{line}\n{text}"
         );
+        // Beside `collector estimate` for the same model: the parameter count the hooks sent,
+        // fp32, AdamW; every part as estimated.
+        let params = expected(&json, "parameters_bytes") / 4;
+        assert_eq!(c.parameter_count, Some(params));
+        assert_eq!(c.trainable_parameter_count, Some(params));
+        let command = format!(
+            "`collector estimate --params {params} --precision fp32 --optimizer adamw` for the \
+             same model"
+        );
+        assert!(
+            text.replace("\n    ", " ").contains(&command),
+            "{command}\n{text}"
+        );
         let summary = run(&["summary", "--json", trace.to_str().unwrap()]);
         let j: serde_json::Value = serde_json::from_slice(&summary.stdout).unwrap();
+        let parts = j["against_estimate"]["parts"].as_array().unwrap();
+        assert_eq!(parts.len(), 3);
+        for p in parts {
+            let (m, e) = (
+                p["measured_bytes"].as_u64().unwrap(),
+                p["estimated_bytes"].as_u64().unwrap(),
+            );
+            // Equal but for AdamW's step count, a 4-byte tensor per parameter tensor.
+            assert!(m >= e && m - e <= 64, "{p}");
+            assert!(p["why"].is_null(), "{p}");
+        }
         let with: Vec<&serde_json::Value> = j["analysis"]["peaks"]
             .as_array()
             .unwrap()

@@ -1162,7 +1162,7 @@ p.step(1, epoch=2)
 p.phase("eval")
 p.note("hello")
 p.components(parameters_bytes=1, buffers_bytes=2, gradients_bytes=3, optimizer_state_bytes=4,
-             batch_size=8, step=1, ema=5)
+             batch_size=8, step=1, parameter_count=6, trainable_parameter_count=7, ema=5)
 p.gradients(1, 2, 0.5, nan_count=0, inf_count=0, step=1)
 p.tensor("logits", (2, 3), "f32", 24, -1.0, 1.0, 0.0, 0.5, step=1)
 p.trial(8, "fit", peak_bytes=9)

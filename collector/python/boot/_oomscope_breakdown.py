@@ -196,7 +196,9 @@ def measure(torch, optimizers, frame):
             for p in group["params"]:
                 parameters += storages.add(p)
                 params_seen.append(p)
+    elements = {}  # id(parameter) -> (elements, trained)
     for p in params_seen:
+        elements[id(p)] = (p.numel(), id(p) in trained and p.requires_grad)
         if p.grad is not None:
             gradients += storages.add(p.grad)
     per_optimizer = {}
@@ -227,4 +229,6 @@ def measure(torch, optimizers, frame):
         "optimizer_state_bytes": state,
         "extras": sorted(extras.items()),
         "optimizers": sorted(per_optimizer.items()),
+        "parameter_count": sum(n for n, _ in elements.values()),
+        "trainable_parameter_count": sum(n for n, t in elements.values() if t),
     }

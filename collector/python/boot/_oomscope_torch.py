@@ -849,7 +849,8 @@ def _send_breakdown():
                       gradients_bytes=b["gradients_bytes"],
                       optimizer_state_bytes=b["optimizer_state_bytes"],
                       step=None if S.user_steps else S.step, extras=b["extras"],
-                      optimizers=b["optimizers"])
+                      optimizers=b["optimizers"], parameter_count=b["parameter_count"],
+                      trainable_parameter_count=b["trainable_parameter_count"])
 
 
 def _iteration_done(optimizer):

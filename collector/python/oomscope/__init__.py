@@ -217,16 +217,18 @@ class Probe:
         self.send("note " + " ".join(str(text).splitlines()))
 
     def components(self, parameters_bytes=0, buffers_bytes=0, gradients_bytes=0,
-                   optimizer_state_bytes=0, batch_size=None, step=None, **extras):
+                   optimizer_state_bytes=0, batch_size=None, step=None, parameter_count=None,
+                   trainable_parameter_count=None, **extras):
         """Model memory by component; extra copies as keyword arguments (ema=bytes, ...). The
         zero-code hooks measure it themselves until the program sends its own."""
         _tell_hooks("user_components")
         self._components(parameters_bytes, buffers_bytes, gradients_bytes, optimizer_state_bytes,
-                         batch_size, step, extras.items())
+                         batch_size, step, extras.items(), (), parameter_count,
+                         trainable_parameter_count)
 
     def _components(self, parameters_bytes=0, buffers_bytes=0, gradients_bytes=0,
                     optimizer_state_bytes=0, batch_size=None, step=None, extras=(),
-                    optimizers=()):
+                    optimizers=(), parameter_count=None, trainable_parameter_count=None):
         """The line `components` sends; `extras` and `optimizers` are (name, bytes) pairs (the
         zero-code hooks' names may be any identifier, `step` included)."""
         if self._sock is None:
@@ -237,6 +239,10 @@ class Probe:
             line += " batch_size=%d" % batch_size
         if step is not None:
             line += " step=%d" % step
+        if parameter_count is not None:
+            line += " parameter_count=%d" % parameter_count
+        if trainable_parameter_count is not None:
+            line += " trainable_parameter_count=%d" % trainable_parameter_count
         for name, size in extras:
             line += " extra.%s=%d" % (_token(name), size)
         for name, size in optimizers:

@@ -23,10 +23,12 @@
 //! master weights and optimizer state, ZeRO-2 (and FSDP `SHARD_GRAD_OP`) the gradients too,
 //! ZeRO-3 (and FSDP `FULL_SHARD`) everything.
 
+mod measured;
 mod model_config;
 mod safetensors;
 mod table;
 
+pub use measured::{AgainstEstimate, Part, against_estimate, render_against_estimate};
 pub use table::render_estimate;
 
 pub use model_config::{ConfigError, Family, ModelConfig};

@@ -749,6 +749,8 @@ mod tests {
             optimizer_state_bytes: 400,
             extras: Vec::new(),
             optimizers: Vec::new(),
+            parameter_count: None,
+            trainable_parameter_count: None,
         });
         let values = MarkValues::new(&trace);
         let all = peaks(&trace, &values);

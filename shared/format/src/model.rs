@@ -593,6 +593,10 @@ pub struct ComponentBreakdown {
     /// `optimizer_state_bytes` per optimizer, named by its class and, where the program names
     /// it, its variable (`opt_d:Adam`); empty when unknown. Format v1.10.
     pub optimizers: Vec<NamedBytes>,
+    /// Elements of the trained models' parameters (each once), when known. Format v1.10.
+    pub parameter_count: Option<u64>,
+    /// Of them, those an optimizer updates (the rest are frozen), when known. Format v1.10.
+    pub trainable_parameter_count: Option<u64>,
 }
 
 impl ComponentBreakdown {

@@ -20,7 +20,8 @@
 //! phase <train|eval>
 //! note <free text>
 //! components [step=N] [batch_size=N] parameters_bytes=N buffers_bytes=N gradients_bytes=N
-//!      optimizer_state_bytes=N [extra.<name>=N ...] [optimizer.<name>=N ...]
+//!      optimizer_state_bytes=N [parameter_count=N] [trainable_parameter_count=N]
+//!      [extra.<name>=N ...] [optimizer.<name>=N ...]
 //! gradients [step=N] params_with_grad=N gradient_bytes=N global_norm=F nan_count=N inf_count=N
 //! tensor <name> [step=N] shape=AxBxC dtype=<dtype> bytes=N min=F max=F mean=F std=F
 //!      nan_count=N inf_count=N
@@ -249,12 +250,18 @@ const CONTEXT: [Field<Context>; 4] = [
 
 const MARK: [Field<StageMark>; 2] = [field!("pid", Optional, pid), field!("rank", Optional, rank)];
 
-const COMPONENTS: [Field<ComponentBreakdown>; 5] = [
+const COMPONENTS: [Field<ComponentBreakdown>; 7] = [
     field!("batch_size", Optional, batch_size),
     field!("parameters_bytes", Optional, parameters_bytes),
     field!("buffers_bytes", Optional, buffers_bytes),
     field!("gradients_bytes", Optional, gradients_bytes),
     field!("optimizer_state_bytes", Optional, optimizer_state_bytes),
+    field!("parameter_count", Optional, parameter_count),
+    field!(
+        "trainable_parameter_count",
+        Optional,
+        trainable_parameter_count
+    ),
 ];
 
 const GRADIENTS: [Field<GradientSummary>; 5] = [
@@ -1042,9 +1049,15 @@ mod tests {
                     buffers_bytes: 1,
                     gradients_bytes: 10,
                     optimizer_state_bytes: 20,
+                    parameter_count: Some(2),
+                    trainable_parameter_count: Some(1),
                     extras: vec![NamedBytes {
                         name: "ema".into(),
                         bytes: 10,
+                    }],
+                    optimizers: vec![NamedBytes {
+                        name: "opt:AdamW".into(),
+                        bytes: 20,
                     }],
                     ..ComponentBreakdown::default()
                 }),

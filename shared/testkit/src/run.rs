@@ -254,6 +254,8 @@ impl Run {
                 optimizer_state_bytes: self.optimizer_bytes,
                 extras: Vec::new(),
                 optimizers: Vec::new(),
+                parameter_count: None,
+                trainable_parameter_count: None,
             });
         }
         let end = state.t_us + 1_000;

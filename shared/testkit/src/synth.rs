@@ -450,6 +450,8 @@ impl<'a> Simulation<'a> {
                 optimizer_state_bytes: run.optimizer_bytes(),
                 extras: Vec::new(),
                 optimizers: Vec::new(),
+                parameter_count: None,
+                trainable_parameter_count: None,
             }))?;
         }
         let nan = run.nan_at_step.is_some_and(|s| step >= s);

@@ -286,11 +286,15 @@ fn encode_components(w: &mut impl RecordSink, c: &ComponentBreakdown) -> Result<
         put_u64(b, u64::from(name));
         put_u64(b, e.bytes);
     }
-    if !c.optimizers.is_empty() {
+    let counts = [c.parameter_count, c.trainable_parameter_count];
+    if !c.optimizers.is_empty() || counts.iter().any(Option::is_some) {
         put_u64(b, c.optimizers.len() as u64);
         for (o, name) in c.optimizers.iter().zip(optimizer_names) {
             put_u64(b, u64::from(name));
             put_u64(b, o.bytes);
+        }
+        for count in counts {
+            put_opt_u64(b, count);
         }
     }
     w.end(tag::COMPONENTS)
@@ -318,6 +322,8 @@ fn decode_components(c: &mut Cursor<'_>, names: &Names) -> Result<ComponentBreak
     let extras = named(c)?;
     // Since v1.10, when known.
     let optimizers = if c.is_empty() { Vec::new() } else { named(c)? };
+    let parameter_count = if c.is_empty() { None } else { opt_u64(c)? };
+    let trainable_parameter_count = if c.is_empty() { None } else { opt_u64(c)? };
     Ok(ComponentBreakdown {
         t_us,
         step,
@@ -328,6 +334,8 @@ fn decode_components(c: &mut Cursor<'_>, names: &Names) -> Result<ComponentBreak
         optimizer_state_bytes,
         extras,
         optimizers,
+        parameter_count,
+        trainable_parameter_count,
     })
 }
 
