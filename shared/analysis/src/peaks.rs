@@ -108,6 +108,11 @@ pub struct PeakComponents {
     /// ...and the device memory of the program's processes outside the allocator then (NVML's
     /// per-process figure − reserved): the CUDA context, NCCL's buffers, other libraries.
     pub outside_allocator_bytes: Option<u64>,
+    /// For a host peak (no allocator tells activations apart): how much a training forward
+    /// raises the peak's metric, the median over steps of `post_forward − pre_forward` — the
+    /// activations it keeps for backward, as far as the process's memory shows them (glibc may
+    /// reuse memory the last step freed, so it can be less, never more).
+    pub forward_rise_bytes: Option<u64>,
 }
 
 impl PeakComponents {
@@ -125,6 +130,7 @@ impl PeakComponents {
             activations_basis: basis,
             cached_bytes: None,
             outside_allocator_bytes: None,
+            forward_rise_bytes: None,
         }
     }
 
@@ -329,6 +335,15 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
     };
 
     let mut out = Vec::new();
+    let finish = |metric: MetricKey, source, measure: Measure, device, bytes, t_us| {
+        let mut peak = finish(metric, source, measure, device, bytes, t_us);
+        if !measure.is_device()
+            && let Some(c) = peak.components.as_mut()
+        {
+            c.forward_rise_bytes = forward_rise(trace, values, metric);
+        }
+        peak
+    };
     for (metric, measure) in [
         (Metric::PeakAllocated, Measure::Allocated),
         (Metric::Allocated, Measure::Allocated),
@@ -396,6 +411,38 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         }
     }
     out
+}
+
+/// Training steps with both forward marks it takes to speak of a median forward.
+const FORWARD_RISE_MIN_STEPS: usize = 3;
+
+/// The median over training steps of `post_forward − pre_forward` of `metric` (0 for a forward
+/// that lowered it), when the marks carry it for at least [`FORWARD_RISE_MIN_STEPS`] steps.
+fn forward_rise(trace: &Trace, values: &MarkValues, metric: MetricKey) -> Option<u64> {
+    let column = values.column(values.keys().iter().position(|k| *k == metric)?);
+    let mut before: Option<(u64, u64)> = None;
+    let mut rises = Vec::new();
+    for (mark, value) in trace.marks.iter().zip(column) {
+        if !crate::marks::is_train(mark.phase) {
+            continue;
+        }
+        match (mark.name.as_ref(), value) {
+            ("pre_forward", Some(v)) => before = Some((mark.step, *v)),
+            ("post_forward", Some(v)) => {
+                if let Some((step, b)) = before.take()
+                    && step == mark.step
+                {
+                    rises.push(v.saturating_sub(b));
+                }
+            }
+            _ => {}
+        }
+    }
+    if rises.len() < FORWARD_RISE_MIN_STEPS {
+        return None;
+    }
+    rises.sort_unstable();
+    Some(rises[rises.len() / 2])
 }
 
 /// Index and value of the first maximum of a sample column, skipping [`MISSING`], in one pass
@@ -769,6 +816,49 @@ mod tests {
                 ("optimizer state".to_owned(), 400),
                 ("other".to_owned(), 90),
             ]
+        );
+        assert_eq!(p.components.as_ref().unwrap().forward_rise_bytes, None);
+    }
+
+    #[test]
+    fn a_cpu_run_s_breakdown_says_what_a_training_forward_adds() {
+        let mut trace = Trace::default();
+        let rss = trace.declare_counter(CounterKind::HostRss, None);
+        // Forwards that add 30, 50 and 40 MiB; an eval forward's 500 MiB does not count.
+        let mut t = 0;
+        for (step, rise, phase) in [
+            (0, 30, Phase::Train),
+            (1, 50, Phase::Train),
+            (2, 40, Phase::Train),
+            (3, 500, Phase::Eval),
+        ] {
+            for (stage, bytes) in [("pre_forward", 700), ("post_forward", 700 + rise)] {
+                t += 1_000;
+                trace.samples.push_row(t, &[(rss, bytes * MIB)]);
+                trace.marks.push(oomscope_format::StageMark {
+                    t_us: t,
+                    name: stage.into(),
+                    step,
+                    phase,
+                    ..Default::default()
+                });
+            }
+        }
+        trace.components.push(ComponentBreakdown {
+            t_us: 500,
+            parameters_bytes: 10 * MIB,
+            ..Default::default()
+        });
+        let values = MarkValues::new(&trace);
+        let all = peaks(&trace, &values);
+        let p = breakdown_peak(&all).expect("a host peak");
+        let c = p.components.as_ref().unwrap();
+        assert_eq!(c.forward_rise_bytes, Some(40 * MIB));
+        assert_eq!(
+            crate::render::breakdown::breakdown_line(p).unwrap(),
+            "host.rss 1.17 GiB = weights 10.0 MiB + the rest 1.16 GiB (activations, data, the \
+             interpreter and its libraries; a training forward adds 40.0 MiB to it, the \
+             activations kept for backward)"
         );
     }
 }

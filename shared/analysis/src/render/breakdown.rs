@@ -74,10 +74,18 @@ pub fn breakdown_line(peak: &Peak) -> Option<String> {
         (None, _) if peak.measure.is_device() => {
             format!("the rest {}", format_bytes(rest))
         }
-        (None, _) => format!(
-            "the rest {} (activations, data, the interpreter and its libraries)",
-            format_bytes(rest)
-        ),
+        (None, _) => match c.forward_rise_bytes.filter(|r| *r > 0) {
+            Some(rise) => format!(
+                "the rest {} (activations, data, the interpreter and its libraries; a training \
+                 forward adds {} to it, the activations kept for backward)",
+                format_bytes(rest),
+                format_bytes(rise)
+            ),
+            None => format!(
+                "the rest {} (activations, data, the interpreter and its libraries)",
+                format_bytes(rest)
+            ),
+        },
     });
     let mut beside = Vec::new();
     if let Some(cache) = c.cached_bytes {
