@@ -33,21 +33,25 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `python PROGRAM ARGS...` under `collector run` and analyses the trace.
 fn record(s: &Scratch, name: &str, args: &[&str]) -> (Output, Trace, Analysis) {
+    let py = torch_python();
+    launched(s, &[py.to_str().unwrap()], name, args)
+}
+
+/// Runs `LAUNCHER... PROGRAM ARGS...` under `collector run` and analyses the trace.
+fn launched(
+    s: &Scratch,
+    launcher: &[&str],
+    name: &str,
+    args: &[&str],
+) -> (Output, Trace, Analysis) {
     let _alone = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let trace = s.path("t.oomt");
-    let py = torch_python();
     let script = program(name);
-    let mut cmd = vec![
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        py.to_str().unwrap(),
-        &script,
-    ];
+    let mut cmd = vec!["run", "-q", "-o", trace.to_str().unwrap(), "--"];
+    cmd.extend_from_slice(launcher);
+    cmd.push(&script);
     cmd.extend_from_slice(args);
     let out = collector(&cmd)
         .current_dir(s.path("."))
@@ -226,4 +230,91 @@ fn a_clean_trainer_run_has_nothing_to_change() {
         .filter(|f| f.severity >= Severity::Warning)
         .collect();
     assert!(warnings.is_empty(), "{warnings:#?}");
+}
+
+/// `accelerate`'s own launcher, from the PyTorch venv the frameworks are installed in.
+fn accelerate() -> String {
+    torch_python()
+        .with_file_name("accelerate")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn accelerate_launch_with_two_processes_gives_two_ranks_and_nothing_to_change() {
+    let s = Scratch::new("fw-accelerate-2");
+    let launcher = accelerate();
+    // Two ranks under torchrun (accelerate's multi-process launcher; gloo on the CPU).
+    let (out, t, a) = launched(
+        &s,
+        &[
+            &launcher,
+            "launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ],
+        "accelerate_loop.py",
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("rank 0 steps 40"), "{stdout}");
+    assert!(stdout.contains("rank 1 steps 40"), "{stdout}");
+    let ranks = a.ranks.as_ref().expect("two ranks compared");
+    let seen: Vec<(u32, Option<u64>)> = ranks.ranks.iter().map(|r| (r.rank, r.last_step)).collect();
+    assert_eq!(seen, [(0, Some(39)), (1, Some(39))]);
+    for r in &ranks.ranks {
+        assert_eq!(r.marks, 240, "rank {}: 40 steps of six marks", r.rank);
+    }
+    let warnings: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.severity >= Severity::Warning)
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+    // Each rank measured its model: AdamW's state, named by the model it trains.
+    assert!(
+        t.components
+            .iter()
+            .any(|c| c.optimizers.iter().any(|o| o.name.starts_with("AdamW("))),
+        "{:?}",
+        t.components
+    );
+
+    // One process (`--cpu`): the launcher starts the script as its child, whose private memory
+    // grows as it loads torch and builds the model — its own memory, not a worker copying its
+    // parent's pages (this was called a copy-on-write DataLoader leak).
+    let s = Scratch::new("fw-accelerate-1");
+    let (out, _, a) = launched(
+        &s,
+        &[
+            &launcher,
+            "launch",
+            "--cpu",
+            "--num_processes",
+            "1",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+        ],
+        "accelerate_loop.py",
+        &[],
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rank 0 steps 40"));
+    assert_eq!(a.overview.last_step, Some(39));
+    assert!(
+        !kinds(&a).contains(&FindingKind::WorkerPrivateGrowth),
+        "{:#?}",
+        a.findings
+    );
 }

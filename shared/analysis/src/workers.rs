@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::fit::{least_squares, robust_line};
 use crate::leaks::MIN_GROWTH_BYTES;
-use oomscope_format::Trace;
+use oomscope_format::{ProcessRole, Trace};
 
 /// Readings of one worker a fit needs.
 pub const MIN_READINGS: usize = 4;
@@ -46,11 +46,22 @@ pub struct WorkerGrowth {
 }
 
 /// The workers (other processes of the tree) whose private memory grows steadily by at least
-/// [`MIN_GROWTH_BYTES`] over [`MIN_SPAN_US`] or more, most growth first.
+/// [`MIN_GROWTH_BYTES`] over [`MIN_SPAN_US`] or more, most growth first. A process that trains
+/// is no worker, whatever its parent: one that sent stage marks, or a rank. Under a launcher
+/// that starts the training script as its child (`accelerate launch` on one process, a shell
+/// wrapper) the script's private memory grows as it loads torch and builds its model: its own
+/// memory, not pages copied from its parent.
 pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
+    let trains = |pid: u32| {
+        trace.marks.iter().any(|m| m.pid == Some(pid))
+            || trace.processes.iter().any(|p| {
+                p.pid == pid && matches!(p.role, ProcessRole::Rank | ProcessRole::Launcher)
+            })
+    };
     let mut pids: Vec<u32> = trace.process_memory.iter().map(|p| p.pid).collect();
     pids.sort_unstable();
     pids.dedup();
+    pids.retain(|pid| !trains(*pid));
     let mut out: Vec<WorkerGrowth> = pids
         .into_iter()
         .filter_map(|pid| {
@@ -134,5 +145,28 @@ mod tests {
         // Too short to tell.
         let short: Vec<(u32, u64, u64)> = (0..3).map(|t| (104, t, 10 + 100 * t)).collect();
         assert!(growing_workers(&with(&short)).is_empty());
+    }
+
+    #[test]
+    fn a_process_that_trains_is_no_worker() {
+        let readings: Vec<(u32, u64, u64)> = (0..10).map(|t| (105, t, 8 + 40 * t)).collect();
+        assert_eq!(growing_workers(&with(&readings)).len(), 1);
+        // The training script a launcher started: it sends the stage marks.
+        let mut trace = with(&readings);
+        trace.marks.push(oomscope_format::StageMark {
+            name: "pre_forward".into(),
+            pid: Some(105),
+            ..Default::default()
+        });
+        assert!(growing_workers(&trace).is_empty());
+        // A rank (its marks aside).
+        let mut trace = with(&readings);
+        trace.processes.push(oomscope_format::ProcessInfo {
+            pid: 105,
+            role: ProcessRole::Rank,
+            rank: Some(1),
+            ..Default::default()
+        });
+        assert!(growing_workers(&trace).is_empty());
     }
 }
