@@ -232,38 +232,28 @@ fn a_clean_trainer_run_has_nothing_to_change() {
     assert!(warnings.is_empty(), "{warnings:#?}");
 }
 
-/// `accelerate`'s own launcher, from the PyTorch venv the frameworks are installed in.
-fn accelerate() -> String {
-    torch_python()
-        .with_file_name("accelerate")
-        .to_str()
-        .unwrap()
-        .to_owned()
+/// `accelerate launch HOW... accelerate_loop.py` (accelerate's own launcher, from the PyTorch
+/// venv the frameworks are installed in) under `collector run`.
+fn accelerate_launch(s: &Scratch, how: &[&str]) -> (Output, Trace, Analysis) {
+    let accelerate = torch_python().with_file_name("accelerate");
+    let mut launcher = vec![accelerate.to_str().unwrap(), "launch"];
+    launcher.extend_from_slice(how);
+    launcher.extend_from_slice(&[
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+    ]);
+    launched(s, &launcher, "accelerate_loop.py", &[])
 }
 
 #[test]
 fn accelerate_launch_with_two_processes_gives_two_ranks_and_nothing_to_change() {
     let s = Scratch::new("fw-accelerate-2");
-    let launcher = accelerate();
     // Two ranks under torchrun (accelerate's multi-process launcher; gloo on the CPU).
-    let (out, t, a) = launched(
-        &s,
-        &[
-            &launcher,
-            "launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-        ],
-        "accelerate_loop.py",
-        &[],
-    );
+    let (out, t, a) = accelerate_launch(&s, &["--multi_gpu", "--num_processes", "2"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("rank 0 steps 40"), "{stdout}");
     assert!(stdout.contains("rank 1 steps 40"), "{stdout}");
@@ -292,24 +282,7 @@ fn accelerate_launch_with_two_processes_gives_two_ranks_and_nothing_to_change() 
     // grows as it loads torch and builds the model — its own memory, not a worker copying its
     // parent's pages (this was called a copy-on-write DataLoader leak).
     let s = Scratch::new("fw-accelerate-1");
-    let (out, _, a) = launched(
-        &s,
-        &[
-            &launcher,
-            "launch",
-            "--cpu",
-            "--num_processes",
-            "1",
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-        ],
-        "accelerate_loop.py",
-        &[],
-    );
+    let (out, _, a) = accelerate_launch(&s, &["--cpu", "--num_processes", "1"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("rank 0 steps 40"));
     assert_eq!(a.overview.last_step, Some(39));
     assert!(
