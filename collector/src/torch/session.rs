@@ -318,6 +318,7 @@ impl Session {
             .filter(tch::Tensor::defined)
             .map(|g| tensor_bytes(&g))
             .sum();
+        let count = params.iter().map(|p| p.numel() as u64).sum();
         self.send(Message::record(Record::Components(ComponentBreakdown {
             t_us: 0,
             step: 0,
@@ -333,6 +334,10 @@ impl Session {
                     bytes: *bytes,
                 })
                 .collect(),
+            // `params` are what `parameters_bytes` counts: the trained ones.
+            parameter_count: Some(count),
+            trainable_parameter_count: Some(count),
+            ..ComponentBreakdown::default()
         })));
     }
 
