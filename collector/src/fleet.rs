@@ -333,7 +333,7 @@ pub const COMPONENTS: TableSpec = TableSpec {
         T_US,
         col("step", Int64, false, Plain, "The step it was measured at."),
         col("category", Text, false, Dictionary, "`parameters`, `buffers`, `gradients`, `optimizer_state`, `untrained_model` (an EMA copy, a frozen encoder: `name` says which) or `optimizer` (one optimizer's share of `optimizer_state`: `name` says which, `opt_d:Adam` or `Adam(Generator)`)."),
-        col("name", Text, true, Dictionary, "The untrained model's or the optimizer's name; empty for the other categories."),
+        col("name", Text, true, Dictionary, "The untrained model's or the optimizer's name; null for the other categories."),
         col("bytes", Int64, false, Plain, "Its bytes, each storage counted once."),
     ],
 };

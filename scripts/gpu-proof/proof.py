@@ -107,13 +107,13 @@ class Proof:
             raise RuntimeError("%s exited %d: %s" % (" ".join(cmd), p.returncode, p.stderr[-2000:]))
         return p.returncode, p.stdout, p.stderr
 
-    def record(self, name, cmd, extra=(), timeout=240, hooks=False):
+    def record(self, name, cmd, extra=(), timeout=240, hooks=False, env=None):
         """`collector run` around cmd; returns (trace path, exit code, stdout, stderr). The zero-code
         hooks are off unless asked for: the other checks compare the helper's marks one by one."""
         trace = os.path.join(self.work, name + ".oomt")
         off = () if hooks else ("--no-python-hooks",)
         code, out, err = self.run([self.exe("collector"), "run", "-q", "-o", trace, *off, *extra, "--", *cmd],
-                                  timeout=timeout)
+                                  timeout=timeout, env=env)
         return trace, code, out, err
 
     def keep(self, trace, name):
@@ -484,7 +484,11 @@ class Proof:
                "--steps", "60", "--device", device]
         if device == "cuda":
             cmd += ["--batch", "32", "--length", "256"]
-        trace, code, _, _ = self.record("inputs", cmd, hooks=True)
+        # On CPU, no NVML: the dry run's fake one says the program's processes hold 1 GiB of the
+        # GPU, which a CPU program never does, and its flat figure would be the memory read.
+        env = None if device == "cuda" else {"OOMSCOPE_NVML_LIB": "/nonexistent/libnvidia-ml.so.1"}
+        trace, code, _, _ = self.record("inputs", cmd, hooks=True, env=env)
+        self.keep(trace, "inputs.oomt")
         s = self.summary(trace)
         finding = next((f for f in s["findings"] if f["id"] == "input-peak"), None)
         peak = s.get("input_peak") or {}

@@ -198,9 +198,13 @@ def measure(torch, optimizers, frame):
                 params_seen.append(p)
     elements = {}  # id(parameter) -> (elements, trained)
     for p in params_seen:
-        elements[id(p)] = (p.numel(), id(p) in trained and p.requires_grad)
+        try:
+            elements[id(p)] = (p.numel(), id(p) in trained and p.requires_grad)
+        except Exception:  # an UninitializedParameter (a Lazy module not run yet): no count
+            elements[id(p)] = (None, False)
         if p.grad is not None:
             gradients += storages.add(p.grad)
+    counts = [n for n, _ in elements.values()]
     per_optimizer = {}
     for opt in optimizers:
         own = 0
@@ -229,6 +233,7 @@ def measure(torch, optimizers, frame):
         "optimizer_state_bytes": state,
         "extras": sorted(extras.items()),
         "optimizers": sorted(per_optimizer.items()),
-        "parameter_count": sum(n for n, _ in elements.values()),
-        "trainable_parameter_count": sum(n for n, t in elements.values() if t),
+        "parameter_count": None if None in counts else sum(counts),
+        "trainable_parameter_count":
+            None if None in counts else sum(n for n, t in elements.values() if t),
     }

@@ -121,6 +121,8 @@ class _State:
         self.evals = 0  # eval forwards seen (a pair of counts with one between them is dropped)
         self.input_pending = False  # a training forward's input not found yet (see _take_input)
         self.input_shape = None  # the last input shape sent
+        self.input_max = None  # (elements, shape) of this step's largest input so far
+        self.input_step = None  # the step input_max belongs to
 
 
 def install(torch, here):
@@ -364,10 +366,11 @@ def _frozen(module):
 
 def _take_input(args):
     """The training step's input: the first tensor among `args` (or one level into a list, tuple
-    or dict among them), sent when its shape differs from the last one sent. Called for the
-    outermost training forward's positional arguments, then its keyword arguments (`input_ids=`;
-    the hook on a root has them), then, while none is found and the global hooks are on (they
-    see positional arguments only), for each module it calls: the embedding gets the token ids."""
+    or dict among them); the step keeps its largest (micro-batches), sent at its end by
+    `_flush_input`. Called for the outermost training forward's positional arguments, then its
+    keyword arguments (`input_ids=`; the hook on a root has them), then, while none is found and
+    the global hooks are on (they see positional arguments only), for each module it calls: the
+    embedding gets the token ids."""
     S = _S
     Tensor = _torch.Tensor
     for a in args:
@@ -379,12 +382,25 @@ def _take_input(args):
         if a is None or not issubclass(type(a), Tensor):
             continue
         S.input_pending = False
-        shape = tuple(a.shape)
-        if shape != S.input_shape and S.active and not S.paused:
-            S.input_shape = shape
-            _probe._input(a.numel(), "x".join(map(str, shape)) or "scalar",
-                          step=None if S.user_steps else S.step)
+        if S.input_step != S.step:
+            _flush_input()  # a step that ended without an optimizer (weights updated by hand)
+            S.input_step = S.step
+        n = a.numel()
+        if S.input_max is None or n > S.input_max[0]:
+            S.input_max = (n, tuple(a.shape))
         return
+
+
+def _flush_input():
+    """Sends the ended step's largest input when it differs from the last one sent: a loop of
+    fixed-size batches sends one record, a step among them with a longer batch two."""
+    S = _S
+    m, S.input_max = S.input_max, None
+    if m is None or m[1] == S.input_shape or not S.active or S.paused:
+        return
+    S.input_shape = m[1]
+    _probe._input(m[0], "x".join(map(str, m[1])) or "scalar",
+                  step=None if S.user_steps else S.input_step)
 
 
 def _fw_pre(module, args, kwargs=None):
@@ -771,6 +787,7 @@ def _opt_post(optimizer, args, kwargs):
     if _iteration_done(optimizer):
         S.step_pending = True
         S.iterations += 1
+        _flush_input()
         if S.iterations >= S.breakdown_at:
             S.breakdown_at = S.iterations * 4
             _send_breakdown()

@@ -265,8 +265,8 @@ impl Senders {
         Ok(())
     }
 
-    /// Names a mark's or an OOM's sender: its pid and its rank (the one it states, which the
-    /// registry then keeps, else the registry's).
+    /// Names a mark's, an OOM's or an input's sender: its pid and (a mark's, an OOM's) its rank
+    /// (the one it states, which the registry then keeps, else the registry's).
     fn attribute(
         &mut self,
         w: &mut TraceWriter<BufWriter<File>>,
@@ -278,6 +278,10 @@ impl Senders {
         let (pid, rank) = match record {
             Record::Mark(m) => (&mut m.pid, &mut m.rank),
             Record::Oom(o) => (&mut o.pid, &mut o.rank),
+            Record::Input(i) => {
+                i.pid = sender.or(i.pid);
+                return Ok(());
+            }
             _ => return Ok(()),
         };
         *pid = sender.or(*pid);

@@ -10,7 +10,8 @@
 use crate::fit::least_squares;
 use crate::leaks::{LimitBasis, limit_of};
 use crate::marks::{StageIndex, is_train};
-use crate::metrics::{MarkValues, MetricKey};
+use crate::metrics::{MarkValues, Metric, MetricKey, host_in_use};
+use crate::peaks::tensors_on_host;
 use oomscope_format::Trace;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -108,13 +109,20 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
     if trace.inputs.is_empty() {
         return None;
     }
-    let primary = values.primary()?;
-    let column = values.column(primary);
+    // The memory the program's tensors are in: a CPU run on a GPU host reads the host's, not the
+    // device's (other programs' memory).
+    let metric = if tensors_on_host(trace) {
+        values.index_of(Metric::Counter(host_in_use(trace)?))?
+    } else {
+        values.primary()?
+    };
+    let column = values.column(metric);
     let stages = StageIndex::new(trace);
-    // The input each step was given: the last one sent at or before it.
-    let mut sent: BTreeMap<u64, (u64, &str)> = BTreeMap::new();
+    // The input each step of each sender was given (the hooks send a step's largest input at its
+    // end when it differs from the last one sent): the last one sent at or before it.
+    let mut sent: BTreeMap<(Option<u32>, u64), (u64, &str)> = BTreeMap::new();
     for input in &trace.inputs {
-        let entry = sent.entry(input.step).or_insert((0, ""));
+        let entry = sent.entry((input.pid, input.step)).or_insert((0, ""));
         if input.elements >= entry.0 {
             *entry = (input.elements, input.shape.as_ref());
         }
@@ -127,10 +135,19 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
         let Some(value) = column.get(i).copied().flatten() else {
             continue;
         };
-        let Some((_, &(elements, shape))) = sent.range(..=mark.step).next_back() else {
+        // The mark's sender's inputs (a trace of several ranks), else any.
+        let sender = if sent.keys().any(|(pid, _)| *pid == mark.pid) {
+            mark.pid
+        } else {
+            sent.keys().next().and_then(|(pid, _)| *pid)
+        };
+        let Some((_, &(elements, shape))) =
+            sent.range((sender, 0)..=(sender, mark.step)).next_back()
+        else {
             continue;
         };
-        match points.iter_mut().rev().find(|p| p.step == mark.step) {
+        // Marks come in time order: a step's marks follow one another.
+        match points.last_mut().filter(|p| p.step == mark.step) {
             Some(p) if value > p.peak_bytes => (p.peak_bytes, p.stage) = (value, stages.of_mark(i)),
             Some(_) => {}
             None => points.push(StepPoint {
@@ -187,7 +204,7 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
         })
         .collect();
     Some(InputPeak {
-        metric: values.key(primary),
+        metric: values.key(metric),
         step: top.step,
         stage: stages.names()[top.stage].clone(),
         peak_bytes: top.peak_bytes,
@@ -200,7 +217,7 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
         intercept_bytes: line.intercept,
         steps: points.len(),
         long_steps,
-        limit: limit_of(trace, values.metrics()[primary]),
+        limit: limit_of(trace, values.metrics()[metric]),
     })
 }
 
@@ -233,6 +250,7 @@ mod tests {
                     step,
                     elements: n,
                     shape: format!("8x{}", n / 8).into(),
+                    pid: None,
                 });
             }
         }

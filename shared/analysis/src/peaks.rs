@@ -367,17 +367,23 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
                     .and_then(|r| values.get(mark, r))
                     .filter(|r| *r >= bytes);
                 c.cached_bytes = reserved.map(|r| r - bytes);
-                // Which GPU the marks' allocator is on is known only with one GPU.
+                // Which GPU the marks' allocator is on is known only with one GPU, and whose
+                // memory the process counter holds only with one rank.
                 let mut process = trace
                     .counters
                     .iter()
                     .enumerate()
                     .filter(|(_, c)| c.kind == CounterKind::ProcessGpu)
                     .map(|(i, _)| CounterId(i as u32));
-                let process = process.next().filter(|_| process.next().is_none());
+                let process = process
+                    .next()
+                    .filter(|_| process.next().is_none())
+                    .filter(|_| crate::rank_views::ranks_of(trace).len() < 2);
+                // The per-process figure is the poller's last reading: one below the allocator's
+                // reserved bytes is older than the allocator's growth, and says nothing.
                 c.outside_allocator_bytes = reserved.zip(process).and_then(|(r, process)| {
                     let used = trace.samples.value_at(process, t_us)?;
-                    Some(used.saturating_sub(r))
+                    used.checked_sub(r)
                 });
             }
             out.push(peak);

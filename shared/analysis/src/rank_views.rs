@@ -159,6 +159,12 @@ pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
         },
         notes: trace.notes.clone(),
         dropped: trace.dropped.clone(),
+        inputs: trace
+            .inputs
+            .iter()
+            .filter(|i| i.pid.is_none() || i.pid == rank.pid)
+            .cloned()
+            .collect(),
         end_us: trace.end_us,
         ..Trace::default()
     }

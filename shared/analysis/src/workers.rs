@@ -47,7 +47,8 @@ pub struct WorkerGrowth {
 
 /// The workers (other processes of the tree) whose private memory grows steadily by at least
 /// [`MIN_GROWTH_BYTES`] over [`MIN_SPAN_US`] or more, most growth first. A process that trains
-/// is no worker, whatever its parent: one that sent stage marks, or a rank. Under a launcher
+/// or starts those that do is no worker, whatever its parent: one that sent stage marks, a rank
+/// or a launcher. Under a launcher
 /// that starts the training script as its child (`accelerate launch` on one process, a shell
 /// wrapper) the script's private memory grows as it loads torch and builds its model: its own
 /// memory, not pages copied from its parent.

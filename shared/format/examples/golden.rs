@@ -697,6 +697,7 @@ pub fn inputs() -> Vec<u8> {
                 step,
                 elements: 8 * length,
                 shape: format!("8x{length}").into(),
+                pid: None,
             }))
             .expect("in memory");
         }

@@ -1343,11 +1343,12 @@ pub struct Trace {
     pub end_us: Option<u64>,
 }
 
-/// The size of a training step's input: the first tensor the outermost training forward was given
-/// (its positional argument, else the first a submodule was called with: the token ids a model
-/// called with `input_ids=` hands its embedding). The zero-code hooks send one when the shape
-/// differs from the last one sent, so a loop of fixed-size batches sends one; the analysis
-/// carries each forward to the steps after it. Added in format v1.10.
+/// The size of a training step's input: the first tensor its outermost training forwards were
+/// given (a positional argument, else a keyword argument — `input_ids=` —, else the first a
+/// submodule was called with), the largest of the step's forwards (micro-batches). The zero-code
+/// hooks send one at the step's end when it differs from the last one sent, so a loop of
+/// fixed-size batches sends one; the analysis carries each to the steps after it. Added in
+/// format v1.10.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct StepInput {
     /// When the forward began.
@@ -1358,6 +1359,9 @@ pub struct StepInput {
     pub elements: u64,
     /// Its shape (`8x512`; `scalar` for none).
     pub shape: Name,
+    /// The process that sent it (the socket's credentials), when known: a trace of several
+    /// ranks has each rank's inputs.
+    pub pid: Option<u32>,
 }
 
 /// A collection by Python's garbage collector that freed memory: what reference cycles held until

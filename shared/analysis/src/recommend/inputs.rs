@@ -76,6 +76,9 @@ impl Diagnose for InputPeakRule {
         };
         let how = "cap the sequence length (truncate or split long samples), and batch samples \
                    of similar length together (bucketing) to keep the padding out of every batch";
+        let pressed = p
+            .limit
+            .is_some_and(|(limit, _)| p.peak_bytes as f64 >= PRESSED_SHARE * limit as f64);
         let change = match (p.elements_within(INPUT_CAP_SHARE), p.limit) {
             // A cap near the inputs the run sees: that is the number to set.
             (Some(n), Some((limit, basis))) if n < ROOMY_FACTOR * p.elements => format!(
@@ -86,17 +89,14 @@ impl Diagnose for InputPeakRule {
                 format_percent(INPUT_CAP_SHARE),
                 memory(limit, basis),
             ),
-            (_, Some((limit, basis))) => format!(
+            (_, Some((limit, basis))) if !pressed => format!(
                 "nothing presses yet (the peak is {} of the {}); if longer inputs come, bound \
                  the input, not the batch count: {how}",
                 format_percent(p.peak_bytes as f64 / limit.max(1) as f64),
                 memory(limit, basis),
             ),
-            (_, None) => format!("bound the input, not the batch count: {how}"),
+            _ => format!("bound the input, not the batch count: {how}"),
         };
-        let pressed = p
-            .limit
-            .is_some_and(|(limit, _)| p.peak_bytes as f64 >= PRESSED_SHARE * limit as f64);
         finding(
             self,
             if pressed {

@@ -808,7 +808,7 @@ fn decode_gc(c: &mut Cursor<'_>) -> Result<GcCollection, ReadError> {
     })
 }
 
-// INPUT (v1.10): step, elements, shape id.
+// INPUT (v1.10): step, elements, shape id, opt pid (read only when bytes remain).
 
 fn encode_input(w: &mut impl RecordSink, i: &StepInput) -> Result<(), EncodeError> {
     let shape = w.name(&i.shape)?;
@@ -816,6 +816,7 @@ fn encode_input(w: &mut impl RecordSink, i: &StepInput) -> Result<(), EncodeErro
     put_u64(b, i.step);
     put_u64(b, i.elements);
     put_u64(b, u64::from(shape));
+    put_opt_u64(b, i.pid.map(u64::from));
     w.end(tag::INPUT)
 }
 
@@ -825,6 +826,11 @@ fn decode_input(c: &mut Cursor<'_>, names: &Names) -> Result<StepInput, ReadErro
         step: c.u64()?,
         elements: c.u64()?,
         shape: names.read(c)?,
+        pid: if c.is_empty() {
+            None
+        } else {
+            opt_u64(c)?.and_then(|p| u32::try_from(p).ok())
+        },
     })
 }
 
