@@ -296,6 +296,29 @@ mod tests {
     }
 
     #[test]
+    fn each_sender_reads_its_own_inputs() {
+        // Another process (a second rank) sent long inputs at other steps: the marks' sender's
+        // own inputs are the ones read.
+        let mut trace = variable_run(36);
+        for m in &mut trace.marks {
+            m.pid = Some(7);
+        }
+        for i in &mut trace.inputs {
+            i.pid = Some(7);
+        }
+        let other = trace.inputs.iter().map(|i| StepInput {
+            elements: 8 * 4096,
+            shape: "8x4096".into(),
+            pid: Some(8),
+            ..i.clone()
+        });
+        let other: Vec<StepInput> = other.collect();
+        trace.inputs.extend(other);
+        let p = input_peak(&trace, &MarkValues::new(&trace)).expect("rank 7's own peak");
+        assert_eq!((p.step, p.elements, p.median_elements), (36, 4096, 512));
+    }
+
+    #[test]
     fn fixed_size_batches_and_a_peak_the_input_does_not_explain_are_not_input_peaks() {
         let mut trace = variable_run(36);
         let values = MarkValues::new(&trace);
