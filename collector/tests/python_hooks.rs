@@ -915,6 +915,15 @@ fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
     assert_eq!(oom.event.device_total_bytes, Some(80 << 30));
     assert_eq!(oom.event.stage.as_deref(), Some("post_forward"));
     assert_eq!(oom.event.step, Some(2));
+    // What the memory was at the OOM: a breakdown sent just before the OOM record (the one of
+    // the first iteration is unchanged, and sent again).
+    let at_oom = t.components.last().expect("a breakdown");
+    assert_eq!(t.components.len(), 2, "{:?}", t.components);
+    assert!(
+        at_oom.t_us <= oom.event.t_us && at_oom.step == 2,
+        "{at_oom:?}"
+    );
+    assert_eq!(at_oom.parameters_bytes, (4 * 4 + 4) * 4);
     // The allocator's state at the failure, from the observer.
     assert_eq!(oom.allocated_bytes, Some(3 << 30));
     assert_eq!(oom.reserved_bytes, Some(7 << 30));

@@ -123,6 +123,7 @@ class _State:
         self.input_shape = None  # the last input shape sent
         self.input_max = None  # (elements, shape) of this step's largest input so far
         self.input_step = None  # the step input_max belongs to
+        self.oom_breakdown = False  # a breakdown was sent at an OOM
 
 
 def install(torch, here):
@@ -848,9 +849,10 @@ def _watch_held():
         frame = count = None
 
 
-def _send_breakdown():
+def _send_breakdown(force=False):
     """The model's memory by component, at the end of iterations 1, 4, 16, 64, ... (gradients and
-    optimizer state exist then), sent when it changed (`_oomscope_breakdown`)."""
+    optimizer state exist then), sent when it changed, and at the first OOM whatever it is
+    (`force`: an OOM in the first step would otherwise have none) (`_oomscope_breakdown`)."""
     S = _S
     if not S.active or S.paused or S.user_components or _breakdown is None:
         return
@@ -859,7 +861,7 @@ def _send_breakdown():
     except BaseException as e:
         _interrupted(e)
         return
-    if b == S.breakdown_sent:
+    if b == S.breakdown_sent and not force:
         return
     S.breakdown_sent = b
     _probe._components(parameters_bytes=b["parameters_bytes"], buffers_bytes=b["buffers_bytes"],
@@ -964,6 +966,11 @@ def _observer(device, alloc, total, free):
                 "bytes is allocated by PyTorch, and %d bytes is reserved by PyTorch but "
                 "unallocated." % (alloc, device, total, free, allocated,
                                   max(reserved - allocated, 0)))
+        if not S.oom_breakdown:
+            # What the memory was at the first OOM, sent just before it (the analysis reads the
+            # breakdown at or before an OOM).
+            S.oom_breakdown = True
+            _send_breakdown(force=True)
         _probe._oom(text, source="allocator", stage=S.stage,
                     step=None if S.user_steps else S.step, requested_bytes=alloc,
                     device=device, free_bytes=free, total_bytes=total,
