@@ -94,6 +94,16 @@ fn train_steps(t: &Trace) -> (u64, u64, usize) {
     (*steps.first().unwrap(), *steps.last().unwrap(), steps.len())
 }
 
+/// A clean run: no finding that asks for a change.
+fn assert_no_warnings(a: &Analysis) {
+    let warnings: Vec<_> = a
+        .findings
+        .iter()
+        .filter(|f| f.severity >= Severity::Warning)
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+}
+
 fn kinds(a: &Analysis) -> Vec<FindingKind> {
     a.findings.iter().map(|f| f.kind).collect()
 }
@@ -181,12 +191,7 @@ fn a_clean_lightning_run_has_nothing_to_change() {
         ]
     );
     assert_eq!(a.phase_transitions.len(), 5);
-    let warnings: Vec<_> = a
-        .findings
-        .iter()
-        .filter(|f| f.severity >= Severity::Warning)
-        .collect();
-    assert!(warnings.is_empty(), "{warnings:#?}");
+    assert_no_warnings(&a);
 }
 
 #[test]
@@ -224,12 +229,7 @@ fn a_clean_trainer_run_has_nothing_to_change() {
     let s = Scratch::new("fw-trainer-clean");
     let (_, t, a) = record(&s, "hf_trainer.py", &[]);
     assert_eq!(train_steps(&t), (0, 39, 40));
-    let warnings: Vec<_> = a
-        .findings
-        .iter()
-        .filter(|f| f.severity >= Severity::Warning)
-        .collect();
-    assert!(warnings.is_empty(), "{warnings:#?}");
+    assert_no_warnings(&a);
 }
 
 /// `accelerate launch HOW... accelerate_loop.py` (accelerate's own launcher, from the PyTorch
@@ -263,12 +263,7 @@ fn accelerate_launch_with_two_processes_gives_two_ranks_and_nothing_to_change() 
     for r in &ranks.ranks {
         assert_eq!(r.marks, 240, "rank {}: 40 steps of six marks", r.rank);
     }
-    let warnings: Vec<_> = a
-        .findings
-        .iter()
-        .filter(|f| f.severity >= Severity::Warning)
-        .collect();
-    assert!(warnings.is_empty(), "{warnings:#?}");
+    assert_no_warnings(&a);
     // Each rank measured its model: AdamW's state, named by the model it trains.
     assert!(
         t.components

@@ -110,7 +110,7 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
             ),
             warnings: decoded.warnings.iter().map(ToString::to_string).collect(),
             analysis: &analysis,
-            against_estimate: against.clone(),
+            against_estimate: against,
         };
         serde_json::to_string_pretty(&doc).context("encoding the summary as JSON failed")?
     } else {
