@@ -55,8 +55,9 @@ def main():
         mark("post_forward", step)
         if step == args.oom_step:
             free, total = torch.cuda.mem_get_info() if cuda else (0, 0)
-            # batch × width × k floats, about 1.5 × the free memory.
-            k = max(1, int(free * 1.5) // (4 * args.batch * w))
+            # batch × width × k floats: more than is free, less than the whole device (an OOM
+            # that a smaller batch would avoid, not an impossible request).
+            k = max(1, (free + (total - free) // 2) // (4 * args.batch * w))
             report["oom_request_bytes"] = 4 * args.batch * w * k
             report["free_bytes_before"], report["total_bytes"] = free, total
             try:

@@ -5,8 +5,9 @@
 //! the marker socket between ticks, and hands everything to the recorder without blocking: rows
 //! through [`PendingRows`] (nudging the recorder now and then), messages through the channel.
 //! The slow poller finds the process tree and
-//! asks NVML for per-process GPU memory about once a second, because that query holds the
-//! driver's global lock.
+//! asks NVML for per-process GPU memory once a second, because that query holds the driver's
+//! global lock, and again within ~0.1 s when the fast sampler sees a device's use move (a
+//! process's allocator grew or shrank).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -214,7 +215,7 @@ impl Reader<'_> {
                         (ids.free, m.free_bytes),
                         (ids.reserved, m.reserved_bytes),
                     ]);
-                    state.gpu_used[i].set(m.used_bytes);
+                    state.gpu_used_read(i, m.used_bytes);
                 }
                 if let Some(bytes) = state.process_gpu_bytes[i].current() {
                     self.row.push((ids.process, bytes));
@@ -464,6 +465,9 @@ fn read_pss(
 /// Said once when NVML names only processes this collector cannot see.
 pub const FOREIGN_PIDS_NOTE: &str = "NVML names GPU processes that are not in this collector's pid namespace (a container without the host's pids: Kubernetes without hostPID, docker without --pid=host): per-process and per-rank GPU memory are not recorded; device totals are, and allocator figures from inside the program";
 
+/// The shortest gap between two per-process GPU queries that a moving device use asks for.
+const GPU_REQUERY_GAP: Duration = Duration::from_millis(100);
+
 /// Runs the slow poller until the run stops: refreshes the process tree and per-process GPU
 /// memory every `interval`.
 pub fn poll_loop(
@@ -476,6 +480,7 @@ pub fn poll_loop(
     let mut last_tree = Vec::new();
     let mut pss = PssSchedule::new();
     let mut next_gpu = Instant::now();
+    let mut last_gpu_query = Instant::now();
     let mut foreign_noted = false;
     while !state.stopping() {
         let tree = process_tree(root_pid);
@@ -502,11 +507,17 @@ pub fn poll_loop(
             pss.tree_changed(Instant::now());
         }
         // The per-process GPU query holds the driver's global lock: on its own schedule, not
-        // again when a new process wakes the poller early for its PSS.
+        // again when a new process wakes the poller early for its PSS; sooner (never more often
+        // than GPU_REQUERY_GAP) when a device's use moved since the last query.
+        let now = Instant::now();
+        let gpu_due = now >= next_gpu
+            || (state.gpu_query_wanted() && now >= last_gpu_query + GPU_REQUERY_GAP);
         if let Some(gpus) = gpus
-            && Instant::now() >= next_gpu
+            && gpu_due
         {
-            next_gpu = Instant::now() + interval;
+            state.gpu_queried();
+            last_gpu_query = Instant::now();
+            next_gpu = last_gpu_query + interval;
             let ranks = state
                 .processes
                 .lock()
@@ -546,7 +557,12 @@ pub fn poll_loop(
         }
         read_pss(state, interval, &mut pss, events);
         let now = Instant::now();
-        let until_gpu = next_gpu.saturating_duration_since(now);
+        let gpu_at = if state.gpu_query_wanted() {
+            next_gpu.min(last_gpu_query + GPU_REQUERY_GAP)
+        } else {
+            next_gpu
+        };
+        let until_gpu = gpu_at.saturating_duration_since(now);
         let sleep = if gpus.is_some() && !until_gpu.is_zero() {
             until_gpu
         } else {

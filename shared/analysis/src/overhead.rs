@@ -6,17 +6,18 @@
 //! toward an OOM, so batch-size arithmetic that ignores it is optimistic. It is measured at marks,
 //! where the allocator's snapshot and the sampled process memory describe the same instant.
 //!
-//! The process reading is slow (NVML's per-process query runs about once a second), so at a mark
-//! it can predate the allocator's growth: a process never holds less than its allocator has
-//! reserved, and a mark where the last reading says so is left out as stale rather than read as
-//! negative memory outside the allocator (an H100 OOM trace showed "-24 MiB" that way).
+//! The process reading is slow (NVML's per-process query runs once a second, and within ~0.1 s
+//! of a device's use moving), so at a mark it can predate the allocator's growth: a process never
+//! holds less than its allocator has reserved, and a mark where the last reading says so is left
+//! out as stale rather than read as negative memory outside the allocator (an H100 OOM trace
+//! showed "-24 MiB" that way).
 
 use serde::Serialize;
 
 use crate::fit::median;
 use crate::metrics::{MarkValues, Metric, MetricKey, counter_with_data, reserved_metric};
 use crate::stages::signed_delta;
-use oomscope_format::{CounterKind, Trace};
+use oomscope_format::{CounterId, CounterKind, Trace};
 
 /// Process GPU memory minus allocator reserved, over the marks that have both.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -62,6 +63,38 @@ pub struct OutsideRise {
 
 /// Smallest rise of the memory outside the allocator between two marks worth naming.
 pub const OUTSIDE_RISE_MIN_BYTES: u64 = 64 << 20;
+
+/// The process's GPU memory that goes with the allocator's `reserved_bytes` at mark `mark`: the
+/// poller's last reading before it, or, when that one predates the allocator's growth (it is
+/// below the reserved bytes), its first reading after the mark while the allocator's reserved
+/// bytes (metric number `reserved` of `values`) are still those. The poller asks again within
+/// ~0.1 s of a growth, so a peak in a program's last second is still read (the H200 proof).
+pub fn process_gpu_at_mark(
+    trace: &Trace,
+    values: &MarkValues,
+    process: CounterId,
+    reserved: usize,
+    mark: usize,
+    reserved_bytes: u64,
+) -> Option<u64> {
+    let t_us = trace.marks.get(mark)?.t_us;
+    if let Some(bytes) = trace
+        .samples
+        .value_at(process, t_us)
+        .filter(|b| *b >= reserved_bytes)
+    {
+        return Some(bytes);
+    }
+    let until_us = (mark + 1..trace.marks.len())
+        .find(|&m| values.get(m, reserved).is_some_and(|r| r != reserved_bytes))
+        .map_or(u64::MAX, |m| trace.marks[m].t_us);
+    trace
+        .samples
+        .points(process)
+        .find(|(t, _)| *t > t_us)
+        .filter(|(t, bytes)| *t <= until_us && *bytes >= reserved_bytes)
+        .map(|(_, bytes)| bytes)
+}
 
 /// Measures memory outside the allocator; `None` without a mark where both values are known and
 /// the process reading is not stale.

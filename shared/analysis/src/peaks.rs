@@ -362,8 +362,8 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
             if measure == Measure::Allocated
                 && let Some(c) = peak.components.as_mut()
             {
-                let reserved = values
-                    .index_of(Metric::Reserved)
+                let reserved_index = values.index_of(Metric::Reserved);
+                let reserved = reserved_index
                     .and_then(|r| values.get(mark, r))
                     .filter(|r| *r >= bytes);
                 c.cached_bytes = reserved.map(|r| r - bytes);
@@ -379,12 +379,18 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
                     .next()
                     .filter(|_| process.next().is_none())
                     .filter(|_| crate::rank_views::ranks_of(trace).len() < 2);
-                // The per-process figure is the poller's last reading: one below the allocator's
-                // reserved bytes is older than the allocator's growth, and says nothing.
-                c.outside_allocator_bytes = reserved.zip(process).and_then(|(r, process)| {
-                    let used = trace.samples.value_at(process, t_us)?;
-                    used.checked_sub(r)
-                });
+                // The per-process figure is the poller's: one below the allocator's reserved
+                // bytes is older than the allocator's growth, and says nothing.
+                c.outside_allocator_bytes =
+                    reserved
+                        .zip(process)
+                        .zip(reserved_index)
+                        .and_then(|((r, process), index)| {
+                            let used = crate::overhead::process_gpu_at_mark(
+                                trace, values, process, index, mark, r,
+                            )?;
+                            used.checked_sub(r)
+                        });
             }
             out.push(peak);
         }
@@ -634,6 +640,31 @@ mod tests {
         let peak = host_peak(&trace);
         assert_eq!(peak.outside_marks, None);
         assert_eq!(peak.stage.unwrap().stage, "post_optimizer_step");
+    }
+
+    #[test]
+    fn a_process_reading_older_than_the_peak_gives_way_to_the_next_one() {
+        // The poller's readings up to the peak predate the allocator's growth (below reserved):
+        // the first one after it, with the allocator unchanged, says what is outside it.
+        let mut trace = Run::default().build();
+        let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
+        let peak_us = memory_peak(&peaks_of(&trace)).unwrap().t_us;
+        let times = trace.samples.times_us().to_vec();
+        for (row, t) in times.iter().enumerate() {
+            if *t <= peak_us {
+                trace.samples.column_mut(id)[row] = GIB;
+            }
+        }
+        let peaks = peaks_of(&trace);
+        let c = memory_peak(&peaks).unwrap().components.clone().unwrap();
+        assert_eq!(c.outside_allocator_bytes, Some(600 * MIB));
+        // Every reading stale: nothing is said rather than a negative or made-up figure.
+        for v in trace.samples.column_mut(id).iter_mut() {
+            *v = GIB;
+        }
+        let peaks = peaks_of(&trace);
+        let c = memory_peak(&peaks).unwrap().components.clone().unwrap();
+        assert_eq!(c.outside_allocator_bytes, None);
     }
 
     #[test]

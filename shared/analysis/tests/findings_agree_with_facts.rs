@@ -163,6 +163,9 @@ fn committed_traces() {
         "gpu/h100_torch_oom.oomt",
         "gpu/h100_v1_2_gpt.oomt",
         "gpu/h100_v1_2_torch_loop.oomt",
+        "gpu/h200_v1_10_breakdown.oomt",
+        "gpu/h200_v1_10_inputs.oomt",
+        "gpu/h200_v1_10_torch_oom.oomt",
     ] {
         check(path, &decode(&support::data(path)).unwrap().trace);
     }

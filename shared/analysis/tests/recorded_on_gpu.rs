@@ -155,3 +155,93 @@ fn marks_recorded_on_an_h100_name_their_sender() {
         );
     }
 }
+
+/// Format 1.10 traces from the H200 GPU proof (NVIDIA H200, 140 GiB, driver 580.159.04, torch
+/// 2.11.0+cu130, 2026-11-26): the zero-code hooks' breakdown, a real OOM that a smaller request
+/// would have avoided, and a rare long batch. The truths are the programs' own sums of storages
+/// and PyTorch's error text (BENCHMARKS.md, "H200").
+fn h200(name: &str) -> Trace {
+    let t = trace(name);
+    assert_eq!(t.format_version, (1, 10), "{name}");
+    assert_eq!(t.metadata.gpus[0].name, "NVIDIA H200", "{name}");
+    t
+}
+
+#[test]
+fn the_breakdown_on_an_h200_equals_the_programs_own_sums() {
+    let t = h200("h200_v1_10_breakdown.oomt");
+    let a = analyze(&t, &AnalysisOptions::default());
+    let peak = oomscope_analysis::peaks::memory_peak(&a.peaks).unwrap();
+    assert_eq!(peak.metric.label(), "peak_allocated");
+    let c = peak.components.as_ref().expect("a breakdown at the peak");
+    let b = &c.breakdown;
+    // diffusion_memory.py summed its storages: model 268 640 256 B of parameters (and as much in
+    // gradients), AdamW's state 537 280 536 B, an EMA copy and a frozen encoder.
+    assert_eq!(
+        (
+            b.parameters_bytes,
+            b.buffers_bytes,
+            b.gradients_bytes,
+            b.optimizer_state_bytes
+        ),
+        (268_640_256, 131_080, 268_640_256, 537_280_536)
+    );
+    let extras: Vec<(&str, u64)> = b
+        .extras
+        .iter()
+        .map(|e| (e.name.as_ref(), e.bytes))
+        .collect();
+    assert_eq!(extras, [("ema", 268_771_336), ("encoder", 33_562_624)]);
+    let optimizers: Vec<(&str, u64)> = b
+        .optimizers
+        .iter()
+        .map(|o| (o.name.as_ref(), o.bytes))
+        .collect();
+    assert_eq!(optimizers, [("opt:AdamW", 537_280_536)]);
+    // Beside the peak: the allocator's cache, and what the process held outside it, read by the
+    // per-process query the device's growth asked for (the first H200 run, with a query once a
+    // second, had none after the growth and said nothing).
+    assert_eq!(c.cached_bytes, Some(79_240_192));
+    assert_eq!(c.outside_allocator_bytes, Some(778_043_392));
+}
+
+#[test]
+fn an_oom_on_an_h200_that_a_smaller_request_avoids_is_an_oom_not_an_impossible_request() {
+    let t = h200("h200_v1_10_torch_oom.oomt");
+    let a = analyze(&t, &AnalysisOptions::default());
+    let [oom] = a.ooms.as_slice() else {
+        panic!("{:?}", a.ooms)
+    };
+    // torch: "Tried to allocate 139.32 GiB. GPU 0 has a total capacity of 139.80 GiB of which
+    // 138.89 GiB is free. ... 171.06 MiB is allocated by PyTorch, and 14.94 MiB is reserved by
+    // PyTorch but unallocated."
+    assert_eq!(oom.event.source, OomSource::Stderr);
+    assert_eq!(
+        oom.event.requested_bytes,
+        Some((139.32 * GIB).round() as u64)
+    );
+    assert_eq!(
+        oom.event.device_free_bytes,
+        Some((138.89 * GIB).round() as u64)
+    );
+    assert_eq!(oom.allocated_bytes, Some((171.06 * MIB).round() as u64));
+    let top = &a.findings[0];
+    assert_eq!(top.kind, FindingKind::Oom, "{top:?}");
+    assert!(
+        top.explanation.contains("440 MiB short"),
+        "{}",
+        top.explanation
+    );
+}
+
+#[test]
+fn a_rare_long_batch_on_an_h200_is_named_as_the_peak_not_a_leak() {
+    let t = h200("h200_v1_10_inputs.oomt");
+    let a = analyze(&t, &AnalysisOptions::default());
+    let p = a.input_peak.as_ref().expect("the long batch found");
+    // variable_length.py: 8 192 input elements a step, 65 536 every 20th (step 19 the first).
+    assert_eq!((p.step, p.elements, p.median_elements), (19, 65_536, 8_192));
+    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&FindingKind::InputPeak), "{kinds:?}");
+    assert!(!kinds.contains(&FindingKind::Leak), "{kinds:?}");
+}

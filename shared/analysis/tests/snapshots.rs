@@ -307,3 +307,34 @@ fn a_snapshot_handed_over_in_slices_reads_as_the_whole_file() {
     assert!(SnapshotParser::read_bytes(b"").is_err());
     assert!(SnapshotParser::read_bytes(b"\x80\x04not a pickle").is_err());
 }
+
+/// A real CUDA snapshot: `collector run --oom-snapshot` around the GPU proof's `train.py` on an
+/// NVIDIA H200 (torch 2.11.0+cu130, 2026-11-26), which asked for 1.5× the free memory at step 6.
+/// The figures are the allocator's own at the failure (BENCHMARKS.md, "H200"): torch's text said
+/// "Tried to allocate 206.40 GiB ... 1.10 GiB is allocated by PyTorch, and 119.09 MiB is reserved
+/// by PyTorch but unallocated".
+#[test]
+fn a_real_cuda_snapshot_from_an_h200_reads_its_oom() {
+    let snap = read_snapshot(&support::snapshot("h200_oom.pickle")[..]).unwrap();
+    assert!(snap.warnings.is_empty(), "{:?}", snap.warnings);
+    assert_eq!(snap.segments.len(), 43);
+    let a = analyze_snapshot(&snap);
+    let [d] = a.devices.as_slice() else {
+        panic!("{:?}", a.devices)
+    };
+    assert_eq!(d.device, 0);
+    let [oom] = d.ooms.as_slice() else {
+        panic!("{:?}", d.ooms)
+    };
+    assert_eq!(oom.requested_bytes, 221_615_161_344);
+    assert_eq!(oom.device_free_bytes, Some(148_018_167_808));
+    assert_eq!(oom.active_bytes, 1_179_556_864);
+    assert_eq!(oom.reserved_bytes, 1_304_428_544);
+    let cached_mib = (oom.reserved_bytes - oom.active_bytes) as f64 / f64::from(1 << 20);
+    assert!(
+        (cached_mib - 119.09).abs() <= 0.005,
+        "torch's 119.09 MiB, to its two decimals: {cached_mib}"
+    );
+    let kinds: Vec<&str> = a.findings.iter().map(|f| f.kind.id()).collect();
+    assert_eq!(kinds, ["oom"], "{:#?}", a.findings);
+}
