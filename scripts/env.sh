@@ -12,7 +12,7 @@ if [ -n "$torch_site" ] && [ -d "$torch_site/torch/lib" ]; then
     export LD_LIBRARY_PATH="$torch_site/torch/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 unset cache torch_site
-# The viewer's tools (trunk, wasm-bindgen, wasm-opt), once scripts/setup-viewer.sh has installed them.
+# The viewer's tools (wasm-bindgen, wasm-opt), once scripts/setup-viewer.sh has installed them.
 export OOMSCOPE_TOOLS="${OOMSCOPE_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/oomscope/tools}"
 case ":$PATH:" in
     *":$OOMSCOPE_TOOLS/bin:"*) ;;

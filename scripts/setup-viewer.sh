@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the viewer's build and browser-test tools, idempotently, from the package registries
-# only (crates.io, npm, Debian): trunk, wasm-bindgen-cli (same version as Cargo.lock), wasm-opt
-# (binaryen from npm: Debian's is too old for rustc 1.95 output), chromium and chromedriver.
+# only (crates.io, npm, Debian): wasm-bindgen-cli (same version as Cargo.lock: the bindings and
+# the wasm32 test runner), wasm-opt (binaryen from npm: Debian's is too old for rustc 1.95
+# output), chromium and chromedriver. No trunk: scripts/build-viewer.sh does its steps.
 # Tools go under the cache (see env.sh), outside the clone; nothing depends on them being there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,6 @@ source scripts/env.sh
 SETUP_NAME=setup-viewer
 source scripts/setup-log.sh
 
-TRUNK_VERSION=0.21.14
 BINARYEN_VERSION=132.0.0
 # wasm-bindgen-cli must match the wasm-bindgen crate in Cargo.lock exactly.
 WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
@@ -28,10 +28,6 @@ if ! "$OOMSCOPE_TOOLS/bin/wasm-bindgen" --version 2>/dev/null | grep -q " $WASM_
         cargo install --root "$OOMSCOPE_TOOLS" --force wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
-if ! "$OOMSCOPE_TOOLS/bin/trunk" --version 2>/dev/null | grep -q " $TRUNK_VERSION\$"; then
-    CARGO_TARGET_DIR="$OOMSCOPE_TOOLS/build" timed "trunk $TRUNK_VERSION (~6-9 min of compiling)" \
-        cargo install --root "$OOMSCOPE_TOOLS" --force trunk --version "$TRUNK_VERSION" --locked
-fi
 rm -rf "$OOMSCOPE_TOOLS/build"
 
 if ! "$OOMSCOPE_TOOLS/npm/node_modules/.bin/wasm-opt" --version 2>/dev/null | grep -q "version ${BINARYEN_VERSION%%.*}"; then
@@ -51,4 +47,4 @@ fi
 # mount entries, as in containers.
 chromium_bin=/usr/lib/chromium/chromium
 [ -x "$chromium_bin" ] || chromium_bin=chromium
-log "ready: trunk $TRUNK_VERSION, wasm-bindgen $WASM_BINDGEN_VERSION, binaryen $BINARYEN_VERSION, $("$chromium_bin" --version 2>/dev/null)"
+log "ready: wasm-bindgen $WASM_BINDGEN_VERSION, binaryen $BINARYEN_VERSION, $("$chromium_bin" --version 2>/dev/null)"

@@ -30,7 +30,7 @@ cargo clippy -p oomscope-viewer --all-targets --target wasm32-unknown-unknown --
 step "build the shared crates for wasm32"
 cargo build -p oomscope-format -p oomscope-snapshot -p oomscope-analysis --lib --target wasm32-unknown-unknown --locked
 
-step "rebuild the viewer (trunk, offline): the built viewer shipped in viewer/dist must be what its sources build"
+step "rebuild the viewer (cargo, wasm-bindgen, wasm-opt): the built viewer shipped in viewer/dist must be what its sources build"
 bash scripts/build-viewer.sh
 if [ -n "$(git status --porcelain -- viewer/dist)" ]; then
     git status --short -- viewer/dist >&2
