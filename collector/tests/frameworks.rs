@@ -198,7 +198,9 @@ fn a_clean_lightning_run_has_nothing_to_change() {
 fn a_trainer_whose_compute_metrics_keeps_predictions_keeps_memory_at_each_eval() {
     let s = Scratch::new("fw-trainer-keep");
     // 40 steps, an eval every 10 (16 batches of 32), then trainer.evaluate(); compute_metrics
-    // keeps a 64 MiB widened copy of each eval's predictions in a module-level list.
+    // keeps a 96 MiB widened copy of each eval's predictions in a module-level list. (With 64 MiB,
+    // exactly the two-eval rule's threshold, the RSS read 61–67 MiB kept per eval and the three
+    // evals fell short of it in one run of a busy suite: a test at a threshold's edge tests noise.)
     let (out, t, a) = record(&s, "hf_trainer.py", &["--keep"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("kept 5"));
     assert_eq!(
@@ -210,7 +212,7 @@ fn a_trainer_whose_compute_metrics_keeps_predictions_keeps_memory_at_each_eval()
     assert_eq!(entries, [9, 19, 29, 39]);
     for e in &a.phase_transitions[..3] {
         let kept = e.retained_bytes.unwrap();
-        assert!((48 << 20..=96 << 20).contains(&kept), "{e:#?}");
+        assert!((72 << 20..=120 << 20).contains(&kept), "{e:#?}");
     }
     let top = &a.findings[0];
     assert_eq!(

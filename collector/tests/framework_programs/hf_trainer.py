@@ -55,8 +55,9 @@ def main():
     def compute_metrics(pred):
         logits, labels = pred.predictions, pred.label_ids
         if a.keep:
-            # Keep every eval's raw outputs "for later" (and a widened copy, as plots need).
-            KEPT.append(np.repeat(logits.astype(np.float64), 8192, axis=1))
+            # Keep every eval's raw outputs "for later" (and a widened copy, as plots need):
+            # 512 × 2 × 12 288 float64, 96 MiB an eval.
+            KEPT.append(np.repeat(logits.astype(np.float64), 12288, axis=1))
         return {"accuracy": float((logits.argmax(-1) == labels).mean())}
 
     args = TrainingArguments(output_dir=a.out, max_steps=a.steps, per_device_train_batch_size=8,

@@ -156,6 +156,7 @@ fn committed_traces() {
         "v1_2_mark_senders.oomt",
         "v1_3_alive_at_oom.oomt",
         "v1_4_oom_kill.oomt",
+        "v1_10_lightning_eval_creep.oomt",
         "gpu/h100_batch.oomt",
         "gpu/h100_gpt.oomt",
         "gpu/h100_tch_oom.oomt",

@@ -32,8 +32,23 @@ fn golden_traces() {
         ("v1_3_alive_at_oom", "v1_3_alive_at_oom.oomt"),
         ("v1_4_oom_kill", "v1_4_oom_kill.oomt"),
         ("v1_10_inputs", "v1_10_inputs.oomt"),
+        (
+            "v1_10_lightning_eval_creep",
+            "v1_10_lightning_eval_creep.oomt",
+        ),
     ] {
         insta::assert_snapshot!(name, summary(&file(path)));
+    }
+}
+
+#[test]
+fn traces_recorded_on_an_h200() {
+    for name in [
+        "h200_v1_10_breakdown",
+        "h200_v1_10_torch_oom",
+        "h200_v1_10_inputs",
+    ] {
+        insta::assert_snapshot!(name, summary(&file(&format!("gpu/{name}.oomt"))));
     }
 }
 

@@ -5,11 +5,16 @@
 //! the eval grew inside itself.
 
 use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use crate::leaks::GrowthFit;
 use crate::phases::PhaseTransition;
 use oomscope_format::units::{format_bytes, format_count};
 
 /// Eval retention below this is noise (allocator rounding, lazily built eval buffers)...
 pub const EVAL_RETAIN_MIN_BYTES: i64 = 256 << 20;
+
+/// Training steps' growth after the evals (the heap's creep, see [`EvalRetention::creep`]) worth
+/// stating: the leak rule's own floor.
+pub const CREEP_MIN_BYTES: i64 = crate::leaks::MIN_GROWTH_BYTES as i64;
 
 /// ...unless at least [`EVAL_RETAIN_REPEATS`] evals each keep this much: memory kept again and
 /// again at every eval is a staircase that ends in an OOM, however small each stair.
@@ -297,6 +302,10 @@ pub struct EvalRetention<'a> {
     pub projection: Option<EvalProjection>,
     /// Memory also leaks within training steps (a `leak` finding explains that part).
     pub also_leaks: bool,
+    /// Host memory that grew inside the training steps after the evals, less than the evals
+    /// kept and with no tensors counted growing: the heap's creep (see
+    /// [`crate::leaks::GrowthFit::staircase_creep`]), stated here since it is no leak finding.
+    pub creep: Option<&'a GrowthFit>,
     /// Whether eval forwards ran with autograd on (the zero-code hooks' note); `None` when the
     /// trace does not say (marks by hand, or no hooks).
     pub autograd: Option<bool>,
@@ -426,6 +435,12 @@ impl Diagnose for EvalRetainsMemory {
             total_retained_bytes,
             projection,
             also_leaks: ctx.analysis.leaks().next().is_some(),
+            creep: ctx
+                .analysis
+                .leak_fits
+                .iter()
+                .filter(|f| f.staircase_creep && f.train_growth_bytes >= CREEP_MIN_BYTES)
+                .max_by_key(|f| f.train_growth_bytes),
             autograd: eval_autograd(ctx.trace),
             accumulates,
             within_growth_bytes,
@@ -496,6 +511,8 @@ impl Diagnose for EvalRetainsMemory {
             });
             let kind = if d.also_leaks {
                 "besides the per-step leak, memory is kept at each eval; at that alone"
+            } else if d.creep.is_some() {
+                "memory is kept at each eval; at"
             } else {
                 "this is memory kept at each eval, not a per-step leak; at"
             };
@@ -504,6 +521,24 @@ impl Diagnose for EvalRetainsMemory {
                 format_bytes(p.per_eval_bytes),
                 format_count(p.evals_remaining),
                 format_bytes(p.limit_bytes),
+            ));
+        }
+        if let Some(c) = d.creep {
+            let counted = if d.autograd.is_some() {
+                "; the hooks counted no tensors growing"
+            } else {
+                ""
+            };
+            explanation.push_str(&format!(
+                "; the training steps between the evals added {} more ({}/step of {} at {}), \
+                 less than the evals kept: on host memory what the evals keep fragments the C \
+                 allocator's heap, and the RSS can creep up after each eval without the program \
+                 keeping anything more{counted}, so this is not called a leak; once the eval \
+                 keeps nothing, growth left in the training steps is one",
+                format_bytes(c.train_growth_bytes.unsigned_abs()),
+                format_bytes(c.train_slope_bytes_per_step.max(0.0) as u64),
+                c.metric.label(),
+                c.stage,
             ));
         }
         let mut evidence = vec![
@@ -516,6 +551,12 @@ impl Diagnose for EvalRetainsMemory {
         ];
         if let Some(g) = worst.within_growth_bytes {
             evidence.push(Evidence::bytes("within_eval_growth_bytes", g as f64));
+        }
+        if let Some(c) = d.creep {
+            evidence.push(Evidence::bytes(
+                "training_steps_growth_bytes",
+                c.train_growth_bytes as f64,
+            ));
         }
         if let Some(p) = &d.projection {
             evidence.push(Evidence::bytes("per_eval_bytes", p.per_eval_bytes as f64));

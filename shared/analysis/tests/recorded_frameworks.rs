@@ -1,0 +1,50 @@
+//! Traces of real framework programs (`collector/tests/framework_programs/`, PyTorch 2.11 CPU,
+//! Lightning 2.6.6) recorded by `collector/tests/frameworks.rs` on the development VM, kept where
+//! a run showed something the analysis got wrong. Never regenerate: add new ones.
+
+use oomscope_analysis::recommend::FindingKind;
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_format::decode;
+
+mod support;
+
+/// `lightning_eval_outputs.py --keep` (validation_step_outputs never cleared: 16 MiB of logits a
+/// batch, 10 batches a validation, six validations) recorded while the rest of the test suite
+/// ran (2026-11-26): the RSS also rose 2.2 MiB/step inside the training steps, which read as
+/// "Memory leak: +8.41 MiB/step at pre_backward" beside the right eval finding.
+#[test]
+fn lightning_s_eval_staircase_under_load_is_no_per_step_leak() {
+    let t = decode(&support::data("v1_10_lightning_eval_creep.oomt"))
+        .unwrap()
+        .trace;
+    let a = analyze(&t, &AnalysisOptions::default());
+    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FindingKind::EvalRetainsMemory], "{:#?}", a.findings);
+    assert!(a.leaks().next().is_none());
+    // Every fitted stage of the RSS: what the five evals kept (688–752 MiB) against what the
+    // training steps added (140–317 MiB), no tensors counted growing.
+    let rss: Vec<_> = a
+        .leak_fits
+        .iter()
+        .filter(|f| f.host_memory && f.transitions == 5)
+        .collect();
+    assert_eq!(rss.len(), 6, "{rss:#?}");
+    for f in &rss {
+        assert!(f.transition_growth_bytes >= 688 << 20, "{f:#?}");
+        assert!(f.train_growth_bytes <= 320 << 20, "{f:#?}");
+    }
+    let creeping: Vec<&str> = rss
+        .iter()
+        .filter(|f| f.staircase_creep)
+        .map(|f| f.stage.as_str())
+        .collect();
+    assert!(creeping.contains(&"pre_backward"), "{creeping:?}");
+    let eval = &a.findings[0];
+    assert!(
+        eval.explanation
+            .contains("the training steps between the evals added"),
+        "{}",
+        eval.explanation
+    );
+    assert!(!eval.explanation.contains("not a per-step leak"));
+}
