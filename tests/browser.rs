@@ -1150,6 +1150,67 @@ async fn a_kernel_oom_kill_reads_in_the_report_as_in_the_terminal() {
     b.quit().await;
 }
 
+#[tokio::test]
+async fn the_breakdown_beside_its_estimate_reads_in_the_report_as_in_the_terminal() {
+    // The H200 GPU proof's diffusion loop (format 1.10, the hooks' parameter counts): the
+    // terminal summary ends with the breakdown beside `collector estimate` for the same model;
+    // the report's breakdown section shows the same parts and numbers.
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("against-estimate");
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/format/tests/data/gpu/h200_v1_10_breakdown.oomt");
+    let html = s.path("breakdown.html");
+    report(&trace, &html, &[]);
+    let summary = summary_json(&trace);
+    let against = &summary["analysis"]["against_estimate"];
+    let want: Vec<(String, u64, u64)> = against["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["part"].as_str().unwrap().to_owned(),
+                p["measured_bytes"].as_u64().unwrap(),
+                p["estimated_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(want.len(), 3, "{against}");
+    let text = collapsed(&String::from_utf8_lossy(
+        &run_collector(&["summary", trace.to_str().unwrap()]).stdout,
+    ));
+
+    let b = Browser::start("against-estimate").await;
+    b.open(&html).await;
+    b.wait_for("#against-estimate tr[data-part]").await;
+    let rows = b
+        .js("return [...document.querySelectorAll('#against-estimate tr[data-part]')].map(r => [r.dataset.part, +r.dataset.measured, +r.dataset.estimated])")
+        .await;
+    let got: Vec<(String, u64, u64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r[0].as_str().unwrap().to_owned(),
+                r[1].as_u64().unwrap(),
+                r[2].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, want);
+    let heading = words(&b, "#against-estimate p").await;
+    assert!(
+        heading.contains("collector estimate --params 67160064 --precision fp32 --optimizer adamw"),
+        "{heading}"
+    );
+    assert!(
+        text.contains(&heading),
+        "`{heading}` is not in the terminal's summary"
+    );
+    b.quit().await;
+}
+
 /// The text of an element, its whitespace collapsed.
 async fn words(b: &Browser, css: &str) -> String {
     let text = b.wait_for(css).await.text().await.unwrap();

@@ -12,7 +12,6 @@
 pub mod cgroup;
 pub mod cli;
 pub mod clock;
-pub mod estimate;
 pub mod fleet;
 pub mod gpu;
 pub mod host;

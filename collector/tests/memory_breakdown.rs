@@ -127,7 +127,9 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         );
         let summary = run(&["summary", "--json", trace.to_str().unwrap()]);
         let j: serde_json::Value = serde_json::from_slice(&summary.stdout).unwrap();
-        let parts = j["against_estimate"]["parts"].as_array().unwrap();
+        let parts = j["analysis"]["against_estimate"]["parts"]
+            .as_array()
+            .unwrap();
         assert_eq!(parts.len(), 3);
         for p in parts {
             let (m, e) = (

@@ -136,7 +136,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 
 /// Reads a safetensors file's header: its parameter count and a description.
 fn safetensors_parameters(path: &std::path::Path) -> Result<(u64, String)> {
-    use crate::estimate::{MAX_SAFETENSORS_HEADER_BYTES, parse_safetensors_header};
+    use oomscope_analysis::estimate::{MAX_SAFETENSORS_HEADER_BYTES, parse_safetensors_header};
     let mut file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let len = file.metadata()?.len();
@@ -164,7 +164,7 @@ fn safetensors_parameters(path: &std::path::Path) -> Result<(u64, String)> {
 }
 
 pub fn estimate(args: &EstimateArgs) -> Result<i32> {
-    use crate::estimate::{
+    use oomscope_analysis::estimate::{
         Activations, EstimateInput, ModelConfig, Optimizer, Precision, Sharding, estimate,
     };
     let config = args
@@ -280,7 +280,7 @@ pub fn estimate(args: &EstimateArgs) -> Result<i32> {
                 }
             ));
         }
-        crate::estimate::render_estimate(&e, &what)
+        oomscope_analysis::render::estimate::render_estimate(&e, &what)
     };
     write_stdout(out.as_bytes())?;
     Ok(0)

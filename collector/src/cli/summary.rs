@@ -43,9 +43,6 @@ struct SummaryJson<'a> {
     format_version: String,
     warnings: Vec<String>,
     analysis: &'a oomscope_analysis::Analysis,
-    /// The model's breakdown beside `collector estimate` for the same model, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    against_estimate: Option<crate::estimate::AgainstEstimate>,
 }
 
 pub fn summary(args: &SummaryArgs) -> Result<i32> {
@@ -94,12 +91,6 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
         write_stdout(out.as_bytes())?;
         return Ok(0);
     }
-    // The breakdown at the peak (else the last one) beside the estimate for the same model.
-    let against = oomscope_analysis::peaks::breakdown_peak(&analysis.peaks)
-        .and_then(|p| p.components.as_ref())
-        .map(|c| &c.breakdown)
-        .or_else(|| decoded.trace.components.last())
-        .and_then(crate::estimate::against_estimate);
     let mut out = if args.json {
         let doc = SummaryJson {
             schema_version: SUMMARY_SCHEMA_VERSION,
@@ -110,7 +101,6 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
             ),
             warnings: decoded.warnings.iter().map(ToString::to_string).collect(),
             analysis: &analysis,
-            against_estimate: against,
         };
         serde_json::to_string_pretty(&doc).context("encoding the summary as JSON failed")?
     } else {
@@ -122,9 +112,6 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
             text.push_str(&format!("note: {n}\n"));
         }
         text.push_str(&render::summary::render(&decoded.trace, &analysis));
-        if let Some(a) = &against {
-            text.push_str(&crate::estimate::render_against_estimate(a));
-        }
         text
     };
     if !out.ends_with('\n') {

@@ -13,6 +13,7 @@
 
 pub mod batch_fit;
 pub mod compare;
+pub mod estimate;
 pub mod fit;
 pub mod host;
 pub mod inputs;
@@ -191,6 +192,9 @@ pub struct Analysis {
     pub pressure: Option<PressureReport>,
     /// GPU memory outside the allocator.
     pub outside_allocator: Option<OutsideAllocator>,
+    /// The breakdown at the peak beside `collector estimate` for the same model, when the trace
+    /// has a breakdown with the parameter counts.
+    pub against_estimate: Option<estimate::AgainstEstimate>,
     /// The host's tightest moment.
     pub host_memory: Option<HostMemory>,
     /// Train→eval→train transitions.
@@ -267,6 +271,12 @@ fn analyze_one(
         .filter(|f| f.method == batch_fit::BatchFitMethod::Trials || !primary_leaks);
     let mut held = trace.held.clone();
     held.sort_by_key(|h| std::cmp::Reverse((h.bytes, h.count)));
+    // The breakdown at the peak (else the last one) beside the estimate for the same model.
+    let against_estimate = peaks::breakdown_peak(&peaks)
+        .and_then(|p| p.components.as_ref())
+        .map(|c| &c.breakdown)
+        .or_else(|| trace.components.last())
+        .and_then(estimate::against_estimate);
     let mut analysis = Analysis {
         overview: overview(trace, &values, &peaks),
         held,
@@ -284,6 +294,7 @@ fn analyze_one(
         ooms: oom::oom_contexts(trace),
         batch_fit,
         batch_trials: batch_fit::trial_summary(trace),
+        against_estimate,
         peaks,
         ranks,
         findings: Vec::new(),

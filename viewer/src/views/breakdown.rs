@@ -1,4 +1,5 @@
-//! The breakdown at the peak: model state by component and activations, as a bar chart.
+//! The breakdown at the peak: model state by component and activations, as a bar chart, and
+//! beside the estimate for the same model (the terminal summary's last section).
 
 use std::sync::Arc;
 
@@ -7,6 +8,9 @@ use leptos::prelude::*;
 use oomscope_analysis::Analysis;
 use oomscope_analysis::peaks::breakdown_peak;
 use oomscope_analysis::render::breakdown::breakdown_line;
+use oomscope_analysis::render::estimate::{
+    AGAINST_ESTIMATE_TITLE, DIFFERS, against_estimate_heading,
+};
 use oomscope_format::units::format_bytes;
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
@@ -85,6 +89,37 @@ pub fn Breakdown(analysis: Arc<Analysis>) -> impl IntoView {
         })
         .collect_view();
     let stage = peak.place();
+    // The same comparison the terminal summary ends with.
+    let against = analysis.against_estimate.as_ref().map(|a| {
+        let rows = a
+            .parts
+            .iter()
+            .map(|p| {
+                view! { <tr data-part=p.part data-measured=p.measured_bytes.to_string()
+                        data-estimated=p.estimated_bytes.to_string()>
+                    <td>{p.part}</td>
+                    <td class="num">{format_bytes(p.measured_bytes)}</td>
+                    <td class="num">{format_bytes(p.estimated_bytes)}</td>
+                    <td>{if p.agrees() { "" } else { DIFFERS }}</td></tr> }
+            })
+            .collect_view();
+        let why = a
+            .parts
+            .iter()
+            .filter_map(|p| p.why.as_ref().map(|w| view! { <li>{format!("{}: {w}", p.part)}</li> }))
+            .collect_view();
+        view! {
+            <div id="against-estimate">
+                <h3>{AGAINST_ESTIMATE_TITLE}</h3>
+                <p>{against_estimate_heading(a)}</p>
+                <table class="against-estimate">
+                    <tr><th>"part"</th><th class="num">"measured"</th><th class="num">"estimated"</th><th></th></tr>
+                    {rows}
+                </table>
+                <ul>{why}</ul>
+            </div>
+        }
+    });
     view! {
         <section id="breakdown">
             <h2>"At the peak"</h2>
@@ -94,6 +129,7 @@ pub fn Breakdown(analysis: Arc<Analysis>) -> impl IntoView {
                 <canvas id="breakdown-canvas" node_ref=canvas_ref height="220"></canvas>
                 <table class="breakdown">{rows}</table>
             </div>
+            {against}
         </section>
     }
     .into_any()

@@ -5,6 +5,7 @@
 
 pub mod breakdown;
 pub mod compare;
+pub mod estimate;
 pub mod headline;
 pub mod job;
 pub mod ranks;

@@ -38,6 +38,9 @@ pub fn render(trace: &Trace, analysis: &Analysis) -> String {
     transitions(&mut out, analysis);
     ooms(&mut out, analysis);
     findings(&mut out, analysis);
+    if let Some(a) = &analysis.against_estimate {
+        out.push_str(&super::estimate::render_against_estimate(a));
+    }
     out
 }
 

@@ -2,13 +2,11 @@
 //! breakdown carries the parameter counts, so the estimate runs on the very model the program
 //! trained, with the precision its parameters have and the optimizer it made. Where the two
 //! disagree is what a user planning the next run needs to know (state not made yet, frozen
-//! parameters without gradients, an optimizer that keeps more than two moments). It lives here,
-//! beside the estimate, because the estimate is the collector's: the report shows the breakdown,
-//! the terminal this comparison.
+//! parameters without gradients, an optimizer that keeps more than two moments). Computed in the
+//! analysis, so the terminal and the report say the same (the rendering layer's `estimate`).
 
-use oomscope_analysis::render::wrap::{line, wrap};
 use oomscope_format::ComponentBreakdown;
-use oomscope_format::units::{MIB, format_bytes, format_count};
+use oomscope_format::units::MIB;
 use serde::Serialize;
 
 use super::{EstimateInput, Optimizer, Precision, estimate};
@@ -162,45 +160,6 @@ pub fn against_estimate(c: &ComponentBreakdown) -> Option<AgainstEstimate> {
     })
 }
 
-/// The comparison in words, as a section of the terminal summary.
-pub fn render_against_estimate(a: &AgainstEstimate) -> String {
-    let mut out = String::new();
-    line(&mut out, "");
-    line(&mut out, "Measured against estimated");
-    wrap(
-        &mut out,
-        &format!(
-            "the breakdown of step {} beside `{}` for the same model",
-            format_count(a.step),
-            a.command
-        ),
-        2,
-        4,
-    );
-    line(
-        &mut out,
-        &format!("  {:<18} {:>10} {:>10}", "part", "measured", "estimated"),
-    );
-    for p in &a.parts {
-        let verdict = if p.agrees() { "" } else { "  differs" };
-        line(
-            &mut out,
-            &format!(
-                "  {:<18} {:>10} {:>10}{verdict}",
-                p.part,
-                format_bytes(p.measured_bytes),
-                format_bytes(p.estimated_bytes)
-            ),
-        );
-    }
-    for p in &a.parts {
-        if let Some(why) = &p.why {
-            wrap(&mut out, &format!("{}: {why}", p.part), 2, 4);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,12 +202,6 @@ mod tests {
             ]
         );
         assert!(a.parts.iter().all(|p| p.agrees() && p.why.is_none()));
-        let text = render_against_estimate(&a);
-        assert!(
-            text.contains("  optimizer state      7.63 MiB   7.63 MiB\n"),
-            "{text}"
-        );
-        assert!(!text.contains("differs"), "{text}");
     }
 
     #[test]
@@ -263,7 +216,6 @@ mod tests {
                 .unwrap()
                 .starts_with("no optimizer state yet")
         );
-        assert!(render_against_estimate(&a).contains("differs"));
         // A frozen half: the estimate knows it (--trainable), so gradients agree.
         let mut c = adamw_breakdown(4_000_000);
         c.gradients_bytes = 2_000_000;

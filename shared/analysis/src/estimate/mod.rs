@@ -3,8 +3,8 @@
 //! sharding, activations (measured per sample, or from a model config), the CUDA context and the
 //! allocator's overhead, against the GPU's memory.
 //!
-//! Here rather than in the collector because it is a number users see, and the viewer may offer
-//! the same calculator.
+//! In the analysis, not the collector, because it is a number users see: the summary and the
+//! report set a run's breakdown beside it (`measured`), and the viewer may offer the calculator.
 //!
 //! Bytes per trainable parameter (before sharding; the ZeRO paper's convention, Rajbhandari et
 //! al. 2020 §3.1, where mixed-precision Adam is `2 + 2 + K` with `K = 12`):
@@ -26,10 +26,8 @@
 mod measured;
 mod model_config;
 mod safetensors;
-mod table;
 
-pub use measured::{AgainstEstimate, Part, against_estimate, render_against_estimate};
-pub use table::render_estimate;
+pub use measured::{AgainstEstimate, Part, against_estimate};
 
 pub use model_config::{ConfigError, Family, ModelConfig};
 pub use safetensors::{
