@@ -37,6 +37,13 @@ if [ -n "$(git status --porcelain -- viewer/dist)" ]; then
     echo "viewer/dist differs from what its sources build: run scripts/build-viewer.sh and commit viewer/dist" >&2
     exit 1
 fi
+# The report embeds the viewer: its budget is 600 KB gzipped (BENCHMARKS.md, issue 5).
+viewer_gz=$(cat viewer/dist/index.html viewer/dist/oomscope-viewer.js viewer/dist/oomscope-viewer_bg.wasm | gzip -9 | wc -c)
+echo "viewer/dist: $viewer_gz bytes gzipped (budget 600000)" >&2
+if [ "$viewer_gz" -gt 600000 ]; then
+    echo "the viewer is over its 600 KB gzipped budget" >&2
+    exit 1
+fi
 
 step "tests (tch instrumentation on CPU and end-to-end reports in chromium included)"
 cargo test --workspace --locked $TCH
