@@ -14,7 +14,11 @@ source scripts/env.sh
 bash scripts/setup-viewer.sh
 name=oomscope-viewer
 cargo fetch --locked -q
-cargo build --locked -q -p "$name" --bin "$name" --target wasm32-unknown-unknown --profile wasm-release
+# Panic locations carry the registry's absolute paths: the same on every machine, so that the
+# build is the same bytes wherever CARGO_HOME is (a fresh machine's ~/.cargo, CI's, a user's).
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }--remap-path-prefix=$cargo_home=/cargo" \
+    cargo build --locked -q -p "$name" --bin "$name" --target wasm32-unknown-unknown --profile wasm-release
 stage="$CARGO_TARGET_DIR/viewer-stage"
 rm -rf "$stage"
 mkdir -p "$stage/dist"
