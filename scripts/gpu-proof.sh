@@ -49,7 +49,7 @@ if [ "$dry" = 1 ]; then
     cp "$(find "$bins" -maxdepth 2 -name libfake_nvml.so | head -n 1)" "$pack/bin/"
 fi
 cp scripts/gpu-proof/*.py collector/python/oomscope_probe.py "$pack/py/"
-cp collector/tests/torch_programs/{train,diffusion_memory,held_leaks,variable_length}.py "$pack/py/"
+cp collector/tests/torch_programs/{train,diffusion_memory,held_leaks,variable_length,ddp}.py "$pack/py/"
 cp -r collector/python/oomscope "$pack/py/"
 cat >"$pack/run.sh" <<'SH'
 #!/usr/bin/env bash

@@ -519,6 +519,49 @@ class Proof:
         ok = code == 0 and bool(named) and all(h["device"].startswith(device) for h in named)
         return figures, ok, "the list named, its tensors on %s" % device, None
 
+    def check_ranks(self):
+        """torchrun with two ranks on this machine's device (on one GPU both ranks share it: gloo
+        reduces CUDA tensors), rank 1 holding 512 MiB more: each rank's own GPU memory (NVML per
+        process) is recorded as that rank's, at least what its own allocator reserved, and the
+        heavier rank is rank 1 by about what it holds."""
+        device = "cuda" if self.cuda["cuda"] else "cpu"
+        report = os.path.join(self.work, "ranks")
+        os.makedirs(report, exist_ok=True)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               os.path.join(self.py, "ddp.py"), "--steps", "40", "--device", device,
+               "--hold-rank", "1", "--hold-mib", "512", "--report", report]
+        trace, code, out, err = self.record("ranks", cmd, hooks=True, timeout=300)
+        self.keep(trace, "ranks.oomt")
+        s = self.summary(trace)
+        ranks = (s.get("ranks") or {}).get("ranks", [])
+        figures = {"exit_code": code,
+                   "ranks": [{k: r.get(k) for k in ("rank", "pid", "marks", "peak_device_bytes", "peak_host_bytes")}
+                             for r in ranks]}
+        if code != 0:
+            raise RuntimeError("torchrun exited %d: %s" % (code, err[-1500:]))
+        if not self.cuda["cuda"]:
+            return figures, None, "", "per-rank GPU memory needs a GPU (dry run: the two ranks on the CPU)"
+        own = {}
+        for name in os.listdir(report):
+            with open(os.path.join(report, name)) as f:
+                r = json.load(f)
+            own[r["rank"]] = r
+        figures["ranks_own"] = own
+        by_rank = {r["rank"]: r for r in ranks}
+        ok = sorted(by_rank) == [0, 1] and sorted(own) == [0, 1]
+        for rank in (0, 1) if ok else ():
+            seen = by_rank[rank].get("peak_device_bytes")
+            ok = ok and by_rank[rank].get("pid") == own[rank]["pid"] and seen is not None \
+                and seen >= own[rank]["max_reserved_bytes"]
+        if ok:
+            gap = by_rank[1]["peak_device_bytes"] - by_rank[0]["peak_device_bytes"]
+            figures["rank_1_minus_rank_0_bytes"] = gap
+            # What rank 1 holds, give or take the allocator's rounding and the CUDA contexts'
+            # difference (64 MiB).
+            ok = abs(gap - own[1]["held_bytes"]) <= 64 * MIB
+        return figures, ok, ("two ranks, each its own pid's GPU memory (at least its allocator's peak "
+                             "reserved); rank 1 heavier by what it holds (within 64 MiB)"), None
+
     # ---- 4. batch finder -------------------------------------------------------------------
 
     def check_batch(self):
@@ -818,6 +861,7 @@ CHECKS = (
     ("breakdown", "What the memory is: the zero-code breakdown against torch's own counts", Proof.check_breakdown),
     ("held", "What holds a leak: the hooks' counts of live tensors name the list", Proof.check_held),
     ("inputs", "A rare long batch: the input-driven peak named, not a leak", Proof.check_inputs),
+    ("ranks", "torchrun with two ranks: each rank's own GPU memory", Proof.check_ranks),
     ("batch", "Batch finder against a plain scan", Proof.check_batch),
     ("overhead", "Overhead between processes: step time with and without the collector, snapshot and NVML costs",
      Proof.check_overhead),
