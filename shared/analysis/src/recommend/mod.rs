@@ -190,7 +190,10 @@ impl FindingKind {
             FindingKind::ImpossibleRequest => 0,
             // Which rank failed first frames every other finding of a failed job.
             FindingKind::FirstRankFailure => 1,
-            _ => 2,
+            // The step and the input that set the peak come before what the peak is made of
+            // (on the H200 the input-driven peak read second, after "Activations are 99%").
+            FindingKind::InputPeak => 2,
+            _ => 3,
         }
     }
 }
