@@ -90,6 +90,26 @@ pub enum ActivationsBasis {
     DeviceUsed,
 }
 
+/// The counter of the GPU memory of the process whose allocator mark `mark` describes: with one
+/// rank (or none) the tree's per-process counter, when there is one GPU; with several ranks the
+/// sending rank's own counter (the poller records one per rank and GPU), when it has exactly one.
+fn process_gpu_of_mark(trace: &Trace, mark: usize) -> Option<CounterId> {
+    let only = |kind: CounterKind, pid: Option<u32>| {
+        let mut ids = trace
+            .counters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.kind == kind && (pid.is_none() || c.pid == pid))
+            .map(|(i, _)| CounterId(i as u32));
+        ids.next().filter(|_| ids.next().is_none())
+    };
+    if crate::rank_views::ranks_of(trace).len() < 2 {
+        only(CounterKind::ProcessGpu, None)
+    } else {
+        only(CounterKind::PidGpu, Some(trace.marks.get(mark)?.pid?))
+    }
+}
+
 /// The component breakdown nearest to a peak, and the activations it implies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PeakComponents {
@@ -367,18 +387,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
                     .and_then(|r| values.get(mark, r))
                     .filter(|r| *r >= bytes);
                 c.cached_bytes = reserved.map(|r| r - bytes);
-                // Which GPU the marks' allocator is on is known only with one GPU, and whose
-                // memory the process counter holds only with one rank.
-                let mut process = trace
-                    .counters
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| c.kind == CounterKind::ProcessGpu)
-                    .map(|(i, _)| CounterId(i as u32));
-                let process = process
-                    .next()
-                    .filter(|_| process.next().is_none())
-                    .filter(|_| crate::rank_views::ranks_of(trace).len() < 2);
+                let process = process_gpu_of_mark(trace, mark);
                 // The per-process figure is the poller's: one below the allocator's reserved
                 // bytes is older than the allocator's growth, and says nothing.
                 c.outside_allocator_bytes =
@@ -665,6 +674,51 @@ mod tests {
         let peaks = peaks_of(&trace);
         let c = memory_peak(&peaks).unwrap().components.clone().unwrap();
         assert_eq!(c.outside_allocator_bytes, None);
+    }
+
+    #[test]
+    fn with_ranks_the_peak_s_rank_has_its_own_memory_outside_the_allocator() {
+        // Two ranks; the marks (and the peak) are rank 0's. The tree's counter holds both ranks'
+        // memory, so only rank 0's own counter (its allocator's reserved + 600 MiB) says what is
+        // outside rank 0's allocator.
+        let mut trace = Run::default().build();
+        let tree = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
+        let (pid0, pid1) = (101, 102);
+        for (pid, rank) in [(pid0, 0), (pid1, 1)] {
+            trace.processes.push(oomscope_format::ProcessInfo {
+                t_us: 0,
+                pid,
+                parent_pid: Some(100),
+                name: "python".into(),
+                role: oomscope_format::ProcessRole::Rank,
+                rank_from: oomscope_format::RankSource::Environment,
+                rank: Some(rank),
+                local_rank: Some(rank),
+                world_size: Some(2),
+                restart: Some(0),
+                group: None,
+            });
+        }
+        for m in &mut trace.marks {
+            m.pid = Some(pid0);
+            m.rank = Some(0);
+        }
+        let own = trace.declare_process_counter(CounterKind::PidGpu, Some(0), pid0);
+        let other = trace.declare_process_counter(CounterKind::PidGpu, Some(0), pid1);
+        let column = trace.samples.column(tree).unwrap().to_vec();
+        *trace.samples.column_mut(own) = column.clone();
+        *trace.samples.column_mut(other) = column
+            .iter()
+            .map(|v| if *v == MISSING { MISSING } else { 3 * GIB })
+            .collect();
+        for v in trace.samples.column_mut(tree).iter_mut() {
+            if *v != MISSING {
+                *v += 3 * GIB;
+            }
+        }
+        let peaks = peaks_of(&trace);
+        let c = memory_peak(&peaks).unwrap().components.clone().unwrap();
+        assert_eq!(c.outside_allocator_bytes, Some(600 * MIB));
     }
 
     #[test]
