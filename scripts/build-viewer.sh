@@ -14,10 +14,18 @@ source scripts/env.sh
 bash scripts/setup-viewer.sh
 name=oomscope-viewer
 cargo fetch --locked -q
-# Panic locations carry the registry's absolute paths: the same on every machine, so that the
-# build is the same bytes wherever CARGO_HOME is (a fresh machine's ~/.cargo, CI's, a user's).
-cargo_home="${CARGO_HOME:-$HOME/.cargo}"
-RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }--remap-path-prefix=$cargo_home=/cargo" \
+# The same bytes wherever CARGO_HOME is (a fresh machine's ~/.cargo, CI's, a user's): the build
+# sees the registry through one fixed path, a link to the real CARGO_HOME. Panic locations carry
+# the registry's paths (remapped to /cargo), and leptos' wasm_split hashes its crate's manifest
+# path into a symbol name (`_WASM_SPLIT_MARKER_…`), which no remapping reaches.
+cargo_home="$(cd "${CARGO_HOME:-$HOME/.cargo}" && pwd -P)"
+fixed_home=/tmp/oomscope-viewer-cargo-home
+if [ -e "$fixed_home" ] && [ ! -L "$fixed_home" ]; then
+    echo "$fixed_home exists and is not a link: remove it" >&2
+    exit 1
+fi
+ln -sfn "$cargo_home" "$fixed_home"
+CARGO_HOME="$fixed_home" RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }--remap-path-prefix=$fixed_home=/cargo" \
     cargo build --locked -q -p "$name" --bin "$name" --target wasm32-unknown-unknown --profile wasm-release
 stage="$CARGO_TARGET_DIR/viewer-stage"
 rm -rf "$stage"
