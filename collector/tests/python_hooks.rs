@@ -1282,7 +1282,14 @@ fn a_ctrl_c_during_backward_reads_as_without_the_collector() {
     let (out, t) = record(&s, &[], &cmd);
     let without = plain(&cmd);
     // Python dies of the SIGINT it re-raises; `collector run` exits 128 + 2 for it, as shells do.
-    assert_eq!(without.status.signal(), Some(2), "died of the interrupt");
+    assert_eq!(
+        without.status.signal(),
+        Some(2),
+        "died of the interrupt (without the collector: {:?}, stdout {:?}, stderr {})",
+        without.status,
+        String::from_utf8_lossy(&without.stdout),
+        String::from_utf8_lossy(&without.stderr)
+    );
     assert_eq!(out.status.code(), Some(130));
     assert_eq!(out.stdout, without.stdout);
     let traceback = program_stderr(&out);
