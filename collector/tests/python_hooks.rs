@@ -1279,8 +1279,8 @@ fn a_ctrl_c_during_backward_reads_as_without_the_collector() {
     // A SIGINT arrives while backward runs in C++: Python raises KeyboardInterrupt at the first
     // Python code after it, which under the hooks is their end-of-backward callback.
     let cmd = [py.to_str().unwrap(), &program("interrupt.py")];
-    let (out, t) = record(&s, &[], &cmd);
-    let without = plain(&cmd);
+    let (out, t) = with_sigint(&s, &cmd, false);
+    let without = plain_with_sigint(&cmd, false);
     // Python dies of the SIGINT it re-raises; `collector run` exits 128 + 2 for it, as shells do.
     assert_eq!(
         without.status.signal(),
@@ -1307,6 +1307,67 @@ fn a_ctrl_c_during_backward_reads_as_without_the_collector() {
         t.marks
             .iter()
             .any(|m| m.step == 2 && m.name.as_ref() == "pre_backward")
+    );
+}
+
+/// Sets SIGINT's disposition for the spawned process: the default, or ignored (how a background
+/// job of a non-interactive shell starts; the test suite itself may have been started so).
+fn sigint_disposition(c: &mut std::process::Command, ignored: bool) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) is async-signal-safe, called between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            libc::signal(
+                libc::SIGINT,
+                if ignored {
+                    libc::SIG_IGN
+                } else {
+                    libc::SIG_DFL
+                },
+            );
+            Ok(())
+        });
+    }
+}
+
+/// `record`, with SIGINT's disposition set for the collector.
+fn with_sigint(s: &Scratch, cmd: &[&str], ignored: bool) -> (Output, Trace) {
+    let trace = s.path("t.oomt");
+    let mut args = vec!["run", "-q", "-o", trace.to_str().unwrap(), "--"];
+    args.extend_from_slice(cmd);
+    let mut c = collector(&args);
+    c.env("OMP_NUM_THREADS", "1");
+    sigint_disposition(&mut c, ignored);
+    let out = c.output().unwrap();
+    (out, read(&trace).trace)
+}
+
+/// `plain`, with SIGINT's disposition set.
+fn plain_with_sigint(cmd: &[&str], ignored: bool) -> Output {
+    let mut c = std::process::Command::new(cmd[0]);
+    c.args(&cmd[1..])
+        .env("OMP_NUM_THREADS", "1")
+        .env("PYTHONUNBUFFERED", "1");
+    sigint_disposition(&mut c, ignored);
+    c.output().unwrap()
+}
+
+#[test]
+fn a_program_started_with_sigint_ignored_ignores_it_under_the_collector_too() {
+    // A background job of a non-interactive shell starts with SIGINT ignored; the program's
+    // own Ctrl-C then does nothing, and must do nothing under the collector either (a handler
+    // the collector installed would be reset to the default at exec: the program would die).
+    let s = Scratch::new("zc-sigint-ignored");
+    let py = torch_python();
+    let cmd = [py.to_str().unwrap(), &program("interrupt.py")];
+    let without = plain_with_sigint(&cmd, true);
+    assert_eq!(without.status.code(), Some(0), "{without:?}");
+    let (out, _) = with_sigint(&s, &cmd, true);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.stdout, without.stdout);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "step 0\nstep 1\nstep 2\nstep 3\n"
     );
 }
 

@@ -26,10 +26,21 @@ static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// Installs the SIGINT/SIGTERM forwarding handler before the child is spawned, so that a
 /// scheduler's SIGTERM in the first milliseconds neither kills the collector (orphaning the
 /// child) nor is lost: it is held until [`forward_signals_to`] names the child.
+///
+/// A signal the collector was started with ignored (a background job of a non-interactive shell
+/// ignores SIGINT, `nohup` scripts, some schedulers) stays ignored: a handler would be reset to
+/// the default at exec, and the program would die of a signal it ignores without the collector.
 pub fn install_signal_forwarding() {
     for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only calls async-signal-safe functions (kill) and reads an atomic.
+        // SAFETY: the handler only calls async-signal-safe functions (kill) and reads an atomic;
+        // the first sigaction only reads the current disposition.
         unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &raw mut current) == 0
+                && current.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = forward as *const () as usize;
             action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
