@@ -1460,7 +1460,10 @@ fn an_eval_that_concatenates_its_logits_peaks_above_training_and_keeps_nothing()
     );
     assert!(!f.change.contains("no_grad"), "{}", f.change);
     for e in &analysis.phase_transitions {
-        // 30 batches × 16 MiB collected, give or take what the C allocator reuses.
-        assert!(e.within_growth_bytes.unwrap() >= 300 << 20, "{e:#?}");
+        // 30 batches × 16 MiB collected, give or take what the C allocator reuses: on entering
+        // the eval or inside it, depending on where the first eval mark's RSS reading falls (one
+        // run read +476 MiB on entering and −20 MiB inside).
+        let rise = e.jump_bytes.unwrap().max(0) + e.within_growth_bytes.unwrap().max(0);
+        assert!(rise >= 300 << 20, "{e:#?}");
     }
 }
