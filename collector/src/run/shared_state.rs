@@ -263,8 +263,12 @@ impl RunState {
         };
         gauge.set(used_bytes);
         let at = self.gpu_used_at_query[i].load(Ordering::Relaxed);
-        if at != UNKNOWN
-            && used_bytes.abs_diff(at) >= Self::GPU_REQUERY_BYTES
+        if at == UNKNOWN {
+            // The poller's first query came before the sampler's first reading: this is the
+            // use that query saw, near enough (else no growth would ask again until the next
+            // scheduled query).
+            self.gpu_used_at_query[i].store(used_bytes, Ordering::Relaxed);
+        } else if used_bytes.abs_diff(at) >= Self::GPU_REQUERY_BYTES
             && !self.gpu_query_wanted.swap(true, Ordering::Relaxed)
         {
             self.wake_poller();
