@@ -46,8 +46,9 @@ pub struct PhaseTransition {
     /// The metric at that stage in the eval's first batch minus in its last: what the eval
     /// accumulated batch by batch (`None` with fewer than two batches).
     pub within_growth_bytes: Option<i64>,
-    /// Stage of the training mark compared after eval: the first with the same stage as
-    /// `before_stage` when the next training stretch has one, else its first mark.
+    /// Stage of the training mark compared after eval: of the marks at `before_stage` in the
+    /// next training stretch, the one with the lowest value (memory kept stays; memory the
+    /// allocator hands back later does not); else that stretch's first mark.
     pub after_stage: Option<String>,
     /// Step of that mark.
     pub after_step: Option<u64>,
@@ -109,9 +110,16 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             .find(|&j| marks[j].phase == Phase::Eval)
             .unwrap_or(marks.len());
         let exit = (eval_end < train_end).then_some(eval_end);
+        // What an eval keeps stays through the training after it: the lowest value at the
+        // before-stage in that stretch (the earliest of equals). The first one alone reads
+        // memory the C allocator gives back some steps later (a heap it trims once training's
+        // frees reach its top) as kept.
         let after = match before {
             Some(before) => (eval_end..train_end)
-                .find(|&j| marks[j].name.as_ref() == marks[before].name.as_ref())
+                .filter(|&j| marks[j].name.as_ref() == marks[before].name.as_ref())
+                .filter_map(|j| column[j].map(|v| (v, j)))
+                .min()
+                .map(|(_, j)| j)
                 .or(exit),
             None => exit,
         };
@@ -209,6 +217,31 @@ mod tests {
         assert_eq!(last.after_bytes, None);
         assert_eq!(last.retained_bytes, None);
         assert_eq!(last.exit_t_us, None);
+    }
+
+    #[test]
+    fn memory_given_back_some_steps_after_an_eval_was_not_kept() {
+        let run = Run {
+            steps: 30,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB,
+            eval_retained_bytes: 2 * GIB,
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        // The first eval's 2 GiB stays until step 13 only: what the C allocator handed back
+        // once training's frees reached its top, not what the program kept.
+        for m in trace.marks.iter_mut().filter(|m| m.step >= 13) {
+            if let Some(s) = m.snapshot.as_mut() {
+                s.allocated_bytes -= 2 * GIB;
+            }
+        }
+        let t = phase_transitions(&trace, &MarkValues::new(&trace));
+        assert_eq!(t[0].after_step, Some(13));
+        assert_eq!(t[0].retained_bytes, Some(0));
+        // The second eval's memory stays through the training after it.
+        assert_eq!(t[1].after_step, Some(20));
+        assert_eq!(t[1].retained_bytes, Some((2 * GIB) as i64));
     }
 
     #[test]
