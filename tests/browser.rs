@@ -650,7 +650,7 @@ fn large_snapshot(s: &Scratch) -> (std::path::PathBuf, Value) {
     let pickle = s.path("large.pickle");
     let made = std::process::Command::new("python3")
         .arg(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
                 .join("../shared/snapshot/tests/data/make_snapshot.py"),
         )
         .arg(&pickle)
@@ -1003,7 +1003,7 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
     // alive at it by source line (`collector run --oom-snapshot`).
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("alive");
-    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let trace = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/format/tests/data/v1_3_alive_at_oom.oomt");
     let html = s.path("alive.html");
     report(&trace, &html, &[]);
@@ -1057,7 +1057,7 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
         oomscope_analysis::reduce::encode(&decoded).unwrap(),
     );
     // A small snapshot is read as the page opens, a large one in the page's worker.
-    let small = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let small = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/snapshot/tests/data/small_p4.pickle");
     for (pickle, in_worker) in [(small, false), (large_snapshot(&s).0, true)] {
         std::fs::copy(&pickle, s.path("run.oom-4242.pickle")).unwrap();
@@ -1106,7 +1106,7 @@ async fn a_kernel_oom_kill_reads_in_the_report_as_in_the_terminal() {
     // a memory cgroup. The report's overview and findings say what the terminal says.
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("oom-kill");
-    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let trace = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/format/tests/data/v1_4_oom_kill.oomt");
     let html = s.path("kill.html");
     report(&trace, &html, &[]);
@@ -1157,7 +1157,7 @@ async fn the_breakdown_beside_its_estimate_reads_in_the_report_as_in_the_termina
     // the report's breakdown section shows the same parts and numbers.
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("against-estimate");
-    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let trace = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/format/tests/data/gpu/h200_v1_10_breakdown.oomt");
     let html = s.path("breakdown.html");
     report(&trace, &html, &[]);
@@ -1278,7 +1278,7 @@ async fn a_torchrun_trace_shows_its_ranks_and_one_rank_at_a_time() {
     // The v1.5 golden trace: torchrun's agent with two ranks, rank 1 running out of host memory.
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("ranks");
-    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let trace = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/format/tests/data/v1_5_ranks.oomt");
     let html = s.path("ranks.html");
     report(&trace, &html, &[]);
@@ -1438,7 +1438,7 @@ async fn the_verdict_is_in_the_first_screen_for_a_leak_an_oom_a_clean_run_and_no
         .to_bytes(),
     );
     let clean = s.write("clean.oomt", TrainingRun::default().to_bytes());
-    let oom = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let oom = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/format/tests/data/v1_0_oom.oomt");
     // A real recording without stage marks.
     let unmarked = s.path("unmarked.oomt");
@@ -1673,7 +1673,7 @@ async fn the_page_has_every_terminal_section_and_highlights_the_evidence_not_the
     b.quit().await;
 
     // An OOM: its details and the program's own error line.
-    let oom = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let oom = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/format/tests/data/v1_0_oom.oomt");
     let summary = summary_json(&oom);
     let html = s.path("oom.html");
@@ -1886,7 +1886,7 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
     // A pickle written by CPython in torch's structure (shared/snapshot/tests/data).
     let _one = ONE_BROWSER.lock().await;
     let s = Scratch::new("snapshot");
-    let pickle = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let pickle = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .join("../shared/snapshot/tests/data/small_p4.pickle");
     let html = s.path("snap.html");
     let out = report(&pickle, &html, &[]);

@@ -32,7 +32,7 @@ pub fn collector() -> PathBuf {
 
 /// The Python marker helper's directory (for `PYTHONPATH`).
 pub fn python_helper_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../collector/python")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../collector/python")
 }
 
 pub use oomscope_testkit::Scratch;

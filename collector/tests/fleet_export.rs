@@ -64,9 +64,9 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
         std::fs::write(traces.join(format!("{host}.oomt")), trace.to_bytes()).unwrap();
     }
     // …and a two-rank torchrun trace, in a subdirectory.
-    let ranks_trace = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/format/tests/data/v1_5_ranks.oomt"
+    let ranks_trace = format!(
+        "{}/../shared/format/tests/data/v1_5_ranks.oomt",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
     );
     std::fs::copy(ranks_trace, traces.join("nodes/node0.oomt")).unwrap();
 
@@ -242,17 +242,17 @@ fn duckdb_answers_fleet_questions_from_several_exported_traces() {
 
 #[test]
 fn parquet_export_refuses_what_it_cannot_do_in_one_line() {
-    let golden = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/format/tests/data/v1_5_ranks.oomt"
+    let golden = format!(
+        "{}/../shared/format/tests/data/v1_5_ranks.oomt",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
     );
-    let o = run(&["export", "--format", "parquet", golden]);
+    let o = run(&["export", "--format", "parquet", &golden]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         stderr(&o).trim(),
         "error: --format parquet writes a directory of tables: name it with -o DIR"
     );
-    let o = run(&["export", "--format", "csv", golden, golden]);
+    let o = run(&["export", "--format", "csv", &golden, &golden]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("--format csv exports one trace (2 named)"),

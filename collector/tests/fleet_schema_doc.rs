@@ -9,8 +9,11 @@ const END: &str = "<!-- fleet-schema:end -->";
 
 #[test]
 fn format_md_documents_exactly_the_declared_fleet_schema() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/format/FORMAT.md");
-    let text = std::fs::read_to_string(path).unwrap();
+    let path = format!(
+        "{}/../shared/format/FORMAT.md",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
     let start = text
         .find(START)
         .expect("FORMAT.md has the fleet-schema start marker")

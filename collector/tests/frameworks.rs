@@ -23,7 +23,7 @@ use support::{collector, read, stderr, torch_python};
 fn program(name: &str) -> String {
     format!(
         "{}/tests/framework_programs/{name}",
-        env!("CARGO_MANIFEST_DIR")
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
     )
 }
 

@@ -10,7 +10,8 @@ use oomscope_testkit::Scratch;
 use support::{run, stderr};
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../shared/snapshot/tests/data/{name}"))
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join(format!("../shared/snapshot/tests/data/{name}"))
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub fn torch_python() -> PathBuf {
 
 /// Where the Python helper (`oomscope_probe`) lives.
 pub fn python_path() -> String {
-    format!("{}/python", env!("CARGO_MANIFEST_DIR"))
+    format!("{}/python", std::env::var("CARGO_MANIFEST_DIR").unwrap())
 }
 
 /// `collector ARGS` with the Python helper importable and no GPU library (unless a test points
@@ -46,7 +46,10 @@ pub fn collector(args: &[&str]) -> Command {
 
 /// A program of `tests/torch_programs/` (real PyTorch programs that know nothing of oomscope).
 pub fn torch_program(name: &str) -> String {
-    format!("{}/tests/torch_programs/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/tests/torch_programs/{name}",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    )
 }
 
 /// `collector run -q -o TRACE [extra] -- CMD...` with one OpenMP thread: its output and the

@@ -144,9 +144,9 @@ mod tests {
 
     #[test]
     fn a_snapshot_is_told_from_a_trace_by_its_first_bytes() {
-        let pickle = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../snapshot/tests/data/small_p4.pickle"
+        let pickle = std::fs::read(format!(
+            "{}/../snapshot/tests/data/small_p4.pickle",
+            std::env::var("CARGO_MANIFEST_DIR").unwrap()
         ))
         .unwrap();
         let trace = oomscope_testkit::synth::TrainingRun::default().to_bytes();

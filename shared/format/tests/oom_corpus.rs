@@ -33,8 +33,11 @@ struct Expect {
 }
 
 fn entries() -> Vec<Entry> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/oom_texts.md");
-    let file = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let path = format!(
+        "{}/tests/data/oom_texts.md",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    );
+    let file = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut entries: Vec<Entry> = Vec::new();
     // None: outside a text block; Some(lines): inside one.
     let mut text: Option<Vec<&str>> = None;

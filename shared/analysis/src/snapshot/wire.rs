@@ -188,7 +188,7 @@ mod tests {
     fn parts_of(file: &str) -> Parts {
         let path = format!(
             "{}/../snapshot/tests/data/{file}",
-            env!("CARGO_MANIFEST_DIR")
+            std::env::var("CARGO_MANIFEST_DIR").unwrap()
         );
         let snapshot = read_snapshot(&std::fs::read(path).unwrap()[..]).unwrap();
         let analysis = analyze_snapshot(&snapshot);

@@ -6,7 +6,10 @@
 /// The bytes of a committed trace under the format crate's `tests/data/` (`v1_0_oom.oomt`,
 /// `gpu/h100_gpt.oomt`).
 pub fn data(path: &str) -> Vec<u8> {
-    let path = format!("{}/../format/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/../format/tests/data/{path}",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    );
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -15,7 +18,7 @@ pub fn data(path: &str) -> Vec<u8> {
 pub fn snapshot(name: &str) -> Vec<u8> {
     let path = format!(
         "{}/../snapshot/tests/data/{name}",
-        env!("CARGO_MANIFEST_DIR")
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
     );
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
