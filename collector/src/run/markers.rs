@@ -11,13 +11,11 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::Event;
-use super::shared_state::RunState;
+use super::shared_state::{Pending, RunState};
 use oomscope_format::protocol::{Message, parse_datagram};
 
 /// Kernel receive buffer asked for (the kernel may cap it at `net.core.rmem_max`).
@@ -166,26 +164,17 @@ impl MarkerSocket {
         messages
     }
 
-    /// Forwards messages to the recorder, stamped `t_us` and with their sender's pid; what does
-    /// not fit is counted.
-    pub fn forward(
-        messages: Vec<Message>,
-        t_us: u64,
-        sender: Option<u32>,
-        state: &RunState,
-        events: &SyncSender<Event>,
-    ) {
+    /// Hands messages to the recorder (through [`RunState::pending`], behind the reading taken
+    /// for them), stamped `t_us` and with their sender's pid; what does not fit is counted.
+    pub fn forward(messages: Vec<Message>, t_us: u64, sender: Option<u32>, state: &RunState) {
         for message in messages {
-            match events.try_send(Event::Message {
+            let item = Pending::Message {
                 t_us,
-                message,
+                message: Box::new(message),
                 sender,
-            }) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    state.dropped_messages.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(TrySendError::Disconnected(_)) => break,
+            };
+            if !state.pending.push(item) {
+                state.dropped_messages.fetch_add(1, Ordering::Relaxed);
             }
         }
     }

@@ -50,7 +50,7 @@ use shared_state::RunState;
 /// Events for the recorder. The channel holds [`CHANNEL_EVENTS`] of them; producers never wait.
 #[derive(Debug)]
 pub enum Event {
-    /// Sample rows are waiting in [`shared_state::PendingRows`]: write them.
+    /// Readings and marker messages are waiting in [`shared_state::PendingQueue`]: write them.
     SamplesReady,
     /// An OOM error recognised on the program's stderr (left out when the program itself
     /// already reported it: its traceback).

@@ -1,7 +1,8 @@
 //! The recorder thread: the only owner of the trace writer.
 //!
-//! Every other thread hands it events through one bounded channel, so the writer needs no lock
-//! and the sampler and marker threads never wait on disk I/O. It flushes the trace at least every
+//! Every other thread hands it events through one bounded channel (the sampler its readings and
+//! marker messages through [`RunState::pending`], nudging now and then), so the writer needs no
+//! lock and the sampler and marker threads never wait on disk I/O. It flushes the trace at least every
 //! [`FLUSH_EVERY`] even when nothing arrives, so a killed collector leaves a readable file.
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use oomscope_format::{
 };
 
 use super::Event;
-use super::shared_state::{PidCounters, RunState};
+use super::shared_state::{Pending, PidCounters, RunState};
 use oomscope_format::protocol::{self, Message};
 
 /// Longest time between two flushes of the trace file.
@@ -56,22 +57,31 @@ pub fn record_loop(
     let mut senders = Senders::default();
     let mut last_flush = Instant::now();
     let mut dropped_written = [0u64; 2];
-    let mut rows = Vec::new();
+    let mut pending = Vec::new();
     loop {
         let event = events.recv_timeout(FLUSH_EVERY / 2);
-        // The rows taken before what arrived go first, so the trace stays in time order.
+        // What the sampler took before what arrived goes first, so the trace stays in time order.
         let through_us = match &event {
             Ok(Event::Message { t_us, .. }) => *t_us,
             Ok(Event::StderrOom(oom)) => oom.t_us,
             _ => u64::MAX,
         };
-        state.rows.take_through(through_us, &mut rows);
-        if !rows.is_empty() {
+        state.pending.take_through(through_us, &mut pending);
+        if pending.iter().any(|p| matches!(p, Pending::Row(_))) {
             senders.declare_pending(&mut writer, state)?;
         }
-        for (t_us, mut values) in rows.drain(..) {
-            senders.map_provisional(&mut values);
-            writer.sample(t_us, &values)?;
+        for item in pending.drain(..) {
+            match item {
+                Pending::Row((t_us, mut values)) => {
+                    senders.map_provisional(&mut values);
+                    writer.sample(t_us, &values)?;
+                }
+                Pending::Message {
+                    t_us,
+                    message,
+                    sender,
+                } => senders.message(&mut writer, state, t_us, *message, sender)?,
+            }
         }
         match event {
             Ok(Event::Finish {

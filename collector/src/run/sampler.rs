@@ -2,8 +2,8 @@
 //!
 //! The fast sampler reads device memory (NVML) and host memory (`/proc`) every interval on an
 //! absolute schedule (it never drifts; after a stall it skips ahead instead of bursting), drains
-//! the marker socket between ticks, and hands everything to the recorder without blocking: rows
-//! through [`PendingRows`] (nudging the recorder now and then), messages through the channel.
+//! the marker socket between ticks, and hands everything to the recorder without blocking,
+//! through [`PendingQueue`] (nudging the recorder now and then).
 //! The slow poller finds the process tree and
 //! asks NVML for per-process GPU memory once a second, because that query holds the driver's
 //! global lock, and again within ~0.1 s when the fast sampler sees a device's use move (a
@@ -20,7 +20,7 @@ use oomscope_format::{CounterId, CounterKind, Record};
 
 use super::Event;
 use super::markers::MarkerSocket;
-use super::shared_state::{PendingRows, RunState};
+use super::shared_state::{Pending, PendingQueue, RunState};
 use crate::gpu::Gpus;
 use crate::host::{LastPid, MemInfo, TreeRss, process_tree};
 use oomscope_format::protocol::{MAX_DATAGRAM_BYTES, Message};
@@ -197,9 +197,16 @@ impl Reader<'_> {
     }
 
     /// Reads every counter and sends the row stamped `t_us`.
-    fn sample(&mut self, t_us: u64, events: &SyncSender<Event>) -> bool {
+    fn sample(&mut self, t_us: u64, at_mark: bool, events: &SyncSender<Event>) -> bool {
         let state = self.state;
-        self.rescan_on_birth();
+        // A mark's reading is the tree's memory; a fast loop sends thousands of marks a second,
+        // so what changes only on the tick's scale is left to the ticks: a new process (it is in
+        // the tree from the next tick) and the host's available memory (`/proc/meminfo`, a
+        // quarter of the sampler's CPU when read at every mark; the analysis looks back to the
+        // last tick's value).
+        if !at_mark {
+            self.rescan_on_birth();
+        }
         let current = state.tree_generation.load(Ordering::Relaxed);
         if current != self.generation {
             self.tree = state.tree();
@@ -232,7 +239,12 @@ impl Reader<'_> {
                 .extend(pss.map(|pss| (self.counters.host_pss, pss)));
         }
         self.per_rank();
-        if let Some(m) = self.meminfo.as_mut().and_then(MemInfo::read) {
+        if let Some(m) = self
+            .meminfo
+            .as_mut()
+            .filter(|_| !at_mark)
+            .and_then(MemInfo::read)
+        {
             self.row
                 .push((self.counters.host_available, m.available_bytes));
             state.host_available.set(m.available_bytes);
@@ -247,10 +259,10 @@ impl Reader<'_> {
         if self.row.is_empty() {
             return true;
         }
-        if !state.rows.push((t_us, self.row.clone())) {
+        if !state.pending.push(Pending::Row((t_us, self.row.clone()))) {
             state.dropped_samples.fetch_add(1, Ordering::Relaxed);
         }
-        if self.last_nudge.elapsed() < PendingRows::NUDGE_EVERY {
+        if self.last_nudge.elapsed() < PendingQueue::NUDGE_EVERY {
             return true;
         }
         self.last_nudge = Instant::now();
@@ -305,7 +317,7 @@ pub fn sample_loop(
     loop {
         let now = Instant::now();
         if now >= next {
-            if state.stopping() || !reader.sample(state.now_us(), events) {
+            if state.stopping() || !reader.sample(state.now_us(), false, events) {
                 break;
             }
             next += interval;
@@ -329,15 +341,15 @@ pub fn sample_loop(
                 .iter()
                 .any(|m| matches!(m, Message::Record(Record::Mark(_), _)));
             if has_mark && !recent {
-                reader.sample(t_us, events);
+                reader.sample(t_us, true, events);
             }
-            MarkerSocket::forward(messages, t_us, got.sender, state, events);
+            MarkerSocket::forward(messages, t_us, got.sender, state);
         }
     }
     // The program has exited: take what it sent last.
     while let Some(got) = socket.and_then(|s| s.recv_within(Duration::ZERO, &mut datagram)) {
         let messages = MarkerSocket::parse(&datagram[..got.len], state);
-        MarkerSocket::forward(messages, state.now_us(), got.sender, state, events);
+        MarkerSocket::forward(messages, state.now_us(), got.sender, state);
     }
 }
 

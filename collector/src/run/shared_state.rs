@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use oomscope_format::CounterId;
+use oomscope_format::protocol::Message;
 
 /// "No reading" in an atomic slot.
 pub const UNKNOWN: u64 = u64::MAX;
@@ -99,8 +100,8 @@ pub struct RunState {
     pub host_total_bytes: AtomicU64,
     /// Current stage and step as the program last said (for the status line).
     pub stage: Mutex<(String, u64)>,
-    /// Sample rows taken and not yet written.
-    pub rows: PendingRows,
+    /// Readings and marker messages taken and not yet written.
+    pub pending: PendingQueue,
     /// Who the tree's processes are (ranks, launcher, workers).
     pub processes: Mutex<super::processes::Processes>,
     /// Mirrors the registry's generation: the sampler re-reads the ranks when it moves.
@@ -155,41 +156,67 @@ impl PidCounters {
 /// One sampling instant: its time and counter values.
 pub type SampleRow = (u64, Vec<(CounterId, u64)>);
 
-/// Sample rows on their way from the sampler to the recorder.
-///
-/// Why not the event channel: a row per tick through the channel woke the recorder at every tick
-/// (a futex wake-up in both threads, a quarter of the collector's CPU at 1 kHz). Here the sampler
-/// appends under an uncontended lock and nudges the recorder every [`PendingRows::NUDGE_EVERY`];
-/// the recorder also takes the rows up to a message's time before writing the message, so
-/// samples and records still reach the trace in time order whichever thread sent the message.
-#[derive(Debug, Default)]
-pub struct PendingRows {
-    rows: Mutex<VecDeque<SampleRow>>,
+/// What the sampler hands the recorder: a reading, or a message from the marker socket (stamped
+/// with its arrival and the sender's pid).
+#[derive(Debug)]
+pub enum Pending {
+    /// A reading.
+    Row(SampleRow),
+    /// A marker message.
+    Message {
+        /// When it arrived.
+        t_us: u64,
+        /// What it said (boxed: a record is ten times a row's size).
+        message: Box<Message>,
+        /// The pid the kernel states for the datagram.
+        sender: Option<u32>,
+    },
 }
 
-impl PendingRows {
-    /// Most rows waiting; past it new rows are dropped (and counted): the recorder is stuck.
-    pub const MAX_ROWS: usize = 1 << 16;
-    /// How often the sampler wakes the recorder to write the rows.
+impl Pending {
+    fn t_us(&self) -> u64 {
+        match self {
+            Pending::Row((t_us, _)) | Pending::Message { t_us, .. } => *t_us,
+        }
+    }
+}
+
+/// Readings and marker messages on their way from the sampler to the recorder, in time order.
+///
+/// Why not the event channel: an item through the channel wakes the recorder each time (a futex
+/// wake-up in both threads): a row per tick was a quarter of the collector's CPU at 1 kHz, and a
+/// fast loop's six marks a step as much again (2026-11-26). Here the sampler appends under an
+/// uncontended lock and nudges the recorder every [`PendingQueue::NUDGE_EVERY`]; the recorder
+/// takes what waits up to the time of any event from elsewhere (a stderr OOM) before handling
+/// it, so the trace stays in time order and an OOM meets the stage its process marked last.
+#[derive(Debug, Default)]
+pub struct PendingQueue {
+    items: Mutex<VecDeque<Pending>>,
+}
+
+impl PendingQueue {
+    /// Most items waiting; past it new ones are dropped (and counted): the recorder is stuck.
+    pub const MAX_ITEMS: usize = 1 << 16;
+    /// How often the sampler wakes the recorder to write what waits.
     pub const NUDGE_EVERY: Duration = Duration::from_millis(50);
 
-    /// Appends a row (times only grow); `false` when it was dropped.
-    pub fn push(&self, row: SampleRow) -> bool {
-        let Ok(mut rows) = self.rows.lock() else {
+    /// Appends an item (times only grow); `false` when it was dropped.
+    pub fn push(&self, item: Pending) -> bool {
+        let Ok(mut items) = self.items.lock() else {
             return false;
         };
-        if rows.len() >= Self::MAX_ROWS {
+        if items.len() >= Self::MAX_ITEMS {
             return false;
         }
-        rows.push_back(row);
+        items.push_back(item);
         true
     }
 
-    /// Moves the rows taken at or before `t_us` into `out`, oldest first.
-    pub fn take_through(&self, t_us: u64, out: &mut Vec<SampleRow>) {
-        if let Ok(mut rows) = self.rows.lock() {
-            let n = rows.partition_point(|(t, _)| *t <= t_us);
-            out.extend(rows.drain(..n));
+    /// Moves the items taken at or before `t_us` into `out`, oldest first.
+    pub fn take_through(&self, t_us: u64, out: &mut Vec<Pending>) {
+        if let Ok(mut items) = self.items.lock() {
+            let n = items.partition_point(|item| item.t_us() <= t_us);
+            out.extend(items.drain(..n));
         }
     }
 }
@@ -222,7 +249,7 @@ impl RunState {
             host_pss: Mutex::new(None),
             host_total_bytes: AtomicU64::new(0),
             stage: Mutex::new((String::new(), 0)),
-            rows: PendingRows::default(),
+            pending: PendingQueue::default(),
             processes: Mutex::new(super::processes::Processes::new(root_pid)),
             ranks_generation: AtomicU64::new(0),
             pid_counters: Mutex::new(PidCounters::default()),
@@ -393,23 +420,39 @@ mod tests {
 }
 
 #[cfg(test)]
-mod pending_rows_tests {
+mod pending_tests {
     use super::*;
 
+    fn times(items: &[Pending]) -> Vec<u64> {
+        items.iter().map(Pending::t_us).collect()
+    }
+
     #[test]
-    fn rows_are_taken_through_a_time_in_order_and_capped() {
-        let rows = PendingRows::default();
+    fn items_are_taken_through_a_time_in_order_and_capped() {
+        let pending = PendingQueue::default();
         for t in [10, 20, 30] {
-            assert!(rows.push((t, vec![(CounterId(0), t)])));
+            assert!(pending.push(Pending::Row((t, vec![(CounterId(0), t)]))));
+            assert!(pending.push(Pending::Message {
+                t_us: t,
+                message: Box::new(Message::Step {
+                    step: t,
+                    epoch: None
+                }),
+                sender: None,
+            }));
         }
         let mut out = Vec::new();
-        rows.take_through(20, &mut out);
-        assert_eq!(out.iter().map(|r| r.0).collect::<Vec<_>>(), [10, 20]);
-        rows.take_through(u64::MAX, &mut out);
-        assert_eq!(out.iter().map(|r| r.0).collect::<Vec<_>>(), [10, 20, 30]);
-        for t in 0..PendingRows::MAX_ROWS as u64 {
-            assert!(rows.push((t, Vec::new())));
+        pending.take_through(20, &mut out);
+        assert_eq!(times(&out), [10, 10, 20, 20]);
+        assert!(matches!(out[1], Pending::Message { .. }));
+        pending.take_through(u64::MAX, &mut out);
+        assert_eq!(times(&out), [10, 10, 20, 20, 30, 30]);
+        for t in 0..PendingQueue::MAX_ITEMS as u64 {
+            assert!(pending.push(Pending::Row((t, Vec::new()))));
         }
-        assert!(!rows.push((u64::MAX, Vec::new())), "a full buffer drops");
+        assert!(
+            !pending.push(Pending::Row((u64::MAX, Vec::new()))),
+            "a full buffer drops"
+        );
     }
 }
