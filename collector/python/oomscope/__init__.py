@@ -119,6 +119,15 @@ class Probe:
                 atexit.register(self.flush)
             except OSError:
                 self._sock = None
+        self._connected = False
+        if self._sock is not None:
+            # Connected once, a send skips the kernel's lookup of the socket's path that every
+            # `sendto` makes (~5 us of a mark's ~20 on a 2-core VM); `sendto` when it fails.
+            try:
+                self._sock.connect(self.path)
+                self._connected = True
+            except OSError:
+                pass
 
     @property
     def enabled(self):
@@ -139,7 +148,11 @@ class Probe:
             line = self._process_line() + "\n" + line
         lines = self._pending + [line] if self._pending else [line]
         try:
-            self._sock.sendto("\n".join(lines).encode("utf-8", "replace"), self.path)
+            data = "\n".join(lines).encode("utf-8", "replace")
+            if self._connected:
+                self._sock.send(data)
+            else:
+                self._sock.sendto(data, self.path)
             self._pending = []
         except OSError:
             if len(lines) > _MAX_PENDING:
