@@ -27,9 +27,8 @@ step "clippy (wasm32: the shared crates, viewer)"
 cargo clippy -p oomscope-format -p oomscope-snapshot -p oomscope-analysis --lib --target wasm32-unknown-unknown --locked -- -D warnings
 cargo clippy -p oomscope-viewer --all-targets --target wasm32-unknown-unknown --locked -- -D warnings
 
-step "build the shared crates for wasm32"
-cargo build -p oomscope-format -p oomscope-snapshot -p oomscope-analysis --lib --target wasm32-unknown-unknown --locked
-
+# The viewer's build below compiles the shared crates for wasm32 too (a separate dev build of
+# them proved nothing more and cost a cold run about a minute).
 step "rebuild the viewer (cargo, wasm-bindgen, wasm-opt): the built viewer shipped in viewer/dist must be what its sources build"
 bash scripts/build-viewer.sh
 if [ -n "$(git status --porcelain -- viewer/dist)" ]; then
@@ -45,8 +44,15 @@ if [ "$viewer_gz" -gt 600000 ]; then
     exit 1
 fi
 
+# chromedriver leaves a 130 MB profile (`org.chromium.Chromium.scoped_dir.*`) in TMPDIR for every
+# session it does not close itself: the browser steps get a TMPDIR of their own, removed after.
+browser_tmp=$(mktemp -d)
+trap 'rm -rf "$browser_tmp"' EXIT
+
 step "tests (tch instrumentation on CPU and end-to-end reports in chromium included)"
-cargo test --workspace --locked $TCH
+# (PyTorch's compile cache stays where it was: torch.compile's test reuses it between runs.)
+TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchinductor_$(id -un)}" \
+    TMPDIR="$browser_tmp" cargo test --workspace --locked $TCH
 
 step "the Python wheel (maturin): built, installed into a fresh venv, recording an unmodified PyTorch program"
 bash scripts/test-wheel.sh
@@ -55,10 +61,12 @@ step "GPU proof harness, dry run (CPU, fake NVML; the GPU-only assertions are sk
 bash scripts/gpu-proof.sh --dry-run --bins "$CARGO_TARGET_DIR/debug"
 
 step "viewer components in headless chromium (wasm-bindgen-test)"
-CHROMEDRIVER="$(command -v chromedriver)" cargo test -p oomscope-viewer --target wasm32-unknown-unknown --locked
+TMPDIR="$browser_tmp" CHROMEDRIVER="$(command -v chromedriver)" cargo test -p oomscope-viewer --target wasm32-unknown-unknown --locked
 
+# Built with the test profile, on the dependencies the tests built: `cargo bench --no-run` compiled
+# every dependency again at the release profile (minutes on a cold machine) to prove the same.
 step "benchmarks compile"
-cargo bench --workspace --locked --no-run $TCH
+cargo test --workspace --benches --locked --no-run $TCH
 
 FUZZ_SECS="${OOMSCOPE_FUZZ_SECS:-60}"
 step "fuzz the trace reader for ${FUZZ_SECS}s"
