@@ -1,6 +1,7 @@
-//! Traces of real framework programs (`collector/tests/framework_programs/`, PyTorch 2.11 CPU,
-//! Lightning 2.6.6) recorded by `collector/tests/frameworks.rs` on the development VM, kept where
-//! a run showed something the analysis got wrong. Never regenerate: add new ones.
+//! Traces of real programs — framework programs (`collector/tests/framework_programs/`, PyTorch
+//! 2.11 CPU, Lightning 2.6.6) recorded by `collector/tests/frameworks.rs`, and plain Python ones —
+//! recorded on the development VM, kept where a run showed something the analysis got wrong.
+//! Never regenerate: add new ones.
 
 use oomscope_analysis::recommend::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
@@ -47,4 +48,26 @@ fn lightning_s_eval_staircase_under_load_is_no_per_step_leak() {
         eval.explanation
     );
     assert!(!eval.explanation.contains("not a per-step leak"));
+}
+
+/// Four forked workers reading their parent's two million Python strings for 30 s (the classic
+/// copy-on-write "DataLoader leak"; the program of `diagnosis.rs`'s workers test, 4 workers, 60
+/// chunks 0.5 s apart), recorded with `collector run` (2026-11-26): the tree's PSS grew 466 MiB,
+/// all of it the workers' private copies, and a generic "Memory grows +1.14 GiB/min" leak headed
+/// the findings — with tensor advice — above the workers' own finding.
+#[test]
+fn workers_copying_their_parent_are_one_finding_not_a_leak_beside_it() {
+    let t = decode(&support::data("v1_10_cow_workers.oomt")).unwrap().trace;
+    let a = analyze(&t, &AnalysisOptions::default());
+    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FindingKind::WorkerPrivateGrowth], "{:#?}", a.findings);
+    assert_eq!(a.growing_workers.len(), 4);
+    let workers: f64 = a.growing_workers.iter().map(|w| w.slope_bytes_per_s).sum();
+    let trend = a
+        .time_trends
+        .iter()
+        .find(|t| t.host_memory && t.is_leak)
+        .expect("the host memory's growth is still measured");
+    assert!(workers >= trend.slope_bytes_per_s, "{workers} vs {trend:#?}");
+    assert!(trend.growth_bytes >= 400 << 20, "{trend:#?}");
 }

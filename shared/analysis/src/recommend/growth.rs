@@ -58,6 +58,25 @@ pub enum LeakDiagnosis<'a> {
 /// least this many bytes between the two counts (with at least one tensor a step).
 pub const HELD_MIN_BYTES: u64 = 1 << 20;
 
+/// Host memory growing over time is the workers' copy-on-write (the `worker-private-growth`
+/// finding's story, not a leak of the program's) when the workers' private memory grows at least
+/// this share of its rate.
+pub const WORKERS_EXPLAIN_FRACTION: f64 = 0.8;
+
+/// Whether the growing workers' private memory accounts for a host trend's growth
+/// ([`WORKERS_EXPLAIN_FRACTION`]): then one finding tells it, the workers'.
+fn workers_explain(ctx: &RuleContext<'_>, trend: &TimeTrend) -> bool {
+    let workers: f64 = ctx
+        .analysis
+        .growing_workers
+        .iter()
+        .map(|w| w.slope_bytes_per_s)
+        .sum();
+    trend.host_memory
+        && trend.slope_bytes_per_s > 0.0
+        && workers >= WORKERS_EXPLAIN_FRACTION * trend.slope_bytes_per_s
+}
+
 /// What the advice may assume of the program: where its tensors live and whether it has worker
 /// processes, so that a CPU run whose leak is tensors is not told about copy-on-write workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,7 +126,8 @@ impl Diagnose for Leak {
     type Diagnosis<'a> = LeakDiagnosis<'a>;
 
     /// Detection: a stage whose memory grows steadily with the step; without step marks, a
-    /// counter that grows for the whole run (the one that fills first); `None` otherwise.
+    /// counter that grows for the whole run (the one that fills first) unless it is host memory
+    /// the growing workers' copies account for (see `workers_explain`); `None` otherwise.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let primary = ctx.analysis.stage_table.primary_metric;
         let Some(headline) = headline_leak(&ctx.analysis.leak_fits, primary) else {
@@ -115,7 +135,7 @@ impl Diagnose for Leak {
                 .analysis
                 .time_trends
                 .iter()
-                .filter(|t| t.is_leak)
+                .filter(|t| t.is_leak && !workers_explain(ctx, t))
                 .min_by_key(|t| t.time_to_full_us.unwrap_or(u64::MAX))
                 .map(|t| LeakDiagnosis::OverTime(t, Program::of(ctx)))
                 .or_else(|| {
