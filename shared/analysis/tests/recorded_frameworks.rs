@@ -57,10 +57,17 @@ fn lightning_s_eval_staircase_under_load_is_no_per_step_leak() {
 /// the findings — with tensor advice — above the workers' own finding.
 #[test]
 fn workers_copying_their_parent_are_one_finding_not_a_leak_beside_it() {
-    let t = decode(&support::data("v1_10_cow_workers.oomt")).unwrap().trace;
+    let t = decode(&support::data("v1_10_cow_workers.oomt"))
+        .unwrap()
+        .trace;
     let a = analyze(&t, &AnalysisOptions::default());
     let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.kind).collect();
-    assert_eq!(kinds, [FindingKind::WorkerPrivateGrowth], "{:#?}", a.findings);
+    assert_eq!(
+        kinds,
+        [FindingKind::WorkerPrivateGrowth],
+        "{:#?}",
+        a.findings
+    );
     assert_eq!(a.growing_workers.len(), 4);
     let workers: f64 = a.growing_workers.iter().map(|w| w.slope_bytes_per_s).sum();
     let trend = a
@@ -68,6 +75,9 @@ fn workers_copying_their_parent_are_one_finding_not_a_leak_beside_it() {
         .iter()
         .find(|t| t.host_memory && t.is_leak)
         .expect("the host memory's growth is still measured");
-    assert!(workers >= trend.slope_bytes_per_s, "{workers} vs {trend:#?}");
+    assert!(
+        workers >= trend.slope_bytes_per_s,
+        "{workers} vs {trend:#?}"
+    );
     assert!(trend.growth_bytes >= 400 << 20, "{trend:#?}");
 }
