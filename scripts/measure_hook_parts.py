@@ -29,42 +29,34 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(4, 16)
 
-    def block():
+    def block(steps=STEPS):
         start = time.perf_counter()
-        for _ in range(STEPS):
+        for _ in range(steps):
             model(x).square().mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        return (time.perf_counter() - start) / STEPS * 1e6
+        return (time.perf_counter() - start) / steps * 1e6
 
-    for _ in range(300):  # warm-up; the root is found
-        model(x).square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    originals = (h._probe._mark, h._watch_backward, h._watch_held)
-    stubs = {
-        "off": None,
-        "on": None,
-        "on, marks not sent": ("_mark", lambda *a, **k: None),
-        "on, backward not watched": ("_watch_backward", lambda output: None),
-        "on, no leak watch": ("_watch_held", lambda: None),
+    block(300)  # warm-up; the root is found
+    # Each variant: the parts stubbed out, as (owner, attribute, stand-in).
+    variants = {
+        "off": [],
+        "on": [],
+        "on, marks not sent": [(h._probe, "_mark", lambda *a, **k: None)],
+        "on, backward not watched": [(h, "_watch_backward", lambda output: None)],
+        "on, no leak watch": [(h, "_watch_held", lambda: None)],
     }
-    times = {name: [] for name in stubs}
+    times = {name: [] for name in variants}
     for _ in range(ROUNDS):
-        for name, stub in stubs.items():
-            h.resume()
-            h._probe._mark, h._watch_backward, h._watch_held = originals
-            if name == "off":
-                h.pause()
-            elif stub is not None:
-                attr, fn = stub
-                if attr == "_mark":
-                    h._probe._mark = fn
-                else:
-                    setattr(h, attr, fn)
+        for name, stubs in variants.items():
+            (h.pause if name == "off" else h.resume)()
+            saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in stubs]
+            for owner, attr, fn in stubs:
+                setattr(owner, attr, fn)
             times[name].append(block())
+            for owner, attr, original in saved:
+                setattr(owner, attr, original)
     h.resume()
-    h._probe._mark, h._watch_backward, h._watch_held = originals
     for name, values in times.items():
         print("%-26s %7.1f us/step" % (name, statistics.median(values)), file=sys.stderr)
 
