@@ -29,6 +29,15 @@ pub struct PhaseTransition {
     pub before_step: Option<u64>,
     /// The metric at the last training mark before eval.
     pub before_bytes: Option<u64>,
+    /// The floor training stood on before eval: the lowest value at `before_stage` over the
+    /// last quarter (at least [`FLOOR_MARKS`]) of those marks in the training stretch before
+    /// it, counted as if at its last mark (less `training_slope_bytes` a step from it). What
+    /// eval kept is measured from here, floor to floor, so that one high or low reading on
+    /// either side (the C allocator's heap moves by tens of MiB from step to step) is not read
+    /// as kept or as given back.
+    pub floor_before_bytes: Option<u64>,
+    /// Step of the mark that floor was read at.
+    pub floor_before_step: Option<u64>,
     /// Step of the first eval mark.
     pub entry_step: u64,
     /// Time of the first eval mark.
@@ -47,8 +56,8 @@ pub struct PhaseTransition {
     /// accumulated batch by batch (`None` with fewer than two batches).
     pub within_growth_bytes: Option<i64>,
     /// Stage of the training mark compared after eval: of the marks at `before_stage` in the
-    /// next training stretch, the one with the lowest value (memory kept stays; memory the
-    /// allocator hands back later does not); else that stretch's first mark.
+    /// next training stretch, the floor (memory kept stays; memory the allocator hands back
+    /// later does not); else that stretch's first mark.
     pub after_stage: Option<String>,
     /// Step of that mark.
     pub after_step: Option<u64>,
@@ -58,9 +67,16 @@ pub struct PhaseTransition {
     pub after_bytes: Option<u64>,
     /// `eval_peak − before`.
     pub jump_bytes: Option<i64>,
-    /// `after − before`: what eval left behind.
+    /// Training's own growth per step at `before_stage` around the eval (the median
+    /// step-to-step change on both sides, never below zero), taken out of `retained_bytes`.
+    pub training_slope_bytes: Option<i64>,
+    /// What eval left behind: the floor after (`after_bytes`) minus `floor_before_bytes`, each
+    /// counted as if at the eval's edge (less `training_slope_bytes` a step from it).
     pub retained_bytes: Option<i64>,
 }
+
+/// The fewest training marks the floor before an eval is read over.
+pub const FLOOR_MARKS: usize = 3;
 
 /// Every train→eval→train transition, measured with the primary metric. Linear in the marks.
 pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransition> {
@@ -110,20 +126,27 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             .find(|&j| marks[j].phase == Phase::Eval)
             .unwrap_or(marks.len());
         let exit = (eval_end < train_end).then_some(eval_end);
-        // What an eval keeps stays through the training after it: the lowest value at the
-        // before-stage in that stretch (the earliest of equals). The first one alone reads
-        // memory the C allocator gives back some steps later (a heap it trims once training's
-        // frees reach its top) as kept.
+        let before_bytes = before.and_then(|b| column[b]);
+        // What an eval keeps is read floor to floor: the training stretch's floor before it
+        // against the one after it, at the before-stage.
+        let kept = before.and_then(|before| {
+            let stage = marks[before].name.as_ref();
+            let start = marks[..before]
+                .iter()
+                .rposition(|m| m.phase == Phase::Eval)
+                .map_or(0, |p| p + 1);
+            let readings = |range: std::ops::Range<usize>| -> Vec<(usize, u64, u64)> {
+                range
+                    .filter(|&j| marks[j].name.as_ref() == stage)
+                    .filter_map(|j| column[j].map(|v| (j, marks[j].step, v)))
+                    .collect()
+            };
+            kept_floor_to_floor(&readings(start..before + 1), &readings(eval_end..train_end))
+        });
         let after = match before {
-            Some(before) => (eval_end..train_end)
-                .filter(|&j| marks[j].name.as_ref() == marks[before].name.as_ref())
-                .filter_map(|j| column[j].map(|v| (v, j)))
-                .min()
-                .map(|(_, j)| j)
-                .or(exit),
+            Some(_) => kept.map(|k| k.after).or(exit),
             None => exit,
         };
-        let before_bytes = before.and_then(|b| column[b]);
         // After an eval before any training there is nothing to compare with.
         let after_bytes = before.and(after).and_then(|j| column[j]);
         out.push(PhaseTransition {
@@ -143,13 +166,72 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             exit_t_us: exit.map(|j| marks[j].t_us),
             after_bytes,
             jump_bytes: before_bytes.zip(eval_peak).map(|(b, p)| signed_delta(p, b)),
-            retained_bytes: before_bytes
-                .zip(after_bytes)
-                .map(|(b, a)| signed_delta(a, b)),
+            floor_before_bytes: kept.map(|k| k.floor_before_bytes),
+            floor_before_step: kept.map(|k| k.floor_before_step),
+            training_slope_bytes: kept.map(|k| k.slope_bytes),
+            retained_bytes: kept.map(|k| k.retained_bytes),
         });
         i = eval_end.max(i + 1);
     }
     out
+}
+
+/// What an eval kept, read from the training readings `(mark, step, value)` at one stage on
+/// either side of it.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    floor_before_bytes: u64,
+    floor_before_step: u64,
+    slope_bytes: i64,
+    /// The mark of the floor after.
+    after: usize,
+    retained_bytes: i64,
+}
+
+/// The floor after (the lowest reading of the stretch after: memory kept stays there, what the
+/// C allocator hands back some steps later does not) minus the floor before (the lowest of the
+/// last quarter of the stretch before, at least [`FLOOR_MARKS`]: one high or low reading at
+/// the edge is the heap's step-to-step wobble, tens of MiB on the host). Training's own growth
+/// per step (the median step-to-step change on both sides, never below zero) is taken out, each
+/// reading counted as if at the eval's edge, so that a per-step leak is not read as kept.
+/// `None` without a reading after.
+fn kept_floor_to_floor(before: &[(usize, u64, u64)], after: &[(usize, u64, u64)]) -> Option<Kept> {
+    let &(_, edge_before, _) = before.last()?;
+    let &(_, edge_after, _) = after.first()?;
+    let mut deltas: Vec<i128> = [before, after]
+        .iter()
+        .flat_map(|side| side.windows(2))
+        .filter(|w| w[1].1 > w[0].1)
+        .map(|w| (i128::from(w[1].2) - i128::from(w[0].2)) / i128::from(w[1].1 - w[0].1))
+        .collect();
+    deltas.sort_unstable();
+    let slope = deltas
+        .get(deltas.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0)
+        .max(0);
+    let at_edge = |step: u64, value: u64, edge: u64| {
+        i128::from(value) + slope * (i128::from(edge) - i128::from(step))
+    };
+    let tail = (before.len() / 4).max(FLOOR_MARKS);
+    let (floor_before, floor_before_step) = before
+        .iter()
+        .rev()
+        .take(tail)
+        .map(|&(_, step, v)| (at_edge(step, v, edge_before), step))
+        .min_by_key(|&(v, _)| v)?; // the latest of equals
+    let (floor_after, after_mark) = after
+        .iter()
+        .map(|&(j, step, v)| (at_edge(step, v, edge_after), j))
+        .min_by_key(|&(v, _)| v)?; // the earliest of equals
+    let clamp = |x: i128| i64::try_from(x).unwrap_or(if x < 0 { i64::MIN } else { i64::MAX });
+    Some(Kept {
+        floor_before_bytes: u64::try_from(floor_before.max(0)).unwrap_or(u64::MAX),
+        floor_before_step,
+        slope_bytes: clamp(slope),
+        after: after_mark,
+        retained_bytes: clamp(floor_after - floor_before),
+    })
 }
 
 /// The highest sample of metric `index` (when it is a sampled counter) in `[from_us, until_us)`.
@@ -242,6 +324,32 @@ mod tests {
         // The second eval's memory stays through the training after it.
         assert_eq!(t[1].after_step, Some(20));
         assert_eq!(t[1].retained_bytes, Some((2 * GIB) as i64));
+    }
+
+    #[test]
+    fn what_an_eval_kept_is_read_floor_to_floor() {
+        let run = Run {
+            steps: 30,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB,
+            eval_retained_bytes: 2 * GIB,
+            ..Run::default()
+        };
+        let mut trace = run.build();
+        // The heap stood 1 GiB higher at the last training mark before the first eval than
+        // the training's floor: the eval still kept 2 GiB, not 1.
+        let last = trace
+            .marks
+            .iter()
+            .rposition(|m| m.step == 9 && m.name.as_ref() == "post_optimizer_step")
+            .unwrap();
+        trace.marks[last].snapshot.as_mut().unwrap().allocated_bytes += GIB;
+        let t = phase_transitions(&trace, &MarkValues::new(&trace));
+        assert_eq!(t[0].before_bytes, Some(17 * GIB));
+        assert_eq!(t[0].floor_before_bytes, Some(16 * GIB));
+        assert_eq!(t[0].retained_bytes, Some((2 * GIB) as i64));
+        // The same reading after the eval is still the floor training returns to there.
+        assert_eq!(t[1].floor_before_bytes, Some(18 * GIB));
     }
 
     #[test]

@@ -454,18 +454,19 @@ impl Diagnose for EvalRetainsMemory {
         let jump = worst.jump_bytes.unwrap_or(0).unsigned_abs();
         let retained = worst.retained_bytes.unwrap_or(0).unsigned_abs();
         let total = d.total_retained_bytes;
-        // A retaining eval always has a training mark before it (see `retains`).
-        let before = format!(
-            "{} of step {}",
+        // A retaining eval always has training marks on both sides (see `retains`).
+        let mut compared = format!(
+            "{} at its lowest in the training after it, step {}, and before it, step {}",
             worst.before_stage.as_deref().unwrap_or_default(),
-            format_count(worst.before_step.unwrap_or_default())
+            format_count(worst.after_step.unwrap_or_default()),
+            format_count(worst.floor_before_step.unwrap_or_default())
         );
-        let compared = match (&worst.after_stage, worst.after_step) {
-            (Some(stage), Some(step)) => {
-                format!("{stage} of step {} against {before}", format_count(step))
-            }
-            _ => format!("against {before}"),
-        };
+        if let Some(slope) = worst.training_slope_bytes.filter(|&s| s > 0) {
+            compared.push_str(&format!(
+                "; training's own {}/step taken out",
+                format_bytes(slope.unsigned_abs())
+            ));
+        }
         let mut explanation = format!(
             "{} is {} higher after the eval at step {} than before it ({compared}); during the \
              eval it rose {}",
@@ -592,6 +593,9 @@ mod tests {
             before_stage: None,
             before_step: None,
             before_bytes: None,
+            floor_before_bytes: None,
+            floor_before_step: None,
+            training_slope_bytes: None,
             entry_step: 0,
             entry_t_us: t_us,
             eval_marks: 60,
@@ -637,7 +641,8 @@ mod tests {
         assert!(
             f.explanation.starts_with(
                 "allocated is 2.00 GiB higher after the eval at step 9 than before it \
-                 (post_optimizer_step of step 10 against post_optimizer_step of step 9); during \
+                 (post_optimizer_step at its lowest in the training after it, step 10, and \
+                 before it, step 9); during \
                  the eval it rose 3.20 GiB (3 of 4 evals kept memory, 6.00 GiB in all)"
             ),
             "{}",
