@@ -43,6 +43,8 @@ def main():
         "off": [],
         "on": [],
         "on, marks not sent": [(h._probe, "_mark", lambda *a, **k: None)],
+        "on, marks built, no send": [(h._probe, "send", lambda line: None)],
+        "on, no own reading": [(h._probe, "_at_line", lambda memory=False, now_us=None: "at 0")],
         "on, backward not watched": [(h, "_watch_backward", lambda output: None)],
         "on, no leak watch": [(h, "_watch_held", lambda: None)],
     }

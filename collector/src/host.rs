@@ -20,8 +20,11 @@ use std::os::unix::fs::FileExt;
 #[derive(Debug)]
 pub struct TreeRss {
     statm: HashMap<u32, File>,
-    /// Each process's resident bytes at the last [`TreeRss::rss_bytes`].
-    last: HashMap<u32, u64>,
+    /// Each process's resident and file-backed-or-shared bytes at the last
+    /// [`TreeRss::rss_bytes`].
+    last: HashMap<u32, (u64, u64)>,
+    /// The tree's resident bytes at the last [`TreeRss::rss_bytes`].
+    total_bytes: u64,
     /// The tree's resident file-backed and shared bytes at the last [`TreeRss::rss_bytes`].
     file_bytes: u64,
     page_bytes: u64,
@@ -36,6 +39,7 @@ impl TreeRss {
         TreeRss {
             statm: HashMap::new(),
             last: HashMap::new(),
+            total_bytes: 0,
             file_bytes: 0,
             page_bytes: u64::try_from(page).unwrap_or(4096),
             buf: vec![0; 256],
@@ -76,9 +80,10 @@ impl TreeRss {
                         // and its last real reading is what a post-mortem needs.
                         Some(0) | None => gone.push(*pid),
                         Some(pages) => {
+                            let file = shared.min(pages) * self.page_bytes;
                             total += pages * self.page_bytes;
-                            file_total += shared.min(pages) * self.page_bytes;
-                            self.last.insert(*pid, pages * self.page_bytes);
+                            file_total += file;
+                            self.last.insert(*pid, (pages * self.page_bytes, file));
                             any = true;
                         }
                     }
@@ -91,6 +96,7 @@ impl TreeRss {
             self.last.remove(&pid);
         }
         self.file_bytes = file_total;
+        self.total_bytes = total;
         any.then_some(total)
     }
 
@@ -102,7 +108,22 @@ impl TreeRss {
 
     /// One process's resident bytes at the last [`TreeRss::rss_bytes`] (`None` once it is gone).
     pub fn rss_of(&self, pid: u32) -> Option<u64> {
-        self.last.get(&pid).copied()
+        self.last.get(&pid).map(|&(rss, _)| rss)
+    }
+
+    /// The tree's resident and file-backed-or-shared bytes as of the last
+    /// [`TreeRss::rss_bytes`], with process `pid`'s replaced by what it read of itself since
+    /// (`None` when `pid` was not read then: not in the tree, or not yet).
+    pub fn with_reading_of(&self, pid: u32, rss_bytes: u64, file_bytes: u64) -> Option<(u64, u64)> {
+        let &(rss_then, file_then) = self.last.get(&pid)?;
+        Some((
+            self.total_bytes
+                .saturating_sub(rss_then)
+                .saturating_add(rss_bytes),
+            self.file_bytes
+                .saturating_sub(file_then)
+                .saturating_add(file_bytes.min(rss_bytes)),
+        ))
     }
 }
 

@@ -1222,6 +1222,7 @@ p._oom("boom", source="allocator", requested_bytes=1, stage="s", step=1, device=
        total_bytes=3, allocated_bytes=4, reserved_bytes=5)
 p.alive([("/home/me/train.py", 20, "forward", 1 << 30, 2)])
 p.process(group="pp0")
+lines.append(p._at_line(memory=True))
 print("\n".join(lines))
 import sys
 for names in (oom._RANK_VARS, oom._LOCAL_RANK_VARS, oom._WORLD_SIZE_VARS, oom._ATTEMPT_VARS):

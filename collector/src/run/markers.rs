@@ -164,18 +164,16 @@ impl MarkerSocket {
         messages
     }
 
-    /// Hands messages to the recorder (through [`RunState::pending`], behind the reading taken
-    /// for them), stamped `t_us` and with their sender's pid; what does not fit is counted.
-    pub fn forward(messages: Vec<Message>, t_us: u64, sender: Option<u32>, state: &RunState) {
-        for message in messages {
-            let item = Pending::Message {
-                t_us,
-                message: Box::new(message),
-                sender,
-            };
-            if !state.pending.push(item) {
-                state.dropped_messages.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Hands a message to the recorder (through [`RunState::pending`], behind the reading taken
+    /// for it), stamped `t_us` and with its sender's pid; what does not fit is counted.
+    pub fn forward_one(message: Box<Message>, t_us: u64, sender: Option<u32>, state: &RunState) {
+        let item = Pending::Message {
+            t_us,
+            message,
+            sender,
+        };
+        if !state.pending.push(item) {
+            state.dropped_messages.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -246,6 +246,8 @@ impl Senders {
                 ctx.epoch = epoch.unwrap_or(ctx.epoch);
             }
             Message::Phase(phase) => self.context(sender).phase = phase,
+            // The sampler took its time and reading (`sampler::Drained`); nothing is left.
+            Message::At(_) => {}
             Message::Record(Record::Process(said), _) => {
                 if let Some(pid) = sender {
                     for record in state.with_processes(|p| p.said(pid, &said, t_us)) {

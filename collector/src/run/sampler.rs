@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use oomscope_format::{CounterId, CounterKind, Record};
 
 use super::Event;
-use super::markers::MarkerSocket;
+use super::markers::{Datagram, MarkerSocket};
 use super::shared_state::{Pending, PendingQueue, RunState};
 use crate::gpu::Gpus;
 use crate::host::{LastPid, MemInfo, TreeRss, process_tree};
@@ -91,6 +91,8 @@ struct Reader<'a> {
     pss_anchor: Option<(u64, u64)>,
     row: Vec<(CounterId, u64)>,
     last_t_us: Option<u64>,
+    /// The time of the last row or message handed to the recorder (times only grow there).
+    pushed_t_us: u64,
     /// When the recorder was last told that rows are waiting.
     last_nudge: Instant,
     /// The ranks (pid, rank) and the registry generation they were read at.
@@ -196,6 +198,40 @@ impl Reader<'_> {
         }
     }
 
+    /// Hands the row to the recorder, stamped `t_us`.
+    fn push_row(&mut self, t_us: u64) {
+        let state = self.state;
+        self.pushed_t_us = self.pushed_t_us.max(t_us);
+        if !state.pending.push(Pending::Row((t_us, self.row.clone()))) {
+            state.dropped_samples.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A mark's reading from what its sender read of itself: the tree's memory as of the last
+    /// tick with the sender's own replaced (its workers' memory moves on the tick's scale, its
+    /// own at every stage), its rank's counter, and the PSS moved with it. Nothing when the
+    /// sender was not read at the last tick (not in the tree, or new): the mark then reads the
+    /// tick's values.
+    fn sender_reading(&mut self, t_us: u64, sender: Option<u32>, rss_bytes: u64, file_bytes: u64) {
+        let Some(pid) = sender else {
+            return;
+        };
+        let Some((tree_rss, tree_file)) = self.rss.with_reading_of(pid, rss_bytes, file_bytes)
+        else {
+            return;
+        };
+        self.row.clear();
+        self.row.push((self.counters.host_rss, tree_rss));
+        self.row.push((self.counters.host_rss_file, tree_file));
+        if let Some(pss) = self.pss(tree_rss) {
+            self.row.push((self.counters.host_pss, pss));
+        }
+        if let Some(&id) = self.pid_rss.get(&pid) {
+            self.row.push((id, rss_bytes));
+        }
+        self.push_row(t_us);
+    }
+
     /// Reads every counter and sends the row stamped `t_us`.
     fn sample(&mut self, t_us: u64, at_mark: bool, events: &SyncSender<Event>) -> bool {
         let state = self.state;
@@ -259,9 +295,7 @@ impl Reader<'_> {
         if self.row.is_empty() {
             return true;
         }
-        if !state.pending.push(Pending::Row((t_us, self.row.clone()))) {
-            state.dropped_samples.fetch_add(1, Ordering::Relaxed);
-        }
+        self.push_row(t_us);
         if self.last_nudge.elapsed() < PendingQueue::NUDGE_EVERY {
             return true;
         }
@@ -278,7 +312,9 @@ impl Reader<'_> {
 /// schedule (after a stall it resumes from now instead of bursting), and between ticks it drains
 /// the marker socket. A mark is stamped with the time it arrived and gets a reading stamped with
 /// the same time, so the stage table sees memory as it was at the mark, not up to one interval
-/// earlier.
+/// earlier — unless its sender timed it and read its own memory (`at`): then the mark keeps its
+/// sender's time and reading, and from the first such message on the socket is drained every
+/// [`TIMED_DRAIN_EVERY`] instead of waking the sampler for each datagram.
 pub fn sample_loop(
     state: &RunState,
     sources: Sources<'_>,
@@ -306,17 +342,26 @@ pub fn sample_loop(
         pss_anchor: None,
         row: Vec::with_capacity(counters.gpus.len() * 4 + 2),
         last_t_us: None,
+        pushed_t_us: 0,
         last_nudge: Instant::now(),
         ranks: Vec::new(),
         ranks_generation: 0,
         pid_rss: HashMap::new(),
         pid_gpu: HashMap::new(),
     };
-    let mut datagram = vec![0u8; MAX_DATAGRAM_BYTES];
+    let mut inbox = Inbox {
+        datagram: vec![0u8; MAX_DATAGRAM_BYTES],
+        drained: Vec::new(),
+        timed: false,
+    };
     let mut next = Instant::now();
+    let mut next_drain = Instant::now();
     loop {
         let now = Instant::now();
         if now >= next {
+            if let Some(socket) = socket.filter(|_| inbox.timed) {
+                inbox.drain(socket, &mut reader, events);
+            }
             if state.stopping() || !reader.sample(state.now_us(), false, events) {
                 break;
             }
@@ -330,26 +375,151 @@ pub fn sample_loop(
             std::thread::sleep(next - now);
             continue;
         };
-        if let Some(got) = socket.recv_within(next - now, &mut datagram) {
-            let t_us = state.now_us();
-            let recent = reader
-                .last_t_us
-                .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
-            // The reading goes into the channel before the mark, with the mark's time.
-            let messages = MarkerSocket::parse(&datagram[..got.len], state);
-            let has_mark = messages
-                .iter()
-                .any(|m| matches!(m, Message::Record(Record::Mark(_), _)));
-            if has_mark && !recent {
-                reader.sample(t_us, true, events);
+        if inbox.timed {
+            let wake = next_drain.min(next);
+            if wake > now {
+                std::thread::sleep(wake - now);
             }
-            MarkerSocket::forward(messages, t_us, got.sender, state);
+            inbox.drain(socket, &mut reader, events);
+            next_drain = Instant::now() + TIMED_DRAIN_EVERY;
+            continue;
+        }
+        if let Some(got) = socket.recv_within(next - now, &mut inbox.datagram) {
+            inbox.read(got, state.now_us(), state);
+            inbox.apply(&mut reader, events);
         }
     }
     // The program has exited: take what it sent last.
-    while let Some(got) = socket.and_then(|s| s.recv_within(Duration::ZERO, &mut datagram)) {
-        let messages = MarkerSocket::parse(&datagram[..got.len], state);
-        MarkerSocket::forward(messages, state.now_us(), got.sender, state);
+    if let Some(socket) = socket {
+        inbox.drain(socket, &mut reader, events);
+    }
+}
+
+/// How often a socket whose senders time their own messages is drained. The kernel queues 10
+/// datagrams per Unix socket by default (`net.unix.max_dgram_qlen`; a full queue makes a send
+/// fail, and the helper then carries the line in its next datagram): every 2 ms keeps a loop
+/// that marks up to five times a millisecond under it. An empty drain is one `ppoll`.
+const TIMED_DRAIN_EVERY: Duration = Duration::from_millis(2);
+
+/// The marker socket's side of the sampler: datagrams read and what they hold, in time order
+/// once applied.
+struct Inbox {
+    datagram: Vec<u8>,
+    drained: Vec<Drained>,
+    /// A sender has timed its messages (`at`): the socket is drained on a schedule from now on.
+    timed: bool,
+}
+
+/// What a datagram holds, stamped with the time it happened.
+enum Drained {
+    /// The sender's reading of itself (`at … rss_bytes=`).
+    Reading {
+        t_us: u64,
+        sender: Option<u32>,
+        rss_bytes: u64,
+        rss_file_bytes: u64,
+    },
+    /// A reading the collector takes for an untimed mark.
+    Sample { t_us: u64 },
+    /// A message for the recorder.
+    Message {
+        t_us: u64,
+        message: Box<Message>,
+        sender: Option<u32>,
+    },
+}
+
+impl Drained {
+    fn t_us(&self) -> u64 {
+        match self {
+            Drained::Reading { t_us, .. }
+            | Drained::Sample { t_us }
+            | Drained::Message { t_us, .. } => *t_us,
+        }
+    }
+}
+
+impl Inbox {
+    /// Reads every datagram waiting and applies them.
+    fn drain(
+        &mut self,
+        socket: &MarkerSocket,
+        reader: &mut Reader<'_>,
+        events: &SyncSender<Event>,
+    ) {
+        let state = reader.state;
+        while let Some(got) = socket.recv_within(Duration::ZERO, &mut self.datagram) {
+            self.read(got, state.now_us(), state);
+        }
+        self.apply(reader, events);
+    }
+
+    /// Parses one datagram that arrived (or was read) at `arrival_us`. Messages after an `at`
+    /// take its time; an untimed mark gets the collector's reading at arrival, once per datagram.
+    fn read(&mut self, got: Datagram, arrival_us: u64, state: &RunState) {
+        let mut t_us = arrival_us;
+        let mut timed = false;
+        let mut sampled = false;
+        for message in MarkerSocket::parse(&self.datagram[..got.len], state) {
+            match message {
+                Message::At(at) => {
+                    self.timed = true;
+                    timed = true;
+                    t_us = state.trace_time_of(at.mono_us).unwrap_or(arrival_us);
+                    if let Some(rss_bytes) = at.rss_bytes {
+                        self.drained.push(Drained::Reading {
+                            t_us,
+                            sender: got.sender,
+                            rss_bytes,
+                            rss_file_bytes: at.rss_file_bytes.unwrap_or(0),
+                        });
+                    }
+                }
+                message => {
+                    let mark = matches!(message, Message::Record(Record::Mark(_), _));
+                    if mark && !timed && !sampled {
+                        sampled = true;
+                        self.drained.push(Drained::Sample { t_us });
+                    }
+                    self.drained.push(Drained::Message {
+                        t_us,
+                        message: Box::new(message),
+                        sender: got.sender,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Hands what was read to the recorder in time order (several senders' datagrams
+    /// interleave), never before what was handed on already.
+    fn apply(&mut self, reader: &mut Reader<'_>, events: &SyncSender<Event>) {
+        self.drained.sort_by_key(Drained::t_us);
+        for item in self.drained.drain(..) {
+            let t_us = item.t_us().max(reader.pushed_t_us);
+            match item {
+                Drained::Reading {
+                    sender,
+                    rss_bytes,
+                    rss_file_bytes,
+                    ..
+                } => reader.sender_reading(t_us, sender, rss_bytes, rss_file_bytes),
+                Drained::Sample { .. } => {
+                    let recent = reader
+                        .last_t_us
+                        .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
+                    if !recent {
+                        reader.sample(t_us, true, events);
+                    }
+                }
+                Drained::Message {
+                    message, sender, ..
+                } => {
+                    MarkerSocket::forward_one(message, t_us, sender, reader.state);
+                    reader.pushed_t_us = t_us;
+                }
+            }
+        }
     }
 }
 
@@ -592,6 +762,87 @@ pub fn poll_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::shared_state::monotonic_us;
+
+    /// What a datagram of `text` from pid 7, arriving at `arrival_us`, is read as.
+    fn read(inbox: &mut Inbox, state: &RunState, text: &str, arrival_us: u64) {
+        inbox.datagram[..text.len()].copy_from_slice(text.as_bytes());
+        let got = Datagram {
+            len: text.len(),
+            sender: Some(7),
+        };
+        inbox.read(got, arrival_us, state);
+    }
+
+    /// (time, what) of each item read.
+    fn items(inbox: &Inbox) -> Vec<(u64, String)> {
+        inbox
+            .drained
+            .iter()
+            .map(|d| {
+                let what = match d {
+                    Drained::Reading { rss_bytes, .. } => format!("reading {rss_bytes}"),
+                    Drained::Sample { .. } => "sample".to_owned(),
+                    Drained::Message { message, .. } => {
+                        let mut line = String::new();
+                        oomscope_format::protocol::format(&mut line, message);
+                        line.trim_end().to_owned()
+                    }
+                };
+                (d.t_us(), what)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn timed_messages_keep_their_senders_time_and_reading_and_untimed_marks_get_one_taken() {
+        let state = RunState::new(&[], std::process::id());
+        std::thread::sleep(Duration::from_millis(20));
+        let mono = monotonic_us();
+        let start = mono - state.now_us(); // the run's start on the sender's clock, ±1 us
+        let mut inbox = Inbox {
+            datagram: vec![0; 1024],
+            drained: Vec::new(),
+            timed: false,
+        };
+        let text = format!(
+            "at {} rss_bytes=100 rss_file_bytes=10\nmark a\nat {}\nnote x\nmark b",
+            mono - 15_000,
+            mono - 5_000
+        );
+        read(&mut inbox, &state, &text, 19_999);
+        assert!(
+            inbox.timed,
+            "from now on the socket is drained on a schedule"
+        );
+        let got = items(&inbox);
+        let t = |mono_then: u64| mono_then - start;
+        let near = |a: u64, b: u64| a.abs_diff(b) <= 2;
+        let what: Vec<&str> = got.iter().map(|(_, w)| w.as_str()).collect();
+        assert_eq!(what, ["reading 100", "mark a", "note x", "mark b"]);
+        assert!(
+            near(got[0].0, t(mono - 15_000)) && got[1].0 == got[0].0,
+            "{got:?}"
+        );
+        assert!(
+            near(got[2].0, t(mono - 5_000)) && got[3].0 == got[2].0,
+            "{got:?}"
+        );
+        // A time not within the run (another clock) is the arrival's; an untimed mark gets the
+        // collector's reading at arrival, once for its datagram.
+        inbox.drained.clear();
+        read(&mut inbox, &state, "at 5\nmark c", 19_999);
+        read(&mut inbox, &state, "mark d\nmark e", 20_000);
+        assert_eq!(
+            items(&inbox),
+            [
+                (19_999, "mark c".to_owned()),
+                (20_000, "sample".to_owned()),
+                (20_000, "mark d".to_owned()),
+                (20_000, "mark e".to_owned())
+            ]
+        );
+    }
 
     #[test]
     fn a_tree_forking_workers_is_read_once_it_settles() {

@@ -57,6 +57,8 @@ impl Default for Gauge {
 #[derive(Debug)]
 pub struct RunState {
     start: Instant,
+    /// `CLOCK_MONOTONIC` at `start`, microseconds: what a sender's `at` time is measured from.
+    start_mono_us: u64,
     /// Set when the run is over: threads finish their current iteration and return.
     stop: AtomicBool,
     /// Wakes the threads that sleep between rare tasks (poller, status line) when the run ends,
@@ -221,6 +223,19 @@ impl PendingQueue {
     }
 }
 
+/// `CLOCK_MONOTONIC` now, microseconds (the clock `Instant` reads on Linux, and Python's
+/// `time.monotonic_ns`).
+pub(crate) fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec it is given a valid pointer to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000
+}
+
 impl RunState {
     /// State for a run watching these GPUs.
     pub fn new(gpus: &[oomscope_format::GpuInfo], root_pid: u32) -> RunState {
@@ -229,6 +244,7 @@ impl RunState {
         let gpus = gpu_total_bytes.len();
         RunState {
             start: Instant::now(),
+            start_mono_us: monotonic_us(),
             stop: AtomicBool::new(false),
             stop_signal: (Mutex::new(false), std::sync::Condvar::new()),
             poll_signal: (Mutex::new(false), std::sync::Condvar::new()),
@@ -260,6 +276,13 @@ impl RunState {
     /// Microseconds since the run started (the trace's clock).
     pub fn now_us(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// A sender's `CLOCK_MONOTONIC` time (microseconds) on the trace's clock; `None` when it
+    /// is not within the run so far (another clock: a time namespace, a bad sender).
+    pub fn trace_time_of(&self, mono_us: u64) -> Option<u64> {
+        let t_us = mono_us.checked_sub(self.start_mono_us)?;
+        (t_us <= self.now_us()).then_some(t_us)
     }
 
     /// Whether the run is over.
