@@ -527,6 +527,15 @@ impl Inbox {
 /// VM), so it has a budget: this share of one core over time...
 const PSS_CPU_SHARE: f64 = 0.01;
 
+/// ...and this share while a process of the tree other than the program grew its private memory
+/// by [`GROWING_PRIVATE_BYTES`] between two readings: copy-on-write workers of a large parent
+/// (80 ms a reading for a 1.2 GiB parent and two workers) were read three times in their 15 s at
+/// 1%, too few to call their growth (15 -> 100 -> 316 MiB each); at 3% ~6 times.
+const PSS_CPU_SHARE_GROWING: f64 = 0.03;
+
+/// Private growth of a worker between two readings that raises the budget.
+const GROWING_PRIVATE_BYTES: u64 = 16 << 20;
+
 /// ...with bursts of up to this much (seconds), so that the workers a DataLoader starts are read
 /// at once even when each reading is slow, while a program that spawns processes all the time
 /// cannot make the poller walk page tables without pause.
@@ -549,6 +558,10 @@ struct PssSchedule {
     changing_since: Option<Instant>,
     tokens_s: f64,
     refilled: Instant,
+    /// The budget's share of a core now ([`PSS_CPU_SHARE`] or [`PSS_CPU_SHARE_GROWING`]).
+    share: f64,
+    /// Each process's private bytes at the last reading (the program's left out).
+    private: HashMap<u32, u64>,
 }
 
 impl PssSchedule {
@@ -559,12 +572,14 @@ impl PssSchedule {
             changing_since: None,
             tokens_s: PSS_BURST_S,
             refilled: now,
+            share: PSS_CPU_SHARE,
+            private: HashMap::new(),
         }
     }
 
     /// Whether a reading may start now.
     fn ready(&mut self, now: Instant) -> bool {
-        let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * PSS_CPU_SHARE;
+        let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * self.share;
         self.tokens_s = (self.tokens_s + earned).min(PSS_BURST_S);
         self.refilled = now;
         now >= self.due && self.tokens_s > 0.0
@@ -588,11 +603,28 @@ impl PssSchedule {
         }
     }
 
+    /// The workers' private bytes just read: while one grows, readings come more often.
+    fn workers_read(&mut self, private: impl Iterator<Item = (u32, u64)>) {
+        let last = std::mem::take(&mut self.private);
+        let mut growing = false;
+        for (pid, bytes) in private {
+            growing |= last
+                .get(&pid)
+                .is_some_and(|&then| bytes >= then + GROWING_PRIVATE_BYTES);
+            self.private.insert(pid, bytes);
+        }
+        self.share = if growing {
+            PSS_CPU_SHARE_GROWING
+        } else {
+            PSS_CPU_SHARE
+        };
+    }
+
     /// How long the poller may sleep before a reading falls due, when one waits on a change
     /// (and the budget it waits for, if spent).
     fn wait(&self, now: Instant) -> Option<Duration> {
         self.changing_since?;
-        let refill = Duration::from_secs_f64((-self.tokens_s).max(0.0) / PSS_CPU_SHARE);
+        let refill = Duration::from_secs_f64((-self.tokens_s).max(0.0) / self.share);
         Some(self.due.saturating_duration_since(now).max(refill))
     }
 }
@@ -633,6 +665,12 @@ fn read_pss(
         // Never wait for the recorder: a full channel loses one reading, not the run's pace.
         let _ = events.try_send(Event::Records(vec![record]));
     }
+    schedule.workers_read(
+        rollups
+            .iter()
+            .filter(|r| Some(r.pid) != tree.first().copied())
+            .map(|r| (r.pid, r.private_bytes)),
+    );
     let still = state.tree() == tree;
     if !rollups.is_empty()
         && let Ok(mut r) = state.host_pss.lock()
@@ -864,6 +902,22 @@ mod tests {
             s.tree_changed(t0 + Duration::from_millis(10 * i));
         }
         assert!(s.ready(t0 + PSS_SETTLE_MAX));
+    }
+
+    #[test]
+    fn a_worker_growing_its_private_memory_is_read_more_often() {
+        let mut s = PssSchedule::new();
+        s.workers_read([(10, 15 << 20), (11, 15 << 20)].into_iter());
+        assert_eq!(s.share, PSS_CPU_SHARE);
+        s.workers_read([(10, 100 << 20), (11, 15 << 20)].into_iter());
+        assert_eq!(s.share, PSS_CPU_SHARE_GROWING);
+        // Spent: the refill comes three times sooner.
+        s.tokens_s = -0.03;
+        s.changing_since = Some(Instant::now());
+        let wait = s.wait(Instant::now()).unwrap();
+        assert!(wait <= Duration::from_secs(1), "{wait:?}");
+        s.workers_read([(10, 101 << 20), (11, 16 << 20)].into_iter());
+        assert_eq!(s.share, PSS_CPU_SHARE, "growth stopped");
     }
 
     #[test]

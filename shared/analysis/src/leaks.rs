@@ -174,6 +174,10 @@ pub struct GrowthFit {
     /// transitions keep has fragmented, not a leak of its own (see [`staircase_creep`]); the
     /// eval finding states it.
     pub staircase_creep: bool,
+    /// Host memory that grew no faster than the growing workers' private copies (at least
+    /// [`crate::workers::WORKERS_EXPLAIN_FRACTION`] of its rate per second): the copy-on-write
+    /// workers' finding tells it; never a leak of its own.
+    pub copied_by_workers: bool,
     /// When memory is full (leaks with a known limit only).
     pub projection: Option<FullProjection>,
     /// For host memory, when the trace records the tree's file-backed pages (`host.rss_file`):
@@ -246,6 +250,10 @@ pub fn leak_fits(
         outside_train.push(last + u32::from(!is_train(mark.phase)));
     }
     let (gpu_oom, host_oom) = died_of_oom(trace);
+    let workers_bytes_per_s: f64 = crate::workers::growing_workers(trace)
+        .iter()
+        .map(|w| w.slope_bytes_per_s)
+        .sum();
     let mut out = Vec::new();
     for &(metric, index) in &metrics {
         let limit = limit_of(trace, metric);
@@ -260,6 +268,7 @@ pub fn leak_fits(
                 .flatten(),
             host,
             tensors_counted_growing: !trace.held.is_empty(),
+            workers_bytes_per_s,
         };
         // One pass over the marks sorts the points into their stages.
         let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
@@ -331,6 +340,9 @@ struct FitContext<'a> {
     host: bool,
     /// The hooks counted live tensors growing somewhere in the run (HELD records).
     tensors_counted_growing: bool,
+    /// The growing workers' private memory, together, per second (see
+    /// [`crate::workers::growing_workers`]).
+    workers_bytes_per_s: f64,
 }
 
 /// Fits the points of metric number `index` at one stage; `None` when they span fewer than
@@ -402,7 +414,15 @@ fn fit_stage(
     let file_backed =
         file_backed_growth_bytes.is_some_and(|f| f as f64 >= FILE_BACKED_MIN_SHARE * growth);
     let creep = staircase_creep(&split, span_steps, context);
-    let rising = line.slope > 0.0 && split.train_slope > 0.0 && !file_backed && !creep;
+    // Host memory that grows as fast as the workers copy their parent's pages is their copies.
+    let span_s = last.t_us.saturating_sub(first.t_us) as f64 / 1e6;
+    let copied_by_workers = context.host
+        && span_s > 0.0
+        && context.workers_bytes_per_s
+            >= crate::workers::WORKERS_EXPLAIN_FRACTION * (growth / span_s).max(0.0)
+        && context.workers_bytes_per_s > 0.0;
+    let rising =
+        line.slope > 0.0 && split.train_slope > 0.0 && !file_backed && !creep && !copied_by_workers;
     let evidence = if !rising {
         None
     } else if steps >= min_steps && r_squared >= MIN_R_SQUARED && grows(long_floor) {
@@ -461,6 +481,7 @@ fn fit_stage(
         is_leak,
         evidence,
         staircase_creep: creep,
+        copied_by_workers,
         projection,
         file_backed_growth_bytes,
     })

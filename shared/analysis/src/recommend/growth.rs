@@ -58,13 +58,8 @@ pub enum LeakDiagnosis<'a> {
 /// least this many bytes between the two counts (with at least one tensor a step).
 pub const HELD_MIN_BYTES: u64 = 1 << 20;
 
-/// Host memory growing over time is the workers' copy-on-write (the `worker-private-growth`
-/// finding's story, not a leak of the program's) when the workers' private memory grows at least
-/// this share of its rate.
-pub const WORKERS_EXPLAIN_FRACTION: f64 = 0.8;
-
 /// Whether the growing workers' private memory accounts for a host trend's growth
-/// ([`WORKERS_EXPLAIN_FRACTION`]): then one finding tells it, the workers'.
+/// ([`crate::workers::WORKERS_EXPLAIN_FRACTION`]): then one finding tells it, the workers'.
 fn workers_explain(ctx: &RuleContext<'_>, trend: &TimeTrend) -> bool {
     let workers: f64 = ctx
         .analysis
@@ -74,7 +69,7 @@ fn workers_explain(ctx: &RuleContext<'_>, trend: &TimeTrend) -> bool {
         .sum();
     trend.host_memory
         && trend.slope_bytes_per_s > 0.0
-        && workers >= WORKERS_EXPLAIN_FRACTION * trend.slope_bytes_per_s
+        && workers >= crate::workers::WORKERS_EXPLAIN_FRACTION * trend.slope_bytes_per_s
 }
 
 /// What the advice may assume of the program: where its tensors live and whether it has worker

@@ -260,33 +260,64 @@ impl Diagnose for WorkerPrivateGrowth {
             .map(|w| w.last_private_bytes.saturating_sub(w.first_private_bytes))
             .sum();
         let top = &workers[0];
-        let explanation = format!(
-            "the private memory of {} of the program's processes grows steadily ({}{}): together \
-             +{}/min, {} so far; the largest, pid {}, went from {} to {} in {}. A forked worker \
-             shares its parent's pages until it writes to them, and reading Python objects writes \
-             their reference counts, so each worker slowly copies what it reads",
-            workers.len(),
+        let pids = format!(
+            "{}{}",
             shown.join(", "),
             if more > 0 {
                 format!(" and {more} more")
             } else {
                 String::new()
-            },
-            oomscope_format::units::format_bytes_f64(rate * 60.0),
-            format_bytes(growth),
+            }
+        );
+        let rate_per_min = oomscope_format::units::format_bytes_f64(rate * 60.0);
+        let largest = format!(
+            "the largest, pid {}, went from {} to {} in {}",
             top.pid,
             format_bytes(top.first_private_bytes),
             format_bytes(top.last_private_bytes),
             format_duration_us(top.to_us.saturating_sub(top.from_us)),
         );
+        let growing = workers.iter().any(|w| w.still_growing);
+        let (title, explanation) = if growing {
+            (
+                format!(
+                    "{} worker process(es) copy their parent's memory (+{rate_per_min}/min \
+                     private)",
+                    workers.len()
+                ),
+                format!(
+                    "the private memory of {} of the program's processes grows steadily \
+                     ({pids}): together +{rate_per_min}/min, {} so far; {largest}. A forked \
+                     worker shares its parent's pages until it writes to them, and reading \
+                     Python objects writes their reference counts, so each worker slowly copies \
+                     what it reads",
+                    workers.len(),
+                    format_bytes(growth),
+                ),
+            )
+        } else {
+            (
+                format!(
+                    "{} worker process(es) each copied their parent's memory ({} private in all)",
+                    workers.len(),
+                    format_bytes(growth)
+                ),
+                format!(
+                    "the private memory of {} of the program's processes ({pids}) rose reading \
+                     by reading and then levelled off: {} in all; {largest}. A forked worker \
+                     shares its parent's pages until it writes to them, and reading Python \
+                     objects writes their reference counts, so each worker ends up with its own \
+                     copy of what it has read: the dataset's objects, once per worker (more \
+                     workers, or a larger dataset, multiply it)",
+                    workers.len(),
+                    format_bytes(growth),
+                ),
+            )
+        };
         finding(
             self,
             Severity::Warning,
-            format!(
-                "{} worker process(es) copy their parent's memory (+{}/min private)",
-                workers.len(),
-                oomscope_format::units::format_bytes_f64(rate * 60.0)
-            ),
+            title,
             explanation,
             "keep the dataset out of Python objects the workers read: numpy arrays, torch \
              tensors, Arrow/pandas columns or a memory-mapped file are read without copying; or \

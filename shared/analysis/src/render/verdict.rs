@@ -246,6 +246,7 @@ pub(crate) fn slow_growth(analysis: &Analysis) -> Option<&GrowthFit> {
         .iter()
         .filter(|f| {
             !f.is_leak
+                && !f.copied_by_workers // the workers' finding tells that growth
                 && f.sustained
                 && f.train_slope_bytes_per_step > 0.0
                 && f.train_r_squared >= STEADY_R_SQUARED
