@@ -59,11 +59,19 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&expect).unwrap()).unwrap();
-        // Measured at the end of the first iteration and not again (nothing changed after).
-        let [c] = t.components.as_slice() else {
-            panic!("one breakdown: {:?}", t.components)
+        // Measured at the end of the first iteration, then in the next one at its first mark
+        // (gradients set to None) and after its backward (gradients again), and not again.
+        let [c, cleared, again] = t.components.as_slice() else {
+            panic!("three breakdowns: {:?}", t.components)
         };
         assert_eq!(c.step, 0);
+        assert_eq!(cleared.gradients_bytes, 0);
+        let same_but_time = |b: &ComponentBreakdown| ComponentBreakdown {
+            t_us: c.t_us,
+            step: c.step,
+            ..b.clone()
+        };
+        assert_eq!(same_but_time(again), *c);
         for (got, key) in [
             (c.parameters_bytes, "parameters_bytes"),
             (c.buffers_bytes, "buffers_bytes"),
@@ -94,7 +102,46 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         // The host peak of this CPU run carries it; the summary and the JSON say so.
         let a = analyze(&t, &AnalysisOptions::default());
         let peak = oomscope_analysis::peaks::breakdown_peak(&a.peaks).expect("a peak");
-        assert_eq!(peak.components.as_ref().unwrap().breakdown, *c);
+        assert_eq!(
+            same_but_time(&peak.components.as_ref().unwrap().breakdown),
+            *c
+        );
+        // Stage by stage, the iteration after the first: gradients from backward on.
+        let stages = a.stage_breakdown.as_ref().expect("the stages' breakdown");
+        let gradients: Vec<(&str, u64)> = stages
+            .rows
+            .iter()
+            .map(|r| (r.stage.as_str(), r.gradients_bytes))
+            .collect();
+        let g = expected(&json, "gradients_bytes");
+        assert_eq!(
+            gradients,
+            [
+                ("frozen_forward", 0),
+                ("pre_forward", 0),
+                ("post_forward", 0),
+                ("pre_backward", 0),
+                ("post_backward", g),
+                ("pre_optimizer_step", g),
+                ("post_optimizer_step", g)
+            ],
+            "{where_}"
+        );
+        let weights = expected(&json, "parameters_bytes")
+            + expected(&json, "buffers_bytes")
+            + expected(&json, "ema_bytes")
+            + expected(&json, "encoder_bytes");
+        for r in &stages.rows {
+            assert_eq!(r.weights_bytes, weights, "{r:?}");
+            assert_eq!(
+                r.optimizer_state_bytes,
+                expected(&json, "optimizer_state_bytes")
+            );
+            assert_eq!(
+                r.bytes,
+                r.weights_bytes + r.gradients_bytes + r.optimizer_state_bytes + r.rest_bytes
+            );
+        }
         let trace = s.path("t.oomt");
         let summary = run(&["summary", trace.to_str().unwrap()]);
         let text = String::from_utf8_lossy(&summary.stdout).to_string();
@@ -111,6 +158,10 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
         assert!(
             text.replace("\n    ", " ").contains(&line),
             "{line}\n{text}"
+        );
+        assert!(
+            text.contains("What the memory is, stage by stage (step 1, host.rss)"),
+            "{text}"
         );
         // Beside `collector estimate` for the same model: the parameter count the hooks sent,
         // fp32, AdamW; every part as estimated.

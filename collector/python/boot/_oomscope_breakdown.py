@@ -206,6 +206,7 @@ def measure(torch, optimizers, frame):
             gradients += storages.add(p.grad)
     counts = [n for n, _ in elements.values()]
     per_optimizer = {}
+    labels = {}  # id(optimizer) -> its label, for `within_iteration`
     for opt in optimizers:
         own = 0
         for per_param in opt.state.values():
@@ -226,6 +227,7 @@ def measure(torch, optimizers, frame):
             n += 1
             label = "%s#%d" % (base, n)
         per_optimizer[label] = own
+        labels[id(opt)] = label
     return {
         "parameters_bytes": parameters,
         "buffers_bytes": buffers,
@@ -236,4 +238,28 @@ def measure(torch, optimizers, frame):
         "parameter_count": None if None in counts else sum(counts),
         "trainable_parameter_count":
             None if None in counts else sum(n for n, t in elements.values() if t),
+        "optimizer_labels": labels,
     }
+
+
+def within_iteration(torch, optimizers):
+    """What changes from stage to stage of an iteration, cheaply (no search for models): the
+    gradients of the parameters the optimizers train and each optimizer's state, each storage
+    once, as (gradients_bytes, [(id(optimizer), state bytes)])."""
+    storages = _Storages()
+    gradients = 0
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    gradients += storages.add(p.grad)
+    per_optimizer = []
+    for opt in optimizers:
+        own = 0
+        for per_param in opt.state.values():
+            values = per_param.values() if isinstance(per_param, dict) else (per_param,)
+            for v in values:
+                if isinstance(v, torch.Tensor):
+                    own += storages.add(v)
+        per_optimizer.append((id(opt), own))
+    return gradients, sorted(per_optimizer)

@@ -130,6 +130,8 @@ class _State:
         self.input_max = None  # (elements, shape) of this step's largest input so far
         self.input_step = None  # the step input_max belongs to
         self.oom_breakdown = False  # a breakdown was sent at an OOM
+        self.stage_breakdown_at = None  # the iteration whose every stage sends what changed
+        self.stage_sent = None  # (gradients, per-optimizer state) last sent in it
 
 
 def install(torch, here):
@@ -295,6 +297,8 @@ def _emit(stage, phase):
         _cuda_ready_check()
     _probe._mark(stage, step=None if S.user_steps else S.step,
                  phase=None if S.user_phases else phase)
+    if S.stage_breakdown_at is not None:
+        _stage_breakdown()
 
 
 def _decide_active():
@@ -799,6 +803,10 @@ def _opt_post(optimizer, args, kwargs):
             S.breakdown_at = S.iterations * 4
             start = time.monotonic()
             _send_breakdown()
+            if S.iterations == 1 and S.breakdown_sent is not None:
+                # The next iteration, stage by stage: what its gradients and optimizer state are.
+                S.stage_breakdown_at = S.iterations
+                S.stage_sent = None
             S.breakdown_not_before = start + (time.monotonic() - start) * (1 + _BREAKDOWN_COST_FACTOR)
         _watch_held()
 
@@ -879,6 +887,36 @@ def _send_breakdown(force=False):
                       step=None if S.user_steps else S.step, extras=b["extras"],
                       optimizers=b["optimizers"], parameter_count=b["parameter_count"],
                       trainable_parameter_count=b["trainable_parameter_count"])
+
+
+def _stage_breakdown():
+    """At each mark of the iteration after the first breakdown: the breakdown with that moment's
+    gradients and optimizer state, sent at its first mark and then when they change (zero_grad
+    frees the gradients, backward makes them); the analysis reads it stage by stage."""
+    S = _S
+    b = S.breakdown_sent
+    if S.iterations != S.stage_breakdown_at or b is None or S.user_components or S.paused:
+        S.stage_breakdown_at = None
+        return
+    try:
+        gradients, per_optimizer = _breakdown.within_iteration(_torch, list(S.optimizers))
+    except BaseException as e:
+        S.stage_breakdown_at = None
+        _interrupted(e)
+        return
+    now = (gradients, per_optimizer)
+    if now == S.stage_sent:
+        return
+    S.stage_sent = now
+    labels = b.get("optimizer_labels") or {}
+    _probe._components(parameters_bytes=b["parameters_bytes"], buffers_bytes=b["buffers_bytes"],
+                       gradients_bytes=gradients,
+                       optimizer_state_bytes=sum(n for _, n in per_optimizer),
+                       step=None if S.user_steps else S.step, extras=b["extras"],
+                       optimizers=sorted((labels.get(key, "optimizer"), n)
+                                         for key, n in per_optimizer),
+                       parameter_count=b["parameter_count"],
+                       trainable_parameter_count=b["trainable_parameter_count"])
 
 
 def _iteration_done(optimizer):

@@ -31,6 +31,7 @@ pub mod rank_views;
 pub mod ranks;
 pub mod recommend;
 pub mod series;
+pub mod stage_breakdown;
 pub mod stages;
 pub mod trend;
 pub mod workers;
@@ -192,6 +193,8 @@ pub struct Analysis {
     pub pressure: Option<PressureReport>,
     /// GPU memory outside the allocator.
     pub outside_allocator: Option<OutsideAllocator>,
+    /// What the memory is at each stage of one iteration (see [`stage_breakdown`]).
+    pub stage_breakdown: Option<stage_breakdown::StageBreakdown>,
     /// The breakdown at the peak beside `collector estimate` for the same model, when the trace
     /// has a breakdown with the parameter counts.
     pub against_estimate: Option<estimate::AgainstEstimate>,
@@ -295,6 +298,7 @@ fn analyze_one(
         batch_fit,
         batch_trials: batch_fit::trial_summary(trace),
         against_estimate,
+        stage_breakdown: stage_breakdown::stage_breakdown(trace, &values),
         peaks,
         ranks,
         findings: Vec::new(),

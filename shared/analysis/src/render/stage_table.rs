@@ -79,3 +79,61 @@ pub fn stage_table(out: &mut String, table: &StageTable, metric: MetricKey) {
         );
     }
 }
+
+/// The iteration read stage by stage ([`crate::stage_breakdown`]): the metric at each mark and
+/// what the model's parts were then; nothing without it.
+pub fn stage_breakdown_table(out: &mut String, analysis: &Analysis) {
+    let Some(b) = &analysis.stage_breakdown else {
+        return;
+    };
+    let rest = if b.metric.is_host() {
+        "activations, data, the interpreter and its libraries"
+    } else {
+        "activations and temporaries"
+    };
+    section(
+        out,
+        &format!(
+            "What the memory is, stage by stage (step {}, {})",
+            format_count(b.step),
+            b.metric
+        ),
+    );
+    let columns = |stage: &str, cells: [&str; 5]| {
+        format!(
+            "  {:<STAGE_COLUMN$} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            shorten(stage, STAGE_COLUMN),
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            cells[4]
+        )
+    };
+    let metric = b.metric.to_string();
+    line(
+        out,
+        columns(
+            "stage",
+            [&metric, "weights", "gradients", "optimizer", "the rest"],
+        )
+        .trim_end(),
+    );
+    for r in &b.rows {
+        let cells = [
+            r.bytes,
+            r.weights_bytes,
+            r.gradients_bytes,
+            r.optimizer_state_bytes,
+            r.rest_bytes,
+        ]
+        .map(format_bytes);
+        line(
+            out,
+            &columns(
+                &r.stage,
+                [&cells[0], &cells[1], &cells[2], &cells[3], &cells[4]],
+            ),
+        );
+    }
+}

@@ -33,6 +33,7 @@ pub fn render(trace: &Trace, analysis: &Analysis) -> String {
         ranks(&mut out, r, true);
     }
     stage_tables(&mut out, analysis);
+    super::stage_table::stage_breakdown_table(&mut out, analysis);
     growth_and_leaks(&mut out, analysis);
     allocator(&mut out, analysis);
     transitions(&mut out, analysis);
