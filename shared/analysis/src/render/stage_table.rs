@@ -136,4 +136,5 @@ pub fn stage_breakdown_table(out: &mut String, analysis: &Analysis) {
             ),
         );
     }
+    line(out, &format!("  the rest: {rest}"));
 }
