@@ -138,3 +138,45 @@ pub fn stage_breakdown_table(out: &mut String, analysis: &Analysis) {
     }
     line(out, &format!("  the rest: {rest}"));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AnalysisOptions, analyze};
+    use oomscope_format::ComponentBreakdown;
+    use oomscope_format::units::MIB;
+    use oomscope_testkit::run::Run;
+
+    #[test]
+    fn the_stages_breakdown_in_words() {
+        let mut trace = Run {
+            steps: 4,
+            ..Run::default()
+        }
+        .build();
+        let after = |step: u64, stage: &str| {
+            1 + trace
+                .marks
+                .iter()
+                .find(|m| m.step == step && m.name.as_ref() == stage)
+                .unwrap()
+                .t_us
+        };
+        let breakdown = |t_us: u64, step: u64, gradients: u64| ComponentBreakdown {
+            t_us,
+            step,
+            parameters_bytes: 2048 * MIB,
+            gradients_bytes: gradients * MIB,
+            optimizer_state_bytes: 4096 * MIB,
+            ..ComponentBreakdown::default()
+        };
+        trace.components = vec![
+            breakdown(after(0, "post_optimizer_step"), 0, 2048),
+            breakdown(after(1, "pre_forward"), 1, 0),
+            breakdown(after(1, "post_backward"), 1, 2048),
+        ];
+        let mut out = String::new();
+        stage_breakdown_table(&mut out, &analyze(&trace, &AnalysisOptions::default()));
+        insta::assert_snapshot!(out);
+    }
+}
