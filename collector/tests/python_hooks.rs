@@ -991,10 +991,11 @@ fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
     assert_eq!(oom.event.device_total_bytes, Some(80 << 30));
     assert_eq!(oom.event.stage.as_deref(), Some("post_forward"));
     assert_eq!(oom.event.step, Some(2));
-    // What the memory was at the OOM: a breakdown sent just before the OOM record (the one of
-    // the first iteration is unchanged, and sent again).
+    // What the memory was at the OOM: a breakdown sent just before the OOM record (after the
+    // first iteration's and the second's, stage by stage: at its first mark and after its
+    // backward).
     let at_oom = t.components.last().expect("a breakdown");
-    assert_eq!(t.components.len(), 2, "{:?}", t.components);
+    assert_eq!(t.components.len(), 4, "{:?}", t.components);
     assert!(
         at_oom.t_us <= oom.event.t_us && at_oom.step == 2,
         "{at_oom:?}"
