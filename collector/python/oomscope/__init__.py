@@ -179,11 +179,13 @@ class Probe:
             return
         now_us = time.monotonic_ns() // 1000
         urgent = line.startswith("oom")  # the program may be about to die: try at once
-        line = self._at_line(memory=line.startswith("mark "), now_us=now_us) + "\n" + line
+        mark = line.startswith("mark ")
         if not self._announced:
-            # Who this process is in the job, once, ahead of its first message.
+            # Who this process is in the job, once, ahead of its first message (and after the
+            # `at` that times both: a rank is known from its first mark on).
             self._announced = True
             line = self._process_line() + "\n" + line
+        line = self._at_line(memory=mark, now_us=now_us) + "\n" + line
         if self._pending and now_us - self._failed_us < _RETRY_US and not urgent:
             self._pending.append(line)
             if len(self._pending) > _MAX_PENDING:

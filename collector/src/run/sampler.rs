@@ -90,6 +90,8 @@ struct Reader<'a> {
     /// The PSS reading in use and this sampler's RSS when it first saw it.
     pss_anchor: Option<(u64, u64)>,
     row: Vec<(CounterId, u64)>,
+    /// The last tick's row, which a sender's own reading at a mark completes.
+    tick_row: Vec<(CounterId, u64)>,
     last_t_us: Option<u64>,
     /// The time of the last row or message handed to the recorder (times only grow there).
     pushed_t_us: u64,
@@ -216,19 +218,36 @@ impl Reader<'_> {
         let Some(pid) = sender else {
             return;
         };
+        // As many readings as an untimed sender's marks get, no more: a mark sooner after the
+        // last reading reads that one.
+        if self
+            .last_t_us
+            .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US)
+        {
+            return;
+        }
         let Some((tree_rss, tree_file)) = self.rss.with_reading_of(pid, rss_bytes, file_bytes)
         else {
             return;
         };
-        self.row.clear();
-        self.row.push((self.counters.host_rss, tree_rss));
-        self.row.push((self.counters.host_rss_file, tree_file));
-        if let Some(pss) = self.pss(tree_rss) {
-            self.row.push((self.counters.host_pss, pss));
-        }
+        let pss = self.pss(tree_rss);
+        // The last tick's row (the GPUs, MemAvailable: what a mark's look-back must always
+        // find), with the host's memory as of this mark.
+        self.row.clone_from(&self.tick_row);
+        let mut set = |id: CounterId, value: u64| match self.row.iter_mut().find(|(i, _)| *i == id)
+        {
+            Some(cell) => cell.1 = value,
+            None => self.row.push((id, value)),
+        };
+        set(self.counters.host_rss, tree_rss);
+        set(self.counters.host_rss_file, tree_file);
         if let Some(&id) = self.pid_rss.get(&pid) {
-            self.row.push((id, rss_bytes));
+            set(id, rss_bytes);
         }
+        if let Some(pss) = pss {
+            set(self.counters.host_pss, pss);
+        }
+        self.last_t_us = Some(t_us);
         self.push_row(t_us);
     }
 
@@ -292,6 +311,9 @@ impl Reader<'_> {
             extra(&mut self.row);
         }
         self.last_t_us = Some(t_us);
+        if !at_mark {
+            self.tick_row.clone_from(&self.row);
+        }
         if self.row.is_empty() {
             return true;
         }
@@ -341,6 +363,7 @@ pub fn sample_loop(
         tree: Vec::new(),
         pss_anchor: None,
         row: Vec::with_capacity(counters.gpus.len() * 4 + 2),
+        tick_row: Vec::new(),
         last_t_us: None,
         pushed_t_us: 0,
         last_nudge: Instant::now(),
@@ -401,6 +424,9 @@ pub fn sample_loop(
 /// that marks up to five times a millisecond under it. An empty drain is one `ppoll`.
 const TIMED_DRAIN_EVERY: Duration = Duration::from_millis(2);
 
+/// Most datagrams one drain reads.
+const MAX_DRAINED_DATAGRAMS: usize = 1024;
+
 /// The marker socket's side of the sampler: datagrams read and what they hold, in time order
 /// once applied.
 struct Inbox {
@@ -448,7 +474,12 @@ impl Inbox {
         events: &SyncSender<Event>,
     ) {
         let state = reader.state;
-        while let Some(got) = socket.recv_within(Duration::ZERO, &mut self.datagram) {
+        // Bounded: senders that refill the queue as fast as it is read must not hold off the
+        // ticks (what is left waits for the next drain).
+        for _ in 0..MAX_DRAINED_DATAGRAMS {
+            let Some(got) = socket.recv_within(Duration::ZERO, &mut self.datagram) else {
+                break;
+            };
             self.read(got, state.now_us(), state);
         }
         self.apply(reader, events);
@@ -665,10 +696,16 @@ fn read_pss(
         // Never wait for the recorder: a full channel loses one reading, not the run's pace.
         let _ = events.try_send(Event::Records(vec![record]));
     }
+    // Workers only: a rank grows its own memory (loading a model).
+    let ranks: Vec<u32> = state
+        .processes
+        .lock()
+        .map(|p| p.ranks().into_iter().map(|(pid, _)| pid).collect())
+        .unwrap_or_default();
     schedule.workers_read(
         rollups
             .iter()
-            .filter(|r| Some(r.pid) != tree.first().copied())
+            .filter(|r| Some(r.pid) != tree.first().copied() && !ranks.contains(&r.pid))
             .map(|r| (r.pid, r.private_bytes)),
     );
     let still = state.tree() == tree;

@@ -174,8 +174,8 @@ pub struct GrowthFit {
     /// transitions keep has fragmented, not a leak of its own (see [`staircase_creep`]); the
     /// eval finding states it.
     pub staircase_creep: bool,
-    /// Host memory that grew no faster than the growing workers' private copies (at least
-    /// [`crate::workers::WORKERS_EXPLAIN_FRACTION`] of its rate per second): the copy-on-write
+    /// Host memory whose growth the growing workers' private copies made while it grew account
+    /// for (at least [`crate::workers::WORKERS_EXPLAIN_FRACTION`] of it): the copy-on-write
     /// workers' finding tells it; never a leak of its own.
     pub copied_by_workers: bool,
     /// When memory is full (leaks with a known limit only).
@@ -250,10 +250,7 @@ pub fn leak_fits(
         outside_train.push(last + u32::from(!is_train(mark.phase)));
     }
     let (gpu_oom, host_oom) = died_of_oom(trace);
-    let workers_bytes_per_s: f64 = crate::workers::growing_workers(trace)
-        .iter()
-        .map(|w| w.slope_bytes_per_s)
-        .sum();
+    let workers = crate::workers::growing_workers(trace);
     let mut out = Vec::new();
     for &(metric, index) in &metrics {
         let limit = limit_of(trace, metric);
@@ -268,7 +265,7 @@ pub fn leak_fits(
                 .flatten(),
             host,
             tensors_counted_growing: !trace.held.is_empty(),
-            workers_bytes_per_s,
+            workers: &workers,
         };
         // One pass over the marks sorts the points into their stages.
         let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
@@ -340,9 +337,8 @@ struct FitContext<'a> {
     host: bool,
     /// The hooks counted live tensors growing somewhere in the run (HELD records).
     tensors_counted_growing: bool,
-    /// The growing workers' private memory, together, per second (see
-    /// [`crate::workers::growing_workers`]).
-    workers_bytes_per_s: f64,
+    /// The workers whose private memory grew (see [`crate::workers::growing_workers`]).
+    workers: &'a [crate::workers::WorkerGrowth],
 }
 
 /// Fits the points of metric number `index` at one stage; `None` when they span fewer than
@@ -414,13 +410,22 @@ fn fit_stage(
     let file_backed =
         file_backed_growth_bytes.is_some_and(|f| f as f64 >= FILE_BACKED_MIN_SHARE * growth);
     let creep = staircase_creep(&split, span_steps, context);
-    // Host memory that grows as fast as the workers copy their parent's pages is their copies.
-    let span_s = last.t_us.saturating_sub(first.t_us) as f64 / 1e6;
+    // Host memory that grows no more than the workers copied of their parent's pages while it
+    // grew is their copies (each worker counted over its readings within the fit's span: a
+    // DataLoader without persistent workers starts new ones each epoch).
+    let copied_during: f64 = context
+        .workers
+        .iter()
+        .map(|w| {
+            let from = w.from_us.max(first.t_us);
+            let to = w.to_us.min(last.t_us);
+            let total = w.last_private_bytes.saturating_sub(w.first_private_bytes) as f64;
+            (w.slope_bytes_per_s * to.saturating_sub(from) as f64 / 1e6).clamp(0.0, total)
+        })
+        .sum();
     let copied_by_workers = context.host
-        && span_s > 0.0
-        && context.workers_bytes_per_s
-            >= crate::workers::WORKERS_EXPLAIN_FRACTION * (growth / span_s).max(0.0)
-        && context.workers_bytes_per_s > 0.0;
+        && growth > 0.0
+        && copied_during >= crate::workers::WORKERS_EXPLAIN_FRACTION * growth;
     let rising =
         line.slope > 0.0 && split.train_slope > 0.0 && !file_backed && !creep && !copied_by_workers;
     let evidence = if !rising {
@@ -1079,6 +1084,43 @@ mod tests {
             "{leak:#?}"
         );
         assert!(!leak.staircase_creep && leak.is_leak, "{leak:#?}");
+    }
+
+    #[test]
+    fn host_memory_the_workers_copied_while_it_grew_is_theirs_not_a_leak() {
+        // 30 MiB a step of host memory over 100 steps; a worker whose private memory grew as
+        // fast over the same time explains it; one that grew before the steps began does not.
+        let trace = Run {
+            steps: 100,
+            host_rss_growth_per_step: 30 * MIB,
+            ..Run::default()
+        }
+        .build();
+        let (from, to) = (trace.marks[0].t_us, trace.marks.last().unwrap().t_us);
+        let with_worker = |from_us: u64, to_us: u64| {
+            let mut t = trace.clone();
+            for i in 0..=10u64 {
+                t.process_memory.push(oomscope_format::ProcessMemory {
+                    t_us: from_us + (to_us - from_us) * i / 10,
+                    pid: 4242,
+                    private_bytes: 10 * MIB + i * 300 * MIB,
+                    pss_bytes: 0,
+                });
+            }
+            assert_eq!(
+                crate::workers::growing_workers(&t).len(),
+                1,
+                "a growing worker"
+            );
+            host_fit(&t)
+        };
+        let leak = host_fit(&trace);
+        assert!(leak.is_leak && !leak.copied_by_workers, "{leak:#?}");
+        let copied = with_worker(from, to);
+        assert!(copied.copied_by_workers && !copied.is_leak, "{copied:#?}");
+        // A worker of another epoch, after the steps fitted.
+        let after = with_worker(to + 1, to + 1 + (to - from));
+        assert!(after.is_leak && !after.copied_by_workers, "{after:#?}");
     }
 
     #[test]

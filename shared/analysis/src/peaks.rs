@@ -278,18 +278,24 @@ fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>)
     (stage, None)
 }
 
-/// Latest component breakdown at or before `t_us`, else the first one after it.
+/// Latest component breakdown sent before the first mark after `t_us` (the hooks send one
+/// right after the mark it describes), else the first one after that.
 pub fn breakdown_near(trace: &Trace, t_us: u64) -> Option<&ComponentBreakdown> {
+    let next_mark = trace.marks.partition_point(|m| m.t_us <= t_us);
+    let until_us = trace
+        .marks
+        .get(next_mark)
+        .map_or(t_us.saturating_add(1), |m| m.t_us);
     let before = trace
         .components
         .iter()
-        .filter(|c| c.t_us <= t_us)
+        .filter(|c| c.t_us < until_us)
         .max_by_key(|c| c.t_us);
     before.or_else(|| {
         trace
             .components
             .iter()
-            .filter(|c| c.t_us > t_us)
+            .filter(|c| c.t_us >= until_us)
             .min_by_key(|c| c.t_us)
     })
 }
@@ -826,6 +832,17 @@ mod tests {
         assert_eq!(breakdown_near(&trace, 299).unwrap().t_us, 100);
         assert_eq!(breakdown_near(&trace, 1_000).unwrap().t_us, 300);
         assert!(breakdown_near(&Trace::default(), 0).is_none());
+        // With marks: what the hooks sent after the mark the peak is at, before the next one,
+        // is what was true at it.
+        for t in [200, 400] {
+            trace.marks.push(oomscope_format::StageMark {
+                t_us: t,
+                ..oomscope_format::StageMark::default()
+            });
+        }
+        trace.components[1].t_us = 250;
+        assert_eq!(breakdown_near(&trace, 200).unwrap().t_us, 250);
+        assert_eq!(breakdown_near(&trace, 150).unwrap().t_us, 100);
     }
 
     #[test]

@@ -16,7 +16,10 @@ use serde::Serialize;
 
 use crate::marks::is_train;
 use crate::metrics::{MarkValues, MetricKey};
-use oomscope_format::{ComponentBreakdown, Trace};
+use oomscope_format::{ComponentBreakdown, ProcessRole, Trace};
+
+/// Most marks an iteration is read over (a stage that never comes back ends it here).
+pub const MAX_MARKS: usize = 64;
 
 /// The iteration read stage by stage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -53,6 +56,15 @@ pub struct StageBreakdownRow {
 /// least two breakdowns came in that span; read mark by mark. `None` without one, without a
 /// primary metric, or with fewer than two marks read.
 pub fn stage_breakdown(trace: &Trace, values: &MarkValues) -> Option<StageBreakdown> {
+    // Breakdowns carry no sender: with several ranks one rank's could be read at another's marks.
+    let ranks = trace
+        .processes
+        .iter()
+        .filter(|p| p.role == ProcessRole::Rank)
+        .count();
+    if ranks >= 2 {
+        return None;
+    }
     let primary = values.primary()?;
     let column = values.column(primary);
     let marks = &trace.marks;
@@ -62,9 +74,9 @@ pub fn stage_breakdown(trace: &Trace, values: &MarkValues) -> Option<StageBreakd
         .partition_point(|m| m.t_us <= second.t_us)
         .checked_sub(1)?;
     let stage = marks[start].name.as_ref();
-    let end = (start + 1..marks.len())
+    let end = (start + 1..marks.len().min(start + MAX_MARKS))
         .find(|&j| marks[j].name.as_ref() == stage)
-        .unwrap_or(marks.len());
+        .unwrap_or(marks.len().min(start + MAX_MARKS));
     let until_us = marks.get(end).map_or(u64::MAX, |m| m.t_us);
     let sent = components
         .iter()

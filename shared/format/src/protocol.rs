@@ -51,8 +51,8 @@
 //! `rss_bytes=` (and `rss_file_bytes=`, the resident pages that are file-backed or shared) the
 //! sender's own memory then, from its `/proc/self/statm`. A sender that times its messages this
 //! way needs no reading from the collector at its marks, so the collector drains its datagrams
-//! every few milliseconds instead of waking for each one (the wake-up was most of a mark's cost
-//! on both sides). Messages without an `at` are stamped when they arrive.
+//! every few milliseconds instead of waking for each one (the wake-up was most of the collector's
+//! cost of a mark). Messages without an `at` are stamped when they are read.
 
 use std::collections::HashMap;
 use std::fmt::Write;
