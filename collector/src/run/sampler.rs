@@ -623,9 +623,11 @@ impl PssSchedule {
     }
 
     /// A reading started at `start` of a tree that was `still` the same when it ended.
-    fn read(&mut self, start: Instant, still: bool, interval: Duration) {
+    /// `cost_s` is the poller's CPU time for it (not the wall time: on a loaded host a reading
+    /// waits for a core, and charging the wait left workers' growth read too seldom to call).
+    fn read(&mut self, start: Instant, cost_s: f64, still: bool, interval: Duration) {
         let now = Instant::now();
-        self.tokens_s -= now.saturating_duration_since(start).as_secs_f64();
+        self.tokens_s -= cost_s;
         if still {
             self.changing_since = None;
             self.due = start + interval;
@@ -680,6 +682,7 @@ fn read_pss(
     if !schedule.ready(start) {
         return;
     }
+    let cpu_start = thread_cpu_s();
     let rollups = crate::host::tree_rollups(&tree);
     let t_us = state.now_us();
     // Each process but the program itself, for the workers' private growth.
@@ -716,7 +719,18 @@ fn read_pss(
     }
     // A tree that changed while it was read (workers forked one after another) is read again
     // once it settles: the sampler writes PSS only for the tree it sees.
-    schedule.read(start, still, interval);
+    schedule.read(start, thread_cpu_s() - cpu_start, still, interval);
+}
+
+/// This thread's CPU time, seconds.
+fn thread_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec it is given a valid pointer to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
 
 /// Said once when NVML names only processes this collector cannot see.

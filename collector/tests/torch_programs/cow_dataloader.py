@@ -33,6 +33,7 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--numpy", action="store_true")
+    p.add_argument("--step-ms", type=float, default=0.0, help="compute a real model would take")
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -49,6 +50,8 @@ def main():
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            if a.step_ms:
+                time.sleep(a.step_ms / 1000)
             step += 1
             if step == a.steps:
                 break

@@ -30,7 +30,7 @@ pub const MIN_RISING_INTERVALS: usize = 3;
 
 /// ...none of which holds more than this share of the growth: a copy made page by page as the
 /// rows are read, not a buffer allocated at once (a worker's prefetch or decode buffers).
-pub const MAX_ONE_INTERVAL_SHARE: f64 = 0.6;
+pub const MAX_ONE_INTERVAL_SHARE: f64 = 0.75;
 
 /// Host memory that grows, over time or step by step, is the workers' copies when their private
 /// growth together is at least this share of its rate: one finding tells it, the workers'.
