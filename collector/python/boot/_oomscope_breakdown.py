@@ -149,6 +149,17 @@ def _shape(module, params):
     return type(module), tuple(tuple(p.shape) for p in params)
 
 
+def _state_bytes(torch, opt, storages):
+    """The bytes of an optimizer's state tensors not yet counted in `storages`."""
+    own = 0
+    for per_param in opt.state.values():
+        values = per_param.values() if isinstance(per_param, dict) else (per_param,)
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                own += storages.add(v)
+    return own
+
+
 def measure(torch, optimizers, frame):
     """The breakdown now: a dict of `parameters_bytes`, `buffers_bytes`, `gradients_bytes`,
     `optimizer_state_bytes`, `extras` ([(name, bytes)], the untrained models) and `optimizers`
@@ -208,12 +219,7 @@ def measure(torch, optimizers, frame):
     per_optimizer = {}
     labels = {}  # id(optimizer) -> its label, for `within_iteration`
     for opt in optimizers:
-        own = 0
-        for per_param in opt.state.values():
-            values = per_param.values() if isinstance(per_param, dict) else (per_param,)
-            for v in values:
-                if isinstance(v, torch.Tensor):
-                    own += storages.add(v)
+        own = _state_bytes(torch, opt, storages)
         state += own
         label = type(opt).__name__
         if id(opt) in names:
@@ -253,13 +259,5 @@ def within_iteration(torch, optimizers):
             for p in group["params"]:
                 if p.grad is not None:
                     gradients += storages.add(p.grad)
-    per_optimizer = []
-    for opt in optimizers:
-        own = 0
-        for per_param in opt.state.values():
-            values = per_param.values() if isinstance(per_param, dict) else (per_param,)
-            for v in values:
-                if isinstance(v, torch.Tensor):
-                    own += storages.add(v)
-        per_optimizer.append((id(opt), own))
+    per_optimizer = [(id(opt), _state_bytes(torch, opt, storages)) for opt in optimizers]
     return gradients, sorted(per_optimizer)
