@@ -417,10 +417,13 @@ fn fit_stage(
         .workers
         .iter()
         .map(|w| {
+            // Its growth in the share of its readings' span inside the fit's (a copy that
+            // levelled off grew faster early than its line says: its whole rise counts).
             let from = w.from_us.max(first.t_us);
             let to = w.to_us.min(last.t_us);
             let total = w.last_private_bytes.saturating_sub(w.first_private_bytes) as f64;
-            (w.slope_bytes_per_s * to.saturating_sub(from) as f64 / 1e6).clamp(0.0, total)
+            let span = w.to_us.saturating_sub(w.from_us).max(1) as f64;
+            total * to.saturating_sub(from) as f64 / span
         })
         .sum();
     let copied_by_workers = context.host
