@@ -151,8 +151,8 @@ class Probe:
 
     def _at_line(self, memory=False, now_us=None):
         """`at`: when the message after it happened (CLOCK_MONOTONIC, us), and with `memory` this
-        process's own resident and file-backed-or-shared bytes then, so that the collector need not
-        be woken to read them (a pread of /proc/self/statm, ~2 us, against ~30 us of wake-ups)."""
+        process's own resident and file-backed-or-shared bytes then (one pread of
+        /proc/self/statm), so that the collector need not be woken to read them."""
         line = "at %d" % (time.monotonic_ns() // 1000 if now_us is None else now_us)
         if not memory:
             return line
