@@ -90,9 +90,7 @@ pub fn stage_breakdown(trace: &Trace, values: &MarkValues) -> Option<StageBreakd
         .iter()
         .filter_map(|&i| {
             let bytes = column[i]?;
-            // What the hooks sent after this mark and before the next is what was true at it.
-            let until = marks.get(i + 1).map_or(u64::MAX, |m| m.t_us);
-            let c = latest_before(components, until)?;
+            let c = crate::peaks::breakdown_near(trace, marks[i].t_us)?;
             Some(row(marks[i].name.as_ref(), bytes, c))
         })
         .collect();
@@ -101,12 +99,6 @@ pub fn stage_breakdown(trace: &Trace, values: &MarkValues) -> Option<StageBreakd
         step: marks[in_iteration[in_iteration.len() - 1]].step,
         rows,
     })
-}
-
-/// The last breakdown sent at or before `until_us`.
-fn latest_before(components: &[ComponentBreakdown], until_us: u64) -> Option<&ComponentBreakdown> {
-    let n = components.partition_point(|c| c.t_us <= until_us);
-    n.checked_sub(1).map(|i| &components[i])
 }
 
 fn row(stage: &str, bytes: u64, c: &ComponentBreakdown) -> StageBreakdownRow {
