@@ -6,10 +6,11 @@ Run it under the collector (so that the hooks are loaded and every mark really g
 
 A one-layer model, so that the hooks' cost shows against its short step. Blocks of steps
 alternate between hooks off (`pause()`), on, and on with one part stubbed out (the marks not
-sent; backward not watched; the leak watch off), ROUNDS times; prints each variant's median
-microseconds per step (stderr). A part's cost is "on" minus "on without it".
+sent; sent as datagrams instead of through the ring; backward not watched; the leak watch off),
+ROUNDS times; prints each variant's median microseconds per step (stderr; ROUNDS=N in the environment for more rounds). A part's cost is "on" minus "on without it".
 """
 
+import os
 import statistics
 import sys
 import time
@@ -17,7 +18,7 @@ import time
 import torch
 import torch.nn as nn
 
-ROUNDS, STEPS = 8, 500
+ROUNDS, STEPS = int(os.environ.get("ROUNDS", 8)), 500
 
 
 def main():
@@ -44,6 +45,7 @@ def main():
         "on": [],
         "on, marks not sent": [(h._probe, "_mark", lambda *a, **k: None)],
         "on, marks built, no send": [(h._probe, "send", lambda line: None)],
+        "on, datagrams, no ring": [(h._probe, "_ring_write", lambda data: False)],
         "on, no own reading": [(h._probe, "_at_line", lambda memory=False, now_us=None: "at 0")],
         "on, backward not watched": [(h, "_watch_backward", lambda output: None)],
         "on, no leak watch": [(h, "_watch_held", lambda: None)],

@@ -21,15 +21,21 @@ and PyTorch programs get stage marks without any code at all (the zero-code hook
 by the hooks. When torch is already imported and CUDA is initialised, every mark carries the
 caching allocator's statistics (read straight from torch._C._cuda_memoryStats), so the stage
 table shows allocated, reserved and peak memory exactly as PyTorch sees them. Sends never block: if the collector
-cannot keep up, the message is dropped and counted in `Probe.dropped`.
+cannot keep up, the message is dropped and counted in `Probe.dropped`. On x86-64 the messages go
+into a ring of shared memory the collector maps (no system call a message; docs/protocol.md,
+"Rings"), datagrams otherwise and whenever the ring is full.
 
 The wire format is the oomscope marker protocol, version 1 (docs/protocol.md).
 """
 
 import atexit
+import itertools
+import mmap
 import os
 import socket
+import struct
 import sys
+import threading
 import time
 
 # The collector's version (`collector --version`; a test holds them equal).
@@ -39,6 +45,25 @@ PROTOCOL_VERSION = 1
 # Lines kept while the collector's socket queue is full, sent with the next message.
 _MAX_PENDING = 64
 _RETRY_US = 1000
+# A mark this soon after the sender's last reading of itself carries none: the collector takes no
+# reading closer than this to the last one (`MIN_MARK_READING_GAP_US`), so it would be thrown away.
+_READING_GAP_US = 200
+
+# The ring of shared memory (docs/protocol.md, "Rings"; the collector's run/mark_rings.rs). Only
+# where stores are seen by other CPUs in program order: the writer's position must not be seen
+# before the bytes it covers, and Python has no memory barrier.
+_RING_MAGIC = b"OOMRING1"
+_RING_HEADER_BYTES = 64
+_RING_DATA_BYTES = 256 << 10
+_RING_MAX_MESSAGE_BYTES = 64 << 10
+_RING_MACHINES = ("x86_64", "i686", "i386")
+# A ring not announced (the socket's queue full: other processes flooding it) is tried again
+# this much later, up to this many times.
+_RING_RETRY_US = 10000
+_RING_TRIES = 20
+_ring_serial = itertools.count(1)  # names rings apart: several probes of one process make one each
+_U32 = struct.Struct("<I")
+_write_u32 = _U32.pack_into
 
 # Paths in the allocator's nested statistics (torch._C._cuda_memoryStats) -> protocol fields. The
 # nested dict is what memory_stats() flattens; reading it directly costs ~24 us a mark instead of
@@ -109,6 +134,9 @@ class Probe:
             self.path = None
         self.torch_stats = torch_stats
         self.rank = _rank()
+        # getpid() is a system call each time (glibc no longer caches it): kept, and renewed in a
+        # forked child.
+        self._pid = os.getpid()
         self.group = None
         self._announced = self.rank is None
         self.dropped = 0
@@ -123,9 +151,11 @@ class Probe:
             except OSError:
                 self._sock = None
         self._statm = None  # /proc/self/statm, opened at the first mark (again after a fork)
+        self._read_us = 0  # when it was last read
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._forget_ring()
         if self._sock is not None and hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._forget_statm)
+            os.register_at_fork(after_in_child=self._after_fork)
         self._connected = False
         if self._sock is not None:
             # Connected once, a send skips the kernel's lookup of the socket's path that every
@@ -140,7 +170,8 @@ class Probe:
     def enabled(self):
         return self._sock is not None
 
-    def _forget_statm(self):
+    def _after_fork(self):
+        self._pid = os.getpid()
         # The file was opened as /proc/self of the parent: it would read the parent's memory.
         if self._statm is not None:
             try:
@@ -148,19 +179,126 @@ class Probe:
             except OSError:
                 pass
         self._statm = None
+        self._read_us = 0
+        # The parent's ring is the parent's: the child makes its own at its first message.
+        self._forget_ring()
+
+    def _forget_ring(self):
+        self._ring = None
+        # The header as native u64 words: a word is stored in one instruction (x86-64), which
+        # the collector may read at any moment; struct's "<Q" writes it byte by byte, and the
+        # collector read torn positions (8 senders marking at once).
+        self._ring_words = None
+        self._ring_pos = 0
+        self._ring_bytes = _RING_DATA_BYTES
+        self._ring_tries = 0
+        self._ring_retry_us = 0
+        self._ring_lock = threading.Lock()
+
+    def _open_ring(self, now_us):
+        """Makes this process's ring in the socket's directory and announces it; None where that
+        cannot be done (the messages then go as datagrams; tried again `_RING_RETRY_US` later)."""
+        self._ring_tries += 1
+        self._ring_retry_us = now_us + _RING_RETRY_US
+        if (self._sock is None or not self._connected or os.uname().machine not in _RING_MACHINES
+                or os.environ.get("OOMSCOPE_RING") == "0"):
+            self._ring_tries = _RING_TRIES
+            return None
+        name = "ring-%d-%d" % (self._pid, next(_ring_serial))
+        path = os.path.join(os.path.dirname(self.path), name)
+        size = _RING_DATA_BYTES - _RING_DATA_BYTES % 8
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError:
+            return None
+        ring = None
+        try:
+            try:
+                os.ftruncate(fd, _RING_HEADER_BYTES + size)
+                ring = mmap.mmap(fd, _RING_HEADER_BYTES + size)
+            finally:
+                os.close(fd)
+            ring[0:len(_RING_MAGIC)] = _RING_MAGIC
+            words = memoryview(ring).cast("Q")
+            try:
+                self._sock.send(self._ring_line(name).encode())
+            except OSError:
+                words.release()
+                raise
+        except (OSError, ValueError, TypeError):
+            # Not announced (a full queue, most likely): no one will read it.
+            if ring is not None:
+                ring.close()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            return None
+        self._ring = ring
+        self._ring_words = words
+        self._ring_pos = 0
+        self._ring_bytes = size
+        return ring
+
+    @staticmethod
+    def _ring_line(name):
+        """`ring`: the announcement of a ring made in the socket's directory."""
+        return "ring " + _token(name)
+
+    def _ring_write(self, data, now_us=0):
+        """Writes one message into the ring; False when it cannot (no ring, no room, too long, or
+        another thread or a signal handler, or a garbage-collection callback, is writing), and
+        the caller sends a datagram. Written for speed: a mark's share of the hooks' cost."""
+        ring = self._ring
+        if ring is None:
+            if self._ring_tries >= _RING_TRIES or now_us < self._ring_retry_us:
+                return False
+            ring = self._open_ring(now_us)
+            if ring is None:
+                return False
+        n = len(data)
+        if n > _RING_MAX_MESSAGE_BYTES or not self._ring_lock.acquire(False):
+            return False
+        try:
+            pos = self._ring_pos
+            size = self._ring_bytes
+            words = self._ring_words
+            if n + 4 > size - pos + words[2]:
+                return False
+            at = pos % size
+            if at + n + 4 <= size:
+                start = _RING_HEADER_BYTES + at
+                _write_u32(ring, start, n)
+                ring[start + 4:start + 4 + n] = data
+            else:  # straddles the end: the length too, maybe
+                record = _U32.pack(n) + data
+                first = size - at
+                ring[_RING_HEADER_BYTES + at:_RING_HEADER_BYTES + size] = record[:first]
+                ring[_RING_HEADER_BYTES:_RING_HEADER_BYTES + n + 4 - first] = record[first:]
+            pos += n + 4
+            self._ring_pos = pos
+            # After the bytes it covers: the collector reads up to it.
+            words[1] = pos
+            return True
+        except (ValueError, TypeError):
+            return False
+        finally:
+            self._ring_lock.release()
 
     def _at_line(self, memory=False, now_us=None):
         """`at`: when the message after it happened (CLOCK_MONOTONIC, us), and with `memory` this
         process's own resident and file-backed-or-shared bytes then (one pread of
         /proc/self/statm), so that the collector need not be woken to read them."""
         line = "at %d" % (time.monotonic_ns() // 1000 if now_us is None else now_us)
-        if not memory:
+        if not memory or (now_us is not None and now_us - self._read_us < _READING_GAP_US):
             return line
         try:
             if self._statm is None:
                 self._statm = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             fields = os.pread(self._statm, 128, 0).split()
             resident = int(fields[1])
+            if now_us is not None:
+                self._read_us = now_us
             return line + " rss_bytes=%d rss_file_bytes=%d" % (
                 resident * self._page, min(int(fields[2]), resident) * self._page)
         except (OSError, ValueError, IndexError):
@@ -192,9 +330,18 @@ class Probe:
                 self.dropped += 1
                 del self._pending[0]
             return
-        lines = self._pending + [line] if self._pending else [line]
-        try:
+        if not self._pending:
+            data = line.encode("utf-8", "replace")
+            if self._ring_write(data, now_us):
+                return
+            lines = [line]
+        else:
+            lines = self._pending + [line]
             data = "\n".join(lines).encode("utf-8", "replace")
+            if self._ring_write(data, now_us):
+                self._pending = []
+                return
+        try:
             if self._connected:
                 self._sock.send(data)
             else:
@@ -216,9 +363,20 @@ class Probe:
         for _ in range(tries):
             if not self._pending or self._sock is None:
                 return
-            lines, self._pending = self._pending, []
-            self.send("\n".join(lines))
-            if self._pending:
+            # Each pending line is one message with its own `at`: sent together, and counted
+            # one by one if they cannot be.
+            data = "\n".join(self._pending).encode("utf-8", "replace")
+            if self._ring_write(data, time.monotonic_ns() // 1000):
+                self._pending = []
+                return
+            try:
+                if self._connected:
+                    self._sock.send(data)
+                else:
+                    self._sock.sendto(data, self.path)
+                self._pending = []
+                return
+            except OSError:
                 time.sleep(0.001)
         self.dropped += len(self._pending)
         self._pending = []
@@ -257,7 +415,7 @@ class Probe:
         if phase is not None:
             line += " phase=" + phase
         # Who sent it: several processes can share one collector (torchrun's workers).
-        line += " pid=%d" % os.getpid()
+        line += " pid=%d" % self._pid
         if self.rank is not None:
             line += " rank=%d" % self.rank
         self.send(line + self._allocator_fields())

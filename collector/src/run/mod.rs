@@ -17,6 +17,7 @@
 //! when the child was killed).
 
 mod child;
+mod mark_rings;
 mod markers;
 mod oom_kills;
 pub(crate) mod processes;

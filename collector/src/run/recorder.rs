@@ -247,7 +247,7 @@ impl Senders {
             }
             Message::Phase(phase) => self.context(sender).phase = phase,
             // The sampler took its time and reading (`sampler::Drained`); nothing is left.
-            Message::At(_) => {}
+            Message::At(_) | Message::Ring(_) => {}
             Message::Record(Record::Process(said), _) => {
                 if let Some(pid) = sender {
                     for record in state.with_processes(|p| p.said(pid, &said, t_us)) {

@@ -15,10 +15,12 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use oomscope_format::{CounterId, CounterKind, Record};
 
 use super::Event;
+use super::mark_rings::{MAX_RINGS, MarkRing};
 use super::markers::{Datagram, MarkerSocket};
 use super::shared_state::{Pending, PendingQueue, RunState};
 use crate::gpu::Gpus;
@@ -376,6 +378,8 @@ pub fn sample_loop(
         datagram: vec![0u8; MAX_DATAGRAM_BYTES],
         drained: Vec::new(),
         timed: false,
+        rings: Vec::new(),
+        ring_dir: socket.map(|s| s.dir().to_owned()),
     };
     let mut next = Instant::now();
     let mut next_drain = Instant::now();
@@ -412,9 +416,13 @@ pub fn sample_loop(
             inbox.apply(&mut reader, events);
         }
     }
-    // The program has exited: take what it sent last.
+    // The program has exited: take what it sent last, all of it.
     if let Some(socket) = socket {
-        inbox.drain(socket, &mut reader, events);
+        for _ in 0..FINAL_DRAINS {
+            if !inbox.drain(socket, &mut reader, events) {
+                break;
+            }
+        }
     }
 }
 
@@ -427,13 +435,21 @@ const TIMED_DRAIN_EVERY: Duration = Duration::from_millis(2);
 /// Most datagrams one drain reads.
 const MAX_DRAINED_DATAGRAMS: usize = 1024;
 
-/// The marker socket's side of the sampler: datagrams read and what they hold, in time order
-/// once applied.
+/// Most drains after the program exited (each empties the rings; the socket's queue holds a
+/// few datagrams, far under this many drains' worth).
+const FINAL_DRAINS: usize = 64;
+
+/// The marker socket's side of the sampler: datagrams read (and the senders' rings), and what
+/// they hold, in time order once applied.
 struct Inbox {
     datagram: Vec<u8>,
     drained: Vec<Drained>,
     /// A sender has timed its messages (`at`): the socket is drained on a schedule from now on.
     timed: bool,
+    /// The senders' rings of shared memory (`ring`), read at every drain...
+    rings: Vec<MarkRing>,
+    /// ...found in the socket's directory.
+    ring_dir: Option<PathBuf>,
 }
 
 /// What a datagram holds, stamped with the time it happened.
@@ -466,27 +482,65 @@ impl Drained {
 }
 
 impl Inbox {
-    /// Reads every datagram waiting and applies them.
+    /// Reads the datagrams waiting (true when more were waiting than one drain reads) and what
+    /// the rings hold, and applies them.
     fn drain(
         &mut self,
         socket: &MarkerSocket,
         reader: &mut Reader<'_>,
         events: &SyncSender<Event>,
-    ) {
+    ) -> bool {
         let state = reader.state;
         // Bounded: senders that refill the queue as fast as it is read must not hold off the
         // ticks (what is left waits for the next drain).
+        let mut more = true;
         for _ in 0..MAX_DRAINED_DATAGRAMS {
             let Some(got) = socket.recv_within(Duration::ZERO, &mut self.datagram) else {
+                more = false;
                 break;
             };
             self.read(got, state.now_us(), state);
         }
+        self.read_rings(state);
         self.apply(reader, events);
+        more
+    }
+
+    /// Reads what each ring holds since the last drain: all that was written when the drain
+    /// came to it (at most a ring's capacity), so that a datagram its sender sent while the ring
+    /// was full, read just before, is sorted among the older messages of the ring and never
+    /// handed on ahead of them. A ring found corrupt is read no further, counted as a rejected
+    /// line.
+    fn read_rings(&mut self, state: &RunState) {
+        let mut i = 0;
+        while i < self.rings.len() {
+            let written = self.rings[i].written();
+            let broken = loop {
+                match self.rings[i].next(written, &mut self.datagram) {
+                    Ok(Some(len)) => {
+                        let got = Datagram {
+                            len,
+                            sender: Some(self.rings[i].sender),
+                        };
+                        self.read(got, state.now_us(), state);
+                    }
+                    Ok(None) => break false,
+                    Err(_) => break true,
+                }
+            };
+            if broken {
+                state.rejected_lines.fetch_add(1, Ordering::Relaxed);
+                self.rings.swap_remove(i);
+            } else {
+                self.rings[i].release();
+                i += 1;
+            }
+        }
     }
 
     /// Parses one datagram that arrived (or was read) at `arrival_us`. Messages after an `at`
-    /// take its time; an untimed mark gets the collector's reading at arrival, once per datagram.
+    /// take its time; an untimed mark gets the collector's reading at arrival, once per datagram;
+    /// a ring announced is mapped (from the socket's directory), to be read from the next drain.
     fn read(&mut self, got: Datagram, arrival_us: u64, state: &RunState) {
         let mut t_us = arrival_us;
         let mut timed = false;
@@ -504,6 +558,24 @@ impl Inbox {
                             rss_bytes,
                             rss_file_bytes: at.rss_file_bytes.unwrap_or(0),
                         });
+                    }
+                }
+                Message::Ring(name) => {
+                    let opened = match (&self.ring_dir, got.sender) {
+                        (Some(dir), Some(pid)) if self.rings.len() < MAX_RINGS => {
+                            Some(MarkRing::open(dir, &name, pid))
+                        }
+                        _ => None,
+                    };
+                    match opened {
+                        Some(Ok(ring)) => {
+                            // Its messages are timed: drained on the schedule.
+                            self.timed = true;
+                            self.rings.push(ring);
+                        }
+                        _ => {
+                            state.rejected_lines.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
                 message => {
@@ -895,6 +967,8 @@ mod tests {
             datagram: vec![0; 1024],
             drained: Vec::new(),
             timed: false,
+            rings: Vec::new(),
+            ring_dir: None,
         };
         let text = format!(
             "at {} rss_bytes=100 rss_file_bytes=10\nmark a\nat {}\nnote x\nmark b",

@@ -31,6 +31,10 @@ const EXPLAINED_SHARE: f64 = 0.5;
 /// Training steps with an input and a value it takes to speak of a "median step".
 const MIN_STEPS: usize = 8;
 
+/// How far below a later step's peak a long step's may be and still be its cause, when memory
+/// stayed up between them: this share of the later peak, or [`INPUT_PEAK_MIN_BYTES`] if more.
+const HELD_MARGIN: f64 = 0.02;
+
 /// A step whose peak its input explains.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InputPeak {
@@ -104,6 +108,31 @@ struct StepPoint {
     shape: String,
 }
 
+/// The step whose memory the step at `at` still holds, `at` itself if none: a step with a long
+/// input ([`INPUT_PEAK_MIN_RATIO`] times the median) before it whose peak is within
+/// [`HELD_MARGIN`] of its own, with every step between them within it too. The C allocator keeps
+/// what a long batch's activations took for some steps after it (glibc returns the top of its
+/// heap only once nothing above is in use), so a short step can read a few KiB above the long
+/// one that raised it.
+fn held_from_long_step(points: &[StepPoint], at: usize, median_elements: u64) -> usize {
+    let long = |p: &StepPoint| p.elements as f64 >= INPUT_PEAK_MIN_RATIO * median_elements as f64;
+    if long(&points[at]) {
+        return at;
+    }
+    let peak = points[at].peak_bytes;
+    let floor =
+        peak.saturating_sub((HELD_MARGIN * peak as f64).max(INPUT_PEAK_MIN_BYTES as f64) as u64);
+    for i in (0..at).rev() {
+        if points[i].peak_bytes < floor {
+            return at;
+        }
+        if long(&points[i]) {
+            return i;
+        }
+    }
+    at
+}
+
 /// The input-driven peak, if the run has one.
 pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
     if trace.inputs.is_empty() {
@@ -168,10 +197,13 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
     };
     let median_elements = median_of(points.iter().map(|p| p.elements).collect());
     let median_peak = median_of(points.iter().map(|p| p.peak_bytes).collect());
-    // The highest, then the longest input, then the first.
-    let top = points
+    // The highest, then the longest input, then the first...
+    let (highest, _) = points
         .iter()
-        .max_by_key(|p| (p.peak_bytes, p.elements, std::cmp::Reverse(p.step)))?;
+        .enumerate()
+        .max_by_key(|(_, p)| (p.peak_bytes, p.elements, std::cmp::Reverse(p.step)))?;
+    // ...or the long step whose memory it still holds.
+    let top = &points[held_from_long_step(&points, highest, median_elements)];
     let rise = top.peak_bytes.saturating_sub(median_peak);
     let ratio = top.elements as f64 / median_elements.max(1) as f64;
     if ratio < INPUT_PEAK_MIN_RATIO
@@ -293,6 +325,39 @@ mod tests {
         let at = p.intercept_bytes + p.bytes_per_element * within as f64;
         assert!((at - 0.9 * p.limit.unwrap().0 as f64).abs() < 4.0 * MIB as f64);
         let _ = GIB;
+    }
+
+    #[test]
+    fn a_short_step_holding_the_long_steps_memory_names_the_long_step() {
+        // glibc keeps the long batch's memory for the steps after it: step 37 reads 4 KiB above
+        // step 36, with its own input the median's.
+        let mut trace = variable_run(36);
+        let peak_36 = trace
+            .marks
+            .iter()
+            .filter(|m| m.step == 36)
+            .filter_map(|m| m.snapshot.map(|s| s.allocated_bytes))
+            .max()
+            .unwrap();
+        for m in &mut trace.marks {
+            if (37..=38).contains(&m.step)
+                && let Some(s) = m.snapshot.as_mut()
+            {
+                s.allocated_bytes = peak_36 + 4096;
+            }
+        }
+        let p = input_peak(&trace, &MarkValues::new(&trace)).expect("the long step's peak");
+        assert_eq!((p.step, p.elements), (36, 4096));
+        assert_eq!(p.peak_bytes, peak_36);
+        // A step that rose on its own (memory fell back in between) is not the long step's.
+        for m in &mut trace.marks {
+            if m.step == 37
+                && let Some(s) = m.snapshot.as_mut()
+            {
+                s.allocated_bytes = 0;
+            }
+        }
+        assert!(input_peak(&trace, &MarkValues::new(&trace)).is_none());
     }
 
     #[test]

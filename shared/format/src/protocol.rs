@@ -32,6 +32,7 @@
 //! alive bytes=N count=N [line=N] [function=<name>] -- <file>
 //! process [rank=N] [local_rank=N] [world_size=N] [restart=N] [group=NAME]
 //! at <N> [rss_bytes=N] [rss_file_bytes=N]
+//! ring <name>
 //! ```
 //!
 //! Rules: tokens are separated by ASCII whitespace; stage and tensor names are single tokens;
@@ -53,6 +54,12 @@
 //! way needs no reading from the collector at its marks, so the collector drains its datagrams
 //! every few milliseconds instead of waking for each one (the wake-up was most of the collector's
 //! cost of a mark). Messages without an `at` are stamped when they are read.
+//!
+//! `ring <name>` announces a ring of shared memory the sender made in the socket's directory
+//! (`ring-` and a plain token): from then on the collector reads the sender's messages from it as
+//! well, each as one datagram would carry them, and they are the sender's (the announcing
+//! datagram's credentials). Its layout is in docs/protocol.md ("Rings") and
+//! `oomscope_collector`'s `mark_rings`.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -73,7 +80,7 @@ pub const PROTOCOL_ENV: &str = "OOMSCOPE_PROTOCOL";
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 
 /// Every verb of the protocol, in the order the grammar lists them.
-pub const VERBS: [&str; 12] = [
+pub const VERBS: [&str; 13] = [
     "mark",
     "step",
     "phase",
@@ -86,6 +93,7 @@ pub const VERBS: [&str; 12] = [
     "alive",
     "process",
     "at",
+    "ring",
 ];
 
 /// What a record's sender may leave out and the collector fills in from what the program said
@@ -124,6 +132,8 @@ pub enum Message {
     Phase(Phase),
     /// When the messages after it in its datagram happened, and the sender's memory then.
     At(SenderReading),
+    /// The sender's ring of shared memory, by its file's name in the socket's directory.
+    Ring(String),
 }
 
 /// The sender's clock and memory at a moment: what an `at` line says.
@@ -548,6 +558,12 @@ pub fn parse_line(line: &str) -> Option<Message> {
             Fields::parse(rest).read(&AT, &mut reading)?;
             Some(Message::At(reading))
         }
+        "ring" => match split_token(rest) {
+            (name, rest) if !name.is_empty() && rest.trim().is_empty() => {
+                Some(Message::Ring(name.to_owned()))
+            }
+            _ => None,
+        },
         "note" => Some(Message::record(Record::Note(Note {
             t_us: 0,
             text: rest.trim().to_owned(),
@@ -768,6 +784,10 @@ pub fn format(out: &mut String, message: &Message) {
         Message::At(reading) => {
             let _ = write!(out, "at {}", reading.mono_us);
             show_all(out, &AT, reading);
+        }
+        Message::Ring(name) => {
+            out.push_str("ring ");
+            push_token(out, name);
         }
         Message::Record(record, context) => {
             let Some(verb) = verb_of(record) else {
@@ -1184,6 +1204,7 @@ mod tests {
                 rss_bytes: Some(1 << 30),
                 rss_file_bytes: Some(1 << 20),
             }),
+            Message::Ring("ring-4242-17".into()),
         ]
     }
 
