@@ -330,29 +330,30 @@ class Probe:
                 self.dropped += 1
                 del self._pending[0]
             return
-        if not self._pending:
-            data = line.encode("utf-8", "replace")
-            if self._ring_write(data, now_us):
-                return
-            lines = [line]
-        else:
-            lines = self._pending + [line]
-            data = "\n".join(lines).encode("utf-8", "replace")
-            if self._ring_write(data, now_us):
-                self._pending = []
-                return
+        lines = self._pending + [line] if self._pending else [line]
+        if self._deliver("\n".join(lines) if self._pending else line, now_us):
+            self._pending = []
+            return
+        self._failed_us = now_us
+        if len(lines) > _MAX_PENDING:
+            self.dropped += len(lines) - _MAX_PENDING
+            lines = lines[-_MAX_PENDING:]
+        self._pending = lines
+
+    def _deliver(self, text, now_us):
+        """Puts one message (lines) into the ring, else sends it as a datagram; False when
+        neither could take it."""
+        data = text.encode("utf-8", "replace")
+        if self._ring_write(data, now_us):
+            return True
         try:
             if self._connected:
                 self._sock.send(data)
             else:
                 self._sock.sendto(data, self.path)
-            self._pending = []
+            return True
         except OSError:
-            self._failed_us = now_us
-            if len(lines) > _MAX_PENDING:
-                self.dropped += len(lines) - _MAX_PENDING
-                lines = lines[-_MAX_PENDING:]
-            self._pending = lines
+            return False
 
     def flush(self, tries=100):
         """Sends what is still pending; at exit, waiting up to ~0.1 s for the collector to make
@@ -365,19 +366,10 @@ class Probe:
                 return
             # Each pending line is one message with its own `at`: sent together, and counted
             # one by one if they cannot be.
-            data = "\n".join(self._pending).encode("utf-8", "replace")
-            if self._ring_write(data, time.monotonic_ns() // 1000):
+            if self._deliver("\n".join(self._pending), time.monotonic_ns() // 1000):
                 self._pending = []
                 return
-            try:
-                if self._connected:
-                    self._sock.send(data)
-                else:
-                    self._sock.sendto(data, self.path)
-                self._pending = []
-                return
-            except OSError:
-                time.sleep(0.001)
+            time.sleep(0.001)
         self.dropped += len(self._pending)
         self._pending = []
 
