@@ -19,7 +19,9 @@ use oomscope_analysis::recommend::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::{CounterKind, ExitStatus, OomSource, Phase, ProcessRole, Trace};
 use oomscope_testkit::Scratch;
-use support::{collector, plain, read, record, stderr, torch_program as program, torch_python};
+use support::{
+    collector, plain, read, record, record_alone, stderr, torch_program as program, torch_python,
+};
 
 const STAGES: [&str; 6] = [
     "pre_forward",
@@ -264,7 +266,7 @@ fn dataloader_workers_over_python_lists_copy_the_dataset_and_over_numpy_do_not()
         if numpy {
             cmd.push("--numpy");
         }
-        let (out, t) = record(&s, &[], &cmd);
+        let (out, t) = record_alone(&s, &[], &cmd);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let analysis = analyze(&t, &AnalysisOptions::default());
         (t, analysis)

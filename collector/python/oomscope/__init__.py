@@ -56,7 +56,7 @@ _RING_MAGIC = b"OOMRING1"
 _RING_HEADER_BYTES = 64
 _RING_DATA_BYTES = 256 << 10
 _RING_MAX_MESSAGE_BYTES = 64 << 10
-_RING_MACHINES = ("x86_64", "i686", "i386")
+_RING_MACHINES = ("x86_64",)  # (32-bit x86 would store a u64 position in two halves)
 # A ring not announced (the socket's queue full: other processes flooding it) is tried again
 # this much later, up to this many times.
 _RING_RETRY_US = 10000
@@ -249,17 +249,18 @@ class Probe:
         """Writes one message into the ring; False when it cannot (no ring, no room, too long, or
         another thread or a signal handler, or a garbage-collection callback, is writing), and
         the caller sends a datagram. Written for speed: a mark's share of the hooks' cost."""
-        ring = self._ring
-        if ring is None:
-            if self._ring_tries >= _RING_TRIES or now_us < self._ring_retry_us:
-                return False
-            ring = self._open_ring(now_us)
-            if ring is None:
-                return False
+        if self._ring is None and (self._ring_tries >= _RING_TRIES or now_us < self._ring_retry_us):
+            return False
         n = len(data)
         if n > _RING_MAX_MESSAGE_BYTES or not self._ring_lock.acquire(False):
             return False
         try:
+            ring = self._ring
+            if ring is None:
+                # Under the lock: a collection's callback sending from inside it makes no second.
+                ring = self._open_ring(now_us)
+                if ring is None:
+                    return False
             pos = self._ring_pos
             size = self._ring_bytes
             words = self._ring_words

@@ -55,6 +55,27 @@ pub fn torch_program(name: &str) -> String {
 /// `collector run -q -o TRACE [extra] -- CMD...` with one OpenMP thread: its output and the
 /// trace it wrote (`t.oomt` in the scratch directory).
 pub fn record(s: &Scratch, extra: &[&str], cmd: &[&str]) -> (Output, Trace) {
+    let _side_by_side = RECORDINGS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    recorded(s, extra, cmd)
+}
+
+/// Recordings of one test binary run side by side (cargo's test threads), but for those of
+/// [`record_alone`]...
+static RECORDINGS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// ...which waits for the others and runs by itself: for a test that asserts what the collector
+/// sees of a program only when it gets the CPU a quiet machine gives (copy-on-write workers read
+/// often enough to see their copies grow, on two cores shared with a torchrun test's four ranks).
+pub fn record_alone(s: &Scratch, extra: &[&str], cmd: &[&str]) -> (Output, Trace) {
+    let _alone = RECORDINGS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    recorded(s, extra, cmd)
+}
+
+fn recorded(s: &Scratch, extra: &[&str], cmd: &[&str]) -> (Output, Trace) {
     let trace = s.path("t.oomt");
     let mut args = vec!["run", "-q", "-o", trace.to_str().unwrap()];
     args.extend_from_slice(extra);
