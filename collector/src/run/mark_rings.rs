@@ -16,6 +16,9 @@
 //! `position % capacity` and wrapping at the data area's end. The writer stores its position only
 //! after the bytes it covers (x86-64 keeps stores in program order; the Python helper makes rings
 //! only there), the reader stores its own after reading, and each side writes only its own.
+//!
+//! A limit: a ring file cut shorter while mapped would fault the reader (SIGBUS). Only the helper
+//! writes these files, in a directory only the user can enter, and it never shortens one.
 
 use std::fs::OpenOptions;
 use std::path::Path;
