@@ -21,7 +21,7 @@
 //! writes these files, in a directory only the user can enter, and it never shortens one.
 
 use std::fs::OpenOptions;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::MmapRaw;
@@ -39,13 +39,15 @@ const READ_POSITION_AT: usize = 16;
 const MIN_CAPACITY_BYTES: usize = 1 << 10;
 const MAX_CAPACITY_BYTES: usize = 64 << 20;
 /// Rings read at once; an announcement beyond them is ignored (and its sender's messages with
-/// it): each process that marks makes one.
+/// it): each process that marks makes one, and the ring of a process that has exited is let go
+/// once read (see [`MarkRing::sender_gone`]), so only processes alive together count.
 pub const MAX_RINGS: usize = 1024;
 
 /// One sender's ring, mapped.
 #[derive(Debug)]
 pub struct MarkRing {
     map: MmapRaw,
+    path: PathBuf,
     capacity: u64,
     read: u64,
     /// The process that announced it (as the kernel stated it).
@@ -77,10 +79,11 @@ impl MarkRing {
         if !plain {
             return Err(RingError::Name);
         }
+        let path = dir.join(name);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .open(dir.join(name))
+            .open(&path)
             .map_err(|_| RingError::Open)?;
         let map = MmapRaw::map_raw(&file).map_err(|_| RingError::Open)?;
         let capacity = map.len().saturating_sub(RING_HEADER_BYTES);
@@ -95,6 +98,7 @@ impl MarkRing {
         }
         let mut ring = MarkRing {
             map,
+            path,
             capacity: capacity as u64,
             read: 0,
             sender,
@@ -157,6 +161,24 @@ impl MarkRing {
     pub fn release(&self) {
         self.position(READ_POSITION_AT)
             .store(self.read, Ordering::Release);
+    }
+
+    /// The process that announced it has exited (no such process now): what it wrote is all
+    /// there will be. A pid reused since reads as alive, which only keeps the ring longer.
+    pub fn sender_gone(&self) -> bool {
+        let Ok(pid) = libc::pid_t::try_from(self.sender) else {
+            return false;
+        };
+        // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0;
+        !alive && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+}
+
+impl Drop for MarkRing {
+    /// The file goes with the mapping (the run's directory is removed at its end anyway).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -224,7 +246,7 @@ mod tests {
         }
     }
 
-    fn dir(name: &str) -> std::path::PathBuf {
+    fn dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("oomscope-ring-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -271,6 +293,23 @@ mod tests {
             "a full ring refuses a message until it is read"
         );
         assert_eq!(read_all(&mut ring), sent);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_ring_whose_sender_exited_says_so_and_its_file_goes_with_it() {
+        let dir = dir("gone");
+        let _writer = Writer::create(&dir, "ring-1-1", 1024);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let ring = MarkRing::open(&dir, "ring-1-1", pid).unwrap();
+        assert!(ring.sender_gone(), "pid {pid} was reaped");
+        let mine = MarkRing::open(&dir, "ring-1-1", std::process::id()).unwrap();
+        assert!(!mine.sender_gone());
+        drop(ring);
+        assert!(!dir.join("ring-1-1").exists());
+        drop(mine);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -380,6 +380,7 @@ pub fn sample_loop(
         timed: false,
         rings: Vec::new(),
         ring_dir: socket.map(|s| s.dir().to_owned()),
+        rings_pruned: Instant::now(),
     };
     let mut next = Instant::now();
     let mut next_drain = Instant::now();
@@ -435,6 +436,9 @@ const TIMED_DRAIN_EVERY: Duration = Duration::from_millis(2);
 /// Most datagrams one drain reads.
 const MAX_DRAINED_DATAGRAMS: usize = 1024;
 
+/// How often the rings of senders that exited are let go.
+const RINGS_PRUNED_EVERY: Duration = Duration::from_secs(1);
+
 /// Most drains after the program exited (each empties the rings; the socket's queue holds a
 /// few datagrams, far under this many drains' worth).
 const FINAL_DRAINS: usize = 64;
@@ -448,8 +452,10 @@ struct Inbox {
     timed: bool,
     /// The senders' rings of shared memory (`ring`), read at every drain...
     rings: Vec<MarkRing>,
-    /// ...found in the socket's directory.
+    /// ...found in the socket's directory, and let go once read after their senders exited
+    /// (looked at every [`RINGS_PRUNED_EVERY`]).
     ring_dir: Option<PathBuf>,
+    rings_pruned: Instant,
 }
 
 /// What a datagram holds, stamped with the time it happened.
@@ -512,8 +518,15 @@ impl Inbox {
     /// handed on ahead of them. A ring found corrupt is read no further, counted as a rejected
     /// line.
     fn read_rings(&mut self, state: &RunState) {
+        // Whose senders have exited is asked before reading: what such a ring holds then is all
+        // it will ever hold, and it is let go once read.
+        let prune = self.rings_pruned.elapsed() >= RINGS_PRUNED_EVERY;
+        if prune {
+            self.rings_pruned = Instant::now();
+        }
         let mut i = 0;
         while i < self.rings.len() {
+            let gone = prune && self.rings[i].sender_gone();
             let written = self.rings[i].written();
             let broken = loop {
                 match self.rings[i].next(written, &mut self.datagram) {
@@ -530,6 +543,8 @@ impl Inbox {
             };
             if broken {
                 state.rejected_lines.fetch_add(1, Ordering::Relaxed);
+                self.rings.swap_remove(i);
+            } else if gone {
                 self.rings.swap_remove(i);
             } else {
                 self.rings[i].release();
@@ -969,6 +984,7 @@ mod tests {
             timed: false,
             rings: Vec::new(),
             ring_dir: None,
+            rings_pruned: Instant::now(),
         };
         let text = format!(
             "at {} rss_bytes=100 rss_file_bytes=10\nmark a\nat {}\nnote x\nmark b",
