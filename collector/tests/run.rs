@@ -277,16 +277,7 @@ p.flush()
 print(p._ring is not None, p._ring_bytes, p._ring_pos, p.dropped)
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = run(&[
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        child.to_str().unwrap(),
-    ]);
+    let (out, t) = run_python(&s, &child, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     let said: Vec<&str> = said.split_whitespace().collect();
@@ -294,7 +285,6 @@ print(p._ring is not None, p._ring_bytes, p._ring_pos, p.dropped)
     let written: u64 = said[2].parse().unwrap();
     let dropped: usize = said[3].parse().unwrap();
     assert!(written > 30 * 4096, "the ring wrapped: {said:?}");
-    let t = read(&trace).trace;
     let steps: Vec<u64> = t.marks.iter().map(|m| m.step).collect();
     assert_eq!(steps.len(), 3000 - dropped, "{said:?}");
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "in order");
@@ -328,20 +318,10 @@ else:
         print(sender.communicate()[0].strip())
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = run(&[
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        child.to_str().unwrap(),
-    ]);
+    let (out, t) = run_python(&s, &child, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = String::from_utf8_lossy(&out.stdout);
     assert_eq!(said.lines().collect::<Vec<_>>(), ["True 0"; 4]);
-    let t = read(&trace).trace;
     let mut by_sender: std::collections::BTreeMap<Option<u32>, Vec<u64>> = Default::default();
     for m in &t.marks {
         by_sender.entry(m.pid).or_default().push(m.step);
@@ -366,19 +346,9 @@ print(oom._probe()._ring is not None, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = run(&[
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "python3",
-        child.to_str().unwrap(),
-    ]);
+    let (out, t) = run_python(&s, &child, &[]);
     assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "True");
-    let t = read(&trace).trace;
     let steps: Vec<u64> = t.marks.iter().map(|m| m.step).collect();
     assert_eq!(steps, (0..50).collect::<Vec<u64>>());
 }
@@ -395,21 +365,10 @@ for i in range(20):
 print(oom._probe()._ring is None)
 "#,
     );
-    let trace = s.path("t.oomt");
-    let out = run(&[
-        "run",
-        "-q",
-        "-o",
-        trace.to_str().unwrap(),
-        "--",
-        "env",
-        "OOMSCOPE_RING=0",
-        "python3",
-        child.to_str().unwrap(),
-    ]);
+    let (out, t) = run_python(&s, &child, &[("OOMSCOPE_RING", "0")]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "True");
-    assert_eq!(read(&trace).trace.marks.len(), 20);
+    assert_eq!(t.marks.len(), 20);
 }
 
 #[test]
@@ -1195,8 +1154,19 @@ sys.modules["torch"] = torch
 
 /// Records a Python script under the collector; it must exit 0.
 fn record_python(s: &Scratch, script: &Path) -> oomscope_format::Trace {
+    let (out, trace) = run_python(s, script, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    trace
+}
+
+/// `python3 script` under the collector, with `env` for the program: how it ended, its trace.
+fn run_python(
+    s: &Scratch,
+    script: &Path,
+    env: &[(&str, &str)],
+) -> (Output, oomscope_format::Trace) {
     let trace = s.path("t.oomt");
-    let out = run(&[
+    let args = [
         "run",
         "-q",
         "-o",
@@ -1204,9 +1174,9 @@ fn record_python(s: &Scratch, script: &Path) -> oomscope_format::Trace {
         "--",
         "python3",
         script.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    read(&trace).trace
+    ];
+    let out = collector(&args).envs(env.iter().copied()).output().unwrap();
+    (out, read(&trace).trace)
 }
 
 #[test]
