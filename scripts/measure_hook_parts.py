@@ -7,7 +7,9 @@ Run it under the collector (so that the hooks are loaded and every mark really g
 A one-layer model, so that the hooks' cost shows against its short step. Blocks of steps
 alternate between hooks off (`pause()`), on, and on with one part stubbed out (the marks not
 sent; sent as datagrams instead of through the ring; backward not watched; the leak watch off),
-ROUNDS times; prints each variant's median microseconds per step (stderr; ROUNDS=N in the environment for more rounds). A part's cost is "on" minus "on without it".
+ROUNDS times; prints each variant's median microseconds of this thread's CPU per step (stderr;
+ROUNDS=N, STEPS=N a block and ONLY=off,on in the environment). A part's cost is "on" minus "on
+without it".
 """
 
 import os
@@ -18,7 +20,9 @@ import time
 import torch
 import torch.nn as nn
 
-ROUNDS, STEPS = int(os.environ.get("ROUNDS", 8)), 500
+ROUNDS, STEPS = int(os.environ.get("ROUNDS", 8)), int(os.environ.get("STEPS", 500))
+# ONLY=off,on: just those variants (more rounds in the same time, blocks closer together).
+ONLY = [v for v in os.environ.get("ONLY", "").split(",") if v]
 
 
 def main():
@@ -31,25 +35,27 @@ def main():
     x = torch.randn(4, 16)
 
     def block(steps=STEPS):
-        start = time.perf_counter()
+        start = time.thread_time()
         for _ in range(steps):
             model(x).square().mean().backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        return (time.perf_counter() - start) / steps * 1e6
+        return (time.thread_time() - start) / steps * 1e6
 
     block(300)  # warm-up; the root is found
     # Each variant: the parts stubbed out, as (owner, attribute, stand-in).
     variants = {
         "off": [],
         "on": [],
-        "on, marks not sent": [(h._probe, "_mark", lambda *a, **k: None)],
-        "on, marks built, no send": [(h._probe, "send", lambda line: None)],
-        "on, datagrams, no ring": [(h._probe, "_ring_write", lambda data: False)],
+        "on, marks not sent": [(h._probe, "_hook_mark", lambda *a, **k: None)],
+        "on, marks built, no send": [(h._probe, "_ring_write", lambda data, now_us=0: True)],
+        "on, datagrams, no ring": [(h._probe, "_ring_write", lambda data, now_us=0: False)],
         "on, no own reading": [(h._probe, "_at_line", lambda memory=False, now_us=None: "at 0")],
         "on, backward not watched": [(h, "_watch_backward", lambda output: None)],
         "on, no leak watch": [(h, "_watch_held", lambda: None)],
     }
+    if ONLY:
+        variants = {name: stubs for name, stubs in variants.items() if name in ONLY}
     times = {name: [] for name in variants}
     for _ in range(ROUNDS):
         for name, stubs in variants.items():

@@ -2,10 +2,10 @@
 count the process's live tensors twice, some steps apart, and say which groups grew and what
 holds them — what people find today by hand with `gc.get_objects()`.
 
-- Suspicion (`Watch`): the memory in use at each iteration's end (`memory_now`: the CUDA
-  allocator's allocated bytes once CUDA is up, else glibc's bytes in use, else the RSS; ~15 us)
-  rose at each of the last `RISES` iterations and by at least `MIN_RISE_BYTES` in all. Nothing
-  else runs per step.
+- Suspicion (`Watch`): the memory in use at an iteration's end (`memory_now`: the CUDA
+  allocator's allocated bytes once CUDA is up, else glibc's bytes in use, else the RSS; read at
+  iteration ends at least `READING_GAP_S` apart) rose at each of the last `RISES` readings and
+  by at least `MIN_RISE_BYTES` in all. Nothing else runs per step.
 - A count (`census`): every tensor `gc.get_objects()` returns, grouped by device, dtype, shape
   and the autograd node that made it; each storage counted once. Plus, for the tensors the
   program names (a variable, an attribute, one level in) that carry an autograd graph, the size
@@ -33,6 +33,9 @@ RISES = 4  # consecutive rising iteration ends before a count
 MIN_RISE_BYTES = 1 << 20  # over those rises
 APART = 8  # iterations between the two counts
 COOLDOWN = 64  # iterations after a pair before the next suspicion (doubles each time)
+# Iteration ends read no more often than this (seconds): a loop of 4 ms steps paid ~10 us a
+# step for a reading at each (the call's Python, out of the CPU's caches by then).
+READING_GAP_S = 0.01
 _MIN_GROUP_BYTES = 64 << 10  # a group's growth below this (and below one tensor a step) is noise
 _MAX_GROUPS = 8  # groups sent per pair
 _MAX_GRAPH_NODES = 200_000  # autograd nodes walked per named tensor
@@ -78,11 +81,12 @@ def _malloc_in_use():
     return m.uordblks + m.hblkhd
 
 
-def memory_now(torch):
+def memory_now(torch, cuda=None):
     """The memory the program's tensors and objects use, as exactly as can be read: CUDA
-    allocated once CUDA is up, else the C allocator's bytes in use, else the RSS (~15 us)."""
+    allocated once CUDA is up (`cuda`: whether it is, when the caller knows), else the C
+    allocator's bytes in use, else the RSS (~15 us)."""
     try:
-        if torch.cuda.is_initialized():
+        if cuda or (cuda is None and torch.cuda.is_initialized()):
             return torch.cuda.memory_allocated()
     except Exception:
         pass
@@ -99,6 +103,7 @@ class Watch:
         self.quiet_until = 0
         self.cooldown = COOLDOWN
         self.evals_seen = 0  # the hooks' eval count when the readings began
+        self.next_reading_s = 0.0  # (time.monotonic) no reading before it (`READING_GAP_S`)
 
     def due(self, iteration, reading):
         """'first', 'second' or None."""
@@ -165,7 +170,7 @@ def census(torch, frame, kit):
     groups = {}
     storages = set()
     kinds = kit.subclasses(Tensor)
-    tensors = [o for o in gc.get_objects() if type(o) in kinds]
+    tensors = kit.instances(kinds)
     for o in tensors:
         key = _key(o)
         skey, nbytes = _storage_key(o)

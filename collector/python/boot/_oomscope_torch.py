@@ -86,8 +86,10 @@ class _State:
         self.in_opt_step = 0
         self.opt_outer = 0  # id() of the optimizer of the outermost step in progress
         self.has_optimizer = False  # a torch.optim.Optimizer was created
-        self.optimizers = weakref.WeakSet()  # every one created (weak: never kept alive by us)
-        self.idle = weakref.WeakSet()  # created ones set aside (see _iteration_done)
+        # Every one created: id() -> a weak reference (never kept alive by us). Not a WeakSet:
+        # iterating one at each iteration's end cost ~5 us in a training loop.
+        self.optimizers = {}
+        self.idle = set()  # id()s of created ones set aside (see _iteration_done)
         self.stepped = set()  # id()s of the optimizers stepped since the iteration began
         self.repeats = {}  # id() -> its steps since the iteration began
         self.last_phase = None  # of the last mark sent
@@ -293,10 +295,12 @@ def _emit(stage, phase):
     if stage in S.user_stages:
         return
     S.emitted[stage] = S.step
-    if not S.cuda_ready:
+    if not S.cuda_ready and not S.iterations:
+        # CUDA initialised before our patch of `_lazy_init` saw it: looked for in the first
+        # iteration, then once an iteration (`_opt_post`), not at every mark (~1 us each).
         _cuda_ready_check()
-    _probe._mark(stage, step=None if S.user_steps else S.step,
-                 phase=None if S.user_phases else phase)
+    _probe._hook_mark(stage, None if S.user_steps else S.step,
+                      None if S.user_phases else phase, S.cuda_ready)
     if S.stage_breakdown_at is not None:
         _stage_breakdown()
 
@@ -384,22 +388,32 @@ def _take_input(args):
     embedding gets the token ids."""
     S = _S
     Tensor = _torch.Tensor
+    if type(args) is tuple and args and type(args[0]) is Tensor:
+        a = args[0]  # the common case, a batch first: nothing to look through
+    else:
+        a = _first_tensor(args, Tensor)
+        if a is None:
+            return
+    S.input_pending = False
+    if S.input_step != S.step:
+        _flush_input()  # a step that ended without an optimizer (weights updated by hand)
+        S.input_step = S.step
+    n = a.numel()
+    if S.input_max is None or n > S.input_max[0]:
+        S.input_max = (n, tuple(a.shape))
+
+
+def _first_tensor(args, Tensor):
+    """The first tensor among `args`, or one level into a list, tuple or dict among them."""
     for a in args:
         kind = type(a)
         if issubclass(kind, dict):
             a = next((v for v in a.values() if issubclass(type(v), Tensor)), None)
         elif issubclass(kind, (list, tuple)):
             a = next((v for v in a if issubclass(type(v), Tensor)), None)
-        if a is None or not issubclass(type(a), Tensor):
-            continue
-        S.input_pending = False
-        if S.input_step != S.step:
-            _flush_input()  # a step that ended without an optimizer (weights updated by hand)
-            S.input_step = S.step
-        n = a.numel()
-        if S.input_max is None or n > S.input_max[0]:
-            S.input_max = (n, tuple(a.shape))
-        return
+        if a is not None and issubclass(type(a), Tensor):
+            return a
+    return None
 
 
 def _flush_input():
@@ -431,7 +445,10 @@ def _fw_pre(module, args, kwargs=None):
         S.outer_module = id(module)
         exc = sys.exc_info()[1]
         S.outer_exc = None if exc is None else id(exc)
-        S.outer_emits = _torch._C._current_graph_task_id() == -1 and _has_params(module)
+        # A root with our hooks on it was chosen for having parameters: walking them again
+        # (`module.parameters()` builds a generator over every submodule) cost ~4 us a forward.
+        S.outer_emits = _torch._C._current_graph_task_id() == -1 and (
+            id(module) in S.root_hook_ids or _has_params(module))
         if S.outer_emits:
             phase = _phase_of(module)
             S.outer_frozen = phase == "eval" and _frozen(module)
@@ -503,7 +520,7 @@ def _fw_post(module, args, output):
 
 def _saw_root(module):
     S = _S
-    if any(r() is module for r in S.roots):
+    if id(module) in S.root_hook_ids or any(r() is module for r in S.roots):
         S.since_new_root += 1
     else:
         S.roots = [r for r in S.roots if r() is not None]
@@ -641,7 +658,11 @@ def _patch_optimizer_init():
             if _S is not None:
                 _S.has_optimizer = True
                 try:
-                    _S.optimizers.add(self)
+                    S = _S
+                    for key in [k for k, ref in S.optimizers.items() if ref() is None]:
+                        del S.optimizers[key]
+                    S.optimizers[id(self)] = weakref.ref(self)
+                    S.idle.discard(id(self))  # (the id of one that was set aside and is gone)
                 except BaseException as e:
                     _interrupted(e)
         return __init__
@@ -770,7 +791,7 @@ def _opt_pre(optimizer, args, kwargs):
         S.in_opt_step = 0  # its last step raised (a caught OOM): the post hook never ran
     S.in_opt_step += 1
     S.stepped.add(id(optimizer))  # every level: a wrapper and the optimizer it steps
-    S.idle.discard(optimizer)
+    S.idle.discard(id(optimizer))
     if S.in_opt_step == 1:
         S.opt_outer = id(optimizer)
         if S.step_pending:
@@ -790,6 +811,8 @@ def _opt_post(optimizer, args, kwargs):
     if S.in_opt_step:
         return
     S.opt_steps_applied += 1
+    if not S.cuda_ready:
+        _cuda_ready_check()
     _emit("post_optimizer_step", "train")
     S.train_forward_in_step = False
     S.frozen_seq = []
@@ -833,7 +856,11 @@ def _watch_held():
             # freed).
             S.watch.evals_seen = S.evals
             S.watch.readings = []
-        due = S.watch.due(S.iterations, _held.memory_now(_torch))
+        now = time.monotonic()
+        if S.watch.first is None and now < S.watch.next_reading_s:
+            return  # (a rise is seen as well over several iterations as over one)
+        S.watch.next_reading_s = now + _held.READING_GAP_S
+        due = S.watch.due(S.iterations, _held.memory_now(_torch, S.cuda_ready))
         if due is None:
             return
         # The caller's frame, never this one: a local holding its own frame is a reference
@@ -874,7 +901,7 @@ def _send_breakdown(force=False):
     if not S.active or S.paused or S.user_components or _breakdown is None:
         return
     try:
-        b = _breakdown.measure(_torch, list(S.optimizers), sys._getframe(1))
+        b = _breakdown.measure(_torch, _live_optimizers(), sys._getframe(1))
     except BaseException as e:
         _interrupted(e)
         return
@@ -899,7 +926,7 @@ def _stage_breakdown():
         S.stage_breakdown_at = None
         return
     try:
-        gradients, per_optimizer = _breakdown.within_iteration(_torch, list(S.optimizers))
+        gradients, per_optimizer = _breakdown.within_iteration(_torch, _live_optimizers())
     except BaseException as e:
         S.stage_breakdown_at = None
         _interrupted(e)
@@ -919,6 +946,10 @@ def _stage_breakdown():
                        trainable_parameter_count=b["trainable_parameter_count"])
 
 
+def _live_optimizers():
+    return [o for o in (ref() for ref in list(_S.optimizers.values())) if o is not None]
+
+
 def _iteration_done(optimizer):
     """Whether every optimizer the program created has stepped since the iteration began; a
     created one that has not while this one stepped more than `_IDLE_AFTER` times (a leftover,
@@ -926,10 +957,11 @@ def _iteration_done(optimizer):
     S = _S
     key = id(optimizer)
     S.repeats[key] = S.repeats.get(key, 0) + 1
-    waiting = [o for o in S.optimizers if id(o) not in S.stepped and o not in S.idle]
+    stepped, idle = S.stepped, S.idle
+    waiting = [k for k, ref in S.optimizers.items()
+               if k not in stepped and k not in idle and ref() is not None]
     if waiting and S.repeats[key] > _IDLE_AFTER:
-        for o in waiting:
-            S.idle.add(o)
+        idle.update(waiting)
         waiting = []
     if waiting:
         return False

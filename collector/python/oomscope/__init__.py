@@ -46,7 +46,8 @@ PROTOCOL_VERSION = 1
 _MAX_PENDING = 64
 _RETRY_US = 1000
 # A mark this soon after the sender's last reading of itself carries none: the collector takes no
-# reading closer than this to the last one (`MIN_MARK_READING_GAP_US`), so it would be thrown away.
+# reading closer than this to the last one (`MIN_MARK_READING_GAP_US`; a test holds them equal), so
+# it would be thrown away.
 _READING_GAP_US = 200
 
 # The ring of shared memory (docs/protocol.md, "Rings"; the collector's run/mark_rings.rs). Only
@@ -139,6 +140,7 @@ class Probe:
         self._pid = os.getpid()
         self.group = None
         self._announced = self.rank is None
+        self._who = self._who_fields()
         self.dropped = 0
         self._pending = []
         self._failed_us = 0  # when a send last failed (CLOCK_MONOTONIC, us)
@@ -172,6 +174,7 @@ class Probe:
 
     def _after_fork(self):
         self._pid = os.getpid()
+        self._who = self._who_fields()
         # The file was opened as /proc/self of the parent: it would read the parent's memory.
         if self._statm is not None:
             try:
@@ -305,6 +308,10 @@ class Probe:
         except (OSError, ValueError, IndexError):
             return line
 
+    def _who_fields(self):
+        """Who sent a mark: several processes can share one collector (torchrun's workers)."""
+        return " pid=%d" % self._pid + ("" if self.rank is None else " rank=%d" % self.rank)
+
     def send(self, line):
         """Sends raw protocol line(s), each timed by an `at` line; never blocks, never raises.
 
@@ -324,7 +331,11 @@ class Probe:
             # `at` that times both: a rank is known from its first mark on).
             self._announced = True
             line = self._process_line() + "\n" + line
-        line = self._at_line(memory=mark, now_us=now_us) + "\n" + line
+        self._send_timed(self._at_line(memory=mark, now_us=now_us) + "\n" + line, now_us, urgent)
+
+    def _send_timed(self, line, now_us, urgent=False):
+        """`send` once the message has its `at` line: delivered, or kept while the socket's queue
+        is full."""
         if self._pending and now_us - self._failed_us < _RETRY_US and not urgent:
             self._pending.append(line)
             if len(self._pending) > _MAX_PENDING:
@@ -393,25 +404,40 @@ class Probe:
 
     def mark(self, stage, step=None, phase=None, epoch=None):
         """Marks a stage; attaches allocator statistics when torch/CUDA are in use."""
-        if _tell_hooks("user_mark", _token(stage)) is True:
+        stage = _token(stage)
+        if _tell_hooks("user_mark", stage) is True:
             return  # the zero-code hooks marked this very stage a moment ago
         self._mark(stage, step=step, phase=phase, epoch=epoch)
 
     def _mark(self, stage, step=None, phase=None, epoch=None):
+        """A mark of `stage`, a token already."""
         if self._sock is None:
             return
-        line = "mark " + _token(stage)
+        line = "mark " + stage
         if step is not None:
             line += " step=%d" % step
         if epoch is not None:
             line += " epoch=%d" % epoch
         if phase is not None:
             line += " phase=" + phase
-        # Who sent it: several processes can share one collector (torchrun's workers).
-        line += " pid=%d" % self._pid
-        if self.rank is not None:
-            line += " rank=%d" % self.rank
-        self.send(line + self._allocator_fields())
+        self.send(line + self._who + self._allocator_fields())
+
+    def _hook_mark(self, stage, step, phase, cuda):
+        """The zero-code hooks' mark (~6 a training step; `stage` and `phase` tokens, `cuda`
+        whether the program initialised CUDA): `_mark` and `send` in one for the common case, a
+        process announced, nothing pending, a ring with room. Each Python call a mark made cost
+        ~1 us in a training loop (its code no longer in the CPU's caches); see
+        scripts/measure_hook_parts.py."""
+        if step is None or phase is None or not self._announced or self._sock is None:
+            self._mark(stage, step=step, phase=phase)
+            return
+        now_us = time.monotonic_ns() // 1000
+        line = "%s\nmark %s step=%d phase=%s%s" % (
+            self._at_line(True, now_us), stage, step, phase, self._who)
+        if cuda:
+            line += self._allocator_fields()
+        if self._pending or not self._ring_write(line.encode(), now_us):
+            self._send_timed(line, now_us)
 
     def step(self, step, epoch=None):
         _tell_hooks("user_step")
@@ -537,7 +563,7 @@ class Probe:
             line += " source=" + source
         for key, value in (("step", step), ("requested_bytes", requested_bytes), ("device", device),
                            ("free_bytes", free_bytes), ("total_bytes", total_bytes),
-                           ("pid", os.getpid()), ("rank", self.rank),
+                           ("pid", self._pid), ("rank", self.rank),
                            ("allocated_bytes", allocated_bytes), ("reserved_bytes", reserved_bytes)):
             if value is not None:
                 line += " %s=%d" % (key, value)
@@ -555,6 +581,7 @@ class Probe:
         group of ranks it is compared with, e.g. its pipeline stage); sent by itself ahead of the
         first message, again after the rank changed (set in-process) or a group was given."""
         self.rank = _rank()
+        self._who = self._who_fields()
         if group is not None:
             self.group = str(group)
         self.send(self._process_line())

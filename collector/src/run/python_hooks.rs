@@ -153,6 +153,20 @@ mod tests {
     }
 
     #[test]
+    fn the_helper_skips_its_own_reading_as_the_collector_would() {
+        // A mark sooner after the sender's last reading than the collector keeps carries none.
+        let helper = include_str!("../../python/oomscope/__init__.py");
+        let line = format!(
+            "_READING_GAP_US = {}",
+            crate::run::sampler::MIN_MARK_READING_GAP_US
+        );
+        assert!(
+            helper.lines().any(|l| l == line),
+            "collector/python/oomscope/__init__.py must say {line}"
+        );
+    }
+
+    #[test]
     fn the_helper_says_the_collector_s_version() {
         let helper = include_str!("../../python/oomscope/__init__.py");
         let line = format!("__version__ = \"{}\"", env!("CARGO_PKG_VERSION"));

@@ -68,7 +68,7 @@ pub struct Sources<'a> {
 
 /// A mark triggers an immediate reading unless one was taken this recently (bounds the cost of a
 /// flood of marks to one reading per this interval).
-const MIN_MARK_READING_GAP_US: u64 = 200;
+pub(crate) const MIN_MARK_READING_GAP_US: u64 = 200;
 
 /// Extra readings a sampler takes on every tick (e.g. the caching allocator's statistics when
 /// a tch program records itself): it appends (counter, value) pairs to the row.
