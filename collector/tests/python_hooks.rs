@@ -1569,3 +1569,36 @@ fn an_eval_that_concatenates_its_logits_peaks_above_training_and_keeps_nothing()
         assert!(rise >= 300 << 20, "{e:#?}");
     }
 }
+
+#[test]
+fn the_hooks_marks_arrive_whole_as_datagrams_too() {
+    // With the rings off (`OOMSCOPE_RING=0`, or where there are none) every mark of the hooks'
+    // fast path goes as a datagram, none lost or out of order.
+    let s = Scratch::new("zc-datagrams");
+    let py = torch_python();
+    let cmd = [
+        "env",
+        "OOMSCOPE_RING=0",
+        py.to_str().unwrap(),
+        &program("train.py"),
+        "--steps",
+        "6",
+        "--accum",
+        "2",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for stage in &STAGES[..4] {
+        assert_eq!(count(&t, stage, Phase::Train), 12, "{stage}");
+    }
+    for stage in &STAGES[4..] {
+        assert_eq!(count(&t, stage, Phase::Train), 6, "{stage}");
+    }
+    let step1: Vec<&str> = t
+        .marks
+        .iter()
+        .filter(|m| m.step == 1 && m.phase == Phase::Train)
+        .map(|m| m.name.as_ref())
+        .collect();
+    assert_eq!(step1, [&STAGES[..4], &STAGES[..4], &STAGES[4..]].concat());
+}

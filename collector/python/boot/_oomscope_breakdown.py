@@ -8,9 +8,10 @@ report read both the same way.
 How each part is found, and why that way:
 - the optimizers: every `torch.optim.Optimizer` the program created (the hooks keep them weakly);
   their parameters are the trained ones, their `state` tensors the optimizer state.
-- the models: every `nn.Module` alive in the process (`gc.get_objects()`: modules are tracked
-  containers; ~0.1 s for a million objects, paid at those iterations only) that is no other
-  module's child. One with a parameter in an optimizer is the trained model; the others holding
+- the models: every `nn.Module` alive in the process that is no other module's child — among
+  the modules the hooks saw made (a registry: each submodule assigned, its parent, each copy or
+  unpickled module, the roots), or, when those miss a trained parameter or there are no hooks,
+  among every object (`gc.get_objects()`: ~40-80 ms with torch loaded). One with a parameter in an optimizer is the trained model; the others holding
   parameters or buffers (an EMA copy, a frozen VAE) are extras.
 - names: a variable or attribute that holds the model, found from the stack's frames outermost
   first: the frames' globals (the script's own names), one level into the objects they hold
@@ -143,9 +144,11 @@ def instances(kinds):
     return list(itertools.compress(objects, map(kinds.__contains__, map(type, objects))))
 
 
-def _models(torch):
-    """The outermost modules alive: no other module's child."""
-    modules = instances(subclasses(torch.nn.Module))
+def _models(torch, modules=None):
+    """The outermost modules alive: no other module's child. Among `modules` when given (the
+    hooks' registry), else among every object."""
+    if modules is None:
+        modules = instances(subclasses(torch.nn.Module))
     children = set()
     for m in modules:
         for child in m.__dict__.get("_modules", {}).values():
@@ -168,11 +171,12 @@ def _state_bytes(torch, opt, storages):
     return own
 
 
-def measure(torch, optimizers, frame):
+def measure(torch, optimizers, frame, modules=None):
     """The breakdown now: a dict of `parameters_bytes`, `buffers_bytes`, `gradients_bytes`,
     `optimizer_state_bytes`, `extras` ([(name, bytes)], the untrained models) and `optimizers`
     ([(label, bytes)]: each optimizer's state, labelled `variable:Class`, or `Class(model)` by the
-    model it trains where the program's names do not reach it)."""
+    model it trains where the program's names do not reach it). The models are looked for among
+    `modules` when given, and among every object when one of them misses a trained parameter."""
     trained = set()
     for opt in optimizers:
         for group in opt.param_groups:
@@ -181,13 +185,18 @@ def measure(torch, optimizers, frame):
     Module = torch.nn.Module
     opt_ids = {id(o) for o in optimizers}
     names = named(torch, frame, lambda o: id(o) in opt_ids or issubclass(type(o), Module))
+    models = _models(torch, modules)
+    if modules is not None:
+        found = {id(p) for m in models for p in m.parameters()}
+        if not trained <= found:
+            models = _models(torch)
     storages = _Storages()
     parameters = buffers = gradients = state = 0
     trained_shapes = set()  # (class, parameter shapes) of the trained models: a copy matches
     untrained = []
     params_seen = []
     model_of = {}  # id(first parameter of a trained model) -> its name, else its class
-    for module in _models(torch):
+    for module in models:
         params = list(module.parameters())
         if any(id(p) in trained for p in params):
             label = names.get(id(module)) or type(module).__name__

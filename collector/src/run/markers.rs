@@ -155,7 +155,12 @@ impl MarkerSocket {
 
     /// Parses a datagram into its messages, counting lines that are not messages.
     pub fn parse(datagram: &[u8], state: &RunState) -> Vec<Message> {
-        let (messages, rejected) = parse_datagram(&String::from_utf8_lossy(datagram));
+        // Valid UTF-8 (every helper's) is checked by `from_utf8`'s fast path; the lossy
+        // decoder's byte-by-byte walk was ~5% of the collector's CPU for a flood of marks.
+        let (messages, rejected) = match std::str::from_utf8(datagram) {
+            Ok(text) => parse_datagram(text),
+            Err(_) => parse_datagram(&String::from_utf8_lossy(datagram)),
+        };
         if rejected > 0 {
             state
                 .rejected_lines
