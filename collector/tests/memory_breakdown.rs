@@ -336,3 +336,18 @@ fn a_reference_cycle_saw_tooth_is_named_and_not_called_a_leak() {
     assert!(kinds.contains(&FindingKind::ReferenceCycles), "{kinds:?}");
     assert!(!kinds.contains(&FindingKind::Leak), "{:#?}", a.findings);
 }
+
+/// A layer the program keeps but never runs and that holds no submodule (a lone embedding table
+/// in a global) is still an extra: the hooks' registry of modules misses it, the program's names
+/// find it.
+#[test]
+fn a_lone_layer_the_program_keeps_is_counted_beside_the_model() {
+    let s = Scratch::new("breakdown-lone");
+    let py = torch_python();
+    let (out, t) = record(&s, &[], &[py.to_str().unwrap(), &program("lone_layer.py")]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let c = t.components.first().expect("a breakdown");
+    assert_eq!(extras(c), [("table".to_owned(), 4096 * 64 * 4)]);
+    // The trained model: two Linear layers, 64x64 + 64 and 64x10 + 10 float32 parameters.
+    assert_eq!(c.parameters_bytes, (64 * 64 + 64 + 64 * 10 + 10) * 4);
+}

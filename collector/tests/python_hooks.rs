@@ -52,6 +52,28 @@ fn senders(t: &Trace) -> BTreeSet<(Option<u32>, Option<u32>)> {
     t.marks.iter().map(|m| (m.pid, m.rank)).collect()
 }
 
+/// Six stages of `steps` training steps of two micro-batches each: the forward and backward
+/// marks twice a step, the optimizer's once, and a step's marks in loop order.
+fn two_micro_batches_a_step(t: &Trace, steps: usize) {
+    for stage in &STAGES[..4] {
+        assert_eq!(count(t, stage, Phase::Train), 2 * steps, "{stage}");
+    }
+    for stage in &STAGES[4..] {
+        assert_eq!(count(t, stage, Phase::Train), steps, "{stage}");
+    }
+    let step1: Vec<&str> = t
+        .marks
+        .iter()
+        .filter(|m| m.step == 1 && m.phase == Phase::Train)
+        .map(|m| m.name.as_ref())
+        .collect();
+    assert_eq!(
+        step1,
+        [&STAGES[..4], &STAGES[..4], &STAGES[4..]].concat(),
+        "micro-batches then the step"
+    );
+}
+
 #[test]
 fn an_unmodified_loop_gets_stages_steps_micro_batches_and_eval_with_output_unchanged() {
     let s = Scratch::new("zc-loop");
@@ -82,13 +104,7 @@ fn an_unmodified_loop_gets_stages_steps_micro_batches_and_eval_with_output_uncha
         String::from_utf8_lossy(&without.stderr)
     );
 
-    // Six stages; two micro-batches a step; optimizer marks once a step; steps 0..=5.
-    for stage in &STAGES[..4] {
-        assert_eq!(count(&t, stage, Phase::Train), 12, "{stage}");
-    }
-    for stage in &STAGES[4..] {
-        assert_eq!(count(&t, stage, Phase::Train), 6, "{stage}");
-    }
+    two_micro_batches_a_step(&t, 6);
     let steps = |phase: Phase| -> BTreeSet<u64> {
         t.marks
             .iter()
@@ -100,18 +116,6 @@ fn an_unmodified_loop_gets_stages_steps_micro_batches_and_eval_with_output_uncha
     // An eval after the 3rd and the 6th applied step carries the number of the step it follows
     // (2 and 5): the next step begins at the next training forward, so the final eval is no step.
     assert_eq!(steps(Phase::Eval), [2, 5].into_iter().collect());
-    // Each step's marks in loop order.
-    let step2: Vec<&str> = t
-        .marks
-        .iter()
-        .filter(|m| m.step == 1 && m.phase == Phase::Train)
-        .map(|m| m.name.as_ref())
-        .collect();
-    assert_eq!(
-        step2,
-        [&STAGES[..4], &STAGES[..4], &STAGES[4..]].concat(),
-        "micro-batches then the step"
-    );
     // Eval after steps 3 and 6: two batches each, forward only, its own phase.
     assert_eq!(count(&t, "pre_forward", Phase::Eval), 4);
     assert_eq!(count(&t, "post_forward", Phase::Eval), 4);
@@ -1588,17 +1592,5 @@ fn the_hooks_marks_arrive_whole_as_datagrams_too() {
     ];
     let (out, t) = record(&s, &[], &cmd);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for stage in &STAGES[..4] {
-        assert_eq!(count(&t, stage, Phase::Train), 12, "{stage}");
-    }
-    for stage in &STAGES[4..] {
-        assert_eq!(count(&t, stage, Phase::Train), 6, "{stage}");
-    }
-    let step1: Vec<&str> = t
-        .marks
-        .iter()
-        .filter(|m| m.step == 1 && m.phase == Phase::Train)
-        .map(|m| m.name.as_ref())
-        .collect();
-    assert_eq!(step1, [&STAGES[..4], &STAGES[..4], &STAGES[4..]].concat());
+    two_micro_batches_a_step(&t, 6);
 }

@@ -10,9 +10,10 @@ How each part is found, and why that way:
   their parameters are the trained ones, their `state` tensors the optimizer state.
 - the models: every `nn.Module` alive in the process that is no other module's child — among
   the modules the hooks saw made (a registry: each submodule assigned, its parent, each copy or
-  unpickled module, the roots), or, when those miss a trained parameter or there are no hooks,
-  among every object (`gc.get_objects()`: ~40-80 ms with torch loaded). One with a parameter in an optimizer is the trained model; the others holding
-  parameters or buffers (an EMA copy, a frozen VAE) are extras.
+  unpickled module, the roots) and those the program names (below), or, when those miss a
+  trained parameter or there are no hooks, among every object (`gc.get_objects()`: ~40-80 ms
+  with torch loaded). One with a parameter in an optimizer is the trained model; the others
+  holding parameters or buffers (an EMA copy, a frozen VAE) are extras.
 - names: a variable or attribute that holds the model, found from the stack's frames outermost
   first: the frames' globals (the script's own names), one level into the objects they hold
   (`trainer.model`, `self.ema`), and on Python 3.13+ the functions' locals too. Before 3.13,
@@ -184,7 +185,17 @@ def measure(torch, optimizers, frame, modules=None):
                 trained.add(id(p))
     Module = torch.nn.Module
     opt_ids = {id(o) for o in optimizers}
-    names = named(torch, frame, lambda o: id(o) in opt_ids or issubclass(type(o), Module))
+    named_modules = []  # the modules the program names: with `modules`, a lone layer it keeps
+
+    def wanted(o):
+        if issubclass(type(o), Module):
+            named_modules.append(o)
+            return True
+        return id(o) in opt_ids
+
+    names = named(torch, frame, wanted)
+    if modules is not None:
+        modules = list({id(m): m for m in modules + named_modules}.values())
     models = _models(torch, modules)
     if modules is not None:
         found = {id(p) for m in models for p in m.parameters()}

@@ -138,6 +138,8 @@ class _State:
         # a module class with `__eq__` and no `__hash__` cannot be in a set). Where the breakdown
         # looks for models instead of a pass over every object (`_patch_module_registry`).
         self.modules = {}
+        self.modules_prune_at = 1024  # entries at which the dead ones are dropped (then 2x left)
+        self.registry = False  # whether `_patch_module_registry` is in place
 
 
 def install(torch, here):
@@ -342,7 +344,7 @@ def _after_fork():
         _S.root_hook_ids = old.root_hook_ids
         _S.has_optimizer, _S.paused = old.has_optimizer, old.paused
         _S.optimizers, _S.idle = old.optimizers, old.idle
-        _S.modules = old.modules
+        _S.modules, _S.registry = old.modules, old.registry
         _probe._reopen()
     except BaseException as e:
         _interrupted(e)
@@ -681,8 +683,8 @@ def _patch_module_registry():
     most of a breakdown's cost): a module a submodule is assigned to, and that submodule
     (torch's global registration hook, called by `__setattr__` and `add_module`), and one
     rebuilt by `copy.deepcopy` or unpickling (`__setstate__`: an EMA copy, `torch.load` of a
-    whole model). A module that is neither (a lone layer never run) may be missed; the
-    breakdown then looks through every object when a trained parameter is not found."""
+    whole model). The breakdown adds the modules the program names (a lone layer kept in a
+    variable), and looks through every object when a trained parameter is still not found."""
     from torch.nn.modules.module import register_module_module_registration_hook
 
     register_module_module_registration_hook(_module_registered)
@@ -694,23 +696,33 @@ def _patch_module_registry():
         return __setstate__
 
     _replace(_torch.nn.Module, "__setstate__", make)
+    _S.registry = True
 
 
 def _module_registered(module, name, submodule):
     try:
         S = _S
         if S is not None:
-            S.modules[id(module)] = weakref.ref(module)
+            modules = S.modules
+            modules[id(module)] = weakref.ref(module)
             if submodule is not None:
-                S.modules[id(submodule)] = weakref.ref(submodule)
+                modules[id(submodule)] = weakref.ref(submodule)
+            if len(modules) >= S.modules_prune_at:
+                # A program that makes modules all the time (a layer built inside the loop)
+                # must not grow the registry: the dead are dropped, amortised O(1) a module.
+                _known_modules()
+                S.modules_prune_at = max(2 * len(modules), 1024)
     except BaseException as e:
         _interrupted(e)
     return None
 
 
 def _known_modules():
-    """The live modules `_patch_module_registry` saw (and the roots), dead entries dropped."""
+    """The live modules `_patch_module_registry` saw (and the roots), dead entries dropped;
+    None without the registry (an older torch): the breakdown then looks through every object."""
     S = _S
+    if not S.registry:
+        return None
     for ref in S.roots:
         root = ref()
         if root is not None:
