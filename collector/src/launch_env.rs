@@ -6,8 +6,9 @@
 //! facts differently (`RANK`, `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`), and each list's
 //! order is which name wins when several are set: torchrun's `RANK` first, because under
 //! `srun … torchrun` the Slurm variables name the node's task, not the worker. Sources:
-//! `torch/distributed/run.py` (the worker environment), srun(1), Open MPI's `mpirun(1)`, Kubeflow's
-//! `pytorch/envvar.go` (`../shared/reference/research-distributed.md`).
+//! PyTorch's `torch/distributed/run.py` (the worker environment), srun(1) ("OUTPUT ENVIRONMENT
+//! VARIABLES"), Open MPI's `mpirun(1)`, and `pkg/controller.v1/pytorch/envvar.go` of
+//! github.com/kubeflow/training-operator.
 
 /// Global rank, in order of precedence.
 pub const RANK_VARS: [&str; 5] = [

@@ -1,4 +1,4 @@
-//! Writes the fleet tables of `shared::fleet` as Parquet files, one per table and run, in
+//! Writes the fleet tables of `crate::fleet` as Parquet files, one per table and run, in
 //! hive-partitioned directories: `OUT/<table>/run=<run_id>/part-0.parquet`.
 //!
 //! Only the low-level Parquet writer is used (no arrow): the tables arrive column by column

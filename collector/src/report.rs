@@ -105,8 +105,8 @@ pub struct Embedded {
     /// When sample rows were left out (a thinned copy), the limits that made it so ("to stay
     /// under 5 MB", "to open at once", or both).
     pub thinned: Option<String>,
-    /// The verdict of the embedded copy (`shared::verdict`, as text), which the page shows the
-    /// moment it starts, before its own analysis of the same bytes replaces it.
+    /// The verdict of the embedded copy (`oomscope_analysis::render::verdict`, as text), which
+    /// the page shows the moment it starts, before its own analysis of the same bytes replaces it.
     pub verdict: Option<String>,
 }
 

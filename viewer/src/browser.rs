@@ -31,7 +31,8 @@ fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
 /// The bytes of an element's base64 text. The browser's own decoder (`Uint8Array.fromBase64`,
 /// which also skips line breaks) when it has one: an hour's trace is 3 MB of base64, which it
 /// decodes several times faster than this module, and the text never has to be copied into
-/// WASM as UTF-8 first (together ~50 ms of the hour report's start, BENCHMARKS.md).
+/// WASM as UTF-8 first (together ~50 ms of the hour report's start, docs/benchmarks-log.md,
+/// 2026-11-23).
 pub fn embedded_bytes(el: &web_sys::Element) -> Result<Vec<u8>, String> {
     let damaged =
         |e: &dyn std::fmt::Display| format!("the report's embedded trace is damaged: {e}");

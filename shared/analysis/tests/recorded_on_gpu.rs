@@ -1,8 +1,8 @@
 //! Traces recorded on real hardware by the GPU proof (`scripts/gpu-proof.sh`, an NVIDIA H100
 //! 80GB HBM3 with driver 580.159.04 and torch 2.11.0+cu130, 2026-11-22). Their analysis must keep
 //! saying what the hardware and PyTorch said then; the figures in the comments are PyTorch's own
-//! (its error texts and `torch.cuda.memory_stats()`, kept in BENCHMARKS.md). Never regenerate
-//! these files: add new ones from later runs.
+//! (its error texts and `torch.cuda.memory_stats()`, kept in docs/benchmarks-log.md, 2026-11-22).
+//! Never regenerate these files: add new ones from later runs.
 
 use oomscope_analysis::recommend::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
@@ -159,7 +159,7 @@ fn marks_recorded_on_an_h100_name_their_sender() {
 /// Format 1.10 traces from the H200 GPU proof (NVIDIA H200, 140 GiB, driver 580.159.04, torch
 /// 2.11.0+cu130, 2026-11-26): the zero-code hooks' breakdown, a real OOM that a smaller request
 /// would have avoided, and a rare long batch. The truths are the programs' own sums of storages
-/// and PyTorch's error text (BENCHMARKS.md, "H200").
+/// and PyTorch's error text (docs/benchmarks-log.md, 2026-11-26, the H200 session).
 fn h200(name: &str) -> Trace {
     let t = trace(name);
     assert_eq!(t.format_version, (1, 10), "{name}");

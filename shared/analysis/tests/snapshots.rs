@@ -310,7 +310,8 @@ fn a_snapshot_handed_over_in_slices_reads_as_the_whole_file() {
 
 /// A real CUDA snapshot: `collector run --oom-snapshot` around the GPU proof's `train.py` on an
 /// NVIDIA H200 (torch 2.11.0+cu130, 2026-11-26), which asked for 1.5× the free memory at step 6.
-/// The figures are the allocator's own at the failure (BENCHMARKS.md, "H200"): torch's text said
+/// The figures are the allocator's own at the failure (docs/benchmarks-log.md, 2026-11-26, the
+/// H200 session): torch's text said
 /// "Tried to allocate 206.40 GiB ... 1.10 GiB is allocated by PyTorch, and 119.09 MiB is reserved
 /// by PyTorch but unallocated".
 #[test]

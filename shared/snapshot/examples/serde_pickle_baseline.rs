@@ -1,8 +1,9 @@
 //! The serde-pickle side of BENCHMARKS.md's snapshot table: reads a snapshot pickle with
 //! serde-pickle 1.2 (the Rust crate for pickles) into its generic `Value`, as a tool built on
 //! it would, and says how long it took and whether the shared frames survived — torch shares
-//! each frame dict between stacks, and serde-pickle's memo handling is where it goes wrong
-//! (`../shared/reference/research-snapshots.md` §3).
+//! each frame dict between stacks, and serde-pickle's memo handling is where it goes wrong: with
+//! its default options it stops with "recursive structure found", and with
+//! `replace_recursive_structures` every shared frame comes out as `{None: None}`.
 //!
 //! `cargo run --release -p oomscope-snapshot --example serde_pickle_baseline -- big.pickle`
 //! (peak memory: `/usr/bin/time -v` around the built example).

@@ -7,7 +7,8 @@
 //! identity and stacks by content, so memory stays near the size of the events, not of the
 //! pickle's object graph. The allocator state at dump time (`segments` and their blocks) is
 //! kept whole. Every key is optional and unknown keys are ignored: the format has grown keys in
-//! every PyTorch release (`../shared/reference/research-snapshots.md` §1).
+//! every PyTorch release (its keys are listed in the docstring of `torch.cuda.memory._snapshot`,
+//! `torch/cuda/memory.py`, which differs from release to release).
 //!
 //! A cut-short pickle keeps what was read before the cut, with a warning; anything that is not
 //! a snapshot is one clear error.

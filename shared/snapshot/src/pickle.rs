@@ -4,11 +4,11 @@
 //! Why not a pickle crate: snapshots are a DAG — torch shares frame dicts, stack lists and key
 //! strings between entries, and the pickle's memo refers back to them. serde-pickle deep-clones
 //! every memo reference and, on snapshots, either refuses ("recursive structure") or silently
-//! empties the shared frame dicts (`../shared/reference/research-snapshots.md` §3). Here values
-//! are reference-counted, so a shared object is one object however often it is referred to, and
-//! the reader streams: each item appended to a list is first offered to a [`Visitor`], which may
-//! take it (a trace entry, turned into a compact event) so that it is dropped at once instead of
-//! being kept until the end. Memory then stays near the size of what the visitor keeps.
+//! empties the shared frame dicts (both measured by `examples/serde_pickle_baseline.rs`). Here
+//! values are reference-counted, so a shared object is one object however often it is referred
+//! to, and the reader streams: each item appended to a list is first offered to a [`Visitor`],
+//! which may take it (a trace entry, turned into a compact event) so that it is dropped at once
+//! instead of being kept until the end. Memory then stays near the size of what the visitor keeps.
 //!
 //! Only the object kinds snapshots contain are read: dict, list, tuple, str, bytes, int (any size
 //! up to 128 bits, so torch's 9-byte addresses are fine), float, bool and None, in protocols 2 to

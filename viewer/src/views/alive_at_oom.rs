@@ -1,5 +1,5 @@
 //! What was alive at each OOM, by source line (`collector run --oom-snapshot`): the rows the
-//! zero-code hooks sent, worded by the same `shared::text` helpers the terminal uses.
+//! zero-code hooks sent, worded by the same `oomscope_analysis::words` helpers the terminal uses.
 
 use std::sync::Arc;
 

@@ -1,6 +1,7 @@
 //! Two traces side by side, before and after a fix: what became of each finding in one sentence
-//! and a line per finding (`shared::text`'s words, as `collector summary A --compare B` prints
-//! them), both runs' memory per step overlaid, then peaks and stages compared.
+//! and a line per finding (`oomscope_analysis::render::compare`'s words, as
+//! `collector summary A --compare B` prints them), both runs' memory per step overlaid, then
+//! peaks and stages compared.
 
 use std::sync::Arc;
 

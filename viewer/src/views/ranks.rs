@@ -1,7 +1,7 @@
 //! Ranks side by side (torchrun's workers under one collector, or a job's traces): the highest
 //! rank and the spread, a small chart per rank on one scale, a row per rank, the largest imbalance, and one rank's own stage table and
-//! findings, chosen with a selector. The sentences are `shared::text`'s, so the page and
-//! `collector summary` say the same.
+//! findings, chosen with a selector. The sentences are `oomscope_analysis::render::ranks`'s, so
+//! the page and `collector summary` say the same.
 
 use std::sync::Arc;
 

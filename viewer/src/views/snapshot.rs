@@ -1,8 +1,9 @@
 //! A PyTorch memory snapshot: its findings first, then per GPU the facts `collector summary`
-//! prints (the same lines, from `shared::snapshot::text`), active memory over the recorded
-//! entries stacked by the sites that held the most (hover: the site's whole stack; click: what
-//! was alive at that moment, block by block), reserved memory over it, and what was alive at
-//! the peak and at the dump by first user frame, each row showing its full stack on hover.
+//! prints (the same lines, from `oomscope_analysis::render::snapshot`), active memory over the
+//! recorded entries stacked by the sites that held the most (hover: the site's whole stack;
+//! click: what was alive at that moment, block by block), reserved memory over it, and what was
+//! alive at the peak and at the dump by first user frame, each row showing its full stack on
+//! hover.
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! The verdict strip the report opens with: one line per problem found (its size and the change
-//! to make first), or what "no problem found" rests on. The words are `shared::verdict`'s.
+//! to make first), or what "no problem found" rests on. The words are
+//! `oomscope_analysis::render::verdict`'s.
 //!
 //! A report carries the verdict its collector worked out from the same bytes with the same code,
 //! so the strip says it the moment the page starts (`data-from="report"`); the page's own
