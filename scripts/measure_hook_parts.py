@@ -26,8 +26,13 @@ ONLY = [v for v in os.environ.get("ONLY", "").split(",") if v]
 
 
 def main():
-    h = sys.modules.get("_oomscope_torch")
-    if h is None or not h._probe.enabled:
+    try:
+        import oomscope._hooks as h
+        from oomscope._hooks import forward, memory
+        from oomscope._hooks.state import S
+    except ImportError:
+        h = None
+    if h is None or S.probe is None or not S.probe.enabled:
         sys.exit("run this under `collector run` (the zero-code hooks are not loaded)")
     torch.set_num_threads(1)
     model = nn.Linear(16, 16)
@@ -47,12 +52,12 @@ def main():
     variants = {
         "off": [],
         "on": [],
-        "on, marks not sent": [(h._probe, "_hook_mark", lambda *a, **k: None)],
-        "on, marks built, no send": [(h._probe, "_ring_write", lambda data, now_us=0: True)],
-        "on, datagrams, no ring": [(h._probe, "_ring_write", lambda data, now_us=0: False)],
-        "on, no own reading": [(h._probe, "_at_line", lambda memory=False, now_us=None: "at 0")],
-        "on, backward not watched": [(h, "_watch_backward", lambda output: None)],
-        "on, no leak watch": [(h, "_watch_held", lambda: None)],
+        "on, marks not sent": [(S.probe, "hook_mark", lambda *a, **k: None)],
+        "on, marks built, no send": [(S.probe.transport, "ring_write", lambda data, now=0: True)],
+        "on, datagrams, no ring": [(S.probe.transport, "ring_write", lambda data, now=0: False)],
+        "on, no own reading": [(S.probe, "_at_line", lambda memory=False, now=None: "at 0")],
+        "on, backward not watched": [(forward, "watch_backward", lambda output: None)],
+        "on, no leak watch": [(memory, "watch_held", lambda: None)],
     }
     if ONLY:
         variants = {name: stubs for name, stubs in variants.items() if name in ONLY}

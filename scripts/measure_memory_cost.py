@@ -1,7 +1,7 @@
 """What the zero-code breakdown and leak census cost, in the process that pays for them: the
 13 M-parameter GPT of `collector/tests/torch_programs/train.py` with AdamW on CPU after one
-step, `_oomscope_breakdown.measure` (run at iterations 1, 4, 16, ...), the per-iteration memory
-reading (`_oomscope_held.memory_now`), and one census plus the comparison of two (`census`,
+step, `oomscope._hooks.breakdown.measure` (run at iterations 1, 4, 16, ...), the per-iteration
+memory reading (`oomscope._hooks.held.memory_now`), and one census plus the comparison of two (`census`,
 `grown`) in a process holding about a million Python objects. Medians of `--rounds` runs.
 Usage: $OOMSCOPE_TORCH_VENV/bin/python scripts/measure_memory_cost.py [--objects N]"""
 
@@ -17,9 +17,8 @@ import torch.nn.functional as F
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
-sys.path.insert(0, os.path.join(root, "collector", "python", "boot"))
-import _oomscope_breakdown as breakdown  # noqa: E402
-import _oomscope_held as held  # noqa: E402
+sys.path.insert(0, os.path.join(root, "collector", "python"))
+from oomscope._hooks import breakdown, held  # noqa: E402
 
 
 def load_train():
@@ -66,10 +65,10 @@ def main():
     import gc
 
     objects = len(gc.get_objects())
-    first = held.census(torch, frame, breakdown)[:2]
-    census_ms = median_ms(lambda: held.census(torch, frame, breakdown), a.rounds)
-    second = held.census(torch, frame, breakdown)
-    grown_ms = median_ms(lambda: held.grown(torch, frame, breakdown, first, second, 8),
+    first = held.census(torch, frame)[:2]
+    census_ms = median_ms(lambda: held.census(torch, frame), a.rounds)
+    second = held.census(torch, frame)
+    grown_ms = median_ms(lambda: held.grown(torch, frame, first, second, 8),
                          a.rounds)
     del second, junk
     print("GPT %.1f M parameters, step %.1f ms (CPU)" % (params / 1e6, step_ms))

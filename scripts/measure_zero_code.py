@@ -37,8 +37,12 @@ MODELS = {
 
 
 def hooks():
-    module = sys.modules.get("_oomscope_torch")
-    if module is None or not module._probe.enabled:
+    try:
+        import oomscope._hooks as module
+        from oomscope._hooks.state import S
+    except ImportError:
+        module = None
+    if module is None or S.probe is None or not S.probe.enabled:
         sys.exit("run this under `collector run` (the zero-code hooks are not loaded)")
     return module
 
@@ -176,10 +180,12 @@ def module_call_cost(h, repeats):
 
 
 def mark_cost(h, n=20000):
-    probe = h._probe
+    from oomscope._hooks.state import S
+
+    probe = S.probe
     start = time.perf_counter()
     for i in range(n):
-        probe._mark("bench_mark", step=i, phase="train")
+        probe.mark("bench_mark", step=i, phase="train")
     return {"us_per_mark": (time.perf_counter() - start) / n * 1e6,
             "cuda": torch.cuda.is_available() and torch.cuda.is_initialized()}
 

@@ -734,7 +734,7 @@ async fn measure_the_viewer_on_a_large_snapshot() {
             "--release",
             "-q",
             "-p",
-            "oomscope-trace",
+            "oomscope-analysis",
             "--example",
             "snapshot_workload",
             "--",
@@ -1042,16 +1042,19 @@ async fn what_was_alive_at_an_oom_reads_as_in_the_terminal() {
         "no snapshot was saved with this trace"
     );
 
-    // The same run had `--oom-snapshot` save the whole snapshot next to it (the hooks' note
-    // names the file): the report carries it, shown under the OOM with its own findings, chart
+    // The same run had `--oom-snapshot` save the whole snapshot next to it (the trace names the
+    // file): the report carries it, shown under the OOM with its own findings, chart
     // and blocks, as `collector summary` reads the pickle.
     let mut decoded = oomscope_format::decode(&std::fs::read(&trace).unwrap())
         .unwrap()
         .trace;
-    decoded.notes.push(oomscope_format::Note {
-        t_us: decoded.ooms[0].t_us,
-        text: format!("{}run.oom-4242.pickle", oomscope_format::OOM_SNAPSHOT_NOTE),
-    });
+    decoded
+        .saved_snapshots
+        .push(oomscope_format::SavedSnapshot {
+            t_us: decoded.ooms[0].t_us,
+            file: "run.oom-4242.pickle".into(),
+            pid: None,
+        });
     let with_note = s.write(
         "run.oomt",
         oomscope_analysis::reduce::encode(&decoded).unwrap(),

@@ -478,8 +478,8 @@ fn verdict_of(packed: &[u8]) -> Option<String> {
     Some(oomscope_analysis::render::verdict::verdict(&trace, &analysis).to_text())
 }
 
-/// The memory snapshots a trace's notes say were saved next to it at an OOM
-/// (`collector run --oom-snapshot`), those still there.
+/// The memory snapshots a trace says were saved next to it at an OOM (`collector run
+/// --oom-snapshot`), those still there.
 fn oom_snapshots(trace: &Path) -> Vec<PathBuf> {
     let Ok(decoded) = std::fs::read(trace).map(|b| oomscope_format::decode(&b)) else {
         return Vec::new();
@@ -490,10 +490,11 @@ fn oom_snapshots(trace: &Path) -> Vec<PathBuf> {
     let dir = trace.parent().unwrap_or(Path::new("."));
     decoded
         .trace
-        .notes
+        .saved_snapshots
         .iter()
-        .filter_map(|n| n.oom_snapshot_file())
-        .map(|f| dir.join(f))
+        // A bare name in the trace's directory, never a path elsewhere.
+        .filter(|s| !s.file.is_empty() && !s.file.contains(['/', '\\']))
+        .map(|s| dir.join(&*s.file))
         .filter(|p| p.is_file())
         .collect()
 }

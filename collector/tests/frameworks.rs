@@ -16,7 +16,7 @@ use std::process::Output;
 use oomscope_analysis::recommend::{FindingKind, Severity};
 use oomscope_analysis::render::summary;
 use oomscope_analysis::{Analysis, AnalysisOptions, analyze};
-use oomscope_format::{EVAL_AUTOGRAD_OFF_NOTE, Phase, Trace};
+use oomscope_format::{Phase, Trace};
 use oomscope_testkit::Scratch;
 use support::{collector, read, stderr, torch_python};
 
@@ -110,7 +110,7 @@ fn kinds(a: &Analysis) -> Vec<FindingKind> {
 
 /// What the user reads: the summary text has no advice that contradicts the hooks' evidence.
 fn assert_no_no_grad_advice(t: &Trace, a: &Analysis) {
-    assert!(t.notes.iter().any(|n| n.text == EVAL_AUTOGRAD_OFF_NOTE));
+    assert!(!t.eval_autograd.is_empty() && t.eval_autograd.iter().all(|e| !e.enabled));
     let text = summary::render(t, a);
     assert!(!text.contains("no_grad()"), "{text}");
 }

@@ -947,8 +947,9 @@ fn a_failing_bootstrap_leaves_the_program_running_untouched() {
 /// `torch.cuda.memory._snapshot`) standing in with torch's exact structures, and the caching
 /// allocator's call into the OOM observer made by the script. The GPU proof runs it for real.
 const FAKE_CUDA_OOM: &str = r#"
-import sys, torch
-hooks = sys.modules["_oomscope_torch"]
+import torch
+from oomscope._hooks import oom as hooks_oom
+from oomscope._hooks.state import S
 
 def frames(*fs):
     return [{"filename": f, "line": l, "name": n} for f, l, n in fs]
@@ -984,7 +985,7 @@ STATS = {"allocated_bytes": {"all": {"current": 3 << 30, "peak": 5 << 30}},
          "num_alloc_retries": 1, "num_ooms": 1}
 torch._C._cuda_memoryStats = lambda device: STATS
 torch.cuda.memory._snapshot = lambda device=None: SNAPSHOT
-hooks._S.snapshot = True
+S.cuda.snapshot = True
 
 model = torch.nn.Linear(4, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -994,7 +995,7 @@ for step in range(2):
     opt.step()
     opt.zero_grad()
 model(torch.ones(2, 4))  # the forward of step 2, which "runs out"
-hooks._observer(0, 2 << 30, 80 << 30, 1 << 30)
+hooks_oom.observer(0, 2 << 30, 80 << 30, 1 << 30)
 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
                              "total capacity of 80.00 GiB of which 1.00 GiB is free.")
 "#;
@@ -1074,11 +1075,10 @@ fn the_oom_observer_records_the_moment_and_what_was_alive_by_source_line() {
         finding.explanation
     );
     // The whole snapshot, saved next to the trace as a pickle and named in it.
-    let file = t
-        .notes
-        .iter()
-        .find_map(|n| n.oom_snapshot_file())
-        .expect("a note naming the saved snapshot");
+    let [saved] = t.saved_snapshots.as_slice() else {
+        panic!("one saved snapshot: {:?}", t.saved_snapshots)
+    };
+    let file = &*saved.file;
     assert!(
         file.starts_with("t.oom-") && file.ends_with(".pickle"),
         "{file}"
@@ -1366,15 +1366,11 @@ fn a_frozen_encoder_under_no_grad_is_part_of_the_step_and_an_ema_eval_is_an_eval
         .collect();
     assert_eq!(eval_forwards, [12, 12, 10]);
     // The hooks say the evals ran without autograd: no advice to add torch.no_grad().
+    assert!(!t.eval_autograd.is_empty());
     assert!(
-        t.notes
-            .iter()
-            .any(|n| n.text == oomscope_format::EVAL_AUTOGRAD_OFF_NOTE)
-    );
-    assert!(
-        !t.notes
-            .iter()
-            .any(|n| n.text == oomscope_format::EVAL_AUTOGRAD_ON_NOTE)
+        t.eval_autograd.iter().all(|e| !e.enabled),
+        "{:?}",
+        t.eval_autograd
     );
 }
 
@@ -1404,7 +1400,7 @@ fn a_ctrl_c_during_backward_reads_as_without_the_collector() {
         "{traceback}"
     );
     assert!(
-        !traceback.contains("_oomscope_torch.py") && !traceback.contains("oomscope/__init__.py"),
+        !traceback.contains("/oomscope/_") && !traceback.contains("/oomscope/__init__.py"),
         "no frame of ours in the program's traceback:\n{traceback}"
     );
     assert_eq!(traceback, String::from_utf8_lossy(&without.stderr));

@@ -267,14 +267,15 @@ fn marks_through_a_small_ring_wrap_and_arrive_in_order() {
         r#"
 import time
 import oomscope as oom
-oom._RING_DATA_BYTES = 4096  # before the first message: the ring is made at it
-p = oom._probe()
+oom._transport.RING_DATA_BYTES = 4096  # before the first message: the ring is made at it
+p = oom._probe.default_probe()
 for i in range(3000):
     oom.mark("stage_%d" % (i % 7), step=i)
     if i % 10 == 9:
         time.sleep(0.001)
 p.flush()
-print(p._ring is not None, p._ring_bytes, p._ring_pos, p.dropped)
+t = p.transport
+print(t._ring is not None, t._ring_bytes, t._ring_pos, p.dropped)
 "#,
     );
     let (out, t) = run_python(&s, &child, &[]);
@@ -304,13 +305,13 @@ fn four_senders_marking_in_bursts_lose_no_mark_through_their_rings() {
 import subprocess, sys, time
 if len(sys.argv) > 1:
     import oomscope as oom
-    p = oom._probe()
+    p = oom._probe.default_probe()
     for i in range(2000):
-        p._mark("stage_%d" % (i % 6), step=i)
+        p.mark("stage_%d" % (i % 6), step=i)
         if i % 6 == 5:
             time.sleep(0.0005)
     p.flush()
-    print(p._ring is not None, p.dropped, flush=True)
+    print(p.transport._ring is not None, p.dropped, flush=True)
 else:
     senders = [subprocess.Popen([sys.executable, __file__, "x"], stdout=subprocess.PIPE, text=True)
                for _ in range(4)]
@@ -342,7 +343,7 @@ import os, signal, sys
 import oomscope as oom
 for i in range(50):
     oom.mark("post_forward", step=i)
-print(oom._probe()._ring is not None, flush=True)
+print(oom._probe.default_probe().transport._ring is not None, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 "#,
     );
@@ -362,7 +363,7 @@ fn with_rings_off_the_helper_sends_datagrams() {
 import oomscope as oom
 for i in range(20):
     oom.mark("post_forward", step=i)
-print(oom._probe()._ring is None)
+print(oom._probe.default_probe().transport._ring is None)
 "#,
     );
     let (out, t) = run_python(&s, &child, &[("OOMSCOPE_RING", "0")]);
@@ -1346,15 +1347,24 @@ p.components(parameters_bytes=1, buffers_bytes=2, gradients_bytes=3, optimizer_s
 p.gradients(1, 2, 0.5, nan_count=0, inf_count=0, step=1)
 p.tensor("logits", (2, 3), "f32", 24, -1.0, 1.0, 0.0, 0.5, step=1)
 p.trial(8, "fit", peak_bytes=9)
-p._oom("boom", source="allocator", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2,
-       total_bytes=3, allocated_bytes=4, reserved_bytes=5)
+p.oom("boom", source="allocator", requested_bytes=1, stage="s", step=1, device=0, free_bytes=2,
+      total_bytes=3, allocated_bytes=4, reserved_bytes=5)
 p.alive([("/home/me/train.py", 20, "forward", 1 << 30, 2)])
+# The zero-code hooks' verbs, formatted by the same probe.
+p.gc(2, 40, 64 << 20, 1200)
+p.held("tensors", 8, 2 << 20, 4, 12, "cpu", "float32", "64x1024", "AddmmBackward0",
+       "list `val_losses`", 12)
+p.input(512, "8x64", step=3)
+p.eval_autograd(True)
+p.memory_snapshot("run.oom-4242.pickle")
 p.process(group="pp0")
 lines.append(p._at_line(memory=True))
-lines.append(p._ring_line("ring-4242-1"))
+lines.append(oom._transport.ring_line("ring-4242-1"))
 print("\n".join(lines))
 import sys
-for names in (oom._RANK_VARS, oom._LOCAL_RANK_VARS, oom._WORLD_SIZE_VARS, oom._ATTEMPT_VARS):
+from oomscope import _probe
+for names in (_probe._RANK_VARS, _probe._LOCAL_RANK_VARS, _probe._WORLD_SIZE_VARS,
+              _probe._ATTEMPT_VARS):
     print(",".join(names), file=sys.stderr)
 "#
         ),

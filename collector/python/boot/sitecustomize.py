@@ -4,10 +4,10 @@ Python runs `sitecustomize` before the program's own code (not under `python -I`
 those run uninstrumented). This file does three things and nothing else:
 1. it runs the user's own sitecustomize, if there is one further down the path (the ddtrace-run
    way: step aside, import again, step back), so nothing the user set up is lost;
-2. when the program imports torch, and only then, it loads `_oomscope_torch` (the hooks) right
-   after torch finishes importing. torch is never imported from here: a Python that never
-   imports torch (pip, a multiprocessing helper, a non-training script) pays one dictionary
-   lookup per import and nothing else;
+2. when the program imports torch, and only then, it imports `oomscope._hooks` (the package
+   beside this file) right after torch finishes importing, and installs them. torch is never
+   imported from here: a Python that never imports torch (pip, a multiprocessing helper, a
+   non-training script) pays one dictionary lookup per import and nothing else;
 3. nothing more: no output, no thread, no CUDA. Every failure of oomscope's own code is
    swallowed (`BaseException`: a SystemExit escaping sitecustomize would kill the interpreter),
    so the program runs exactly as it would without the collector.
@@ -72,16 +72,26 @@ def _oomscope_install():
                 pass
             self._loader.exec_module(module)
             try:
-                import importlib.util
-
-                hooks_path = os.path.join(here, "_oomscope_torch.py")
-                hooks_spec = importlib.util.spec_from_file_location("_oomscope_torch", hooks_path)
-                hooks = importlib.util.module_from_spec(hooks_spec)
-                sys.modules["_oomscope_torch"] = hooks
-                hooks_spec.loader.exec_module(hooks)
-                hooks.install(module, here)
+                _import_hooks().install(module)
             except BaseException:
-                sys.modules.pop("_oomscope_torch", None)
+                pass
+
+    def _import_hooks():
+        """`oomscope._hooks`, this directory's copy: an ordinary import, with this directory first
+        on the path for its duration (by the time torch is imported the script's own directory
+        is first, and might hold a module of that name)."""
+        if "oomscope" not in sys.modules:
+            sys.path.insert(0, here)
+            try:
+                import oomscope  # noqa: F401
+            finally:
+                try:
+                    sys.path.remove(here)
+                except ValueError:
+                    pass
+        import oomscope._hooks
+
+        return oomscope._hooks
 
     if "torch" in sys.modules:
         return

@@ -6,7 +6,8 @@
 //! process the program starts (torchrun's workers, multiprocessing's spawn children), with no
 //! change to the program or its command line. The bootstrap chains a `sitecustomize` the user
 //! already has, imports nothing heavy, and only when the program itself imports torch loads the
-//! hooks (`collector/python/boot/_oomscope_torch.py`, whose module doc says what each hook does).
+//! hooks (the package `collector/python/oomscope/_hooks/`, whose module docs say what each hook
+//! does).
 //! `python -I`, `-E` and `-S` skip `sitecustomize`: such runs are recorded without marks, like
 //! any other program.
 
@@ -15,34 +16,41 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// The files of the bootstrap directory: (name, contents).
-const FILES: [(&str, &str); 6] = [
+/// One file of the bootstrap: its path under the directory, and its contents (embedded from
+/// `collector/python/`, where the path is the same but for `sitecustomize.py`, in `boot/`).
+macro_rules! python_file {
+    ($path:literal) => {
+        ($path, include_str!(concat!("../../python/", $path)))
+    };
+}
+
+/// The files of the bootstrap directory: (path, contents). The `oomscope` package is the wheel's
+/// (the program can `import oomscope`, or `oomscope_probe`, its former name, without installing
+/// anything), and the hooks inside it are imported by `sitecustomize.py` once torch is.
+const FILES: [(&str, &str); 20] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
     ),
-    (
-        "_oomscope_torch.py",
-        include_str!("../../python/boot/_oomscope_torch.py"),
-    ),
-    (
-        "_oomscope_breakdown.py",
-        include_str!("../../python/boot/_oomscope_breakdown.py"),
-    ),
-    (
-        "_oomscope_held.py",
-        include_str!("../../python/boot/_oomscope_held.py"),
-    ),
-    // The helper (the wheel's `oomscope` package): the hooks send through it, and the program
-    // can `import oomscope` (or `oomscope_probe`, its former name) without installing anything.
-    (
-        "oomscope/__init__.py",
-        include_str!("../../python/oomscope/__init__.py"),
-    ),
-    (
-        "oomscope_probe.py",
-        include_str!("../../python/oomscope_probe.py"),
-    ),
+    python_file!("oomscope_probe.py"),
+    python_file!("oomscope/__init__.py"),
+    python_file!("oomscope/_probe.py"),
+    python_file!("oomscope/_transport.py"),
+    python_file!("oomscope/_hooks/__init__.py"),
+    python_file!("oomscope/_hooks/backward.py"),
+    python_file!("oomscope/_hooks/breakdown.py"),
+    python_file!("oomscope/_hooks/cuda.py"),
+    python_file!("oomscope/_hooks/emit.py"),
+    python_file!("oomscope/_hooks/errors.py"),
+    python_file!("oomscope/_hooks/forward.py"),
+    python_file!("oomscope/_hooks/held.py"),
+    python_file!("oomscope/_hooks/inputs.py"),
+    python_file!("oomscope/_hooks/memory.py"),
+    python_file!("oomscope/_hooks/modules.py"),
+    python_file!("oomscope/_hooks/oom.py"),
+    python_file!("oomscope/_hooks/optimizer.py"),
+    python_file!("oomscope/_hooks/save.py"),
+    python_file!("oomscope/_hooks/state.py"),
 ];
 
 /// Set to `1` in the child's environment by `--oom-snapshot`: the hooks record the allocator's
@@ -92,40 +100,61 @@ pub fn python_path(bootstrap: &Path, existing: Option<OsString>) -> OsString {
 mod tests {
     use super::*;
 
+    /// The contents of one embedded file.
+    fn file(path: &str) -> &'static str {
+        FILES
+            .iter()
+            .find(|(p, _)| *p == path)
+            .unwrap_or_else(|| panic!("{path} is not embedded"))
+            .1
+    }
+
     #[test]
-    fn the_hooks_name_a_saved_snapshot_in_the_words_the_report_reads() {
-        let hooks = include_str!("../../python/boot/_oomscope_torch.py");
-        let declared = format!(
-            "OOM_SNAPSHOT_NOTE = {:?}",
-            oomscope_format::OOM_SNAPSHOT_NOTE
-        );
-        assert!(hooks.contains(&declared), "{declared}");
-        for (name, words) in [
-            (
-                "EVAL_AUTOGRAD_ON_NOTE",
-                oomscope_format::EVAL_AUTOGRAD_ON_NOTE,
-            ),
-            (
-                "EVAL_AUTOGRAD_OFF_NOTE",
-                oomscope_format::EVAL_AUTOGRAD_OFF_NOTE,
-            ),
-        ] {
-            let declared = format!("{name} = {words:?}");
-            assert!(hooks.contains(&declared), "{declared}");
-        }
-        let held = include_str!("../../python/boot/_oomscope_held.py");
-        let declared = format!(
-            "CYCLE_PREFIX = {:?}",
-            oomscope_format::HeldTensors::CYCLE_PREFIX
-        );
+    fn the_hooks_say_the_formats_words_for_kinds_and_stages() {
+        let held = file("oomscope/_hooks/held.py");
+        let labels: Vec<String> = oomscope_format::HeldKind::ALL
+            .iter()
+            .map(|k| format!("{:?}", k.label()))
+            .collect();
+        let declared = format!("TENSORS, GRAPH, CYCLE, UNCONTAINED = {}", labels.join(", "));
         assert!(held.contains(&declared), "{declared}");
         let [pre, post] = oomscope_format::CHECKPOINT_SAVE_STAGES;
         let declared = format!("PRE_SAVE, POST_SAVE = {pre:?}, {post:?}");
-        assert!(hooks.contains(&declared), "{declared}");
+        assert!(
+            file("oomscope/_hooks/save.py").contains(&declared),
+            "{declared}"
+        );
         assert_eq!(
             oom_snapshot_prefix(Path::new("/runs/a.oomt")),
             OsString::from("/runs/a.oom-")
         );
+    }
+
+    #[test]
+    fn every_python_file_of_the_package_is_embedded() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+        let mut on_disk = Vec::new();
+        let mut dirs = vec![root.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "py") {
+                    let rel = path
+                        .strip_prefix(&root)
+                        .unwrap()
+                        .to_str()
+                        .unwrap()
+                        .to_owned();
+                    on_disk.push(rel.strip_prefix("boot/").unwrap_or(&rel).to_owned());
+                }
+            }
+        }
+        on_disk.sort();
+        let mut embedded: Vec<&str> = FILES.iter().map(|(p, _)| *p).collect();
+        embedded.sort_unstable();
+        assert_eq!(on_disk, embedded);
     }
 
     #[test]
@@ -155,20 +184,20 @@ mod tests {
     #[test]
     fn the_helper_skips_its_own_reading_as_the_collector_would() {
         // A mark sooner after the sender's last reading than the collector keeps carries none.
-        let helper = include_str!("../../python/oomscope/__init__.py");
+        let helper = file("oomscope/_probe.py");
         let line = format!(
-            "_READING_GAP_US = {}",
+            "READING_GAP_US = {}",
             crate::run::sampler::MIN_MARK_READING_GAP_US
         );
         assert!(
             helper.lines().any(|l| l == line),
-            "collector/python/oomscope/__init__.py must say {line}"
+            "collector/python/oomscope/_probe.py must say {line}"
         );
     }
 
     #[test]
     fn the_helper_says_the_collector_s_version() {
-        let helper = include_str!("../../python/oomscope/__init__.py");
+        let helper = file("oomscope/__init__.py");
         let line = format!("__version__ = \"{}\"", env!("CARGO_PKG_VERSION"));
         assert!(
             helper.lines().any(|l| l == line),

@@ -277,7 +277,8 @@ impl Senders {
         Ok(())
     }
 
-    /// Names a mark's, an OOM's or an input's sender: its pid and (a mark's, an OOM's) its rank
+    /// Names the sender of a mark, an OOM, an input, an eval's autograd state or a saved snapshot:
+    /// its pid and (a mark's, an OOM's) its rank
     /// (the one it states, which the registry then keeps, else the registry's).
     fn attribute(
         &mut self,
@@ -292,6 +293,14 @@ impl Senders {
             Record::Oom(o) => (&mut o.pid, &mut o.rank),
             Record::Input(i) => {
                 i.pid = sender.or(i.pid);
+                return Ok(());
+            }
+            Record::EvalAutograd(e) => {
+                e.pid = sender.or(e.pid);
+                return Ok(());
+            }
+            Record::SavedSnapshot(s) => {
+                s.pid = sender.or(s.pid);
                 return Ok(());
             }
             _ => return Ok(()),
@@ -359,7 +368,9 @@ impl Context {
             | Record::Process(_)
             | Record::ProcessEnd(_)
             | Record::Held(_)
-            | Record::Gc(_) => {}
+            | Record::Gc(_)
+            | Record::EvalAutograd(_)
+            | Record::SavedSnapshot(_) => {}
         }
     }
 }

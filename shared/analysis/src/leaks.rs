@@ -1074,7 +1074,9 @@ mod tests {
             grad_fn: "".into(),
             count: 8,
             bytes: 16 * MIB,
-            holder: "list `losses` (28 items)".into(),
+            holder: "list `losses`".into(),
+            items: Some(28),
+            ..oomscope_format::HeldTensors::default()
         });
         let fit = host_fit(&counted);
         assert!(!fit.staircase_creep && fit.is_leak, "{fit:#?}");

@@ -304,6 +304,8 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         held: trace.held.clone(),
         gc: trace.gc.clone(),
         inputs: trace.inputs.clone(),
+        eval_autograd: trace.eval_autograd.clone(),
+        saved_snapshots: trace.saved_snapshots.clone(),
         end_us: trace.end_us,
     }
 }

@@ -4,7 +4,7 @@
 //! above the analysis, which never imports them.
 
 use oomscope_format::units::{format_bytes, format_count, format_duration_us};
-use oomscope_format::{AliveSite, OomKill};
+use oomscope_format::{AliveSite, HeldKind, HeldTensors, OomKill};
 
 /// "The kernel's OOM killer killed python3 (pid 4242, the program) at 3.20 s: memory cgroup
 /// limit 400 MiB, 398 MiB resident" (`more`: how many other kills followed).
@@ -75,4 +75,22 @@ pub fn tensor_count(count: u64) -> String {
 pub fn counted(n: u64, thing: &str) -> String {
     let s = if n == 1 { "" } else { "s" };
     format!("{} {thing}{s}", format_count(n))
+}
+
+/// What holds a group of live tensors, in words: ``list `losses` (96 items)``, "a reference cycle
+/// through a `StepRecord` object (attribute `batch`)", "no Python container (held from C++, …)";
+/// a graph row's tensor name. Empty when the hooks could not tell.
+pub fn holder(h: &HeldTensors) -> String {
+    match h.kind {
+        HeldKind::Uncontained => {
+            "no Python container (held from C++, such as an autograd graph's saved tensors)"
+                .to_owned()
+        }
+        HeldKind::Cycle => format!("a reference cycle through {}", h.holder),
+        HeldKind::Graph => h.holder.to_string(),
+        HeldKind::Tensors => match h.items {
+            Some(items) if !h.holder.is_empty() => format!("{} ({items} items)", h.holder),
+            _ => h.holder.to_string(),
+        },
+    }
 }

@@ -3,7 +3,7 @@
 //! `cargo run -p oomscope-format --example golden -- shared/format/tests/data`
 //!
 //! Golden files are written ONCE per format version and then committed and never rewritten:
-//! `tests/golden.rs` decodes them so that a later change cannot silently break old traces. Only
+//! `shared/format/tests/golden.rs` decodes them so that a later change cannot silently break old traces. Only
 //! run this to add the files of a NEW version (it refuses to overwrite existing files).
 
 // A developer tool: it reports what it wrote on stderr.
@@ -12,9 +12,10 @@
 use std::path::PathBuf;
 
 use oomscope_format::{
-    AliveSite, ComponentBreakdown, CounterKind, ExitStatus, HeldTensors, Metadata, NamedBytes,
-    Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessRole,
-    RankSource, Record, StageMark, StepInput, TraceWriter, WriterOptions,
+    AliveSite, ComponentBreakdown, CounterKind, EvalAutograd, ExitStatus, HeldKind, HeldTensors,
+    Metadata, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
+    ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput, TraceWriter,
+    WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -645,6 +646,7 @@ pub fn held() -> Vec<u8> {
             count: 8,
             bytes: 8 * (256 << 10),
             holder: "list `val_losses` (12 items)".into(),
+            ..HeldTensors::default()
         },
         HeldTensors {
             t_us: 250_000,
@@ -652,11 +654,14 @@ pub fn held() -> Vec<u8> {
             to_step: 12,
             device: "cpu".into(),
             dtype: "float32".into(),
-            shape: HeldTensors::GRAPH.into(),
+            // (v1.9 said a graph row in its shape: v1.11's writer adds the kind, which this
+            // file predates.)
+            shape: "graph".into(),
             grad_fn: "AddBackward0".into(),
             count: 56,
             bytes: 0,
             holder: "total_val".into(),
+            ..HeldTensors::default()
         },
     ] {
         w.write(&Record::Held(held)).expect("in memory");
@@ -789,6 +794,114 @@ pub fn optimizers() -> Vec<u8> {
     w.finish(100_000).expect("in memory")
 }
 
+/// Format v1.11: the zero-code hooks' facts as fields: a HELD row of each kind (tensors a list
+/// holds, with its item count; a running total's graph, with the tensor's own shape; tensors
+/// only a reference cycle holds; tensors no Python container holds), whether evals ran with
+/// autograd (off, then on), and the memory snapshot saved at an OOM.
+pub fn hook_facts() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "gpu-node-1".into(),
+        pid: 5700,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    for step in 0..30u64 {
+        let t_us = step * 20_000;
+        w.sample(t_us, &[(rss, (700 << 20) + step * (256 << 10))])
+            .expect("in memory");
+        w.write(&Record::Mark(StageMark {
+            t_us: t_us + 1_000,
+            name: "post_optimizer_step".into(),
+            step,
+            phase: Phase::Train,
+            pid: Some(5700),
+            ..StageMark::default()
+        }))
+        .expect("in memory");
+    }
+    let row = |kind, shape: &str, grad_fn: &str, count, bytes, holder: &str, items| HeldTensors {
+        t_us: 250_000,
+        from_step: 4,
+        to_step: 12,
+        kind,
+        device: "cpu".into(),
+        dtype: "float32".into(),
+        shape: shape.into(),
+        grad_fn: grad_fn.into(),
+        count,
+        bytes,
+        holder: holder.into(),
+        items,
+    };
+    for held in [
+        row(
+            HeldKind::Tensors,
+            "scalar",
+            "MseLossBackward0",
+            8,
+            8 * (256 << 10),
+            "list `val_losses`",
+            Some(12),
+        ),
+        row(
+            HeldKind::Graph,
+            "scalar",
+            "AddBackward0",
+            56,
+            0,
+            "total_val",
+            None,
+        ),
+        row(
+            HeldKind::Cycle,
+            "1024x1024",
+            "",
+            8,
+            8 << 22,
+            "a `StepRecord` object (attribute `batch`)",
+            None,
+        ),
+        row(
+            HeldKind::Uncontained,
+            "64x1024",
+            "ReluBackward0",
+            8,
+            8 << 18,
+            "",
+            None,
+        ),
+    ] {
+        w.write(&Record::Held(held)).expect("in memory");
+    }
+    for (t_us, enabled) in [(300_000, false), (420_000, true)] {
+        w.write(&Record::EvalAutograd(EvalAutograd {
+            t_us,
+            enabled,
+            pid: Some(5700),
+        }))
+        .expect("in memory");
+    }
+    w.write(&Record::SavedSnapshot(SavedSnapshot {
+        t_us: 590_000,
+        file: "run.oom-5700.pickle".into(),
+        pid: Some(5700),
+    }))
+    .expect("in memory");
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 600_000,
+        status: ExitStatus::Code(1),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(600_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -816,6 +929,7 @@ fn main() -> std::io::Result<()> {
         ("v1_9_held.oomt", held()),
         ("v1_10_inputs.oomt", inputs()),
         ("v1_10_optimizers.oomt", optimizers()),
+        ("v1_11_hook_facts.oomt", hook_facts()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -30,6 +30,12 @@
 //!      [free_bytes=N] [total_bytes=N] [pid=N] [rank=N] [allocated_bytes=N] [reserved_bytes=N]
 //!      [-- <message>]
 //! alive bytes=N count=N [line=N] [function=<name>] -- <file>
+//! gc freed_bytes=N [generation=N] [collected=N] [pause_us=N]
+//! held count=N bytes=N [kind=tensors|graph|cycle|uncontained] [from_step=N] [to_step=N]
+//!      [device=<d>] [dtype=<t>] [shape=AxB|scalar] [grad_fn=<node>] [items=N] [-- <holder>]
+//! input elements=N [shape=AxB|scalar] [step=N]
+//! eval_autograd on|off
+//! memory_snapshot -- <file name>
 //! process [rank=N] [local_rank=N] [world_size=N] [restart=N] [group=NAME]
 //! at <N> [rss_bytes=N] [rss_file_bytes=N]
 //! ring <name>
@@ -65,9 +71,10 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::model::{
-    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, GcCollection, GradientSummary,
-    HeldTensors, Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessInfo, ProcessRole,
-    RankSource, Record, StageMark, StepInput, TensorStats, TrialOutcome,
+    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, EvalAutograd, GcCollection,
+    GradientSummary, HeldKind, HeldTensors, Name, NamedBytes, Note, OomEvent, OomSource, Phase,
+    ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput, TensorStats,
+    TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -80,7 +87,7 @@ pub const PROTOCOL_ENV: &str = "OOMSCOPE_PROTOCOL";
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 
 /// Every verb of the protocol, in the order the grammar lists them.
-pub const VERBS: [&str; 13] = [
+pub const VERBS: [&str; 18] = [
     "mark",
     "step",
     "phase",
@@ -91,6 +98,11 @@ pub const VERBS: [&str; 13] = [
     "trial",
     "oom",
     "alive",
+    "gc",
+    "held",
+    "input",
+    "eval_autograd",
+    "memory_snapshot",
     "process",
     "at",
     "ring",
@@ -169,6 +181,8 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Held(_) => "held",
         Record::Gc(_) => "gc",
         Record::Input(_) => "input",
+        Record::EvalAutograd(_) => "eval_autograd",
+        Record::SavedSnapshot(_) => "memory_snapshot",
         Record::Exit(_)
         | Record::Dropped(_)
         | Record::OomKill(_)
@@ -343,15 +357,17 @@ const ALIVE: [Field<AliveSite>; 4] = [
     field!("function", Optional, function),
 ];
 
-const HELD: [Field<HeldTensors>; 8] = [
+const HELD: [Field<HeldTensors>; 10] = [
     field!("count", Required, count),
     field!("bytes", Required, bytes),
+    field!("kind", Optional, kind),
     field!("from_step", Optional, from_step),
     field!("to_step", Optional, to_step),
     field!("device", Optional, device),
     field!("dtype", Optional, dtype),
     field!("shape", Optional, shape),
     field!("grad_fn", Optional, grad_fn),
+    field!("items", Optional, items),
 ];
 
 const GC: [Field<GcCollection>; 4] = [
@@ -496,6 +512,15 @@ impl Value for OomSource {
     }
 }
 
+impl Value for HeldKind {
+    fn parse(text: &str) -> Option<HeldKind> {
+        HeldKind::from_label(text)
+    }
+    fn show(&self, out: &mut String) {
+        out.push_str(self.label());
+    }
+}
+
 impl Value for TrialOutcome {
     fn parse(text: &str) -> Option<TrialOutcome> {
         match text {
@@ -600,6 +625,28 @@ pub fn parse_line(line: &str) -> Option<Message> {
             let mut input = StepInput::default();
             f.read(&INPUT, &mut input)?;
             with_context(verb, &f, Record::Input(input))
+        }
+        "eval_autograd" => {
+            let enabled = match split_token(rest) {
+                ("on", rest) if rest.trim().is_empty() => true,
+                ("off", rest) if rest.trim().is_empty() => false,
+                _ => return None,
+            };
+            Some(Message::record(Record::EvalAutograd(EvalAutograd {
+                enabled,
+                ..EvalAutograd::default()
+            })))
+        }
+        "memory_snapshot" => {
+            // A file beside the trace: a bare name, never a path.
+            let file = rest.trim().strip_prefix("--")?.trim();
+            if file.is_empty() || file.contains(['/', '\\']) {
+                return None;
+            }
+            Some(Message::record(Record::SavedSnapshot(SavedSnapshot {
+                file: file.into(),
+                ..SavedSnapshot::default()
+            })))
         }
         "held" => {
             let (fields, holder) = rest.split_once(" -- ").unwrap_or((rest, ""));
@@ -844,8 +891,17 @@ pub fn format(out: &mut String, message: &Message) {
                 Record::Input(i) => show_all(out, &INPUT, i),
                 Record::Held(h) => {
                     show_all(out, &HELD, h);
+                    if !h.holder.is_empty() {
+                        out.push_str(" -- ");
+                        push_text(out, &h.holder);
+                    }
+                }
+                Record::EvalAutograd(e) => {
+                    out.push_str(if e.enabled { " on" } else { " off" });
+                }
+                Record::SavedSnapshot(s) => {
                     out.push_str(" -- ");
-                    push_text(out, &h.holder);
+                    push_text(out, &s.file);
                 }
                 Record::Process(p) => show_all(out, &PROCESS, p),
                 Record::Note(_)
@@ -1188,6 +1244,43 @@ mod tests {
                 function: "forward".into(),
                 bytes: 3 << 30,
                 count: 7,
+            })),
+            Message::record(Record::Gc(GcCollection {
+                freed_bytes: 64 << 20,
+                generation: 2,
+                collected: 40,
+                pause_us: 1200,
+                ..GcCollection::default()
+            })),
+            Message::record(Record::Held(HeldTensors {
+                kind: HeldKind::Tensors,
+                from_step: 4,
+                to_step: 12,
+                device: "cpu".into(),
+                dtype: "float32".into(),
+                shape: "64x1024".into(),
+                grad_fn: "AddmmBackward0".into(),
+                count: 8,
+                bytes: 2 << 20,
+                holder: "list `val_losses`".into(),
+                items: Some(12),
+                ..HeldTensors::default()
+            })),
+            Message::Record(
+                Record::Input(StepInput {
+                    elements: 512,
+                    shape: "8x64".into(),
+                    ..StepInput::default()
+                }),
+                step(3),
+            ),
+            Message::record(Record::EvalAutograd(EvalAutograd {
+                enabled: true,
+                ..EvalAutograd::default()
+            })),
+            Message::record(Record::SavedSnapshot(SavedSnapshot {
+                file: "run.oom-4242.pickle".into(),
+                ..SavedSnapshot::default()
             })),
             Message::record(Record::Process(ProcessInfo {
                 role: ProcessRole::Rank,

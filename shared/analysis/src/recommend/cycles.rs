@@ -91,10 +91,8 @@ impl Diagnose for ReferenceCycles {
                 h.dtype,
                 h.shape,
                 format_bytes(h.bytes / h.steps()),
-                &h.holder[HeldTensors::CYCLE_PREFIX.len()..].trim_start()
+                crate::words::holder(h)
             ));
-            explanation =
-                explanation.replacen("kept by through", "kept by a reference cycle through", 1);
         }
         if largest.is_some() {
             explanation.push_str(
@@ -143,6 +141,7 @@ impl Diagnose for ReferenceCycles {
 mod tests {
     use super::super::test_support::find;
     use super::*;
+    use oomscope_format::HeldKind;
     use oomscope_testkit::run::Run;
 
     #[test]
@@ -166,7 +165,8 @@ mod tests {
             shape: "1024x1024".into(),
             count: 8,
             bytes: 32 << 20,
-            holder: "a reference cycle through a `StepRecord` object (attribute `batch`)".into(),
+            kind: HeldKind::Cycle,
+            holder: "a `StepRecord` object (attribute `batch`)".into(),
             ..HeldTensors::default()
         }];
         let f = find(&trace, FindingKind::ReferenceCycles).expect("cycles");

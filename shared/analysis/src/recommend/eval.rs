@@ -323,13 +323,13 @@ pub struct EvalRetention<'a> {
 /// Whether the trace's eval forwards ran with autograd on: `Some(true)` when any did (the
 /// zero-code hooks say so once), `Some(false)` when they all ran without, `None` unknown.
 pub fn eval_autograd(trace: &oomscope_format::Trace) -> Option<bool> {
-    let said = |words: &str| trace.notes.iter().any(|n| n.text == words);
-    if said(oomscope_format::EVAL_AUTOGRAD_ON_NOTE) {
+    let said = &trace.eval_autograd;
+    if said.iter().any(|e| e.enabled) {
         Some(true)
-    } else if said(oomscope_format::EVAL_AUTOGRAD_OFF_NOTE) {
-        Some(false)
-    } else {
+    } else if said.is_empty() {
         None
+    } else {
+        Some(false)
     }
 }
 

@@ -5,8 +5,9 @@ use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, fin
 use crate::leaks::{GrowthFit, LeakEvidence};
 use crate::metrics::MetricKey;
 use crate::trend::TimeTrend;
-use oomscope_format::HeldTensors;
+use crate::words;
 use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
+use oomscope_format::{HeldKind, HeldTensors};
 
 /// A leak that fills memory within this many times the steps already observed is critical: the
 /// run will not finish (or barely will) at the current rate.
@@ -210,14 +211,11 @@ fn eval_steps(ctx: &RuleContext<'_>) -> Vec<u64> {
 /// latest pair of counts that found it: the hooks count again after a cool-down), in the order
 /// given.
 fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
-    // The holder without its "(N items)": the count moves between pairs of counts.
+    // The holder without its item count: the count moves between pairs of counts.
     let key = |h: &HeldTensors| {
-        let holder = match h.holder.rsplit_once(" (") {
-            Some((name, rest)) if rest.ends_with(" items)") => name.to_owned(),
-            _ => h.holder.to_string(),
-        };
         (
-            holder,
+            h.kind,
+            h.holder.clone(),
             h.device.clone(),
             h.dtype.clone(),
             h.shape.clone(),
@@ -260,8 +258,7 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
             format_count(h.per_step())
         ));
     }
-    let python =
-        |h: &&&HeldTensors| !h.is_graph() && !h.holder.is_empty() && !h.holder.starts_with("no ");
+    let python = |h: &&&HeldTensors| h.kind == HeldKind::Tensors && !h.holder.is_empty();
     for h in steady.iter().filter(python) {
         let tensors = format!(
             "{} {}[{}] a step ({}/step)",
@@ -274,13 +271,14 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
             format!(
                 "{} gains {tensors} and is never emptied: clear it once used (a metric's \
                  state: reset it after compute())",
-                h.holder
+                words::holder(h)
             )
         } else {
             format!(
                 "{} gains {tensors}, each with its autograd graph ({}) and the activations the \
                  graph saved: keep .item() (or .detach()) instead of the tensor",
-                h.holder, h.grad_fn
+                words::holder(h),
+                h.grad_fn
             )
         });
     }
@@ -320,10 +318,9 @@ impl Leak {
         } else {
             format!(
                 "{} gained {} {}[{}] tensors ({})",
-                if top.holder.is_empty() {
-                    "the program"
-                } else {
-                    &top.holder
+                match words::holder(top) {
+                    holder if holder.is_empty() => "the program".to_owned(),
+                    holder => holder,
                 },
                 format_count(top.count),
                 top.dtype,
@@ -569,34 +566,53 @@ mod tests {
             ..Run::default()
         }
         .build();
-        let row = |shape: &str, grad_fn: &str, count: u64, holder: &str| HeldTensors {
+        let row = |kind, shape: &str, grad_fn: &str, count: u64, holder: &str, items| HeldTensors {
             from_step: 10,
             to_step: 18,
+            kind,
             device: "cuda:0".into(),
             dtype: "float32".into(),
             shape: shape.into(),
             grad_fn: grad_fn.into(),
             count,
-            bytes: if shape == HeldTensors::GRAPH {
+            bytes: if kind == HeldKind::Graph {
                 0
             } else {
                 count * 12 * MIB
             },
             holder: holder.into(),
+            items,
             ..HeldTensors::default()
         };
+        let tensors = HeldKind::Tensors;
         // A list of losses with their graphs, a metric's list of detached outputs, a running
         // total; a group that grew less than one a step says nothing.
         trace.held = vec![
-            row("scalar", "MseLossBackward0", 8, "list `losses` (18 items)"),
             row(
+                tensors,
+                "scalar",
+                "MseLossBackward0",
+                8,
+                "list `losses`",
+                Some(18),
+            ),
+            row(
+                tensors,
                 "64x1024",
                 "",
                 8,
-                "list `preds` of the `Accuracy` object (18 items)",
+                "list `preds` of the `Accuracy` object",
+                Some(18),
             ),
-            row(HeldTensors::GRAPH, "AddBackward0", 48, "total_loss"),
-            row("3", "", 2, "dict `cache` (2 items)"),
+            row(
+                HeldKind::Graph,
+                "scalar",
+                "AddBackward0",
+                48,
+                "total_loss",
+                None,
+            ),
+            row(tensors, "3", "", 2, "dict `cache`", Some(2)),
         ];
         let f = find(&trace, FindingKind::Leak).unwrap();
         assert_eq!(
@@ -612,10 +628,12 @@ mod tests {
         );
         // Only autograd keeps them: the graphs that never ran backward are named.
         trace.held = vec![row(
+            HeldKind::Uncontained,
             "64x1024",
             "ReluBackward0",
             8,
-            "no Python container (held from C++)",
+            "",
+            None,
         )];
         let f = find(&trace, FindingKind::Leak).unwrap();
         assert!(
@@ -640,14 +658,15 @@ mod tests {
             shape: "64x1024".into(),
             count: 8,
             bytes: 8 << 18,
-            holder: "list `preds` (12 items)".into(),
+            holder: "list `preds`".into(),
+            items: Some(12),
             ..HeldTensors::default()
         };
         // The same group counted again later: said once, from the later counts.
         let later = HeldTensors {
             from_step: 86,
             to_step: 94,
-            holder: "list `preds` (94 items)".into(),
+            items: Some(94),
             ..preds.clone()
         };
         trace.held = vec![preds.clone(), later];

@@ -321,10 +321,11 @@ pub fn held_line(h: &HeldTensors) -> String {
             format_bytes(h.bytes)
         )
     };
-    if h.holder.is_empty() {
+    let holder = crate::words::holder(h);
+    if holder.is_empty() {
         what
     } else {
-        format!("{what}: {}", h.holder)
+        format!("{what}: {holder}")
     }
 }
 

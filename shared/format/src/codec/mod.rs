@@ -9,8 +9,10 @@
 //! Why tags and lengths on every record: a reader skips kinds it does not know, so the format
 //! grows by adding record kinds, never by editing old ones.
 
+mod legacy;
 pub mod reader;
 pub mod records;
+mod samples;
 pub mod writer;
 
 /// First 8 bytes of every trace. Like PNG's, it catches text-mode mangling (CR/LF, high bit).
@@ -20,7 +22,7 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version written by this crate; a larger minor only adds record kinds, values of
 /// existing enumerations (which older readers keep as "other") or fields at the end of a body.
 /// `FORMAT.md` keeps the history (a test holds its title to this number).
-pub const FORMAT_MINOR: u16 = 10;
+pub const FORMAT_MINOR: u16 = 11;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
@@ -86,6 +88,10 @@ pub mod tag {
     pub const GC: u8 = 0x15;
     /// The size of a training step's input (format v1.10).
     pub const INPUT: u8 = 0x16;
+    /// Whether a process's eval forwards run with autograd on (format v1.11).
+    pub const EVAL_AUTOGRAD: u8 = 0x17;
+    /// A memory snapshot saved next to the trace at an OOM (format v1.11).
+    pub const SAVED_SNAPSHOT: u8 = 0x18;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -112,6 +118,8 @@ pub mod tag {
             HELD => "held",
             GC => "gc",
             INPUT => "input",
+            EVAL_AUTOGRAD => "eval_autograd",
+            SAVED_SNAPSHOT => "saved_snapshot",
             _ => "unknown",
         }
     }

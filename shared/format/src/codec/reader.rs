@@ -16,12 +16,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::records::{self, Names, opt_u32};
+use super::samples;
 use super::{
-    CHUNK_HEADER_LEN, CHUNK_SYNC, CRC32C, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_BLOCK_ROWS,
-    MAX_CHUNK_PAYLOAD, MAX_COUNTERS, tag,
+    CHUNK_HEADER_LEN, CHUNK_SYNC, CRC32C, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_CHUNK_PAYLOAD,
+    MAX_COUNTERS, tag,
 };
 use crate::error::DecodeError;
-use crate::model::{Counter, CounterId, CounterKind, Trace};
+use crate::model::{Counter, CounterKind, Trace};
 use crate::varint::{Cursor, ReadError};
 
 /// Most warnings kept; further ones are counted in a last summary warning.
@@ -386,21 +387,9 @@ impl State {
         if self.samples_capped {
             return Ok(());
         }
-        let rows = c.count(1)?;
-        let cols = c.count(1)?;
-        if rows == 0 || rows > MAX_BLOCK_ROWS || cols > MAX_COUNTERS {
-            return Err(ReadError::Overlong);
-        }
-        let mut ids = Vec::with_capacity(cols);
-        let mut max_id = 0usize;
-        for _ in 0..cols {
-            let id = c.u32()? as usize;
-            if id >= MAX_COUNTERS {
-                return Err(ReadError::Overlong);
-            }
-            max_id = max_id.max(id);
-            ids.push(CounterId(id as u32));
-        }
+        let (rows, ids) = samples::read_header(c)?;
+        let cols = ids.len();
+        let max_id = ids.iter().map(|id| id.0 as usize).max().unwrap_or(0);
         let samples = &self.trace.samples;
         let new_cols = samples.columns().max(if cols > 0 { max_id + 1 } else { 0 });
         let new_rows = samples.len() + rows;
@@ -421,18 +410,8 @@ impl State {
         // Timestamps go to a scratch buffer first (the row count must be known before columns
         // are filled); values are decoded straight into their columns. A block that fails
         // half-way is rolled back, so the table never holds a partial block.
-        let times = &mut self.block_times_us;
-        times.clear();
-        let mut t = c.u64()?;
-        times.push(t);
-        if rows > 1 {
-            let base_dt = c.u64()?;
-            for _ in 1..rows {
-                let dt = base_dt.wrapping_add(c.i64()? as u64);
-                t = t.saturating_add(dt);
-                times.push(t);
-            }
-        }
+        samples::read_times(c, rows, &mut self.block_times_us)?;
+        let times = &self.block_times_us;
         let samples = &mut self.trace.samples;
         // A column seen for the first time gets the whole trace's rows at once, while the
         // columns reserved so far stay within the cell budget.
@@ -446,7 +425,7 @@ impl State {
         let start = samples.begin_block(times);
         let filled = ids
             .iter()
-            .try_for_each(|id| decode_column(c, samples.column_for_block(*id, start), rows));
+            .try_for_each(|id| samples::read_column(c, samples.column_for_block(*id, start), rows));
         match filled {
             Ok(()) => samples.end_block(),
             Err(e) => {
@@ -458,6 +437,7 @@ impl State {
     }
 
     fn finish(mut self, truncated_at: Option<(usize, usize, usize)>) -> Decoded {
+        super::legacy::upgrade(&mut self.trace);
         // The analysis relies on marks in time order. A recorder writes them so; a file that
         // does not (marks sent from several threads, or a hand-made file) is put in order here.
         if !self.trace.marks.is_sorted_by_key(|m| m.t_us) {
@@ -506,24 +486,4 @@ impl State {
             warnings: self.warnings,
         }
     }
-}
-
-/// One column of a sample block (layout in FORMAT.md): first value, scale, scaled deltas.
-#[inline]
-fn decode_column(c: &mut Cursor<'_>, column: &mut Vec<u64>, rows: usize) -> Result<(), ReadError> {
-    column.reserve(rows);
-    let first = c.u64()?;
-    let scale = c.u64()?;
-    column.push(first);
-    if scale == 0 {
-        column.resize(column.len() + rows - 1, first);
-        return Ok(());
-    }
-    let scale = scale as i64;
-    let mut v = first;
-    for _ in 1..rows {
-        v = v.wrapping_add(c.i64()?.wrapping_mul(scale) as u64);
-        column.push(v);
-    }
-    Ok(())
 }

@@ -3,7 +3,8 @@
 //! Why one file: a record's layout is one fact. With the encoder in the writer and the decoder in
 //! the reader, a field added to one and forgotten in the other only shows as garbled traces; here
 //! the pair sits on one screen and the round-trip tests hold them together. The writer and the
-//! reader keep only what is not a record: chunks, sample blocks, budgets and resynchronisation.
+//! reader keep only what is not a record: chunks, budgets and resynchronisation (the SAMPLES
+//! body is `samples`', laid out the same way).
 //!
 //! Every body starts with the record's time (`t_us`, varint). Names (stages, tensors, dtypes,
 //! component extras) are written as string-table ids: the writer defines a string the first time
@@ -18,10 +19,11 @@ use std::sync::Arc;
 use super::tag;
 use crate::error::EncodeError;
 use crate::model::{
-    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, ExitStatus,
-    GcCollection, GpuInfo, GradientSummary, HeldTensors, Metadata, Name, NamedBytes, Note,
-    OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory,
-    ProcessRole, RankSource, Record, StageMark, StepInput, TensorStats, TrialOutcome,
+    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, EvalAutograd,
+    ExitStatus, GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, Metadata, Name,
+    NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo,
+    ProcessMemory, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput,
+    TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -57,6 +59,8 @@ pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), Enc
         Record::Held(h) => encode_held(w, h),
         Record::Gc(g) => encode_gc(w, g),
         Record::Input(i) => encode_input(w, i),
+        Record::EvalAutograd(e) => encode_eval_autograd(w, e),
+        Record::SavedSnapshot(s) => encode_saved_snapshot(w, s),
     }
 }
 
@@ -85,6 +89,8 @@ pub(super) fn decode(
         tag::HELD => Record::Held(decode_held(c, names)?),
         tag::GC => Record::Gc(decode_gc(c)?),
         tag::INPUT => Record::Input(decode_input(c, names)?),
+        tag::EVAL_AUTOGRAD => Record::EvalAutograd(decode_eval_autograd(c)?),
+        tag::SAVED_SNAPSHOT => Record::SavedSnapshot(decode_saved_snapshot(c, names)?),
         _ => return Ok(None),
     }))
 }
@@ -750,7 +756,8 @@ fn decode_process_end(c: &mut Cursor<'_>) -> Result<ProcessEnd, ReadError> {
 }
 
 // HELD (v1.9): from step, to step, device id, dtype id, shape id, grad_fn id, count, bytes,
-// holder id.
+// holder id; since v1.11 the kind's code and opt items (read only when bytes remain: an older
+// row's kind is read from its words, `legacy`).
 
 fn encode_held(w: &mut impl RecordSink, h: &HeldTensors) -> Result<(), EncodeError> {
     let ids = [
@@ -769,11 +776,13 @@ fn encode_held(w: &mut impl RecordSink, h: &HeldTensors) -> Result<(), EncodeErr
     put_u64(b, h.count);
     put_u64(b, h.bytes);
     put_u64(b, u64::from(holder));
+    b.push(h.kind.code());
+    put_opt_u64(b, h.items);
     w.end(tag::HELD)
 }
 
 fn decode_held(c: &mut Cursor<'_>, names: &Names) -> Result<HeldTensors, ReadError> {
-    Ok(HeldTensors {
+    let mut h = HeldTensors {
         t_us: c.u64()?,
         from_step: c.u64()?,
         to_step: c.u64()?,
@@ -784,7 +793,14 @@ fn decode_held(c: &mut Cursor<'_>, names: &Names) -> Result<HeldTensors, ReadErr
         count: c.u64()?,
         bytes: c.u64()?,
         holder: names.read(c)?,
-    })
+        ..HeldTensors::default()
+    };
+    if !c.is_empty() {
+        // A kind a newer writer added reads as tensors: the row stays, counted as it says.
+        h.kind = HeldKind::from_code(c.u8()?).unwrap_or_default();
+        h.items = opt_u64(c)?;
+    }
+    Ok(h)
 }
 
 // GC (v1.9): generation, collected, freed bytes, pause us.
@@ -831,6 +847,41 @@ fn decode_input(c: &mut Cursor<'_>, names: &Names) -> Result<StepInput, ReadErro
         } else {
             opt_u64(c)?.and_then(|p| u32::try_from(p).ok())
         },
+    })
+}
+
+// EVAL_AUTOGRAD (v1.11): u8 enabled (1 on, 0 off), opt pid.
+
+fn encode_eval_autograd(w: &mut impl RecordSink, e: &EvalAutograd) -> Result<(), EncodeError> {
+    let b = w.begin(e.t_us);
+    b.push(u8::from(e.enabled));
+    put_opt_u32(b, e.pid);
+    w.end(tag::EVAL_AUTOGRAD)
+}
+
+fn decode_eval_autograd(c: &mut Cursor<'_>) -> Result<EvalAutograd, ReadError> {
+    Ok(EvalAutograd {
+        t_us: c.u64()?,
+        enabled: c.u8()? != 0,
+        pid: opt_u32(c)?,
+    })
+}
+
+// SAVED_SNAPSHOT (v1.11): file name id, opt pid.
+
+fn encode_saved_snapshot(w: &mut impl RecordSink, s: &SavedSnapshot) -> Result<(), EncodeError> {
+    let file = w.name(&s.file)?;
+    let b = w.begin(s.t_us);
+    put_u64(b, u64::from(file));
+    put_opt_u32(b, s.pid);
+    w.end(tag::SAVED_SNAPSHOT)
+}
+
+fn decode_saved_snapshot(c: &mut Cursor<'_>, names: &Names) -> Result<SavedSnapshot, ReadError> {
+    Ok(SavedSnapshot {
+        t_us: c.u64()?,
+        file: names.read(c)?,
+        pid: opt_u32(c)?,
     })
 }
 

@@ -10,12 +10,13 @@ use std::collections::HashMap;
 use std::io::Write;
 
 use super::records::{RecordSink, put_opt_u32, put_str};
+use super::samples::PendingBlock;
 use super::{
     CHUNK_SYNC, CRC32C, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_BLOCK_ROWS, MAX_COUNTERS, tag,
 };
 use crate::error::EncodeError;
-use crate::model::{CounterId, CounterKind, MISSING, Metadata, Record};
-use crate::varint::{put_u64, zigzag};
+use crate::model::{CounterId, CounterKind, Metadata, Record};
+use crate::varint::put_u64;
 
 /// Most distinct strings the writer remembers for deduplication.
 pub const MAX_INTERNED: usize = 1 << 16;
@@ -40,15 +41,6 @@ impl Default for WriterOptions {
             block_rows: 4096,
         }
     }
-}
-
-/// Rows of samples waiting to be column-encoded. All rows share one counter set.
-#[derive(Debug, Default)]
-struct PendingBlock {
-    ids: Vec<CounterId>,
-    times_us: Vec<u64>,
-    /// Row-major values, `ids.len()` per row.
-    values: Vec<u64>,
 }
 
 /// Writes a trace to any [`Write`], chunk by chunk.
@@ -194,19 +186,13 @@ impl<W: Write> TraceWriter<W> {
     /// (the in-memory "missing" marker) is stored as `u64::MAX - 1`.
     pub fn sample(&mut self, t_us: u64, values: &[(CounterId, u64)]) -> Result<(), EncodeError> {
         let t_us = t_us.max(self.last_t_us);
-        let same_set = self.block.ids.len() == values.len()
-            && self.block.ids.iter().zip(values).all(|(a, (b, _))| a == b);
-        if !same_set {
+        if !self.block.takes(values) {
             self.encode_block();
-            self.block.ids.clear();
-            self.block.ids.extend(values.iter().map(|(id, _)| *id));
+            self.block.start(values);
         }
-        self.block.times_us.push(t_us);
-        self.block
-            .values
-            .extend(values.iter().map(|(_, v)| (*v).min(MISSING - 1)));
+        self.block.push_row(t_us, values);
         self.last_t_us = t_us;
-        if self.block.times_us.len() >= self.options.block_rows {
+        if self.block.rows() >= self.options.block_rows {
             self.encode_block();
         }
         self.maybe_flush()
@@ -281,80 +267,14 @@ impl<W: Write> TraceWriter<W> {
         self.chunk.extend_from_slice(&self.body);
     }
 
-    /// Column-encodes the pending sample rows into a SAMPLES record (see FORMAT.md).
+    /// Column-encodes the pending sample rows into a SAMPLES record.
     fn encode_block(&mut self) {
-        let rows = self.block.times_us.len();
-        if rows == 0 {
-            return;
+        if self.block.encode(&mut self.block_body) {
+            self.chunk.push(tag::SAMPLES);
+            put_u64(&mut self.chunk, self.block_body.len() as u64);
+            self.chunk.extend_from_slice(&self.block_body);
         }
-        let cols = self.block.ids.len();
-        let body = &mut self.block_body;
-        body.clear();
-        put_u64(body, rows as u64);
-        put_u64(body, cols as u64);
-        for id in &self.block.ids {
-            put_u64(body, u64::from(id.0));
-        }
-        let times = &self.block.times_us;
-        put_u64(body, times[0]);
-        if rows > 1 {
-            let base_dt = (times[rows - 1] - times[0]) / (rows as u64 - 1);
-            put_u64(body, base_dt);
-            for pair in times.windows(2) {
-                let dt = pair[1] - pair[0];
-                put_u64(body, zigzag(dt.wrapping_sub(base_dt) as i64));
-            }
-        }
-        for col in 0..cols {
-            let column = self.block.values[col..].iter().step_by(cols);
-            encode_column(body, column, rows);
-        }
-        self.block.times_us.clear();
-        self.block.values.clear();
-        self.chunk.push(tag::SAMPLES);
-        put_u64(&mut self.chunk, body.len() as u64);
-        self.chunk.extend_from_slice(body);
     }
-}
-
-/// One column: first value, then a scale (the GCD of all deltas; 0 when the column is constant,
-/// in which case nothing more is written), then each delta divided by the scale, zigzagged.
-/// Deltas are wrapping `u64` differences read as `i64`, so every value round-trips exactly.
-fn encode_column<'a>(
-    body: &mut Vec<u8>,
-    column: impl Iterator<Item = &'a u64> + Clone,
-    rows: usize,
-) {
-    let mut values = column.clone();
-    let Some(&first) = values.next() else {
-        return;
-    };
-    put_u64(body, first);
-    let mut scale = 0u64;
-    let mut prev = first;
-    for &v in values {
-        scale = gcd(scale, (v.wrapping_sub(prev) as i64).unsigned_abs());
-        prev = v;
-    }
-    put_u64(body, scale);
-    if scale == 0 || rows < 2 {
-        return;
-    }
-    let mut prev = first;
-    for &v in column.skip(1) {
-        let delta = v.wrapping_sub(prev) as i64;
-        // `scale` divides |delta| exactly; i128 keeps i64::MIN / 1 from overflowing.
-        let quotient = (i128::from(delta) / i128::from(scale)) as i64;
-        put_u64(body, zigzag(quotient));
-        prev = v;
-    }
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 impl<W: Write> RecordSink for TraceWriter<W> {
@@ -374,13 +294,6 @@ impl<W: Write> RecordSink for TraceWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gcd_handles_zero() {
-        assert_eq!(gcd(0, 0), 0);
-        assert_eq!(gcd(0, 4096), 4096);
-        assert_eq!(gcd(8192, 12288), 4096);
-    }
 
     #[test]
     fn header_is_sixteen_bytes_with_version() {

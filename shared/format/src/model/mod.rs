@@ -12,6 +12,13 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+mod hooks;
+
+pub use hooks::{
+    CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldKind, HeldTensors, SavedSnapshot,
+    StepInput,
+};
+
 /// A name in a record (a stage, a tensor, a dtype, a component): shared, so a name used by a
 /// hundred thousand marks is stored once. In the file names are interned in a string table; that
 /// table is a detail of [`crate::codec`] and never reaches the analysis.
@@ -935,38 +942,6 @@ pub struct AliveSite {
     pub count: u64,
 }
 
-/// A group of live tensors that grew while memory grew across steps: the zero-code hooks count
-/// the process's tensors (by device, dtype, shape and autograd node) at two iterations some steps
-/// apart once growth is suspected, and send each group that grew, with what holds it where
-/// Python can tell. Added in format v1.9.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct HeldTensors {
-    /// When (the second count).
-    pub t_us: u64,
-    /// The step of the first count.
-    pub from_step: u64,
-    /// The step of the second.
-    pub to_step: u64,
-    /// Where the tensors live (`cpu`, `cuda:0`).
-    pub device: Name,
-    /// Their element type (`float32`).
-    pub dtype: Name,
-    /// Their shape (`256x512`; `scalar` for none). `graph` marks a row about one named tensor's
-    /// autograd graph instead (a running total summed without `.item()`): `count` is then how
-    /// many more autograd nodes the graph has, `bytes` 0, and `holder` the tensor's name.
-    pub shape: Name,
-    /// The autograd node that made them (`AddmmBackward0`): each keeps the graph behind it, and
-    /// the activations that graph saved, alive. Empty for tensors outside autograd.
-    pub grad_fn: Name,
-    /// How many more there were at the second count.
-    pub count: u64,
-    /// How many more bytes of storage they hold (each storage once).
-    pub bytes: u64,
-    /// What holds them, as the hooks could tell (`list \`losses\` (96 items)`); empty when no
-    /// container of the program's was found.
-    pub holder: Name,
-}
-
 /// A process of the watched program killed by the kernel's OOM killer, as the kernel itself
 /// accounted for it: the memory cgroup's `oom_kill` counter (v2 `memory.events`, v1
 /// `memory.oom_control`) and, where readable, the kernel log's `Killed process PID (name)` line.
@@ -1158,34 +1133,6 @@ pub struct Note {
     pub text: String,
 }
 
-/// How the zero-code hooks' note names the memory snapshot they saved next to the trace at the
-/// first OOM (`collector run --oom-snapshot`): this, then the file's name. The Python hooks write
-/// the same words (`OOM_SNAPSHOT_NOTE` in `_oomscope_torch.py`; a test holds them equal).
-pub const OOM_SNAPSHOT_NOTE: &str = "memory snapshot at the OOM: ";
-
-/// The stages the zero-code hooks mark around `torch.save` (`PRE_SAVE`/`POST_SAVE` in
-/// `_oomscope_torch.py`; a test holds them equal): a checkpoint, not a stage of the training loop.
-pub const CHECKPOINT_SAVE_STAGES: [&str; 2] = ["pre_checkpoint_save", "post_checkpoint_save"];
-
-/// The zero-code hooks' note, sent once, when an eval forward runs with autograd on (so advice
-/// to evaluate under `torch.no_grad()` fits); the Python hooks write the same words
-/// (`EVAL_AUTOGRAD_ON_NOTE` in `_oomscope_torch.py`; a test holds them equal).
-pub const EVAL_AUTOGRAD_ON_NOTE: &str = "eval forwards run with autograd on";
-
-/// ... and when one runs without it (`torch.no_grad()` or `torch.inference_mode()`: advice to
-/// add them would contradict the program).
-pub const EVAL_AUTOGRAD_OFF_NOTE: &str = "eval forwards run without autograd";
-
-impl Note {
-    /// The file name of the memory snapshot this note says was saved at an OOM.
-    pub fn oom_snapshot_file(&self) -> Option<&str> {
-        self.text
-            .strip_prefix(OOM_SNAPSHOT_NOTE)
-            .map(str::trim)
-            .filter(|f| !f.is_empty() && !f.contains(['/', '\\']))
-    }
-}
-
 /// Records the recorder had to drop (it never blocks the watched program).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dropped {
@@ -1236,6 +1183,10 @@ pub enum Record {
     Gc(GcCollection),
     /// The size of a training step's input, when it changed (format v1.10).
     Input(StepInput),
+    /// Whether a process's eval forwards run with autograd on (format v1.11).
+    EvalAutograd(EvalAutograd),
+    /// A memory snapshot saved next to the trace at an OOM (format v1.11).
+    SavedSnapshot(SavedSnapshot),
 }
 
 impl Record {
@@ -1268,6 +1219,8 @@ impl Record {
             Record::Held(r) => &r.t_us,
             Record::Gc(r) => &r.t_us,
             Record::Input(r) => &r.t_us,
+            Record::EvalAutograd(r) => &r.t_us,
+            Record::SavedSnapshot(r) => &r.t_us,
         }
     }
 
@@ -1290,6 +1243,8 @@ impl Record {
             Record::Held(r) => &mut r.t_us,
             Record::Gc(r) => &mut r.t_us,
             Record::Input(r) => &mut r.t_us,
+            Record::EvalAutograd(r) => &mut r.t_us,
+            Record::SavedSnapshot(r) => &mut r.t_us,
         }
     }
 }
@@ -1339,77 +1294,12 @@ pub struct Trace {
     pub gc: Vec<GcCollection>,
     /// Training steps' input sizes, each sent when it changed.
     pub inputs: Vec<StepInput>,
+    /// Whether eval forwards ran with autograd on, as each process first said.
+    pub eval_autograd: Vec<EvalAutograd>,
+    /// Memory snapshots saved next to the trace at OOMs.
+    pub saved_snapshots: Vec<SavedSnapshot>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
-}
-
-/// The size of a training step's input: the first tensor its outermost training forwards were
-/// given (a positional argument, else a keyword argument — `input_ids=` —, else the first a
-/// submodule was called with), the largest of the step's forwards (micro-batches). The zero-code
-/// hooks send one at the step's end when it differs from the last one sent, so a loop of
-/// fixed-size batches sends one; the analysis carries each to the steps after it. Added in
-/// format v1.10.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct StepInput {
-    /// When the forward began.
-    pub t_us: u64,
-    /// The step the forward belongs to.
-    pub step: u64,
-    /// Its element count (batch × sequence for token ids).
-    pub elements: u64,
-    /// Its shape (`8x512`; `scalar` for none).
-    pub shape: Name,
-    /// The process that sent it (the socket's credentials), when known: a trace of several
-    /// ranks has each rank's inputs.
-    pub pid: Option<u32>,
-}
-
-/// A collection by Python's garbage collector that freed memory: what reference cycles held until
-/// it ran. The zero-code hooks time generation 1 and 2 collections (`gc.callbacks`) and send
-/// those after which the memory in use (CUDA allocated, else the RSS) was at least 1 MiB lower.
-/// Added in format v1.9.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct GcCollection {
-    /// When it ended.
-    pub t_us: u64,
-    /// The generation collected (2: a full collection, also what `gc.collect()` runs).
-    pub generation: u32,
-    /// Objects it found unreachable.
-    pub collected: u64,
-    /// How much lower the memory in use was after it.
-    pub freed_bytes: u64,
-    /// How long the program paused for it.
-    pub pause_us: u64,
-}
-
-impl HeldTensors {
-    /// The shape that marks a row about an autograd graph's nodes.
-    pub const GRAPH: &'static str = "graph";
-
-    /// How a holder that only a reference cycle keeps begins (`a reference cycle through a
-    /// \`StepRecord\` object (attribute \`batch\`)`): garbage the collector frees when it next
-    /// runs, not a leak. The hooks write the same words (a test holds them equal).
-    pub const CYCLE_PREFIX: &'static str = "a reference cycle";
-
-    /// The steps between the two counts (at least 1).
-    pub fn steps(&self) -> u64 {
-        self.to_step.saturating_sub(self.from_step).max(1)
-    }
-
-    /// How many more a step, over the span between the counts.
-    pub fn per_step(&self) -> u64 {
-        self.count / self.steps()
-    }
-
-    /// Whether only a reference cycle holds these tensors.
-    pub fn is_cycle(&self) -> bool {
-        self.holder.starts_with(Self::CYCLE_PREFIX)
-    }
-
-    /// Whether this row counts autograd nodes behind one tensor rather than tensors.
-    pub fn is_graph(&self) -> bool {
-        &*self.shape == Self::GRAPH
-    }
 }
 
 impl Trace {
@@ -1438,6 +1328,8 @@ impl Trace {
             Record::Held(r) => self.held.push(r),
             Record::Gc(r) => self.gc.push(r),
             Record::Input(r) => self.inputs.push(r),
+            Record::EvalAutograd(r) => self.eval_autograd.push(r),
+            Record::SavedSnapshot(r) => self.saved_snapshots.push(r),
         }
     }
 
@@ -1471,6 +1363,8 @@ impl Trace {
             list(&self.held, Record::Held),
             list(&self.gc, Record::Gc),
             list(&self.inputs, Record::Input),
+            list(&self.eval_autograd, Record::EvalAutograd),
+            list(&self.saved_snapshots, Record::SavedSnapshot),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists

@@ -12,8 +12,10 @@ holds them — what people find today by hand with `gc.get_objects()`.
   of that graph: a running total summed without `.item()` keeps every step's graph behind one
   tensor, which a count of tensors never sees.
 - Holders: for a group that grew, a few of its new tensors' referrers (`gc.get_referrers`): a
-  list or dict, named as the program names it (`_oomscope_breakdown.named`), else by type and
-  the object whose attribute it is.
+  list or dict, named as the program names it (`breakdown.named`), else by type and the object
+  whose attribute it is. What a row is travels as a field (`Row.kind`: `tensors` a Python object
+  holds, one named tensor's autograd `graph`, tensors only a reference `cycle` holds, tensors no
+  Python container holds, `uncontained`), never in the holder's words.
 - Bounds: one pair of counts `APART` iterations apart, then none for `COOLDOWN` iterations
   (doubling after each pair); weak references only between the counts; nothing the program holds
   is touched, and a count's own lists are dropped before the hook returns.
@@ -28,6 +30,9 @@ holds them — what people find today by hand with `gc.get_objects()`.
 import gc
 import os
 import time
+from collections import namedtuple
+
+from oomscope._hooks.breakdown import instances, named, subclasses
 
 RISES = 4  # consecutive rising iteration ends before a count
 MIN_RISE_BYTES = 1 << 20  # over those rises
@@ -161,16 +166,15 @@ def _graph_nodes(root):
     return len(seen)
 
 
-def census(torch, frame, kit):
+def census(torch, frame):
     """({key: [count, bytes, ids]} of the live tensors, {name: (nodes, key)} of the named tensors'
     autograd graphs, the tensors themselves). One pass over `gc.get_objects()`; the caller drops
-    the tensors' list before returning to the program. `kit` is `_oomscope_breakdown` (how
-    objects are named and a kind's instances picked out)."""
+    the tensors' list before returning to the program."""
     Tensor = torch.Tensor
     groups = {}
     storages = set()
-    kinds = kit.subclasses(Tensor)
-    tensors = kit.instances(kinds)
+    kinds = subclasses(Tensor)
+    tensors = instances(kinds)
     for o in tensors:
         key = _key(o)
         skey, nbytes = _storage_key(o)
@@ -184,8 +188,8 @@ def census(torch, frame, kit):
         g[1] += nbytes
         g[2].add(id(o))
     graphs = {}
-    names = kit.named(torch, frame, lambda o: type(o) in kinds and
-                      getattr(o, "grad_fn", None) is not None)
+    names = named(torch, frame, lambda o: type(o) in kinds and
+                  getattr(o, "grad_fn", None) is not None)
     if names:
         for t in tensors:
             name = names.get(id(t))
@@ -194,9 +198,11 @@ def census(torch, frame, kit):
     return groups, graphs, tensors
 
 
-# Words the analysis reads (`oomscope_format::HeldTensors::CYCLE_PREFIX`; a test holds them
-# equal): a holder that only a reference cycle keeps, freed when the garbage collector runs.
-CYCLE_PREFIX = "a reference cycle"
+# What a row is (the protocol's `held kind=`; `oomscope_format::HeldKind`, a test holds them
+# equal).
+TENSORS, GRAPH, CYCLE, UNCONTAINED = "tensors", "graph", "cycle", "uncontained"
+# One row of `grown`: `items` is the holder's length when it is a container, else None.
+Row = namedtuple("Row", "kind count bytes device dtype shape grad_fn holder items")
 _CONTAINERS = (list, dict, tuple, set)
 _MAX_CYCLE = 16  # objects followed back through referrers to tell a garbage cycle
 
@@ -232,10 +238,11 @@ def _only_a_cycle(obj, ignore):
     return len(seen) > 1 or any(r is obj for r in gc.get_referrers(obj))
 
 
-def _holder(torch, frame, named, tensors, census_list):
-    """Words for what holds these tensors: the first container or object among their
-    referrers, named as the program names it; a reference cycle when only one holds it.
-    `census_list` is the census's own list (a referrer of every tensor, not the program's)."""
+def _holder(torch, frame, tensors, census_list):
+    """(kind, words, items) for what holds these tensors: the first container or object among
+    their referrers, named as the program names it (`items`: a container's length); `CYCLE` when
+    only a reference cycle holds it, `UNCONTAINED` when no Python container does. `census_list`
+    is the census's own list (a referrer of every tensor, not the program's)."""
     ignore = {id(tensors), id(census_list)}
     owners = []
     for t in tensors:
@@ -248,14 +255,14 @@ def _holder(torch, frame, named, tensors, census_list):
         if owners:
             break
     if not owners:
-        return "no Python container (held from C++, such as an autograd graph's saved tensors)"
+        return UNCONTAINED, "", None
     ids = {id(o) for o, _ in owners}
     names = named(torch, frame, lambda o: id(o) in ids)
     for o, attr in owners:
         if id(o) in names:
             if attr is not None:
-                return "attribute `%s` of `%s`" % (attr, names[id(o)])
-            return "%s `%s` (%d items)" % (type(o).__name__, names[id(o)], len(o))
+                return TENSORS, "attribute `%s` of `%s`" % (attr, names[id(o)]), None
+            return TENSORS, "%s `%s`" % (type(o).__name__, names[id(o)]), len(o)
     o, attr = owners[0]
     if type(o) is dict:
         # The dict may be an object's attributes: name the object.
@@ -264,25 +271,24 @@ def _holder(torch, frame, named, tensors, census_list):
                 o, attr = owner, _attribute_of(owner, tensors[0])
                 break
     if attr is not None and _only_a_cycle(o, ignore):
-        return "%s through a `%s` object (attribute `%s`)" % (
-            CYCLE_PREFIX, type(o).__name__, attr)
+        return CYCLE, "a `%s` object (attribute `%s`)" % (type(o).__name__, attr), None
     if attr is not None:
-        return "attribute `%s` of a `%s` object" % (attr, type(o).__name__)
+        return TENSORS, "attribute `%s` of a `%s` object" % (attr, type(o).__name__), None
     for owner_dict in gc.get_referrers(o):
         if type(owner_dict) is dict:
             for owner in gc.get_referrers(owner_dict):
                 if getattr(owner, "__dict__", None) is owner_dict:
                     name = _attribute_of(owner, o)
                     if name is not None:
-                        return "%s `%s` of the `%s` object (%d items)" % (
-                            type(o).__name__, name, type(owner).__name__, len(o))
-    return "a %s (%d items)" % (type(o).__name__, len(o))
+                        return TENSORS, "%s `%s` of the `%s` object" % (
+                            type(o).__name__, name, type(owner).__name__), len(o)
+    return TENSORS, "a %s" % type(o).__name__, len(o)
 
 
-def grown(torch, frame, kit, first, second, steps):
-    """[(key, count, bytes, holder)] for the groups that grew between two counts (`census`
-    results; the second's tensors are sampled for holders), largest first; graphs that grew come
-    as ("graph" shape) groups."""
+def grown(torch, frame, first, second, steps):
+    """[Row] for the groups that grew between two counts (`census` results; the second's tensors
+    are sampled for holders), largest first; then the named tensors whose autograd graph grew
+    (`GRAPH` rows: `count` the nodes it gained, `bytes` 0, `holder` the tensor's name)."""
     (g1, graphs1), (g2, graphs2, tensors) = first[:2], second
     out = []
     for key, (count, nbytes, ids) in g2.items():
@@ -295,16 +301,15 @@ def grown(torch, frame, kit, first, second, steps):
     result = []
     for db, dc, key, new_ids in out[:_MAX_GROUPS]:
         sample = [t for t in tensors if id(t) in new_ids][:3]
-        holder = _holder(torch, frame, kit.named, sample, tensors)
+        kind, holder, items = _holder(torch, frame, sample, tensors)
         del sample
-        result.append((key, dc, max(db, 0), holder))
+        result.append(Row(kind, dc, max(db, 0), *key, holder, items))
     for name, (nodes, key) in graphs2.items():
         before = graphs1.get(name, (0, None))[0]
         # The same tensor's graph, grown (a running total); a new tensor with its own small
         # graph each step is the tensor groups' story.
         if before and nodes - before >= steps:
-            # shape `graph`: the row counts autograd nodes (format v1.9's HELD); holder: the name
-            result.append(((key[0], key[1], "graph", key[3]), nodes - before, 0, name))
+            result.append(Row(GRAPH, nodes - before, 0, *key, name, None))
     return result
 
 

@@ -1,9 +1,9 @@
 """What the model's memory is, zero-code: parameters, buffers, gradients and optimizer state, and
 the models that hold parameters but are not trained (an EMA copy, a frozen encoder or teacher),
-named as the program names them. `_oomscope_torch` calls `measure` at the end of iterations 1, 4,
-16, 64, ... (where gradients and optimizer state both exist) and sends what changed as a
-`components` record, the record the Rust `Session` writes, so the analysis, the summary and the
-report read both the same way.
+named as the program names them. `memory` calls `measure` at the end of iterations 1, 4, 16, 64,
+... (where gradients and optimizer state both exist) and sends what changed as a `components`
+record, the record the Rust `Session` writes, so the analysis, the summary and the report read
+both the same way. Pure: it sends nothing and keeps no state.
 
 How each part is found, and why that way:
 - the optimizers: every `torch.optim.Optimizer` the program created (the hooks keep them weakly);
@@ -30,8 +30,8 @@ import itertools
 import sys
 import types
 
-_OUR_FILES = ("_oomscope_torch.py", "_oomscope_breakdown.py", "_oomscope_held.py",
-              "oomscope/__init__.py", "oomscope_probe.py")
+from oomscope._hooks.errors import ours
+
 # Items looked at in one dict, list or object the frames hold: bounded, whatever the program keeps.
 _MAX_ITEMS = 256
 
@@ -62,7 +62,7 @@ class _Storages:
 def named(torch, frame, wanted):
     """{id(obj): name} for the objects `wanted(obj)` accepts that the program names: the stack's
     frames outermost first (see the module docs for which namespaces are read), one level into
-    what each variable holds. Also what the leak census (`_oomscope_held`) names holders by."""
+    what each variable holds. Also what the leak census (`held`) names holders by."""
     Module = torch.nn.Module
     frames = []
     while frame is not None:
@@ -99,7 +99,7 @@ def named(torch, frame, wanted):
     read_locals = sys.version_info >= (3, 13)
     namespaces = []
     for f in reversed(frames):
-        if any(f.f_code.co_filename.endswith(ours) for ours in _OUR_FILES):
+        if ours(f.f_code.co_filename):
             continue
         if not namespaces or namespaces[-1] is not f.f_globals:
             namespaces.append(f.f_globals)

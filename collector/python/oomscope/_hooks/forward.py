@@ -1,0 +1,218 @@
+"""`pre_forward` / `post_forward`, `frozen_forward` and the phase: the outermost forward of a
+module with parameters. Global forward pre/post hooks with a depth counter find it. Loss modules
+(no parameters), forwards re-run inside backward (activation checkpointing:
+`_current_graph_task_id() != -1`) and code being traced by `torch.compile`
+(`torch.compiler.is_compiling()`) do not count.
+
+Global hooks take every module call off torch's fast path (~4 us a call), so once the roots are
+known (`ROOTS_AFTER` outermost forwards with no new root) they are swapped for hooks on the roots
+alone; `module.train()/eval()` re-arms the search, since that is when another model (an EMA copy,
+a teacher) tends to start running. Once the program has run a compiled graph, the hooks in place
+stay as they are: Dynamo guards on the number of global hooks and of a module's hooks, and a
+change would compile the graph again (`S.fwd.frozen_hooks`; see `modules.patch_compile`).
+
+The phase is `eval` when the module is not training, grad is off or inference mode is on, except
+a `frozen_forward`: a module none of whose parameters requires grad (a diffusion loop's VAE or
+text encoder, a distillation teacher) run inside a training step (after the step's training
+forward, in the first step, or between an optimizer step and the next training forward when it
+is the module the last step began with at that place: an EMA copy evaluated there is not). One
+mark, after it returns, in the training phase: part of the step it serves, never an eval of its
+own; a step still begins at its training forward, so a frozen forward that opens a step carries
+the number of the step before.
+"""
+
+import sys
+import weakref
+
+from oomscope._hooks.backward import watch_backward
+from oomscope._hooks.emit import emit
+from oomscope._hooks.errors import interrupted
+from oomscope._hooks.inputs import take_input
+from oomscope._hooks.state import S
+
+ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks go
+
+
+def _phase_of(module):
+    t = S.torch
+    if module.training and t.is_grad_enabled() and not t.is_inference_mode_enabled():
+        return "train"
+    return "eval"
+
+
+def _has_params(module):
+    for _ in module.parameters():
+        return True
+    return False
+
+
+def _frozen(module):
+    """A no-grad forward that serves the training step under way: called only for forwards that
+    would otherwise be eval, so a trained model's eval pays for one parameter at most."""
+    loop = S.loop
+    if not (loop.has_optimizer or loop.step or loop.backward_done):
+        return False  # no training yet: an inference program, or an eval before the first step
+    if loop.last_phase == "eval":
+        return False  # inside an eval: the frozen encoder of an eval is eval
+    for p in module.parameters():
+        if p.requires_grad:
+            return False
+    if loop.train_forward_in_step or loop.frozen_prefix is None:
+        # After the step's own forward (a teacher, a frozen discriminator), or in the first step.
+        return True
+    # Between an optimizer step and the next training forward: only the modules, in order, that
+    # the last step began with.
+    k = len(loop.frozen_seq)
+    return k < len(loop.frozen_prefix) and loop.frozen_prefix[k] == id(module)
+
+
+def fw_pre(module, args, kwargs=None):
+    try:
+        torch = S.torch
+        if torch.compiler.is_compiling():
+            return None
+        fwd = S.fwd
+        if fwd.depth:
+            if id(module) != fwd.outer_module:
+                fwd.depth += 1
+                if S.inputs.pending:
+                    take_input(args)
+                return None
+            # The outermost module again while "inside" it: its last forward ended without our
+            # post hook (a KeyboardInterrupt, which torch's always_call does not cover). Start over.
+        fwd.depth = 1
+        fwd.outer_module = id(module)
+        exc = sys.exc_info()[1]
+        fwd.outer_exc = None if exc is None else id(exc)
+        # A root with our hooks on it was chosen for having parameters: walking them again
+        # (`module.parameters()` builds a generator over every submodule) cost ~4 us a forward.
+        fwd.outer_emits = torch._C._current_graph_task_id() == -1 and (
+            id(module) in fwd.root_hook_ids or _has_params(module))
+        if not fwd.outer_emits:
+            return None
+        loop = S.loop
+        phase = _phase_of(module)
+        frozen = fwd.outer_frozen = phase == "eval" and _frozen(module)
+        phase = fwd.outer_phase = "train" if frozen else phase
+        if phase == "train" and loop.step_pending and not frozen:
+            loop.step_pending = False
+            loop.step += 1
+        elif phase == "train" and loop.backward_done and not loop.has_optimizer:
+            # A loop that updates its weights by hand (no torch optimizer, e.g. pytorch's
+            # word_language_model example): a training forward after a backward is a step.
+            loop.step += 1
+        if frozen:
+            if not loop.train_forward_in_step:
+                loop.frozen_seq.append(id(module))
+            return None  # one mark, after it returns
+        if phase == "train":
+            loop.backward_done = False
+            if not loop.train_forward_in_step:
+                loop.train_forward_in_step = True
+                loop.frozen_prefix, loop.frozen_seq = loop.frozen_seq, []
+        emit("pre_forward", phase)
+        if phase == "train":
+            S.inputs.pending = True
+            take_input(args)
+            if S.inputs.pending and kwargs:
+                take_input(kwargs.values())
+        else:
+            loop.evals += 1
+            if S.active and not S.paused:
+                enabled = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+                if enabled not in loop.eval_notes:
+                    loop.eval_notes.add(enabled)
+                    S.probe.eval_autograd(enabled)
+    except BaseException as e:
+        interrupted(e)
+    return None
+
+
+def fw_post(module, args, output):
+    try:
+        if S.torch.compiler.is_compiling():
+            return None
+        fwd = S.fwd
+        if fwd.depth > 1:
+            fwd.depth -= 1
+            return None
+        if fwd.depth == 0:
+            return None
+        fwd.depth = 0
+        fwd.outer_module = 0
+        S.inputs.pending = False
+        exc = sys.exc_info()[1]
+        if not fwd.outer_emits or (exc is not None and id(exc) != fwd.outer_exc):
+            return None  # the forward raised (not merely ran inside an except block)
+        if fwd.outer_frozen:
+            emit("frozen_forward", "train")
+        else:
+            emit("post_forward", fwd.outer_phase)
+            if fwd.outer_phase == "train":
+                watch_backward(output)
+        _saw_root(module)
+    except BaseException as e:
+        interrupted(e)
+    return None
+
+
+def _saw_root(module):
+    fwd = S.fwd
+    if id(module) in fwd.root_hook_ids or any(r() is module for r in fwd.roots):
+        fwd.since_new_root += 1
+    else:
+        fwd.roots = [r for r in fwd.roots if r() is not None]
+        fwd.roots.append(weakref.ref(module))
+        fwd.since_new_root = 0
+    if fwd.mode == "search" and fwd.since_new_root >= ROOTS_AFTER and not fwd.frozen_hooks:
+        roots_only()
+
+
+def search():
+    """Global forward hooks: every module call is seen (and pays for it)."""
+    fwd = S.fwd
+    if fwd.frozen_hooks:
+        return
+    for h in fwd.root_handles + fwd.global_handles:
+        h.remove()
+    fwd.root_handles = []
+    fwd.root_hook_ids = {}
+    from torch.nn.modules.module import (register_module_forward_hook,
+                                         register_module_forward_pre_hook)
+
+    fwd.global_handles = [register_module_forward_pre_hook(fw_pre),
+                          register_module_forward_hook(fw_post, always_call=True)]
+    fwd.mode = "search"
+    fwd.since_new_root = 0
+
+
+def roots_only():
+    """Hooks on the roots alone: every other module call returns to torch's fast path."""
+    fwd = S.fwd
+    if fwd.frozen_hooks:
+        return
+    handles = []
+    ids = {}
+    for ref in fwd.roots:
+        root = ref()
+        if root is None:
+            continue
+        # With the keyword arguments: a model called with `input_ids=` shows its input here.
+        pre = root.register_forward_pre_hook(fw_pre, prepend=True, with_kwargs=True)
+        post = root.register_forward_hook(fw_post, prepend=True, always_call=True)
+        handles += [pre, post]
+        ids[id(root)] = {pre.id, post.id}
+    for h in fwd.global_handles:
+        h.remove()
+    fwd.global_handles = []
+    fwd.root_handles = handles
+    fwd.root_hook_ids = ids
+    fwd.mode = "roots"
+
+
+def remove_all():
+    """Takes every forward hook of ours off (`pause`)."""
+    fwd = S.fwd
+    for h in fwd.global_handles + fwd.root_handles:
+        h.remove()
+    fwd.global_handles, fwd.root_handles, fwd.root_hook_ids = [], [], {}

@@ -1,0 +1,174 @@
+"""When the hooks look at what the memory is, and what they send of it: the model's breakdown
+(`breakdown`) at the end of iterations 1, 4, 16, 64, ... and stage by stage through the
+iteration after the first, and what holds a leak (`held`) while memory keeps rising at
+iterations' ends. Each look is bounded so that its share of the run stays small.
+"""
+
+import sys
+import time
+
+from oomscope._hooks import breakdown, held
+from oomscope._hooks.errors import interrupted, ours
+from oomscope._hooks.state import S
+
+# After a breakdown, the next one waits until this many times its own cost has passed: the
+# breakdown's share of the run stays under 0.1% however short the steps (a 5 ms loop paid 0.2 ms
+# a step over 2 000 steps on the 4^k schedule alone: each costs ~75 ms on a 2-core VM).
+BREAKDOWN_COST_FACTOR = 1000
+
+
+def live_optimizers():
+    return [o for o in (ref() for ref in list(S.loop.optimizers.values())) if o is not None]
+
+
+def known_modules():
+    """The live modules the registry saw (and the roots), dead entries dropped; None without the
+    registry (an older torch): the breakdown then looks through every object."""
+    memory = S.memory
+    if not memory.registry:
+        return None
+    for ref in S.fwd.roots:
+        root = ref()
+        if root is not None:
+            memory.modules[id(root)] = ref
+    live = []
+    for key, ref in list(memory.modules.items()):
+        module = ref()
+        if module is None:
+            del memory.modules[key]
+        else:
+            live.append(module)
+    return live
+
+
+def _send(b, gradients, state, optimizers):
+    S.probe.measured_components(
+        parameters_bytes=b["parameters_bytes"], buffers_bytes=b["buffers_bytes"],
+        gradients_bytes=gradients, optimizer_state_bytes=state, step=S.step_field(),
+        extras=b["extras"], optimizers=optimizers, parameter_count=b["parameter_count"],
+        trainable_parameter_count=b["trainable_parameter_count"])
+
+
+def send_breakdown(force=False):
+    """The model's memory by component, sent when it changed, and at the first OOM whatever it is
+    (`force`: an OOM in the first step would otherwise have none)."""
+    if not S.active or S.paused or S.program.components:
+        return
+    try:
+        b = breakdown.measure(S.torch, live_optimizers(), sys._getframe(1), known_modules())
+    except BaseException as e:
+        interrupted(e)
+        return
+    if b == S.memory.breakdown_sent and not force:
+        return
+    S.memory.breakdown_sent = b
+    _send(b, b["gradients_bytes"], b["optimizer_state_bytes"], b["optimizers"])
+
+
+def at_iteration_end():
+    """An iteration ended: the breakdown when due (each no sooner than `BREAKDOWN_COST_FACTOR`
+    times the last one's cost after it), then the leak watch."""
+    memory = S.memory
+    iterations = S.loop.iterations
+    if iterations >= memory.breakdown_at and time.monotonic() >= memory.breakdown_not_before:
+        memory.breakdown_at = iterations * 4
+        start = time.monotonic()
+        send_breakdown()
+        if iterations == 1 and memory.breakdown_sent is not None:
+            # The next iteration, stage by stage: what its gradients and optimizer state are.
+            memory.stage_breakdown_at = iterations
+            memory.stage_sent = None
+        memory.breakdown_not_before = start + (time.monotonic() - start) * (1 + BREAKDOWN_COST_FACTOR)
+    watch_held()
+
+
+def stage_breakdown():
+    """At each mark of the iteration after the first breakdown: the breakdown with that moment's
+    gradients and optimizer state, sent at its first mark and then when they change (zero_grad
+    frees the gradients, backward makes them); the analysis reads it stage by stage."""
+    memory = S.memory
+    b = memory.breakdown_sent
+    if S.loop.iterations != memory.stage_breakdown_at or b is None or S.program.components \
+            or S.paused:
+        memory.stage_breakdown_at = None
+        return
+    try:
+        gradients, per_optimizer = breakdown.within_iteration(S.torch, live_optimizers())
+    except BaseException as e:
+        memory.stage_breakdown_at = None
+        interrupted(e)
+        return
+    now = (gradients, per_optimizer)
+    if now == memory.stage_sent:
+        return
+    memory.stage_sent = now
+    labels = b.get("optimizer_labels") or {}
+    _send(b, gradients, sum(n for _, n in per_optimizer),
+          sorted((labels.get(key, "optimizer"), n) for key, n in per_optimizer))
+
+
+def gc_freed(generation, collected, freed_bytes, pause_us):
+    """A collection freed memory (`held.GcWatch`)."""
+    if S.paused or not S.active:
+        return
+    S.probe.gc(generation, collected, freed_bytes, pause_us)
+
+
+def watch_held():
+    """At an iteration's end: one memory reading; while it keeps rising, two counts of the live
+    tensors some iterations apart, and what grew between them (`held`)."""
+    watch = S.memory.watch
+    if not S.active or S.paused or watch is None:
+        return
+    loop = S.loop
+    try:
+        if watch.evals_seen != loop.evals:
+            # Memory settles for a few steps after an eval (the C allocator takes in what it
+            # freed): rises counted from the last eval on, and a count never made then (its own
+            # allocations, at the top of the heap, would keep glibc from trimming what the eval
+            # freed).
+            watch.evals_seen = loop.evals
+            watch.readings = []
+        now = time.monotonic()
+        if watch.first is None and now < watch.next_reading_s:
+            return  # (a rise is seen as well over several iterations as over one)
+        watch.next_reading_s = now + held.READING_GAP_S
+        due = watch.due(loop.iterations, held.memory_now(S.torch, S.cuda.ready))
+        if due is None:
+            return
+        # The program's frame, never one of ours: a local holding its own frame is a reference
+        # cycle that would keep the census's list of every tensor (and so tensors the program
+        # has dropped) alive until the garbage collector runs.
+        frame = _program_frame()
+        count = held.census(S.torch, frame)
+        if due == "first":
+            # Not the tensors themselves; the evals so far, to tell one between the counts.
+            watch.first = (loop.iterations, loop.step, count[:2], loop.evals)
+            del count
+            return
+        iteration, step, first, evals = watch.first
+        if evals != loop.evals:
+            # An eval ran between the counts: what grew is what it kept (the analysis's
+            # eval-retains-memory), not what each step keeps. Start over.
+            watch.first = None
+            watch.readings = []
+            return
+        watch.done(loop.iterations)
+        rows = held.grown(S.torch, frame, first, count, loop.iterations - iteration)
+        del first, count
+        for row in rows:
+            S.probe.held(row.kind, row.count, row.bytes, step, loop.step, row.device, row.dtype,
+                         row.shape, row.grad_fn, row.holder, row.items)
+    except BaseException as e:
+        interrupted(e)
+    finally:
+        frame = count = None
+
+
+def _program_frame():
+    """The innermost frame that is not one of ours (torch's optimizer hook machinery, then the
+    program)."""
+    frame = sys._getframe(1)
+    while frame is not None and ours(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame

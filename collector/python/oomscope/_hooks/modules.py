@@ -1,0 +1,149 @@
+"""What the hooks change on `nn.Module` and around it, each for one reason:
+- `train()` / `eval()`: another model may start running; the root search starts again;
+- `__getstate__`: our hooks on a root never travel with it (`torch.save(model)`,
+  `copy.deepcopy(model)` for an EMA copy, pickling);
+- `torch.jit.script` / `trace`: TorchScript compiles a module's own hooks (ours hold try/except,
+  which it cannot), so the global hooks (which it does not see) come back first;
+- `torch.compile` / `module.compile()`: a compiled graph guards on the hooks in place, so from
+  the first compiled call on they stay as they are; `module.compile()` compiles `_call_impl`,
+  hooks included, so ours run eagerly around the compiled call instead;
+- the registry: every module made from now on, kept weakly, so that the breakdown finds the
+  models without a pass over every object the garbage collector tracks (~40-80 ms with torch
+  loaded): a module a submodule is assigned to, and that submodule (torch's global registration
+  hook), and one rebuilt by `copy.deepcopy` or unpickling (`__setstate__`: an EMA copy,
+  `torch.load` of a whole model).
+"""
+
+import weakref
+
+from oomscope._hooks.errors import interrupted, replace
+from oomscope._hooks.forward import fw_post, fw_pre, search
+from oomscope._hooks.memory import known_modules
+from oomscope._hooks.state import S
+
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_forward_hooks_always_called",
+               "_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs")
+
+
+def patch_train():
+    def make(original):
+        def train(self, mode=True):
+            fwd = S.fwd
+            fwd.in_train_call += 1
+            try:
+                result = original(self, mode)
+            finally:
+                fwd.in_train_call -= 1
+            try:
+                # Only the outermost call (train() recurses into every child), and only for a
+                # module that is not a root already (HF Trainer calls model.train() every step).
+                if (fwd.in_train_call == 0 and fwd.mode == "roots" and fwd.depth == 0
+                        and not any(r() is self for r in fwd.roots)):
+                    search()
+            except BaseException as e:
+                interrupted(e)
+            return result
+        return train
+
+    replace(S.torch.nn.Module, "train", make)
+
+
+def patch_getstate():
+    def make(original):
+        def __getstate__(self):
+            state = original(self)
+            try:
+                ours = S.fwd.root_hook_ids.get(id(self))
+                if ours:
+                    state = dict(state)
+                    for key in _HOOK_DICTS:
+                        hooks = state.get(key)
+                        if hooks and any(k in ours for k in hooks):
+                            state[key] = type(hooks)((k, v) for k, v in hooks.items() if k not in ours)
+            except BaseException as e:
+                interrupted(e)
+            return state
+        return __getstate__
+
+    replace(S.torch.nn.Module, "__getstate__", make)
+
+
+def patch_jit():
+    jit = S.torch.jit
+
+    def make(original):
+        def entry(*args, **kwargs):
+            try:
+                if S.fwd.mode == "roots":
+                    search()
+            except BaseException as e:
+                interrupted(e)
+            return original(*args, **kwargs)
+        return entry
+
+    for name in ("script", "trace", "trace_module"):
+        if hasattr(jit, name):
+            replace(jit, name, make)
+
+
+def patch_compile():
+    torch = S.torch
+
+    def make_method(original):
+        def compile(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            try:
+                inner = self._compiled_call_impl
+                if inner is not None:
+                    self._compiled_call_impl = _eager_hooks_around(self, inner)
+            except BaseException as e:
+                interrupted(e)
+            return result
+        return compile
+
+    replace(torch.nn.Module, "compile", make_method)
+
+
+def _eager_hooks_around(module, inner):
+    def call(*args, **kwargs):
+        fw_pre(module, args, kwargs)
+        try:
+            out = inner(*args, **kwargs)
+        except BaseException:
+            fw_post(module, args, None)
+            raise
+        fw_post(module, args, out)
+        return out
+    return call
+
+
+def patch_registry():
+    from torch.nn.modules.module import register_module_module_registration_hook
+
+    register_module_module_registration_hook(_registered)
+
+    def make(original):
+        def __setstate__(self, state):
+            original(self, state)
+            _registered(self, None, None)
+        return __setstate__
+
+    replace(S.torch.nn.Module, "__setstate__", make)
+    S.memory.registry = True
+
+
+def _registered(module, name, submodule):
+    try:
+        memory = S.memory
+        modules = memory.modules
+        modules[id(module)] = weakref.ref(module)
+        if submodule is not None:
+            modules[id(submodule)] = weakref.ref(submodule)
+        if len(modules) >= memory.modules_prune_at:
+            # A program that makes modules all the time (a layer built inside the loop) must not
+            # grow the registry: the dead are dropped, amortised O(1) a module.
+            known_modules()
+            memory.modules_prune_at = max(2 * len(modules), 1024)
+    except BaseException as e:
+        interrupted(e)
+    return None
