@@ -7,7 +7,7 @@ use std::os::unix::net::UnixDatagram;
 
 use divan::{Bencher, black_box};
 use oomscope_collector::probe::Probe;
-use oomscope_format::{AllocatorSnapshot, Phase};
+use oomscope_format::{AllocatorStats, Phase};
 
 fn main() {
     // A stand-in collector: a bound socket drained by a thread.
@@ -47,7 +47,7 @@ fn mark_enabled(bencher: Bencher) {
 #[divan::bench]
 fn mark_with_snapshot_enabled(bencher: Bencher) {
     let probe = Probe::from_env();
-    let snapshot = AllocatorSnapshot {
+    let snapshot = AllocatorStats {
         allocated_bytes: 9 << 30,
         reserved_bytes: 12 << 30,
         active_bytes: 9 << 30,

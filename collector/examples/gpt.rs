@@ -477,7 +477,7 @@ fn check_allocator(session: &Session, vs: &nn::VarStore) {
         .values()
         .map(|t| oomscope_collector::torch::stats::tensor_bytes(t).div_ceil(BLOCK) * BLOCK)
         .sum();
-    let snapshot = session.allocator_snapshot();
+    let snapshot = session.allocator_stats();
     let line = serde_json::json!({
         "check": "model_ready",
         "tensors": tensors.len(),
@@ -496,7 +496,7 @@ fn check_allocator(session: &Session, vs: &nn::VarStore) {
 fn time_snapshots(session: &Session, calls: u32) {
     let started = std::time::Instant::now();
     for _ in 0..calls {
-        std::hint::black_box(session.allocator_snapshot());
+        std::hint::black_box(session.allocator_stats());
     }
     let ns = started.elapsed().as_nanos() as f64 / f64::from(calls);
     let line = serde_json::json!({

@@ -188,7 +188,7 @@ pub const SAMPLES: TableSpec = TableSpec {
 #[rustfmt::skip]
 pub const MARKS: TableSpec = TableSpec {
     name: "marks",
-    doc: "One row per stage mark, with the allocator's snapshot when the program sent one.",
+    doc: "One row per stage mark, with the allocator's statistics when the program sent them.",
     columns: &[
         RUN_ID,
         T_US,
@@ -525,7 +525,9 @@ pub fn tables(
     let rank_rows: &[RankSummary] = match &analysis.ranks {
         Some(r) => &r.ranks,
         None => {
-            single_rank = ranks::summarize(trace, source, 0, options);
+            single_rank = ranks::summarize(trace, source, 0, &|v| {
+                oomscope_analysis::rank_own(v, options)
+            });
             &single_rank
         }
     };
@@ -751,7 +753,7 @@ pub fn sample_chunks<'a>(
 fn marks(trace: &Trace, id: &str) -> Table {
     let mut t = Table::new(&MARKS);
     for m in &trace.marks {
-        let s = m.snapshot.map(|s| s.values());
+        let s = m.allocator.map(|s| s.values());
         let f = |i: usize| opt_int(s.map(|s| s[i]));
         t.push([
             text(id),
@@ -944,7 +946,7 @@ pub fn schema_markdown() -> String {
 mod tests {
     use super::*;
     use oomscope_analysis::analyze;
-    use oomscope_format::AllocatorSnapshot;
+    use oomscope_format::AllocatorStats;
     use oomscope_format::decode;
     use oomscope_format::{CounterKind, OomEvent, OomSource, StageMark};
     use oomscope_testkit::synth::TrainingRun;
@@ -1070,9 +1072,9 @@ mod tests {
     }
 
     #[test]
-    fn the_marks_allocator_columns_are_the_snapshot_fields() {
+    fn the_marks_allocator_columns_are_the_allocator_s_fields() {
         let names: Vec<&str> = MARKS.columns[8..].iter().map(|c| c.name).collect();
-        assert_eq!(names, AllocatorSnapshot::FIELD_NAMES);
+        assert_eq!(names, AllocatorStats::FIELD_NAMES);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use oomscope_format::{AllocatorSnapshot, Note, Phase, Record, StageMark};
+use oomscope_format::{AllocatorStats, Note, Phase, Record, StageMark};
 
 use oomscope_format::protocol::{
     self, Context, Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV,
@@ -96,20 +96,20 @@ impl Probe {
         self.mark_with(stage, None, None, None);
     }
 
-    /// Marks a stage with an explicit step, phase and allocator snapshot.
+    /// Marks a stage with an explicit step, phase and the allocator's statistics.
     pub fn mark_with(
         &self,
         stage: &str,
         step: Option<u64>,
         phase: Option<Phase>,
-        snapshot: Option<&AllocatorSnapshot>,
+        allocator: Option<&AllocatorStats>,
     ) {
         if self.socket.is_none() {
             return;
         }
         let mark = StageMark {
             name: stage.into(),
-            snapshot: snapshot.copied(),
+            allocator: allocator.copied(),
             pid: Some(std::process::id()),
             rank: self.rank,
             ..StageMark::default()

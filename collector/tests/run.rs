@@ -1195,7 +1195,7 @@ oom.mark("post_forward", step=5, phase="train")
     );
     let t = record_python(&s, &child);
     assert_eq!(t.marks.len(), 1);
-    let snapshot = t.marks[0].snapshot.expect("allocator statistics attached");
+    let snapshot = t.marks[0].allocator.expect("allocator statistics attached");
     assert_eq!(snapshot.allocated_bytes, 9_000_000_000);
     assert_eq!(snapshot.reserved_bytes, 12_000_000_000);
     assert_eq!(snapshot.active_bytes, 9_100_000_000);

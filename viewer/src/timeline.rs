@@ -369,7 +369,7 @@ fn legend(trace: &Trace, d: &Drawing) -> impl IntoView + use<> {
             .into_any(),
         );
     }
-    if trace.marks.iter().any(|m| m.snapshot.is_some()) {
+    if trace.marks.iter().any(|m| m.allocator.is_some()) {
         items.push(
             swatch(
                 "rgba(128,128,128,0.8)".to_owned(),
@@ -639,7 +639,7 @@ fn allocated_buckets(trace: &Trace, w: Window, buckets: usize) -> Vec<Bucket> {
     let end = trace.marks.partition_point(|m| m.t_us <= w.t1_us);
     let allocated = trace.marks[start..end]
         .iter()
-        .filter_map(|m| Some((m.t_us, m.snapshot?.allocated_bytes)));
+        .filter_map(|m| Some((m.t_us, m.allocator?.allocated_bytes)));
     decimate_points(allocated, w.t0_us, w.t1_us, buckets)
 }
 

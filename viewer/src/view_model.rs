@@ -7,7 +7,7 @@
 
 use oomscope_analysis::leaks::{LimitBasis, limit_of};
 use oomscope_analysis::marks::mark_at_or_before;
-use oomscope_analysis::metrics::Metric;
+use oomscope_analysis::metrics::MetricKey;
 use oomscope_format::units::{format_bytes, format_duration_us, format_signed_bytes};
 use oomscope_format::{CounterId, CounterKind, Phase, Trace};
 
@@ -143,7 +143,7 @@ pub struct Limit {
 pub fn limits(trace: &Trace, plotted: &[Plotted]) -> Vec<Limit> {
     let mut out: Vec<Limit> = Vec::new();
     for p in plotted {
-        let Some((bytes, basis)) = limit_of(trace, Metric::Counter(p.id)) else {
+        let Some((bytes, basis)) = limit_of(trace, MetricKey::of_counter(trace, p.id)) else {
             continue;
         };
         let label = match (basis, trace.counters[p.id.0 as usize].device) {
@@ -338,15 +338,11 @@ pub struct StepChartData {
 /// The per-step chart of `trace`: the first leak's metric and stage when there is a leak, else the
 /// primary metric; `None` with fewer than two training steps.
 pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Option<StepChartData> {
-    use oomscope_analysis::metrics::{MarkValues, primary_metric};
+    use oomscope_analysis::metrics::primary_metric;
     use oomscope_analysis::stages::step_rows;
     let leak = analysis.leaks().next();
     let metric = match leak {
-        Some(f) => {
-            let values = MarkValues::new(trace);
-            let i = values.keys().iter().position(|k| *k == f.metric)?;
-            values.metrics()[i]
-        }
+        Some(f) => f.metric,
         None => primary_metric(trace)?,
     };
     let rows: Vec<_> = step_rows(trace, metric)
@@ -395,7 +391,7 @@ pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Opti
     let cap = last + (last - first) * MAX_PROJECTION_SPAN;
     let wanted_end = projection.map_or(last, |(_, (full, _))| full.max(last));
     Some(StepChartData {
-        metric: metric.label(trace),
+        metric: metric.label(),
         stages,
         fit,
         projection,

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 
-use super::write_stdout;
 use crate::gpu::GpuSelection;
+use crate::ui::write_stdout;
 
 /// Numerics for `estimate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

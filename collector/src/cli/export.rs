@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use oomscope_analysis::export::{to_chrome_json, to_csv};
 
-use super::write_stdout;
 use crate::trace_file::{open_snapshot, read_trace};
+use crate::ui::write_stdout;
 
 /// Export formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -12,9 +12,7 @@ mod report;
 mod run;
 mod summary;
 
-use std::io::Write;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 pub use estimate::{EstimateArgs, OptimizerArg, PrecisionArg, ShardArg};
@@ -55,16 +53,6 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Export(args) => export::export(&args),
         Command::Report(args) => report::report(&args),
         Command::Estimate(args) => estimate::estimate(&args),
-    }
-}
-
-/// Writes a command's output; a closed pipe (`| head`) is the reader's choice, not an error.
-pub(crate) fn write_stdout(bytes: &[u8]) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(bytes).and_then(|()| out.flush()) {
-        // A closed pipe (`| head`) is the reader's choice, not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("writing to stdout failed"),
     }
 }
 

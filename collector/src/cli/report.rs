@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::write_stdout;
 use crate::report::Named;
+use crate::ui::write_stdout;
 
 /// `collector report`.
 #[derive(Debug, clap::Args)]

@@ -12,8 +12,8 @@ use oomscope_analysis::render;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use serde::Serialize;
 
-use super::write_stdout;
 use crate::trace_file::{TraceFile, open_snapshot, read_trace, read_trace_file};
+use crate::ui::write_stdout;
 
 /// `collector summary`.
 #[derive(Debug, clap::Args)]

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 
-use super::Event;
+use super::event::Event;
 use super::shared_state::RunState;
 use crate::launcher_text::{ChildFailedSummary, SlurmOom, rank_prefix, slurm_oom};
 use oomscope_format::Record;

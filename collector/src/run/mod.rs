@@ -2,12 +2,14 @@
 //!
 //! Threads, and why each exists:
 //! - the **sampler** reads device and host memory every interval (fast calls only) and, between
-//!   ticks, drains the marker socket, taking a reading the moment a mark arrives;
+//!   ticks, has the [`inbox`] read the marks (the socket's datagrams and the senders' rings),
+//!   taking a reading for a mark its sender did not time;
 //! - the **poller** refreshes the process tree and per-process GPU memory about once a second
 //!   (the slow NVML call that takes the driver's global lock);
 //! - the **stderr** thread passes the child's stderr through unchanged and scans it for OOMs;
-//! - the **recorder** owns the trace writer; everything reaches it through one bounded channel,
-//!   and it flushes at least twice a second;
+//! - the **recorder** owns the trace writer; readings and marker messages reach it in time order
+//!   through [`shared_state::PendingQueue`], everything else through one bounded channel of
+//!   [`event::Event`]s, and it flushes at least twice a second;
 //! - the **status** thread redraws the live line on a terminal.
 //!
 //! The trace file, the recorder and the sampler are a [`Recording`], the same one the tch
@@ -17,8 +19,8 @@
 //! when the child was killed).
 
 mod child;
-mod mark_rings;
-mod markers;
+pub(crate) mod event;
+pub(crate) mod inbox;
 mod oom_kills;
 pub(crate) mod processes;
 pub mod python_hooks;
@@ -43,42 +45,10 @@ use anyhow::{Context, Result, anyhow};
 use oomscope_format::{ExitStatus, OomEvent, OomSource, ProcessExit};
 
 use crate::gpu::{GpuSelection, Gpus};
-use oomscope_format::protocol::{Message, PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
+use oomscope_format::protocol::{PROTOCOL_ENV, PROTOCOL_VERSION, SOCKET_ENV};
 pub use recording::Recording;
 use recording::spawn;
 use shared_state::RunState;
-
-/// Events for the recorder. The channel holds [`CHANNEL_EVENTS`] of them; producers never wait.
-#[derive(Debug)]
-pub enum Event {
-    /// Readings and marker messages are waiting in [`shared_state::PendingQueue`]: write them.
-    SamplesReady,
-    /// An OOM error recognised on the program's stderr (left out when the program itself
-    /// already reported it: its traceback).
-    StderrOom(OomEvent),
-    /// A marker message.
-    Message {
-        /// When it arrived.
-        t_us: u64,
-        /// What it said.
-        message: Message,
-        /// Who sent it: the pid the kernel states for the datagram (`None` from inside the
-        /// process: the tch `Session`).
-        sender: Option<u32>,
-    },
-    /// Records the collector made itself, complete (who the tree's processes are, their ends):
-    /// written as they are.
-    Records(Vec<oomscope_format::Record>),
-    /// The child is gone: write its exit and close the trace.
-    Finish {
-        /// How it ended.
-        exit: ProcessExit,
-        /// A probable host OOM kill, when the evidence says so (only without `kills`).
-        host_kill: Option<OomEvent>,
-        /// The kernel's OOM kills of the program's processes.
-        kills: Vec<oomscope_format::OomKill>,
-    },
-}
 
 /// A child killed by SIGKILL is a probable host OOM kill when its RSS was at least this share of
 /// the host's (or its cgroup's) limit, or available memory was below [`HOST_AVAILABLE_SHARE`].
@@ -160,7 +130,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
             return Err(e);
         }
     };
-    let socket = markers::MarkerSocket::bind()?;
+    let socket = inbox::MarkerSocket::bind()?;
 
     let mut command = Command::new(program);
     command

@@ -1,8 +1,8 @@
 //! The recorder thread: the only owner of the trace writer.
 //!
-//! Every other thread hands it events through one bounded channel (the sampler its readings and
-//! marker messages through [`RunState::pending`], nudging now and then), so the writer needs no
-//! lock and the sampler and marker threads never wait on disk I/O. It flushes the trace at least every
+//! Readings and marker messages reach it in time order through [`RunState::pending`] (the sampler
+//! and the inbox append, nudging now and then); everything else through one bounded channel of
+//! [`Event`]s. So the writer needs no lock and no producer ever waits on disk I/O. It flushes the trace at least every
 //! [`FLUSH_EVERY`] even when nothing arrives, so a killed collector leaves a readable file.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use oomscope_format::{
     CounterId, Dropped, Name, OomEvent, Phase, ProcessInfo, Record, TraceWriter,
 };
 
-use super::Event;
+use super::event::Event;
 use super::shared_state::{Pending, PidCounters, RunState};
 use oomscope_format::protocol::{self, Message};
 
@@ -62,7 +62,6 @@ pub fn record_loop(
         let event = events.recv_timeout(FLUSH_EVERY / 2);
         // What the sampler took before what arrived goes first, so the trace stays in time order.
         let through_us = match &event {
-            Ok(Event::Message { t_us, .. }) => *t_us,
             Ok(Event::StderrOom(oom)) => oom.t_us,
             _ => u64::MAX,
         };
@@ -186,7 +185,7 @@ impl Senders {
         event: Event,
     ) -> Result<()> {
         match event {
-            Event::SamplesReady | Event::Finish { .. } => {}
+            Event::Pending | Event::Finish { .. } => {}
             Event::Records(records) => {
                 for record in records {
                     w.write(&record)?;
@@ -213,11 +212,6 @@ impl Senders {
                     w.write(&record)?;
                 }
             }
-            Event::Message {
-                t_us,
-                message,
-                sender,
-            } => self.message(w, state, t_us, message, sender)?,
         }
         Ok(())
     }

@@ -19,8 +19,8 @@ use oomscope_format::{
     CounterId, CounterKind, GpuInfo, Metadata, OomEvent, ProcessExit, TraceWriter,
 };
 
-use super::Event;
-use super::markers::MarkerSocket;
+use super::event::Event;
+use super::inbox::MarkerSocket;
 use super::sampler::{self, Counters, GpuCounters, Sources};
 use super::shared_state::RunState;
 use crate::gpu::Gpus;

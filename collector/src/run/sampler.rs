@@ -1,13 +1,12 @@
 //! The two sampling threads.
 //!
 //! The fast sampler reads device memory (NVML) and host memory (`/proc`) every interval on an
-//! absolute schedule (it never drifts; after a stall it skips ahead instead of bursting), drains
-//! the marker socket between ticks, and hands everything to the recorder without blocking,
-//! through [`PendingQueue`] (nudging the recorder now and then).
-//! The slow poller finds the process tree and
-//! asks NVML for per-process GPU memory once a second, because that query holds the driver's
-//! global lock, and again within ~0.1 s when the fast sampler sees a device's use move (a
-//! process's allocator grew or shrank).
+//! absolute schedule (it never drifts; after a stall it skips ahead instead of bursting), has the
+//! [`super::inbox`] read the marks between ticks (taking the readings that go with them), and
+//! hands everything to the recorder without blocking, through [`PendingQueue`] (nudging the
+//! recorder now and then). The slow poller finds the process tree and asks NVML for per-process
+//! GPU memory once a second, because that query holds the driver's global lock, and again within
+//! ~0.1 s when the fast sampler sees a device's use move (a process's allocator grew or shrank).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,17 +14,14 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use oomscope_format::{CounterId, CounterKind, Record};
 
-use super::Event;
-use super::mark_rings::{MAX_RINGS, MarkRing};
-use super::markers::{Datagram, MarkerSocket};
+use super::event::Event;
+use super::inbox::{Inbox, MarkerSocket, Readings, TIMED_DRAIN_EVERY};
 use super::shared_state::{Pending, PendingQueue, RunState};
 use crate::gpu::Gpus;
 use crate::host::{LastPid, MemInfo, TreeRss, process_tree};
-use oomscope_format::protocol::{MAX_DATAGRAM_BYTES, Message};
 
 /// Counter ids of one watched GPU.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +73,8 @@ pub type ExtraReadings<'a> = &'a (dyn Fn(&mut Vec<(CounterId, u64)>) + Sync);
 /// The fast sampler's readers and buffers.
 struct Reader<'a> {
     state: &'a RunState,
+    /// The recorder's channel (a nudge when rows wait).
+    events: &'a SyncSender<Event>,
     gpus: Option<&'a Gpus>,
     counters: &'a Counters,
     extra: Option<ExtraReadings<'a>>,
@@ -254,7 +252,7 @@ impl Reader<'_> {
     }
 
     /// Reads every counter and sends the row stamped `t_us`.
-    fn sample(&mut self, t_us: u64, at_mark: bool, events: &SyncSender<Event>) -> bool {
+    fn sample(&mut self, t_us: u64, at_mark: bool) -> bool {
         let state = self.state;
         // A mark's reading is the tree's memory; a fast loop sends thousands of marks a second,
         // so what changes only on the tick's scale is left to the ticks: a new process (it is in
@@ -326,9 +324,37 @@ impl Reader<'_> {
         self.last_nudge = Instant::now();
         // A full channel is fine: the rows wait, and the recorder takes them at its next event.
         !matches!(
-            events.try_send(Event::SamplesReady),
+            self.events.try_send(Event::Pending),
             Err(TrySendError::Disconnected(_))
         )
+    }
+}
+
+impl Readings for Reader<'_> {
+    fn state(&self) -> &RunState {
+        self.state
+    }
+
+    fn handed_through_us(&self) -> u64 {
+        self.pushed_t_us
+    }
+
+    fn sender_reading(&mut self, t_us: u64, sender: Option<u32>, rss_bytes: u64, file_bytes: u64) {
+        Reader::sender_reading(self, t_us, sender, rss_bytes, file_bytes);
+    }
+
+    fn mark_reading(&mut self, t_us: u64) {
+        // At most one reading per [`MIN_MARK_READING_GAP_US`]: a flood of marks costs one.
+        let recent = self
+            .last_t_us
+            .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
+        if !recent {
+            self.sample(t_us, true);
+        }
+    }
+
+    fn handed_on(&mut self, t_us: u64) {
+        self.pushed_t_us = t_us;
     }
 }
 
@@ -338,7 +364,8 @@ impl Reader<'_> {
 /// the same time, so the stage table sees memory as it was at the mark, not up to one interval
 /// earlier — unless its sender timed it and read its own memory (`at`): then the mark keeps its
 /// sender's time and reading, and from the first such message on the socket is drained every
-/// [`TIMED_DRAIN_EVERY`] instead of waking the sampler for each datagram.
+/// [`inbox::TIMED_DRAIN_EVERY`](super::inbox::TIMED_DRAIN_EVERY) instead of waking the sampler for
+/// each datagram.
 pub fn sample_loop(
     state: &RunState,
     sources: Sources<'_>,
@@ -353,6 +380,7 @@ pub fn sample_loop(
     } = sources;
     let mut reader = Reader {
         state,
+        events,
         gpus,
         counters,
         extra,
@@ -374,23 +402,16 @@ pub fn sample_loop(
         pid_rss: HashMap::new(),
         pid_gpu: HashMap::new(),
     };
-    let mut inbox = Inbox {
-        datagram: vec![0u8; MAX_DATAGRAM_BYTES],
-        drained: Vec::new(),
-        timed: false,
-        rings: Vec::new(),
-        ring_dir: socket.map(|s| s.dir().to_owned()),
-        rings_pruned: Instant::now(),
-    };
+    let mut inbox = Inbox::new(socket);
     let mut next = Instant::now();
     let mut next_drain = Instant::now();
     loop {
         let now = Instant::now();
         if now >= next {
-            if let Some(socket) = socket.filter(|_| inbox.timed) {
-                inbox.drain(socket, &mut reader, events);
+            if let Some(socket) = socket.filter(|_| inbox.timed()) {
+                inbox.drain(socket, &mut reader);
             }
-            if state.stopping() || !reader.sample(state.now_us(), false, events) {
+            if state.stopping() || !reader.sample(state.now_us(), false) {
                 break;
             }
             next += interval;
@@ -403,241 +424,19 @@ pub fn sample_loop(
             std::thread::sleep(next - now);
             continue;
         };
-        if inbox.timed {
+        if inbox.timed() {
             let wake = next_drain.min(next);
             if wake > now {
                 std::thread::sleep(wake - now);
             }
-            inbox.drain(socket, &mut reader, events);
+            inbox.drain(socket, &mut reader);
             next_drain = Instant::now() + TIMED_DRAIN_EVERY;
             continue;
         }
-        if let Some(got) = socket.recv_within(next - now, &mut inbox.datagram) {
-            inbox.read(got, state.now_us(), state);
-            inbox.apply(&mut reader, events);
-        }
+        inbox.wait(socket, next - now, &mut reader);
     }
-    // The program has exited: take what it sent last, all of it.
     if let Some(socket) = socket {
-        for _ in 0..FINAL_DRAINS {
-            if !inbox.drain(socket, &mut reader, events) {
-                break;
-            }
-        }
-    }
-}
-
-/// How often a socket whose senders time their own messages is drained. The kernel queues 10
-/// datagrams per Unix socket by default (`net.unix.max_dgram_qlen`; a full queue makes a send
-/// fail, and the helper then carries the line in its next datagram): every 2 ms keeps a loop
-/// that marks up to five times a millisecond under it. An empty drain is one `ppoll`.
-const TIMED_DRAIN_EVERY: Duration = Duration::from_millis(2);
-
-/// Most datagrams one drain reads.
-const MAX_DRAINED_DATAGRAMS: usize = 1024;
-
-/// How often the rings of senders that exited are let go.
-const RINGS_PRUNED_EVERY: Duration = Duration::from_secs(1);
-
-/// Most drains after the program exited (each empties the rings; the socket's queue holds a
-/// few datagrams, far under this many drains' worth).
-const FINAL_DRAINS: usize = 64;
-
-/// The marker socket's side of the sampler: datagrams read (and the senders' rings), and what
-/// they hold, in time order once applied.
-struct Inbox {
-    datagram: Vec<u8>,
-    drained: Vec<Drained>,
-    /// A sender has timed its messages (`at`): the socket is drained on a schedule from now on.
-    timed: bool,
-    /// The senders' rings of shared memory (`ring`), read at every drain...
-    rings: Vec<MarkRing>,
-    /// ...found in the socket's directory, and let go once read after their senders exited
-    /// (looked at every [`RINGS_PRUNED_EVERY`]).
-    ring_dir: Option<PathBuf>,
-    rings_pruned: Instant,
-}
-
-/// What a datagram holds, stamped with the time it happened.
-enum Drained {
-    /// The sender's reading of itself (`at … rss_bytes=`).
-    Reading {
-        t_us: u64,
-        sender: Option<u32>,
-        rss_bytes: u64,
-        rss_file_bytes: u64,
-    },
-    /// A reading the collector takes for an untimed mark.
-    Sample { t_us: u64 },
-    /// A message for the recorder.
-    Message {
-        t_us: u64,
-        message: Box<Message>,
-        sender: Option<u32>,
-    },
-}
-
-impl Drained {
-    fn t_us(&self) -> u64 {
-        match self {
-            Drained::Reading { t_us, .. }
-            | Drained::Sample { t_us }
-            | Drained::Message { t_us, .. } => *t_us,
-        }
-    }
-}
-
-impl Inbox {
-    /// Reads the datagrams waiting (true when more were waiting than one drain reads) and what
-    /// the rings hold, and applies them.
-    fn drain(
-        &mut self,
-        socket: &MarkerSocket,
-        reader: &mut Reader<'_>,
-        events: &SyncSender<Event>,
-    ) -> bool {
-        let state = reader.state;
-        // Bounded: senders that refill the queue as fast as it is read must not hold off the
-        // ticks (what is left waits for the next drain).
-        let mut more = true;
-        for _ in 0..MAX_DRAINED_DATAGRAMS {
-            let Some(got) = socket.recv_within(Duration::ZERO, &mut self.datagram) else {
-                more = false;
-                break;
-            };
-            self.read(got, state.now_us(), state);
-        }
-        self.read_rings(state);
-        self.apply(reader, events);
-        more
-    }
-
-    /// Reads what each ring holds since the last drain: all that was written when the drain
-    /// came to it (at most a ring's capacity), so that a datagram its sender sent while the ring
-    /// was full, read just before, is sorted among the older messages of the ring and never
-    /// handed on ahead of them. A ring found corrupt is read no further, counted as a rejected
-    /// line.
-    fn read_rings(&mut self, state: &RunState) {
-        // Whose senders have exited is asked before reading: what such a ring holds then is all
-        // it will ever hold, and it is let go once read.
-        let prune = self.rings_pruned.elapsed() >= RINGS_PRUNED_EVERY;
-        if prune {
-            self.rings_pruned = Instant::now();
-        }
-        let mut i = 0;
-        while i < self.rings.len() {
-            let gone = prune && self.rings[i].sender_gone();
-            let written = self.rings[i].written();
-            let broken = loop {
-                match self.rings[i].next(written, &mut self.datagram) {
-                    Ok(Some(len)) => {
-                        let got = Datagram {
-                            len,
-                            sender: Some(self.rings[i].sender),
-                        };
-                        self.read(got, state.now_us(), state);
-                    }
-                    Ok(None) => break false,
-                    Err(_) => break true,
-                }
-            };
-            if broken {
-                state.rejected_lines.fetch_add(1, Ordering::Relaxed);
-                self.rings.swap_remove(i);
-            } else if gone {
-                self.rings.swap_remove(i);
-            } else {
-                self.rings[i].release();
-                i += 1;
-            }
-        }
-    }
-
-    /// Parses one datagram that arrived (or was read) at `arrival_us`. Messages after an `at`
-    /// take its time; an untimed mark gets the collector's reading at arrival, once per datagram;
-    /// a ring announced is mapped (from the socket's directory), to be read from the next drain.
-    fn read(&mut self, got: Datagram, arrival_us: u64, state: &RunState) {
-        let mut t_us = arrival_us;
-        let mut timed = false;
-        let mut sampled = false;
-        for message in MarkerSocket::parse(&self.datagram[..got.len], state) {
-            match message {
-                Message::At(at) => {
-                    self.timed = true;
-                    timed = true;
-                    t_us = state.trace_time_of(at.mono_us).unwrap_or(arrival_us);
-                    if let Some(rss_bytes) = at.rss_bytes {
-                        self.drained.push(Drained::Reading {
-                            t_us,
-                            sender: got.sender,
-                            rss_bytes,
-                            rss_file_bytes: at.rss_file_bytes.unwrap_or(0),
-                        });
-                    }
-                }
-                Message::Ring(name) => {
-                    let opened = match (&self.ring_dir, got.sender) {
-                        (Some(dir), Some(pid)) if self.rings.len() < MAX_RINGS => {
-                            Some(MarkRing::open(dir, &name, pid))
-                        }
-                        _ => None,
-                    };
-                    match opened {
-                        Some(Ok(ring)) => {
-                            // Its messages are timed: drained on the schedule.
-                            self.timed = true;
-                            self.rings.push(ring);
-                        }
-                        _ => {
-                            state.rejected_lines.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-                message => {
-                    let mark = matches!(message, Message::Record(Record::Mark(_), _));
-                    if mark && !timed && !sampled {
-                        sampled = true;
-                        self.drained.push(Drained::Sample { t_us });
-                    }
-                    self.drained.push(Drained::Message {
-                        t_us,
-                        message: Box::new(message),
-                        sender: got.sender,
-                    });
-                }
-            }
-        }
-    }
-
-    /// Hands what was read to the recorder in time order (several senders' datagrams
-    /// interleave), never before what was handed on already.
-    fn apply(&mut self, reader: &mut Reader<'_>, events: &SyncSender<Event>) {
-        self.drained.sort_by_key(Drained::t_us);
-        for item in self.drained.drain(..) {
-            let t_us = item.t_us().max(reader.pushed_t_us);
-            match item {
-                Drained::Reading {
-                    sender,
-                    rss_bytes,
-                    rss_file_bytes,
-                    ..
-                } => reader.sender_reading(t_us, sender, rss_bytes, rss_file_bytes),
-                Drained::Sample { .. } => {
-                    let recent = reader
-                        .last_t_us
-                        .is_some_and(|last| t_us.saturating_sub(last) < MIN_MARK_READING_GAP_US);
-                    if !recent {
-                        reader.sample(t_us, true, events);
-                    }
-                }
-                Drained::Message {
-                    message, sender, ..
-                } => {
-                    MarkerSocket::forward_one(message, t_us, sender, reader.state);
-                    reader.pushed_t_us = t_us;
-                }
-            }
-        }
+        inbox.drain_all(socket, &mut reader);
     }
 }
 
@@ -938,92 +737,6 @@ pub fn poll_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::shared_state::monotonic_us;
-
-    /// What a datagram of `text` from pid 7, arriving at `arrival_us`, is read as.
-    fn read(inbox: &mut Inbox, state: &RunState, text: &str, arrival_us: u64) {
-        inbox.datagram[..text.len()].copy_from_slice(text.as_bytes());
-        let got = Datagram {
-            len: text.len(),
-            sender: Some(7),
-        };
-        inbox.read(got, arrival_us, state);
-    }
-
-    /// (time, what) of each item read.
-    fn items(inbox: &Inbox) -> Vec<(u64, String)> {
-        inbox
-            .drained
-            .iter()
-            .map(|d| {
-                let what = match d {
-                    Drained::Reading { rss_bytes, .. } => format!("reading {rss_bytes}"),
-                    Drained::Sample { .. } => "sample".to_owned(),
-                    Drained::Message { message, .. } => {
-                        let mut line = String::new();
-                        oomscope_format::protocol::format(&mut line, message);
-                        line.trim_end().to_owned()
-                    }
-                };
-                (d.t_us(), what)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn timed_messages_keep_their_senders_time_and_reading_and_untimed_marks_get_one_taken() {
-        let state = RunState::new(&[], std::process::id());
-        std::thread::sleep(Duration::from_millis(20));
-        // The run's start on the sender's clock, to within the gap between the two readings (a
-        // preempted test thread makes it hundreds of microseconds).
-        let mono = monotonic_us();
-        let start = mono - state.now_us();
-        let mut inbox = Inbox {
-            datagram: vec![0; 1024],
-            drained: Vec::new(),
-            timed: false,
-            rings: Vec::new(),
-            ring_dir: None,
-            rings_pruned: Instant::now(),
-        };
-        let text = format!(
-            "at {} rss_bytes=100 rss_file_bytes=10\nmark a\nat {}\nnote x\nmark b",
-            mono - 15_000,
-            mono - 5_000
-        );
-        read(&mut inbox, &state, &text, 19_999);
-        assert!(
-            inbox.timed,
-            "from now on the socket is drained on a schedule"
-        );
-        let got = items(&inbox);
-        let t = |mono_then: u64| mono_then - start;
-        let near = |a: u64, b: u64| a.abs_diff(b) <= 2_000;
-        let what: Vec<&str> = got.iter().map(|(_, w)| w.as_str()).collect();
-        assert_eq!(what, ["reading 100", "mark a", "note x", "mark b"]);
-        assert!(
-            near(got[0].0, t(mono - 15_000)) && got[1].0 == got[0].0,
-            "{got:?}"
-        );
-        assert!(
-            near(got[2].0, t(mono - 5_000)) && got[3].0 == got[2].0,
-            "{got:?}"
-        );
-        // A time not within the run (another clock) is the arrival's; an untimed mark gets the
-        // collector's reading at arrival, once for its datagram.
-        inbox.drained.clear();
-        read(&mut inbox, &state, "at 5\nmark c", 19_999);
-        read(&mut inbox, &state, "mark d\nmark e", 20_000);
-        assert_eq!(
-            items(&inbox),
-            [
-                (19_999, "mark c".to_owned()),
-                (20_000, "sample".to_owned()),
-                (20_000, "mark d".to_owned()),
-                (20_000, "mark e".to_owned())
-            ]
-        );
-    }
 
     #[test]
     fn a_tree_forking_workers_is_read_once_it_settles() {

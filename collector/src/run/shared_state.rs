@@ -158,8 +158,8 @@ impl PidCounters {
 /// One sampling instant: its time and counter values.
 pub type SampleRow = (u64, Vec<(CounterId, u64)>);
 
-/// What the sampler hands the recorder: a reading, or a message from the marker socket (stamped
-/// with its arrival and the sender's pid).
+/// What waits for the recorder in time order: a reading, or a marker message (stamped with when
+/// it happened and the sender's pid; see [`super::inbox`]).
 #[derive(Debug)]
 pub enum Pending {
     /// A reading.
@@ -202,7 +202,9 @@ impl PendingQueue {
     /// How often the sampler wakes the recorder to write what waits.
     pub const NUDGE_EVERY: Duration = Duration::from_millis(50);
 
-    /// Appends an item (times only grow); `false` when it was dropped.
+    /// Adds an item in time order (the sampler's come in order; an item from another thread,
+    /// the tch `Session`'s, may be a little older than the last and goes before it); `false`
+    /// when it was dropped.
     pub fn push(&self, item: Pending) -> bool {
         let Ok(mut items) = self.items.lock() else {
             return false;
@@ -210,7 +212,13 @@ impl PendingQueue {
         if items.len() >= Self::MAX_ITEMS {
             return false;
         }
-        items.push_back(item);
+        let t_us = item.t_us();
+        if items.back().is_none_or(|last| last.t_us() <= t_us) {
+            items.push_back(item);
+        } else {
+            let at = items.partition_point(|i| i.t_us() <= t_us);
+            items.insert(at, item);
+        }
         true
     }
 

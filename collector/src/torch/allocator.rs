@@ -5,7 +5,7 @@
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Mutex;
 
-use oomscope_format::AllocatorSnapshot;
+use oomscope_format::AllocatorStats;
 
 #[repr(C)]
 #[derive(Default)]
@@ -97,13 +97,13 @@ fn device_index(device: usize) -> c_int {
 }
 
 /// The allocator's statistics for a device (`torch.cuda.memory_stats` "all" aggregates).
-pub fn snapshot(device: usize) -> Result<AllocatorSnapshot, AllocatorError> {
+pub fn stats(device: usize) -> Result<AllocatorStats, AllocatorError> {
     let mut raw = RawStats::default();
     // SAFETY: `raw` is a valid, correctly laid out output; the buffer outlives the call.
     call(|err, len| unsafe {
         oomscope_device_stats(device_index(device), &raw mut raw, err, len)
     })?;
-    Ok(AllocatorSnapshot::from_values(
+    Ok(AllocatorStats::from_values(
         raw.values.map(|v| u64::try_from(v).unwrap_or(0)),
     ))
 }
@@ -296,7 +296,7 @@ mod tests {
         if device_count() > 0 {
             return; // a GPU host: covered by the GPU checks instead
         }
-        assert_eq!(snapshot(0), Err(AllocatorError::NoCuda));
+        assert_eq!(stats(0), Err(AllocatorError::NoCuda));
         assert_eq!(empty_cache(), Err(AllocatorError::NoCuda));
         assert_eq!(reset_peak_stats(0), Err(AllocatorError::NoCuda));
         assert_eq!(attach_oom_observer(), Err(AllocatorError::NoCuda));

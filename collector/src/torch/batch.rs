@@ -81,7 +81,7 @@ impl PeakMeter {
 
     fn peak_bytes(&self) -> Option<u64> {
         match self {
-            PeakMeter::Cuda(device) => allocator::snapshot(*device)
+            PeakMeter::Cuda(device) => allocator::stats(*device)
                 .ok()
                 .map(|s| s.peak_allocated_bytes),
             PeakMeter::Host => {
@@ -181,7 +181,7 @@ impl Session {
         &self,
         initial: u64,
         mut step: impl FnMut(u64) -> T,
-    ) -> Result<(u64, T), super::OomError> {
+    ) -> Result<(u64, T), super::session::OomError> {
         let mut batch = initial.max(1);
         loop {
             match self.catch_oom(|| step(batch)) {

@@ -18,16 +18,18 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow};
 use oomscope_format::protocol::{self, Message};
 use oomscope_format::{
-    AllocatorSnapshot, ComponentBreakdown, CounterId, CounterKind, ExitStatus, GradientSummary,
-    Name, NamedBytes, Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
+    AllocatorStats, ComponentBreakdown, CounterId, CounterKind, ExitStatus, GradientSummary, Name,
+    NamedBytes, Note, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
 };
 
 use super::allocator::{self, ObservedOom};
 use super::stats::{PendingGradientStats, gradient_stats, gradient_stats_async, tensor_summary};
 use crate::gpu::{GpuSelection, Gpus};
 use crate::probe::{Probe, rank_from_env};
-use crate::run::Event;
+use crate::run::event::Event;
+use crate::run::inbox;
 use crate::run::recording::{self, ExtraCounters, Recording};
+use oomscope_format::AllocatorQuantity;
 
 /// Default sampling interval of a standalone session.
 const STANDALONE_INTERVAL: Duration = Duration::from_millis(10);
@@ -126,7 +128,7 @@ impl Session {
                 // released its lock): the numbers on the record, and in the text to show.
                 let state = usize::try_from(o.device)
                     .ok()
-                    .and_then(|d| allocator::snapshot(d).ok());
+                    .and_then(|d| allocator::stats(d).ok());
                 let oom = OomEvent {
                     requested_bytes: Some(o.requested_bytes),
                     device: u32::try_from(o.device).ok(),
@@ -184,11 +186,14 @@ impl Session {
         // The caching allocator's counters of device 0, read on every tick.
         let extra = (allocator::device_count() > 0).then(|| ExtraCounters {
             counters: vec![
-                (CounterKind::AllocAllocated, Some(0)),
-                (CounterKind::AllocReserved, Some(0)),
+                (
+                    CounterKind::Allocator(AllocatorQuantity::Allocated),
+                    Some(0),
+                ),
+                (CounterKind::Allocator(AllocatorQuantity::Reserved), Some(0)),
             ],
             read: Box::new(|ids: &[CounterId], row: &mut Vec<(CounterId, u64)>| {
-                if let (&[allocated, reserved], Ok(s)) = (ids, allocator::snapshot(0)) {
+                if let (&[allocated, reserved], Ok(s)) = (ids, allocator::stats(0)) {
                     row.extend([(allocated, s.allocated_bytes), (reserved, s.reserved_bytes)]);
                 }
             }),
@@ -223,8 +228,8 @@ impl Session {
     }
 
     /// The allocator's statistics now, when CUDA is in use.
-    pub fn allocator_snapshot(&self) -> Option<AllocatorSnapshot> {
-        allocator::snapshot(self.cuda_device?).ok()
+    pub fn allocator_stats(&self) -> Option<AllocatorStats> {
+        allocator::stats(self.cuda_device?).ok()
     }
 
     /// Announces the current training step.
@@ -261,7 +266,7 @@ impl Session {
         }
         self.send(Message::record(Record::Mark(StageMark {
             name,
-            snapshot: self.allocator_snapshot(),
+            allocator: self.allocator_stats(),
             pid: Some(std::process::id()),
             rank: self.rank,
             ..StageMark::default()
@@ -282,7 +287,7 @@ impl Session {
     /// optimizer step to measure the optimizer's state (Adam creates its moments there).
     pub fn measure_allocation<T>(&self, f: impl FnOnce() -> T) -> (T, Option<i64>) {
         let read = || match self.cuda_device {
-            Some(device) => allocator::snapshot(device).ok().map(|s| s.allocated_bytes),
+            Some(device) => allocator::stats(device).ok().map(|s| s.allocated_bytes),
             None => own_rss_bytes(),
         };
         let before = read();
@@ -542,19 +547,10 @@ fn send_to(sink: &Sink, message: Message) {
         Sink::Off => {}
         Sink::Parent(probe) => probe.send_message(&message),
         Sink::Own(recording) => {
+            // As the inbox hands on what a socket brought (from inside the process: no sender).
             let state = recording.state();
-            let t_us = state.now_us();
-            if recording
-                .events()
-                .try_send(Event::Message {
-                    t_us,
-                    message,
-                    sender: None,
-                })
-                .is_err()
-            {
-                state.dropped_messages.fetch_add(1, Ordering::Relaxed);
-            }
+            inbox::deliver(state, state.now_us(), Box::new(message), None);
+            let _ = recording.events().try_send(Event::Pending);
         }
     }
 }
@@ -611,7 +607,7 @@ fn quiet_oom_panics() {
 /// The text shown for an OOM the allocator observed, in PyTorch's own words (what a user knows
 /// from the traceback); the record carries the same numbers as fields. `state` is the allocator's
 /// at the failure (what the forward pass had allocated since the last mark included).
-fn observed_oom_message(o: &ObservedOom, state: Option<AllocatorSnapshot>) -> String {
+fn observed_oom_message(o: &ObservedOom, state: Option<AllocatorStats>) -> String {
     let mut text = format!(
         "CUDA out of memory (allocator observer). Tried to allocate {} bytes. GPU {} has a total capacity of {} bytes of which {} bytes is free.",
         o.requested_bytes, o.device, o.device_total_bytes, o.device_free_bytes

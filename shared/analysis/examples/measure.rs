@@ -25,7 +25,7 @@ fn main() {
     let bytes = run.to_bytes();
     // Marks without allocator snapshots: the size of what NVML-only `collector run` records.
     let plain_bytes = TrainingRun {
-        snapshots: false,
+        allocator_stats: false,
         ..run.clone()
     }
     .to_bytes();

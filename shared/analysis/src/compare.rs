@@ -5,10 +5,10 @@
 
 use crate::Analysis;
 use crate::metrics::{MetricKey, metrics_at_marks, primary_metric, value_at_mark};
-use crate::peaks::{Measure, memory_peak};
+use crate::peaks::{measured, memory_peak};
 use crate::recommend::{Finding, Severity};
 use crate::stages::StageRow;
-use oomscope_format::{Phase, Trace};
+use oomscope_format::{CounterKind, Phase, Trace};
 
 /// One metric's peak in two traces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,7 +159,7 @@ pub fn memory_peaks(a: &Analysis, b: &Analysis) -> Option<PeakComparison> {
         .or_else(|| {
             a.peaks
                 .iter()
-                .find(|p| p.measure == Measure::HostRss)
+                .find(|p| p.measure == measured(CounterKind::HostRss))
                 .map(|p| p.metric)
         })?;
     compare_peaks(a, b)
@@ -183,8 +183,7 @@ pub struct StepOverlay {
 /// has fewer than two training steps.
 pub fn step_overlay(a: &Trace, b: &Trace) -> Option<StepOverlay> {
     let metric_a = primary_metric(a)?;
-    let key = metric_a.key(a);
-    let metric_b = metrics_at_marks(b).into_iter().find(|m| m.key(b) == key)?;
+    let metric_b = metrics_at_marks(b).into_iter().find(|m| *m == metric_a)?;
     let per_step = |t: &Trace, metric| {
         let mut points: Vec<(u64, u64)> = Vec::new();
         for (i, mark) in t.marks.iter().enumerate() {
@@ -200,7 +199,7 @@ pub fn step_overlay(a: &Trace, b: &Trace) -> Option<StepOverlay> {
         (points.len() >= 2).then_some(points)
     };
     Some(StepOverlay {
-        metric: key,
+        metric: metric_a,
         a: per_step(a, metric_a)?,
         b: per_step(b, metric_b)?,
     })

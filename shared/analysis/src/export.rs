@@ -8,17 +8,17 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use oomscope_format::{AllocatorSnapshot, MISSING, Phase, StageMark, Trace};
+use oomscope_format::{AllocatorStats, MISSING, Phase, StageMark, Trace};
 
 /// CSV with one row per sample and one per mark, in time order.
 ///
 /// Columns: `t_secs`, `kind` (`sample`/`mark`), `stage` (the mark's own, or for samples the stage
 /// active then), `step`, `phase`, one column per declared counter (named as recorded, e.g.
-/// `gpu0.used`), `gpuN.total` per GPU, then the allocator snapshot of mark rows (`allocated`,
+/// `gpu0.used`), `gpuN.total` per GPU, then the allocator's statistics of mark rows (`allocated`,
 /// `reserved`, `active`, `inactive_split`, `peak_allocated`, `peak_reserved`,
 /// `num_alloc_retries`, `num_ooms`). Memory in bytes; an empty cell means "not measured then".
 pub fn to_csv(trace: &Trace) -> String {
-    const SNAPSHOT_COLUMNS: [&str; 8] = AllocatorSnapshot::FIELD_NAMES;
+    const ALLOCATOR_COLUMNS: [&str; 8] = AllocatorStats::FIELD_NAMES;
     let mut out = String::with_capacity(64 * (trace.samples.len() + trace.marks.len()) + 256);
     let mut header = vec!["t_secs", "kind", "stage", "step", "phase"]
         .into_iter()
@@ -32,7 +32,7 @@ pub fn to_csv(trace: &Trace) -> String {
             .iter()
             .map(|g| format!("gpu{}.total", g.index)),
     );
-    header.extend(SNAPSHOT_COLUMNS.iter().map(|c| (*c).to_owned()));
+    header.extend(ALLOCATOR_COLUMNS.iter().map(|c| (*c).to_owned()));
     let header: Vec<String> = header.iter().map(|h| csv_field(h)).collect();
     out.push_str(&header.join(","));
     out.push('\n');
@@ -73,13 +73,13 @@ pub fn to_csv(trace: &Trace) -> String {
             for t in &totals {
                 let _ = write!(out, ",{t}");
             }
-            match &m.snapshot {
+            match &m.allocator {
                 Some(s) => {
                     for v in s.values() {
                         let _ = write!(out, ",{v}");
                     }
                 }
-                None => out.push_str(&",".repeat(SNAPSHOT_COLUMNS.len())),
+                None => out.push_str(&",".repeat(ALLOCATOR_COLUMNS.len())),
             }
             mark += 1;
         } else {
@@ -105,7 +105,7 @@ pub fn to_csv(trace: &Trace) -> String {
             for t in &totals {
                 let _ = write!(out, ",{t}");
             }
-            out.push_str(&",".repeat(SNAPSHOT_COLUMNS.len()));
+            out.push_str(&",".repeat(ALLOCATOR_COLUMNS.len()));
             row += 1;
         }
         out.push('\n');
@@ -183,7 +183,7 @@ pub fn to_chrome_json(trace: &Trace) -> String {
         }
     }
     for m in &trace.marks {
-        if let Some(s) = &m.snapshot {
+        if let Some(s) = &m.allocator {
             events.push(
                 json!({"ph": "C", "name": "allocator (bytes)", "pid": pid, "ts": m.t_us,
                 "args": {"allocated": s.allocated_bytes, "reserved": s.reserved_bytes}}),
@@ -255,7 +255,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             allocated.parse::<u64>().unwrap(),
-            t.marks[0].snapshot.unwrap().allocated_bytes
+            t.marks[0].allocator.unwrap().allocated_bytes
         );
         let used = t.counter(CounterKind::GpuUsed, Some(0)).unwrap();
         let sample = lines.iter().find(|l| l.contains(",sample,")).unwrap();

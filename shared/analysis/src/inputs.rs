@@ -10,7 +10,7 @@
 use crate::fit::least_squares;
 use crate::leaks::{LimitBasis, limit_of};
 use crate::marks::{StageIndex, is_train};
-use crate::metrics::{MarkValues, Metric, MetricKey, host_in_use};
+use crate::metrics::{MarkValues, MetricKey, host_in_use};
 use crate::peaks::tensors_on_host;
 use oomscope_format::Trace;
 use serde::Serialize;
@@ -141,7 +141,7 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
     // The memory the program's tensors are in: a CPU run on a GPU host reads the host's, not the
     // device's (other programs' memory).
     let metric = if tensors_on_host(trace) {
-        values.index_of(Metric::Counter(host_in_use(trace)?))?
+        values.index_of(MetricKey::of_counter(trace, host_in_use(trace)?))?
     } else {
         values.primary()?
     };
@@ -249,7 +249,7 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
         intercept_bytes: line.intercept,
         steps: points.len(),
         long_steps,
-        limit: limit_of(trace, values.metrics()[metric]),
+        limit: limit_of(trace, values.key(metric)),
     })
 }
 
@@ -289,7 +289,7 @@ mod tests {
         // The activations at post_forward grow with the step's tokens.
         for m in &mut trace.marks {
             if m.name.as_ref() == "post_forward"
-                && let Some(s) = m.snapshot.as_mut()
+                && let Some(s) = m.allocator.as_mut()
             {
                 s.allocated_bytes += tokens(m.step).saturating_sub(512) * per_token;
             }
@@ -336,12 +336,12 @@ mod tests {
             .marks
             .iter()
             .filter(|m| m.step == 36)
-            .filter_map(|m| m.snapshot.map(|s| s.allocated_bytes))
+            .filter_map(|m| m.allocator.map(|s| s.allocated_bytes))
             .max()
             .unwrap();
         for m in &mut trace.marks {
             if (37..=38).contains(&m.step)
-                && let Some(s) = m.snapshot.as_mut()
+                && let Some(s) = m.allocator.as_mut()
             {
                 s.allocated_bytes = peak_36 + 4096;
             }
@@ -352,7 +352,7 @@ mod tests {
         // A step that rose on its own (memory fell back in between) is not the long step's.
         for m in &mut trace.marks {
             if m.step == 37
-                && let Some(s) = m.snapshot.as_mut()
+                && let Some(s) = m.allocator.as_mut()
             {
                 s.allocated_bytes = 0;
             }

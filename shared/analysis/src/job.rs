@@ -2,7 +2,8 @@
 //! one clock, and the findings only ranks side by side show (which rank failed first, imbalance,
 //! a node's host-memory spike) above each rank's own.
 
-use crate::AnalysisOptions;
+use crate::analysis::AnalysisOptions;
+use crate::analyze::rank_own;
 use crate::node::node_host_spike;
 use crate::rank_views::ranks_of;
 use crate::ranks::{RankAnalysis, compare_ranks, summarize};
@@ -30,7 +31,7 @@ pub fn analyze_job(traces: &[JobTrace<'_>], options: &AnalysisOptions) -> RankAn
     let offset_us = |t: &JobTrace<'_>| t.trace.metadata.start_unix_ns.saturating_sub(start) / 1_000;
     let summaries = traces
         .iter()
-        .flat_map(|t| summarize(t.trace, t.source, offset_us(t), options))
+        .flat_map(|t| summarize(t.trace, t.source, offset_us(t), &|v| rank_own(v, options)))
         .collect();
     let mut compared = compare_ranks(summaries);
     compared.node_spikes = traces
@@ -118,7 +119,8 @@ mod tests {
             let mib = if i == 4_321 { 900 } else { 100 + i / 100 };
             t.samples.push_row(i * 1_000, &[(CounterId(0), mib << 20)]);
         }
-        let summary = &summarize(&t, "", 5_000_000, &AnalysisOptions::default())[0];
+        let options = AnalysisOptions::default();
+        let summary = &summarize(&t, "", 5_000_000, &|v| rank_own(v, &options))[0];
         let curve = summary.curve.as_ref().unwrap();
         assert!(!curve.device);
         assert!(curve.points.len() <= CURVE_POINTS && curve.points.len() >= CURVE_POINTS - 1);

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::fit::robust_line;
 use crate::marks::{StageIndex, is_train};
 use crate::metrics::{
-    MarkValues, Metric, MetricKey, counter_with_data, host_in_use, primary_metric, reserved_metric,
+    MarkValues, MetricKey, counter_with_data, host_in_use, primary_metric, reserved_metric,
 };
 use oomscope_format::{CounterKind, Trace};
 
@@ -199,12 +199,12 @@ struct Point {
 }
 
 /// The metrics fitted: the primary metric, the allocator's reserved bytes, and the host RSS.
-fn fitted_metrics(trace: &Trace) -> Vec<Metric> {
-    let mut metrics: Vec<Metric> = Vec::new();
+fn fitted_metrics(trace: &Trace) -> Vec<MetricKey> {
+    let mut metrics: Vec<MetricKey> = Vec::new();
     let candidates = [
         primary_metric(trace),
         reserved_metric(trace),
-        host_in_use(trace).map(Metric::Counter),
+        host_in_use(trace).map(|id| MetricKey::of_counter(trace, id)),
     ];
     for metric in candidates.into_iter().flatten() {
         if !metrics.contains(&metric) {
@@ -236,7 +236,7 @@ pub fn leak_fits(
     stages: &StageIndex,
     min_steps: usize,
 ) -> Vec<GrowthFit> {
-    let metrics: Vec<(Metric, usize)> = fitted_metrics(trace)
+    let metrics: Vec<(MetricKey, usize)> = fitted_metrics(trace)
         .into_iter()
         .filter_map(|m| values.index_of(m).map(|i| (m, i)))
         .collect();
@@ -254,7 +254,7 @@ pub fn leak_fits(
     let mut out = Vec::new();
     for &(metric, index) in &metrics {
         let limit = limit_of(trace, metric);
-        let host = metric.is_host(trace);
+        let host = metric.is_host();
         let context = FitContext {
             limit,
             min_steps,
@@ -294,8 +294,8 @@ pub fn leak_fits(
 }
 
 /// The memory limit a metric runs into, if known.
-pub fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
-    if metric.is_host(trace) {
+pub fn limit_of(trace: &Trace, metric: MetricKey) -> Option<(u64, LimitBasis)> {
+    if metric.is_host() {
         let available = counter_with_data(trace, CounterKind::HostAvailable)?;
         let rss = host_in_use(trace)?;
         let (t_us, available_bytes) = trace.samples.points(available).last()?;
@@ -306,7 +306,7 @@ pub fn limit_of(trace: &Trace, metric: Metric) -> Option<(u64, LimitBasis)> {
         ));
     }
     let total = metric
-        .device(trace)
+        .device()
         .and_then(|d| trace.gpu_total_bytes(Some(d)))
         .or_else(|| trace.gpu_total_bytes(None))?;
     Some((total, LimitBasis::DeviceTotal))
@@ -467,7 +467,7 @@ fn fit_stage(
     Some(GrowthFit {
         stage: stage.to_owned(),
         metric: values.key(index),
-        host_memory: values.metrics()[index].is_host(trace),
+        host_memory: values.key(index).is_host(),
         slope_bytes_per_step: line.slope,
         intercept_bytes: line.intercept,
         r_squared: line.r_squared,
@@ -894,7 +894,7 @@ mod tests {
         .build();
         for (i, mark) in trace.marks.iter_mut().enumerate() {
             let extra = warmup * mark.step.min(warm_steps) + if i % 2 == 0 { noise } else { 0 };
-            if let Some(s) = mark.snapshot.as_mut() {
+            if let Some(s) = mark.allocator.as_mut() {
                 s.allocated_bytes += extra;
                 s.peak_allocated_bytes += extra;
                 s.reserved_bytes += extra;
@@ -997,7 +997,7 @@ mod tests {
         for mark in &mut trace.marks {
             let saves = mark.step / 10;
             mark.t_us += saves * 5_000_000;
-            if let Some(s) = mark.snapshot.as_mut() {
+            if let Some(s) = mark.allocator.as_mut() {
                 s.allocated_bytes += saves * 300 * MIB;
                 s.peak_allocated_bytes += saves * 300 * MIB;
             }

@@ -1,118 +1,26 @@
 //! What "memory at a mark" means, decided once for every analysis.
 //!
-//! A stage mark can carry the caching allocator's own snapshot, and the sampler may have read
+//! A stage mark can carry the caching allocator's own statistics, and the sampler may have read
 //! NVML and `/proc` counters around the same instant. The stage table, the leak fits, the
 //! train→eval transitions and the recommendations all ask "how much memory at this mark?", and
 //! they must give the same answer or a reader sees two numbers for one thing. This module is that
-//! answer: [`Metric`] names a quantity, [`value_at_mark`] reads it, [`primary_metric`] picks the
-//! one the headline numbers use, and [`MarkValues`] evaluates every metric at every mark once so
-//! the passes that follow are plain array scans.
+//! answer: [`MetricKey`] names a quantity, [`value_at_mark`] reads it, [`primary_metric`] picks
+//! the one the headline numbers use, and [`MarkValues`] evaluates every metric at every mark once
+//! so the passes that follow are plain array scans.
 
 use serde::Serialize;
 
-use oomscope_format::{AllocatorSnapshot, CounterId, CounterKind, MISSING, Trace};
+use oomscope_format::{AllocatorQuantity, AllocatorStats, CounterId, CounterKind, MISSING, Trace};
 
-/// A memory quantity that can be read at a stage mark.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Metric {
-    /// Allocator snapshot: bytes in live tensors.
-    Allocated,
-    /// Allocator snapshot: bytes in segments the allocator holds.
-    Reserved,
-    /// Allocator snapshot: bytes in active blocks.
-    Active,
-    /// Allocator snapshot: bytes in inactive split blocks.
-    InactiveSplit,
-    /// Allocator snapshot: peak allocated since the last reset.
-    PeakAllocated,
-    /// Allocator snapshot: peak reserved since the last reset.
-    PeakReserved,
-    /// A sampled counter, read at the latest sample at or before the mark.
-    Counter(CounterId),
-}
-
-impl Metric {
-    /// The allocator-snapshot metrics, in table order.
-    pub const SNAPSHOT: [Metric; 6] = [
-        Metric::Allocated,
-        Metric::Reserved,
-        Metric::Active,
-        Metric::InactiveSplit,
-        Metric::PeakAllocated,
-        Metric::PeakReserved,
-    ];
-
-    /// What it measures, independent of this trace's counter numbering.
-    pub fn key(self, trace: &Trace) -> MetricKey {
-        match self {
-            Metric::Counter(id) => {
-                let counter = trace.counters.get(id.0 as usize);
-                MetricKey::Counter {
-                    kind: counter.map_or(CounterKind::Other(0), |c| c.kind),
-                    device: counter.and_then(|c| c.device),
-                }
-            }
-            snapshot => MetricKey::Snapshot(snapshot),
-        }
-    }
-
-    /// Stable label: `allocated`, `reserved`, `active`, `inactive_split`, `peak_allocated`,
-    /// `peak_reserved`, or the counter's standard name (`gpu0.used`, `host.rss`, ...).
-    pub fn label(self, trace: &Trace) -> String {
-        self.key(trace).label()
-    }
-
-    /// The field of an allocator snapshot this metric reads; `None` for counters.
-    pub fn from_snapshot(self, snapshot: &AllocatorSnapshot) -> Option<u64> {
-        Some(match self {
-            Metric::Allocated => snapshot.allocated_bytes,
-            Metric::Reserved => snapshot.reserved_bytes,
-            Metric::Active => snapshot.active_bytes,
-            Metric::InactiveSplit => snapshot.inactive_split_bytes,
-            Metric::PeakAllocated => snapshot.peak_allocated_bytes,
-            Metric::PeakReserved => snapshot.peak_reserved_bytes,
-            Metric::Counter(_) => return None,
-        })
-    }
-
-    /// The counter's kind, for counter metrics that exist in `trace`.
-    pub fn counter_kind(self, trace: &Trace) -> Option<CounterKind> {
-        match self {
-            Metric::Counter(id) => trace.counters.get(id.0 as usize).map(|c| c.kind),
-            _ => None,
-        }
-    }
-
-    /// True when the metric measures host memory rather than GPU memory.
-    pub fn is_host(self, trace: &Trace) -> bool {
-        matches!(
-            self.counter_kind(trace),
-            Some(
-                CounterKind::HostRss
-                    | CounterKind::HostAvailable
-                    | CounterKind::HostPss
-                    | CounterKind::HostRssFile
-            )
-        )
-    }
-
-    /// The GPU a device metric belongs to, when the counter says; snapshot metrics do not say.
-    pub fn device(self, trace: &Trace) -> Option<u32> {
-        match self {
-            Metric::Counter(id) => trace.counters.get(id.0 as usize).and_then(|c| c.device),
-            _ => None,
-        }
-    }
-}
-
-/// What a metric measures, the same in every trace: a field of the allocator snapshot taken at
-/// marks, or a counter's kind on a device. Every analysis output names its metric by this key;
-/// the label is for the edges (text, viewer, JSON). It is serialised as its label (`allocated`,
-/// `gpu0.used`), so `summary --json` reads as it did when metrics were strings.
+/// What a metric measures, the same in every trace: one of the allocator's quantities read at
+/// marks ([`AllocatorStats`]), or a counter's kind on a device. The one key every analysis names
+/// a memory quantity by; the label is for the edges (text, viewer, JSON). It is serialised as
+/// its label (`allocated`, `gpu0.used`), so `summary --json` reads as it did when metrics were
+/// strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MetricKey {
-    /// A field of the allocator snapshot (one of [`Metric::SNAPSHOT`], never a counter).
-    Snapshot(Metric),
+    /// One of the allocator's quantities, read from the statistics a mark carries.
+    Allocator(AllocatorQuantity),
     /// A sampled counter.
     Counter {
         /// What it counts.
@@ -123,29 +31,87 @@ pub enum MetricKey {
 }
 
 impl MetricKey {
-    /// The allocator snapshot's `allocated` field.
-    pub const ALLOCATED: MetricKey = MetricKey::Snapshot(Metric::Allocated);
-    /// The allocator snapshot's `reserved` field.
-    pub const RESERVED: MetricKey = MetricKey::Snapshot(Metric::Reserved);
+    /// The allocator's `allocated`, read at marks.
+    pub const ALLOCATED: MetricKey = MetricKey::Allocator(AllocatorQuantity::Allocated);
+    /// The allocator's `reserved`, read at marks.
+    pub const RESERVED: MetricKey = MetricKey::Allocator(AllocatorQuantity::Reserved);
+
+    /// The allocator's quantities read at marks, in table order (its byte quantities).
+    pub const AT_MARKS: [MetricKey; 6] = [
+        MetricKey::Allocator(AllocatorQuantity::Allocated),
+        MetricKey::Allocator(AllocatorQuantity::Reserved),
+        MetricKey::Allocator(AllocatorQuantity::Active),
+        MetricKey::Allocator(AllocatorQuantity::InactiveSplit),
+        MetricKey::Allocator(AllocatorQuantity::PeakAllocated),
+        MetricKey::Allocator(AllocatorQuantity::PeakReserved),
+    ];
+
+    /// What counter `id` of `trace` measures.
+    pub fn of_counter(trace: &Trace, id: CounterId) -> MetricKey {
+        let counter = trace.counters.get(id.0 as usize);
+        MetricKey::Counter {
+            kind: counter.map_or(CounterKind::Other(0), |c| c.kind),
+            device: counter.and_then(|c| c.device),
+        }
+    }
 
     /// `allocated`, `reserved`, …, or the counter's standard name (`gpu0.used`).
     pub fn label(self) -> String {
         match self {
-            MetricKey::Snapshot(metric) => match metric {
-                Metric::Allocated => "allocated",
-                Metric::Reserved => "reserved",
-                Metric::Active => "active",
-                Metric::InactiveSplit => "inactive_split",
-                Metric::PeakAllocated => "peak_allocated",
-                Metric::PeakReserved => "peak_reserved",
-                Metric::Counter(_) => "?",
-            }
-            .to_owned(),
+            MetricKey::Allocator(quantity) => quantity.label().to_owned(),
             MetricKey::Counter { kind, device } => kind.counter_name(device),
         }
     }
 
-    /// True when it measures host memory.
+    /// The quantity a mark's allocator statistics give for it; `None` for counters.
+    pub fn at_mark(self, stats: &AllocatorStats) -> Option<u64> {
+        match self {
+            MetricKey::Allocator(quantity) => Some(stats.get(quantity)),
+            MetricKey::Counter { .. } => None,
+        }
+    }
+
+    /// The counter's kind, for counter metrics.
+    pub fn counter_kind(self) -> Option<CounterKind> {
+        match self {
+            MetricKey::Counter { kind, .. } => Some(kind),
+            MetricKey::Allocator(_) => None,
+        }
+    }
+
+    /// The GPU a device metric belongs to, when the counter says; the marks' statistics do not.
+    pub fn device(self) -> Option<u32> {
+        match self {
+            MetricKey::Counter { device, .. } => device,
+            MetricKey::Allocator(_) => None,
+        }
+    }
+
+    /// What it measures whatever it was read from and on which device: a running peak as its
+    /// quantity, a sampled allocator counter as the allocator's quantity, a device counter
+    /// without its device; `None` for limits (total, free, available), the file-backed part of
+    /// the RSS, one process's counters and unknown kinds. Peaks are compared by it.
+    pub fn measure(self) -> Option<MetricKey> {
+        Some(match self {
+            MetricKey::Allocator(quantity)
+            | MetricKey::Counter {
+                kind: CounterKind::Allocator(quantity),
+                ..
+            } => MetricKey::Allocator(quantity.peak_of()),
+            MetricKey::Counter {
+                kind:
+                    kind @ (CounterKind::GpuUsed
+                    | CounterKind::GpuReserved
+                    | CounterKind::ProcessGpu
+                    | CounterKind::HostRss
+                    | CounterKind::HostPss),
+                ..
+            } => MetricKey::Counter { kind, device: None },
+            MetricKey::Counter { .. } => return None,
+        })
+    }
+
+    /// True when it measures host memory (else device memory).
     pub fn is_host(self) -> bool {
         matches!(
             self,
@@ -172,9 +138,28 @@ impl Serialize for MetricKey {
     }
 }
 
-/// True when at least one stage mark carries an allocator snapshot.
-pub fn has_snapshots(trace: &Trace) -> bool {
-    trace.marks.iter().any(|m| m.snapshot.is_some())
+/// True when at least one stage mark carries the allocator's statistics.
+pub fn has_allocator_stats(trace: &Trace) -> bool {
+    trace.marks.iter().any(|m| m.allocator.is_some())
+}
+
+/// The counter a counter metric reads in `trace`: the first of its kind on its device with data
+/// (else without); `None` for the allocator's quantities read at marks.
+pub fn counter_of(trace: &Trace, key: MetricKey) -> Option<CounterId> {
+    let MetricKey::Counter { kind, device } = key else {
+        return None;
+    };
+    let ids = || {
+        trace
+            .counters
+            .iter()
+            .enumerate()
+            .filter(move |(_, c)| c.kind == kind && c.device == device)
+            .map(|(i, _)| CounterId(i as u32))
+    };
+    ids()
+        .find(|id| counter_has_data(trace, *id))
+        .or_else(|| ids().next())
 }
 
 /// True when the counter has at least one present sample.
@@ -201,9 +186,9 @@ pub fn counter_with_data(trace: &Trace, kind: CounterKind) -> Option<CounterId> 
 const MARK_COUNTER_KINDS: [CounterKind; 7] = [
     CounterKind::GpuUsed,
     CounterKind::ProcessGpu,
-    CounterKind::AllocAllocated,
-    CounterKind::AllocReserved,
-    CounterKind::AllocActive,
+    CounterKind::Allocator(AllocatorQuantity::Allocated),
+    CounterKind::Allocator(AllocatorQuantity::Reserved),
+    CounterKind::Allocator(AllocatorQuantity::Active),
     CounterKind::HostRss,
     CounterKind::HostPss,
 ];
@@ -245,62 +230,66 @@ pub fn pss_is_rss(trace: &Trace) -> bool {
         && host_in_use(trace) != counter_with_data(trace, CounterKind::HostPss)
 }
 
-/// The metrics the per-mark analyses use: the snapshot metrics when any mark has a snapshot, then
-/// every counter measuring memory in use (used, process, allocator, RSS) that has data, in
-/// declaration order.
-pub fn metrics_at_marks(trace: &Trace) -> Vec<Metric> {
+/// The metrics the per-mark analyses use: the allocator's quantities when any mark carries its
+/// statistics, then every counter measuring memory in use (used, process, allocator, RSS) that
+/// has data, in declaration order (each key once).
+pub fn metrics_at_marks(trace: &Trace) -> Vec<MetricKey> {
     let mut metrics = Vec::new();
-    if has_snapshots(trace) {
-        metrics.extend(Metric::SNAPSHOT);
+    if has_allocator_stats(trace) {
+        metrics.extend(MetricKey::AT_MARKS);
     }
-    metrics.extend(
-        trace
-            .counters
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| MARK_COUNTER_KINDS.contains(&c.kind))
-            .map(|(i, _)| CounterId(i as u32))
-            .filter(|id| counter_has_data(trace, *id))
-            .map(Metric::Counter),
-    );
+    for (i, counter) in trace.counters.iter().enumerate() {
+        let id = CounterId(i as u32);
+        let key = MetricKey::of_counter(trace, id);
+        if MARK_COUNTER_KINDS.contains(&counter.kind)
+            && counter_has_data(trace, id)
+            && !metrics.contains(&key)
+        {
+            metrics.push(key);
+        }
+    }
     metrics
 }
 
-/// The value of `metric` at mark `mark_index`: the snapshot field, or the counter's latest sample
-/// at or before the mark. `None` when the mark has no snapshot, the counter no recent sample, or
-/// there is no such mark.
-pub fn value_at_mark(trace: &Trace, mark_index: usize, metric: Metric) -> Option<u64> {
+/// The value of `metric` at mark `mark_index`: the allocator's quantity the mark carries, or the
+/// counter's latest sample at or before the mark. `None` when the mark carries no statistics, the
+/// counter no recent sample, or there is no such mark.
+pub fn value_at_mark(trace: &Trace, mark_index: usize, metric: MetricKey) -> Option<u64> {
     let mark = trace.marks.get(mark_index)?;
     match metric {
-        Metric::Counter(id) => trace.samples.value_at(id, mark.t_us),
-        _ => metric.from_snapshot(mark.snapshot.as_ref()?),
+        MetricKey::Counter { .. } => trace
+            .samples
+            .value_at(counter_of(trace, metric)?, mark.t_us),
+        MetricKey::Allocator(_) => metric.at_mark(mark.allocator.as_ref()?),
     }
 }
 
-/// The metric headline numbers use: allocator `allocated` when marks carry snapshots (it is what
-/// the program's tensors hold); else the first with data of the allocator's sampled `allocated`,
-/// the process's GPU memory, the device's used memory, and the host RSS.
-pub fn primary_metric(trace: &Trace) -> Option<Metric> {
-    if has_snapshots(trace) {
-        return Some(Metric::Allocated);
+/// The metric headline numbers use: the allocator's `allocated` when marks carry its statistics
+/// (it is what the program's tensors hold); else the first with data of the allocator's sampled
+/// `allocated`, the process's GPU memory, the device's used memory, and the host RSS.
+pub fn primary_metric(trace: &Trace) -> Option<MetricKey> {
+    if has_allocator_stats(trace) {
+        return Some(MetricKey::ALLOCATED);
     }
     [
-        CounterKind::AllocAllocated,
+        CounterKind::Allocator(AllocatorQuantity::Allocated),
         CounterKind::ProcessGpu,
         CounterKind::GpuUsed,
     ]
     .into_iter()
     .find_map(|kind| counter_with_data(trace, kind))
     .or_else(|| host_in_use(trace))
-    .map(Metric::Counter)
+    .map(|id| MetricKey::of_counter(trace, id))
 }
 
-/// The allocator's reserved bytes: from snapshots when marks have them, else the sampled counter.
-pub fn reserved_metric(trace: &Trace) -> Option<Metric> {
-    if has_snapshots(trace) {
-        return Some(Metric::Reserved);
+/// The allocator's reserved bytes: read at marks when they carry its statistics, else the
+/// sampled counter.
+pub fn reserved_metric(trace: &Trace) -> Option<MetricKey> {
+    if has_allocator_stats(trace) {
+        return Some(MetricKey::RESERVED);
     }
-    counter_with_data(trace, CounterKind::AllocReserved).map(Metric::Counter)
+    counter_with_data(trace, CounterKind::Allocator(AllocatorQuantity::Reserved))
+        .map(|id| MetricKey::of_counter(trace, id))
 }
 
 /// For each mark, the last sample row at or before it. Marks are in time order, so each search
@@ -335,7 +324,6 @@ fn rows_at_marks(trace: &Trace) -> Vec<Option<usize>> {
 /// Every metric evaluated at every mark, computed once and shared by the analyses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkValues {
-    metrics: Vec<Metric>,
     keys: Vec<MetricKey>,
     /// One column per metric, one entry per mark.
     columns: Vec<Vec<Option<u64>>>,
@@ -361,38 +349,34 @@ impl MarkValues {
     /// Evaluates the given metrics at every mark (no primary metric is designated). Gives the
     /// same values as [`value_at_mark`], but finds each mark's sample row once for all counters,
     /// walking forward through the samples as the marks advance.
-    pub fn for_metrics(trace: &Trace, metrics: Vec<Metric>) -> MarkValues {
-        let keys = metrics.iter().map(|m| m.key(trace)).collect();
-        let rows = if metrics.iter().any(|m| matches!(m, Metric::Counter(_))) {
+    pub fn for_metrics(trace: &Trace, keys: Vec<MetricKey>) -> MarkValues {
+        let rows = if keys.iter().any(|k| matches!(k, MetricKey::Counter { .. })) {
             rows_at_marks(trace)
         } else {
             Vec::new()
         };
-        let columns = metrics
+        let columns = keys
             .iter()
-            .map(|metric| match *metric {
-                Metric::Counter(id) => rows
-                    .iter()
-                    .map(|row| trace.samples.value_at_row(id, (*row)?))
-                    .collect(),
-                _ => trace
+            .map(|&key| match key {
+                MetricKey::Counter { .. } => match counter_of(trace, key) {
+                    Some(id) => rows
+                        .iter()
+                        .map(|row| trace.samples.value_at_row(id, (*row)?))
+                        .collect(),
+                    None => vec![None; trace.marks.len()],
+                },
+                MetricKey::Allocator(_) => trace
                     .marks
                     .iter()
-                    .map(|m| metric.from_snapshot(m.snapshot.as_ref()?))
+                    .map(|m| key.at_mark(m.allocator.as_ref()?))
                     .collect(),
             })
             .collect();
         MarkValues {
-            metrics,
             keys,
             columns,
             primary: None,
         }
-    }
-
-    /// The metrics, in column order.
-    pub fn metrics(&self) -> &[Metric] {
-        &self.metrics
     }
 
     /// What metric number `index` measures.
@@ -406,8 +390,8 @@ impl MarkValues {
     }
 
     /// Column number of `metric`, if it was evaluated.
-    pub fn index_of(&self, metric: Metric) -> Option<usize> {
-        self.metrics.iter().position(|m| *m == metric)
+    pub fn index_of(&self, metric: MetricKey) -> Option<usize> {
+        self.keys.iter().position(|k| *k == metric)
     }
 
     /// Column number of the primary metric, if there is one.
@@ -441,7 +425,8 @@ mod tests {
         let used = trace.declare_counter(CounterKind::GpuUsed, Some(0));
         let process = trace.declare_counter(CounterKind::ProcessGpu, Some(0));
         let rss = trace.declare_counter(CounterKind::HostRss, None);
-        let _unused = trace.declare_counter(CounterKind::AllocReserved, Some(0));
+        let _unused =
+            trace.declare_counter(CounterKind::Allocator(AllocatorQuantity::Reserved), Some(0));
         trace
             .samples
             .push_row(0, &[(total, 80), (used, 10), (rss, 5)]);
@@ -457,27 +442,42 @@ mod tests {
     }
 
     #[test]
-    fn counters_without_snapshots() {
+    fn counters_without_allocator_stats() {
         let (trace, used, process, rss) = trace_with_counters();
+        let [used, process, rss] = [used, process, rss].map(|id| MetricKey::of_counter(&trace, id));
         // Totals and counters without data are not metrics at marks.
-        assert_eq!(
-            metrics_at_marks(&trace),
-            [
-                Metric::Counter(used),
-                Metric::Counter(process),
-                Metric::Counter(rss)
-            ]
-        );
-        assert_eq!(primary_metric(&trace), Some(Metric::Counter(process)));
+        assert_eq!(metrics_at_marks(&trace), [used, process, rss]);
+        assert_eq!(primary_metric(&trace), Some(process));
         assert_eq!(reserved_metric(&trace), None);
-        assert_eq!(value_at_mark(&trace, 0, Metric::Counter(used)), Some(20));
+        assert_eq!(value_at_mark(&trace, 0, used), Some(20));
         // RSS was last read at t=0; the row at t=10 misses it, so the look-back finds 5.
-        assert_eq!(value_at_mark(&trace, 0, Metric::Counter(rss)), Some(5));
-        assert_eq!(value_at_mark(&trace, 0, Metric::Allocated), None);
-        assert_eq!(value_at_mark(&trace, 9, Metric::Counter(used)), None);
-        assert_eq!(Metric::Counter(process).label(&trace), "gpu0.process");
-        assert!(Metric::Counter(rss).is_host(&trace));
-        assert_eq!(Metric::Counter(used).device(&trace), Some(0));
+        assert_eq!(value_at_mark(&trace, 0, rss), Some(5));
+        assert_eq!(value_at_mark(&trace, 0, MetricKey::ALLOCATED), None);
+        assert_eq!(value_at_mark(&trace, 9, used), None);
+        assert_eq!(process.label(), "gpu0.process");
+        assert!(rss.is_host());
+        assert_eq!(used.device(), Some(0));
+        // A counter and the allocator's quantity at marks measure the same memory.
+        let sampled = MetricKey::Counter {
+            kind: CounterKind::Allocator(AllocatorQuantity::PeakAllocated),
+            device: Some(0),
+        };
+        assert_eq!(sampled.measure(), Some(MetricKey::ALLOCATED));
+        assert_eq!(
+            used.measure(),
+            Some(MetricKey::Counter {
+                kind: CounterKind::GpuUsed,
+                device: None
+            })
+        );
+        assert_eq!(
+            MetricKey::Counter {
+                kind: CounterKind::GpuTotal,
+                device: Some(0)
+            }
+            .measure(),
+            None
+        );
     }
 
     #[test]
@@ -509,25 +509,25 @@ mod tests {
     }
 
     #[test]
-    fn snapshots_make_allocated_primary() {
+    fn allocator_stats_at_marks_make_allocated_primary() {
         let (mut trace, _, _, _) = trace_with_counters();
-        trace.marks[0].snapshot = Some(AllocatorSnapshot {
+        trace.marks[0].allocator = Some(AllocatorStats {
             allocated_bytes: 3,
             reserved_bytes: 4,
-            ..AllocatorSnapshot::default()
+            ..AllocatorStats::default()
         });
         let metrics = metrics_at_marks(&trace);
-        assert_eq!(metrics[..6], Metric::SNAPSHOT);
+        assert_eq!(metrics[..6], MetricKey::AT_MARKS);
         assert_eq!(metrics.len(), 9);
-        assert_eq!(primary_metric(&trace), Some(Metric::Allocated));
-        assert_eq!(reserved_metric(&trace), Some(Metric::Reserved));
-        assert_eq!(value_at_mark(&trace, 0, Metric::Reserved), Some(4));
+        assert_eq!(primary_metric(&trace), Some(MetricKey::ALLOCATED));
+        assert_eq!(reserved_metric(&trace), Some(MetricKey::RESERVED));
+        assert_eq!(value_at_mark(&trace, 0, MetricKey::RESERVED), Some(4));
 
         let values = MarkValues::new(&trace);
         assert_eq!(values.primary(), Some(0));
         assert_eq!(values.get(0, 0), Some(3));
         assert_eq!(values.key(1).label(), "reserved");
-        assert_eq!(values.keys().len(), values.metrics().len());
+        assert_eq!(values.keys().len(), 9);
     }
 
     #[test]
@@ -558,9 +558,13 @@ mod tests {
             });
         }
         let metrics = vec![
-            Metric::Counter(a),
-            Metric::Counter(b),
-            Metric::Counter(CounterId(9)),
+            MetricKey::of_counter(&trace, a),
+            MetricKey::of_counter(&trace, b),
+            // No such counter: nothing at any mark.
+            MetricKey::Counter {
+                kind: CounterKind::PidGpu,
+                device: Some(3),
+            },
         ];
         let values = MarkValues::for_metrics(&trace, metrics.clone());
         let mut present = 0;
@@ -581,7 +585,10 @@ mod tests {
         let mut trace = Trace::default();
         let rss = trace.declare_counter(CounterKind::HostRss, None);
         trace.samples.push_row(0, &[(rss, 5)]);
-        assert_eq!(primary_metric(&trace), Some(Metric::Counter(rss)));
+        assert_eq!(
+            primary_metric(&trace),
+            Some(MetricKey::of_counter(&trace, rss))
+        );
         assert_eq!(primary_metric(&Trace::default()), None);
     }
 }

@@ -42,13 +42,14 @@ pub struct OomContext {
     /// `requested − free` when both are known; negative when the device had more free memory
     /// than asked for (the request still failed: fragmentation, or another process won the race).
     pub shortfall_bytes: Option<i64>,
-    /// Allocator allocated in the last snapshot at or before the event.
+    /// The allocator's allocated bytes at the event (the OOM's own record), else at the last mark
+    /// at or before it that carried the allocator's statistics.
     pub allocated_bytes: Option<u64>,
-    /// Allocator reserved in the last snapshot at or before the event.
+    /// The allocator's reserved bytes, read as `allocated_bytes` is.
     pub reserved_bytes: Option<u64>,
     /// Where `allocated_bytes`/`reserved_bytes` come from: `None` when the error itself stated
     /// them (PyTorch's text, or the allocator's OOM observer: the state at the failure), else the
-    /// stage of the mark whose snapshot gave them (the state some time before the failure).
+    /// stage of the mark whose statistics gave them (the state some time before the failure).
     pub allocator_mark_stage: Option<String>,
     /// Last sampled device used memory.
     pub gpu_used_bytes: Option<u64>,
@@ -81,7 +82,7 @@ fn allocator_at_failure(event: &OomEvent) -> Option<(u64, u64)> {
 }
 
 /// Rows of what was alive that arrive this long after their OOM still belong to it (the hooks
-/// send them a moment after the OOM itself, once the snapshot is reduced).
+/// send them a moment after the OOM itself, once the memory snapshot is reduced).
 pub const ALIVE_WITHIN_US: u64 = 5_000_000;
 
 /// Every OOM event in context, then a probable host OOM kill of the process when the trace has
@@ -191,13 +192,13 @@ fn context_at(
     device: Option<u32>,
 ) -> OomContext {
     let stage = StageAt::at(trace, t_us);
-    let snapshot_mark = mark_at_or_before(trace, t_us).and_then(|last| {
+    let stats_mark = mark_at_or_before(trace, t_us).and_then(|last| {
         trace.marks[..=last]
             .iter()
             .rev()
-            .find(|m| m.snapshot.is_some())
+            .find(|m| m.allocator.is_some())
     });
-    let snapshot = snapshot_mark.and_then(|m| m.snapshot);
+    let stats = stats_mark.and_then(|m| m.allocator);
     let sampled = |kind: CounterKind, device: Option<u32>| -> Option<u64> {
         let id: CounterId = match device {
             Some(d) => trace.counter(kind, Some(d)),
@@ -226,9 +227,9 @@ fn context_at(
             .and_then(|s| next_stage(trace, &s.stage, t_us)),
         phase: stage.as_ref().map(|s| s.phase),
         shortfall_bytes: None,
-        allocated_bytes: snapshot.map(|s| s.allocated_bytes),
-        reserved_bytes: snapshot.map(|s| s.reserved_bytes),
-        allocator_mark_stage: snapshot_mark.map(|m| m.name.as_ref().to_owned()),
+        allocated_bytes: stats.map(|s| s.allocated_bytes),
+        reserved_bytes: stats.map(|s| s.reserved_bytes),
+        allocator_mark_stage: stats_mark.map(|m| m.name.as_ref().to_owned()),
         gpu_used_bytes: sampled(CounterKind::GpuUsed, device),
         process_gpu_bytes: sampled(CounterKind::ProcessGpu, device),
         host_rss_bytes: crate::metrics::host_in_use(trace)

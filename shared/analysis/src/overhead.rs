@@ -4,7 +4,7 @@
 //! The difference is the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers and any other
 //! library allocating on the GPU. It is invisible to `torch.cuda.memory_allocated()` but counts
 //! toward an OOM, so batch-size arithmetic that ignores it is optimistic. It is measured at marks,
-//! where the allocator's snapshot and the sampled process memory describe the same instant.
+//! where the allocator's statistics and the sampled process memory describe the same instant.
 //!
 //! The process reading is slow (NVML's per-process query runs once a second, and within ~0.1 s
 //! of a device's use moving), so at a mark it can predate the allocator's growth: a process never
@@ -15,7 +15,7 @@
 use serde::Serialize;
 
 use crate::fit::median;
-use crate::metrics::{MarkValues, Metric, MetricKey, counter_with_data, reserved_metric};
+use crate::metrics::{MarkValues, MetricKey, counter_with_data, reserved_metric};
 use crate::stages::signed_delta;
 use oomscope_format::{CounterId, CounterKind, Trace};
 
@@ -99,7 +99,7 @@ pub fn process_gpu_at_mark(
 /// Measures memory outside the allocator; `None` without a mark where both values are known and
 /// the process reading is not stale.
 pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAllocator> {
-    let process = Metric::Counter(counter_with_data(trace, CounterKind::ProcessGpu)?);
+    let process = MetricKey::of_counter(trace, counter_with_data(trace, CounterKind::ProcessGpu)?);
     let reserved = reserved_metric(trace)?;
     let (p, r) = (values.index_of(process)?, values.index_of(reserved)?);
     // (mark index, process, reserved) where both are known.
@@ -224,7 +224,7 @@ mod tests {
     fn needs_both_sides() {
         assert!(
             measure(&Run {
-                snapshots: false,
+                allocator_stats: false,
                 ..Run::default()
             })
             .is_none()

@@ -12,7 +12,8 @@
 use serde::Serialize;
 
 use crate::marks::StageAt;
-use crate::metrics::{MarkValues, Metric, MetricKey, counter_with_data, has_snapshots};
+use crate::metrics::{MarkValues, MetricKey, counter_with_data, has_allocator_stats};
+use oomscope_format::AllocatorQuantity;
 use oomscope_format::{ComponentBreakdown, CounterId, CounterKind, MISSING, NamedBytes, Trace};
 
 /// Where a peak was read.
@@ -21,59 +22,32 @@ use oomscope_format::{ComponentBreakdown, CounterId, CounterKind, MISSING, Named
 pub enum PeakSource {
     /// A sampled counter.
     Counter,
-    /// The allocator snapshots at stage marks.
-    Snapshot,
+    /// The allocator's statistics the stage marks carry (`snapshot` in JSON, the word it has
+    /// always had there).
+    #[serde(rename = "snapshot")]
+    Marks,
 }
 
-/// What a peak measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Measure {
-    /// Caching allocator: bytes in live tensors.
-    Allocated,
-    /// Caching allocator: bytes in segments.
-    Reserved,
-    /// Caching allocator: bytes in active blocks.
-    Active,
-    /// NVML: device memory in use (all processes).
-    DeviceUsed,
-    /// NVML: device memory reserved by the driver.
-    DeviceReserved,
-    /// NVML: device memory of the watched process tree.
-    ProcessGpu,
-    /// Host resident set size.
-    HostRss,
-    /// Host proportional set size (shared pages counted once).
-    HostPss,
+/// The words a peak's measure is serialised as (`allocated`, `device_used`, `host_rss`): what
+/// `summary --json` has always said.
+fn measure_words<S: serde::Serializer>(
+    measure: &MetricKey,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let words = match *measure {
+        MetricKey::Allocator(quantity) => quantity.label(),
+        MetricKey::Counter { kind, .. } => match kind {
+            CounterKind::GpuUsed => "device_used",
+            CounterKind::GpuReserved => "device_reserved",
+            other => other.label(),
+        },
+    };
+    serializer.serialize_str(words)
 }
 
-impl Measure {
-    /// What a counter kind measures; `None` for limits (total, free, available) and unknown kinds.
-    pub fn of_counter(kind: CounterKind) -> Option<Measure> {
-        Some(match kind {
-            CounterKind::GpuUsed => Measure::DeviceUsed,
-            CounterKind::GpuReserved => Measure::DeviceReserved,
-            CounterKind::ProcessGpu => Measure::ProcessGpu,
-            CounterKind::AllocAllocated | CounterKind::AllocPeakAllocated => Measure::Allocated,
-            CounterKind::AllocReserved | CounterKind::AllocPeakReserved => Measure::Reserved,
-            CounterKind::AllocActive => Measure::Active,
-            CounterKind::HostRss => Measure::HostRss,
-            CounterKind::HostPss => Measure::HostPss,
-            CounterKind::GpuFree
-            | CounterKind::GpuTotal
-            | CounterKind::HostAvailable
-            | CounterKind::PidRss
-            | CounterKind::PidGpu
-            // A part of the host RSS (its file-backed pages), not a memory of its own.
-            | CounterKind::HostRssFile
-            | CounterKind::Other(_) => return None,
-        })
-    }
-
-    /// True for device memory (everything but the host RSS and PSS).
-    pub fn is_device(self) -> bool {
-        !matches!(self, Measure::HostRss | Measure::HostPss)
-    }
+/// A measure of the device's or host's memory as a counter's kind, whatever the device.
+pub const fn measured(kind: CounterKind) -> MetricKey {
+    MetricKey::Counter { kind, device: None }
 }
 
 /// Which memory the activations were computed against.
@@ -182,13 +156,15 @@ pub struct Peak {
     pub metric: MetricKey,
     /// Where it was read.
     pub source: PeakSource,
-    /// What it measures.
-    pub measure: Measure,
+    /// What it measures, whatever it was read from and on which device
+    /// ([`MetricKey::measure`]).
+    #[serde(serialize_with = "measure_words")]
+    pub measure: MetricKey,
     /// GPU, for device counters.
     pub device: Option<u32>,
     /// The peak.
     pub bytes: u64,
-    /// When it was first reached (for snapshots: the mark that reported it).
+    /// When it was first reached (read at marks: the mark that reported it).
     pub t_us: u64,
     /// The stage active then; `None` when the peak came before the first mark or after the
     /// last one (see `outside_marks`).
@@ -315,34 +291,39 @@ pub fn tensors_on_host(trace: &Trace) -> bool {
     !has_allocator_data(trace) && !process_gpu
 }
 
-/// True when the trace has any allocator data (snapshots or allocator counters with data).
+/// True when the trace has any allocator data (statistics at marks, or allocator counters with
+/// data).
 pub fn has_allocator_data(trace: &Trace) -> bool {
-    has_snapshots(trace)
+    has_allocator_stats(trace)
         || [
-            CounterKind::AllocAllocated,
-            CounterKind::AllocReserved,
-            CounterKind::AllocActive,
-            CounterKind::AllocPeakAllocated,
-            CounterKind::AllocPeakReserved,
+            CounterKind::Allocator(AllocatorQuantity::Allocated),
+            CounterKind::Allocator(AllocatorQuantity::Reserved),
+            CounterKind::Allocator(AllocatorQuantity::Active),
+            CounterKind::Allocator(AllocatorQuantity::PeakAllocated),
+            CounterKind::Allocator(AllocatorQuantity::PeakReserved),
         ]
         .into_iter()
         .any(|kind| counter_with_data(trace, kind).is_some())
 }
 
-/// Every peak: the snapshot peaks (`peak_allocated`, `allocated`, `reserved`) when marks carry
-/// snapshots, then each memory-in-use counter with data, in declaration order.
+/// Every peak: the allocator's (`peak_allocated`, `allocated`, `reserved`) when marks carry its
+/// statistics, then each memory-in-use counter with data, in declaration order.
 pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
     let allocator = has_allocator_data(trace);
     let has_process = counter_with_data(trace, CounterKind::ProcessGpu).is_some();
     let on_host = tensors_on_host(trace);
-    let basis_for = |measure: Measure| match measure {
-        Measure::Allocated => Some(ActivationsBasis::AllocatorAllocated),
-        Measure::ProcessGpu if !allocator => Some(ActivationsBasis::ProcessGpu),
-        Measure::DeviceUsed if !allocator && !has_process => Some(ActivationsBasis::DeviceUsed),
+    let basis_for = |measure: MetricKey| match measure {
+        MetricKey::ALLOCATED => Some(ActivationsBasis::AllocatorAllocated),
+        m if m == measured(CounterKind::ProcessGpu) && !allocator => {
+            Some(ActivationsBasis::ProcessGpu)
+        }
+        m if m == measured(CounterKind::GpuUsed) && !allocator && !has_process => {
+            Some(ActivationsBasis::DeviceUsed)
+        }
         _ => None,
     };
-    let finish = |metric: MetricKey, source, measure: Measure, device, bytes, t_us| {
-        let components = (measure.is_device() != on_host)
+    let finish = |metric: MetricKey, source, measure: MetricKey, device, bytes, t_us| {
+        let components = (measure.is_host() == on_host)
             .then(|| breakdown_near(trace, t_us))
             .flatten()
             .map(|b| PeakComponents::new(b, bytes, basis_for(measure)));
@@ -361,34 +342,37 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
     };
 
     let mut out = Vec::new();
-    let finish = |metric: MetricKey, source, measure: Measure, device, bytes, t_us| {
+    let finish = |metric: MetricKey, source, measure: MetricKey, device, bytes, t_us| {
         let mut peak = finish(metric, source, measure, device, bytes, t_us);
-        if !measure.is_device()
+        if measure.is_host()
             && let Some(c) = peak.components.as_mut()
         {
             c.forward_rise_bytes = forward_rise(trace, values, metric);
         }
         peak
     };
-    for (metric, measure) in [
-        (Metric::PeakAllocated, Measure::Allocated),
-        (Metric::Allocated, Measure::Allocated),
-        (Metric::Reserved, Measure::Reserved),
+    for metric in [
+        MetricKey::Allocator(AllocatorQuantity::PeakAllocated),
+        MetricKey::ALLOCATED,
+        MetricKey::RESERVED,
     ] {
         let Some(index) = values.index_of(metric) else {
+            continue;
+        };
+        let Some(measure) = metric.measure() else {
             continue;
         };
         if let Some((mark, bytes)) = first_max(values.column(index).iter().copied()) {
             let t_us = trace.marks[mark].t_us;
             let label = values.key(index);
-            let mut peak = finish(label, PeakSource::Snapshot, measure, None, bytes, t_us);
+            let mut peak = finish(label, PeakSource::Marks, measure, None, bytes, t_us);
             // The mark that reported it, even when another mark shares its timestamp.
             peak.stage = StageAt::of_mark(trace, mark);
             peak.outside_marks = None;
-            if measure == Measure::Allocated
+            if measure == MetricKey::ALLOCATED
                 && let Some(c) = peak.components.as_mut()
             {
-                let reserved_index = values.index_of(Metric::Reserved);
+                let reserved_index = values.index_of(MetricKey::RESERVED);
                 let reserved = reserved_index
                     .and_then(|r| values.get(mark, r))
                     .filter(|r| *r >= bytes);
@@ -413,11 +397,12 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
     let times = trace.samples.times_us();
     let pss_is_rss = crate::metrics::pss_is_rss(trace);
     for (i, counter) in trace.counters.iter().enumerate() {
-        let Some(measure) = Measure::of_counter(counter.kind) else {
+        let metric = MetricKey::of_counter(trace, CounterId(i as u32));
+        let Some(measure) = metric.measure() else {
             continue;
         };
         // One process: its PSS is its RSS, a second line would say nothing.
-        if measure == Measure::HostPss && pss_is_rss {
+        if measure == measured(CounterKind::HostPss) && pss_is_rss {
             continue;
         }
         let Some(column) = trace.samples.column(CounterId(i as u32)) else {
@@ -425,10 +410,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         };
         if let Some((row, bytes)) = first_max_present(column) {
             out.push(finish(
-                MetricKey::Counter {
-                    kind: counter.kind,
-                    device: counter.device,
-                },
+                metric,
                 PeakSource::Counter,
                 measure,
                 counter.device,
@@ -509,14 +491,17 @@ pub fn breakdown_peak(peaks: &[Peak]) -> Option<&Peak> {
     if let Some(p) = device.filter(|p| p.components.is_some()) {
         return Some(p);
     }
-    let host = [Measure::HostPss, Measure::HostRss]
-        .into_iter()
-        .find_map(|m| {
-            peaks
-                .iter()
-                .filter(|p| p.measure == m && p.components.is_some())
-                .max_by_key(|p| p.bytes)
-        });
+    let host = [
+        measured(CounterKind::HostPss),
+        measured(CounterKind::HostRss),
+    ]
+    .into_iter()
+    .find_map(|m| {
+        peaks
+            .iter()
+            .filter(|p| p.measure == m && p.components.is_some())
+            .max_by_key(|p| p.bytes)
+    });
     host.or(device)
 }
 
@@ -550,14 +535,18 @@ impl Peak {
 /// allocator `allocated` peak; without allocator data, the process's GPU memory; else the
 /// device's used memory.
 pub fn memory_peak(peaks: &[Peak]) -> Option<&Peak> {
-    [Measure::Allocated, Measure::ProcessGpu, Measure::DeviceUsed]
-        .into_iter()
-        .find_map(|measure| {
-            peaks
-                .iter()
-                .filter(|p| p.measure == measure)
-                .reduce(|best, p| if p.bytes > best.bytes { p } else { best })
-        })
+    [
+        MetricKey::ALLOCATED,
+        measured(CounterKind::ProcessGpu),
+        measured(CounterKind::GpuUsed),
+    ]
+    .into_iter()
+    .find_map(|measure| {
+        peaks
+            .iter()
+            .filter(|p| p.measure == measure)
+            .reduce(|best, p| if p.bytes > best.bytes { p } else { best })
+    })
 }
 
 #[cfg(test)]
@@ -615,7 +604,7 @@ mod tests {
         let values = MarkValues::new(trace);
         peaks(trace, &values)
             .into_iter()
-            .find(|p| p.measure == Measure::HostRss)
+            .find(|p| p.measure == measured(CounterKind::HostRss))
             .unwrap()
     }
 
@@ -728,7 +717,7 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_peak_is_split_into_components_and_activations() {
+    fn a_peak_read_at_marks_is_split_into_components_and_activations() {
         let trace = Run::default().build();
         let peaks = peaks_of(&trace);
         let labels: Vec<String> = peaks.iter().map(|p| p.metric.label()).collect();
@@ -788,26 +777,26 @@ mod tests {
             .find(|p| p.metric.label() == "host.rss")
             .unwrap();
         assert!(host.components.is_none());
-        assert_eq!(host.measure, Measure::HostRss);
+        assert_eq!(host.measure, measured(CounterKind::HostRss));
     }
 
     #[test]
     fn without_allocator_data_the_process_memory_is_the_basis() {
         let trace = Run {
-            snapshots: false,
+            allocator_stats: false,
             ..Run::default()
         }
         .build();
         let peaks = peaks_of(&trace);
         let peak = memory_peak(&peaks).unwrap();
-        assert_eq!(peak.measure, Measure::ProcessGpu);
+        assert_eq!(peak.measure, measured(CounterKind::ProcessGpu));
         let c = peak.components.as_ref().unwrap();
         assert_eq!(c.activations_basis, Some(ActivationsBasis::ProcessGpu));
         assert_eq!(c.activations_bytes, Some(12 * GIB + 512 * MIB + 600 * MIB));
         // NVML used is not a basis when the process counter exists.
         let used = peaks
             .iter()
-            .find(|p| p.measure == Measure::DeviceUsed)
+            .find(|p| p.measure == measured(CounterKind::GpuUsed))
             .unwrap();
         assert!(
             used.components
@@ -910,7 +899,7 @@ mod tests {
         let values = MarkValues::new(&trace);
         let all = peaks(&trace, &values);
         let p = breakdown_peak(&all).expect("a host peak");
-        assert_eq!((p.measure, p.bytes), (Measure::HostRss, 900));
+        assert_eq!((p.measure, p.bytes), (measured(CounterKind::HostRss), 900));
         let parts: Vec<(String, u64)> = p
             .parts()
             .into_iter()

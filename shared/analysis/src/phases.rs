@@ -242,9 +242,7 @@ fn sampled_peak(
     from_us: u64,
     until_us: u64,
 ) -> Option<u64> {
-    let crate::metrics::Metric::Counter(id) = values.metrics()[index] else {
-        return None;
-    };
+    let id = crate::metrics::counter_of(trace, values.key(index))?;
     let times = trace.samples.times_us();
     let column = trace.samples.column(id)?;
     let start = times.partition_point(|&t| t < from_us);
@@ -314,7 +312,7 @@ mod tests {
         // The first eval's 2 GiB stays until step 13 only: what the C allocator handed back
         // once training's frees reached its top, not what the program kept.
         for m in trace.marks.iter_mut().filter(|m| m.step >= 13) {
-            if let Some(s) = m.snapshot.as_mut() {
+            if let Some(s) = m.allocator.as_mut() {
                 s.allocated_bytes -= 2 * GIB;
             }
         }
@@ -343,7 +341,11 @@ mod tests {
             .iter()
             .rposition(|m| m.step == 9 && m.name.as_ref() == "post_optimizer_step")
             .unwrap();
-        trace.marks[last].snapshot.as_mut().unwrap().allocated_bytes += GIB;
+        trace.marks[last]
+            .allocator
+            .as_mut()
+            .unwrap()
+            .allocated_bytes += GIB;
         let t = phase_transitions(&trace, &MarkValues::new(&trace));
         assert_eq!(t[0].before_bytes, Some(17 * GIB));
         assert_eq!(t[0].floor_before_bytes, Some(16 * GIB));

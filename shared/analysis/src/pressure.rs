@@ -5,12 +5,13 @@
 //! split blocks that cannot serve a large request), and the allocator itself says so when it has
 //! to free its cache and retry an allocation (`num_alloc_retries`): that is slow, and one step
 //! away from an OOM with "free" memory on the device. This module measures both, from the
-//! snapshots at marks and from the sampled allocator counters when the recorder has them.
+//! statistics at marks and from the sampled allocator counters when the recorder has them.
 
 use serde::Serialize;
 
 use crate::marks::StageAt;
 use crate::metrics::counter_with_data;
+use oomscope_format::AllocatorQuantity;
 use oomscope_format::{CounterKind, MISSING, Trace};
 
 /// Reserved and allocated at one instant.
@@ -51,8 +52,10 @@ impl Gap {
 /// Fragmentation and retry pressure over the whole trace.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PressureReport {
-    /// Whether allocator snapshots at marks were used.
-    pub from_snapshots: bool,
+    /// Whether the allocator's statistics at marks were used (`from_snapshots` in JSON, its name
+    /// there since the first release).
+    #[serde(rename = "from_snapshots")]
+    pub from_marks: bool,
     /// Whether sampled allocator counters were used.
     pub from_counters: bool,
     /// The largest gap at any one instant. Right after backward this is mostly cached
@@ -62,15 +65,15 @@ pub struct PressureReport {
     /// tensors ever needed at once. Peaks use the allocator's own peak statistics when present,
     /// which see the transient peaks between samples.
     pub peak_gap: Gap,
-    /// Largest inactive split bytes in any snapshot.
+    /// Largest inactive split bytes at any mark.
     pub max_inactive_split_bytes: Option<u64>,
     /// Where it was.
     pub max_inactive_split_at: Option<StageAt>,
-    /// Times the allocator freed its cache and retried (the snapshots' cumulative counter).
+    /// Times the allocator freed its cache and retried (a cumulative counter the marks carry).
     pub alloc_retries: Option<u64>,
     /// Out-of-memory errors the allocator raised (cumulative).
     pub allocator_ooms: Option<u64>,
-    /// The first mark whose snapshot shows a retry.
+    /// The first mark whose statistics show a retry.
     pub first_retry: Option<StageAt>,
 }
 
@@ -110,16 +113,16 @@ impl Scan {
 /// Measures allocator pressure; `None` when the trace has no allocator data.
 pub fn pressure(trace: &Trace) -> Option<PressureReport> {
     let mut scan = Scan::default();
-    let mut from_snapshots = false;
+    let mut from_marks = false;
     let mut inactive: Option<(usize, u64)> = None;
     let mut retries: Option<u64> = None;
     let mut ooms: Option<u64> = None;
     let mut first_retry = None;
     for (i, mark) in trace.marks.iter().enumerate() {
-        let Some(s) = &mark.snapshot else {
+        let Some(s) = &mark.allocator else {
             continue;
         };
-        from_snapshots = true;
+        from_marks = true;
         scan.see(
             mark.t_us,
             s.reserved_bytes,
@@ -137,16 +140,16 @@ pub fn pressure(trace: &Trace) -> Option<PressureReport> {
         }
     }
 
-    let reserved = counter_with_data(trace, CounterKind::AllocReserved);
-    let allocated = counter_with_data(trace, CounterKind::AllocAllocated);
+    let reserved = counter_with_data(trace, CounterKind::Allocator(AllocatorQuantity::Reserved));
+    let allocated = counter_with_data(trace, CounterKind::Allocator(AllocatorQuantity::Allocated));
     let mut from_counters = false;
     if let (Some(r), Some(a)) = (reserved, allocated)
         && let (Some(rc), Some(ac)) = (trace.samples.column(r), trace.samples.column(a))
     {
         let peak_column =
             |kind| counter_with_data(trace, kind).and_then(|id| trace.samples.column(id));
-        let peak_r = peak_column(CounterKind::AllocPeakReserved);
-        let peak_a = peak_column(CounterKind::AllocPeakAllocated);
+        let peak_r = peak_column(CounterKind::Allocator(AllocatorQuantity::PeakReserved));
+        let peak_a = peak_column(CounterKind::Allocator(AllocatorQuantity::PeakAllocated));
         let present = |column: Option<&[u64]>, row: usize| {
             column
                 .and_then(|c| c.get(row).copied())
@@ -173,7 +176,7 @@ pub fn pressure(trace: &Trace) -> Option<PressureReport> {
     let (peak_t_us, peak_reserved) = scan.peak_reserved?;
     let peak_gap = Gap::new(trace, peak_reserved, scan.peak_allocated, peak_t_us);
     Some(PressureReport {
-        from_snapshots,
+        from_marks,
         from_counters,
         max_gap,
         peak_gap,
@@ -194,7 +197,7 @@ mod tests {
     #[test]
     fn healthy_cache_has_a_small_peak_gap() {
         let report = pressure(&Run::default().build()).unwrap();
-        assert!(report.from_snapshots && !report.from_counters);
+        assert!(report.from_marks && !report.from_counters);
         // At the peak, reserved is only the default 512 MiB above allocated.
         assert_eq!(report.peak_gap.bytes, 512 * MIB);
         assert_eq!(report.peak_gap.reserved_bytes, 28 * GIB + 512 * MIB);
@@ -228,13 +231,13 @@ mod tests {
     #[test]
     fn counters_alone_are_enough() {
         let run = Run {
-            snapshots: false,
+            allocator_stats: false,
             allocator_counters: true,
             fragmentation_bytes: 2 * GIB,
             ..Run::default()
         };
         let report = pressure(&run.build()).unwrap();
-        assert!(!report.from_snapshots && report.from_counters);
+        assert!(!report.from_marks && report.from_counters);
         assert_eq!(report.peak_gap.bytes, 2 * GIB);
         assert_eq!(report.alloc_retries, None);
         assert_eq!(report.max_inactive_split_bytes, None);
@@ -243,7 +246,7 @@ mod tests {
     #[test]
     fn no_allocator_data_no_report() {
         let run = Run {
-            snapshots: false,
+            allocator_stats: false,
             ..Run::default()
         };
         assert!(pressure(&run.build()).is_none());

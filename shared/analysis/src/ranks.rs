@@ -14,12 +14,11 @@
 
 use serde::Serialize;
 
-use super::leaks::GrowthFit;
-use super::node::NodeHostSpike;
-use super::rank_views::{RankProcess, rank_view, ranks_of};
-use super::recommend::Finding;
-use super::stages::StageTable;
-use super::{AnalysisOptions, analyze};
+use crate::finding::Finding;
+use crate::leaks::GrowthFit;
+use crate::node::NodeHostSpike;
+use crate::rank_views::{RankProcess, rank_view, ranks_of};
+use crate::stages::StageTable;
 use oomscope_format::{CounterId, CounterKind, ExitStatus, ProcessEnd, Trace};
 
 /// A stage's value on one rank is called out when it exceeds the median rank's by this much…
@@ -280,12 +279,24 @@ impl RankAnalysis {
     }
 }
 
-/// Summarises every rank of a trace; times move by `offset_us` onto the job's clock.
+/// What a rank's own analysis (of its view, as of any trace) adds to its summary.
+#[derive(Debug, Clone)]
+pub struct RankOwn {
+    /// Its stage table.
+    pub stage_table: StageTable,
+    /// Its findings.
+    pub findings: Vec<Finding>,
+    /// Its growth fits.
+    pub leak_fits: Vec<GrowthFit>,
+}
+
+/// Summarises every rank of a trace; times move by `offset_us` onto the job's clock. `analyze`
+/// analyses a rank's view (the whole analysis: `crate::analyze::rank_own`).
 pub fn summarize(
     trace: &Trace,
     source: &str,
     offset_us: u64,
-    options: &AnalysisOptions,
+    analyze: &dyn Fn(&Trace) -> RankOwn,
 ) -> Vec<RankSummary> {
     let mut ranks = ranks_of(trace);
     // A trace without ranks of its own is analysed whole as its one rank.
@@ -319,7 +330,7 @@ pub fn summarize(
                 view = rank_view(trace, rank);
                 &view
             };
-            summarize_view(trace, t, rank, source, offset_us, options)
+            summarize_view(trace, t, rank, source, offset_us, analyze(t))
         })
         .collect()
 }
@@ -330,9 +341,8 @@ fn summarize_view(
     rank: &RankProcess,
     source: &str,
     offset_us: u64,
-    options: &AnalysisOptions,
+    analysis: RankOwn,
 ) -> RankSummary {
-    let analysis = analyze(view, options);
     let peak_of = |kind: CounterKind| {
         view.counters
             .iter()
@@ -350,7 +360,7 @@ fn summarize_view(
         .marks
         .iter()
         .filter_map(|m| {
-            m.snapshot
+            m.allocator
                 .map(|s| s.peak_allocated_bytes.max(s.allocated_bytes))
         })
         .max();

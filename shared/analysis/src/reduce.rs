@@ -16,6 +16,7 @@
 
 use crate::host;
 use crate::metrics::counter_with_data;
+use oomscope_format::AllocatorQuantity;
 use oomscope_format::EncodeError;
 use oomscope_format::codec::MAX_BLOCK_ROWS;
 use oomscope_format::{CounterId, CounterKind, MISSING, Samples, Trace};
@@ -318,13 +319,13 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
 fn keep_pressure_rows(keep: &mut Keep, trace: &Trace, columns: &[&[u64]]) {
     let column = |kind| counter_with_data(trace, kind).map(|id| columns[id.0 as usize]);
     let (Some(reserved), Some(allocated)) = (
-        column(CounterKind::AllocReserved),
-        column(CounterKind::AllocAllocated),
+        column(CounterKind::Allocator(AllocatorQuantity::Reserved)),
+        column(CounterKind::Allocator(AllocatorQuantity::Allocated)),
     ) else {
         return;
     };
-    let peak_reserved = column(CounterKind::AllocPeakReserved);
-    let peak_allocated = column(CounterKind::AllocPeakAllocated);
+    let peak_reserved = column(CounterKind::Allocator(AllocatorQuantity::PeakReserved));
+    let peak_allocated = column(CounterKind::Allocator(AllocatorQuantity::PeakAllocated));
     let present = |column: Option<&[u64]>, row: usize| {
         column
             .map(|c| c[row])
@@ -564,7 +565,7 @@ pub fn fit_to_size(trace: &Trace, max_bytes: usize) -> Result<Thinned, EncodeErr
 /// rows alone where several times as many would have fitted.
 ///
 /// When even the mandatory rows alone do not fit (the other records take the space: a stage mark
-/// with an allocator snapshot costs ~45 bytes), that smallest copy is returned anyway, larger than
+/// with the allocator's statistics costs ~45 bytes), that smallest copy is returned anyway, larger than
 /// `max_bytes`: the caller decides what to do with it.
 pub fn fit(
     trace: &Trace,

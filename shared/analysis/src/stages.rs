@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::marks::{StageAt, StageIndex};
-use crate::metrics::{MarkValues, Metric, MetricKey, value_at_mark};
+use crate::metrics::{MarkValues, MetricKey, value_at_mark};
 use oomscope_format::{Phase, Trace};
 
 /// Options of the stage table.
@@ -160,7 +160,7 @@ pub fn stage_table(
     stages: &StageIndex,
     options: &StageTableOptions,
 ) -> StageTable {
-    let metric_count = values.metrics().len();
+    let metric_count = values.keys().len();
     let baseline = options
         .baseline_mark
         .and_then(|i| StageAt::of_mark(trace, i));
@@ -273,7 +273,7 @@ pub fn stage_names(trace: &Trace) -> Vec<String> {
 /// value and one delta per stage name in [`stage_names`] order. The delta means what the stage
 /// table's does: the change since the previous mark, of any stage, so the `post_forward` cell
 /// says what that step's forward allocated and a row's deltas add up along the step.
-pub fn step_rows(trace: &Trace, metric: Metric) -> Vec<StepRow> {
+pub fn step_rows(trace: &Trace, metric: MetricKey) -> Vec<StepRow> {
     let stages = StageIndex::new(trace);
     let columns = stages.names().len();
     let mut row_of: HashMap<(u64, Phase), usize> = HashMap::new();
@@ -426,7 +426,7 @@ mod tests {
         .build();
         let names = stage_names(&trace);
         assert_eq!(names.len(), 5);
-        let rows = step_rows(&trace, Metric::Allocated);
+        let rows = step_rows(&trace, MetricKey::ALLOCATED);
         assert_eq!(rows.len(), 4, "steps 0, 1, 1 (eval), 2");
         assert_eq!(rows[0].values[1], Some(28 * GIB));
         assert_eq!(rows[0].values[4], None);

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::fit::{least_squares, robust_line};
 use crate::leaks::{LimitBasis, MIN_GROWTH_BYTES, MIN_GROWTH_FRACTION_OF_LIMIT, limit_of};
-use crate::metrics::{Metric, MetricKey};
+use crate::metrics::MetricKey;
 use oomscope_format::{CounterId, CounterKind, MISSING, Trace};
 
 /// The start of the run skipped as warm-up.
@@ -175,7 +175,7 @@ fn fit_counter(trace: &Trace, id: CounterId) -> Option<TimeTrend> {
     let growth = line.slope * (to_s - from_s);
     let sustained = least_squares(&kept[kept.len() / 2..])
         .is_some_and(|half| half.slope >= SUSTAINED_SHARE * line.slope);
-    let metric = Metric::Counter(id);
+    let metric = MetricKey::of_counter(trace, id);
     let limit = limit_of(trace, metric);
     let min_leak_growth_bytes = match limit {
         Some((l, _)) => MIN_GROWTH_BYTES.max((l as f64 * MIN_GROWTH_FRACTION_OF_LIMIT) as u64),
@@ -194,8 +194,8 @@ fn fit_counter(trace: &Trace, id: CounterId) -> Option<TimeTrend> {
         (seconds * 1e6) as u64
     });
     Some(TimeTrend {
-        metric: metric.key(trace),
-        host_memory: metric.is_host(trace),
+        metric,
+        host_memory: metric.is_host(),
         slope_bytes_per_s: line.slope,
         r_squared: line.r_squared,
         points: line.points,

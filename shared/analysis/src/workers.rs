@@ -12,8 +12,13 @@
 use serde::Serialize;
 
 use crate::fit::{least_squares, robust_line};
-use crate::leaks::MIN_GROWTH_BYTES;
 use oomscope_format::{ProcessRole, Trace};
+
+/// A worker's private growth below this is not reported: the worker's own start-up (its
+/// interpreter, its imports, its first batches' buffers) stays under it. The same floor as a
+/// leak's (`leaks::MIN_GROWTH_BYTES`), chosen on its own: the leak fits read workers, not the
+/// other way round.
+pub const MIN_GROWTH_BYTES: u64 = 64 << 20;
 
 /// Readings of one worker a fit needs.
 pub const MIN_READINGS: usize = 4;

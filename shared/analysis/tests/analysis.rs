@@ -58,7 +58,7 @@ fn a_planted_leak_is_found_at_its_rate() {
     for snapshots in [true, false] {
         let run = TrainingRun {
             leak_bytes_per_step: 12 * MIB,
-            snapshots,
+            allocator_stats: snapshots,
             ..healthy()
         };
         let (_, analysis) = analysed(&run);

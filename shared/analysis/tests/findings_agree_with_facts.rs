@@ -196,7 +196,7 @@ proptest! {
             eval_retained_bytes: eval_retained_mib << 20,
             activation_bytes_per_sample: (activation_mib << 20) / batch.max(1),
             batch_size: batch,
-            snapshots,
+            allocator_stats: snapshots,
             nan_at_step: nan_at.filter(|s| *s < steps),
             seed,
             ..TrainingRun::default()

@@ -13,6 +13,7 @@ use proptest::prelude::*;
 
 mod support;
 
+use oomscope_format::AllocatorQuantity;
 use oomscope_format::units::{GIB, MIB};
 
 fn decoded(bytes: &[u8]) -> Trace {
@@ -84,7 +85,7 @@ fn synth_runs() -> Vec<(&'static str, TrainingRun)> {
                 activation_bytes_per_sample: GIB,
                 oom_at_step: Some(12),
                 leak_bytes_per_step: GIB,
-                snapshots: false,
+                allocator_stats: false,
                 ..small.clone()
             },
         ),
@@ -278,7 +279,7 @@ fn dense_runs() -> Vec<(&'static str, TrainingRun)> {
                 activation_bytes_per_sample: GIB,
                 oom_at_step: Some(250),
                 leak_bytes_per_step: 64 * MIB,
-                snapshots: false,
+                allocator_stats: false,
                 nan_at_step: Some(100),
                 ..base
             },
@@ -525,8 +526,8 @@ fn generated(
     let kinds = [
         CounterKind::GpuUsed,
         CounterKind::ProcessGpu,
-        CounterKind::AllocAllocated,
-        CounterKind::AllocReserved,
+        CounterKind::Allocator(AllocatorQuantity::Allocated),
+        CounterKind::Allocator(AllocatorQuantity::Reserved),
         CounterKind::HostRss,
         CounterKind::HostAvailable,
     ];
@@ -544,7 +545,7 @@ fn generated(
         let t = row as u64 * 1000 + mix(seed ^ row as u64) % 300;
         while let Some(&mark_t) = marks.get(next_mark).filter(|m| **m < t) {
             let snapshot = snapshots.then(|| {
-                oomscope_format::AllocatorSnapshot::from_values([
+                oomscope_format::AllocatorStats::from_values([
                     mix(mark_t) % 8 * GIB,
                     8 * GIB,
                     0,
@@ -560,7 +561,7 @@ fn generated(
                 name: stages[next_mark % 3].into(),
                 step: (next_mark / 3) as u64,
                 phase: Phase::Train,
-                snapshot,
+                allocator: snapshot,
                 ..StageMark::default()
             }))
             .unwrap();

@@ -38,7 +38,7 @@ fn encode_sample_row(bencher: Bencher) {
 #[divan::bench]
 fn encode_mark_with_snapshot(bencher: Bencher) {
     let mut w = TraceWriter::new(Vec::with_capacity(64 << 20), &Metadata::default()).unwrap();
-    let snapshot = oomscope_format::AllocatorSnapshot {
+    let snapshot = oomscope_format::AllocatorStats {
         allocated_bytes: 9 << 30,
         reserved_bytes: 12 << 30,
         active_bytes: 9 << 30,
@@ -56,7 +56,7 @@ fn encode_mark_with_snapshot(bencher: Bencher) {
             t_us: step * 1000,
             name: name.clone(),
             step,
-            snapshot: Some(snapshot),
+            allocator: Some(snapshot),
             ..StageMark::default()
         }))
         .unwrap();

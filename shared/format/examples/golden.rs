@@ -50,7 +50,7 @@ pub fn oom() -> TrainingRun {
         activation_bytes_per_sample: 1 << 30,
         oom_at_step: Some(12),
         leak_bytes_per_step: 1 << 30,
-        snapshots: false,
+        allocator_stats: false,
         ..TrainingRun::default()
     }
 }

@@ -43,7 +43,7 @@
 //!
 //! Rules: tokens are separated by ASCII whitespace; stage and tensor names are single tokens;
 //! unknown verbs and unknown `key=value` fields are ignored (so newer clients work with older
-//! collectors); a mark without the allocator fields carries no snapshot, and a mark with only
+//! collectors); a mark without the allocator fields carries no allocator statistics, and a mark with only
 //! some of them is taken with the others as 0. A mark without `step=` keeps the last step the
 //! program announced. `pid=` and `rank=` name the sending process: several can share one
 //! collector (torchrun's workers under one `collector run`). The collector takes the sender's pid
@@ -71,7 +71,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use crate::model::{
-    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, EvalAutograd, GcCollection,
+    AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, EvalAutograd, GcCollection,
     GradientSummary, HeldKind, HeldTensors, Name, NamedBytes, Note, OomEvent, OomSource, Phase,
     ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput, TensorStats,
     TrialOutcome,
@@ -207,7 +207,7 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
     match verb {
         "mark" => {
             keys.extend(MARK.iter().map(|f| f.key));
-            keys.extend(AllocatorSnapshot::FIELD_NAMES);
+            keys.extend(AllocatorStats::FIELD_NAMES);
         }
         "components" => keys.extend(COMPONENTS.iter().map(|f| f.key)),
         "gradients" => keys.extend(GRADIENTS.iter().map(|f| f.key)),
@@ -662,7 +662,7 @@ pub fn parse_line(line: &str) -> Option<Message> {
             let f = Fields::parse(rest);
             let mut mark = StageMark {
                 name,
-                snapshot: f.snapshot(),
+                allocator: f.allocator(),
                 ..StageMark::default()
             };
             f.read(&MARK, &mut mark)?;
@@ -801,13 +801,13 @@ impl<'a> Fields<'a> {
             .collect()
     }
 
-    /// The allocator snapshot: present when any of its fields is, the others read as 0.
-    fn snapshot(&self) -> Option<AllocatorSnapshot> {
-        let names = AllocatorSnapshot::FIELD_NAMES;
+    /// The allocator's statistics: present when any of their fields is, the others read as 0.
+    fn allocator(&self) -> Option<AllocatorStats> {
+        let names = AllocatorStats::FIELD_NAMES;
         if !names.iter().any(|k| self.map.contains_key(k)) {
             return None;
         }
-        Some(AllocatorSnapshot::from_values(names.map(|k| {
+        Some(AllocatorStats::from_values(names.map(|k| {
             self.map.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
         })))
     }
@@ -858,8 +858,8 @@ pub fn format(out: &mut String, message: &Message) {
             match record {
                 Record::Mark(m) => {
                     show_all(out, &MARK, m);
-                    if let Some(s) = &m.snapshot {
-                        for (name, value) in AllocatorSnapshot::FIELD_NAMES.iter().zip(s.values()) {
+                    if let Some(s) = &m.allocator {
+                        for (name, value) in AllocatorStats::FIELD_NAMES.iter().zip(s.values()) {
                             show_field(out, name, &value);
                         }
                     }
@@ -979,15 +979,15 @@ mod tests {
     }
 
     #[test]
-    fn marks_parse_with_and_without_snapshots() {
+    fn marks_parse_with_and_without_allocator_statistics() {
         let m = parse_line(
             "mark post_backward step=15 phase=train allocated_bytes=100 reserved_bytes=200",
         );
         let expected = StageMark {
-            snapshot: Some(AllocatorSnapshot {
+            allocator: Some(AllocatorStats {
                 allocated_bytes: 100,
                 reserved_bytes: 200,
-                ..AllocatorSnapshot::default()
+                ..AllocatorStats::default()
             }),
             ..mark("post_backward")
         };
@@ -1023,10 +1023,10 @@ mod tests {
 
     #[test]
     fn formatted_marks_parse_back() {
-        let snapshot = AllocatorSnapshot::from_values([1, 2, 3, 4, 5, 6, 7, 8]);
+        let snapshot = AllocatorStats::from_values([1, 2, 3, 4, 5, 6, 7, 8]);
         let message = Message::Record(
             Record::Mark(StageMark {
-                snapshot: Some(snapshot),
+                allocator: Some(snapshot),
                 pid: Some(7),
                 ..mark("my stage")
             }),
@@ -1139,7 +1139,7 @@ mod tests {
         vec![
             Message::Record(
                 Record::Mark(StageMark {
-                    snapshot: Some(AllocatorSnapshot::from_values([1, 2, 3, 4, 5, 6, 7, 8])),
+                    allocator: Some(AllocatorStats::from_values([1, 2, 3, 4, 5, 6, 7, 8])),
                     pid: Some(4101),
                     rank: Some(3),
                     ..mark("post_forward")

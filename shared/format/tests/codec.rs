@@ -1,10 +1,11 @@
 //! Round trips, truncation, corruption and versioning of the trace codec.
 
+use oomscope_format::AllocatorQuantity;
 use oomscope_format::codec::{
     CHUNK_HEADER_LEN, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, tag,
 };
 use oomscope_format::{
-    AllocatorSnapshot, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
+    AllocatorStats, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
     GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
     ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record, StageMark, Trace, TraceWriter,
     TrialOutcome, WriterOptions, decode, decode_with,
@@ -42,7 +43,7 @@ enum Op {
         u8,
         u64,
         Phase,
-        Option<AllocatorSnapshot>,
+        Option<AllocatorStats>,
         [Option<u32>; 2],
     ),
     Note(u64, String),
@@ -56,8 +57,8 @@ enum Op {
     PidCounter(u64, u32, bool, u64),
 }
 
-fn snapshot_strategy() -> impl Strategy<Value = AllocatorSnapshot> {
-    proptest::array::uniform8(any::<u64>()).prop_map(AllocatorSnapshot::from_values)
+fn snapshot_strategy() -> impl Strategy<Value = AllocatorStats> {
+    proptest::array::uniform8(any::<u64>()).prop_map(AllocatorStats::from_values)
 }
 
 fn value_strategy() -> impl Strategy<Value = u64> {
@@ -116,7 +117,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
     let kinds = [
         CounterKind::GpuUsed,
         CounterKind::HostRss,
-        CounterKind::AllocAllocated,
+        CounterKind::Allocator(AllocatorQuantity::Allocated),
     ];
     let ids: Vec<CounterId> = kinds
         .iter()
@@ -154,7 +155,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                     step: *step,
                     epoch: 0,
                     phase: *phase,
-                    snapshot: *snapshot,
+                    allocator: *snapshot,
                     pid: *pid,
                     rank: *rank,
                 });

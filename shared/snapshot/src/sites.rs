@@ -3,7 +3,7 @@
 //! innermost first), falling back to the innermost frame. The replay, the analysis and the
 //! exports all name blocks this way, so one table of sites is built per snapshot.
 
-use crate::{Snapshot, StackId};
+use crate::model::{Snapshot, StackId};
 
 /// A sum that stops at `u64::MAX` (a damaged snapshot can hold any sizes).
 pub fn total(values: impl Iterator<Item = u64>) -> u64 {

@@ -10,8 +10,8 @@
 use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
+use crate::model::{Action, BlockState, Event, Snapshot, StackId};
 use crate::sites::{Sites, total};
-use crate::{Action, BlockState, Event, Snapshot, StackId};
 
 /// What a stacked chart calls the memory allocated before the recorded window.
 pub const BEFORE_WINDOW: &str = "(allocated before the recorded window)";

@@ -4,10 +4,11 @@
 //! a healthy default run, so the test reads as "this evidence must (not) produce that finding".
 
 use oomscope_format::{
-    AllocatorSnapshot, ComponentBreakdown, CounterId, CounterKind, ExitStatus, GpuInfo, Metadata,
+    AllocatorStats, ComponentBreakdown, CounterId, CounterKind, ExitStatus, GpuInfo, Metadata,
     OomEvent, OomSource, Phase, ProcessExit, StageMark, Trace,
 };
 
+use oomscope_format::AllocatorQuantity;
 use oomscope_format::units::{GIB, MIB};
 
 /// A synthetic training run. `Run::default()` is healthy: 60 steps on an 80 GiB GPU, 4 GiB of
@@ -59,8 +60,8 @@ pub struct Run {
     pub oom_knows_stage: bool,
     /// Total GPU memory.
     pub gpu_total_bytes: u64,
-    /// Marks carry allocator snapshots.
-    pub snapshots: bool,
+    /// Marks carry the allocator's statistics.
+    pub allocator_stats: bool,
     /// Sample NVML and host counters.
     pub counters: bool,
     /// Also sample the allocator's allocated/reserved counters.
@@ -109,7 +110,7 @@ impl Default for Run {
             oom_requested_bytes: 2 * GIB,
             oom_knows_stage: false,
             gpu_total_bytes: 80 * GIB,
-            snapshots: true,
+            allocator_stats: true,
             counters: true,
             allocator_counters: false,
             context_bytes: 600 * MIB,
@@ -169,12 +170,15 @@ impl Run {
             process: trace.declare_counter(CounterKind::ProcessGpu, Some(0)),
             rss: trace.declare_counter(CounterKind::HostRss, None),
             available: trace.declare_counter(CounterKind::HostAvailable, None),
-            allocated: self
-                .allocator_counters
-                .then(|| trace.declare_counter(CounterKind::AllocAllocated, Some(0))),
-            reserved: self
-                .allocator_counters
-                .then(|| trace.declare_counter(CounterKind::AllocReserved, Some(0))),
+            allocated: self.allocator_counters.then(|| {
+                trace.declare_counter(
+                    CounterKind::Allocator(AllocatorQuantity::Allocated),
+                    Some(0),
+                )
+            }),
+            reserved: self.allocator_counters.then(|| {
+                trace.declare_counter(CounterKind::Allocator(AllocatorQuantity::Reserved), Some(0))
+            }),
         });
         let slot_us = self.step_us / self.stages.len().max(1) as u64;
         let fixed = self.parameters_bytes + self.grads_bytes + self.optimizer_bytes;
@@ -308,7 +312,7 @@ impl Run {
             step,
             epoch: 0,
             phase,
-            snapshot: self.snapshots.then_some(AllocatorSnapshot {
+            allocator: self.allocator_stats.then_some(AllocatorStats {
                 allocated_bytes: allocated,
                 reserved_bytes: reserved,
                 active_bytes: allocated,

@@ -10,12 +10,13 @@ use std::io::Write;
 
 use oomscope_format::EncodeError;
 use oomscope_format::{
-    AllocatorSnapshot, BatchTrial, ComponentBreakdown, CounterKind, ExitStatus, GpuInfo,
+    AllocatorStats, BatchTrial, ComponentBreakdown, CounterKind, ExitStatus, GpuInfo,
     GradientSummary, Metadata, Name, OomEvent, OomSource, Phase, ProcessExit, Record, StageMark,
     TensorStats, TrialOutcome,
 };
 use oomscope_format::{TraceWriter, WriterOptions};
 
+use oomscope_format::AllocatorQuantity;
 use oomscope_format::units::{GIB, MIB};
 const PAGE: u64 = 4096;
 /// The caching allocator grows reserved memory in segments of this size.
@@ -70,8 +71,8 @@ pub struct TrainingRun {
     pub alloc_retries_per_step: u64,
     /// Step at which the run dies of CUDA OOM in forward, if any.
     pub oom_at_step: Option<u64>,
-    /// Whether marks carry allocator snapshots (instrumented run) or not (plain NVML run).
-    pub snapshots: bool,
+    /// Whether marks carry the allocator's statistics (instrumented run) or not (plain NVML run).
+    pub allocator_stats: bool,
     /// Write a batch-size search before training.
     pub batch_search: bool,
     /// First step whose gradients hold NaN, if any.
@@ -107,7 +108,7 @@ impl Default for TrainingRun {
             fragmentation_bytes: 256 * MIB,
             alloc_retries_per_step: 0,
             oom_at_step: None,
-            snapshots: true,
+            allocator_stats: true,
             batch_search: false,
             nan_at_step: None,
             tensor_stats_every: 0,
@@ -282,8 +283,8 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    fn snapshot(&self, allocated: u64) -> AllocatorSnapshot {
-        AllocatorSnapshot {
+    fn snapshot(&self, allocated: u64) -> AllocatorStats {
+        AllocatorStats {
             allocated_bytes: allocated,
             reserved_bytes: self.reserved_bytes,
             active_bytes: allocated,
@@ -301,7 +302,8 @@ impl<'a> Simulation<'a> {
         let used = w.declare_counter(CounterKind::GpuUsed, Some(0))?;
         let free = w.declare_counter(CounterKind::GpuFree, Some(0))?;
         let process = w.declare_counter(CounterKind::ProcessGpu, Some(0))?;
-        let reserved = w.declare_counter(CounterKind::AllocReserved, Some(0))?;
+        let reserved =
+            w.declare_counter(CounterKind::Allocator(AllocatorQuantity::Reserved), Some(0))?;
         let rss = w.declare_counter(CounterKind::HostRss, None)?;
         let available = w.declare_counter(CounterKind::HostAvailable, None)?;
 
@@ -354,14 +356,14 @@ impl<'a> Simulation<'a> {
                         break;
                     }
                     self.allocate(allocated);
-                    let snapshot = run.snapshots.then(|| self.snapshot(allocated));
+                    let snapshot = run.allocator_stats.then(|| self.snapshot(allocated));
                     w.write(&Record::Mark(StageMark {
                         t_us: t_mark,
                         name: stages[next_stage].0.into(),
                         step,
                         epoch: (step / 1000) as u32,
                         phase: kind.phase,
-                        snapshot,
+                        allocator: snapshot,
                         pid: None,
                         rank: None,
                     }))?;

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use oomscope_analysis::Analysis;
 use oomscope_analysis::render::summary::{allocator_lines, titles};
 
-use super::Lines;
+use super::parts::Lines;
 
 /// The allocator section; nothing without allocator statistics.
 #[component]

@@ -18,7 +18,7 @@ use oomscope_format::units::format_signed_bytes_f64;
 use crate::view_model::{bytes_text, change_text};
 
 use super::compare_chart::CompareChart;
-use super::{opt_num, opt_text};
+use super::parts::{opt_num, opt_text};
 
 /// Two traces side by side: peaks and per-stage figures, before vs after a fix.
 #[component]

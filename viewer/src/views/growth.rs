@@ -11,7 +11,7 @@ use oomscope_analysis::render::summary::{
     held_line, largest_growth_line, leak_lines, time_trend_lines, titles,
 };
 
-use super::Lines;
+use super::parts::Lines;
 
 /// The growth sections; nothing when the analysis found no growth at all.
 #[component]

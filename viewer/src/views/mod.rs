@@ -6,8 +6,6 @@
 //! traces come attached to tickets and are untrusted. Exact byte values ride along in `data-`
 //! attributes next to the formatted text, for tests and for copying.
 
-use leptos::prelude::*;
-
 mod alive_at_oom;
 mod allocator;
 mod allocator_map;
@@ -22,6 +20,7 @@ mod findings;
 mod growth;
 mod ooms;
 mod overview;
+mod parts;
 mod rank_multiples;
 mod ranks;
 mod snapshot;
@@ -51,27 +50,3 @@ pub use statistics::Statistics;
 pub use step_chart::StepChart;
 pub use step_table::StepTable;
 pub use verdict::Verdict;
-
-pub(crate) fn opt_text(v: Option<String>) -> String {
-    v.unwrap_or_else(|| "-".to_owned())
-}
-
-pub(crate) fn opt_num<T: ToString>(v: Option<T>) -> String {
-    v.map(|x| x.to_string()).unwrap_or_default()
-}
-
-/// A titled list of lines `oomscope_analysis::render::summary` words for the terminal too;
-/// nothing when empty.
-#[component]
-pub(crate) fn Lines(id: &'static str, title: &'static str, lines: Vec<String>) -> impl IntoView {
-    if lines.is_empty() {
-        return ().into_any();
-    }
-    view! {
-        <section id=id>
-            <h2>{title}</h2>
-            <ul class="lines">{lines.into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}</ul>
-        </section>
-    }
-    .into_any()
-}

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use oomscope_analysis::Analysis;
 use oomscope_analysis::render::summary::{error_line, oom_line, titles};
 
-use super::SnapshotReport;
+use super::snapshot::SnapshotReport;
 use crate::load::NamedSnapshot;
 
 /// The memory snapshots a report attaches to its trace (by name), given as context: a slot each,

@@ -10,8 +10,10 @@ use oomscope_analysis::ranks::RankAnalysis;
 use oomscope_analysis::render::ranks::{node_of, rank_ended, rank_highest, rank_imbalance};
 use oomscope_format::units::{format_bytes, format_count};
 
+use super::findings::Findings;
+use super::parts::{opt_num, opt_text};
 use super::rank_multiples::RankMultiples;
-use super::{Findings, StageTable, opt_num, opt_text};
+use super::stage_table::StageTable;
 
 /// The ranks of a trace (`prefix` empty: `#ranks`, `#rank-table`, `#rank-select`, …) or of a
 /// job (`job-`: `#job-ranks`, `#job-rank-table`, …), so both can be on one page.

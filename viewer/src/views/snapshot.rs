@@ -20,8 +20,8 @@ use oomscope_snapshot::{site_of, stack_text};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
-use super::Findings;
 use super::allocator_map::AllocatorMap;
+use super::findings::Findings;
 use crate::chart::{PlotArea, Theme, frame, keep_drawn, tooltip};
 use crate::load::OpenSnapshot;
 

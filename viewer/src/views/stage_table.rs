@@ -8,7 +8,7 @@ use oomscope_format::units::{
 
 use oomscope_analysis::render::verdict::Spotlight;
 
-use super::{opt_num, opt_text};
+use super::parts::{opt_num, opt_text};
 
 /// The stage table of one metric, the numbers `collector summary` prints: the whole run's
 /// (`prefix` `stage`: `#stages`, `#stage-table`, `#stage-metric`) or one rank's (`rank-stage`).

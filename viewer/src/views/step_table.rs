@@ -15,7 +15,7 @@ use oomscope_format::{Phase, Trace};
 use crate::print::Printing;
 use crate::view_model::bytes_text;
 
-use super::{opt_num, opt_text};
+use super::parts::{opt_num, opt_text};
 
 /// Rows per page of the step table.
 const STEPS_PER_PAGE: usize = 25;
@@ -56,7 +56,7 @@ pub fn StepTable(
     if rows.is_empty() {
         return ().into_any();
     }
-    let label = metric.label(&trace);
+    let label = metric.label();
     let pages = rows.len().div_ceil(STEPS_PER_PAGE);
     let growth = analysis.largest_growth.clone();
     let opening = opening_row(&rows, &spotlight, &analysis);

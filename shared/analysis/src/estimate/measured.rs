@@ -9,7 +9,7 @@ use oomscope_format::ComponentBreakdown;
 use oomscope_format::units::MIB;
 use serde::Serialize;
 
-use super::{EstimateInput, Optimizer, Precision, estimate};
+use super::calculator::{EstimateInput, Optimizer, Precision, estimate};
 
 /// A difference under this share of the estimate (or under [`MIN_DIFFERENCE_BYTES`]) is
 /// agreement.

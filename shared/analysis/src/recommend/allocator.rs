@@ -1,6 +1,7 @@
 //! Rules about the caching allocator: fragmentation and retries, and memory outside it.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::oom::OomContext;
 use crate::overhead::OutsideAllocator;
 use crate::pressure::PressureReport;
@@ -331,7 +332,7 @@ mod tests {
         };
         assert!(find(&near.build(), FindingKind::Fragmentation).is_none());
         let no_allocator = Run {
-            snapshots: false,
+            allocator_stats: false,
             fragmentation_bytes: 20 * GIB,
             ..Run::default()
         };

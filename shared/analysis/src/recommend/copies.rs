@@ -3,7 +3,8 @@
 //! can move or shrink where the trained model cannot; a copy of the trained model is an EMA
 //! copy in all but name, and its usual cure differs from a frozen encoder's.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::peaks::{Peak, PeakComponents, breakdown_peak};
 use oomscope_format::NamedBytes;
 use oomscope_format::units::{format_bytes, format_percent};
@@ -104,7 +105,7 @@ impl Diagnose for ModelCopies {
                 other.name
             ));
         }
-        let pressed = d.peak.measure.is_device()
+        let pressed = !d.peak.measure.is_host()
             && d.components.activations_basis.is_some()
             && d.share >= 2.0 * COPIES_MIN_SHARE;
         finding(

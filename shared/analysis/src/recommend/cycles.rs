@@ -5,7 +5,8 @@
 //! out). The evidence: collections after which memory was lower (GC records), and the hooks'
 //! counts finding tensors only a cycle holds.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::peaks::breakdown_peak;
 use oomscope_format::units::{format_bytes, format_count, format_duration_us};
 use oomscope_format::{GcCollection, HeldTensors};

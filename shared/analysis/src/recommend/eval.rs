@@ -4,7 +4,8 @@
 //! "move it to the CPU" only for device memory, and outputs collected batch by batch named when
 //! the eval grew inside itself.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::leaks::GrowthFit;
 use crate::phases::PhaseTransition;
 use oomscope_format::units::{format_bytes, format_count};

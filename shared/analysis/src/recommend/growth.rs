@@ -1,7 +1,8 @@
 //! Rules about memory that does not come back step after step: per-step leaks (memory kept at
 //! evals is `eval.rs`'s).
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::leaks::{GrowthFit, LeakEvidence};
 use crate::metrics::MetricKey;
 use crate::trend::TimeTrend;

@@ -1,6 +1,7 @@
 //! Rule about host memory: near exhaustion, or the kernel's OOM killer.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::host::HostMemory;
 use crate::oom::OomContext;
 use oomscope_format::OomKind;
@@ -206,7 +207,7 @@ impl Diagnose for HostMemoryPressure {
         };
         // One request larger than all the host's memory is a shape or configuration bug (a size
         // taken from the wrong field), not a sign of too many workers or too big a batch.
-        let advice = match d.failed.and_then(super::impossible) {
+        let advice = match d.failed.and_then(super::impossible::impossible) {
             Some(_) => "no setting of workers or batch fits one request larger than the host: fix \
                         the shape that reaches it (see impossible-request)"
                 .to_owned(),

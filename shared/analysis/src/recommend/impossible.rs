@@ -6,7 +6,8 @@
 //! wrong. Saying "halve the batch" there sends the user the wrong way, so this finding is ranked
 //! before every other of its severity and the OOM findings point to it instead of advising.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::oom::OomContext;
 use oomscope_format::OomKind;
 use oomscope_format::units::{format_bytes, format_count};

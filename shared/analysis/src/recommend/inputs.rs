@@ -3,7 +3,8 @@
 //! cap or bucket the lengths, which is why this is told apart from a leak and from activations
 //! in general.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::inputs::InputPeak;
 use crate::leaks::LimitBasis;
 use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_percent};

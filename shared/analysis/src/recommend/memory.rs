@@ -3,8 +3,9 @@
 //! They share the memory model of [`crate::batch_fit`], so the batch the `oom` finding
 //! suggests is the batch `activations-dominate` and `batch-size` compute.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, LoopPart, RuleContext, Severity, finding};
+use super::rule::{Diagnose, LoopPart, RuleContext, finding};
 use crate::batch_fit::{BatchFit, BatchFitMethod, TrialSummary};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::oom::OomContext;
 use crate::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
 use oomscope_format::OomKind;
@@ -260,7 +261,7 @@ fn oom_explanation(oom: &OomContext) -> String {
 /// What to change, by the part of the loop that ran out: eval, the optimizer step, or the
 /// forward/backward pass (the batch that fits, when the memory model knows it).
 fn oom_change(d: &OutOfGpuMemory<'_>) -> String {
-    if super::impossible(d.first).is_some() {
+    if super::impossible::impossible(d.first).is_some() {
         return "no batch size fits one request larger than the GPU: fix the shape that reaches \
                 it (see impossible-request)"
             .to_owned();
@@ -829,7 +830,7 @@ mod tests {
         assert!(find(&near.build(), FindingKind::ActivationsDominate).is_none());
         // Process memory only: the remainder includes cache and context, so no claim is made.
         let no_allocator = Run {
-            snapshots: false,
+            allocator_stats: false,
             activations_bytes: 48 * GIB,
             ..Run::default()
         };

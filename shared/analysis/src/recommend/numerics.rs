@@ -3,7 +3,8 @@
 //! Not memory, but the same trace shows it, and a run that produces NaN wastes its GPU hours as
 //! surely as one that runs out of memory.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use oomscope_format::units::format_count;
 use oomscope_format::{GradientSummary, TensorStats};
 

@@ -2,7 +2,8 @@
 //! rank that failed first while the others waited or were stopped, and a node whose ranks all
 //! did the same heavy thing at once.
 
-use super::{Diagnose, Evidence, Finding, FindingKind, RuleContext, Severity, finding};
+use super::rule::{Diagnose, RuleContext, finding};
+use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::node::{NodeHostSpike, SpikeWhen};
 use crate::ranks::{FirstFailure, RankFate, StageImbalance, status_words};
 use oomscope_format::units::{format_bytes, format_duration_us};

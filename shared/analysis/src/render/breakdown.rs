@@ -71,7 +71,7 @@ pub fn breakdown_line(peak: &Peak) -> Option<String> {
             "activations and everything else on the GPU {}",
             format_bytes(a)
         ),
-        (None, _) if peak.measure.is_device() => {
+        (None, _) if !peak.measure.is_host() => {
             format!("the rest {}", format_bytes(rest))
         }
         (None, _) => match c.forward_rise_bytes.filter(|r| *r > 0) {

@@ -7,7 +7,7 @@
 
 use crate::Analysis;
 use crate::oom::OomContext;
-use crate::peaks::{Measure, breakdown_peak};
+use crate::peaks::{breakdown_peak, measured};
 use crate::render::breakdown::breakdown_line;
 use crate::render::headline;
 use crate::render::ranks::ranks;
@@ -19,7 +19,7 @@ use oomscope_format::units::{
     format_bytes, format_count, format_duration_us, format_percent, format_signed_bytes,
     format_signed_bytes_f64,
 };
-use oomscope_format::{HeldTensors, OomKind};
+use oomscope_format::{CounterKind, HeldTensors, OomKind};
 
 /// At most this many eval transitions are listed (the rest are counted).
 const MAX_TRANSITIONS: usize = 5;
@@ -204,9 +204,11 @@ fn peaks(out: &mut String, analysis: &Analysis) {
             ),
         );
     }
-    let host_peak = |m: Measure| analysis.peaks.iter().find(|p| p.measure == m);
-    if let (Some(rss), Some(pss)) = (host_peak(Measure::HostRss), host_peak(Measure::HostPss))
-        && let Some(shared) = shared_share(rss.bytes, pss.bytes)
+    let host_peak = |kind| analysis.peaks.iter().find(|p| p.measure == measured(kind));
+    if let (Some(rss), Some(pss)) = (
+        host_peak(CounterKind::HostRss),
+        host_peak(CounterKind::HostPss),
+    ) && let Some(shared) = shared_share(rss.bytes, pss.bytes)
     {
         wrap(
             out,

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use super::tag;
 use crate::error::EncodeError;
 use crate::model::{
-    AliveSite, AllocatorSnapshot, BatchTrial, ComponentBreakdown, Dropped, EvalAutograd,
-    ExitStatus, GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, Metadata, Name,
-    NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo,
-    ProcessMemory, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput,
-    TensorStats, TrialOutcome,
+    AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, Dropped, EvalAutograd, ExitStatus,
+    GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, Metadata, Name, NamedBytes,
+    Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory,
+    ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput, TensorStats,
+    TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -204,7 +204,7 @@ pub(super) fn decode_metadata(c: &mut Cursor<'_>) -> Result<Metadata, ReadError>
 // may flush the chunk, which must not see this record's time yet — then the body after its
 // time), and the decoder reading the same fields in the same order.
 
-// MARK: name id, step, epoch, phase, snapshot flag [+ 8 allocator values], then (1.2) the
+// MARK: name id, step, epoch, phase, allocator flag [+ 8 allocator values], then (1.2) the
 // sender's pid and rank as two optional values, written only when either is known.
 
 fn encode_mark(w: &mut impl RecordSink, m: &StageMark) -> Result<(), EncodeError> {
@@ -214,7 +214,7 @@ fn encode_mark(w: &mut impl RecordSink, m: &StageMark) -> Result<(), EncodeError
     put_u64(b, m.step);
     put_u64(b, u64::from(m.epoch));
     b.push(m.phase.code());
-    match &m.snapshot {
+    match &m.allocator {
         None => b.push(0),
         Some(s) => {
             b.push(1);
@@ -236,14 +236,14 @@ fn decode_mark(c: &mut Cursor<'_>, names: &Names) -> Result<StageMark, ReadError
     let step = c.u64()?;
     let epoch = c.u32()?;
     let phase = Phase::from_code(c.u8()?);
-    let snapshot = if c.u8()? == 0 {
+    let allocator = if c.u8()? == 0 {
         None
     } else {
         let mut values = [0u64; 8];
         for v in &mut values {
             *v = c.u64()?;
         }
-        Some(AllocatorSnapshot::from_values(values))
+        Some(AllocatorStats::from_values(values))
     };
     let (pid, rank) = if c.is_empty() {
         (None, None)
@@ -256,7 +256,7 @@ fn decode_mark(c: &mut Cursor<'_>, names: &Names) -> Result<StageMark, ReadError
         step,
         epoch,
         phase,
-        snapshot,
+        allocator,
         pid,
         rank,
     })

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::Name;
+use super::name::Name;
 
 /// The stages the zero-code hooks mark around `torch.save` (`PRE_SAVE`/`POST_SAVE` in
 /// `collector/python/oomscope/_hooks/save.py`; a test holds them equal): a checkpoint, not a

@@ -8,21 +8,17 @@
 //! Times are microseconds since the trace's start (`t_us`); the wall-clock start is
 //! [`Metadata::start_unix_ns`]. Memory is in bytes (`_bytes`).
 
-use std::sync::Arc;
-
 use serde::Serialize;
 
 mod hooks;
+mod name;
+
+pub use name::Name;
 
 pub use hooks::{
     CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldKind, HeldTensors, SavedSnapshot,
     StepInput,
 };
-
-/// A name in a record (a stage, a tensor, a dtype, a component): shared, so a name used by a
-/// hundred thousand marks is stored once. In the file names are interned in a string table; that
-/// table is a detail of [`crate::codec`] and never reaches the analysis.
-pub type Name = Arc<str>;
 
 /// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -84,16 +80,9 @@ pub enum CounterKind {
     GpuTotal,
     /// Device memory used by the watched process tree (NVML per-process query).
     ProcessGpu,
-    /// Caching allocator: bytes in live tensors.
-    AllocAllocated,
-    /// Caching allocator: bytes held in segments (what the allocator took from the device).
-    AllocReserved,
-    /// Caching allocator: bytes in active blocks.
-    AllocActive,
-    /// Caching allocator: peak of `AllocAllocated` since the last reset.
-    AllocPeakAllocated,
-    /// Caching allocator: peak of `AllocReserved` since the last reset.
-    AllocPeakReserved,
+    /// One of the caching allocator's quantities, sampled (a tch program recording itself reads
+    /// them at every tick; marks carry them as [`AllocatorStats`]).
+    Allocator(AllocatorQuantity),
     /// Resident set size of the watched process tree.
     HostRss,
     /// Host memory available (`MemAvailable`).
@@ -119,23 +108,26 @@ pub enum CounterKind {
 
 impl CounterKind {
     /// Every kind this version knows, in code order.
-    pub const KNOWN: [CounterKind; 16] = [
+    pub const KNOWN: [CounterKind; 19] = [
         CounterKind::GpuUsed,
         CounterKind::GpuFree,
         CounterKind::GpuReserved,
         CounterKind::GpuTotal,
         CounterKind::ProcessGpu,
-        CounterKind::AllocAllocated,
-        CounterKind::AllocReserved,
-        CounterKind::AllocActive,
-        CounterKind::AllocPeakAllocated,
-        CounterKind::AllocPeakReserved,
+        CounterKind::Allocator(AllocatorQuantity::Allocated),
+        CounterKind::Allocator(AllocatorQuantity::Reserved),
+        CounterKind::Allocator(AllocatorQuantity::Active),
+        CounterKind::Allocator(AllocatorQuantity::PeakAllocated),
+        CounterKind::Allocator(AllocatorQuantity::PeakReserved),
         CounterKind::HostRss,
         CounterKind::HostAvailable,
         CounterKind::HostPss,
         CounterKind::PidRss,
         CounterKind::PidGpu,
         CounterKind::HostRssFile,
+        CounterKind::Allocator(AllocatorQuantity::InactiveSplit),
+        CounterKind::Allocator(AllocatorQuantity::AllocRetries),
+        CounterKind::Allocator(AllocatorQuantity::Ooms),
     ];
 
     /// The stable numeric code written to the trace.
@@ -146,11 +138,7 @@ impl CounterKind {
             CounterKind::GpuReserved => 3,
             CounterKind::GpuTotal => 4,
             CounterKind::ProcessGpu => 5,
-            CounterKind::AllocAllocated => 6,
-            CounterKind::AllocReserved => 7,
-            CounterKind::AllocActive => 8,
-            CounterKind::AllocPeakAllocated => 9,
-            CounterKind::AllocPeakReserved => 10,
+            CounterKind::Allocator(q) => q.counter_code(),
             CounterKind::HostRss => 11,
             CounterKind::HostAvailable => 12,
             CounterKind::HostPss => 13,
@@ -172,8 +160,8 @@ impl CounterKind {
     /// The standard name of this kind's counter on `device` (`gpu0.used`, `host.rss`,
     /// `gpu0.allocator.reserved`): the one name every writer declares (the collector, the tch
     /// `Session`, the simulator, tests), so the CSV header, the viewer's legend and the findings
-    /// say the same thing. Allocator counters are `allocator.*`, apart from the mark snapshot's
-    /// `allocated`/`reserved` metrics.
+    /// say the same thing. Allocator counters are `allocator.*`, apart from the metrics read from
+    /// the marks' allocator statistics (`allocated`, `reserved`).
     pub fn counter_name(self, device: Option<u32>) -> String {
         let field = match self {
             CounterKind::GpuUsed => "used",
@@ -181,11 +169,12 @@ impl CounterKind {
             CounterKind::GpuReserved => "driver_reserved",
             CounterKind::GpuTotal => "total",
             CounterKind::ProcessGpu => "process",
-            CounterKind::AllocAllocated => "allocator.allocated",
-            CounterKind::AllocReserved => "allocator.reserved",
-            CounterKind::AllocActive => "allocator.active",
-            CounterKind::AllocPeakAllocated => "allocator.peak_allocated",
-            CounterKind::AllocPeakReserved => "allocator.peak_reserved",
+            CounterKind::Allocator(q) => {
+                return match device {
+                    Some(d) => format!("gpu{d}.allocator.{}", q.label()),
+                    None => format!("gpu.allocator.{}", q.label()),
+                };
+            }
             CounterKind::HostRss => return "host.rss".to_owned(),
             CounterKind::HostAvailable => return "host.available".to_owned(),
             CounterKind::HostPss => return "host.pss".to_owned(),
@@ -226,11 +215,7 @@ impl CounterKind {
             CounterKind::GpuReserved => "gpu_reserved",
             CounterKind::GpuTotal => "gpu_total",
             CounterKind::ProcessGpu => "process_gpu",
-            CounterKind::AllocAllocated => "allocated",
-            CounterKind::AllocReserved => "reserved",
-            CounterKind::AllocActive => "active",
-            CounterKind::AllocPeakAllocated => "peak_allocated",
-            CounterKind::AllocPeakReserved => "peak_reserved",
+            CounterKind::Allocator(q) => q.label(),
             CounterKind::HostRss => "host_rss",
             CounterKind::HostAvailable => "host_available",
             CounterKind::HostPss => "host_pss",
@@ -483,9 +468,109 @@ impl Phase {
     }
 }
 
-/// The CUDA caching allocator's own statistics at one instant (libtorch `getDeviceStats`).
+/// One of the CUDA caching allocator's own quantities (libtorch `getDeviceStats`), however it
+/// was read: at a mark ([`AllocatorStats`], the MARK record) or sampled
+/// ([`CounterKind::Allocator`]). The one vocabulary of the allocator's memory: the analysis
+/// names a metric read from marks by it, the counters and the protocol's fields by its words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllocatorQuantity {
+    /// Bytes in live tensors.
+    Allocated,
+    /// Bytes in segments the allocator holds (what it took from the device).
+    Reserved,
+    /// Bytes in active blocks (allocated plus blocks waiting on streams).
+    Active,
+    /// Bytes in inactive, split blocks: fragmentation that cannot serve large requests.
+    InactiveSplit,
+    /// Peak allocated since the last peak reset.
+    PeakAllocated,
+    /// Peak reserved since the last peak reset.
+    PeakReserved,
+    /// Times the allocator freed its cache and retried an allocation (a sign of pressure).
+    AllocRetries,
+    /// Out-of-memory errors the allocator has raised.
+    Ooms,
+}
+
+impl AllocatorQuantity {
+    /// Every quantity, in the order of the MARK record (FORMAT.md), the marker protocol and the
+    /// CSV export.
+    pub const ALL: [AllocatorQuantity; 8] = [
+        AllocatorQuantity::Allocated,
+        AllocatorQuantity::Reserved,
+        AllocatorQuantity::Active,
+        AllocatorQuantity::InactiveSplit,
+        AllocatorQuantity::PeakAllocated,
+        AllocatorQuantity::PeakReserved,
+        AllocatorQuantity::AllocRetries,
+        AllocatorQuantity::Ooms,
+    ];
+
+    /// Its field in the protocol and the CSV export (`allocated_bytes`, `num_ooms`).
+    pub const fn field_name(self) -> &'static str {
+        match self {
+            AllocatorQuantity::Allocated => "allocated_bytes",
+            AllocatorQuantity::Reserved => "reserved_bytes",
+            AllocatorQuantity::Active => "active_bytes",
+            AllocatorQuantity::InactiveSplit => "inactive_split_bytes",
+            AllocatorQuantity::PeakAllocated => "peak_allocated_bytes",
+            AllocatorQuantity::PeakReserved => "peak_reserved_bytes",
+            AllocatorQuantity::AllocRetries => "num_alloc_retries",
+            AllocatorQuantity::Ooms => "num_ooms",
+        }
+    }
+
+    /// Its label as a metric and a counter's last word (`allocated`, `peak_reserved`).
+    pub const fn label(self) -> &'static str {
+        match self {
+            AllocatorQuantity::Allocated => "allocated",
+            AllocatorQuantity::Reserved => "reserved",
+            AllocatorQuantity::Active => "active",
+            AllocatorQuantity::InactiveSplit => "inactive_split",
+            AllocatorQuantity::PeakAllocated => "peak_allocated",
+            AllocatorQuantity::PeakReserved => "peak_reserved",
+            AllocatorQuantity::AllocRetries => "num_alloc_retries",
+            AllocatorQuantity::Ooms => "num_ooms",
+        }
+    }
+
+    /// Whether it is bytes (else a count of events).
+    pub fn is_bytes(self) -> bool {
+        !matches!(
+            self,
+            AllocatorQuantity::AllocRetries | AllocatorQuantity::Ooms
+        )
+    }
+
+    /// The quantity whose running peak this is (`PeakAllocated` is allocated's), else itself.
+    pub fn peak_of(self) -> AllocatorQuantity {
+        match self {
+            AllocatorQuantity::PeakAllocated => AllocatorQuantity::Allocated,
+            AllocatorQuantity::PeakReserved => AllocatorQuantity::Reserved,
+            other => other,
+        }
+    }
+
+    /// Its counter's code (COUNTER's `kind`): 6–10 since v1.0, 17–19 since v1.11.
+    const fn counter_code(self) -> u16 {
+        match self {
+            AllocatorQuantity::Allocated => 6,
+            AllocatorQuantity::Reserved => 7,
+            AllocatorQuantity::Active => 8,
+            AllocatorQuantity::PeakAllocated => 9,
+            AllocatorQuantity::PeakReserved => 10,
+            AllocatorQuantity::InactiveSplit => 17,
+            AllocatorQuantity::AllocRetries => 18,
+            AllocatorQuantity::Ooms => 19,
+        }
+    }
+}
+
+/// The CUDA caching allocator's own statistics at one instant (libtorch `getDeviceStats`): every
+/// [`AllocatorQuantity`], as a mark carries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct AllocatorSnapshot {
+pub struct AllocatorStats {
     /// Bytes in live tensors.
     pub allocated_bytes: u64,
     /// Bytes in segments the allocator holds.
@@ -504,37 +589,40 @@ pub struct AllocatorSnapshot {
     pub num_ooms: u64,
 }
 
-impl AllocatorSnapshot {
-    /// The fields' names, in the order of the MARK record (FORMAT.md), the marker protocol and
-    /// the CSV export: one list, so the four can never disagree.
-    pub const FIELD_NAMES: [&'static str; 8] = [
-        "allocated_bytes",
-        "reserved_bytes",
-        "active_bytes",
-        "inactive_split_bytes",
-        "peak_allocated_bytes",
-        "peak_reserved_bytes",
-        "num_alloc_retries",
-        "num_ooms",
-    ];
+impl AllocatorStats {
+    /// The fields' names, in [`AllocatorQuantity::ALL`] order.
+    pub const FIELD_NAMES: [&'static str; 8] = {
+        let mut names = [""; 8];
+        let mut i = 0;
+        while i < 8 {
+            names[i] = AllocatorQuantity::ALL[i].field_name();
+            i += 1;
+        }
+        names
+    };
 
-    /// The fields' values, in [`AllocatorSnapshot::FIELD_NAMES`] order.
-    pub fn values(&self) -> [u64; 8] {
-        [
-            self.allocated_bytes,
-            self.reserved_bytes,
-            self.active_bytes,
-            self.inactive_split_bytes,
-            self.peak_allocated_bytes,
-            self.peak_reserved_bytes,
-            self.num_alloc_retries,
-            self.num_ooms,
-        ]
+    /// One quantity.
+    pub fn get(&self, quantity: AllocatorQuantity) -> u64 {
+        match quantity {
+            AllocatorQuantity::Allocated => self.allocated_bytes,
+            AllocatorQuantity::Reserved => self.reserved_bytes,
+            AllocatorQuantity::Active => self.active_bytes,
+            AllocatorQuantity::InactiveSplit => self.inactive_split_bytes,
+            AllocatorQuantity::PeakAllocated => self.peak_allocated_bytes,
+            AllocatorQuantity::PeakReserved => self.peak_reserved_bytes,
+            AllocatorQuantity::AllocRetries => self.num_alloc_retries,
+            AllocatorQuantity::Ooms => self.num_ooms,
+        }
     }
 
-    /// A snapshot from values in [`AllocatorSnapshot::FIELD_NAMES`] order.
-    pub fn from_values(v: [u64; 8]) -> AllocatorSnapshot {
-        AllocatorSnapshot {
+    /// The values, in [`AllocatorQuantity::ALL`] order.
+    pub fn values(&self) -> [u64; 8] {
+        AllocatorQuantity::ALL.map(|q| self.get(q))
+    }
+
+    /// Statistics from values in [`AllocatorQuantity::ALL`] order.
+    pub fn from_values(v: [u64; 8]) -> AllocatorStats {
+        AllocatorStats {
             allocated_bytes: v[0],
             reserved_bytes: v[1],
             active_bytes: v[2],
@@ -560,8 +648,8 @@ pub struct StageMark {
     pub epoch: u32,
     /// Train or eval.
     pub phase: Phase,
-    /// Allocator statistics taken at the mark, when the program could read them.
-    pub snapshot: Option<AllocatorSnapshot>,
+    /// The caching allocator's statistics at the mark, when the program could read them.
+    pub allocator: Option<AllocatorStats>,
     /// The process that sent the mark, when it said: several processes can share one
     /// collector (torchrun's workers under one `collector run`).
     pub pid: Option<u32>,

@@ -1,5 +1,6 @@
 //! The marker socket: a Unix datagram socket in a private directory, drained by the sampler
-//! thread between ticks (so that a reading can be taken the moment a mark arrives).
+//! thread between ticks through the [`super::Inbox`] (so that a reading can be taken the moment
+//! a mark arrives).
 //!
 //! The directory is created with mode 0700 and the socket chmod-ed to 0600, so only the user who
 //! runs the collector can send marks. The receive buffer is enlarged so that bursts of marks are
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use super::shared_state::{Pending, RunState};
+use crate::run::shared_state::RunState;
 use oomscope_format::protocol::{Message, parse_datagram};
 
 /// Kernel receive buffer asked for (the kernel may cap it at `net.core.rmem_max`).
@@ -167,19 +168,6 @@ impl MarkerSocket {
                 .fetch_add(rejected as u64, Ordering::Relaxed);
         }
         messages
-    }
-
-    /// Hands a message to the recorder (through [`RunState::pending`], behind the reading taken
-    /// for it), stamped `t_us` and with its sender's pid; what does not fit is counted.
-    pub fn forward_one(message: Box<Message>, t_us: u64, sender: Option<u32>, state: &RunState) {
-        let item = Pending::Message {
-            t_us,
-            message,
-            sender,
-        };
-        if !state.pending.push(item) {
-            state.dropped_messages.fetch_add(1, Ordering::Relaxed);
-        }
     }
 }
 

@@ -1,0 +1,341 @@
+//! The one entry point: [`analyze`] a trace into an [`Analysis`], every analysis computed once
+//! from the marks' values ([`MarkValues`]) and the rules run on the result. A trace of several
+//! ranks is analysed whole (the lowest rank's marks) and rank by rank, each rank's view as any
+//! trace ([`rank_own`]).
+
+use crate::analysis::{
+    Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, Overview,
+};
+use crate::marks::StageIndex;
+use crate::metrics::MarkValues;
+use crate::peaks::{Peak, PeakSource};
+use crate::recommend::RuleContext;
+use crate::stages::StageTableOptions;
+use crate::{
+    batch_fit, estimate, host, inputs, leaks, node, oom, overhead, peaks, phases, pressure,
+    rank_views, ranks, recommend, stage_breakdown, stages, trend, workers,
+};
+use oomscope_format::Trace;
+
+/// Analyses a trace. A trace of several ranks is analysed as a whole with the lowest rank's
+/// marks (one process's stages), and rank by rank ([`Analysis::ranks`]).
+pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
+    let ranks = rank_views::ranks_of(trace);
+    if ranks.len() >= 2
+        && let Some(marks) = rank_views::lowest_rank_marks(trace, &ranks)
+    {
+        let whole = Trace {
+            marks,
+            ..trace.clone()
+        };
+        let mut compared = ranks::compare_ranks(ranks::summarize(trace, "", 0, &|view| {
+            rank_own(view, options)
+        }));
+        compared
+            .node_spikes
+            .extend(node::node_host_spike(trace, &ranks, "", 0));
+        let mut analysis = analyze_one(&whole, options, Some(compared));
+        // The overview counts what the trace holds: every rank's marks.
+        let (marks, steps) = (trace.marks.len(), mark_steps(trace));
+        let o = &mut analysis.overview;
+        (o.marks, o.steps) = (marks, steps.len());
+        (o.first_step, o.last_step) = (steps.first().copied(), steps.last().copied());
+        return analysis;
+    }
+    analyze_one(trace, options, None)
+}
+
+/// A rank's view analysed as any trace: what it adds to the rank's summary.
+pub fn rank_own(view: &Trace, options: &AnalysisOptions) -> ranks::RankOwn {
+    analyze(view, options).into_rank_own()
+}
+
+/// Analyses one process's trace (with its ranks compared, when it holds several): the rules
+/// run once, on everything.
+fn analyze_one(
+    trace: &Trace,
+    options: &AnalysisOptions,
+    ranks: Option<ranks::RankAnalysis>,
+) -> Analysis {
+    let values = MarkValues::new(trace);
+    let stages = StageIndex::new(trace);
+    let peaks = peaks::peaks(trace, &values);
+    let stage_options = StageTableOptions {
+        baseline_mark: options.baseline_mark,
+    };
+    let leak_fits = leaks::leak_fits(trace, &values, &stages, options.leak_min_steps);
+    // With the primary metric leaking, "peak − model state" is activations plus leaked memory,
+    // so a per-sample cost derived from it would be wrong; batch trials measure it directly.
+    let primary_leaks = values.primary().is_some_and(|p| {
+        leak_fits
+            .iter()
+            .any(|f| f.is_leak && f.metric == values.key(p))
+    });
+    let batch_fit = batch_fit::batch_fit(trace, &peaks, options.batch_margin)
+        .filter(|f| f.method == batch_fit::BatchFitMethod::Trials || !primary_leaks);
+    let mut held = trace.held.clone();
+    held.sort_by_key(|h| std::cmp::Reverse((h.bytes, h.count)));
+    // The breakdown at the peak (else the last one) beside the estimate for the same model.
+    let against_estimate = peaks::breakdown_peak(&peaks)
+        .and_then(|p| p.components.as_ref())
+        .map(|c| &c.breakdown)
+        .or_else(|| trace.components.last())
+        .and_then(estimate::against_estimate);
+    let mut analysis = Analysis {
+        overview: overview(trace, &values, &peaks),
+        held,
+        gc: trace.gc.clone(),
+        stage_table: stages::stage_table(trace, &values, &stages, &stage_options),
+        largest_growth: stages::largest_growth(trace, &values),
+        input_peak: inputs::input_peak(trace, &values),
+        leak_fits,
+        time_trends: trend::time_trends(trace),
+        growing_workers: workers::growing_workers(trace),
+        pressure: pressure::pressure(trace),
+        outside_allocator: overhead::outside_allocator(trace, &values),
+        host_memory: host::host_memory(trace),
+        phase_transitions: phases::phase_transitions(trace, &values),
+        ooms: oom::oom_contexts(trace),
+        batch_fit,
+        batch_trials: batch_fit::trial_summary(trace),
+        against_estimate,
+        stage_breakdown: stage_breakdown::stage_breakdown(trace, &values),
+        peaks,
+        ranks,
+        findings: Vec::new(),
+    };
+    analysis.findings = recommend::findings(&RuleContext {
+        trace,
+        analysis: &analysis,
+        options,
+    });
+    analysis
+}
+
+/// The distinct steps of the marks, sorted.
+fn mark_steps(trace: &Trace) -> Vec<u64> {
+    let mut steps: Vec<u64> = trace.marks.iter().map(|m| m.step).collect();
+    steps.sort_unstable();
+    steps.dedup();
+    steps
+}
+
+/// The overview block.
+fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
+    let meta = &trace.metadata;
+    let steps = mark_steps(trace);
+    let mut dropped: Vec<DroppedSummary> = Vec::new();
+    for d in &trace.dropped {
+        match dropped.iter_mut().find(|x| x.record_tag == d.record_tag) {
+            Some(x) => x.count = x.count.saturating_add(d.count),
+            None => dropped.push(DroppedSummary {
+                record_tag: d.record_tag,
+                count: d.count,
+            }),
+        }
+    }
+    dropped.sort_by_key(|d| d.record_tag);
+    Overview {
+        command: meta.command.join(" "),
+        host: meta.host.clone(),
+        pid: meta.pid,
+        rank: meta.rank,
+        world_size: meta.world_size,
+        collector_version: meta.collector_version.clone(),
+        gpus: meta
+            .gpus
+            .iter()
+            .map(|g| GpuSummary {
+                index: g.index,
+                name: g.name.clone(),
+                total_memory_bytes: g.total_memory_bytes,
+            })
+            .collect(),
+        duration_us: trace.duration_us(),
+        samples: trace.samples.len(),
+        marks: trace.marks.len(),
+        steps: steps.len(),
+        first_step: steps.first().copied(),
+        last_step: steps.last().copied(),
+        primary_metric: values.primary().map(|p| values.key(p)),
+        exit: trace.exit.map(|e| ExitSummary {
+            t_us: e.t_us,
+            status: e.status,
+            probable_host_oom: e.probable_host_oom,
+        }),
+        ended_cleanly: trace.end_us.is_some(),
+        dropped_total: dropped.iter().map(|d| d.count).fold(0, u64::saturating_add),
+        dropped,
+        counter_peaks: peaks
+            .iter()
+            .filter(|p| p.source == PeakSource::Counter)
+            .map(|p| CounterPeak {
+                label: p.metric,
+                bytes: p.bytes,
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::MetricKey;
+    use crate::recommend::FindingKind;
+    use oomscope_format::units::{GIB, MIB};
+    use oomscope_format::{Dropped, ExitStatus, Phase};
+    use oomscope_testkit::run::Run;
+
+    #[test]
+    fn overview_of_a_run() {
+        let mut trace = Run::default().build();
+        trace.metadata.rank = Some(3);
+        trace.metadata.world_size = Some(8);
+        for (tag, count) in [(3, 10), (5, 1), (3, 2)] {
+            trace.dropped.push(Dropped {
+                t_us: 0,
+                record_tag: tag,
+                count,
+            });
+        }
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        let o = &analysis.overview;
+        assert_eq!(o.command, "python train.py");
+        assert_eq!(
+            (o.host.as_str(), o.pid, o.rank, o.world_size),
+            ("gpu-node-7", 4242, Some(3), Some(8))
+        );
+        assert_eq!(o.gpus[0].total_memory_bytes, 80 * GIB);
+        assert_eq!((o.samples, o.marks, o.steps), (240, 240, 60));
+        assert_eq!((o.first_step, o.last_step), (Some(0), Some(59)));
+        assert_eq!(
+            o.primary_metric.map(MetricKey::label).as_deref(),
+            Some("allocated")
+        );
+        assert_eq!(o.exit.unwrap().status, ExitStatus::Code(0));
+        assert!(o.ended_cleanly);
+        assert_eq!(o.dropped_total, 13);
+        assert_eq!(
+            o.dropped,
+            [
+                DroppedSummary {
+                    record_tag: 3,
+                    count: 12
+                },
+                DroppedSummary {
+                    record_tag: 5,
+                    count: 1
+                }
+            ]
+        );
+        let labels: Vec<String> = o.counter_peaks.iter().map(|p| p.label.label()).collect();
+        assert_eq!(labels, ["gpu0.used", "gpu0.process", "host.rss"]);
+        assert_eq!(o.duration_us, trace.duration_us());
+    }
+
+    #[test]
+    fn options_reach_the_analyses() {
+        let trace = Run {
+            steps: 7,
+            leak_bytes_per_step: 200 * MIB,
+            ..Run::default()
+        }
+        .build();
+        let defaults = analyze(&trace, &AnalysisOptions::default());
+        assert!(
+            defaults.leaks().next().is_none(),
+            "7 steps are under the default 20 and the short-run 8"
+        );
+        assert!(defaults.stage_table.baseline.is_none());
+        let options = AnalysisOptions {
+            baseline_mark: Some(0),
+            leak_min_steps: 5,
+            batch_margin: 0.5,
+        };
+        let tuned = analyze(&trace, &options);
+        assert!(tuned.leaks().next().is_some());
+        assert_eq!(tuned.stage_table.baseline.as_ref().unwrap().mark_index, 0);
+        assert_eq!(
+            tuned
+                .findings
+                .iter()
+                .filter(|f| f.kind == FindingKind::Leak)
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn empty_trace_analyses_to_nothing() {
+        let analysis = analyze(&Trace::default(), &AnalysisOptions::default());
+        assert!(analysis.peaks.is_empty());
+        assert!(analysis.stage_table.rows.is_empty());
+        assert!(analysis.largest_growth.is_none());
+        assert!(analysis.leak_fits.is_empty());
+        assert!(analysis.pressure.is_none());
+        assert!(analysis.ooms.is_empty());
+        assert!(analysis.batch_fit.is_none());
+        assert!(analysis.findings.is_empty());
+        assert!(!analysis.overview.ended_cleanly);
+    }
+
+    #[test]
+    fn unknown_phase_marks_count_as_training() {
+        let mut trace = Run {
+            steps: 40,
+            leak_bytes_per_step: 100 * MIB,
+            ..Run::default()
+        }
+        .build();
+        for mark in &mut trace.marks {
+            mark.phase = Phase::Unknown;
+        }
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        assert!(analysis.leaks().next().is_some());
+    }
+
+    /// 10 000 steps × 5 stages = 50 000 marks with allocator statistics, and 3.6 M sample rows × 7 counters
+    /// (an hour at 1 kHz). Run with `cargo test --release -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "builds a 3.6 M-row trace; run in release"]
+    #[allow(clippy::print_stdout)] // reports the timing it measured
+    fn large_trace_analysis_is_fast() {
+        let run = Run {
+            steps: 10_000,
+            step_us: 360_000,
+            stages: vec![
+                "pre_forward",
+                "post_forward",
+                "pre_backward",
+                "post_backward",
+                "post_optimizer_step",
+            ],
+            samples_per_mark: 72,
+            allocator_counters: true,
+            leak_bytes_per_step: MIB / 4,
+            eval_every: Some(2_500),
+            eval_jump_bytes: GIB,
+            ..Run::default()
+        };
+        let build = std::time::Instant::now();
+        let trace = run.build();
+        let build_time = build.elapsed();
+        assert_eq!(trace.samples.len(), 72 * 50_012);
+        assert_eq!(trace.counters.len(), 7);
+        let start = std::time::Instant::now();
+        let analysis = analyze(&trace, &AnalysisOptions::default());
+        let elapsed = start.elapsed();
+        println!(
+            "built in {build_time:?}; analysed {} rows × {} counters and {} marks in {elapsed:?}",
+            trace.samples.len(),
+            trace.counters.len(),
+            trace.marks.len()
+        );
+        assert_eq!(analysis.overview.marks, 50_012);
+        assert!(analysis.leaks().next().is_some());
+        assert_eq!(analysis.phase_transitions.len(), 4);
+        if !cfg!(debug_assertions) {
+            assert!(elapsed.as_millis() <= 300, "analysis took {elapsed:?}");
+        }
+    }
+}
