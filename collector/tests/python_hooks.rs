@@ -12,7 +12,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Output;
+use std::process::{Command, Output};
 
 use oomscope_analysis::node::SpikeWhen;
 use oomscope_analysis::recommend::FindingKind;
@@ -181,6 +181,48 @@ fn torch_compile_in_both_forms_keeps_every_mark_and_adds_no_warning() {
         let err = program_stderr(&out);
         assert!(!err.contains("global hooks"), "{form}: {err}");
         assert!(!err.contains("graph break"), "{form}: {err}");
+    }
+}
+
+#[test]
+fn a_compiled_model_compiles_as_often_as_without_the_collector() {
+    // A compiled model whose batch shape changes once, with evals (train()/eval() switches) or
+    // without: Dynamo compiles the same frames under the collector as without it. (The hooks
+    // once swapped the global forward hooks for the model's own at the ninth forward and back at
+    // each train()/eval(): a guard on their number failed, 5 and 10 frames for 2 and 4.)
+    let s = Scratch::new("zc-compile-count");
+    let py = torch_python();
+    for form in ["wrap", "method"] {
+        for evals in ["0", "4"] {
+            let cmd = [
+                py.to_str().unwrap(),
+                &program("compiled_loop.py"),
+                "--form",
+                form,
+                "--eval-every",
+                evals,
+            ];
+            let plain = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+            assert!(plain.status.success(), "{}", stderr(&plain));
+            let (out, t) = record(&s, &[], &cmd);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{form} {evals}: {}",
+                stderr(&out)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&plain.stdout),
+                "{form}, evals every {evals}: the frames Dynamo compiled"
+            );
+            // Every forward still marked, once.
+            let forwards = if evals == "0" { 24 } else { 24 + 6 };
+            for stage in ["pre_forward", "post_forward"] {
+                let n = t.marks.iter().filter(|m| m.name.as_ref() == stage).count();
+                assert_eq!(n, forwards, "{form} {evals} {stage}");
+            }
+        }
     }
 }
 
@@ -1414,7 +1456,7 @@ fn a_ctrl_c_during_backward_reads_as_without_the_collector() {
 
 /// Sets SIGINT's disposition for the spawned process: the default, or ignored (how a background
 /// job of a non-interactive shell starts; the test suite itself may have been started so).
-fn sigint_disposition(c: &mut std::process::Command, ignored: bool) {
+fn sigint_disposition(c: &mut Command, ignored: bool) {
     use std::os::unix::process::CommandExt;
     // SAFETY: signal(2) is async-signal-safe, called between fork and exec.
     unsafe {
@@ -1446,7 +1488,7 @@ fn with_sigint(s: &Scratch, cmd: &[&str], ignored: bool) -> (Output, Trace) {
 
 /// `plain`, with SIGINT's disposition set.
 fn plain_with_sigint(cmd: &[&str], ignored: bool) -> Output {
-    let mut c = std::process::Command::new(cmd[0]);
+    let mut c = Command::new(cmd[0]);
     c.args(&cmd[1..])
         .env("OMP_NUM_THREADS", "1")
         .env("PYTHONUNBUFFERED", "1");

@@ -73,7 +73,7 @@ def fw_pre(module, args, kwargs=None):
             return None
         fwd = S.fwd
         if fwd.depth:
-            if id(module) != fwd.outer_module:
+            if id(module) != fwd.outer_module or fwd.wrapping == id(module):
                 fwd.depth += 1
                 if S.inputs.pending:
                     take_input(args)

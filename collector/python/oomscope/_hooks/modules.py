@@ -4,9 +4,12 @@
   `copy.deepcopy(model)` for an EMA copy, pickling);
 - `torch.jit.script` / `trace`: TorchScript compiles a module's own hooks (ours hold try/except,
   which it cannot), so the global hooks (which it does not see) come back first;
-- `torch.compile` / `module.compile()`: a compiled graph guards on the hooks in place, so from
-  the first compiled call on they stay as they are; `module.compile()` compiles `_call_impl`,
-  hooks included, so ours run eagerly around the compiled call instead;
+- `torch.compile` / `module.compile()`: a compiled graph guards on the hooks in place (the number
+  of global forward hooks, a module's own), and a change compiles it again: from the program's
+  first compile on, the hooks stay as they are (`S.fwd.frozen_hooks`). A model compiled after the
+  hooks moved to the roots becomes a root itself first (the wrapper `torch.compile` returns runs
+  eagerly; what it wraps is traced, where our hooks do nothing). `module.compile()` compiles
+  `_call_impl`, hooks included, so ours run eagerly around the compiled call instead;
 - the registry: every module made from now on, kept weakly, so that the breakdown finds the
   models without a pass over every object the garbage collector tracks (~40-80 ms with torch
   loaded): a module a submodule is assigned to, and that submodule (torch's global registration
@@ -16,8 +19,8 @@
 
 import weakref
 
-from oomscope._hooks.errors import interrupted, replace
-from oomscope._hooks.forward import fw_post, fw_pre, search
+from oomscope._hooks.errors import interrupted, ours, replace
+from oomscope._hooks.forward import fw_post, fw_pre, roots_only, search
 from oomscope._hooks.memory import known_modules
 from oomscope._hooks.state import S
 
@@ -96,22 +99,98 @@ def patch_compile():
                 inner = self._compiled_call_impl
                 if inner is not None:
                     self._compiled_call_impl = _eager_hooks_around(self, inner)
+                _freeze(None)
+            except BaseException as e:
+                interrupted(e)
+            return result
+        return compile
+
+    def make_function(original):
+        def compile(*args, **kwargs):
+            result = original(*args, **kwargs)
+            try:
+                _freeze(result)
             except BaseException as e:
                 interrupted(e)
             return result
         return compile
 
     replace(torch.nn.Module, "compile", make_method)
+    replace(torch, "compile", make_function)
+
+
+def _freeze(compiled):
+    """The program compiles: the hooks stay as they are from now on, and Dynamo never compiles
+    them as frames of their own. A compiled module (the wrapper `torch.compile` returned) is made
+    a root first when the hooks are on the roots already, so that its forwards are still
+    marked."""
+    fwd = S.fwd
+    if fwd.frozen_hooks:
+        return
+    _run_eagerly()
+    if fwd.mode == "roots" and isinstance(compiled, S.torch.nn.Module) and \
+            not any(r() is compiled for r in fwd.roots):
+        fwd.roots.append(weakref.ref(compiled))
+        roots_only()
+    fwd.frozen_hooks = True
+
+
+def _run_eagerly():
+    """Every frame of ours as plain Python under Dynamo. `module.compile()` compiles
+    `_call_impl`, which Dynamo skips (torch's own file) while compiling every frame it calls that
+    is not torch's, our global forward hooks among them: frames the program never compiled
+    without us. So each function of the package, and everything it calls, runs uncompiled (where
+    Dynamo traces a hook inline, inside the program's graph, it still does: the hook does nothing
+    there, `torch.compiler.is_compiling()`)."""
+    try:
+        from torch._C._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except BaseException:
+        return  # an older torch: its compiled frames are what they were
+    skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    for code in _our_code():
+        set_code_exec_strategy(code, skip)
+
+
+def _our_code():
+    """The code objects of every function of the `oomscope` package (nested ones included)."""
+    import sys
+    import types
+
+    seen = set()
+    todo = []
+    for name, module in list(sys.modules.items()):
+        if name != "oomscope" and not name.startswith("oomscope."):
+            continue
+        for value in list(vars(module).values()):
+            for item in [value] + (list(vars(value).values()) if isinstance(value, type) else []):
+                item = getattr(item, "__func__", item)
+                code = getattr(item, "__code__", None)
+                if isinstance(code, types.CodeType) and ours(code.co_filename):
+                    todo.append(code)
+    while todo:
+        code = todo.pop()
+        if code in seen:
+            continue
+        seen.add(code)
+        todo.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return seen
 
 
 def _eager_hooks_around(module, inner):
+    """`module.compile()`'s compiled call, with our forward hooks run eagerly around it (the
+    module's own hooks inside it see a call within this one)."""
     def call(*args, **kwargs):
         fw_pre(module, args, kwargs)
+        fwd = S.fwd
+        outer, fwd.wrapping = fwd.wrapping, id(module)
         try:
             out = inner(*args, **kwargs)
         except BaseException:
+            fwd.wrapping = outer
             fw_post(module, args, None)
             raise
+        fwd.wrapping = outer
         fw_post(module, args, out)
         return out
     return call

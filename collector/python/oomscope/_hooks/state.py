@@ -13,7 +13,7 @@ class Forward:
 
     __slots__ = ("depth", "outer_emits", "outer_phase", "outer_frozen", "outer_module",
                  "outer_exc", "in_train_call", "roots", "since_new_root", "mode",
-                 "global_handles", "root_handles", "root_hook_ids", "frozen_hooks")
+                 "global_handles", "root_handles", "root_hook_ids", "frozen_hooks", "wrapping")
 
     def __init__(self):
         self.depth = 0
@@ -33,6 +33,9 @@ class Forward:
         self.root_hook_ids = {}  # id(root module) -> ids of our hooks on it
         # Whether the hooks in place stay as they are: a compiled graph guards on them.
         self.frozen_hooks = False
+        # id() of the module whose compiled call our eager wrapper is running (its own hooks,
+        # inside the call, are not a second forward: `modules.patch_compile`).
+        self.wrapping = 0
 
     def after_fork(self):
         self.depth = 0
