@@ -57,7 +57,7 @@ def main():
         "on, datagrams, no ring": [(S.probe.transport, "ring_write", lambda data, now=0: False)],
         "on, no own reading": [(S.probe, "_at_line", lambda memory=False, now=None: "at 0")],
         "on, backward not watched": [(forward, "watch_backward", lambda output: None)],
-        "on, no leak watch": [(memory, "watch_held", lambda: None)],
+        "on, no leak watch": [(memory, "watch_held", lambda now: None)],
     }
     if ONLY:
         variants = {name: stubs for name, stubs in variants.items() if name in ONLY}

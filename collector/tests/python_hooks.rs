@@ -227,6 +227,61 @@ fn a_compiled_model_compiles_as_often_as_without_the_collector() {
 }
 
 #[test]
+fn a_fast_loop_is_marked_one_iteration_in_several_and_its_numbers_stay_true() {
+    // Past 100 iterations a loop faster than the marking interval (1 s here, 20 ms by default) is
+    // marked one iteration in several: the trace says so, the step count is the program's, every
+    // marked iteration has all its stages, and the evals are all marked.
+    let s = Scratch::new("zc-sampled");
+    let py = torch_python();
+    let cmd = [
+        "env",
+        "OOMSCOPE_MARK_INTERVAL_MS=1000",
+        py.to_str().unwrap(),
+        &program("train.py"),
+        "--steps",
+        "300",
+        "--eval-every",
+        "100",
+        "--d",
+        "32",
+        "--layers",
+        "1",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sampling = t.mark_sampling.first().expect("marks thinned out");
+    assert!(
+        sampling.every > 1 && sampling.from_step >= 100,
+        "{sampling:?}"
+    );
+    let train = |stage| count(&t, stage, Phase::Train);
+    let marked = train("pre_forward");
+    assert!(marked > 100 && marked < 300, "{marked} marked iterations");
+    for stage in STAGES {
+        assert_eq!(train(stage), marked, "{stage}");
+    }
+    // Every eval forward marked: 3 evals of the program's eval batches.
+    let evals = count(&t, "pre_forward", Phase::Eval);
+    assert_eq!(evals, count(&t, "post_forward", Phase::Eval));
+    assert!(evals >= 3, "{evals} eval forwards");
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let o = &analysis.overview;
+    assert_eq!(
+        (o.steps, o.first_step, o.last_step),
+        (300, Some(0), Some(299))
+    );
+    // (An eval after an iteration not marked adds its step.)
+    assert!(
+        (marked..=marked + evals).contains(&o.marked_steps),
+        "{}",
+        o.marked_steps
+    );
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
+    assert!(text.contains("300 steps (0-299)"), "{text}");
+    assert!(text.contains("then one in"), "{text}");
+}
+
+#[test]
 fn a_planted_leak_is_found_at_its_rate_and_a_clean_run_has_none() {
     let s = Scratch::new("zc-leak");
     let py = torch_python();

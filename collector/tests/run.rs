@@ -1357,6 +1357,7 @@ p.held("tensors", 8, 2 << 20, 4, 12, "cpu", "float32", "64x1024", "AddmmBackward
 p.input(512, "8x64", step=3)
 p.eval_autograd(True)
 p.memory_snapshot("run.oom-4242.pickle")
+p.sampling(8, 100, 2500, last_step=2999)
 p.process(group="pp0")
 lines.append(p._at_line(memory=True))
 lines.append(oom._transport.ring_line("ring-4242-1"))

@@ -312,6 +312,15 @@ class Probe:
             line += " items=%d" % items
         self.send(line + (" -- " + _one_line(holder) if holder else ""))
 
+    def sampling(self, every, from_step, iteration_us, last_step=None):
+        """The zero-code hooks mark one training iteration in `every` from `from_step` on (a fast
+        loop: iterations of `iteration_us`; hooks/budget.py); as the process exits, with the last
+        step the loop reached."""
+        line = "sampling every=%d from_step=%d iteration_us=%d" % (every, from_step, iteration_us)
+        if last_step is not None:
+            line += " last_step=%d" % last_step
+        self.send(line)
+
     def eval_autograd(self, enabled):
         """Whether this process's eval forwards run with autograd on (sent once for each)."""
         self.send("eval_autograd " + ("on" if enabled else "off"))

@@ -27,7 +27,7 @@ macro_rules! python_file {
 /// The files of the bootstrap directory: (path, contents). The `oomscope` package is the wheel's
 /// (the program can `import oomscope`, or `oomscope_probe`, its former name, without installing
 /// anything), and the hooks inside it are imported by `sitecustomize.py` once torch is.
-const FILES: [(&str, &str); 20] = [
+const FILES: [(&str, &str); 21] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
@@ -39,6 +39,7 @@ const FILES: [(&str, &str); 20] = [
     python_file!("oomscope/_hooks/__init__.py"),
     python_file!("oomscope/_hooks/backward.py"),
     python_file!("oomscope/_hooks/breakdown.py"),
+    python_file!("oomscope/_hooks/budget.py"),
     python_file!("oomscope/_hooks/cuda.py"),
     python_file!("oomscope/_hooks/emit.py"),
     python_file!("oomscope/_hooks/errors.py"),

@@ -62,7 +62,12 @@ pub fn record_loop(
         let event = events.recv_timeout(FLUSH_EVERY / 2);
         // What the sampler took before what arrived goes first, so the trace stays in time order.
         let through_us = match &event {
-            Ok(Event::StderrOom(oom)) => oom.t_us,
+            Ok(Event::StderrOom(oom)) => {
+                // The program's marks before its traceback may still be in its ring, read at
+                // the sampler's next drain: the OOM takes the stage they say.
+                wait_for_inbox(state, oom.t_us);
+                oom.t_us
+            }
             _ => u64::MAX,
         };
         state.pending.take_through(through_us, &mut pending);
@@ -113,6 +118,18 @@ pub fn record_loop(
             writer.flush()?;
             last_flush = Instant::now();
         }
+    }
+}
+
+/// Longest the recorder holds a stderr OOM for the inbox to read the marks sent before it (the
+/// sampler drains at least every tick, and every 50 ms).
+const INBOX_WAIT: Duration = Duration::from_millis(200);
+
+/// Waits (bounded) until the inbox has read what was sent up to `t_us`.
+fn wait_for_inbox(state: &RunState, t_us: u64) {
+    let start = Instant::now();
+    while state.inbox_read_us.load(Ordering::Relaxed) < t_us && start.elapsed() < INBOX_WAIT {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -297,6 +314,10 @@ impl Senders {
                 s.pid = sender.or(s.pid);
                 return Ok(());
             }
+            Record::MarkSampling(m) => {
+                m.pid = sender.or(m.pid);
+                return Ok(());
+            }
             _ => return Ok(()),
         };
         *pid = sender.or(*pid);
@@ -364,7 +385,8 @@ impl Context {
             | Record::Held(_)
             | Record::Gc(_)
             | Record::EvalAutograd(_)
-            | Record::SavedSnapshot(_) => {}
+            | Record::SavedSnapshot(_)
+            | Record::MarkSampling(_) => {}
         }
     }
 }

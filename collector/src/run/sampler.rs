@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use oomscope_format::{CounterId, CounterKind, Record};
 
 use super::event::Event;
-use super::inbox::{Inbox, MarkerSocket, Readings, TIMED_DRAIN_EVERY};
+use super::inbox::{Inbox, MarkerSocket, Readings};
 use super::shared_state::{Pending, PendingQueue, RunState};
 use crate::gpu::Gpus;
 use crate::host::{LastPid, MemInfo, TreeRss, process_tree};
@@ -364,8 +364,7 @@ impl Readings for Reader<'_> {
 /// the same time, so the stage table sees memory as it was at the mark, not up to one interval
 /// earlier — unless its sender timed it and read its own memory (`at`): then the mark keeps its
 /// sender's time and reading, and from the first such message on the socket is drained every
-/// [`inbox::TIMED_DRAIN_EVERY`](super::inbox::TIMED_DRAIN_EVERY) instead of waking the sampler for
-/// each datagram.
+/// [`Inbox::drain_every`] instead of waking the sampler for each datagram.
 pub fn sample_loop(
     state: &RunState,
     sources: Sources<'_>,
@@ -406,11 +405,14 @@ pub fn sample_loop(
     let mut next = Instant::now();
     let mut next_drain = Instant::now();
     loop {
+        // What was sent before now is read by the end of this turn (a drain, a wait, or none).
+        let turn_us = state.now_us();
         let now = Instant::now();
         if now >= next {
             if let Some(socket) = socket.filter(|_| inbox.timed()) {
                 inbox.drain(socket, &mut reader);
             }
+            state.inbox_read_us.store(turn_us, Ordering::Relaxed);
             if state.stopping() || !reader.sample(state.now_us(), false) {
                 break;
             }
@@ -430,10 +432,12 @@ pub fn sample_loop(
                 std::thread::sleep(wake - now);
             }
             inbox.drain(socket, &mut reader);
-            next_drain = Instant::now() + TIMED_DRAIN_EVERY;
+            state.inbox_read_us.store(turn_us, Ordering::Relaxed);
+            next_drain = Instant::now() + inbox.drain_every();
             continue;
         }
         inbox.wait(socket, next - now, &mut reader);
+        state.inbox_read_us.store(turn_us, Ordering::Relaxed);
     }
     if let Some(socket) = socket {
         inbox.drain_all(socket, &mut reader);

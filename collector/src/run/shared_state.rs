@@ -72,6 +72,9 @@ pub struct RunState {
     pub dropped_messages: AtomicU64,
     /// Marker lines that were not valid messages.
     pub rejected_lines: AtomicU64,
+    /// The run time up to which the inbox has read the marks (the sampler's last drain or
+    /// wait): the recorder holds a stderr OOM until the program's marks before it are in.
+    pub inbox_read_us: AtomicU64,
     /// The watched process tree (root first), refreshed by the slow poller.
     pub tree: Mutex<Vec<u32>>,
     /// Every process ever seen in the tree (sorted): whose OOM kills are the program's.
@@ -259,6 +262,7 @@ impl RunState {
             dropped_samples: AtomicU64::new(0),
             dropped_messages: AtomicU64::new(0),
             rejected_lines: AtomicU64::new(0),
+            inbox_read_us: AtomicU64::new(0),
             tree: Mutex::new(vec![root_pid]),
             seen_pids: Mutex::new(vec![root_pid]),
             tree_generation: AtomicU64::new(1),

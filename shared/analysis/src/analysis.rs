@@ -82,6 +82,20 @@ pub struct CounterPeak {
     pub bytes: u64,
 }
 
+/// How the zero-code hooks thinned out their marks in a fast loop (the trace's MARK_SAMPLING
+/// records): one iteration in `every` (the most they went to), from `from_step` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MarksSampled {
+    /// The first step marked one in several.
+    pub from_step: u64,
+    /// One iteration in this many at most.
+    pub every: u32,
+    /// The loop's iteration time then.
+    pub iteration_us: u64,
+    /// The last step the loop reached, as the hooks said when the process exited.
+    pub last_step: Option<u64>,
+}
+
 /// What was recorded, and how it ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Overview {
@@ -105,8 +119,13 @@ pub struct Overview {
     pub samples: usize,
     /// Stage marks.
     pub marks: usize,
-    /// Distinct steps among the marks.
+    /// Steps the program ran, as the marks number them: distinct steps among the marks, or every
+    /// step from the first to the last when the hooks marked one in several ([`MarksSampled`]).
     pub steps: usize,
+    /// Distinct steps among the marks.
+    pub marked_steps: usize,
+    /// When the hooks marked one iteration in several.
+    pub marks_sampled: Option<MarksSampled>,
     /// Lowest step.
     pub first_step: Option<u64>,
     /// Highest step.

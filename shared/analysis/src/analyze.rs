@@ -4,7 +4,8 @@
 //! trace ([`rank_own`]).
 
 use crate::analysis::{
-    Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, Overview,
+    Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, MarksSampled,
+    Overview,
 };
 use crate::marks::StageIndex;
 use crate::metrics::MarkValues;
@@ -38,8 +39,9 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         // The overview counts what the trace holds: every rank's marks.
         let (marks, steps) = (trace.marks.len(), mark_steps(trace));
         let o = &mut analysis.overview;
-        (o.marks, o.steps) = (marks, steps.len());
-        (o.first_step, o.last_step) = (steps.first().copied(), steps.last().copied());
+        (o.marks, o.marked_steps) = (marks, steps.len());
+        o.steps = step_count(&steps, o.marks_sampled.as_ref());
+        (o.first_step, o.last_step) = (steps.first().copied(), last_step(&steps, trace));
         return analysis;
     }
     analyze_one(trace, options, None)
@@ -120,6 +122,40 @@ fn mark_steps(trace: &Trace) -> Vec<u64> {
     steps
 }
 
+/// The steps the program ran, from the marks' distinct steps: when the hooks marked one
+/// iteration in several, all from the first to the last the loop reached (the hooks say it as
+/// the process exits; else the last marked).
+fn step_count(steps: &[u64], sampled: Option<&MarksSampled>) -> usize {
+    match (steps.first(), steps.last(), sampled) {
+        (Some(first), Some(last), Some(s)) => {
+            (s.last_step.unwrap_or(*last).max(*last) - first + 1) as usize
+        }
+        _ => steps.len(),
+    }
+}
+
+/// The last step: the last marked, or the last the loop reached when the hooks said it.
+fn last_step(steps: &[u64], trace: &Trace) -> Option<u64> {
+    let said = trace.mark_sampling.iter().filter_map(|s| s.last_step).max();
+    steps
+        .last()
+        .copied()
+        .max(said)
+        .filter(|_| !steps.is_empty())
+}
+
+/// How the hooks thinned out their marks, when they did.
+fn marks_sampled(trace: &Trace) -> Option<MarksSampled> {
+    let thinned = trace.mark_sampling.iter().filter(|s| s.every > 1);
+    let first = thinned.clone().next()?;
+    Some(MarksSampled {
+        from_step: first.from_step,
+        every: thinned.map(|s| s.every).max().unwrap_or(first.every),
+        iteration_us: first.iteration_us,
+        last_step: trace.mark_sampling.iter().filter_map(|s| s.last_step).max(),
+    })
+}
+
 /// The overview block.
 fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
     let meta = &trace.metadata;
@@ -154,9 +190,11 @@ fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
         duration_us: trace.duration_us(),
         samples: trace.samples.len(),
         marks: trace.marks.len(),
-        steps: steps.len(),
+        steps: step_count(&steps, marks_sampled(trace).as_ref()),
+        marked_steps: steps.len(),
+        marks_sampled: marks_sampled(trace),
         first_step: steps.first().copied(),
-        last_step: steps.last().copied(),
+        last_step: last_step(&steps, trace),
         primary_metric: values.primary().map(|p| values.key(p)),
         exit: trace.exit.map(|e| ExitSummary {
             t_us: e.t_us,

@@ -50,6 +50,7 @@ pub mod words;
 pub mod render;
 
 pub use analysis::{
-    Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, Overview,
+    Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, MarksSampled,
+    Overview,
 };
 pub use analyze::{analyze, rank_own};

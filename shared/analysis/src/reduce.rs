@@ -307,6 +307,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         inputs: trace.inputs.clone(),
         eval_autograd: trace.eval_autograd.clone(),
         saved_snapshots: trace.saved_snapshots.clone(),
+        mark_sampling: trace.mark_sampling.clone(),
         end_us: trace.end_us,
     }
 }

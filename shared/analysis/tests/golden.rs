@@ -185,3 +185,22 @@ fn v1_11_hook_facts() {
     // An eval ran with autograd on: the advice may say so.
     assert_eq!(oomscope_analysis::recommend::eval_autograd(&t), Some(true));
 }
+
+#[test]
+fn v1_11_mark_sampling() {
+    let t = decode(&read("v1_11_mark_sampling.oomt")).unwrap().trace;
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let o = &analysis.overview;
+    // The program's steps, not the marked ones.
+    assert_eq!((o.steps, o.marked_steps), (300, 125));
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
+    assert!(text.contains("250 marks, 300 steps (0-299)"), "{text}");
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        text.contains(
+            "a fast loop (2.50 ms an iteration): every iteration marked up to step 99, then one in \
+             8 at most (125 marked steps), and every eval, checkpoint and long input"
+        ),
+        "{text}"
+    );
+}

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 
 use oomscope_format::{
     AliveSite, ComponentBreakdown, CounterKind, EvalAutograd, ExitStatus, HeldKind, HeldTensors,
-    Metadata, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
-    ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput, TraceWriter,
-    WriterOptions,
+    MarkSampling, Metadata, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd,
+    ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput,
+    TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -902,6 +902,70 @@ pub fn hook_facts() -> Vec<u8> {
     w.finish(600_000).expect("in memory")
 }
 
+/// Format v1.11: a fast loop the hooks marked every iteration for its first 100 and one in 8
+/// after (MARK_SAMPLING), 300 steps of 2.5 ms.
+pub fn mark_sampling() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "cpu-node".into(),
+        pid: 5800,
+        command: vec!["python".into(), "fast_loop.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    for step in 0..300u64 {
+        let t_us = step * 2_500;
+        if step % 4 == 0 {
+            w.sample(t_us, &[(rss, 500 << 20)]).expect("in memory");
+        }
+        if step == 100 {
+            w.write(&Record::MarkSampling(MarkSampling {
+                t_us,
+                every: 8,
+                from_step: 100,
+                iteration_us: 2_500,
+                last_step: None,
+                pid: Some(5800),
+            }))
+            .expect("in memory");
+        }
+        if step < 100 || step % 8 == 4 {
+            for (i, stage) in ["pre_forward", "post_forward"].into_iter().enumerate() {
+                w.write(&Record::Mark(StageMark {
+                    t_us: t_us + 500 * i as u64,
+                    name: stage.into(),
+                    step,
+                    phase: Phase::Train,
+                    pid: Some(5800),
+                    ..StageMark::default()
+                }))
+                .expect("in memory");
+            }
+        }
+    }
+    // As the process exits: the loop's last step (the last marked one is 292).
+    w.write(&Record::MarkSampling(MarkSampling {
+        t_us: 749_000,
+        every: 8,
+        from_step: 100,
+        iteration_us: 2_500,
+        last_step: Some(299),
+        pid: Some(5800),
+    }))
+    .expect("in memory");
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 750_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(750_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -930,6 +994,7 @@ fn main() -> std::io::Result<()> {
         ("v1_10_inputs.oomt", inputs()),
         ("v1_10_optimizers.oomt", optimizers()),
         ("v1_11_hook_facts.oomt", hook_facts()),
+        ("v1_11_mark_sampling.oomt", mark_sampling()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -36,6 +36,7 @@
 //! input elements=N [shape=AxB|scalar] [step=N]
 //! eval_autograd on|off
 //! memory_snapshot -- <file name>
+//! sampling every=N from_step=N [iteration_us=N] [last_step=N]
 //! process [rank=N] [local_rank=N] [world_size=N] [restart=N] [group=NAME]
 //! at <N> [rss_bytes=N] [rss_file_bytes=N]
 //! ring <name>
@@ -72,9 +73,9 @@ use std::fmt::Write;
 
 use crate::model::{
     AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, EvalAutograd, GcCollection,
-    GradientSummary, HeldKind, HeldTensors, Name, NamedBytes, Note, OomEvent, OomSource, Phase,
-    ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput, TensorStats,
-    TrialOutcome,
+    GradientSummary, HeldKind, HeldTensors, MarkSampling, Name, NamedBytes, Note, OomEvent,
+    OomSource, Phase, ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark,
+    StepInput, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -87,7 +88,7 @@ pub const PROTOCOL_ENV: &str = "OOMSCOPE_PROTOCOL";
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 
 /// Every verb of the protocol, in the order the grammar lists them.
-pub const VERBS: [&str; 18] = [
+pub const VERBS: [&str; 19] = [
     "mark",
     "step",
     "phase",
@@ -103,6 +104,7 @@ pub const VERBS: [&str; 18] = [
     "input",
     "eval_autograd",
     "memory_snapshot",
+    "sampling",
     "process",
     "at",
     "ring",
@@ -183,6 +185,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::Input(_) => "input",
         Record::EvalAutograd(_) => "eval_autograd",
         Record::SavedSnapshot(_) => "memory_snapshot",
+        Record::MarkSampling(_) => "sampling",
         Record::Exit(_)
         | Record::Dropped(_)
         | Record::OomKill(_)
@@ -218,6 +221,7 @@ pub fn keys(verb: &str) -> Vec<&'static str> {
         "held" => keys.extend(HELD.iter().map(|f| f.key)),
         "gc" => keys.extend(GC.iter().map(|f| f.key)),
         "input" => keys.extend(INPUT.iter().map(|f| f.key)),
+        "sampling" => keys.extend(SAMPLING.iter().map(|f| f.key)),
         "process" => keys.extend(PROCESS.iter().map(|f| f.key)),
         "at" => keys.extend(AT.iter().map(|f| f.key)),
         _ => {}
@@ -380,6 +384,13 @@ const GC: [Field<GcCollection>; 4] = [
 const INPUT: [Field<StepInput>; 2] = [
     field!("elements", Required, elements),
     field!("shape", Optional, shape),
+];
+
+const SAMPLING: [Field<MarkSampling>; 4] = [
+    field!("every", Required, every),
+    field!("from_step", Required, from_step),
+    field!("iteration_us", Optional, iteration_us),
+    field!("last_step", Optional, last_step),
 ];
 
 const PROCESS: [Field<ProcessInfo>; 5] = [
@@ -648,6 +659,11 @@ pub fn parse_line(line: &str) -> Option<Message> {
                 ..SavedSnapshot::default()
             })))
         }
+        "sampling" => {
+            let mut sampling = MarkSampling::default();
+            Fields::parse(rest).read(&SAMPLING, &mut sampling)?;
+            Some(Message::record(Record::MarkSampling(sampling)))
+        }
         "held" => {
             let (fields, holder) = rest.split_once(" -- ").unwrap_or((rest, ""));
             let mut held = HeldTensors {
@@ -903,6 +919,7 @@ pub fn format(out: &mut String, message: &Message) {
                     out.push_str(" -- ");
                     push_text(out, &s.file);
                 }
+                Record::MarkSampling(m) => show_all(out, &SAMPLING, m),
                 Record::Process(p) => show_all(out, &PROCESS, p),
                 Record::Note(_)
                 | Record::Exit(_)
@@ -1281,6 +1298,13 @@ mod tests {
             Message::record(Record::SavedSnapshot(SavedSnapshot {
                 file: "run.oom-4242.pickle".into(),
                 ..SavedSnapshot::default()
+            })),
+            Message::record(Record::MarkSampling(MarkSampling {
+                every: 8,
+                from_step: 100,
+                iteration_us: 2500,
+                last_step: Some(2999),
+                ..MarkSampling::default()
             })),
             Message::record(Record::Process(ProcessInfo {
                 role: ProcessRole::Rank,

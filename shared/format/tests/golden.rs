@@ -426,3 +426,20 @@ fn every_version_before_1_11_reads_without_the_new_records() {
         );
     }
 }
+
+#[test]
+fn v1_11_mark_sampling() {
+    let decoded = decode(&read("v1_11_mark_sampling.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    let [s, at_exit] = t.mark_sampling.as_slice() else {
+        panic!("{:?}", t.mark_sampling)
+    };
+    assert_eq!(
+        (s.every, s.from_step, s.iteration_us, s.last_step, s.pid),
+        (8, 100, 2_500, None, Some(5800))
+    );
+    assert_eq!(at_exit.last_step, Some(299));
+    // 100 steps marked, then steps 100-299 one in 8: 25; two marks each.
+    assert_eq!(t.marks.len(), (100 + 25) * 2);
+}

@@ -50,6 +50,7 @@ def install(torch):
     if not hasattr(torch, "compiler") or not hasattr(torch.compiler, "is_compiling"):
         return  # older than the torch these hooks know (2.1+): record from outside only
     os.register_at_fork(after_in_child=_after_fork)
+    forward.bind(torch)
     forward.search()
     optimizer.install()
     # Each patch on its own: one that this torch does not support leaves the others in place.

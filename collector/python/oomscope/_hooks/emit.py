@@ -12,7 +12,7 @@ from oomscope._hooks.memory import stage_breakdown
 from oomscope._hooks.state import S
 
 
-def emit(stage, phase):
+def emit(stage, phase, always=False):
     if S.paused:
         return
     if S.active is None:
@@ -22,6 +22,8 @@ def emit(stage, phase):
     loop = S.loop
     loop.stage = stage
     loop.last_phase = phase
+    if not loop.marking and phase == "train" and not always:
+        return  # an iteration not marked (`budget`; evals and checkpoints always are)
     program = S.program
     if stage in program.stages:
         return

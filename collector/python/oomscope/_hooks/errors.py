@@ -32,18 +32,6 @@ def interrupted(exc):
     raise exc
 
 
-def guard(fn):
-    """A hook that can never raise into torch or the program."""
-    def hook(*args):
-        try:
-            return fn(*args)
-        except BaseException as e:
-            interrupted(e)
-            return None
-    hook.__name__ = fn.__name__
-    return hook
-
-
 def replace(owner, name, make):
     """Replaces `owner.name` (a method or module function) with `make(original)`, keeping the
     original's name and docstring, and `__wrapped__` for whoever inspects it."""

@@ -32,12 +32,21 @@ from oomscope._hooks.state import S
 
 ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks go
 
+# torch's functions the hooks call at every forward, looked up once (`bind`): attribute chains
+# like `torch.compiler.is_compiling` cost more than the calls in a loop whose code is out of the
+# caches.
+_is_compiling = _graph_task_id = _grad_enabled = _inference_mode = _Tensor = None
+_exc_info = sys.exc_info
 
-def _phase_of(module):
-    t = S.torch
-    if module.training and t.is_grad_enabled() and not t.is_inference_mode_enabled():
-        return "train"
-    return "eval"
+
+def bind(torch):
+    """Looks up what the hooks call at every forward (`install`)."""
+    global _is_compiling, _graph_task_id, _grad_enabled, _inference_mode, _Tensor
+    _is_compiling = torch.compiler.is_compiling
+    _graph_task_id = torch._C._current_graph_task_id
+    _grad_enabled = torch.is_grad_enabled
+    _inference_mode = torch.is_inference_mode_enabled
+    _Tensor = torch.Tensor
 
 
 def _has_params(module):
@@ -68,8 +77,7 @@ def _frozen(module):
 
 def fw_pre(module, args, kwargs=None):
     try:
-        torch = S.torch
-        if torch.compiler.is_compiling():
+        if _is_compiling():
             return None
         fwd = S.fwd
         if fwd.depth:
@@ -82,16 +90,17 @@ def fw_pre(module, args, kwargs=None):
             # post hook (a KeyboardInterrupt, which torch's always_call does not cover). Start over.
         fwd.depth = 1
         fwd.outer_module = id(module)
-        exc = sys.exc_info()[1]
+        exc = _exc_info()[1]
         fwd.outer_exc = None if exc is None else id(exc)
         # A root with our hooks on it was chosen for having parameters: walking them again
         # (`module.parameters()` builds a generator over every submodule) cost ~4 us a forward.
-        fwd.outer_emits = torch._C._current_graph_task_id() == -1 and (
+        fwd.outer_emits = _graph_task_id() == -1 and (
             id(module) in fwd.root_hook_ids or _has_params(module))
         if not fwd.outer_emits:
             return None
         loop = S.loop
-        phase = _phase_of(module)
+        phase = "train" if module.training and _grad_enabled() and not _inference_mode() \
+            else "eval"
         frozen = fwd.outer_frozen = phase == "eval" and _frozen(module)
         phase = fwd.outer_phase = "train" if frozen else phase
         if phase == "train" and loop.step_pending and not frozen:
@@ -110,16 +119,18 @@ def fw_pre(module, args, kwargs=None):
             if not loop.train_forward_in_step:
                 loop.train_forward_in_step = True
                 loop.frozen_prefix, loop.frozen_seq = loop.frozen_seq, []
-        emit("pre_forward", phase)
         if phase == "train":
-            S.inputs.pending = True
+            # Before the mark: an iteration with a long input is marked (`budget`).
+            inputs = S.inputs
+            inputs.pending = True
             take_input(args)
-            if S.inputs.pending and kwargs:
+            if inputs.pending and kwargs:
                 take_input(kwargs.values())
-        else:
+        emit("pre_forward", phase)
+        if phase != "train":
             loop.evals += 1
             if S.active and not S.paused:
-                enabled = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+                enabled = _grad_enabled() and not _inference_mode()
                 if enabled not in loop.eval_notes:
                     loop.eval_notes.add(enabled)
                     S.probe.eval_autograd(enabled)
@@ -130,7 +141,7 @@ def fw_pre(module, args, kwargs=None):
 
 def fw_post(module, args, output):
     try:
-        if S.torch.compiler.is_compiling():
+        if _is_compiling():
             return None
         fwd = S.fwd
         if fwd.depth > 1:
@@ -141,14 +152,16 @@ def fw_post(module, args, output):
         fwd.depth = 0
         fwd.outer_module = 0
         S.inputs.pending = False
-        exc = sys.exc_info()[1]
+        exc = _exc_info()[1]
         if not fwd.outer_emits or (exc is not None and id(exc) != fwd.outer_exc):
             return None  # the forward raised (not merely ran inside an except block)
         if fwd.outer_frozen:
             emit("frozen_forward", "train")
         else:
             emit("post_forward", fwd.outer_phase)
-            if fwd.outer_phase == "train":
+            # Backward is watched for its marks, and (no torch optimizer) to count the steps.
+            loop = S.loop
+            if fwd.outer_phase == "train" and (loop.marking or not loop.has_optimizer):
                 watch_backward(output)
         _saw_root(module)
     except BaseException as e:

@@ -3,6 +3,7 @@ the largest of the step (micro-batches), sent at the step's end when it differs 
 sent: a loop of fixed-size batches sends one record, a step among them with a longer batch two.
 """
 
+from oomscope._hooks.budget import input_seen
 from oomscope._hooks.state import S
 
 
@@ -27,6 +28,7 @@ def take_input(args):
     n = a.numel()
     if inputs.largest is None or n > inputs.largest[0]:
         inputs.largest = (n, tuple(a.shape))
+        input_seen(n)
 
 
 def first_tensor(args, Tensor):

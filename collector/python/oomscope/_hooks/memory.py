@@ -8,6 +8,7 @@ import sys
 import time
 
 from oomscope._hooks import breakdown, held
+from oomscope._hooks.budget import iteration_ended
 from oomscope._hooks.errors import interrupted, ours
 from oomscope._hooks.state import S
 
@@ -70,16 +71,18 @@ def at_iteration_end():
     times the last one's cost after it), then the leak watch."""
     memory = S.memory
     iterations = S.loop.iterations
-    if iterations >= memory.breakdown_at and time.monotonic() >= memory.breakdown_not_before:
+    now = time.monotonic()
+    iteration_ended(now)
+    if iterations >= memory.breakdown_at and now >= memory.breakdown_not_before:
         memory.breakdown_at = iterations * 4
-        start = time.monotonic()
+        start = now
         send_breakdown()
         if iterations == 1 and memory.breakdown_sent is not None:
             # The next iteration, stage by stage: what its gradients and optimizer state are.
             memory.stage_breakdown_at = iterations
             memory.stage_sent = None
         memory.breakdown_not_before = start + (time.monotonic() - start) * (1 + BREAKDOWN_COST_FACTOR)
-    watch_held()
+    watch_held(now)
 
 
 def stage_breakdown():
@@ -114,7 +117,7 @@ def gc_freed(generation, collected, freed_bytes, pause_us):
     S.probe.gc(generation, collected, freed_bytes, pause_us)
 
 
-def watch_held():
+def watch_held(now):
     """At an iteration's end: one memory reading; while it keeps rising, two counts of the live
     tensors some iterations apart, and what grew between them (`held`)."""
     watch = S.memory.watch
@@ -129,7 +132,6 @@ def watch_held():
             # freed).
             watch.evals_seen = loop.evals
             watch.readings = []
-        now = time.monotonic()
         if watch.first is None and now < watch.next_reading_s:
             return  # (a rise is seen as well over several iterations as over one)
         watch.next_reading_s = now + held.READING_GAP_S

@@ -15,25 +15,34 @@ import weakref
 
 from oomscope._hooks import cuda
 from oomscope._hooks.emit import emit
-from oomscope._hooks.errors import guard, interrupted, replace
+from oomscope._hooks.errors import interrupted, replace
 from oomscope._hooks.inputs import flush_input
 from oomscope._hooks.memory import at_iteration_end
 from oomscope._hooks.state import S
 
 IDLE_AFTER = 8  # steps of one optimizer, another never stepping, before that one is set aside
+CUDA_CHECK_EVERY = 64  # iterations between two looks for a CUDA the hooks did not see start
 
 
 def install():
     from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                        register_optimizer_step_pre_hook)
 
-    register_optimizer_step_pre_hook(guard(_opt_pre))
-    register_optimizer_step_post_hook(guard(_opt_post))
+    register_optimizer_step_pre_hook(_opt_pre)
+    register_optimizer_step_post_hook(_opt_post)
 
 
 def _opt_pre(optimizer, args, kwargs):
+    try:
+        _step_began(optimizer)
+    except BaseException as e:
+        interrupted(e)
+    return None
+
+
+def _step_began(optimizer):
     if S.paused:
-        return None
+        return
     loop = S.loop
     if loop.in_opt_step and id(optimizer) == loop.opt_outer:
         loop.in_opt_step = 0  # its last step raised (a caught OOM): the post hook never ran
@@ -48,10 +57,17 @@ def _opt_pre(optimizer, args, kwargs):
             loop.step_pending = False
             loop.step += 1
         emit("pre_optimizer_step", "train")
-    return None
 
 
 def _opt_post(optimizer, args, kwargs):
+    try:
+        _step_ended(optimizer)
+    except BaseException as e:
+        interrupted(e)
+    return None
+
+
+def _step_ended(optimizer):
     if S.paused:
         return
     loop = S.loop
@@ -59,7 +75,9 @@ def _opt_post(optimizer, args, kwargs):
     if loop.in_opt_step:
         return
     loop.opt_steps_applied += 1
-    if not S.cuda.ready:
+    if not S.cuda.ready and not loop.iterations % CUDA_CHECK_EVERY:
+        # CUDA initialised where our patch of `_lazy_init` did not see it (C++): looked for now
+        # and then.
         cuda.ready_check()
     emit("post_optimizer_step", "train")
     loop.train_forward_in_step = False
@@ -79,6 +97,9 @@ def iteration_done(optimizer):
     one for a later phase) is set aside until it steps."""
     loop = S.loop
     key = id(optimizer)
+    if len(loop.optimizers) == 1 and key in loop.optimizers:
+        loop.stepped.clear()  # one optimizer: each of its steps ends an iteration
+        return True
     loop.repeats[key] = loop.repeats.get(key, 0) + 1
     stepped, idle = loop.stepped, loop.idle
     waiting = [k for k, ref in loop.optimizers.items()

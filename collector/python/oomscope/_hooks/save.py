@@ -28,6 +28,6 @@ def patch_save():
 def _save_mark(stage):
     try:
         if not S.fwd.depth and S.torch._C._current_graph_task_id() == -1:
-            emit(stage, S.loop.last_phase or "train")
+            emit(stage, S.loop.last_phase or "train", always=True)
     except BaseException as e:
         interrupted(e)

@@ -52,7 +52,8 @@ class Loop:
     __slots__ = ("step", "step_pending", "iterations", "stage", "last_phase", "in_opt_step",
                  "opt_outer", "has_optimizer", "optimizers", "idle", "stepped", "repeats",
                  "opt_steps_applied", "train_forward_in_step", "frozen_seq", "frozen_prefix",
-                 "backward_done", "bw_task", "evals", "eval_notes")
+                 "backward_done", "bw_task", "evals", "eval_notes", "marking", "mark_every",
+                 "mark_phase", "iteration_s", "iteration_end_s", "sampled")
 
     def __init__(self):
         self.step = 0
@@ -77,6 +78,14 @@ class Loop:
         self.bw_task = None  # the autograd graph task whose backward was marked
         self.evals = 0  # eval forwards seen
         self.eval_notes = set()  # the autograd states of eval forwards already sent
+        # Whether this iteration's training marks are sent (`budget`), one in `mark_every`
+        # counted from iteration `mark_phase`; the running iteration time and the last end.
+        self.marking = True
+        self.mark_every = 1
+        self.mark_phase = 0
+        self.iteration_s = None
+        self.iteration_end_s = 0.0
+        self.sampled = False  # marks were thinned out at some point (`budget`)
 
     def after_fork(self):
         kept = (self.has_optimizer, self.optimizers, self.idle)
@@ -103,13 +112,14 @@ class Program:
 class Inputs:
     """The training step's input (see `inputs`)."""
 
-    __slots__ = ("pending", "shape", "largest", "step")
+    __slots__ = ("pending", "shape", "largest", "step", "usual_elements")
 
     def __init__(self):
         self.pending = False  # a training forward's input not found yet
         self.shape = None  # the last input shape sent
         self.largest = None  # (elements, shape) of this step's largest input so far
         self.step = None  # the step `largest` belongs to
+        self.usual_elements = 0  # a running mean of the steps' inputs (`budget`)
 
     def after_fork(self):
         self.__init__()

@@ -49,11 +49,18 @@ pub(crate) fn deliver(state: &RunState, t_us: u64, message: Box<Message>, sender
     }
 }
 
-/// How often a socket whose senders time their own messages is drained. The kernel queues 10
-/// datagrams per Unix socket by default (`net.unix.max_dgram_qlen`; a full queue makes a send
-/// fail, and the helper then carries the line in its next datagram): every 2 ms keeps a loop
-/// that marks up to five times a millisecond under it. An empty drain is one `ppoll`.
-pub(crate) const TIMED_DRAIN_EVERY: Duration = Duration::from_millis(2);
+/// How often a socket whose senders time their own messages is drained while they send
+/// datagrams. The kernel queues 10 datagrams per Unix socket by default
+/// (`net.unix.max_dgram_qlen`; a full queue makes a send fail, and the helper then carries the
+/// line in its next datagram): every 2 ms keeps a loop that marks up to five times a millisecond
+/// under it. An empty drain is one `ppoll`.
+const DATAGRAMS_DRAIN_EVERY: Duration = Duration::from_millis(2);
+
+/// ...and while they write into their rings only (the last drain read no datagram): a ring holds
+/// 256 KiB, a second of a fast loop's marks, so the sampler need not wake five times a tick for
+/// it (the wake-ups were most of the collector's cost of a hooked fast loop: ~500 a second). The
+/// sampler drains at every tick too, so this only bounds the wait under a slow tick.
+const RINGS_DRAIN_EVERY: Duration = Duration::from_millis(50);
 
 /// Most datagrams one drain reads.
 const MAX_DRAINED_DATAGRAMS: usize = 1024;
@@ -72,6 +79,8 @@ pub(crate) struct Inbox {
     drained: Vec<Drained>,
     /// A sender has timed its messages (`at`): the socket is drained on a schedule from now on.
     timed: bool,
+    /// The last drain read a datagram (not only rings): the next comes soon.
+    datagrams: bool,
     /// The senders' rings of shared memory (`ring`), read at every drain...
     rings: Vec<MarkRing>,
     /// ...found in the socket's directory, and let go once read after their senders exited
@@ -116,6 +125,7 @@ impl Inbox {
             datagram: vec![0u8; MAX_DATAGRAM_BYTES],
             drained: Vec::new(),
             timed: false,
+            datagrams: false,
             rings: Vec::new(),
             ring_dir: socket.map(|s| s.dir().to_owned()),
             rings_pruned: Instant::now(),
@@ -123,9 +133,19 @@ impl Inbox {
     }
 
     /// Whether a sender has timed its messages (`at`, or a ring): the socket is then drained on
-    /// a schedule ([`TIMED_DRAIN_EVERY`]) rather than waited on.
+    /// a schedule ([`Inbox::drain_every`]) rather than waited on.
     pub(crate) fn timed(&self) -> bool {
         self.timed
+    }
+
+    /// When the next drain is due after this one: soon while datagrams come (the socket's queue
+    /// is short), else when the rings could use it.
+    pub(crate) fn drain_every(&self) -> Duration {
+        if self.datagrams {
+            DATAGRAMS_DRAIN_EVERY
+        } else {
+            RINGS_DRAIN_EVERY
+        }
     }
 
     /// Waits up to `timeout` for a datagram (untimed senders: a mark is read the moment it
@@ -159,11 +179,13 @@ impl Inbox {
         // Bounded: senders that refill the queue as fast as it is read must not hold off the
         // ticks (what is left waits for the next drain).
         let mut more = true;
+        self.datagrams = false;
         for _ in 0..MAX_DRAINED_DATAGRAMS {
             let Some(got) = socket.recv_within(Duration::ZERO, &mut self.datagram) else {
                 more = false;
                 break;
             };
+            self.datagrams = true;
             self.read(got, state.now_us(), state);
         }
         self.read_rings(state);

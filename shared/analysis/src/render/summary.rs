@@ -140,6 +140,21 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
             counted(o.steps as u64, "step"),
         ),
     );
+    if let Some(m) = &o.marks_sampled {
+        wrap(
+            out,
+            &format!(
+                "a fast loop ({} an iteration): every iteration marked up to step {}, then one \
+                 in {} at most ({} marked steps), and every eval, checkpoint and long input",
+                format_duration_us(m.iteration_us),
+                format_count(m.from_step.saturating_sub(1)),
+                m.every,
+                format_count(o.marked_steps as u64)
+            ),
+            2,
+            4,
+        );
+    }
     wrap(out, &headline::ending(trace), 2, 4);
     if let Some(oom) = headline::first_oom(trace) {
         wrap(out, &oom, 2, 4);

@@ -92,6 +92,8 @@ pub mod tag {
     pub const EVAL_AUTOGRAD: u8 = 0x17;
     /// A memory snapshot saved next to the trace at an OOM (format v1.11).
     pub const SAVED_SNAPSHOT: u8 = 0x18;
+    /// The hooks mark one training iteration in several from a step on (format v1.11).
+    pub const MARK_SAMPLING: u8 = 0x19;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -120,6 +122,7 @@ pub mod tag {
             INPUT => "input",
             EVAL_AUTOGRAD => "eval_autograd",
             SAVED_SNAPSHOT => "saved_snapshot",
+            MARK_SAMPLING => "mark_sampling",
             _ => "unknown",
         }
     }

@@ -20,10 +20,10 @@ use super::tag;
 use crate::error::EncodeError;
 use crate::model::{
     AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, Dropped, EvalAutograd, ExitStatus,
-    GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, Metadata, Name, NamedBytes,
-    Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory,
-    ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput, TensorStats,
-    TrialOutcome,
+    GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, MarkSampling, Metadata, Name,
+    NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo,
+    ProcessMemory, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput,
+    TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -61,6 +61,7 @@ pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), Enc
         Record::Input(i) => encode_input(w, i),
         Record::EvalAutograd(e) => encode_eval_autograd(w, e),
         Record::SavedSnapshot(s) => encode_saved_snapshot(w, s),
+        Record::MarkSampling(m) => encode_mark_sampling(w, m),
     }
 }
 
@@ -91,6 +92,7 @@ pub(super) fn decode(
         tag::INPUT => Record::Input(decode_input(c, names)?),
         tag::EVAL_AUTOGRAD => Record::EvalAutograd(decode_eval_autograd(c)?),
         tag::SAVED_SNAPSHOT => Record::SavedSnapshot(decode_saved_snapshot(c, names)?),
+        tag::MARK_SAMPLING => Record::MarkSampling(decode_mark_sampling(c)?),
         _ => return Ok(None),
     }))
 }
@@ -881,6 +883,29 @@ fn decode_saved_snapshot(c: &mut Cursor<'_>, names: &Names) -> Result<SavedSnaps
     Ok(SavedSnapshot {
         t_us: c.u64()?,
         file: names.read(c)?,
+        pid: opt_u32(c)?,
+    })
+}
+
+// MARK_SAMPLING (v1.11): every, from step, iteration us, opt last step, opt pid.
+
+fn encode_mark_sampling(w: &mut impl RecordSink, m: &MarkSampling) -> Result<(), EncodeError> {
+    let b = w.begin(m.t_us);
+    put_u64(b, u64::from(m.every));
+    put_u64(b, m.from_step);
+    put_u64(b, m.iteration_us);
+    put_opt_u64(b, m.last_step);
+    put_opt_u32(b, m.pid);
+    w.end(tag::MARK_SAMPLING)
+}
+
+fn decode_mark_sampling(c: &mut Cursor<'_>) -> Result<MarkSampling, ReadError> {
+    Ok(MarkSampling {
+        t_us: c.u64()?,
+        every: c.u32()?,
+        from_step: c.u64()?,
+        iteration_us: c.u64()?,
+        last_step: opt_u64(c)?,
         pid: opt_u32(c)?,
     })
 }

@@ -196,3 +196,25 @@ pub struct SavedSnapshot {
     /// The process (the socket's credentials), when known.
     pub pid: Option<u32>,
 }
+
+/// The zero-code hooks mark one training iteration in `every` from `from_step` on: a loop faster
+/// than they mark (a mark costs the program a reading of its memory), past its first 100
+/// iterations. Evals, checkpoints and iterations with a long input stay marked. The step count
+/// and the stage table's counts are then the program's steps and the marked ones. Added in
+/// format v1.11.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MarkSampling {
+    /// When the hooks decided it.
+    pub t_us: u64,
+    /// One iteration in this many is marked (1: every one again).
+    pub every: u32,
+    /// The first step it applies to.
+    pub from_step: u64,
+    /// The loop's iteration time then, as the hooks measured it.
+    pub iteration_us: u64,
+    /// The last step the loop reached, in the record the hooks send as the process exits (the
+    /// last marked step may be earlier); `None` in the others.
+    pub last_step: Option<u64>,
+    /// The process (the socket's credentials), when known.
+    pub pid: Option<u32>,
+}

@@ -16,8 +16,8 @@ mod name;
 pub use name::Name;
 
 pub use hooks::{
-    CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldKind, HeldTensors, SavedSnapshot,
-    StepInput,
+    CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldKind, HeldTensors, MarkSampling,
+    SavedSnapshot, StepInput,
 };
 
 /// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).
@@ -1275,6 +1275,8 @@ pub enum Record {
     EvalAutograd(EvalAutograd),
     /// A memory snapshot saved next to the trace at an OOM (format v1.11).
     SavedSnapshot(SavedSnapshot),
+    /// The hooks mark one training iteration in several from a step on (format v1.11).
+    MarkSampling(MarkSampling),
 }
 
 impl Record {
@@ -1309,6 +1311,7 @@ impl Record {
             Record::Input(r) => &r.t_us,
             Record::EvalAutograd(r) => &r.t_us,
             Record::SavedSnapshot(r) => &r.t_us,
+            Record::MarkSampling(r) => &r.t_us,
         }
     }
 
@@ -1333,6 +1336,7 @@ impl Record {
             Record::Input(r) => &mut r.t_us,
             Record::EvalAutograd(r) => &mut r.t_us,
             Record::SavedSnapshot(r) => &mut r.t_us,
+            Record::MarkSampling(r) => &mut r.t_us,
         }
     }
 }
@@ -1386,6 +1390,8 @@ pub struct Trace {
     pub eval_autograd: Vec<EvalAutograd>,
     /// Memory snapshots saved next to the trace at OOMs.
     pub saved_snapshots: Vec<SavedSnapshot>,
+    /// When the hooks began marking one iteration in several, and how many.
+    pub mark_sampling: Vec<MarkSampling>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
 }
@@ -1418,6 +1424,7 @@ impl Trace {
             Record::Input(r) => self.inputs.push(r),
             Record::EvalAutograd(r) => self.eval_autograd.push(r),
             Record::SavedSnapshot(r) => self.saved_snapshots.push(r),
+            Record::MarkSampling(r) => self.mark_sampling.push(r),
         }
     }
 
@@ -1453,6 +1460,7 @@ impl Trace {
             list(&self.inputs, Record::Input),
             list(&self.eval_autograd, Record::EvalAutograd),
             list(&self.saved_snapshots, Record::SavedSnapshot),
+            list(&self.mark_sampling, Record::MarkSampling),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists
