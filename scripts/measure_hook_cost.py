@@ -5,7 +5,11 @@ interleaved so that both see the same machine, at two step counts. The per-step 
 slope between them (what each step adds), the once cost what is left at the shorter run.
 
     python scripts/measure_hook_cost.py [--pairs 5] [--steps 500 3000] [--workers 0]
-        [--program fast_loop.py] [--collector PATH]
+        [--program collector/tests/torch_programs/fast_loop.py] [--args "..."] [--collector PATH]
+        [--together]
+
+The program takes `--steps N` (fast_loop.py also `--workers N`); a compiled model:
+`--program collector/tests/torch_programs/compiled_loop.py`.
 
 Prints every run, then per step count the medians and the pairs' differences (hooks − no-hooks,
 run back to back: what drifts between pairs on a shared host, 10-20% of a run, stays out), and
@@ -20,6 +24,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,17 +58,50 @@ def run(cmd, env):
     return tree, program, end.elapsed - start.elapsed
 
 
+def run_together(cmds, env):
+    """Both commands at once, each pinned to a core of its own: both see the same machine at
+    the same moments (the host's pace, other tenants), which run-after-run pairs cannot give.
+    [(tree CPU seconds, program CPU seconds, wall seconds)] in the order given."""
+    out = [None] * len(cmds)
+
+    def one(i, cmd):
+        t0 = time.monotonic()
+        proc = subprocess.Popen(["taskset", "-c", str(i)] + cmd, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            out[i] = "failed: %s\n%s" % (" ".join(cmd), err[-2000:])
+            return
+        program = next(float(l.split()[1]) for l in err.splitlines()
+                       if l.startswith("program-cpu "))
+        out[i] = (usage.ru_utime + usage.ru_stime, program, time.monotonic() - t0)
+
+    threads = [threading.Thread(target=one, args=(i, cmd)) for i, cmd in enumerate(cmds)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in out:
+        if isinstance(r, str):
+            sys.exit(r)
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--steps", type=int, nargs=2, default=[500, 3000])
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--workers", type=int, default=None,
+                   help="DataLoader workers, for fast_loop.py (0 unless given)")
     p.add_argument("--program", default=os.path.join(ROOT, "collector/tests/torch_programs/fast_loop.py"))
     p.add_argument("--args", default="", help="more arguments for the program")
     p.add_argument("--collector", default=os.path.join(
         os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "collector"))
     p.add_argument("--python", default=os.path.join(os.environ.get("OOMSCOPE_TORCH_VENV", ""),
                                                      "bin", "python"))
+    p.add_argument("--together", action="store_true",
+                   help="run each pair at once, one per core (two cores needed), not in turn")
     a = p.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = tempfile.mkdtemp()
@@ -71,19 +110,26 @@ def main():
         f.write(SELF_CPU)
     results = {}
     for steps in a.steps:
-        prog = [a.python, wrapper, a.program, "--steps", str(steps), "--workers",
-                str(a.workers)] + a.args.split()
+        workers = a.workers
+        if workers is None and os.path.basename(a.program) == "fast_loop.py":
+            workers = 0
+        prog = [a.python, wrapper, a.program, "--steps", str(steps)] + \
+            (["--workers", str(workers)] if workers is not None else []) + a.args.split()
         for i in range(a.pairs):
-            for how in ("no-hooks", "hooks"):
-                flag = ["--no-python-hooks"] if how == "no-hooks" else []
-                cmd = [a.collector, "run", "-q"] + flag + ["-o", os.path.join(out, "t.oomt"),
-                                                           "--"] + prog
-                tree, program, wall = run(cmd, env)
+            hows = ("no-hooks", "hooks") if i % 2 == 0 else ("hooks", "no-hooks")
+            cmds = [[a.collector, "run", "-q"] + (["--no-python-hooks"] if how == "no-hooks"
+                                                  else []) +
+                    ["-o", os.path.join(out, how + ".oomt"), "--"] + prog for how in hows]
+            if a.together:  # on cores 0 and 1, which swap every pair
+                got = run_together(cmds, env)
+            else:
+                got = [run(cmd, env) for cmd in cmds]
+            for how, (tree, program, wall) in zip(hows, got):
                 results.setdefault((steps, how), []).append((tree, program, wall))
                 print("%5d steps %-8s pair %d: tree %.3f s cpu (program %.3f, collector %.3f), "
                       "wall %.3f s" % (steps, how, i + 1, tree, program, tree - program, wall),
                       flush=True)
-    # Each pair's difference (hooks − no-hooks, run back to back) leaves out what drifts
+    # Each pair's difference (hooks − no-hooks, back to back or at once) leaves out what drifts
     # between pairs (the machine's pace on a shared host moves runs by 10-20%).
     short, long = a.steps
     diffs = {steps: [(h[0] - n[0], h[1] - n[1]) for n, h in zip(results[(steps, "no-hooks")],

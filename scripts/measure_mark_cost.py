@@ -19,14 +19,14 @@ import time
 
 import torch
 
-import oomscope
+from oomscope._probe import default_probe
 
 ROUNDS, STEPS = 15, 200
 
 
 def main():
     torch.set_num_threads(1)
-    p = oomscope._probe()
+    p = default_probe()
     if not p.enabled:
         sys.exit("run this under `collector run`")
     m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
@@ -53,19 +53,20 @@ def main():
     if "--parts" in sys.argv:
         return parts(p, m, opt, x)
     block()  # warm-up; the ring is made at the first message
-    ring = p._ring
+    t = p.transport
+    ring = t._ring
     if ring is None:
         sys.exit("no ring was made (not x86-64, or OOMSCOPE_RING=0)")
     res = {"ring": [], "datagram": []}
     for r in range(ROUNDS):
         for name in (res if r % 2 else reversed(list(res))):
-            p._ring, p._ring_tries = (ring, 0) if name == "ring" else (None, 10 ** 6)
+            t._ring, t._ring_tries = (ring, 0) if name == "ring" else (None, 10 ** 6)
             res[name].append(block())
-    p._ring = ring
+    t._ring = ring
     for name, values in res.items():
         print("%-9s marks %.1f us/step median, %.1f lowest (6 marks)" % (
             name, statistics.median(values), min(values)), file=sys.stderr)
-    print("dropped by the helper: %d" % p.dropped, file=sys.stderr)
+    print("dropped by the helper: %d" % t.dropped, file=sys.stderr)
 
 
 def parts(p, m, opt, x):
@@ -74,11 +75,11 @@ def parts(p, m, opt, x):
     message = b"at 1\nmark post_forward step=1 pid=1"
     calls = {
         "the whole _mark": lambda i: p._mark("post_forward", step=i),
-        "allocator fields": lambda i: p._allocator_fields(),
+        "allocator fields": lambda i: p.allocator_fields(),
         "at line, statm read": lambda i: p._at_line(memory=True),
         "at line, no read": lambda i: p._at_line(),
         "send (a built line)": lambda i: p.send("mark post_forward step=1 pid=1"),
-        "ring write": lambda i: p._ring_write(message),
+        "ring write": lambda i: p.transport.ring_write(message),
         "time.monotonic_ns": lambda i: time.monotonic_ns(),
         "nothing (the timer)": lambda i: None,
     }

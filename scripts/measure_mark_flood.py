@@ -15,15 +15,15 @@ import time
 
 
 def sender(marks):
-    import oomscope
+    from oomscope._probe import default_probe
 
-    p = oomscope._probe()
+    p = default_probe()
     for i in range(marks):
         p._mark("stage_%d" % (i % 6), step=i)
         if i % 6 == 5:
             time.sleep(0.0005)
     p.flush()
-    print(p.dropped, p._ring is not None)
+    print(p.transport.dropped, p.transport._ring is not None)
 
 
 def main():

@@ -30,8 +30,8 @@ fn extras(c: &ComponentBreakdown) -> Vec<(String, u64)> {
 #[test]
 fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it() {
     let py = torch_python();
-    // Before Python 3.13 a function's locals are not read (see _oomscope_breakdown): the models
-    // are named by class, the EMA copy as the trained model's copy.
+    // Before Python 3.13 a function's locals are not read (see oomscope/_hooks/breakdown.py): the
+    // models are named by class, the EMA copy as the trained model's copy.
     let version = std::process::Command::new(&py)
         .args(["-c", "import sys; print(sys.version_info >= (3, 13))"])
         .output()

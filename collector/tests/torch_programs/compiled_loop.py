@@ -3,7 +3,9 @@ epoch is smaller, say), written as users write it, and the number of graphs Dyna
 printed at the end: the same with and without the collector, or the hooks changed what the
 program compiled (a guard on the global forward hooks, or on a module's own hooks, failing).
 
-Usage: python compiled_loop.py [--steps N] [--form wrap|method] [--eval-every N]
+Usage: python compiled_loop.py [--steps N] [--form wrap|method|block] [--eval-every N]
+(`wrap`: `torch.compile(model)`; `method`: `model.compile()`; `block`: one layer compiled,
+`model.inp = torch.compile(model.inp)`, the model around it not.)
 """
 
 import argparse
@@ -27,7 +29,7 @@ class Net(nn.Module):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=24)
-    p.add_argument("--form", choices=["wrap", "method"], default="wrap")
+    p.add_argument("--form", choices=["wrap", "method", "block"], default="wrap")
     p.add_argument("--eval-every", type=int, default=0, help="an eval under no_grad every N steps")
     a = p.parse_args()
     torch.manual_seed(0)
@@ -35,8 +37,10 @@ def main():
     model = Net()
     if a.form == "wrap":
         model = torch.compile(model, backend="eager")
-    else:
+    elif a.form == "method":
         model.compile(backend="eager")
+    else:
+        model.inp = torch.compile(model.inp, backend="eager")
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(a.steps):
         batch = 8 if step < a.steps // 2 else 12  # the shape changes once: one recompile

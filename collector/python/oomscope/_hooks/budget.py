@@ -1,13 +1,15 @@
 """Which training iterations the hooks mark. Every one while iterations are slow, and the first
 `WARMUP_ITERATIONS` of any loop; past them, in a loop faster than `MARK_EVERY_S`, one in `every`
 (a power of two, changed only when the loop's pace moves by half or more), plus any iteration
-whose input is well above the usual (a rare long batch sets the peak). Evals and checkpoints are always marked.
+whose input is well above the usual (a rare long batch sets the peak). Evals and checkpoints are
+always marked.
 
 Why: a mark costs the program a reading of its own memory (a system call: ~11 us in a loop,
 where the kernel's code is out of the caches) and the collector a row; six a step were 0.2 ms of
-a 2.5 ms step. Marking an iteration every ~20 ms keeps what the analysis needs (each stage's
-memory, step after step, for the stage table and the growth fits) at about 1% of the program's
-time. The trace says when marking thinned out (`sampling`), so that the step count and the text
+a 2.5 ms step, and a marked iteration of a 2 ms step costs ~0.25 ms all told (its marks, the
+backward watch). Marking an iteration every ~50 ms keeps what the analysis needs (each stage's
+memory, step after step, for the stage table and the growth fits) at about 0.5% of the
+program's time. The trace says when marking thinned out (`sampling`), so that the step count and the text
 stay true. `OOMSCOPE_MARK_INTERVAL_MS` in the program's environment sets the interval (0: every
 iteration marked, whatever it costs).
 """
@@ -18,11 +20,11 @@ from oomscope._hooks.state import S
 
 
 def _interval_s():
-    """`OOMSCOPE_MARK_INTERVAL_MS` (0: every iteration), else 20 ms."""
+    """`OOMSCOPE_MARK_INTERVAL_MS` (0: every iteration), else 50 ms."""
     try:
-        return max(float(os.environ.get("OOMSCOPE_MARK_INTERVAL_MS", "20")), 0.0) / 1000
+        return max(float(os.environ.get("OOMSCOPE_MARK_INTERVAL_MS", "50")), 0.0) / 1000
     except ValueError:
-        return 0.02
+        return 0.05
 
 
 WARMUP_ITERATIONS = 100  # iterations all marked first

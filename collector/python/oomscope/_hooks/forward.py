@@ -50,7 +50,16 @@ def bind(torch):
 
 
 def _has_params(module):
+    """Whether `module` has a parameter; a yes is remembered (`module.parameters()` builds a
+    generator over every submodule: ~4 us a forward, and a module keeps its parameters)."""
+    known = S.fwd.with_params
+    ref = known.get(id(module))
+    if ref is not None and ref() is module:
+        return True
     for _ in module.parameters():
+        if len(known) >= 1024:
+            known.clear()  # modules made and dropped all the time (a layer built in the loop)
+        known[id(module)] = weakref.ref(module)
         return True
     return False
 
@@ -92,8 +101,7 @@ def fw_pre(module, args, kwargs=None):
         fwd.outer_module = id(module)
         exc = _exc_info()[1]
         fwd.outer_exc = None if exc is None else id(exc)
-        # A root with our hooks on it was chosen for having parameters: walking them again
-        # (`module.parameters()` builds a generator over every submodule) cost ~4 us a forward.
+        # A root with our hooks on it was chosen for having parameters.
         fwd.outer_emits = _graph_task_id() == -1 and (
             id(module) in fwd.root_hook_ids or _has_params(module))
         if not fwd.outer_emits:

@@ -6,10 +6,14 @@
   which it cannot), so the global hooks (which it does not see) come back first;
 - `torch.compile` / `module.compile()`: a compiled graph guards on the hooks in place (the number
   of global forward hooks, a module's own), and a change compiles it again: from the program's
-  first compile on, the hooks stay as they are (`S.fwd.frozen_hooks`). A model compiled after the
-  hooks moved to the roots becomes a root itself first (the wrapper `torch.compile` returns runs
-  eagerly; what it wraps is traced, where our hooks do nothing). `module.compile()` compiles
-  `_call_impl`, hooks included, so ours run eagerly around the compiled call instead;
+  first compile on, the hooks stay as they are (`S.fwd.frozen_hooks`). Just before, a compiled
+  model that is no other module's part becomes a root, and the hooks move to the roots if they
+  were still global: global hooks would stay for the whole run, taking every module call off
+  torch's fast path and making torch warn at every call of the compiled model (~30 us a step of
+  a small compiled model). The wrapper `torch.compile` returns runs eagerly; what it wraps is
+  traced, where our hooks do nothing. `module.compile()` compiles `_call_impl`, hooks included,
+  so ours run eagerly around the compiled call instead. A compiled part of a model (a block)
+  leaves the hooks global: the model around it is the root;
 - the registry: every module made from now on, kept weakly, so that the breakdown finds the
   models without a pass over every object the garbage collector tracks (~40-80 ms with torch
   loaded): a module a submodule is assigned to, and that submodule (torch's global registration
@@ -99,7 +103,7 @@ def patch_compile():
                 inner = self._compiled_call_impl
                 if inner is not None:
                     self._compiled_call_impl = _eager_hooks_around(self, inner)
-                _freeze(None)
+                _freeze(self, self)
             except BaseException as e:
                 interrupted(e)
             return result
@@ -109,7 +113,8 @@ def patch_compile():
         def compile(*args, **kwargs):
             result = original(*args, **kwargs)
             try:
-                _freeze(result)
+                model = args[0] if args else kwargs.get("model")
+                _freeze(result, model)
             except BaseException as e:
                 interrupted(e)
             return result
@@ -119,20 +124,35 @@ def patch_compile():
     replace(torch, "compile", make_function)
 
 
-def _freeze(compiled):
-    """The program compiles: the hooks stay as they are from now on, and Dynamo never compiles
-    them as frames of their own. A compiled module (the wrapper `torch.compile` returned) is made
-    a root first when the hooks are on the roots already, so that its forwards are still
-    marked."""
+def _freeze(compiled, model):
+    """The program compiles `model` (`compiled`: the module that runs it, the wrapper
+    `torch.compile` returned or the model itself): the hooks stay as they are from now on, and
+    Dynamo never compiles them as frames of their own. First, a compiled module that is no other
+    module's part becomes a root, and the hooks move to the roots if they were global."""
     fwd = S.fwd
     if fwd.frozen_hooks:
         return
     _run_eagerly()
-    if fwd.mode == "roots" and isinstance(compiled, S.torch.nn.Module) and \
-            not any(r() is compiled for r in fwd.roots):
+    Module = S.torch.nn.Module
+    if isinstance(compiled, Module) and not any(r() is compiled for r in fwd.roots) and \
+            (fwd.mode == "roots" or (isinstance(model, Module) and _is_whole(model, compiled))):
         fwd.roots.append(weakref.ref(compiled))
         roots_only()
     fwd.frozen_hooks = True
+
+
+def _is_whole(model, compiled):
+    """Whether `model` is no other module's part (but the wrapper `compiled` that runs it), among
+    the modules made since the hooks were installed (the registry); False when that is not
+    known."""
+    if not S.memory.registry:
+        return False
+    for ref in list(S.memory.modules.values()):
+        parent = ref()
+        if parent is not None and parent is not model and parent is not compiled and \
+                any(child is model for child in parent._modules.values()):
+            return False
+    return True
 
 
 def _run_eagerly():

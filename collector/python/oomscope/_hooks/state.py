@@ -13,7 +13,8 @@ class Forward:
 
     __slots__ = ("depth", "outer_emits", "outer_phase", "outer_frozen", "outer_module",
                  "outer_exc", "in_train_call", "roots", "since_new_root", "mode",
-                 "global_handles", "root_handles", "root_hook_ids", "frozen_hooks", "wrapping")
+                 "global_handles", "root_handles", "root_hook_ids", "frozen_hooks", "wrapping",
+                 "with_params")
 
     def __init__(self):
         self.depth = 0
@@ -36,6 +37,9 @@ class Forward:
         # id() of the module whose compiled call our eager wrapper is running (its own hooks,
         # inside the call, are not a second forward: `modules.patch_compile`).
         self.wrapping = 0
+        # id() -> weak reference of the modules found to have parameters: an outermost forward
+        # under the global hooks (a compiled program keeps them) asks at every call.
+        self.with_params = {}
 
     def after_fork(self):
         self.depth = 0
