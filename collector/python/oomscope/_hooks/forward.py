@@ -12,12 +12,13 @@ stay as they are: Dynamo guards on the number of global hooks and of a module's 
 change would compile the graph again (`S.fwd.frozen_hooks`; see `modules.patch_compile`).
 
 The phase is `eval` when the module is not training, grad is off or inference mode is on, except
-a `frozen_forward`: a module none of whose parameters requires grad (a diffusion loop's VAE or
-text encoder, a distillation teacher) run inside a training step (after the step's training
-forward, in the first step, or between an optimizer step and the next training forward when it
-is the module the last step began with at that place: an EMA copy evaluated there is not). One
-mark, after it returns, in the training phase: part of the step it serves, never an eval of its
-own; a step still begins at its training forward, so a frozen forward that opens a step carries
+a `frozen_forward`: a no-grad forward placed inside a training step (a diffusion loop's VAE or
+text encoder, a distillation teacher in `eval()` whether or not its parameters could be
+trained): after the step's training forward and before its backward, or between an optimizer
+step and the next training forward when it is the module the last step began with at that
+place (an EMA copy evaluated there now and then is not), or in the first step a module none of
+whose parameters requires grad (see `_frozen`). One mark, after it returns, in the training
+phase: part of the step it serves, never an eval of its own; a step still begins at its training forward, so a frozen forward that opens a step carries
 the number of the step before.
 """
 
@@ -65,23 +66,45 @@ def _has_params(module):
 
 
 def _frozen(module):
-    """A no-grad forward that serves the training step under way: called only for forwards that
-    would otherwise be eval, so a trained model's eval pays for one parameter at most."""
+    """A no-grad forward that serves the training step under way, told by where it runs, not by
+    the module's mode or `requires_grad` (a DeiT teacher is put in `eval()` under `no_grad` with
+    its parameters still trainable): after the step's own training forward, before the
+    optimizer's step; or, before that training forward, a module the last step began with at
+    the same place. In the first step, before its training forward, only a module that is not
+    trained (no parameter of it can be, or no optimizer holds any): a trained model's forward
+    there is an eval before training (Lightning's sanity check) as far as anything yet known
+    tells."""
     loop = S.loop
     if not (loop.has_optimizer or loop.step or loop.backward_done):
         return False  # no training yet: an inference program, or an eval before the first step
     if loop.last_phase == "eval":
         return False  # inside an eval: the frozen encoder of an eval is eval
-    for p in module.parameters():
-        if p.requires_grad:
-            return False
-    if loop.train_forward_in_step or loop.frozen_prefix is None:
-        # After the step's own forward (a teacher, a frozen discriminator), or in the first step.
-        return True
+    if loop.train_forward_in_step:
+        # After the step's own forward and before its backward: a teacher, a frozen
+        # discriminator. After the backward (a loop that updates its weights by hand has no
+        # optimizer step to end the step): an eval.
+        return not loop.backward_done
+    if loop.frozen_prefix is None:
+        return not _trained(module)
     # Between an optimizer step and the next training forward: only the modules, in order, that
-    # the last step began with.
+    # the last step began with (an EMA copy evaluated there now and then is an eval).
     k = len(loop.frozen_seq)
     return k < len(loop.frozen_prefix) and loop.frozen_prefix[k] == id(module)
+
+
+def _trained(module):
+    """Whether a parameter of `module` requires grad and an optimizer the program made holds it
+    (or no optimizer is known: a loop that updates its weights by hand). Asked only before the
+    first step's training forward."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return False
+    held = set()
+    for ref in S.loop.optimizers.values():
+        opt = ref()
+        for group in getattr(opt, "param_groups", ()):
+            held.update(id(p) for p in group["params"])
+    return not held or any(id(p) in held for p in params)
 
 
 def fw_pre(module, args, kwargs=None):
@@ -118,9 +141,12 @@ def fw_pre(module, args, kwargs=None):
             # A loop that updates its weights by hand (no torch optimizer, e.g. pytorch's
             # word_language_model example): a training forward after a backward is a step.
             loop.step += 1
-        if frozen:
+        if phase == "eval" or frozen:
             if not loop.train_forward_in_step:
+                # What this step begins with before its training forward, frozen or not yet
+                # known to be (a teacher run first is an eval in the first step alone).
                 loop.frozen_seq.append(id(module))
+        if frozen:
             return None  # one mark, after it returns
         if phase == "train":
             loop.backward_done = False

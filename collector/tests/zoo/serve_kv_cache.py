@@ -1,0 +1,65 @@
+"""A generation server's loop (issue 42, case 1): a small transformer decoder under `eval()` and
+`inference_mode()`, no optimizer; each request decodes a few tokens and the server keeps every
+request's key/value tensors in a module-level list (`kv_log`) "for a later cache". Nothing is
+trained; memory grows by the same amount each request.
+
+EXPECT = {
+    "findings": ["leak"],
+    "absent": ["eval-peak", "eval-retains-memory", "reference-cycles"],
+    "words": ["per request", "kv_log"],
+    "no_words": ["has no step marks", "autograd graph", ".item()"],
+    "rate_per": "request",
+}
+"""
+
+import argparse
+
+import torch
+import torch.nn as nn
+
+import _truth
+
+kv_log = []
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab, dim, layers):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(nn.Linear(dim, 2 * dim) for _ in range(layers))
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        kv = []
+        for layer in self.layers:
+            k, v = layer(h).chunk(2, dim=-1)
+            kv.append((k.contiguous(), v.contiguous()))
+            h = torch.tanh(h + v)
+        return self.head(h[:, -1]), kv
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--requests", type=int, default=80)
+    p.add_argument("--tokens", type=int, default=8)
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = Decoder(vocab=1000, dim=512, layers=4).eval()
+    kept = 0
+    with torch.inference_mode():
+        for r in range(a.requests):
+            ids = torch.randint(0, 1000, (4, 32))
+            for _ in range(a.tokens):
+                logits, kv = model(ids)
+                ids = torch.cat([ids, logits.argmax(-1, keepdim=True)], dim=1)
+            kv_log.append(kv)
+            kept += _truth.storage_bytes([t for pair in kv for t in pair])
+    _truth.write(requests=a.requests, forwards=a.requests * a.tokens,
+                 kept_bytes_per_request=kept / a.requests)
+    print("served %d requests, kept %d tensors" % (a.requests, 8 * len(kv_log)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The pattern zoo's scorecard: every program in `collector/tests/zoo/` run under
+`collector run`, its summary (text and JSON) held against what the program expects and what it
+measured of itself, and one line per program: right, partial or wrong.
+
+A program says what it expects in its docstring, as `EXPECT = {...}` (a Python literal):
+- `findings`: finding ids that must be there; `absent`: ids that must not (a false finding);
+- `words` / `no_words`: phrases the text summary must / must not contain;
+- `evals`: how many evals the run had (the eval table's count, from the JSON);
+- `rate_per`: the clock a leak's rate is said in (`step`, `request`, `epoch`): the leak
+  finding's rate must be within a third of the program's own `kept_bytes_per_<clock>`.
+What the program measured of itself (its storages' bytes, its step count) comes from the JSON
+file `ZOO_TRUTH` names, written by `collector/tests/zoo/_truth.py`.
+
+Verdicts: wrong when a finding it must have is missing or one it must not have is there;
+partial when the findings are right but words, counts or rates are not; right otherwise.
+
+Usage: python3 scripts/zoo.py [--json] [--only NAME[,NAME]] [--keep DIR]
+Needs the release collector ($CARGO_TARGET_DIR/release/collector, or COLLECTOR) and a Python
+with torch (OOMSCOPE_TORCH_VENV, or PYTHON)."""
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = os.path.join(ROOT, "collector", "tests", "zoo")
+RATE_TOLERANCE = 1 / 3
+
+
+def programs(only):
+    names = sorted(f[:-3] for f in os.listdir(ZOO) if f.endswith(".py") and not f.startswith("_"))
+    return [n for n in names if not only or n in only]
+
+
+def expectations(name):
+    """The `EXPECT = {...}` literal in a program's docstring."""
+    with open(os.path.join(ZOO, name + ".py")) as f:
+        doc = ast.get_docstring(ast.parse(f.read())) or ""
+    at = doc.find("EXPECT =")
+    if at < 0:
+        raise SystemExit("zoo: %s.py has no EXPECT in its docstring" % name)
+    return ast.literal_eval(doc[at + len("EXPECT ="):].strip())
+
+
+def tools():
+    collector = os.environ.get("COLLECTOR") or os.path.join(
+        os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "collector")
+    venv = os.environ.get("OOMSCOPE_TORCH_VENV")
+    python = os.environ.get("PYTHON") or (os.path.join(venv, "bin", "python") if venv else "python3")
+    return collector, python
+
+
+def run_one(name, collector, python, out_dir):
+    trace = os.path.join(out_dir, name + ".oomt")
+    truth_path = os.path.join(out_dir, name + ".truth.json")
+    env = dict(os.environ, ZOO_TRUTH=truth_path)
+    start = time.monotonic()
+    ran = subprocess.run([collector, "run", "-q", "-o", trace, "--", python, name + ".py"],
+                         cwd=ZOO, env=env, capture_output=True, text=True)
+    took = time.monotonic() - start
+    if ran.returncode != 0:
+        return {"verdict": "wrong", "why": ["exit %d: %s" % (ran.returncode, ran.stderr[-400:])],
+                "seconds": took}
+    text = subprocess.run([collector, "summary", trace], capture_output=True, text=True).stdout
+    summary = json.loads(subprocess.run([collector, "summary", "--json", trace],
+                                        capture_output=True, text=True, check=True).stdout)
+    with open(truth_path) as f:
+        truth = json.load(f)
+    verdict, why = judge(expectations(name), truth, summary["analysis"], text)
+    return {"verdict": verdict, "why": why, "seconds": took, "trace": trace}
+
+
+def leak_rate(analysis, clock):
+    """The rate the leak finding gives per `clock`, in bytes, from its evidence."""
+    for f in analysis["findings"]:
+        if f["id"] != "leak":
+            continue
+        for e in f["evidence"]:
+            if e.get("label") == "slope_bytes_per_" + clock:
+                return e.get("value")
+    return None
+
+
+def judge(expect, truth, analysis, text):
+    ids = {f["id"] for f in analysis["findings"]}
+    wrong, partial = [], []
+    for kind in expect.get("findings", []):
+        if kind not in ids:
+            wrong.append("no %s finding" % kind)
+    for kind in expect.get("absent", []):
+        if kind in ids:
+            wrong.append("false finding: %s" % kind)
+    for w in expect.get("words", []):
+        if w not in text:
+            partial.append("the text lacks %r" % w)
+    for w in expect.get("no_words", []):
+        if w in text:
+            line = next(l.strip() for l in text.splitlines() if w in l)
+            partial.append("the text says %r: %s" % (w, line[:120]))
+    if "evals" in expect:
+        evals = len(analysis.get("phase_transitions") or [])
+        if evals != expect["evals"]:
+            partial.append("%s evals, the program ran %d" % (evals, expect["evals"]))
+    clock = expect.get("rate_per")
+    if clock and "leak" in ids:
+        want = truth.get("kept_bytes_per_" + clock)
+        got = leak_rate(analysis, clock)
+        if got is None:
+            partial.append("the leak is not given per %s" % clock)
+        elif want and abs(got - want) > RATE_TOLERANCE * want:
+            partial.append("leak %.3g B/%s, the program kept %.3g" % (got, clock, want))
+    if wrong:
+        return "wrong", wrong + partial
+    return ("partial" if partial else "right"), partial
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--only", default="", help="comma-separated program names")
+    p.add_argument("--keep", default=None, help="a directory for the traces (default: temporary)")
+    a = p.parse_args()
+    collector, python = tools()
+    if not os.path.exists(collector):
+        raise SystemExit("zoo: no collector at %s (cargo build --release -p oomscope-collector)"
+                         % collector)
+    out_dir = a.keep or tempfile.mkdtemp(prefix="oomscope-zoo-")
+    os.makedirs(out_dir, exist_ok=True)
+    results = {}
+    for name in programs(set(filter(None, a.only.split(",")))):
+        r = results[name] = run_one(name, collector, python, out_dir)
+        if not a.json:
+            print("%-22s %-8s %5.1f s  %s" % (name, r["verdict"], r["seconds"],
+                                               "; ".join(r["why"])), flush=True)
+    counts = {v: sum(r["verdict"] == v for r in results.values())
+              for v in ("right", "partial", "wrong")}
+    if a.json:
+        json.dump({"programs": results, "counts": counts}, sys.stdout, indent=1)
+        print()
+    else:
+        print("%d right, %d partial, %d wrong of %d" % (
+            counts["right"], counts["partial"], counts["wrong"], len(results)))
+
+
+if __name__ == "__main__":
+    main()
