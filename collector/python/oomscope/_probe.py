@@ -321,6 +321,10 @@ class Probe:
             line += " last_step=%d" % last_step
         self.send(line)
 
+    def program_end(self):
+        """This process's own code ended; its interpreter's shutdown follows (hooks/__init__)."""
+        self.send("program_end")
+
     def eval_autograd(self, enabled):
         """Whether this process's eval forwards run with autograd on (sent once for each)."""
         self.send("eval_autograd " + ("on" if enabled else "off"))

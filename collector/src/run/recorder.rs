@@ -318,6 +318,10 @@ impl Senders {
                 m.pid = sender.or(m.pid);
                 return Ok(());
             }
+            Record::ProgramEnd(e) => {
+                e.pid = sender.or(e.pid);
+                return Ok(());
+            }
             _ => return Ok(()),
         };
         *pid = sender.or(*pid);
@@ -386,7 +390,8 @@ impl Context {
             | Record::Gc(_)
             | Record::EvalAutograd(_)
             | Record::SavedSnapshot(_)
-            | Record::MarkSampling(_) => {}
+            | Record::MarkSampling(_)
+            | Record::ProgramEnd(_) => {}
         }
     }
 }

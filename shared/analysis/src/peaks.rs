@@ -175,6 +175,32 @@ pub struct Peak {
     /// The nearest component breakdown: on device peaks, or on the host's when the tensors
     /// live in host memory (see [`tensors_on_host`]).
     pub components: Option<PeakComponents>,
+    /// A higher reading after the program's own code ended (the interpreter's shutdown,
+    /// `atexit` handlers): shown as such, never the peak ([`program_end_us`]).
+    pub after_program_end: Option<AfterProgramEnd>,
+}
+
+/// The highest reading of a counter after the program's own code ended, when it is above the
+/// peak before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AfterProgramEnd {
+    /// The reading.
+    pub bytes: u64,
+    /// How long after the program's end it was read.
+    pub after_us: u64,
+}
+
+/// When the program's own code ended (`PROGRAM_END`): the one the collector started when it
+/// said so, else the latest any process said (a launcher's ranks end before it). `None` for a
+/// trace without one (not Python, a writer before v1.12, a program killed before its end).
+pub fn program_end_us(trace: &Trace) -> Option<u64> {
+    let own = trace
+        .program_ends
+        .iter()
+        .filter(|e| e.pid == Some(trace.metadata.pid))
+        .map(|e| e.t_us)
+        .min();
+    own.or_else(|| trace.program_ends.iter().map(|e| e.t_us).max())
 }
 
 /// A moment outside the marked loop.
@@ -338,6 +364,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
             stage,
             outside_marks,
             components,
+            after_program_end: None,
         }
     };
 
@@ -395,6 +422,9 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         }
     }
     let times = trace.samples.times_us();
+    // Readings after the program's end are the interpreter's shutdown, never the run's peak.
+    let in_run =
+        program_end_us(trace).map_or(times.len(), |end| times.partition_point(|t| *t <= end));
     let pss_is_rss = crate::metrics::pss_is_rss(trace);
     for (i, counter) in trace.counters.iter().enumerate() {
         let metric = MetricKey::of_counter(trace, CounterId(i as u32));
@@ -408,15 +438,23 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         let Some(column) = trace.samples.column(CounterId(i as u32)) else {
             continue;
         };
-        if let Some((row, bytes)) = first_max_present(column) {
-            out.push(finish(
+        if let Some((row, bytes)) = first_max_present(&column[..in_run]) {
+            let mut peak = finish(
                 metric,
                 PeakSource::Counter,
                 measure,
                 counter.device,
                 bytes,
                 times[row],
-            ));
+            );
+            peak.after_program_end = first_max_present(&column[in_run..])
+                .filter(|(_, after)| *after > bytes)
+                .zip(program_end_us(trace))
+                .map(|((r, bytes), end)| AfterProgramEnd {
+                    bytes,
+                    after_us: times[in_run + r].saturating_sub(end),
+                });
+            out.push(peak);
         }
     }
     out

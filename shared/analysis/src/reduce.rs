@@ -308,6 +308,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         eval_autograd: trace.eval_autograd.clone(),
         saved_snapshots: trace.saved_snapshots.clone(),
         mark_sampling: trace.mark_sampling.clone(),
+        program_ends: trace.program_ends.clone(),
         end_us: trace.end_us,
     }
 }

@@ -204,3 +204,19 @@ fn v1_11_mark_sampling() {
         "{text}"
     );
 }
+
+#[test]
+fn v1_12_program_end() {
+    let t = decode(&read("v1_12_program_end.oomt")).unwrap().trace;
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let rss = &analysis.peaks[0];
+    // The loop's 609 MiB is the peak; the shutdown's 700 MiB, 50 ms after the end, is told apart.
+    assert_eq!((rss.bytes, rss.t_us), (609 << 20, 90_000));
+    let after = rss.after_program_end.expect("the shutdown's reading");
+    assert_eq!((after.bytes, after.after_us), (700 << 20, 50_000));
+    let text = oomscope_analysis::render::summary::render(&t, &analysis);
+    assert!(
+        text.contains("then 700 MiB 50.0 ms after the program's last line"),
+        "{text}"
+    );
+}

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use oomscope_format::{
     AliveSite, ComponentBreakdown, CounterKind, EvalAutograd, ExitStatus, HeldKind, HeldTensors,
     MarkSampling, Metadata, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd,
-    ProcessExit, ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput,
-    TraceWriter, WriterOptions,
+    ProcessExit, ProcessInfo, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot,
+    StageMark, StepInput, TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -966,6 +966,51 @@ pub fn mark_sampling() -> Vec<u8> {
     w.finish(750_000).expect("in memory")
 }
 
+/// Format v1.12: a short loop whose program ended (PROGRAM_END) 100 ms before its process did,
+/// the host's memory rising in the interpreter's shutdown above anything the loop reached.
+pub fn program_end() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "cpu-node".into(),
+        pid: 5900,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    for step in 0..10u64 {
+        let t_us = step * 10_000;
+        w.sample(t_us, &[(rss, (600 + step) << 20)])
+            .expect("in memory");
+        w.write(&Record::Mark(StageMark {
+            t_us: t_us + 1_000,
+            name: "pre_forward".into(),
+            step,
+            phase: Phase::Train,
+            pid: Some(5900),
+            ..StageMark::default()
+        }))
+        .expect("in memory");
+    }
+    w.write(&Record::ProgramEnd(ProgramEnd {
+        t_us: 100_000,
+        pid: Some(5900),
+    }))
+    .expect("in memory");
+    // The interpreter's shutdown: 700 MiB, above the loop's 609 MiB.
+    w.sample(150_000, &[(rss, 700 << 20)]).expect("in memory");
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 200_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(200_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -995,6 +1040,7 @@ fn main() -> std::io::Result<()> {
         ("v1_10_optimizers.oomt", optimizers()),
         ("v1_11_hook_facts.oomt", hook_facts()),
         ("v1_11_mark_sampling.oomt", mark_sampling()),
+        ("v1_12_program_end.oomt", program_end()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -37,6 +37,7 @@
 //! eval_autograd on|off
 //! memory_snapshot -- <file name>
 //! sampling every=N from_step=N [iteration_us=N] [last_step=N]
+//! program_end
 //! process [rank=N] [local_rank=N] [world_size=N] [restart=N] [group=NAME]
 //! at <N> [rss_bytes=N] [rss_file_bytes=N]
 //! ring <name>
@@ -74,8 +75,8 @@ use std::fmt::Write;
 use crate::model::{
     AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, EvalAutograd, GcCollection,
     GradientSummary, HeldKind, HeldTensors, MarkSampling, Name, NamedBytes, Note, OomEvent,
-    OomSource, Phase, ProcessInfo, ProcessRole, RankSource, Record, SavedSnapshot, StageMark,
-    StepInput, TensorStats, TrialOutcome,
+    OomSource, Phase, ProcessInfo, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot,
+    StageMark, StepInput, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -88,7 +89,7 @@ pub const PROTOCOL_ENV: &str = "OOMSCOPE_PROTOCOL";
 pub const MAX_DATAGRAM_BYTES: usize = 64 * 1024;
 
 /// Every verb of the protocol, in the order the grammar lists them.
-pub const VERBS: [&str; 19] = [
+pub const VERBS: [&str; 20] = [
     "mark",
     "step",
     "phase",
@@ -105,6 +106,7 @@ pub const VERBS: [&str; 19] = [
     "eval_autograd",
     "memory_snapshot",
     "sampling",
+    "program_end",
     "process",
     "at",
     "ring",
@@ -186,6 +188,7 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         Record::EvalAutograd(_) => "eval_autograd",
         Record::SavedSnapshot(_) => "memory_snapshot",
         Record::MarkSampling(_) => "sampling",
+        Record::ProgramEnd(_) => "program_end",
         Record::Exit(_)
         | Record::Dropped(_)
         | Record::OomKill(_)
@@ -659,6 +662,10 @@ pub fn parse_line(line: &str) -> Option<Message> {
                 ..SavedSnapshot::default()
             })))
         }
+        "program_end" => rest
+            .trim()
+            .is_empty()
+            .then(|| Message::record(Record::ProgramEnd(ProgramEnd::default()))),
         "sampling" => {
             let mut sampling = MarkSampling::default();
             Fields::parse(rest).read(&SAMPLING, &mut sampling)?;
@@ -921,7 +928,8 @@ pub fn format(out: &mut String, message: &Message) {
                 }
                 Record::MarkSampling(m) => show_all(out, &SAMPLING, m),
                 Record::Process(p) => show_all(out, &PROCESS, p),
-                Record::Note(_)
+                Record::ProgramEnd(_)
+                | Record::Note(_)
                 | Record::Exit(_)
                 | Record::Dropped(_)
                 | Record::OomKill(_)
@@ -1306,6 +1314,7 @@ mod tests {
                 last_step: Some(2999),
                 ..MarkSampling::default()
             })),
+            Message::record(Record::ProgramEnd(ProgramEnd::default())),
             Message::record(Record::Process(ProcessInfo {
                 role: ProcessRole::Rank,
                 rank_from: RankSource::Message,

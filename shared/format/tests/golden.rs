@@ -443,3 +443,15 @@ fn v1_11_mark_sampling() {
     // 100 steps marked, then steps 100-299 one in 8: 25; two marks each.
     assert_eq!(t.marks.len(), (100 + 25) * 2);
 }
+
+#[test]
+fn v1_12_program_end() {
+    let decoded = decode(&read("v1_12_program_end.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    let [end] = t.program_ends.as_slice() else {
+        panic!("{:?}", t.program_ends)
+    };
+    assert_eq!((end.t_us, end.pid), (100_000, Some(5900)));
+    assert_eq!(t.marks.len(), 10);
+}

@@ -34,6 +34,7 @@ def install(torch):
     if not S.probe.enabled:
         return
     _probe.listen(ProgramMarks)
+    _watch_program_end(S.probe)
     try:
         import gc
 
@@ -62,6 +63,31 @@ def install(torch):
             patch()
         except BaseException as e:
             interrupted(e)
+
+
+def _watch_program_end(probe):
+    """Sends the moment the program's own code ends (its main module returned, raised or called
+    `sys.exit`): what memory does after it, in `atexit` handlers and the interpreter's teardown,
+    is not the run's. `threading`'s exit callbacks run first in the interpreter's shutdown,
+    before `atexit`'s (Python 3.9+); `atexit` where they are missing. A forked child leaves
+    through `os._exit` and sends nothing; a spawned one is a program of its own."""
+    pid = os.getpid()
+
+    def ended():
+        if os.getpid() == pid:
+            try:
+                probe.program_end()
+            except BaseException:
+                pass
+
+    try:
+        import threading
+
+        threading._register_atexit(ended)
+    except BaseException:
+        import atexit
+
+        atexit.register(ended)
 
 
 def _after_fork():

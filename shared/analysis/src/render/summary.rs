@@ -218,6 +218,19 @@ fn peaks(out: &mut String, analysis: &Analysis) {
                 WIDTH,
             ),
         );
+        if let Some(after) = &p.after_program_end {
+            wrap(
+                out,
+                &format!(
+                    "then {} {} after the program's last line, in the interpreter's shutdown \
+                     (atexit handlers, objects freed): not the run's",
+                    format_bytes(after.bytes),
+                    format_duration_us(after.after_us)
+                ),
+                4,
+                4,
+            );
+        }
     }
     let host_peak = |kind| analysis.peaks.iter().find(|p| p.measure == measured(kind));
     if let (Some(rss), Some(pss)) = (

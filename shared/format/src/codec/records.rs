@@ -22,8 +22,8 @@ use crate::model::{
     AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, Dropped, EvalAutograd, ExitStatus,
     GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, MarkSampling, Metadata, Name,
     NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo,
-    ProcessMemory, ProcessRole, RankSource, Record, SavedSnapshot, StageMark, StepInput,
-    TensorStats, TrialOutcome,
+    ProcessMemory, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot, StageMark,
+    StepInput, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -62,6 +62,7 @@ pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), Enc
         Record::EvalAutograd(e) => encode_eval_autograd(w, e),
         Record::SavedSnapshot(s) => encode_saved_snapshot(w, s),
         Record::MarkSampling(m) => encode_mark_sampling(w, m),
+        Record::ProgramEnd(e) => encode_program_end(w, e),
     }
 }
 
@@ -93,6 +94,7 @@ pub(super) fn decode(
         tag::EVAL_AUTOGRAD => Record::EvalAutograd(decode_eval_autograd(c)?),
         tag::SAVED_SNAPSHOT => Record::SavedSnapshot(decode_saved_snapshot(c, names)?),
         tag::MARK_SAMPLING => Record::MarkSampling(decode_mark_sampling(c)?),
+        tag::PROGRAM_END => Record::ProgramEnd(decode_program_end(c)?),
         _ => return Ok(None),
     }))
 }
@@ -906,6 +908,21 @@ fn decode_mark_sampling(c: &mut Cursor<'_>) -> Result<MarkSampling, ReadError> {
         from_step: c.u64()?,
         iteration_us: c.u64()?,
         last_step: opt_u64(c)?,
+        pid: opt_u32(c)?,
+    })
+}
+
+// PROGRAM_END (v1.12): opt pid.
+
+fn encode_program_end(w: &mut impl RecordSink, e: &ProgramEnd) -> Result<(), EncodeError> {
+    let b = w.begin(e.t_us);
+    put_opt_u32(b, e.pid);
+    w.end(tag::PROGRAM_END)
+}
+
+fn decode_program_end(c: &mut Cursor<'_>) -> Result<ProgramEnd, ReadError> {
+    Ok(ProgramEnd {
+        t_us: c.u64()?,
         pid: opt_u32(c)?,
     })
 }

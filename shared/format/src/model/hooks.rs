@@ -218,3 +218,16 @@ pub struct MarkSampling {
     /// The process (the socket's credentials), when known.
     pub pid: Option<u32>,
 }
+
+/// The program's own code ended: its main module returned, or raised, or called `sys.exit`, and
+/// the interpreter began to shut down. What memory does after it (`atexit` handlers, modules and
+/// objects torn down) is the interpreter's, not the run's: the peak the breakdown explains comes
+/// before it. Sent by the zero-code hooks from `threading`'s first exit callback, which Python
+/// runs before `atexit`'s. Added in format v1.12.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProgramEnd {
+    /// When the program's code ended.
+    pub t_us: u64,
+    /// The process (the socket's credentials), when known.
+    pub pid: Option<u32>,
+}

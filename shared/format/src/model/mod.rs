@@ -17,7 +17,7 @@ pub use name::Name;
 
 pub use hooks::{
     CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldKind, HeldTensors, MarkSampling,
-    SavedSnapshot, StepInput,
+    ProgramEnd, SavedSnapshot, StepInput,
 };
 
 /// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).
@@ -1277,6 +1277,8 @@ pub enum Record {
     SavedSnapshot(SavedSnapshot),
     /// The hooks mark one training iteration in several from a step on (format v1.11).
     MarkSampling(MarkSampling),
+    /// The program's own code ended; the interpreter's shutdown follows (format v1.12).
+    ProgramEnd(ProgramEnd),
 }
 
 impl Record {
@@ -1312,6 +1314,7 @@ impl Record {
             Record::EvalAutograd(r) => &r.t_us,
             Record::SavedSnapshot(r) => &r.t_us,
             Record::MarkSampling(r) => &r.t_us,
+            Record::ProgramEnd(r) => &r.t_us,
         }
     }
 
@@ -1337,6 +1340,7 @@ impl Record {
             Record::EvalAutograd(r) => &mut r.t_us,
             Record::SavedSnapshot(r) => &mut r.t_us,
             Record::MarkSampling(r) => &mut r.t_us,
+            Record::ProgramEnd(r) => &mut r.t_us,
         }
     }
 }
@@ -1392,6 +1396,8 @@ pub struct Trace {
     pub saved_snapshots: Vec<SavedSnapshot>,
     /// When the hooks began marking one iteration in several, and how many.
     pub mark_sampling: Vec<MarkSampling>,
+    /// When each process's own code ended (its interpreter's shutdown followed).
+    pub program_ends: Vec<ProgramEnd>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
 }
@@ -1425,6 +1431,7 @@ impl Trace {
             Record::EvalAutograd(r) => self.eval_autograd.push(r),
             Record::SavedSnapshot(r) => self.saved_snapshots.push(r),
             Record::MarkSampling(r) => self.mark_sampling.push(r),
+            Record::ProgramEnd(r) => self.program_ends.push(r),
         }
     }
 
@@ -1461,6 +1468,7 @@ impl Trace {
             list(&self.eval_autograd, Record::EvalAutograd),
             list(&self.saved_snapshots, Record::SavedSnapshot),
             list(&self.mark_sampling, Record::MarkSampling),
+            list(&self.program_ends, Record::ProgramEnd),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists
