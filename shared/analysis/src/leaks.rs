@@ -8,7 +8,10 @@
 //! leak only when it is long, straight, rising and large: see [`leak_fits`].
 //!
 //! Only training marks (`Train`, or `Unknown` when the program did not say) are fitted; eval
-//! marks restart their own pattern and are analysed by the phase transitions.
+//! marks restart their own pattern and are analysed by the phase transitions. A run that never
+//! trains (a serving or inference loop: every forward under `eval()`, `no_grad` or
+//! `inference_mode`, no optimizer) has no steps; its clock is the forward ([`Clock`]): each
+//! outermost forward counts one, and memory kept per request shows per forward.
 
 use serde::Serialize;
 
@@ -100,6 +103,40 @@ pub enum LimitBasis {
     HostMemory,
 }
 
+/// What a fit counts along its x axis: a [`GrowthFit`]'s `*_step` fields are in its units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// Training steps (the marks' step numbers).
+    Step,
+    /// Outermost forwards of a run that never trains: the forward's ordinal, counted from 1 at
+    /// each `pre_forward` mark (a request, in a serving loop).
+    Forward,
+}
+
+impl Clock {
+    /// The clock's unit in words: `step`, `forward`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Clock::Step => "step",
+            Clock::Forward => "forward",
+        }
+    }
+
+    /// The clock of a trace's fits: [`Clock::Forward`] when its marks are all eval ones (a run
+    /// that never trains), else [`Clock::Step`].
+    pub fn of(trace: &Trace) -> Clock {
+        let mut eval = false;
+        for m in &trace.marks {
+            if is_train(m.phase) {
+                return Clock::Step;
+            }
+            eval = true;
+        }
+        if eval { Clock::Forward } else { Clock::Step }
+    }
+}
+
 /// When a leak fills memory, extrapolating the fitted line.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FullProjection {
@@ -127,6 +164,8 @@ pub struct GrowthFit {
     pub stage: String,
     /// Metric label.
     pub metric: MetricKey,
+    /// What the `*_step` fields count: training steps, or forwards of a run that never trains.
+    pub clock: Clock,
     /// True when the metric is host memory (RSS) rather than GPU memory.
     pub host_memory: bool,
     /// Fitted growth per step.
@@ -241,14 +280,28 @@ pub fn leak_fits(
         .filter_map(|m| values.index_of(m).map(|i| (m, i)))
         .collect();
     let stage_count = stages.names().len();
+    let clock = Clock::of(trace);
     // Non-training marks before each mark: two training points with a different count between
-    // them have an eval (or another phase) between them.
+    // them have an eval (or another phase) between them. A run that never trains has none.
     let mut outside_train = Vec::with_capacity(trace.marks.len() + 1);
     outside_train.push(0u32);
     for mark in &trace.marks {
         let last = *outside_train.last().unwrap_or(&0);
-        outside_train.push(last + u32::from(!is_train(mark.phase)));
+        outside_train.push(last + u32::from(clock == Clock::Step && !is_train(mark.phase)));
     }
+    // Each mark's position on the clock: its step, or the ordinal of the forward it is in.
+    let mut forwards = 0u64;
+    let position: Vec<u64> = trace
+        .marks
+        .iter()
+        .map(|m| match clock {
+            Clock::Step => m.step,
+            Clock::Forward => {
+                forwards += u64::from(&*m.name == "pre_forward");
+                forwards
+            }
+        })
+        .collect();
     let (gpu_oom, host_oom) = died_of_oom(trace);
     let workers = crate::workers::growing_workers(trace);
     let mut out = Vec::new();
@@ -271,11 +324,11 @@ pub fn leak_fits(
         let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
         for (i, (mark, value)) in trace.marks.iter().zip(values.column(index)).enumerate() {
             if let Some(value) = *value
-                && is_train(mark.phase)
+                && (clock == Clock::Forward || is_train(mark.phase))
             {
                 per_stage[stages.of_mark(i)].push(Point {
                     mark: i,
-                    step: mark.step,
+                    step: position[i],
                     value,
                     t_us: mark.t_us,
                 });
@@ -283,7 +336,8 @@ pub fn leak_fits(
         }
         for (stage, points) in per_stage.iter().enumerate() {
             let name = &stages.names()[stage];
-            if let Some(fit) = fit_stage(trace, values, name, index, points, &context) {
+            if let Some(mut fit) = fit_stage(trace, values, name, index, points, &context) {
+                fit.clock = clock;
                 out.push((stage, fit));
             }
         }
@@ -467,6 +521,7 @@ fn fit_stage(
     Some(GrowthFit {
         stage: stage.to_owned(),
         metric: values.key(index),
+        clock: Clock::Step,
         host_memory: values.key(index).is_host(),
         slope_bytes_per_step: line.slope,
         intercept_bytes: line.intercept,
@@ -758,6 +813,32 @@ mod tests {
         // Reserved grows with it; RSS does not.
         assert!(leaks.iter().any(|f| f.metric.label() == "reserved"));
         assert!(leaks.iter().all(|f| f.metric.label() != "host.rss"));
+    }
+
+    #[test]
+    fn a_run_that_never_trains_is_fitted_per_forward() {
+        // A serving loop: every mark an eval one, the step number never moving.
+        let mut trace = Run {
+            steps: 100,
+            stages: vec!["pre_forward", "post_forward"],
+            leak_bytes_per_step: 12 * MIB,
+            ..Run::default()
+        }
+        .build();
+        for m in &mut trace.marks {
+            m.phase = oomscope_format::Phase::Eval;
+            m.step = 0;
+        }
+        assert_eq!(Clock::of(&trace), Clock::Forward);
+        let values = MarkValues::new(&trace);
+        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let pre = fits
+            .iter()
+            .find(|f| f.stage == "pre_forward" && f.metric.label() == "allocated" && f.is_leak)
+            .expect("a leak per forward");
+        assert_eq!(pre.clock, Clock::Forward);
+        assert!((pre.slope_bytes_per_step - (12 * MIB) as f64).abs() < 1.0);
+        assert_eq!((pre.first_step, pre.last_step), (1, 100));
     }
 
     #[test]

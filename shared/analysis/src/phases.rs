@@ -86,7 +86,11 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
     let column = values.column(primary);
     let marks = &trace.marks;
     let mut out = Vec::new();
-    let first_train = marks.iter().position(|m| is_train(m.phase));
+    // A run that never trains has no evals: its forwards are the run (`leaks::Clock::Forward`).
+    let Some(first_train) = marks.iter().position(|m| is_train(m.phase)) else {
+        return Vec::new();
+    };
+    let first_train = Some(first_train);
     let mut i = 0;
     while i < marks.len() {
         let leading = first_train.is_none_or(|f| i < f);

@@ -3,7 +3,7 @@
 
 use super::rule::{Diagnose, RuleContext, finding};
 use crate::finding::{Evidence, Finding, FindingKind, Severity};
-use crate::leaks::{GrowthFit, LeakEvidence};
+use crate::leaks::{Clock, GrowthFit, LeakEvidence};
 use crate::metrics::MetricKey;
 use crate::trend::TimeTrend;
 use crate::words;
@@ -82,6 +82,8 @@ pub struct Program {
     pub cpu_only: bool,
     /// Processes other than the program were seen in its tree (DataLoader workers, ranks).
     pub workers: bool,
+    /// The run has stage marks (from the hooks or the program).
+    pub marked: bool,
 }
 
 impl Program {
@@ -97,6 +99,7 @@ impl Program {
                 || t.processes
                     .iter()
                     .any(|p| p.role == oomscope_format::ProcessRole::Worker),
+            marked: !t.marks.is_empty(),
         }
     }
 }
@@ -196,6 +199,23 @@ fn leak_change(host: bool, program: Program) -> String {
         );
     }
     change
+}
+
+/// The change for memory kept per forward by a run that never trains: no autograd graph is
+/// kept under `no_grad`/`inference_mode`, so what grows is something the program keeps of each
+/// request.
+fn serving_change(host: bool) -> String {
+    let kept = if host {
+        "outputs, key/value caches or inputs appended to a list or stored in a dict per \
+         request, results moved to the CPU and kept, caches keyed by request"
+    } else {
+        "outputs or key/value caches appended to a list or stored in a dict per request, \
+         caches keyed by request"
+    };
+    format!(
+        "look for what the program keeps of each request: {kept}; bound such caches (an LRU of \
+         fixed size) or drop a request's tensors once it is answered"
+    )
 }
 
 /// The steps at which evals began: a pair of counts with an eval between them measured what the
@@ -382,10 +402,13 @@ impl Leak {
                 format_duration_us(us)
             ));
         }
-        explanation.push_str(
+        explanation.push_str(if program.marked {
+            "; at no stage does it grow steadily from one step or forward to the next, so the \
+             stage that keeps it is unknown"
+        } else {
             "; the run has no step marks, so the stage that keeps it is unknown (run Python \
-             programs with the zero-code hooks, or mark stages with oomscope_probe)",
-        );
+             programs with the zero-code hooks, or mark stages with oomscope_probe)"
+        });
         let mut evidence = vec![
             Evidence::bytes("slope_bytes_per_s", t.slope_bytes_per_s),
             Evidence::number("r_squared", t.r_squared),
@@ -428,8 +451,9 @@ impl Leak {
         let leak = d.headline;
         let host = leak.host_memory;
         let what = if host { "host memory" } else { "the device" };
+        let unit = leak.clock.unit();
         let mut explanation = format!(
-            "memory at {} ({}) grows {}/step (R² {:.2}) from step {} to {} (+{})",
+            "memory at {} ({}) grows {}/{unit} (R² {:.2}) from {unit} {} to {} (+{})",
             leak.stage,
             leak.metric,
             format_bytes_f64(leak.slope_bytes_per_step),
@@ -438,14 +462,21 @@ impl Leak {
             format_count(leak.last_step),
             format_bytes(leak.growth_bytes.max(0).unsigned_abs()),
         );
+        if leak.clock == Clock::Forward {
+            explanation.push_str(
+                "; the run never trains (every forward in eval mode, under no_grad or \
+                 inference_mode, no optimizer step), so its clock is the forward: a request, or \
+                 one decoding step of one",
+            );
+        }
         match leak.evidence {
             Some(LeakEvidence::Short) => explanation.push_str(&format!(
-                " (a short run, {} steps, but the growth is straight and does not level off)",
+                " (a short run, {} {unit}s, but the growth is straight and does not level off)",
                 leak.steps
             )),
             Some(LeakEvidence::BeforeOom) => explanation.push_str(&format!(
-                " (only {} steps, but the growth did not level off and the run then ran out of \
-                 memory)",
+                " (only {} {unit}s, but the growth did not level off and the run then ran out \
+                 of memory)",
                 leak.steps
             )),
             _ => {}
@@ -458,7 +489,7 @@ impl Leak {
                     format!(", in about {}", format_duration_us(us))
                 });
                 explanation.push_str(&format!(
-                    ": at this rate {what} is full at step {}{when}",
+                    ": at this rate {what} is full at {unit} {}{when}",
                     format_count(p.full_at_step)
                 ));
             }
@@ -476,10 +507,17 @@ impl Leak {
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
-        let change =
-            held_change(d.held, &d.eval_steps).unwrap_or_else(|| leak_change(host, d.program));
+        let change = match leak.clock {
+            Clock::Step => {
+                held_change(d.held, &d.eval_steps).unwrap_or_else(|| leak_change(host, d.program))
+            }
+            Clock::Forward => serving_change(host),
+        };
         let mut evidence = vec![
-            Evidence::bytes("slope_bytes_per_step", leak.slope_bytes_per_step),
+            Evidence::bytes(
+                &format!("slope_bytes_per_{unit}"),
+                leak.slope_bytes_per_step,
+            ),
             Evidence::number("r_squared", leak.r_squared),
             Evidence::count("first_step", leak.first_step as f64),
             Evidence::count("last_step", leak.last_step as f64),
@@ -489,7 +527,10 @@ impl Leak {
         if let Some(p) = &leak.projection {
             evidence.push(Evidence::bytes("limit_bytes", p.limit_bytes as f64));
             evidence.push(Evidence::bytes("current_bytes", p.current_bytes as f64));
-            evidence.push(Evidence::count("full_at_step", p.full_at_step as f64));
+            evidence.push(Evidence::count(
+                &format!("full_at_{unit}"),
+                p.full_at_step as f64,
+            ));
             if let Some(us) = p.time_to_full_us {
                 evidence.push(Evidence::micros("time_to_full_us", us as f64));
             }
@@ -503,7 +544,7 @@ impl Leak {
             self,
             severity,
             format!(
-                "Memory leak: +{}/step at {}",
+                "Memory leak: +{}/{unit} at {}",
                 format_bytes_f64(leak.slope_bytes_per_step),
                 leak.stage
             ),

@@ -431,8 +431,9 @@ pub fn leak_lines(analysis: &Analysis) -> Vec<String> {
             .map(|g| g.metric.label())
             .collect();
         i += 1 + others.len();
+        let unit = f.clock.unit();
         let mut text = format!(
-            "{} ({}): {}/step, R² {:.2}, steps {}-{}, +{}",
+            "{} ({}): {}/{unit}, R² {:.2}, {unit}s {}-{}, +{}",
             f.stage,
             f.metric,
             format_signed_bytes_f64(f.slope_bytes_per_step),
@@ -445,7 +446,10 @@ pub fn leak_lines(analysis: &Analysis) -> Vec<String> {
             if p.steps_remaining == 0 {
                 text.push_str("; already full");
             } else {
-                text.push_str(&format!("; full at step {}", format_count(p.full_at_step)));
+                text.push_str(&format!(
+                    "; full at {unit} {}",
+                    format_count(p.full_at_step)
+                ));
                 if let Some(us) = p.time_to_full_us {
                     text.push_str(&format!(" (in about {})", format_duration_us(us)));
                 }
