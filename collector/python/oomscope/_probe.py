@@ -302,12 +302,15 @@ class Probe:
     def held(self, kind, count, bytes, from_step, to_step, device, dtype, shape, grad_fn, holder,
              items=None):
         """A group of live objects that grew across steps (the zero-code hooks' leak census):
-        `kind` says what the row is (`tensors`, `graph`, `cycle`, `uncontained`), `holder` names
-        what holds them, `items` its length when it is a container (docs/protocol.md)."""
-        line = "held kind=%s count=%d bytes=%d from_step=%d to_step=%d device=%s dtype=%s shape=%s" % (
-            kind, count, bytes, from_step, to_step, token(device), token(dtype), token(shape))
-        if grad_fn:
-            line += " grad_fn=" + token(grad_fn)
+        `kind` says what the row is (`tensors`, `graph`, `cycle`, `uncontained`, `objects`),
+        `holder` names what holds them, `items` its length when it is a container; an empty
+        device, dtype, shape or node is left out (an `objects` row has none; docs/protocol.md)."""
+        line = "held kind=%s count=%d bytes=%d from_step=%d to_step=%d" % (
+            kind, count, bytes, from_step, to_step)
+        for key, value in (("device", device), ("dtype", dtype), ("shape", shape),
+                           ("grad_fn", grad_fn)):
+            if value:
+                line += " %s=%s" % (key, token(value))
         if items is not None:
             line += " items=%d" % items
         self.send(line + (" -- " + _one_line(holder) if holder else ""))

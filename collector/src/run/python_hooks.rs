@@ -117,7 +117,10 @@ mod tests {
             .iter()
             .map(|k| format!("{:?}", k.label()))
             .collect();
-        let declared = format!("TENSORS, GRAPH, CYCLE, UNCONTAINED = {}", labels.join(", "));
+        let declared = format!(
+            "TENSORS, GRAPH, CYCLE, UNCONTAINED, OBJECTS = {}",
+            labels.join(", ")
+        );
         assert!(held.contains(&declared), "{declared}");
         let [pre, post] = oomscope_format::CHECKPOINT_SAVE_STAGES;
         let declared = format!("PRE_SAVE, POST_SAVE = {pre:?}, {post:?}");

@@ -88,7 +88,7 @@ pub fn holder(h: &HeldTensors) -> String {
         }
         HeldKind::Cycle => format!("a reference cycle through {}", h.holder),
         HeldKind::Graph => h.holder.to_string(),
-        HeldKind::Tensors => match h.items {
+        HeldKind::Tensors | HeldKind::Objects => match h.items {
             Some(items) if !h.holder.is_empty() => format!("{} ({items} items)", h.holder),
             _ => h.holder.to_string(),
         },

@@ -31,7 +31,7 @@
 //!      [-- <message>]
 //! alive bytes=N count=N [line=N] [function=<name>] -- <file>
 //! gc freed_bytes=N [generation=N] [collected=N] [pause_us=N]
-//! held count=N bytes=N [kind=tensors|graph|cycle|uncontained] [from_step=N] [to_step=N]
+//! held count=N bytes=N [kind=tensors|graph|cycle|uncontained|objects] [from_step=N] [to_step=N]
 //!      [device=<d>] [dtype=<t>] [shape=AxB|scalar] [grad_fn=<node>] [items=N] [-- <holder>]
 //! input elements=N [shape=AxB|scalar] [step=N]
 //! eval_autograd on|off

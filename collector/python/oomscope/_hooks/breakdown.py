@@ -59,10 +59,11 @@ class _Storages:
         return nbytes
 
 
-def named(torch, frame, wanted):
+def named(torch, frame, wanted, objects=None):
     """{id(obj): name} for the objects `wanted(obj)` accepts that the program names: the stack's
     frames outermost first (see the module docs for which namespaces are read), one level into
-    what each variable holds. Also what the leak census (`held`) names holders by."""
+    what each variable holds. Also what the leak census (`held`) names holders by; `objects`, a
+    dict, receives {id(obj): obj} of the same objects."""
     Module = torch.nn.Module
     frames = []
     while frame is not None:
@@ -73,6 +74,8 @@ def named(torch, frame, wanted):
     def take(name, obj):
         if name and name != "self" and id(obj) not in names and wanted(obj):
             names[id(obj)] = name.lstrip("_") or name
+            if objects is not None:
+                objects[id(obj)] = obj
 
     def inside(name, value):
         """One level into what a variable holds."""

@@ -11,6 +11,12 @@ holds them — what people find today by hand with `gc.get_objects()`.
   program names (a variable, an attribute, one level in) that carry an autograd graph, the size
   of that graph: a running total summed without `.item()` keeps every step's graph behind one
   tensor, which a count of tensors never sees.
+- Containers (`containers`): the lists, dicts, sets and deques the program names (its module
+  globals and the stack's variables, one level in), by length, at the same two counts. One that
+  gained at least an item a step, of Python objects rather than tensors (a tokenizer's cache, a
+  list of results), is sent as an `objects` row with its new items' size sampled
+  (`_SAMPLE_ITEMS` of them, each one level in). Memory that grows as Python objects is named as
+  tensors are.
 - Holders: for a group that grew, a few of its new tensors' referrers (`gc.get_referrers`): a
   list or dict, named as the program names it (`breakdown.named`), else by type and the object
   whose attribute it is. What a row is travels as a field (`Row.kind`: `tensors` a Python object
@@ -29,8 +35,10 @@ holds them — what people find today by hand with `gc.get_objects()`.
 
 import gc
 import os
+import sys
 import time
-from collections import namedtuple
+from collections import deque, namedtuple
+from itertools import islice
 
 from oomscope._hooks.breakdown import instances, named, subclasses
 
@@ -200,7 +208,7 @@ def census(torch, frame):
 
 # What a row is (the protocol's `held kind=`; `oomscope_format::HeldKind`, a test holds them
 # equal).
-TENSORS, GRAPH, CYCLE, UNCONTAINED = "tensors", "graph", "cycle", "uncontained"
+TENSORS, GRAPH, CYCLE, UNCONTAINED, OBJECTS = "tensors", "graph", "cycle", "uncontained", "objects"
 # One row of `grown`: `items` is the holder's length when it is a container, else None.
 Row = namedtuple("Row", "kind count bytes device dtype shape grad_fn holder items")
 _CONTAINERS = (list, dict, tuple, set)
@@ -311,6 +319,87 @@ def grown(torch, frame, first, second, steps):
         if before and nodes - before >= steps:
             result.append(Row(GRAPH, nodes - before, 0, *key, name, None))
     return result
+
+
+_GROWING = (list, dict, set, deque)  # the containers a program keeps things in
+_SAMPLE_ITEMS = 16  # new items of a grown container whose size is measured
+_MAX_ITEM_PARTS = 256  # objects one level into an item that are measured
+
+
+def containers(torch, frame):
+    """{id: (name, type, length, size, container)} of the containers the program names (see
+    `breakdown.named`). The first count keeps no container: `keep_only_lengths` drops them."""
+    found = {}
+    names = named(torch, frame, lambda o: type(o) in _GROWING, found)
+    return {k: (names[k], type(o), len(o), sys.getsizeof(o), o) for k, o in found.items()}
+
+
+def keep_only_lengths(count):
+    """A container count without the containers (held until the second count only weakly: not
+    at all)."""
+    return {k: v[:4] for k, v in count.items()}
+
+
+def _size(obj):
+    """`obj`'s bytes with the objects one level in (a list of ints, a dict's keys and values),
+    the first `_MAX_ITEM_PARTS` of them measured and the rest counted at their mean."""
+    size = sys.getsizeof(obj)
+    kind = type(obj)
+    if kind in (list, tuple, set, frozenset, deque):
+        parts, whole = list(islice(obj, _MAX_ITEM_PARTS)), len(obj)
+    elif kind is dict:
+        parts = [p for kv in islice(obj.items(), _MAX_ITEM_PARTS // 2) for p in kv]
+        whole = 2 * len(obj)
+    else:
+        attrs = getattr(obj, "__dict__", None)
+        parts = list(islice(attrs.values(), _MAX_ITEM_PARTS)) if type(attrs) is dict else []
+        whole = len(parts)
+    if parts:
+        size += sum(sys.getsizeof(p) for p in parts) * whole // len(parts)
+    return size
+
+
+def _new_items(container, gained):
+    """Up to `_SAMPLE_ITEMS` of the items a container gained last (a dict's newest keys with
+    their values; any of a set's)."""
+    n = min(gained, _SAMPLE_ITEMS)
+    kind = type(container)
+    if kind is dict:
+        return [(k, container[k]) for k in islice(reversed(container), n)]
+    if kind in (list, deque):
+        return [container[-1 - i] for i in range(n)]
+    return list(islice(container, n))
+
+
+def objects_grown(torch, first, second, steps):
+    """[Row] for the containers of Python objects that gained at least an item a step between two
+    counts (`containers` results), largest first. A container of tensors is left to the tensor
+    groups (their rows name it)."""
+    Tensor = torch.Tensor
+    out = []
+    for key, (name, kind, length, size, container) in second.items():
+        before = first.get(key)
+        if before is None or before[0] != name or before[1] is not kind:
+            continue
+        gained = length - before[2]
+        if gained < max(steps, 1):
+            continue
+        try:
+            items = _new_items(container, gained)
+        except Exception:  # changed while we looked, or a subclass that says no
+            continue
+        if not items or any(isinstance(p, Tensor) for item in items
+                            for p in (item if type(item) is tuple else (item,))):
+            continue
+        per_item = sum(sum(_size(p) for p in (item if type(item) is tuple else (item,)))
+                       for item in items) / len(items)
+        nbytes = int(per_item * gained) + max(size - before[3], 0)
+        if nbytes < _MIN_GROUP_BYTES:
+            continue
+        out.append(Row(OBJECTS, gained, nbytes, "", "", "", "",
+                       "%s `%s`" % (kind.__name__, name), length))
+    out.sort(key=lambda r: r.bytes, reverse=True)
+    return out[:_MAX_GROUPS]
 
 
 class GcWatch:

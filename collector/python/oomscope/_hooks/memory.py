@@ -143,12 +143,15 @@ def watch_held(now):
         # has dropped) alive until the garbage collector runs.
         frame = _program_frame()
         count = held.census(S.torch, frame)
+        kept = held.containers(S.torch, frame)
         if due == "first":
-            # Not the tensors themselves; the evals so far, to tell one between the counts.
-            watch.first = (loop.iterations, loop.step, count[:2], loop.evals)
-            del count
+            # Not the tensors or containers themselves; the evals so far, to tell one between
+            # the counts.
+            watch.first = (loop.iterations, loop.step, count[:2], loop.evals,
+                           held.keep_only_lengths(kept))
+            del count, kept
             return
-        iteration, step, first, evals = watch.first
+        iteration, step, first, evals, first_kept = watch.first
         if evals != loop.evals:
             # An eval ran between the counts: what grew is what it kept (the analysis's
             # eval-retains-memory), not what each step keeps. Start over.
@@ -156,15 +159,17 @@ def watch_held(now):
             watch.readings = []
             return
         watch.done(loop.iterations)
-        rows = held.grown(S.torch, frame, first, count, loop.iterations - iteration)
-        del first, count
+        steps = loop.iterations - iteration
+        rows = held.grown(S.torch, frame, first, count, steps)
+        rows += held.objects_grown(S.torch, first_kept, kept, steps)
+        del first, count, first_kept, kept
         for row in rows:
             S.probe.held(row.kind, row.count, row.bytes, step, loop.step, row.device, row.dtype,
                          row.shape, row.grad_fn, row.holder, row.items)
     except BaseException as e:
         interrupted(e)
     finally:
-        frame = count = None
+        frame = count = kept = None
 
 
 def _program_frame():

@@ -259,9 +259,10 @@ fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
     out
 }
 
-/// What to change, from what the hooks' counts of live tensors found growing (see
+/// What to change, from what the hooks' counts of live tensors and containers found growing (see
 /// `HeldTensors`): a running total's graph, a container of the program's that gains tensors each
-/// step (with their autograd graphs, or detached), or tensors only autograd graphs keep. `None`
+/// step (with their autograd graphs, or detached) or Python objects, or tensors only autograd
+/// graphs keep. `None`
 /// without a group that grew by at least one a step.
 fn held_change(held: &[HeldTensors], evals: &[u64]) -> Option<String> {
     held_change_of(&steady(held, evals))
@@ -302,6 +303,16 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
                 h.grad_fn
             )
         });
+    }
+    for h in steady.iter().filter(|h| h.kind == HeldKind::Objects) {
+        parts.push(format!(
+            "{} gains {} items a step ({}/step of Python objects, not tensors) and is never \
+             emptied: bound it (an LRU of fixed size, functools.lru_cache(maxsize=…)) or clear it \
+             once used",
+            words::holder(h),
+            format_count(h.per_step()),
+            format_bytes(h.bytes / h.steps())
+        ));
     }
     if parts.is_empty()
         && let Some(h) = steady

@@ -70,15 +70,21 @@ pub enum HeldKind {
     /// Tensors no Python container holds (held from C++, such as an autograd graph's saved
     /// tensors): `holder` is empty.
     Uncontained,
+    /// Python objects, not tensors, that a container the program names gained (a tokenizer's
+    /// cache, a list of results): `holder` names it, `count` is the items it gained, `bytes` their
+    /// size as sampled (each new item's objects one level in), `items` its length; device, dtype,
+    /// shape and node are empty. Since format v1.12.
+    Objects,
 }
 
 impl HeldKind {
     /// Every kind, in code order.
-    pub const ALL: [HeldKind; 4] = [
+    pub const ALL: [HeldKind; 5] = [
         HeldKind::Tensors,
         HeldKind::Graph,
         HeldKind::Cycle,
         HeldKind::Uncontained,
+        HeldKind::Objects,
     ];
 
     /// The byte HELD stores.
@@ -88,6 +94,7 @@ impl HeldKind {
             HeldKind::Graph => 2,
             HeldKind::Cycle => 3,
             HeldKind::Uncontained => 4,
+            HeldKind::Objects => 5,
         }
     }
 
@@ -103,6 +110,7 @@ impl HeldKind {
             HeldKind::Graph => "graph",
             HeldKind::Cycle => "cycle",
             HeldKind::Uncontained => "uncontained",
+            HeldKind::Objects => "objects",
         }
     }
 
