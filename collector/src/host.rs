@@ -315,6 +315,12 @@ pub fn name_of(pid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// A process's command line (`/proc/PID/cmdline`: its arguments, each ended by a NUL). Empty when
+/// it is gone.
+pub fn cmdline_of(pid: u32) -> Vec<u8> {
+    std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()
+}
+
 /// The environment a process was started with (`/proc/PID/environ`; later changes inside the
 /// process are not in it). Empty when it is gone or not ours to read.
 pub fn environ_of(pid: u32) -> Vec<u8> {

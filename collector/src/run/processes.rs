@@ -17,9 +17,9 @@
 use std::collections::HashMap;
 
 use crate::launch_env::Identity;
-use oomscope_format::{ProcessEnd, ProcessInfo, ProcessRole, RankSource, Record};
+use oomscope_format::{ProcessEnd, ProcessInfo, ProcessRole, RankSource, Record, StartMethod};
 
-use crate::host::{environ_of, name_of, parent_of};
+use crate::host::{cmdline_of, environ_of, name_of, parent_of};
 
 /// What the collector knows of one process.
 #[derive(Debug, Clone)]
@@ -86,11 +86,15 @@ impl Processes {
             } else {
                 parent_of(*pid)
             };
+            let start = parent.map_or(StartMethod::Unknown, |p| {
+                start_method(&cmdline_of(*pid), &cmdline_of(p))
+            });
             let info = ProcessInfo {
                 t_us,
                 pid: *pid,
                 parent_pid: parent,
                 name: name_of(*pid).into(),
+                start,
                 ..ProcessInfo::default()
             };
             self.insert(info, env, true, &mut records);
@@ -267,6 +271,26 @@ impl Processes {
     }
 }
 
+/// How a child was started, from its command line and its parent's: `multiprocessing`'s spawn
+/// runs `spawn_main` in a new interpreter, a fork server's children keep the server's command
+/// line, and a forked child keeps its parent's. An empty line (the process is gone) or another
+/// program (`exec`) is unknown. A spawned child read in the instant between its fork and its exec
+/// would read as forked; Python's spawn execs at once (`_posixsubprocess`, vfork).
+fn start_method(cmdline: &[u8], parent: &[u8]) -> StartMethod {
+    let has = |needle: &[u8]| cmdline.windows(needle.len()).any(|w| w == needle);
+    if cmdline.is_empty() {
+        StartMethod::Unknown
+    } else if has(b"multiprocessing.spawn") || has(b"spawn_main") {
+        StartMethod::Spawn
+    } else if has(b"multiprocessing.forkserver") {
+        StartMethod::Forkserver
+    } else if cmdline == parent {
+        StartMethod::Fork
+    } else {
+        StartMethod::Unknown
+    }
+}
+
 /// What a process is, from its environment and its parent's.
 fn role(is_root: bool, env: &Identity, parent: Option<(&Identity, ProcessRole)>) -> ProcessRole {
     if is_root {
@@ -299,6 +323,22 @@ mod tests {
             world_size: rank.map(|_| 2),
             restart: None,
         }
+    }
+
+    #[test]
+    fn a_child_s_start_method_is_read_from_its_command_line() {
+        let program = b"python\0train.py\0".as_slice();
+        // What CPython 3.12 runs for a spawned worker and a fork server.
+        let spawned = b"/usr/bin/python3\0-c\0from multiprocessing.spawn import spawn_main; \
+            spawn_main(tracker_fd=5, pipe_handle=7)\0--multiprocessing-fork\0";
+        let server = b"/usr/bin/python3\0-c\0from multiprocessing.forkserver import main; \
+            main(10, 11, ['__main__'], **{'sys_path': []})\0";
+        assert_eq!(start_method(program, program), StartMethod::Fork);
+        assert_eq!(start_method(spawned, program), StartMethod::Spawn);
+        assert_eq!(start_method(server, program), StartMethod::Forkserver);
+        assert_eq!(start_method(server, server), StartMethod::Forkserver);
+        assert_eq!(start_method(b"nvidia-smi\0", program), StartMethod::Unknown);
+        assert_eq!(start_method(b"", program), StartMethod::Unknown);
     }
 
     #[test]

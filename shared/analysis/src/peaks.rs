@@ -730,6 +730,7 @@ mod tests {
                 world_size: Some(2),
                 restart: Some(0),
                 group: None,
+                start: oomscope_format::StartMethod::Unknown,
             });
         }
         for m in &mut trace.marks {

@@ -8,11 +8,17 @@
 //! (counting shared pages per worker). Only each worker's private bytes tell it apart, so the
 //! collector records them ([`oomscope_format::ProcessMemory`]) and this module fits each worker's
 //! private bytes against time.
+//!
+//! A worker started by `spawn` or a fork server (Python 3.14's default on Linux) shares nothing
+//! of its parent's: it is an interpreter of its own, whose private memory at first is its own
+//! start-up (the interpreter, `import torch`: ~270 MiB). Its growth is measured from the first
+//! mark after its first reading, when the program had its first batch and the worker had started
+//! ([`WorkerGrowth::start`] says how it was started).
 
 use serde::Serialize;
 
 use crate::fit::{least_squares, robust_line};
-use oomscope_format::{ProcessRole, Trace};
+use oomscope_format::{ProcessRole, StartMethod, Trace};
 
 /// A worker's private growth below this is not reported: the worker's own start-up (its
 /// interpreter, its imports, its first batches' buffers) stays under it. The same floor as a
@@ -48,7 +54,11 @@ pub const WORKERS_EXPLAIN_FRACTION: f64 = 0.7;
 pub struct WorkerGrowth {
     /// The process.
     pub pid: u32,
-    /// Private bytes at the first reading.
+    /// How it was started (the collector reads its command line): a forked worker copies its
+    /// parent's pages, a spawned or fork-server one grows its own memory.
+    pub start: StartMethod,
+    /// Private bytes at the first reading (of a spawned or fork-server worker: the first after
+    /// its start-up).
     pub first_private_bytes: u64,
     /// Private bytes at the last reading.
     pub last_private_bytes: u64,
@@ -88,12 +98,28 @@ pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
     let mut out: Vec<WorkerGrowth> = pids
         .into_iter()
         .filter_map(|pid| {
-            let readings: Vec<(u64, u64)> = trace
+            let start = trace
+                .processes
+                .iter()
+                .rev()
+                .find(|p| p.pid == pid)
+                .map_or(StartMethod::Unknown, |p| p.start);
+            let mut readings: Vec<(u64, u64)> = trace
                 .process_memory
                 .iter()
                 .filter(|p| p.pid == pid)
                 .map(|p| (p.t_us, p.private_bytes))
                 .collect();
+            if own_interpreter(start) {
+                // Its start-up is its own, not growth: from the first reading at or after the
+                // first mark after its first reading (the program had a batch: the worker had
+                // started).
+                let first_t = readings.first()?.0;
+                if let Some(mark) = trace.marks.iter().find(|m| m.t_us > first_t) {
+                    let from = readings.partition_point(|r| r.0 < mark.t_us);
+                    readings.drain(..from.min(readings.len() - 1));
+                }
+            }
             let (first, last) = (readings.first()?, readings.last()?);
             if readings.len() < MIN_READINGS || last.0.saturating_sub(first.0) < MIN_SPAN_US {
                 return None;
@@ -112,6 +138,7 @@ pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
                 && line.slope * span_s >= MIN_GROWTH_BYTES as f64;
             (grows || copied(&readings)).then_some(WorkerGrowth {
                 pid,
+                start,
                 first_private_bytes: first.1,
                 last_private_bytes: last.1,
                 slope_bytes_per_s: line.slope,
@@ -128,6 +155,12 @@ pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
         growth(b).cmp(&growth(a))
     });
     out
+}
+
+/// Whether a worker started so is an interpreter of its own (spawn, fork server), not a copy
+/// of its parent.
+pub fn own_interpreter(start: StartMethod) -> bool {
+    matches!(start, StartMethod::Spawn | StartMethod::Forkserver)
 }
 
 /// A worker's private memory that rose by at least [`MIN_GROWTH_BYTES`] over the readings,

@@ -15,7 +15,7 @@ use oomscope_format::{
     AliveSite, ComponentBreakdown, CounterKind, EvalAutograd, ExitStatus, HeldKind, HeldTensors,
     MarkSampling, Metadata, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd,
     ProcessExit, ProcessInfo, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot,
-    StageMark, StepInput, TraceWriter, WriterOptions,
+    StageMark, StartMethod, StepInput, TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -335,6 +335,7 @@ pub fn ranks() -> Vec<u8> {
             world_size: rank.map(|_| 2),
             restart: rank.map(|_| 0),
             group: None,
+            start: StartMethod::Unknown,
         })
     };
     w.write(&process(5000, None, ProcessRole::Program, None))
@@ -497,6 +498,7 @@ pub fn pipeline_groups() -> Vec<u8> {
             world_size: Some(4),
             restart: Some(0),
             group: Some(if rank < 2 { "pp0" } else { "pp1" }.into()),
+            start: StartMethod::Unknown,
         }))
         .expect("in memory");
         counters.push(
@@ -1011,6 +1013,49 @@ pub fn program_end() -> Vec<u8> {
     w.finish(200_000).expect("in memory")
 }
 
+/// Format v1.12: a program's DataLoader workers started three ways (PROCESS's start method: a
+/// forked one, a spawned one, a fork server and its child), the spawned one with a group named
+/// too.
+pub fn start_methods() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "cpu-node".into(),
+        pid: 6000,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let process = |pid: u32, parent: u32, start: StartMethod| {
+        Record::Process(ProcessInfo {
+            t_us: u64::from(pid - 6000) * 1_000,
+            pid,
+            parent_pid: Some(parent),
+            name: "python".into(),
+            role: ProcessRole::Other,
+            start,
+            group: (start == StartMethod::Spawn).then(|| "loaders".into()),
+            ..ProcessInfo::default()
+        })
+    };
+    for record in [
+        process(6001, 6000, StartMethod::Fork),
+        process(6002, 6000, StartMethod::Spawn),
+        process(6003, 6000, StartMethod::Forkserver),
+        process(6004, 6003, StartMethod::Forkserver),
+        process(6005, 6000, StartMethod::Unknown),
+    ] {
+        w.write(&record).expect("in memory");
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 10_000,
+        status: ExitStatus::Code(0),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(10_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -1041,6 +1086,7 @@ fn main() -> std::io::Result<()> {
         ("v1_11_hook_facts.oomt", hook_facts()),
         ("v1_11_mark_sampling.oomt", mark_sampling()),
         ("v1_12_program_end.oomt", program_end()),
+        ("v1_12_start_methods.oomt", start_methods()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -662,10 +662,8 @@ pub fn parse_line(line: &str) -> Option<Message> {
                 ..SavedSnapshot::default()
             })))
         }
-        "program_end" => rest
-            .trim()
-            .is_empty()
-            .then(|| Message::record(Record::ProgramEnd(ProgramEnd::default()))),
+        // No fields (any that come are a newer sender's, ignored).
+        "program_end" => Some(Message::record(Record::ProgramEnd(ProgramEnd::default()))),
         "sampling" => {
             let mut sampling = MarkSampling::default();
             Fields::parse(rest).read(&SAMPLING, &mut sampling)?;

@@ -7,8 +7,8 @@ use oomscope_format::codec::{
 use oomscope_format::{
     AllocatorStats, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
     GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
-    ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record, StageMark, Trace, TraceWriter,
-    TrialOutcome, WriterOptions, decode, decode_with,
+    ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record, StageMark, StartMethod, Trace,
+    TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
 };
 use oomscope_testkit::synth::TrainingRun;
 use proptest::prelude::*;
@@ -249,6 +249,8 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                     restart: *restart,
                     // A group on some records (every other role code): old and new layouts both.
                     group: (role % 2 == 1).then(|| format!("pp{}", role % 4).into()),
+                    // And a start method on some (every third code): with and without a group.
+                    start: StartMethod::from_code(role % 3),
                 });
                 w.write(&record).unwrap();
                 expected.push(record);

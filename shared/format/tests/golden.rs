@@ -4,7 +4,9 @@
 //! `shared/analysis/tests/golden.rs`.
 
 use oomscope_format::AllocatorQuantity;
-use oomscope_format::{CounterKind, ExitStatus, HeldKind, OomSource, Phase, TrialOutcome, decode};
+use oomscope_format::{
+    CounterKind, ExitStatus, HeldKind, OomSource, Phase, StartMethod, TrialOutcome, decode,
+};
 
 /// The bytes of a committed trace under `tests/data/`.
 fn read(path: &str) -> Vec<u8> {
@@ -454,4 +456,26 @@ fn v1_12_program_end() {
     };
     assert_eq!((end.t_us, end.pid), (100_000, Some(5900)));
     assert_eq!(t.marks.len(), 10);
+}
+
+#[test]
+fn v1_12_start_methods() {
+    let decoded = decode(&read("v1_12_start_methods.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let got: Vec<_> = decoded
+        .trace
+        .processes
+        .iter()
+        .map(|p| (p.pid, p.start, p.group.as_deref().map(str::to_owned)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (6001, StartMethod::Fork, None),
+            (6002, StartMethod::Spawn, Some("loaders".to_owned())),
+            (6003, StartMethod::Forkserver, None),
+            (6004, StartMethod::Forkserver, None),
+            (6005, StartMethod::Unknown, None),
+        ]
+    );
 }

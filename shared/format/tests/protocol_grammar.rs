@@ -22,7 +22,11 @@ fn grammar(text: &str, after: &str) -> String {
 fn check(name: &str, block: &str) {
     for verb in VERBS {
         // A verb starts a line, or a column of a line that lists several short verbs.
-        let starts = |part: &str| part.trim_start().starts_with(&format!("{verb} "));
+        // (A verb without fields is a line or a column of its own.)
+        let starts = |part: &str| {
+            let part = part.trim();
+            part == verb || part.starts_with(&format!("{verb} "))
+        };
         assert!(
             block.lines().any(|l| l.split("  ").any(starts)),
             "{name}: no line for `{verb}` in\n{block}"

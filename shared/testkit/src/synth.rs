@@ -668,6 +668,7 @@ impl NodeRun {
                 world_size: rank.map(|_| self.world_size),
                 restart: rank.map(|_| 0),
                 group: None,
+                start: oomscope_format::StartMethod::Unknown,
             })
         };
         w.write(&process(

@@ -5,8 +5,8 @@ use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::host::HostMemory;
 use crate::oom::OomContext;
 use oomscope_format::OomKind;
-use oomscope_format::OomSource;
 use oomscope_format::units::{format_bytes, format_count, format_duration_us, format_percent};
+use oomscope_format::{OomSource, StartMethod};
 
 /// Available host memory below this share of (available + the process's RSS) is pressure: the
 /// next DataLoader worker or checkpoint copy can trigger the OOM killer.
@@ -236,7 +236,13 @@ impl Diagnose for HostMemoryPressure {
     }
 }
 
-/// `worker-private-growth`: the program's workers each grow private memory (copy-on-write).
+/// What forked workers that copy their parent's pages are told.
+const FORKED_ADVICE: &str = "keep the dataset out of Python objects the workers read: numpy \
+    arrays, torch tensors, Arrow/pandas columns or a memory-mapped file are read without \
+    copying; or create the data inside each worker (worker_init_fn) and use fewer workers";
+
+/// `worker-private-growth`: the program's workers each grow private memory: forked ones copy
+/// their parent's pages (copy-on-write), spawned or fork-server ones keep things of their own.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WorkerPrivateGrowth;
 
@@ -279,7 +285,47 @@ impl Diagnose for WorkerPrivateGrowth {
             format_duration_us(top.to_us.saturating_sub(top.from_us)),
         );
         let growing = workers.iter().any(|w| w.still_growing);
-        let (title, explanation) = if growing {
+        // Spawned or fork-server workers copy nothing of their parent's: their growth is what
+        // each keeps itself.
+        let own = workers
+            .iter()
+            .all(|w| crate::workers::own_interpreter(w.start));
+        let started = if workers.iter().all(|w| w.start == StartMethod::Spawn) {
+            "spawn"
+        } else {
+            "a fork server"
+        };
+        let (title, explanation, advice) = if own {
+            (
+                format!(
+                    "{} worker process(es) started by {started} grow their own memory ({} \
+                     private since their first batch)",
+                    workers.len(),
+                    format_bytes(growth)
+                ),
+                format!(
+                    "the private memory of {} of the program's processes ({pids}) grew from the \
+                     program's first batch on{}: {} in all; {largest}. Started by \
+                     multiprocessing's {started}, each is an interpreter of its own and copied \
+                     nothing of its parent's (its own start-up, the interpreter and its imports, \
+                     is not counted): what grows is what each worker keeps itself, such as a \
+                     cache in the dataset object (one per worker), decoded items, prefetched \
+                     batches",
+                    workers.len(),
+                    if growing {
+                        format!(" and still grows (+{rate_per_min}/min together)")
+                    } else {
+                        " and levelled off".to_owned()
+                    },
+                    format_bytes(growth),
+                ),
+                "bound what the dataset keeps per worker (an LRU of fixed size), or build the \
+                 cache once before the DataLoader starts and share it (a memory-mapped file, \
+                 shared memory) so the workers hold one copy, not one each; fewer workers or a \
+                 lower prefetch_factor hold fewer batches"
+                    .to_owned(),
+            )
+        } else if growing {
             (
                 format!(
                     "{} worker process(es) copy their parent's memory (+{rate_per_min}/min \
@@ -295,6 +341,7 @@ impl Diagnose for WorkerPrivateGrowth {
                     workers.len(),
                     format_bytes(growth),
                 ),
+                FORKED_ADVICE.to_owned(),
             )
         } else {
             (
@@ -313,6 +360,7 @@ impl Diagnose for WorkerPrivateGrowth {
                     workers.len(),
                     format_bytes(growth),
                 ),
+                FORKED_ADVICE.to_owned(),
             )
         };
         finding(
@@ -320,10 +368,7 @@ impl Diagnose for WorkerPrivateGrowth {
             Severity::Warning,
             title,
             explanation,
-            "keep the dataset out of Python objects the workers read: numpy arrays, torch \
-             tensors, Arrow/pandas columns or a memory-mapped file are read without copying; or \
-             create the data inside each worker (worker_init_fn) and use fewer workers"
-                .to_owned(),
+            advice,
             vec![
                 Evidence::count("workers", workers.len() as f64),
                 Evidence::bytes("private_growth_bytes", growth as f64),

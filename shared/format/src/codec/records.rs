@@ -23,7 +23,7 @@ use crate::model::{
     GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, MarkSampling, Metadata, Name,
     NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo,
     ProcessMemory, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot, StageMark,
-    StepInput, TensorStats, TrialOutcome,
+    StartMethod, StepInput, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -669,8 +669,13 @@ fn encode_process(w: &mut impl RecordSink, p: &ProcessInfo) -> Result<(), Encode
     for v in [p.rank, p.local_rank, p.world_size, p.restart] {
         put_opt_u32(b, v);
     }
-    if group.is_some() {
+    // Trailing fields, each written when it or one after it is known.
+    let start = p.start != StartMethod::Unknown;
+    if group.is_some() || start {
         put_opt_u32(b, group);
+    }
+    if start {
+        b.push(p.start.code());
     }
     w.end(tag::PROCESS)
 }
@@ -688,9 +693,13 @@ fn decode_process(c: &mut Cursor<'_>, names: &Names) -> Result<ProcessInfo, Read
         world_size: opt_u32(c)?,
         restart: opt_u32(c)?,
         group: None,
+        start: StartMethod::Unknown,
     };
     if !c.is_empty() && c.u8()? != 0 {
         p.group = Some(names.read(c)?);
+    }
+    if !c.is_empty() {
+        p.start = StartMethod::from_code(c.u8()?);
     }
     Ok(p)
 }

@@ -1124,6 +1124,62 @@ impl ProcessRole {
     }
 }
 
+/// How a process of the tree was started, as its command line tells: a forked child shares its
+/// parent's pages until it writes to them (copy-on-write); a spawned one, and a forkserver's
+/// child (forked from a fresh server process, Python 3.14's default on Linux), is an interpreter
+/// of its own whose memory is its own. Codes are part of the format (v1.12).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartMethod {
+    /// Not known (an older trace, a process that is not Python, one read before it ran).
+    #[default]
+    Unknown,
+    /// Forked from its parent: the same command line.
+    Fork,
+    /// `multiprocessing`'s spawn: a new interpreter (`spawn_main` on its command line).
+    Spawn,
+    /// Forked from `multiprocessing`'s fork server (its command line), or the server itself.
+    Forkserver,
+}
+
+impl StartMethod {
+    /// Every method, in code order.
+    pub const ALL: [StartMethod; 4] = [
+        StartMethod::Unknown,
+        StartMethod::Fork,
+        StartMethod::Spawn,
+        StartMethod::Forkserver,
+    ];
+
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            StartMethod::Unknown => 0,
+            StartMethod::Fork => 1,
+            StartMethod::Spawn => 2,
+            StartMethod::Forkserver => 3,
+        }
+    }
+
+    /// The method for a code; an unknown code reads as [`StartMethod::Unknown`].
+    pub fn from_code(code: u8) -> StartMethod {
+        StartMethod::ALL
+            .into_iter()
+            .find(|m| m.code() == code)
+            .unwrap_or_default()
+    }
+
+    /// `fork`, `spawn`, `forkserver` or `unknown`: `multiprocessing`'s names.
+    pub fn label(self) -> &'static str {
+        match self {
+            StartMethod::Unknown => "unknown",
+            StartMethod::Fork => "fork",
+            StartMethod::Spawn => "spawn",
+            StartMethod::Forkserver => "forkserver",
+        }
+    }
+}
+
 /// Where a process's rank came from. Codes are part of the format.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -1189,6 +1245,8 @@ pub struct ProcessInfo {
     /// ranks of a pipeline stage, of an expert-parallel group, a parameter server. Ranks of
     /// different groups differ by design; imbalance is measured within a group. Format v1.6.
     pub group: Option<Name>,
+    /// How it was started, when its command line tells (format v1.12).
+    pub start: StartMethod,
 }
 
 /// The end of one process of the tree other than the program: seen by the collector (the process
