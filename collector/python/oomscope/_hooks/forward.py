@@ -29,6 +29,7 @@ from oomscope._hooks.backward import watch_backward
 from oomscope._hooks.emit import emit
 from oomscope._hooks.errors import interrupted
 from oomscope._hooks.inputs import take_input
+from oomscope._hooks.memory import at_inference_forward
 from oomscope._hooks.state import S
 
 ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks go
@@ -197,6 +198,8 @@ def fw_post(module, args, output):
             loop = S.loop
             if fwd.outer_phase == "train" and (loop.marking or not loop.has_optimizer):
                 watch_backward(output)
+            elif not (loop.has_optimizer or loop.step or loop.backward_done):
+                at_inference_forward()  # a program that has not trained: its leak watch
         _saw_root(module)
     except BaseException as e:
         interrupted(e)

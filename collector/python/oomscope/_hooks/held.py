@@ -246,6 +246,30 @@ def _only_a_cycle(obj, ignore):
     return len(seen) > 1 or any(r is obj for r in gc.get_referrers(obj))
 
 
+_ENCLOSING_LEVELS = 3  # containers followed up from a tensor's own
+_MAX_ENCLOSING = 64  # containers looked at on the way
+
+
+def _enclosing(owners, ignore):
+    """{id: container} of the containers that hold the owners' containers, up to
+    `_ENCLOSING_LEVELS` up, nearest first (bounded). Our own lists and dicts, which refer to
+    the same objects, are never taken."""
+    found = {}
+    level = [o for o, attr in owners if attr is None]
+    for _ in range(_ENCLOSING_LEVELS):
+        up = []
+        ours = {id(found), id(level), id(up), id(owners), *map(id, owners), *ignore}
+        for o in level:
+            for r in gc.get_referrers(o):
+                if type(r) in _CONTAINERS and id(r) not in ours and id(r) not in found:
+                    found[id(r)] = r
+                    up.append(r)
+                    if len(found) >= _MAX_ENCLOSING:
+                        return found
+        level = up
+    return found
+
+
 def _holder(torch, frame, tensors, census_list):
     """(kind, words, items) for what holds these tensors: the first container or object among
     their referrers, named as the program names it (`items`: a container's length); `CYCLE` when
@@ -265,12 +289,21 @@ def _holder(torch, frame, tensors, census_list):
     if not owners:
         return UNCONTAINED, "", None
     ids = {id(o) for o, _ in owners}
+    # A container inside a container (a request's (key, value) tuple in a list): the ones that
+    # hold it, a few levels up, may be what the program names.
+    outer = _enclosing(owners, ignore)
+    ids.update(outer)
     names = named(torch, frame, lambda o: id(o) in ids)
     for o, attr in owners:
         if id(o) in names:
             if attr is not None:
                 return TENSORS, "attribute `%s` of `%s`" % (attr, names[id(o)]), None
             return TENSORS, "%s `%s`" % (type(o).__name__, names[id(o)]), len(o)
+    # The outermost the program names: the list a request's containers are appended to, not
+    # one of its items (`kv_log[3]`).
+    for key, o in reversed(list(outer.items())):
+        if key in names:
+            return TENSORS, "%s `%s`" % (type(o).__name__, names[key]), len(o)
     o, attr = owners[0]
     if type(o) is dict:
         # The dict may be an object's attributes: name the object.
@@ -293,6 +326,25 @@ def _holder(torch, frame, tensors, census_list):
     return TENSORS, "a %s" % type(o).__name__, len(o)
 
 
+_HOLDER_TRIES = 6  # new tensors of a group whose holders are looked for
+
+
+def _holder_of_group(torch, frame, tensors, new_ids):
+    """What holds a group's new tensors: a few of them, spread over the group, each asked in
+    turn (some may be a forward's output still on its way to the program, held by a container
+    of its own for now), the first holder the program names winning; else the first found. The
+    tensors are reached by their place in `tensors` (the census's list, which `_holder` knows
+    for ours): no other list of ours may refer to them."""
+    places = [i for i, t in enumerate(tensors) if id(t) in new_ids]
+    first = None
+    for i in places[::max(1, len(places) // _HOLDER_TRIES)][:_HOLDER_TRIES]:
+        found = _holder(torch, frame, [tensors[i]], tensors)
+        if "`" in found[1]:
+            return found
+        first = first or found
+    return first or (UNCONTAINED, "", None)
+
+
 def grown(torch, frame, first, second, steps):
     """[Row] for the groups that grew between two counts (`census` results; the second's tensors
     are sampled for holders), largest first; then the named tensors whose autograd graph grew
@@ -308,9 +360,7 @@ def grown(torch, frame, first, second, steps):
     out.sort(key=lambda row: (row[0], row[1]), reverse=True)
     result = []
     for db, dc, key, new_ids in out[:_MAX_GROUPS]:
-        sample = [t for t in tensors if id(t) in new_ids][:3]
-        kind, holder, items = _holder(torch, frame, sample, tensors)
-        del sample
+        kind, holder, items = _holder_of_group(torch, frame, tensors, new_ids)
         result.append(Row(kind, dc, max(db, 0), *key, holder, items))
     for name, (nodes, key) in graphs2.items():
         before = graphs1.get(name, (0, None))[0]

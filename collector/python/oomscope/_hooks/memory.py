@@ -117,15 +117,29 @@ def gc_freed(generation, collected, freed_bytes, pause_us):
     S.probe.gc(generation, collected, freed_bytes, pause_us)
 
 
+def at_inference_forward():
+    """An outermost forward of a program that has not trained (a serving or inference loop): the
+    forward is its clock, for the leak watch as for the analysis (`leaks::Clock::Forward`)."""
+    loop = S.loop
+    _watch(time.monotonic(), loop.evals, loop.evals, training=False)
+
+
 def watch_held(now):
     """At an iteration's end: one memory reading; while it keeps rising, two counts of the live
     tensors some iterations apart, and what grew between them (`held`)."""
+    loop = S.loop
+    _watch(now, loop.iterations, loop.step, training=True)
+
+
+def _watch(now, clock, position, training):
+    """The leak watch at one tick of `clock` (iterations, or an inference program's forwards),
+    `position` the step (or forward) the rows are sent at."""
     watch = S.memory.watch
     if not S.active or S.paused or watch is None:
         return
     loop = S.loop
     try:
-        if watch.evals_seen != loop.evals:
+        if training and watch.evals_seen != loop.evals:
             # Memory settles for a few steps after an eval (the C allocator takes in what it
             # freed): rises counted from the last eval on, and a count never made then (its own
             # allocations, at the top of the heap, would keep glibc from trimming what the eval
@@ -135,7 +149,7 @@ def watch_held(now):
         if watch.first is None and now < watch.next_reading_s:
             return  # (a rise is seen as well over several iterations as over one)
         watch.next_reading_s = now + held.READING_GAP_S
-        due = watch.due(loop.iterations, held.memory_now(S.torch, S.cuda.ready))
+        due = watch.due(clock, held.memory_now(S.torch, S.cuda.ready))
         if due is None:
             return
         # The program's frame, never one of ours: a local holding its own frame is a reference
@@ -147,24 +161,23 @@ def watch_held(now):
         if due == "first":
             # Not the tensors or containers themselves; the evals so far, to tell one between
             # the counts.
-            watch.first = (loop.iterations, loop.step, count[:2], loop.evals,
-                           held.keep_only_lengths(kept))
+            watch.first = (clock, position, count[:2], loop.evals, held.keep_only_lengths(kept))
             del count, kept
             return
         iteration, step, first, evals, first_kept = watch.first
-        if evals != loop.evals:
+        if training and evals != loop.evals:
             # An eval ran between the counts: what grew is what it kept (the analysis's
             # eval-retains-memory), not what each step keeps. Start over.
             watch.first = None
             watch.readings = []
             return
-        watch.done(loop.iterations)
-        steps = loop.iterations - iteration
+        watch.done(clock)
+        steps = clock - iteration
         rows = held.grown(S.torch, frame, first, count, steps)
         rows += held.objects_grown(S.torch, first_kept, kept, steps)
         del first, count, first_kept, kept
         for row in rows:
-            S.probe.held(row.kind, row.count, row.bytes, step, loop.step, row.device, row.dtype,
+            S.probe.held(row.kind, row.count, row.bytes, step, position, row.device, row.dtype,
                          row.shape, row.grad_fn, row.holder, row.items)
     except BaseException as e:
         interrupted(e)

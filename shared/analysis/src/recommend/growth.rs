@@ -264,16 +264,16 @@ fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
 /// step (with their autograd graphs, or detached) or Python objects, or tensors only autograd
 /// graphs keep. `None`
 /// without a group that grew by at least one a step.
-fn held_change(held: &[HeldTensors], evals: &[u64]) -> Option<String> {
-    held_change_of(&steady(held, evals))
+fn held_change(held: &[HeldTensors], evals: &[u64], unit: &str) -> Option<String> {
+    held_change_of(&steady(held, evals), unit)
 }
 
 /// [`held_change`] of groups already [`steady`].
-fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
+fn held_change_of(steady: &[&HeldTensors], unit: &str) -> Option<String> {
     let mut parts = Vec::new();
     for h in steady.iter().filter(|h| h.is_graph()) {
         parts.push(format!(
-            "`{}` is summed without .item(): the autograd graph behind it grows {} nodes a step, \
+            "`{}` is summed without .item(): the autograd graph behind it grows {} nodes a {unit}, \
              keeping every step's graph and the activations it saved; add .item() (or \
              .detach()) where it is summed",
             h.holder,
@@ -283,7 +283,7 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
     let python = |h: &&&HeldTensors| h.kind == HeldKind::Tensors && !h.holder.is_empty();
     for h in steady.iter().filter(python) {
         let tensors = format!(
-            "{} {}[{}] a step ({}/step)",
+            "{} {}[{}] a {unit} ({}/{unit})",
             format_count(h.per_step()),
             h.dtype,
             h.shape,
@@ -291,9 +291,13 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
         );
         parts.push(if h.grad_fn.is_empty() {
             format!(
-                "{} gains {tensors} and is never emptied: clear it once used (a metric's \
-                 state: reset it after compute())",
-                words::holder(h)
+                "{} gains {tensors} and is never emptied: clear it once used{}",
+                words::holder(h),
+                if unit == "step" {
+                    " (a metric's state: reset it after compute())"
+                } else {
+                    ""
+                }
             )
         } else {
             format!(
@@ -306,7 +310,7 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
     }
     for h in steady.iter().filter(|h| h.kind == HeldKind::Objects) {
         parts.push(format!(
-            "{} gains {} items a step ({}/step of Python objects, not tensors) and is never \
+            "{} gains {} items a {unit} ({}/{unit} of Python objects, not tensors) and is never \
              emptied: bound it (an LRU of fixed size, functools.lru_cache(maxsize=…)) or clear it \
              once used",
             words::holder(h),
@@ -320,7 +324,7 @@ fn held_change_of(steady: &[&HeldTensors]) -> Option<String> {
             .find(|h| !h.is_graph() && !h.grad_fn.is_empty())
     {
         parts.push(format!(
-            "tensors made with autograd on ({}), {} {}[{}] a step, are kept by no Python \
+            "tensors made with autograd on ({}), {} {}[{}] a {unit}, are kept by no Python \
              container, only by autograd graphs that never ran backward: a loss or output \
              computed with autograd on and kept, or summed; keep .item() (or .detach()) of it",
             h.grad_fn,
@@ -378,7 +382,7 @@ impl Leak {
                 format!("Tensors accumulate: +{}/step", format_bytes(per_step_bytes))
             },
             explanation,
-            held_change_of(held).unwrap_or_default(),
+            held_change_of(held, "step").unwrap_or_default(),
             vec![
                 Evidence::count("tensors", top.count as f64),
                 Evidence::bytes("bytes", top.bytes as f64),
@@ -505,7 +509,16 @@ impl Leak {
                 ));
             }
         }
-        if leak.transitions > 0 && leak.transition_growth_bytes > 0 {
+        if leak.transitions > 0 && leak.transition_growth_bytes > 0 && leak.clock == Clock::Forward
+        {
+            explanation.push_str(&format!(
+                "; from one forward to the next it grows {}/forward, and {} more came at {} \
+                 pause(s) between forwards",
+                format_bytes_f64(leak.train_slope_bytes_per_step),
+                format_bytes(leak.transition_growth_bytes.unsigned_abs()),
+                leak.transitions
+            ));
+        } else if leak.transitions > 0 && leak.transition_growth_bytes > 0 {
             explanation.push_str(&format!(
                 "; within training steps it grows {}/step, and {} more came at {} eval or pause \
                  transition(s)",
@@ -518,11 +531,10 @@ impl Leak {
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
+        let held = held_change(d.held, &d.eval_steps, unit);
         let change = match leak.clock {
-            Clock::Step => {
-                held_change(d.held, &d.eval_steps).unwrap_or_else(|| leak_change(host, d.program))
-            }
-            Clock::Forward => serving_change(host),
+            Clock::Step => held.unwrap_or_else(|| leak_change(host, d.program)),
+            Clock::Forward => held.unwrap_or_else(|| serving_change(host)),
         };
         let mut evidence = vec![
             Evidence::bytes(
