@@ -112,6 +112,9 @@ pub enum Clock {
     /// Outermost forwards of a run that never trains: the forward's ordinal, counted from 1 at
     /// each `pre_forward` mark (a request, in a serving loop).
     Forward,
+    /// Epochs (the marks' epoch numbers: the program's, or the hooks' count of its training
+    /// DataLoader begun again): memory flat within epochs that rises at their ends.
+    Epoch,
 }
 
 impl Clock {
@@ -120,6 +123,7 @@ impl Clock {
         match self {
             Clock::Step => "step",
             Clock::Forward => "forward",
+            Clock::Epoch => "epoch",
         }
     }
 
@@ -235,6 +239,8 @@ struct Point {
     step: u64,
     value: u64,
     t_us: u64,
+    /// Its mark's epoch: an epoch's end between two points is a transition, as an eval is.
+    epoch: u32,
 }
 
 /// The metrics fitted: the primary metric, the allocator's reserved bytes, and the host RSS.
@@ -283,6 +289,7 @@ pub fn leak_fits(
     let clock = Clock::of(trace);
     // Non-training marks before each mark: two training points with a different count between
     // them have an eval (or another phase) between them. A run that never trains has none.
+    // (Two points of different epochs have an epoch's end between them: `Point::epoch`.)
     let mut outside_train = Vec::with_capacity(trace.marks.len() + 1);
     outside_train.push(0u32);
     for mark in &trace.marks {
@@ -295,7 +302,7 @@ pub fn leak_fits(
         .marks
         .iter()
         .map(|m| match clock {
-            Clock::Step => m.step,
+            Clock::Step | Clock::Epoch => m.step,
             Clock::Forward => {
                 forwards += u64::from(&*m.name == "pre_forward");
                 forwards
@@ -331,6 +338,7 @@ pub fn leak_fits(
                     step: position[i],
                     value,
                     t_us: mark.t_us,
+                    epoch: mark.epoch,
                 });
             }
         }
@@ -338,13 +346,128 @@ pub fn leak_fits(
             let name = &stages.names()[stage];
             if let Some(mut fit) = fit_stage(trace, values, name, index, points, &context) {
                 fit.clock = clock;
+                let by_epoch = (clock == Clock::Step && !fit.is_leak)
+                    .then(|| fit_epochs(trace, values, name, index, points, &context))
+                    .flatten();
                 out.push((stage, fit));
+                out.extend(by_epoch.map(|f| (stage, f)));
             }
         }
     }
     // Stage order first, then metric order (the sort is stable).
     out.sort_by_key(|(stage, _)| *stage);
     out.into_iter().map(|(_, fit)| fit).collect()
+}
+
+/// Epochs a fit on the epoch clock needs.
+pub const EPOCH_MIN: usize = 4;
+
+/// R² the epochs' line needs: what an epoch keeps is the same each time.
+pub const EPOCH_R_SQUARED: f64 = 0.9;
+
+/// Share of the growth that must come at the epochs' ends (not within them).
+pub const EPOCH_END_SHARE: f64 = 0.75;
+
+/// The fit of one stage's memory on the epoch clock: each epoch's median at the stage, a line
+/// through them. A leak when there are [`EPOCH_MIN`] epochs or more, the line is straight
+/// ([`EPOCH_R_SQUARED`]), rising by the short run's growth floor
+/// ([`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`] of the limit, at least [`MIN_GROWTH_BYTES`]), and at
+/// least [`EPOCH_END_SHARE`] of the rise came between epochs. `None` without epochs in the marks.
+fn fit_epochs(
+    trace: &Trace,
+    values: &MarkValues,
+    stage: &str,
+    index: usize,
+    points: &[Point],
+    context: &FitContext<'_>,
+) -> Option<GrowthFit> {
+    // The points of each epoch, in order.
+    let mut epochs: Vec<(u32, Vec<&Point>)> = Vec::new();
+    for p in points {
+        let epoch = trace.marks[p.mark].epoch;
+        match epochs.last_mut() {
+            Some((e, list)) if *e == epoch => list.push(p),
+            _ => epochs.push((epoch, vec![p])),
+        }
+    }
+    if epochs.len() < EPOCH_MIN || epochs.windows(2).any(|w| w[1].0 <= w[0].0) {
+        return None;
+    }
+    let medians: Vec<Point> = epochs
+        .iter()
+        .map(|(epoch, list)| {
+            let mut v: Vec<u64> = list.iter().map(|p| p.value).collect();
+            v.sort_unstable();
+            let last = list[list.len() - 1];
+            Point {
+                mark: last.mark,
+                step: u64::from(*epoch),
+                value: v[v.len() / 2],
+                t_us: last.t_us,
+                epoch: *epoch,
+            }
+        })
+        .collect();
+    let xy: Vec<(f64, f64)> = medians
+        .iter()
+        .map(|p| (p.step as f64, p.value as f64))
+        .collect();
+    let line = crate::fit::least_squares(&xy)?;
+    let (first, last) = (medians.first()?, medians.last()?);
+    let span = (last.step - first.step) as f64;
+    let growth = line.slope * span;
+    // What came within epochs: each epoch's last point against its first.
+    let within: f64 = epochs
+        .iter()
+        .map(|(_, list)| list[list.len() - 1].value as f64 - list[0].value as f64)
+        .sum();
+    let floor = match context.limit {
+        Some((l, _)) => {
+            MIN_GROWTH_BYTES.max((l as f64 * SHORT_MIN_GROWTH_FRACTION_OF_LIMIT) as u64)
+        }
+        None => MIN_GROWTH_BYTES,
+    };
+    let is_leak = line.slope > 0.0
+        && line.r_squared >= EPOCH_R_SQUARED
+        && growth >= floor as f64
+        && within.max(0.0) <= (1.0 - EPOCH_END_SHARE) * growth;
+    let projection = is_leak
+        .then(|| {
+            context.limit.map(|(limit_bytes, limit_basis)| {
+                let current = highest_in_step(trace, values, index, last.mark);
+                project(limit_bytes, limit_basis, current, line.slope, first, last)
+            })
+        })
+        .flatten();
+    let growth_bytes = growth.clamp(i64::MIN as f64, i64::MAX as f64) as i64;
+    Some(GrowthFit {
+        stage: stage.to_owned(),
+        metric: values.key(index),
+        clock: Clock::Epoch,
+        host_memory: values.key(index).is_host(),
+        slope_bytes_per_step: line.slope,
+        intercept_bytes: line.intercept,
+        r_squared: line.r_squared,
+        train_r_squared: line.r_squared,
+        points: medians.len(),
+        points_dropped: 0,
+        steps: medians.len(),
+        first_step: first.step,
+        last_step: last.step,
+        growth_bytes,
+        min_leak_growth_bytes: floor,
+        train_slope_bytes_per_step: 0.0,
+        train_growth_bytes: within.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
+        transition_growth_bytes: growth_bytes,
+        transitions: medians.len() - 1,
+        sustained: true,
+        is_leak,
+        evidence: is_leak.then_some(LeakEvidence::Short),
+        staircase_creep: false,
+        copied_by_workers: false,
+        projection,
+        file_backed_growth_bytes: None,
+    })
 }
 
 /// The memory limit a metric runs into, if known.
@@ -620,7 +743,9 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
     let mut step_deltas: Vec<f64> = points
         .windows(2)
         .filter(|w| w[1].step > w[0].step && !is_paused(w[0], w[1]))
-        .filter(|w| outside_train[w[1].mark] == outside_train[w[0].mark + 1])
+        .filter(|w| {
+            outside_train[w[1].mark] == outside_train[w[0].mark + 1] && w[0].epoch == w[1].epoch
+        })
         .map(|w| (w[1].value as f64 - w[0].value as f64) / (w[1].step - w[0].step) as f64)
         .collect();
     step_deltas.sort_by(f64::total_cmp);
@@ -640,7 +765,7 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
         let (a, b) = (w[0], w[1]);
         let delta = b.value as f64 - a.value as f64;
         let steps = b.step.saturating_sub(a.step);
-        let other_phase = outside_train[b.mark] != outside_train[a.mark + 1];
+        let other_phase = outside_train[b.mark] != outside_train[a.mark + 1] || a.epoch != b.epoch;
         let paused = is_paused(a, b)
             && delta > PAUSE_KEPT_FACTOR * step_delta * steps as f64 + PAUSE_KEPT_MIN_BYTES;
         if other_phase || paused {
@@ -839,6 +964,54 @@ mod tests {
         assert_eq!(pre.clock, Clock::Forward);
         assert!((pre.slope_bytes_per_step - (12 * MIB) as f64).abs() < 1.0);
         assert_eq!((pre.first_step, pre.last_step), (1, 100));
+    }
+
+    #[test]
+    fn memory_kept_at_epoch_ends_is_fitted_per_epoch_not_per_step() {
+        // Six epochs of ten steps; at each epoch's end the program keeps 2 GiB (a copy of the
+        // weights): flat within epochs.
+        let mut trace = Run {
+            steps: 60,
+            ..Run::default()
+        }
+        .build();
+        for m in &mut trace.marks {
+            m.epoch = (m.step / 10) as u32;
+            let kept = u64::from(m.epoch) * 2 * GIB;
+            if let Some(a) = m.allocator.as_mut() {
+                a.allocated_bytes += kept;
+                a.reserved_bytes += kept;
+            }
+        }
+        let values = MarkValues::new(&trace);
+        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let allocated = |clock| {
+            fits.iter()
+                .find(|f| {
+                    f.stage == "pre_forward" && f.metric.label() == "allocated" && f.clock == clock
+                })
+                .unwrap()
+        };
+        let per_step = allocated(Clock::Step);
+        assert!(!per_step.is_leak, "{per_step:#?}");
+        let per_epoch = allocated(Clock::Epoch);
+        assert!(per_epoch.is_leak, "{per_epoch:#?}");
+        assert!((per_epoch.slope_bytes_per_step - (2 * GIB) as f64).abs() < 1.0);
+        assert_eq!(
+            (
+                per_epoch.first_step,
+                per_epoch.last_step,
+                per_epoch.transitions
+            ),
+            (0, 5, 5)
+        );
+        // Without epochs in the marks the same staircase has no epoch fit.
+        for m in &mut trace.marks {
+            m.epoch = 0;
+        }
+        let values = MarkValues::new(&trace);
+        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        assert!(fits.iter().all(|f| f.clock == Clock::Step));
     }
 
     #[test]

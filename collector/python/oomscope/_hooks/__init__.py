@@ -4,8 +4,8 @@ package right after the program imports torch and calls `install`; nothing here 
 that, and nothing here raises into the program (`errors`).
 
 One module for each thing watched: `forward` (the outermost forward, the phase, frozen
-forwards), `backward`, `optimizer` (the step count), `save` (checkpoints), `inputs` (each step's
-input size), `cuda` and `oom` (the allocator's OOM observer, host allocation failures),
+forwards), `backward`, `optimizer` (the step count), `epochs` (a DataLoader begun again),
+`save` (checkpoints), `inputs` (each step's input size), `cuda` and `oom` (the allocator's OOM observer, host allocation failures),
 `memory` (when to measure), `breakdown` (what the model's memory is), `held` (what holds a leak),
 `modules` (what is patched on `nn.Module`); `state` holds what they know, `emit` sends a mark.
 They send through the process's probe (`oomscope._probe`), which hears the program's own marks
@@ -19,7 +19,7 @@ their own step count. Marks carry the pid and RANK (the probe adds them).
 import os
 
 from oomscope import _probe
-from oomscope._hooks import cuda, forward, held, memory, modules, oom, optimizer, save
+from oomscope._hooks import cuda, epochs, forward, held, memory, modules, oom, optimizer, save
 from oomscope._hooks.emit import ProgramMarks
 from oomscope._hooks.errors import interrupted
 from oomscope._hooks.state import S
@@ -58,7 +58,7 @@ def install(torch):
     for patch in (modules.patch_train, optimizer.patch_optimizer_init, modules.patch_getstate,
                   modules.patch_jit, modules.patch_compile, optimizer.patch_grad_scaler,
                   cuda.patch_lazy_init, oom.patch_excepthook, save.patch_save,
-                  modules.patch_registry):
+                  modules.patch_registry, epochs.patch_dataloader):
         try:
             patch()
         except BaseException as e:

@@ -154,6 +154,7 @@ def fw_pre(module, args, kwargs=None):
             if not loop.train_forward_in_step:
                 loop.train_forward_in_step = True
                 loop.frozen_prefix, loop.frozen_seq = loop.frozen_seq, []
+                loop.train_loader = loop.last_loader  # its restarts are epochs (`epochs`)
         if phase == "train":
             # Before the mark: an iteration with a long input is marked (`budget`).
             inputs = S.inputs

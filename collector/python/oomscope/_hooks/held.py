@@ -390,14 +390,16 @@ def keep_only_lengths(count):
     return {k: v[:4] for k, v in count.items()}
 
 
-def _size(obj):
-    """`obj`'s bytes with the objects one level in (a list of ints, a dict's keys and values),
-    the first `_MAX_ITEM_PARTS` of them measured and the rest counted at their mean."""
+def _size(obj, Tensor):
+    """`obj`'s bytes with the objects one level in (a list of ints, a dict's keys and values; a
+    tensor's storage), the first `_MAX_ITEM_PARTS` of them measured and the rest counted at
+    their mean."""
+    if isinstance(obj, Tensor):
+        return _storage_key(obj)[1]
     size = sys.getsizeof(obj)
-    kind = type(obj)
-    if kind in (list, tuple, set, frozenset, deque):
+    if isinstance(obj, (list, tuple, set, frozenset, deque)):
         parts, whole = list(islice(obj, _MAX_ITEM_PARTS)), len(obj)
-    elif kind is dict:
+    elif isinstance(obj, dict):  # an OrderedDict too (a state_dict)
         parts = [p for kv in islice(obj.items(), _MAX_ITEM_PARTS // 2) for p in kv]
         whole = 2 * len(obj)
     else:
@@ -405,7 +407,9 @@ def _size(obj):
         parts = list(islice(attrs.values(), _MAX_ITEM_PARTS)) if type(attrs) is dict else []
         whole = len(parts)
     if parts:
-        size += sum(sys.getsizeof(p) for p in parts) * whole // len(parts)
+        measured = sum(_storage_key(p)[1] if isinstance(p, Tensor) else sys.getsizeof(p)
+                       for p in parts)
+        size += measured * whole // len(parts)
     return size
 
 
@@ -421,10 +425,11 @@ def _new_items(container, gained):
     return list(islice(container, n))
 
 
-def objects_grown(torch, first, second, steps):
-    """[Row] for the containers of Python objects that gained at least an item a step between two
-    counts (`containers` results), largest first. A container of tensors is left to the tensor
-    groups (their rows name it)."""
+def objects_grown(torch, first, second, steps, tensors_counted=True):
+    """[Row] for the containers that gained at least an item a step between two counts
+    (`containers` results), largest first; `dtype` says what the new items are (a dict's
+    values). With `tensors_counted` (the tensor groups were counted too, and their rows name
+    what holds them) a container whose new items are tensors is left to them."""
     Tensor = torch.Tensor
     out = []
     for key, (name, kind, length, size, container) in second.items():
@@ -438,15 +443,16 @@ def objects_grown(torch, first, second, steps):
             items = _new_items(container, gained)
         except Exception:  # changed while we looked, or a subclass that says no
             continue
-        if not items or any(isinstance(p, Tensor) for item in items
-                            for p in (item if type(item) is tuple else (item,))):
+        # A dict's item is (key, value): the value is what it keeps.
+        values = [item[1] if kind is dict else item for item in items]
+        if not values or (tensors_counted and any(isinstance(v, Tensor) for v in values)):
             continue
-        per_item = sum(sum(_size(p) for p in (item if type(item) is tuple else (item,)))
-                       for item in items) / len(items)
+        per_item = sum(_size(item[0], Tensor) + _size(item[1], Tensor) if kind is dict
+                       else _size(item, Tensor) for item in items) / len(items)
         nbytes = int(per_item * gained) + max(size - before[3], 0)
         if nbytes < _MIN_GROUP_BYTES:
             continue
-        out.append(Row(OBJECTS, gained, nbytes, "", "", "", "",
+        out.append(Row(OBJECTS, gained, nbytes, "", type(values[0]).__name__, "", "",
                        "%s `%s`" % (kind.__name__, name), length))
     out.sort(key=lambda r: r.bytes, reverse=True)
     return out[:_MAX_GROUPS]

@@ -57,7 +57,8 @@ class Loop:
                  "opt_outer", "has_optimizer", "optimizers", "idle", "stepped", "repeats",
                  "opt_steps_applied", "train_forward_in_step", "frozen_seq", "frozen_prefix",
                  "backward_done", "bw_task", "evals", "eval_notes", "marking", "mark_every",
-                 "mark_phase", "iteration_s", "iteration_end_s", "sampled")
+                 "mark_phase", "iteration_s", "iteration_end_s", "sampled", "loader_starts",
+                 "last_loader", "train_loader", "epoch")
 
     def __init__(self):
         self.step = 0
@@ -90,6 +91,12 @@ class Loop:
         self.iteration_s = None
         self.iteration_end_s = 0.0
         self.sampled = False  # marks were thinned out at some point (`budget`)
+        # DataLoader iterators begun (`epochs`): id() of a loader -> how many times; the loader
+        # begun last; the one the training forwards follow (its restarts are epochs); the epoch.
+        self.loader_starts = {}
+        self.last_loader = None
+        self.train_loader = None
+        self.epoch = 0
 
     def after_fork(self):
         kept = (self.has_optimizer, self.optimizers, self.idle)
@@ -134,7 +141,7 @@ class Memory:
 
     __slots__ = ("breakdown_at", "breakdown_not_before", "breakdown_sent", "stage_breakdown_at",
                  "stage_sent", "oom_breakdown", "modules", "modules_prune_at", "registry",
-                 "watch")
+                 "watch", "epoch_count")
 
     def __init__(self):
         self.breakdown_at = 1  # the iteration that measures the breakdown next (then x4)
@@ -149,6 +156,8 @@ class Memory:
         self.modules_prune_at = 1024  # entries at which the dead ones are dropped (then 2x left)
         self.registry = False  # whether the module registry is in place
         self.watch = None  # `held.Watch`: when to count live tensors
+        # (step, {container: name, type, length, size}) at the last epoch start (`epochs`).
+        self.epoch_count = None
 
     def after_fork(self, watch):
         kept = (self.modules, self.registry)

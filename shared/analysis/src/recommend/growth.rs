@@ -7,7 +7,9 @@ use crate::leaks::{Clock, GrowthFit, LeakEvidence};
 use crate::metrics::MetricKey;
 use crate::trend::TimeTrend;
 use crate::words;
-use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_duration_us};
+use oomscope_format::units::{
+    format_bytes, format_bytes_f64, format_count, format_duration_us, format_signed_bytes,
+};
 use oomscope_format::{HeldKind, HeldTensors};
 
 /// A leak that fills memory within this many times the steps already observed is critical: the
@@ -215,6 +217,51 @@ fn serving_change(host: bool) -> String {
     format!(
         "look for what the program keeps of each request: {kept}; bound such caches (an LRU of \
          fixed size) or drop a request's tensors once it is answered"
+    )
+}
+
+/// The change for memory kept at each epoch's end: the containers the hooks counted at epoch
+/// starts that gained items (`held` rows of kind `objects` that grew less than an item a step:
+/// the epoch starts' counts), else what programs keep once an epoch.
+fn epoch_change(held: &[HeldTensors]) -> String {
+    let mut rows: Vec<&HeldTensors> = Vec::new();
+    for h in held
+        .iter()
+        .filter(|h| h.kind == HeldKind::Objects && h.count < h.steps())
+    {
+        match rows.iter_mut().find(|r| r.holder == h.holder) {
+            Some(r) if h.to_step > r.to_step => *r = h,
+            Some(_) => {}
+            None => rows.push(h),
+        }
+    }
+    if rows.is_empty() {
+        return "look for what the program keeps once an epoch: a copy of the weights or \
+                state_dict appended to a list (copy.deepcopy), an epoch's predictions or \
+                metrics kept whole, a checkpoint held in memory; keep only the latest or the \
+                best, or save it to disk and drop it"
+            .to_owned();
+    }
+    let parts: Vec<String> = rows
+        .iter()
+        .map(|h| {
+            format!(
+                "{} gains {} {} an epoch ({} an epoch)",
+                words::holder(h),
+                format_count(h.count),
+                if h.dtype.is_empty() {
+                    "items".to_owned()
+                } else {
+                    format!("`{}`", h.dtype)
+                },
+                format_bytes(h.bytes)
+            )
+        })
+        .collect();
+    format!(
+        "what grows, as counted in the program at each epoch's start: {}; keep only the latest \
+         or the best (or save it to disk and drop it)",
+        parts.join("; ")
     )
 }
 
@@ -477,6 +524,14 @@ impl Leak {
             format_count(leak.last_step),
             format_bytes(leak.growth_bytes.max(0).unsigned_abs()),
         );
+        if leak.clock == Clock::Epoch {
+            explanation.push_str(&format!(
+                "; flat within epochs, it rises at their ends ({} times, {} within them in \
+                 all): something is kept once an epoch",
+                leak.transitions,
+                format_signed_bytes(leak.train_growth_bytes)
+            ));
+        }
         if leak.clock == Clock::Forward {
             explanation.push_str(
                 "; the run never trains (every forward in eval mode, under no_grad or \
@@ -518,7 +573,10 @@ impl Leak {
                 format_bytes(leak.transition_growth_bytes.unsigned_abs()),
                 leak.transitions
             ));
-        } else if leak.transitions > 0 && leak.transition_growth_bytes > 0 {
+        } else if leak.transitions > 0
+            && leak.transition_growth_bytes > 0
+            && leak.clock == Clock::Step
+        {
             explanation.push_str(&format!(
                 "; within training steps it grows {}/step, and {} more came at {} eval or pause \
                  transition(s)",
@@ -531,10 +589,13 @@ impl Leak {
         if leaking > 1 {
             explanation.push_str(&format!(" ({leaking} stage/metric fits grow)"));
         }
-        let held = held_change(d.held, &d.eval_steps, unit);
         let change = match leak.clock {
-            Clock::Step => held.unwrap_or_else(|| leak_change(host, d.program)),
-            Clock::Forward => held.unwrap_or_else(|| serving_change(host)),
+            Clock::Step => held_change(d.held, &d.eval_steps, unit)
+                .unwrap_or_else(|| leak_change(host, d.program)),
+            Clock::Forward => {
+                held_change(d.held, &d.eval_steps, unit).unwrap_or_else(|| serving_change(host))
+            }
+            Clock::Epoch => epoch_change(d.held),
         };
         let mut evidence = vec![
             Evidence::bytes(
@@ -566,11 +627,20 @@ impl Leak {
         finding(
             self,
             severity,
-            format!(
-                "Memory leak: +{}/{unit} at {}",
-                format_bytes_f64(leak.slope_bytes_per_step),
-                leak.stage
-            ),
+            if leak.clock == Clock::Epoch {
+                format!(
+                    "Memory leak: +{} kept at each epoch end ({} times, at {})",
+                    format_bytes_f64(leak.slope_bytes_per_step),
+                    leak.transitions,
+                    leak.stage
+                )
+            } else {
+                format!(
+                    "Memory leak: +{}/{unit} at {}",
+                    format_bytes_f64(leak.slope_bytes_per_step),
+                    leak.stage
+                )
+            },
             explanation,
             change,
             evidence,

@@ -19,7 +19,7 @@ use oomscope_format::units::{
     format_bytes, format_count, format_duration_us, format_percent, format_signed_bytes,
     format_signed_bytes_f64,
 };
-use oomscope_format::{CounterKind, HeldTensors, OomKind};
+use oomscope_format::{CounterKind, HeldKind, HeldTensors, OomKind};
 
 /// At most this many eval transitions are listed (the rest are counted).
 const MAX_TRANSITIONS: usize = 5;
@@ -265,7 +265,8 @@ pub mod titles {
     /// Over [`super::leak_lines`].
     pub const LEAKS: &str = "Leaks (memory at the same stage, across steps)";
     /// Over [`super::held_line`].
-    pub const HELD: &str = "What grew (live tensors counted twice, steps apart, while memory rose)";
+    pub const HELD: &str =
+        "What grew (live tensors and the program's containers counted twice, apart)";
     /// Over [`super::allocator_lines`].
     pub const ALLOCATOR: &str = "Allocator";
     /// Over [`super::transition_lines`].
@@ -331,12 +332,24 @@ pub fn held_line(h: &HeldTensors) -> String {
             h.device
         );
     }
-    let what = {
-        let per_step = if h.to_step > h.from_step && h.per_step() >= 1 {
-            format!(" ({} a step)", format_count(h.per_step()))
-        } else {
-            String::new()
-        };
+    let per_step = if h.to_step > h.from_step && h.per_step() >= 1 {
+        format!(" ({} a step)", format_count(h.per_step()))
+    } else {
+        String::new()
+    };
+    let what = if h.kind == HeldKind::Objects {
+        // Items a container gained: `dtype` says what they are.
+        format!(
+            "+{} {}, +{} {span}{per_step}",
+            format_count(h.count),
+            if h.dtype.is_empty() {
+                "items"
+            } else {
+                &h.dtype
+            },
+            format_bytes(h.bytes)
+        )
+    } else {
         format!(
             "+{} {}[{}]{} on {}, +{} {span}{per_step}",
             format_count(h.count),
