@@ -131,14 +131,19 @@ def main():
     if not os.path.exists(collector):
         raise SystemExit("zoo: no collector at %s (cargo build --release -p oomscope-collector)"
                          % collector)
-    out_dir = a.keep or tempfile.mkdtemp(prefix="oomscope-zoo-")
+    scratch = None if a.keep else tempfile.TemporaryDirectory(prefix="oomscope-zoo-")
+    out_dir = a.keep or scratch.name
     os.makedirs(out_dir, exist_ok=True)
     results = {}
     for name in programs(set(filter(None, a.only.split(",")))):
         r = results[name] = run_one(name, collector, python, out_dir)
+        if scratch is not None:
+            r.pop("trace", None)
         if not a.json:
             print("%-22s %-8s %5.1f s  %s" % (name, r["verdict"], r["seconds"],
                                                "; ".join(r["why"])), flush=True)
+    if scratch is not None:
+        scratch.cleanup()
     counts = {v: sum(r["verdict"] == v for r in results.values())
               for v in ("right", "partial", "wrong")}
     if a.json:

@@ -31,7 +31,15 @@ struct Known {
     in_tree: bool,
     /// Times its environment was read without finding an identity.
     looks: u8,
+    /// When it was first seen: a child that looks forked is read again for
+    /// [`START_RECHECK_US`] (one seen between its fork and its exec may be spawned).
+    seen_us: u64,
 }
+
+/// How long a child whose command line is its parent's is read again: `multiprocessing`'s
+/// spawn forks, then execs a new interpreter with `spawn_main` on its command line; the tree
+/// walk can see it in between (on a loaded machine, for some milliseconds).
+const START_RECHECK_US: u64 = 2_000_000;
 
 /// How many polls a process without an identity is read again: a launcher's child seen between
 /// its fork and its exec has its identity a moment later; a helper without one never will.
@@ -61,6 +69,17 @@ impl Processes {
     pub fn observe_tree(&mut self, tree: &[u32], t_us: u64) -> Vec<Record> {
         let mut records = Vec::new();
         for pid in tree {
+            if let Some(k) = self.known.get_mut(pid)
+                && Self::forked_lately(k, t_us)
+                && let Some(parent) = k.info.parent_pid
+            {
+                let start = start_method(&cmdline_of(*pid), &cmdline_of(parent));
+                if matches!(start, StartMethod::Spawn | StartMethod::Forkserver) {
+                    k.info.start = start;
+                    k.info.t_us = t_us;
+                    records.push(Record::Process(k.info.clone()));
+                }
+            }
             let known = self.known.get_mut(pid);
             // A process seen between a launcher's fork and its exec is a copy of the agent, with
             // no rank in its environment yet: it is read again until it has an identity.
@@ -220,6 +239,7 @@ impl Processes {
         self.known.insert(
             info.pid,
             Known {
+                seen_us: info.t_us,
                 info: info.clone(),
                 env,
                 in_tree,
@@ -242,13 +262,19 @@ impl Processes {
             && k.looks < MAX_LOOKS
     }
 
+    /// A child that looked forked when first seen, [`START_RECHECK_US`] ago at most.
+    fn forked_lately(k: &Known, now_us: u64) -> bool {
+        k.info.start == StartMethod::Fork && now_us < k.seen_us.saturating_add(START_RECHECK_US)
+    }
+
     /// Whether the next poll should read the tree's processes again even if the tree is the
     /// same: some are still without an identity (the poller otherwise reads only when the tree
-    /// changes, and a rank seen before its exec would stay unknown until the next birth).
-    pub fn wants_another_look(&self) -> bool {
-        self.known
-            .iter()
-            .any(|(pid, k)| k.in_tree && Self::unidentified(k, *pid, self.root))
+    /// changes, and a rank seen before its exec would stay unknown until the next birth), or
+    /// looked forked a moment ago (see [`START_RECHECK_US`]).
+    pub fn wants_another_look(&self, now_us: u64) -> bool {
+        self.known.iter().any(|(pid, k)| {
+            k.in_tree && (Self::unidentified(k, *pid, self.root) || Self::forked_lately(k, now_us))
+        })
     }
 
     /// The program is a launcher once ranks run below it.
@@ -467,7 +493,7 @@ mod tests {
             matches!(&first[..], [Record::Process(i)] if i.rank.is_none()),
             "{first:?}"
         );
-        assert!(p.wants_another_look());
+        assert!(p.wants_another_look(25));
         std::thread::sleep(std::time::Duration::from_millis(900));
         // The same tree, read again: now it is rank 1.
         let again = p.observe_tree(&tree, 30);
@@ -479,6 +505,6 @@ mod tests {
             ),
             "{again:?}"
         );
-        assert!(!p.wants_another_look());
+        assert!(!p.wants_another_look(30));
     }
 }

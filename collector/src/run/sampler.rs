@@ -649,7 +649,11 @@ pub fn poll_loop(
         let changed = tree != last_tree || state.tree() != tree;
         // Processes still without an identity (a rank seen between its fork and its exec) are
         // read again at every poll, not only when the tree changes next.
-        let look_again = state.processes.lock().is_ok_and(|p| p.wants_another_look());
+        let now_us = state.now_us();
+        let look_again = state
+            .processes
+            .lock()
+            .is_ok_and(|p| p.wants_another_look(now_us));
         if changed || look_again {
             if changed {
                 state.set_tree(&tree);

@@ -325,6 +325,7 @@ pub fn leak_fits(
                 .flatten(),
             host,
             tensors_counted_growing: !trace.held.is_empty(),
+            kept_an_epoch_bytes: kept_an_epoch_bytes(trace),
             workers: &workers,
         };
         // One pass over the marks sorts the points into their stages.
@@ -365,14 +366,34 @@ pub const EPOCH_MIN: usize = 4;
 /// R² the epochs' line needs: what an epoch keeps is the same each time.
 pub const EPOCH_R_SQUARED: f64 = 0.9;
 
-/// Share of the growth that must come at the epochs' ends (not within them).
+/// Share of an epoch's growth that must come at its end, not within it (the medians over the
+/// epochs of each).
 pub const EPOCH_END_SHARE: f64 = 0.75;
+
+/// What the hooks' counts at epoch starts found kept an epoch, as a share of the epochs' line,
+/// that places the rise at the epochs' ends whatever the readings within them do.
+pub const EPOCH_COUNTED_SHARE: f64 = 0.5;
+
+/// The median bytes of the HELD rows the hooks' counts at epoch starts sent (kind `objects`,
+/// fewer items gained than steps between the counts: once an epoch), 0 without.
+fn kept_an_epoch_bytes(trace: &Trace) -> f64 {
+    let mut bytes: Vec<u64> = trace
+        .held
+        .iter()
+        .filter(|h| h.kind == oomscope_format::HeldKind::Objects && h.count < h.steps())
+        .map(|h| h.bytes)
+        .collect();
+    bytes.sort_unstable();
+    bytes.get(bytes.len() / 2).map_or(0.0, |b| *b as f64)
+}
 
 /// The fit of one stage's memory on the epoch clock: each epoch's median at the stage, a line
 /// through them. A leak when there are [`EPOCH_MIN`] epochs or more, the line is straight
 /// ([`EPOCH_R_SQUARED`]), rising by the short run's growth floor
-/// ([`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`] of the limit, at least [`MIN_GROWTH_BYTES`]), and at
-/// least [`EPOCH_END_SHARE`] of the rise came between epochs. `None` without epochs in the marks.
+/// ([`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`] of the limit, at least [`MIN_GROWTH_BYTES`]), and
+/// what an epoch's end adds is at least [`EPOCH_END_SHARE`] of what the epoch adds in all (the
+/// medians of the rise across an end and within an epoch), or the hooks counted at epoch starts
+/// at least [`EPOCH_COUNTED_SHARE`] of the line's slope kept an epoch. `None` without epochs in the marks.
 fn fit_epochs(
     trace: &Trace,
     values: &MarkValues,
@@ -393,16 +414,18 @@ fn fit_epochs(
     if epochs.len() < EPOCH_MIN || epochs.windows(2).any(|w| w[1].0 <= w[0].0) {
         return None;
     }
+    // Each epoch's floor: what it kept stays under everything its steps add and free (host
+    // memory at a stage moves by whole buffers from step to step: 32 MiB up and down in an MLP
+    // of 32 MiB of weights, as much as an epoch keeps).
+    let floor_of = |list: &[&Point]| list.iter().map(|p| p.value).min().unwrap_or(0);
     let medians: Vec<Point> = epochs
         .iter()
         .map(|(epoch, list)| {
-            let mut v: Vec<u64> = list.iter().map(|p| p.value).collect();
-            v.sort_unstable();
             let last = list[list.len() - 1];
             Point {
                 mark: last.mark,
                 step: u64::from(*epoch),
-                value: v[v.len() / 2],
+                value: floor_of(list),
                 t_us: last.t_us,
                 epoch: *epoch,
             }
@@ -416,21 +439,54 @@ fn fit_epochs(
     let (first, last) = (medians.first()?, medians.last()?);
     let span = (last.step - first.step) as f64;
     let growth = line.slope * span;
-    // What came within epochs: each epoch's last point against its first.
-    let within: f64 = epochs
+    // What came within epochs (the floor of each epoch's second half against its first half's)
+    // and at their ends (an epoch's first half's floor against the second half's of the one
+    // before): medians, so that one noisy epoch of a host metric does not decide.
+    let halves = |list: &[&Point]| {
+        let mid = list.len().div_ceil(2);
+        (
+            floor_of(&list[..mid]) as f64,
+            floor_of(&list[mid..]).max(0) as f64,
+        )
+    };
+    let within_each: Vec<f64> = epochs
         .iter()
-        .map(|(_, list)| list[list.len() - 1].value as f64 - list[0].value as f64)
-        .sum();
+        .filter(|(_, list)| list.len() >= 2)
+        .map(|(_, list)| {
+            let (first, second) = halves(list);
+            second - first
+        })
+        .collect();
+    let between_each: Vec<f64> = epochs
+        .windows(2)
+        .filter(|w| w[0].1.len() >= 2 && w[1].1.len() >= 2)
+        .map(|w| halves(&w[1].1).0 - halves(&w[0].1).1)
+        .collect();
+    if within_each.is_empty() || between_each.is_empty() {
+        return None;
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let within: f64 = within_each.iter().sum();
+    let at_ends = median(&between_each);
     let floor = match context.limit {
         Some((l, _)) => {
             MIN_GROWTH_BYTES.max((l as f64 * SHORT_MIN_GROWTH_FRACTION_OF_LIMIT) as u64)
         }
         None => MIN_GROWTH_BYTES,
     };
+    // The rise comes at the epochs' ends: by the readings, or (host memory whose heap moves by
+    // whole buffers within an epoch) by what the hooks counted kept at each epoch start.
+    let at_the_ends = (at_ends > 0.0
+        && median(&within_each).max(0.0) * EPOCH_END_SHARE <= (1.0 - EPOCH_END_SHARE) * at_ends)
+        || context.kept_an_epoch_bytes >= EPOCH_COUNTED_SHARE * line.slope;
     let is_leak = line.slope > 0.0
         && line.r_squared >= EPOCH_R_SQUARED
         && growth >= floor as f64
-        && within.max(0.0) <= (1.0 - EPOCH_END_SHARE) * growth;
+        && at_the_ends;
     let projection = is_leak
         .then(|| {
             context.limit.map(|(limit_bytes, limit_basis)| {
@@ -514,6 +570,9 @@ struct FitContext<'a> {
     host: bool,
     /// The hooks counted live tensors growing somewhere in the run (HELD records).
     tensors_counted_growing: bool,
+    /// What the hooks' counts at epoch starts found kept once an epoch (HELD rows of kind
+    /// `objects` that gained fewer items than steps: the median bytes of one), 0 without.
+    kept_an_epoch_bytes: f64,
     /// The workers whose private memory grew (see [`crate::workers::growing_workers`]).
     workers: &'a [crate::workers::WorkerGrowth],
 }

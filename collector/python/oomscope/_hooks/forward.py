@@ -165,6 +165,11 @@ def fw_pre(module, args, kwargs=None):
         emit("pre_forward", phase)
         if phase != "train":
             loop.evals += 1
+            if not (loop.has_optimizer or loop.step or loop.backward_done):
+                # A program that has not trained: its leak watch, before the forward (after
+                # it, its output is still on its way to the program, held by the model's own
+                # containers).
+                at_inference_forward()
             if S.active and not S.paused:
                 enabled = _grad_enabled() and not _inference_mode()
                 if enabled not in loop.eval_notes:
@@ -199,8 +204,6 @@ def fw_post(module, args, output):
             loop = S.loop
             if fwd.outer_phase == "train" and (loop.marking or not loop.has_optimizer):
                 watch_backward(output)
-            elif not (loop.has_optimizer or loop.step or loop.backward_done):
-                at_inference_forward()  # a program that has not trained: its leak watch
         _saw_root(module)
     except BaseException as e:
         interrupted(e)

@@ -1,0 +1,42 @@
+//! The pattern zoo (`collector/tests/zoo/`): small real programs, each stating in its docstring
+//! what the summary must and must not say and measuring its own truth (its storages' bytes, its
+//! resident bytes, its step and eval counts) without oomscope; `scripts/zoo.py` runs each under
+//! the collector and scores it right, partial or wrong. Every program must come out right.
+//!
+//! The programs run one after another, alone among this binary's tests (one test), with one
+//! OpenMP thread; the suite's other binaries may run beside them, as on a loaded machine.
+
+mod support;
+
+use std::process::Command;
+
+use support::{COLLECTOR, torch_python};
+
+#[test]
+fn every_program_of_the_zoo_comes_out_right() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let out = Command::new(torch_python())
+        .arg(format!("{root}/scripts/zoo.py"))
+        .arg("--json")
+        .env("COLLECTOR", COLLECTOR)
+        .env("PYTHON", torch_python())
+        .env("OMP_NUM_THREADS", "1")
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "zoo.py failed: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let card: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let programs = card["programs"].as_object().unwrap();
+    assert!(programs.len() >= 7, "{text}");
+    let not_right: Vec<String> = programs
+        .iter()
+        .filter(|(_, r)| r["verdict"] != "right")
+        .map(|(name, r)| format!("{name}: {} ({})", r["verdict"], r["why"]))
+        .collect();
+    assert!(not_right.is_empty(), "{}", not_right.join("\n"));
+}
