@@ -446,7 +446,7 @@ fn fit_epochs(
         let mid = list.len().div_ceil(2);
         (
             floor_of(&list[..mid]) as f64,
-            floor_of(&list[mid..]).max(0) as f64,
+            floor_of(&list[mid..]) as f64,
         )
     };
     let within_each: Vec<f64> = epochs
