@@ -2,7 +2,10 @@
 13 M-parameter GPT of `collector/tests/torch_programs/train.py` with AdamW on CPU after one
 step, `oomscope._hooks.breakdown.measure` (run at iterations 1, 4, 16, ...), the per-iteration
 memory reading (`oomscope._hooks.held.memory_now`), and one census plus the comparison of two (`census`,
-`grown`) in a process holding about a million Python objects. Medians of `--rounds` runs.
+`grown`) in a process holding about a million Python objects; then the count of the containers
+the program names that runs beside each census and at each epoch's start (`containers`,
+`objects_grown`), with a module-level dict of 100 000 entries that gained 5 000. Medians of
+`--rounds` runs.
 Usage: $OOMSCOPE_TORCH_VENV/bin/python scripts/measure_memory_cost.py [--objects N]"""
 
 import argparse
@@ -71,12 +74,23 @@ def main():
     grown_ms = median_ms(lambda: held.grown(torch, frame, first, second, 8),
                          a.rounds)
     del second, junk
+    global CACHE
+    CACHE = {"k%d" % i: [i] * 8 for i in range(100_000)}
+    before = held.keep_only_lengths(held.containers(torch, frame))
+    for i in range(5_000):
+        CACHE["n%d" % i] = [i] * 8
+    kept = held.containers(torch, frame)
+    containers_ms = median_ms(lambda: held.containers(torch, frame), a.rounds)
+    objects_ms = median_ms(lambda: held.objects_grown(torch, before, kept, 8), a.rounds)
+    rows = held.objects_grown(torch, before, kept, 8)
     print("GPT %.1f M parameters, step %.1f ms (CPU)" % (params / 1e6, step_ms))
     print("breakdown: %.2f ms (parameters %d B, optimizer state %d B)" % (
         measure_ms, b["parameters_bytes"], b["optimizer_state_bytes"]))
     print("memory reading: %.1f us" % reading_us)
     print("census with %d objects: %.0f ms; comparing two: %.0f ms" % (
         objects, census_ms, grown_ms))
+    print("containers the program names (%d): %.2f ms; comparing two: %.2f ms (%s: +%d, %d B)" % (
+        len(kept), containers_ms, objects_ms, rows[0].holder, rows[0].count, rows[0].bytes))
 
 
 if __name__ == "__main__":

@@ -444,10 +444,7 @@ fn fit_epochs(
     // before): medians, so that one noisy epoch of a host metric does not decide.
     let halves = |list: &[&Point]| {
         let mid = list.len().div_ceil(2);
-        (
-            floor_of(&list[..mid]) as f64,
-            floor_of(&list[mid..]) as f64,
-        )
+        (floor_of(&list[..mid]) as f64, floor_of(&list[mid..]) as f64)
     };
     let within_each: Vec<f64> = epochs
         .iter()
