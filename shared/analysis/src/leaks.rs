@@ -389,7 +389,8 @@ fn kept_an_epoch_bytes(trace: &Trace) -> f64 {
 
 /// The fit of one stage's memory on the epoch clock: each epoch's median at the stage, a line
 /// through them. A leak when there are [`EPOCH_MIN`] epochs or more, the line is straight
-/// ([`EPOCH_R_SQUARED`]), rising by the short run's growth floor
+/// ([`EPOCH_R_SQUARED`]), with no eval between two epochs (what evals keep is theirs), rising by
+/// the short run's growth floor
 /// ([`SHORT_MIN_GROWTH_FRACTION_OF_LIMIT`] of the limit, at least [`MIN_GROWTH_BYTES`]), and
 /// what an epoch's end adds is at least [`EPOCH_END_SHARE`] of what the epoch adds in all (the
 /// medians of the rise across an end and within an epoch), or the hooks counted at epoch starts
@@ -412,6 +413,15 @@ fn fit_epochs(
         }
     }
     if epochs.len() < EPOCH_MIN || epochs.windows(2).any(|w| w[1].0 <= w[0].0) {
+        return None;
+    }
+    // An eval between two epochs (a validation at each epoch's end, Lightning's and the
+    // Trainer's default): what rises there is what the evals keep, `eval-retains-memory`'s story.
+    let outside = context.outside_train;
+    if epochs.windows(2).any(|w| {
+        let (a, b) = (w[0].1[w[0].1.len() - 1], w[1].1[0]);
+        outside[b.mark] != outside[a.mark + 1]
+    }) {
         return None;
     }
     // Each epoch's floor: what it kept stays under everything its steps add and free (host
