@@ -258,7 +258,8 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
         let summary = run(&["summary", trace.to_str().unwrap()]);
         let text = String::from_utf8_lossy(&summary.stdout).replace("\n    ", " ");
         assert!(
-            text.contains("What grew (live tensors counted twice") && text.contains(want),
+            text.contains("What grew (live tensors and the program's containers counted twice")
+                && text.contains(want),
             "{text}"
         );
         // The leak finding's advice names it (a leak fit or, below the fits' reach, the counts).
