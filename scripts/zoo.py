@@ -53,7 +53,8 @@ def tools():
     collector = os.environ.get("COLLECTOR") or os.path.join(
         os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "collector")
     venv = os.environ.get("OOMSCOPE_TORCH_VENV")
-    python = os.environ.get("PYTHON") or (os.path.join(venv, "bin", "python") if venv else "python3")
+    python = os.environ.get("PYTHON") or (
+        os.path.join(venv, "bin", "python") if venv else "python3")
     return collector, python
 
 

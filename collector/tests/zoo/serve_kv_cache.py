@@ -3,8 +3,8 @@
 request's key/value tensors in a module-level list (`kv_log`) "for a later cache". Nothing is
 trained; memory grows by the same amount each request. With no training, the clock is the
 forward (8 a request here): the rate is checked per forward, against the resident bytes the
-program gained over its requests after the first (`/proc/self/statm`: the kept tensors' 2.44 MiB a request plus
-what the C allocator keeps around them).
+program gained over its requests after the first (`/proc/self/statm`: the kept tensors' 2.44 MiB
+a request plus what the C allocator keeps around them).
 
 EXPECT = {
     "findings": ["leak"],

@@ -4,12 +4,12 @@ package right after the program imports torch and calls `install`; nothing here 
 that, and nothing here raises into the program (`errors`).
 
 One module for each thing watched: `forward` (the outermost forward, the phase, frozen
-forwards), `backward`, `optimizer` (the step count), `epochs` (a DataLoader begun again),
-`save` (checkpoints), `inputs` (each step's input size), `cuda` and `oom` (the allocator's OOM observer, host allocation failures),
-`memory` (when to measure), `breakdown` (what the model's memory is), `held` (what holds a leak),
-`modules` (what is patched on `nn.Module`); `state` holds what they know, `emit` sends a mark.
-They send through the process's probe (`oomscope._probe`), which hears the program's own marks
-for them (`emit.ProgramMarks`).
+forwards), `backward`, `optimizer` (the step count), `epochs` (a DataLoader begun again), `save`
+(checkpoints), `inputs` (each step's input size), `cuda` and `oom` (the allocator's OOM
+observer, host allocation failures), `memory` (when to measure), `breakdown` (what the model's
+memory is), `held` (what holds a leak), `modules` (what is patched on `nn.Module`); `state`
+holds what they know, `emit` sends a mark. They send through the process's probe
+(`oomscope._probe`), which hears the program's own marks for them (`emit.ProgramMarks`).
 
 On CUDA (only once the program initialised it: this package never does) every mark carries the
 caching allocator's statistics. DataLoader workers never mark; forked children start over with

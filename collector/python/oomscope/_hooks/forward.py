@@ -15,11 +15,11 @@ The phase is `eval` when the module is not training, grad is off or inference mo
 a `frozen_forward`: a no-grad forward placed inside a training step (a diffusion loop's VAE or
 text encoder, a distillation teacher in `eval()` whether or not its parameters could be
 trained): after the step's training forward and before its backward, or between an optimizer
-step and the next training forward when it is the module the last step began with at that
-place (an EMA copy evaluated there now and then is not), or in the first step a module none of
-whose parameters requires grad (see `_frozen`). One mark, after it returns, in the training
-phase: part of the step it serves, never an eval of its own; a step still begins at its training forward, so a frozen forward that opens a step carries
-the number of the step before.
+step and the next training forward when it is the module the last step began with at that place
+(an EMA copy evaluated there now and then is not), or in the first step a module no optimizer
+trains (see `_frozen`). One mark, after it returns, in the training phase:
+part of the step it serves, never an eval of its own; a step still begins at its training
+forward, so a frozen forward that opens a step carries the number of the step before.
 """
 
 import sys

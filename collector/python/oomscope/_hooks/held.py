@@ -117,6 +117,7 @@ class Watch:
         self.cooldown = COOLDOWN
         self.evals_seen = 0  # the hooks' eval count when the readings began
         self.next_reading_s = 0.0  # (time.monotonic) no reading before it (`READING_GAP_S`)
+        self.training = True  # on the iterations' clock (False: an inference program's forwards)
 
     def due(self, iteration, reading):
         """'first', 'second' or None."""

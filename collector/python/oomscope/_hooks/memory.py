@@ -139,6 +139,12 @@ def _watch(now, clock, position, training):
         return
     loop = S.loop
     try:
+        if watch.training != training:
+            # A program that evaluated before it trained: its readings and counts were on the
+            # forwards' clock, not the iterations'.
+            watch.training = training
+            watch.first = None
+            watch.readings = []
         if training and watch.evals_seen != loop.evals:
             # Memory settles for a few steps after an eval (the C allocator takes in what it
             # freed): rises counted from the last eval on, and a count never made then (its own
