@@ -93,9 +93,10 @@ def named(torch, frame, wanted, objects=None):
             items = getattr(value, "__dict__", None)
             if not isinstance(items, dict):
                 return
-        for i, (attr, inner) in enumerate(list(items.items())):
-            if i >= _MAX_ITEMS:
-                break
+        # The first `_MAX_ITEMS` only, never a copy of the whole: a program's cache of 100 000
+        # entries cost 180 ms a look when its items were listed first. (A dict another thread
+        # changes meanwhile raises, and is skipped.)
+        for attr, inner in list(itertools.islice(items.items(), _MAX_ITEMS)):
             if isinstance(attr, str) and not attr.startswith("__"):
                 take(attr, inner)
 
