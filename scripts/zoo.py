@@ -8,7 +8,12 @@ A program says what it expects in its docstring, as `EXPECT = {...}` (a Python l
 - `words` / `no_words`: phrases the text summary must / must not contain;
 - `evals`: how many evals the run had (the eval table's count, from the JSON);
 - `rate_per`: the clock a leak's rate is said in (`step`, `request`, `epoch`): the leak
-  finding's rate must be within a third of the program's own `kept_bytes_per_<clock>`.
+  finding's rate must be within a third (or the program's `rate_tolerance`) of the program's own
+  `kept_bytes_per_<clock>`;
+- `cgroup_mib`: run it inside a memory cgroup of that limit (root and a writable memory
+  controller; else the program is `skipped`, with why); `killed`: the kernel kills it (exit 137);
+- `run_up_per_batch`: the fatal OOM's run-up (`analysis.run_up`) names what grew in the eval at
+  within a third of the program's own `kept_bytes_per_batch`.
 What the program measured of itself (its storages' bytes, its step count) comes from the JSON
 file `ZOO_TRUTH` names, written by `collector/tests/zoo/_truth.py`.
 
@@ -58,15 +63,81 @@ def tools():
     return collector, python
 
 
+class Cgroup:
+    """A memory cgroup of `limit` bytes under this process's own (cgroup v1, or v2 with the memory
+    controller delegated), removed on exit; `why` says why there is none."""
+
+    def __init__(self, name, limit):
+        self.dir, self.why = None, None
+        if os.geteuid() != 0:
+            self.why = "not root: cannot make a memory cgroup"
+            return
+        with open("/proc/self/cgroup") as f:
+            own = [line.rstrip("\n").split(":", 2) for line in f]
+        v1 = next((path for _, controllers, path in own
+                   if "memory" in controllers.split(",")), None)
+        if v1 is not None:
+            parent, limit_file = "/sys/fs/cgroup/memory" + v1, "memory.limit_in_bytes"
+        else:
+            path = next((path for _, c, path in own if c == ""), None)
+            parent, limit_file = "/sys/fs/cgroup" + (path or ""), "memory.max"
+            try:
+                with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+                    delegated = "memory" in f.read().split()
+            except OSError:
+                delegated = False
+            if path is None or not delegated:
+                self.why = "no memory controller this process can write"
+                return
+        d = os.path.join(parent.rstrip("/"), "oomscope-zoo-%s-%d" % (name, os.getpid()))
+        try:
+            os.mkdir(d)
+            with open(os.path.join(d, limit_file), "w") as f:
+                f.write(str(limit))
+        except OSError as e:
+            self.why = "cannot make %s: %s" % (d, e)
+            return
+        self.dir = d
+        try:
+            with open(os.path.join(d, "memory.swap.max"), "w") as f:
+                f.write("0")
+        except OSError:
+            pass
+
+    def command(self, argv):
+        """`argv` started inside the cgroup (a shell joins it, then becomes the command)."""
+        return ["sh", "-c", 'echo $$ > %s/cgroup.procs && exec "$@"' % self.dir, "sh"] + argv
+
+    def remove(self):
+        for _ in range(50):
+            try:
+                os.rmdir(self.dir)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
 def run_one(name, collector, python, out_dir):
     trace = os.path.join(out_dir, name + ".oomt")
     truth_path = os.path.join(out_dir, name + ".truth.json")
     env = dict(os.environ, ZOO_TRUTH=truth_path)
+    expect = expectations(name)
+    argv = [collector, "run", "-q", "-o", trace, "--", python, name + ".py"]
+    cgroup = None
+    if "cgroup_mib" in expect:
+        cgroup = Cgroup(name, expect["cgroup_mib"] << 20)
+        if cgroup.dir is None:
+            return {"verdict": "skipped", "why": [cgroup.why], "seconds": 0.0}
+        argv = cgroup.command(argv)
     start = time.monotonic()
-    ran = subprocess.run([collector, "run", "-q", "-o", trace, "--", python, name + ".py"],
-                         cwd=ZOO, env=env, capture_output=True, text=True)
+    try:
+        ran = subprocess.run(argv, cwd=ZOO, env=env, capture_output=True, text=True)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
     took = time.monotonic() - start
-    if ran.returncode != 0:
+    killed = expect.get("killed", False)
+    if ran.returncode != (137 if killed else 0):
         return {"verdict": "wrong", "why": ["exit %d: %s" % (ran.returncode, ran.stderr[-400:])],
                 "seconds": took}
     text = subprocess.run([collector, "summary", trace], capture_output=True, text=True).stdout
@@ -74,7 +145,7 @@ def run_one(name, collector, python, out_dir):
                                         capture_output=True, text=True, check=True).stdout)
     with open(truth_path) as f:
         truth = json.load(f)
-    verdict, why = judge(expectations(name), truth, summary["analysis"], text)
+    verdict, why = judge(expect, truth, summary["analysis"], text)
     return {"verdict": verdict, "why": why, "seconds": took, "trace": trace}
 
 
@@ -115,8 +186,20 @@ def judge(expect, truth, analysis, text):
         got = leak_rate(analysis, clock)
         if got is None:
             partial.append("the leak is not given per %s" % clock)
-        elif want and abs(got - want) > RATE_TOLERANCE * want:
+        elif want and abs(got - want) > expect.get("rate_tolerance", RATE_TOLERANCE) * want:
             partial.append("leak %.3g B/%s, the program kept %.3g" % (got, clock, want))
+    if "run_up_per_batch" in expect:
+        want = truth.get("kept_bytes_per_batch")
+        rows = (analysis.get("run_up") or {}).get("held") or []
+        if not rows:
+            partial.append("no run-up names what grew in the eval")
+        else:
+            h = rows[0]
+            got = h["bytes"] / max(h["to_step"] - h["from_step"], 1)
+            if want and abs(got - want) > RATE_TOLERANCE * want:
+                partial.append("run-up %.3g B/batch, the program kept %.3g" % (got, want))
+            if expect["run_up_per_batch"] not in h.get("holder", ""):
+                partial.append("the run-up's holder is %r" % h.get("holder"))
     if wrong:
         return "wrong", wrong + partial
     return ("partial" if partial else "right"), partial
@@ -146,13 +229,14 @@ def main():
     if scratch is not None:
         scratch.cleanup()
     counts = {v: sum(r["verdict"] == v for r in results.values())
-              for v in ("right", "partial", "wrong")}
+              for v in ("right", "partial", "wrong", "skipped")}
     if a.json:
         json.dump({"programs": results, "counts": counts}, sys.stdout, indent=1)
         print()
     else:
-        print("%d right, %d partial, %d wrong of %d" % (
-            counts["right"], counts["partial"], counts["wrong"], len(results)))
+        print("%d right, %d partial, %d wrong, %d skipped of %d" % (
+            counts["right"], counts["partial"], counts["wrong"], counts["skipped"],
+            len(results)))
 
 
 if __name__ == "__main__":

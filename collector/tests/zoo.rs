@@ -32,10 +32,18 @@ fn every_program_of_the_zoo_comes_out_right() {
     );
     let card: serde_json::Value = serde_json::from_str(&text).unwrap();
     let programs = card["programs"].as_object().unwrap();
-    assert!(programs.len() >= 7, "{text}");
+    assert!(programs.len() >= 8, "{text}");
+    // A program that needs a memory cgroup is skipped where none can be made (not root, no
+    // memory controller to write), with why: the one thing this test prints.
+    for (name, r) in programs.iter().filter(|(_, r)| r["verdict"] == "skipped") {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("SKIPPED {name}: {}", r["why"]);
+        }
+    }
     let not_right: Vec<String> = programs
         .iter()
-        .filter(|(_, r)| r["verdict"] != "right")
+        .filter(|(_, r)| r["verdict"] != "right" && r["verdict"] != "skipped")
         .map(|(name, r)| format!("{name}: {} ({})", r["verdict"], r["why"]))
         .collect();
     assert!(not_right.is_empty(), "{}", not_right.join("\n"));

@@ -300,13 +300,17 @@ class Probe:
         self.send(line)
 
     def held(self, kind, count, bytes, from_step, to_step, device, dtype, shape, grad_fn, holder,
-             items=None):
-        """A group of live objects that grew across steps (the zero-code hooks' leak census):
-        `kind` says what the row is (`tensors`, `graph`, `cycle`, `uncontained`, `objects`),
-        `holder` names what holds them, `items` its length when it is a container; an empty
-        device, dtype, shape or node is left out (an `objects` row has none; docs/protocol.md)."""
+             items=None, clock="step"):
+        """A group of live objects that grew between two counts (the zero-code hooks' leak
+        census): `kind` says what the row is (`tensors`, `graph`, `cycle`, `uncontained`,
+        `objects`), `clock` what `from_step`/`to_step` count (`step`, `forward`, `epoch`,
+        `eval`), `holder` names what holds them, `items` its length when it is a container; an
+        empty device, dtype, shape or node is left out (an `objects` row has none;
+        docs/protocol.md)."""
         line = "held kind=%s count=%d bytes=%d from_step=%d to_step=%d" % (
             kind, count, bytes, from_step, to_step)
+        if clock != "step":
+            line += " clock=" + clock
         for key, value in (("device", device), ("dtype", dtype), ("shape", shape),
                            ("grad_fn", grad_fn)):
             if value:

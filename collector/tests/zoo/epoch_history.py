@@ -3,7 +3,9 @@ and at each epoch's end `copy.deepcopy(model.state_dict())` appended to `history
 every epoch's weights" pattern). Flat within epochs; one jump per epoch end. The rate is checked
 against the copies' own bytes (32.5 MiB an epoch); the resident bytes the program gained per
 epoch by its own reading (`/proc/self/statm`, the median over epoch starts) are in the truth
-file too: 17-50 MB in four runs, as the C allocator's heap moves by whole buffers.
+file too: 17-50 MB in four runs, as the C allocator's heap moves by whole buffers. So the rate
+(read from the resident floors) is held to half the copies' bytes, not a third: 47 MiB an epoch
+was seen once in four runs on a loaded machine.
 
 EXPECT = {
     "findings": ["leak"],
@@ -11,6 +13,7 @@ EXPECT = {
     "words": ["epoch"],
     "no_words": ["/step at"],
     "rate_per": "epoch",
+    "rate_tolerance": 0.5,
 }
 """
 

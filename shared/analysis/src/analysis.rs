@@ -183,6 +183,8 @@ pub struct Analysis {
     pub phase_transitions: Vec<PhaseTransition>,
     /// Out-of-memory events in context.
     pub ooms: Vec<OomContext>,
+    /// What rose before the run's fatal OOM, when it died in an eval.
+    pub run_up: Option<crate::run_up::RunUp>,
     /// The batch-size memory model (from a breakdown only when the primary metric does not
     /// leak: a leak would be counted as activations).
     pub batch_fit: Option<BatchFit>,

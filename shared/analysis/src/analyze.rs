@@ -14,7 +14,7 @@ use crate::recommend::RuleContext;
 use crate::stages::StageTableOptions;
 use crate::{
     batch_fit, estimate, host, inputs, leaks, node, oom, overhead, peaks, phases, pressure,
-    rank_views, ranks, recommend, stage_breakdown, stages, trend, workers,
+    rank_views, ranks, recommend, run_up, stage_breakdown, stages, trend, workers,
 };
 use oomscope_format::Trace;
 
@@ -83,6 +83,9 @@ fn analyze_one(
         .map(|c| &c.breakdown)
         .or_else(|| trace.components.last())
         .and_then(estimate::against_estimate);
+    let phase_transitions = phases::phase_transitions(trace, &values);
+    let ooms = oom::oom_contexts(trace);
+    let run_up = run_up::run_up(trace, &ooms, &phase_transitions);
     let mut analysis = Analysis {
         overview: overview(trace, &values, &peaks),
         held,
@@ -96,8 +99,9 @@ fn analyze_one(
         pressure: pressure::pressure(trace),
         outside_allocator: overhead::outside_allocator(trace, &values),
         host_memory: host::host_memory(trace),
-        phase_transitions: phases::phase_transitions(trace, &values),
-        ooms: oom::oom_contexts(trace),
+        phase_transitions,
+        ooms,
+        run_up,
         batch_fit,
         batch_trials: batch_fit::trial_summary(trace),
         against_estimate,

@@ -324,7 +324,14 @@ pub fn leak_fits(
                 .then(|| counter_with_data(trace, CounterKind::HostRssFile))
                 .flatten(),
             host,
-            tensors_counted_growing: !trace.held.is_empty(),
+            // Counted growing across steps (or a serving program's forwards): an eval's or an
+            // epoch's rows are theirs.
+            tensors_counted_growing: trace.held.iter().any(|h| {
+                matches!(
+                    h.clock,
+                    oomscope_format::HeldClock::Step | oomscope_format::HeldClock::Forward
+                )
+            }),
             kept_an_epoch_bytes: kept_an_epoch_bytes(trace),
             workers: &workers,
         };
@@ -374,13 +381,13 @@ pub const EPOCH_END_SHARE: f64 = 0.75;
 /// that places the rise at the epochs' ends whatever the readings within them do.
 pub const EPOCH_COUNTED_SHARE: f64 = 0.5;
 
-/// The median bytes of the HELD rows the hooks' counts at epoch starts sent (kind `objects`,
-/// fewer items gained than steps between the counts: once an epoch), 0 without.
+/// The median bytes of the HELD rows the hooks' counts at epoch starts sent (on the epochs'
+/// clock), 0 without.
 fn kept_an_epoch_bytes(trace: &Trace) -> f64 {
     let mut bytes: Vec<u64> = trace
         .held
         .iter()
-        .filter(|h| h.kind == oomscope_format::HeldKind::Objects && h.count < h.steps())
+        .filter(|h| h.clock == oomscope_format::HeldClock::Epoch)
         .map(|h| h.bytes)
         .collect();
     bytes.sort_unstable();

@@ -32,6 +32,7 @@ pub mod pressure;
 pub mod rank_views;
 pub mod ranks;
 pub mod recommend;
+pub mod run_up;
 pub mod series;
 pub mod stage_breakdown;
 pub mod stages;

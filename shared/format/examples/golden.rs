@@ -12,10 +12,10 @@
 use std::path::PathBuf;
 
 use oomscope_format::{
-    AliveSite, ComponentBreakdown, CounterKind, EvalAutograd, ExitStatus, HeldKind, HeldTensors,
-    MarkSampling, Metadata, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd,
-    ProcessExit, ProcessInfo, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot,
-    StageMark, StartMethod, StepInput, TraceWriter, WriterOptions,
+    AliveSite, ComponentBreakdown, CounterKind, EvalAutograd, ExitStatus, HeldClock, HeldKind,
+    HeldTensors, MarkSampling, Metadata, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase,
+    ProcessEnd, ProcessExit, ProcessInfo, ProcessRole, ProgramEnd, RankSource, Record,
+    SavedSnapshot, StageMark, StartMethod, StepInput, TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -840,6 +840,7 @@ pub fn hook_facts() -> Vec<u8> {
         bytes,
         holder: holder.into(),
         items,
+        ..HeldTensors::default()
     };
     for held in [
         row(
@@ -1056,6 +1057,113 @@ pub fn start_methods() -> Vec<u8> {
     w.finish(10_000).expect("in memory")
 }
 
+/// Format v1.13: HELD rows on each clock: a list that gained a tensor a step over steps 4 to 12,
+/// a serving program's list over forwards 10 to 18, a history list that gained one
+/// `OrderedDict` between the epoch starts at steps 30 and 60, an eval's list that gained a batch's
+/// logits each batch over its batches 5 to 13 (in the eval at step 99), then a kill by the
+/// kernel's OOM killer during that eval.
+pub fn held_clocks() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "cpu-node".into(),
+        pid: 6100,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let row = |t_us,
+               clock,
+               from_step,
+               to_step,
+               kind,
+               dtype: &str,
+               shape: &str,
+               count,
+               bytes,
+               holder: &str,
+               items| {
+        Record::Held(HeldTensors {
+            t_us,
+            from_step,
+            to_step,
+            kind,
+            clock,
+            device: if kind == HeldKind::Objects { "" } else { "cpu" }.into(),
+            dtype: dtype.into(),
+            shape: shape.into(),
+            count,
+            bytes,
+            holder: holder.into(),
+            items: Some(items),
+            ..HeldTensors::default()
+        })
+    };
+    for record in [
+        row(
+            100_000,
+            HeldClock::Step,
+            4,
+            12,
+            HeldKind::Tensors,
+            "float32",
+            "scalar",
+            8,
+            8 * 4,
+            "list `losses`",
+            12,
+        ),
+        row(
+            200_000,
+            HeldClock::Forward,
+            10,
+            18,
+            HeldKind::Tensors,
+            "float32",
+            "4x39x512",
+            8,
+            8 * 319_488,
+            "list `kv_log`",
+            18,
+        ),
+        row(
+            300_000,
+            HeldClock::Epoch,
+            30,
+            60,
+            HeldKind::Objects,
+            "OrderedDict",
+            "",
+            1,
+            32 << 20,
+            "list `history`",
+            2,
+        ),
+        row(
+            400_000,
+            HeldClock::Eval,
+            5,
+            13,
+            HeldKind::Tensors,
+            "float32",
+            "64x32768",
+            8,
+            8 << 23,
+            "list `all_logits`",
+            13,
+        ),
+    ] {
+        w.write(&record).expect("in memory");
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 450_000,
+        status: ExitStatus::Signal(9),
+        probable_host_oom: true,
+    }))
+    .expect("in memory");
+    w.finish(450_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -1087,6 +1195,7 @@ fn main() -> std::io::Result<()> {
         ("v1_11_mark_sampling.oomt", mark_sampling()),
         ("v1_12_program_end.oomt", program_end()),
         ("v1_12_start_methods.oomt", start_methods()),
+        ("v1_13_held_clocks.oomt", held_clocks()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -31,8 +31,8 @@
 //!      [-- <message>]
 //! alive bytes=N count=N [line=N] [function=<name>] -- <file>
 //! gc freed_bytes=N [generation=N] [collected=N] [pause_us=N]
-//! held count=N bytes=N [kind=tensors|graph|cycle|uncontained|objects] [from_step=N] [to_step=N]
-//!      [device=<d>] [dtype=<t>] [shape=AxB|scalar] [grad_fn=<node>] [items=N] [-- <holder>]
+//! held count=N bytes=N [kind=tensors|graph|cycle|uncontained|objects]
+//!      [clock=step|forward|epoch|eval] [from_step=N] [to_step=N] [device=<d>] [dtype=<t>] [shape=AxB|scalar] [grad_fn=<node>] [items=N] [-- <holder>]
 //! input elements=N [shape=AxB|scalar] [step=N]
 //! eval_autograd on|off
 //! memory_snapshot -- <file name>
@@ -74,9 +74,9 @@ use std::fmt::Write;
 
 use crate::model::{
     AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, EvalAutograd, GcCollection,
-    GradientSummary, HeldKind, HeldTensors, MarkSampling, Name, NamedBytes, Note, OomEvent,
-    OomSource, Phase, ProcessInfo, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot,
-    StageMark, StepInput, TensorStats, TrialOutcome,
+    GradientSummary, HeldClock, HeldKind, HeldTensors, MarkSampling, Name, NamedBytes, Note,
+    OomEvent, OomSource, Phase, ProcessInfo, ProcessRole, ProgramEnd, RankSource, Record,
+    SavedSnapshot, StageMark, StepInput, TensorStats, TrialOutcome,
 };
 
 /// The protocol version this collector speaks (exported as `OOMSCOPE_PROTOCOL`).
@@ -364,10 +364,11 @@ const ALIVE: [Field<AliveSite>; 4] = [
     field!("function", Optional, function),
 ];
 
-const HELD: [Field<HeldTensors>; 10] = [
+const HELD: [Field<HeldTensors>; 11] = [
     field!("count", Required, count),
     field!("bytes", Required, bytes),
     field!("kind", Optional, kind),
+    field!("clock", Optional, clock),
     field!("from_step", Optional, from_step),
     field!("to_step", Optional, to_step),
     field!("device", Optional, device),
@@ -529,6 +530,15 @@ impl Value for OomSource {
 impl Value for HeldKind {
     fn parse(text: &str) -> Option<HeldKind> {
         HeldKind::from_label(text)
+    }
+    fn show(&self, out: &mut String) {
+        out.push_str(self.label());
+    }
+}
+
+impl Value for HeldClock {
+    fn parse(text: &str) -> Option<HeldClock> {
+        HeldClock::from_label(text)
     }
     fn show(&self, out: &mut String) {
         out.push_str(self.label());

@@ -5,7 +5,8 @@
 
 use oomscope_format::AllocatorQuantity;
 use oomscope_format::{
-    CounterKind, ExitStatus, HeldKind, OomSource, Phase, StartMethod, TrialOutcome, decode,
+    CounterKind, ExitStatus, HeldClock, HeldKind, OomSource, Phase, StartMethod, TrialOutcome,
+    decode,
 };
 
 /// The bytes of a committed trace under `tests/data/`.
@@ -478,4 +479,64 @@ fn v1_12_start_methods() {
             (6005, StartMethod::Unknown, None),
         ]
     );
+}
+
+#[test]
+fn v1_13_held_clocks() {
+    let decoded = decode(&read("v1_13_held_clocks.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    assert_eq!(decoded.trace.format_version, (1, 13));
+    let got: Vec<_> = decoded
+        .trace
+        .held
+        .iter()
+        .map(|h| {
+            (
+                h.clock,
+                h.from_step,
+                h.to_step,
+                h.kind,
+                h.holder.to_string(),
+                h.items,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                HeldClock::Step,
+                4,
+                12,
+                HeldKind::Tensors,
+                "list `losses`".to_owned(),
+                Some(12)
+            ),
+            (
+                HeldClock::Forward,
+                10,
+                18,
+                HeldKind::Tensors,
+                "list `kv_log`".to_owned(),
+                Some(18)
+            ),
+            (
+                HeldClock::Epoch,
+                30,
+                60,
+                HeldKind::Objects,
+                "list `history`".to_owned(),
+                Some(2)
+            ),
+            (
+                HeldClock::Eval,
+                5,
+                13,
+                HeldKind::Tensors,
+                "list `all_logits`".to_owned(),
+                Some(13)
+            ),
+        ]
+    );
+    assert_eq!(decoded.trace.held[3].bytes, 8 << 23);
 }

@@ -9,10 +9,9 @@ Why not at every iteration: what an epoch keeps arrives once an epoch, flat in b
 leak watch's rising readings (`held.Watch`) never see it; a count once an epoch costs nothing.
 """
 
-import sys
-
 from oomscope._hooks import held
-from oomscope._hooks.errors import interrupted, ours, replace
+from oomscope._hooks.errors import interrupted, replace
+from oomscope._hooks.memory import program_frame
 from oomscope._hooks.state import S
 
 
@@ -49,9 +48,7 @@ def _began(loader):
 def _count_containers():
     """The containers the program names, against the last epoch start's count."""
     memory = S.memory
-    frame = sys._getframe(1)
-    while frame is not None and ours(frame.f_code.co_filename):
-        frame = frame.f_back
+    frame = program_frame()
     kept = None
     try:
         kept = held.containers(S.torch, frame)
@@ -61,6 +58,6 @@ def _count_containers():
             rows = held.objects_grown(S.torch, last[1], kept, 1, tensors_counted=False)
             for row in rows:
                 S.probe.held(row.kind, row.count, row.bytes, last[0], S.loop.step, row.device,
-                             row.dtype, row.shape, row.grad_fn, row.holder, row.items)
+                             row.dtype, row.shape, row.grad_fn, row.holder, row.items, "epoch")
     finally:
         frame = kept = None

@@ -29,7 +29,7 @@ from oomscope._hooks.backward import watch_backward
 from oomscope._hooks.emit import emit
 from oomscope._hooks.errors import interrupted
 from oomscope._hooks.inputs import take_input
-from oomscope._hooks.memory import at_inference_forward
+from oomscope._hooks.memory import at_eval_forward, at_inference_forward
 from oomscope._hooks.state import S
 
 ROOTS_AFTER = 8  # outermost forwards with no new root before the global hooks go
@@ -170,6 +170,8 @@ def fw_pre(module, args, kwargs=None):
                 # it, its output is still on its way to the program, held by the model's own
                 # containers).
                 at_inference_forward()
+            else:
+                at_eval_forward()
             if S.active and not S.paused:
                 enabled = _grad_enabled() and not _inference_mode()
                 if enabled not in loop.eval_notes:

@@ -1,7 +1,7 @@
 """When the hooks look at what the memory is, and what they send of it: the model's breakdown
 (`breakdown`) at the end of iterations 1, 4, 16, 64, ... and stage by stage through the
-iteration after the first, and what holds a leak (`held`) while memory keeps rising at
-iterations' ends. Each look is bounded so that its share of the run stays small.
+iteration after the first, and what holds a leak (`held`) while memory keeps rising: at
+iterations' ends, at the forwards of a program that never trains, at an eval's batches. Each look is bounded so that its share of the run stays small.
 """
 
 import sys
@@ -82,6 +82,10 @@ def at_iteration_end():
             memory.stage_breakdown_at = iterations
             memory.stage_sent = None
         memory.breakdown_not_before = start + (time.monotonic() - start) * (1 + BREAKDOWN_COST_FACTOR)
+    if memory.eval_sent:
+        # The breakdown sent at the last eval's start: training's gradients and state again.
+        memory.eval_sent = False
+        _send_moment(force=True)
     watch_held(now)
 
 
@@ -90,24 +94,34 @@ def stage_breakdown():
     gradients and optimizer state, sent at its first mark and then when they change (zero_grad
     frees the gradients, backward makes them); the analysis reads it stage by stage."""
     memory = S.memory
-    b = memory.breakdown_sent
-    if S.loop.iterations != memory.stage_breakdown_at or b is None or S.program.components \
-            or S.paused:
+    if S.loop.iterations != memory.stage_breakdown_at:
         memory.stage_breakdown_at = None
         return
+    if not _send_moment():
+        memory.stage_breakdown_at = None
+
+
+def _send_moment(force=False):
+    """The last breakdown with this moment's gradients and optimizer state, sent unless they are
+    what this sent last (`force`: sent whatever they are); False when there is none to send (no
+    breakdown yet, or it failed)."""
+    memory = S.memory
+    b = memory.breakdown_sent
+    if b is None or S.program.components or S.paused:
+        return False
     try:
         gradients, per_optimizer = breakdown.within_iteration(S.torch, live_optimizers())
     except BaseException as e:
-        memory.stage_breakdown_at = None
         interrupted(e)
-        return
+        return False
     now = (gradients, per_optimizer)
-    if now == memory.stage_sent:
-        return
+    if now == memory.stage_sent and not force:
+        return True
     memory.stage_sent = now
     labels = b.get("optimizer_labels") or {}
     _send(b, gradients, sum(n for _, n in per_optimizer),
           sorted((labels.get(key, "optimizer"), n) for key, n in per_optimizer))
+    return True
 
 
 def gc_freed(generation, collected, freed_bytes, pause_us):
@@ -121,25 +135,51 @@ def at_inference_forward():
     """An outermost forward of a program that has not trained (a serving or inference loop): the
     forward is its clock, for the leak watch as for the analysis (`leaks::Clock::Forward`)."""
     loop = S.loop
-    _watch(time.monotonic(), loop.evals, loop.evals, training=False)
+    _watch(S.memory.watch, time.monotonic(), loop.evals, loop.evals, "forward")
+
+
+def at_eval_forward():
+    """An outermost forward of an eval within a training program: the eval's own leak watch, on
+    its batches (what an eval keeps of each batch, its outputs appended for a metric at the end,
+    fills memory before the eval ends: an OOM in it is explained by it). A new watch for each
+    eval (one at another step); its rows go out on the `eval` clock, numbered from the eval's
+    first batch."""
+    memory = S.memory
+    loop = S.loop
+    if memory.watch is None:
+        return
+    if memory.eval_watch is None or memory.eval_watch_step != loop.step:
+        # An eval begins: what the gradients and optimizer state are during it (zero_grad with
+        # set_to_none at the end of a step left none; without it they stay), so that the
+        # breakdown of a peak in the eval counts what is there; the next iteration's end sends
+        # training's again.
+        if _send_moment(force=True):
+            memory.eval_sent = True
+        memory.eval_watch = held.Watch()
+        memory.eval_watch.training = False
+        memory.eval_watch_step = loop.step
+        memory.eval_watch_base = loop.evals - 1
+    batch = loop.evals - memory.eval_watch_base
+    _watch(memory.eval_watch, time.monotonic(), batch, batch, "eval")
 
 
 def watch_held(now):
     """At an iteration's end: one memory reading; while it keeps rising, two counts of the live
     tensors some iterations apart, and what grew between them (`held`)."""
     loop = S.loop
-    _watch(now, loop.iterations, loop.step, training=True)
+    _watch(S.memory.watch, now, loop.iterations, loop.step, "step")
 
 
-def _watch(now, clock, position, training):
-    """The leak watch at one tick of `clock` (iterations, or an inference program's forwards),
-    `position` the step (or forward) the rows are sent at."""
-    watch = S.memory.watch
+def _watch(watch, now, clock, position, label):
+    """The leak watch `watch` at one tick of `clock` (iterations, an inference program's
+    forwards, an eval's batches: `label` says which), `position` the step (or forward, or batch)
+    the rows are sent at."""
     if not S.active or S.paused or watch is None:
         return
+    training = label == "step"
     loop = S.loop
     try:
-        if watch.training != training:
+        if label != "eval" and watch.training != training:
             # A program that evaluated before it trained: its readings and counts were on the
             # forwards' clock, not the iterations'.
             watch.training = training
@@ -161,7 +201,7 @@ def _watch(now, clock, position, training):
         # The program's frame, never one of ours: a local holding its own frame is a reference
         # cycle that would keep the census's list of every tensor (and so tensors the program
         # has dropped) alive until the garbage collector runs.
-        frame = _program_frame()
+        frame = program_frame()
         count = held.census(S.torch, frame)
         kept = held.containers(S.torch, frame)
         if due == "first":
@@ -184,14 +224,14 @@ def _watch(now, clock, position, training):
         del first, count, first_kept, kept
         for row in rows:
             S.probe.held(row.kind, row.count, row.bytes, step, position, row.device, row.dtype,
-                         row.shape, row.grad_fn, row.holder, row.items)
+                         row.shape, row.grad_fn, row.holder, row.items, label)
     except BaseException as e:
         interrupted(e)
     finally:
         frame = count = kept = None
 
 
-def _program_frame():
+def program_frame():
     """The innermost frame that is not one of ours (torch's optimizer hook machinery, then the
     program)."""
     frame = sys._getframe(1)

@@ -141,7 +141,8 @@ class Memory:
 
     __slots__ = ("breakdown_at", "breakdown_not_before", "breakdown_sent", "stage_breakdown_at",
                  "stage_sent", "oom_breakdown", "modules", "modules_prune_at", "registry",
-                 "watch", "epoch_count")
+                 "watch", "epoch_count", "eval_watch", "eval_watch_step", "eval_watch_base",
+                 "eval_sent")
 
     def __init__(self):
         self.breakdown_at = 1  # the iteration that measures the breakdown next (then x4)
@@ -158,6 +159,12 @@ class Memory:
         self.watch = None  # `held.Watch`: when to count live tensors
         # (step, {container: name, type, length, size}) at the last epoch start (`epochs`).
         self.epoch_count = None
+        # The current eval's own leak watch (`memory.at_eval_forward`), the step it is at, and
+        # the eval forwards seen before its first batch.
+        self.eval_watch = None
+        self.eval_watch_step = None
+        self.eval_watch_base = 0
+        self.eval_sent = False  # a breakdown went out at an eval's start (`memory`)
 
     def after_fork(self, watch):
         kept = (self.modules, self.registry)

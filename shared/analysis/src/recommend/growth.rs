@@ -10,7 +10,7 @@ use crate::words;
 use oomscope_format::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_signed_bytes,
 };
-use oomscope_format::{HeldKind, HeldTensors};
+use oomscope_format::{HeldClock, HeldKind, HeldTensors};
 
 /// A leak that fills memory within this many times the steps already observed is critical: the
 /// run will not finish (or barely will) at the current rate.
@@ -89,7 +89,7 @@ pub struct Program {
 }
 
 impl Program {
-    fn of(ctx: &RuleContext<'_>) -> Program {
+    pub(super) fn of(ctx: &RuleContext<'_>) -> Program {
         let t = ctx.trace;
         Program {
             cpu_only: ctx
@@ -221,14 +221,11 @@ fn serving_change(host: bool) -> String {
 }
 
 /// The change for memory kept at each epoch's end: the containers the hooks counted at epoch
-/// starts that gained items (`held` rows of kind `objects` that grew less than an item a step:
-/// the epoch starts' counts), else what programs keep once an epoch.
+/// starts that gained items (`held` rows on the epochs' clock), else what programs keep once an
+/// epoch.
 fn epoch_change(held: &[HeldTensors]) -> String {
     let mut rows: Vec<&HeldTensors> = Vec::new();
-    for h in held
-        .iter()
-        .filter(|h| h.kind == HeldKind::Objects && h.count < h.steps())
-    {
+    for h in held.iter().filter(|h| h.clock == HeldClock::Epoch) {
         match rows.iter_mut().find(|r| r.holder == h.holder) {
             Some(r) if h.to_step > r.to_step => *r = h,
             Some(_) => {}
@@ -293,9 +290,12 @@ fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
     let mut out: Vec<&HeldTensors> = Vec::new();
     // What only a reference cycle holds is freed at the next collection: `reference-cycles`.
     let across_eval = |h: &HeldTensors| evals.iter().any(|s| (h.from_step..h.to_step).contains(s));
+    // Rows counted on the steps' or a serving program's forwards' clock (an epoch's or an eval's
+    // rows tell their own stories).
+    let steady_clock = |h: &HeldTensors| matches!(h.clock, HeldClock::Step | HeldClock::Forward);
     for h in held
         .iter()
-        .filter(|h| h.per_step() >= 1 && !h.is_cycle() && !across_eval(h))
+        .filter(|h| steady_clock(h) && h.per_step() >= 1 && !h.is_cycle() && !across_eval(h))
     {
         match out.iter_mut().find(|o| key(o) == key(h)) {
             Some(o) if h.to_step > o.to_step => *o = h,

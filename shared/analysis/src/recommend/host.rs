@@ -4,6 +4,7 @@ use super::rule::{Diagnose, RuleContext, finding};
 use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::host::HostMemory;
 use crate::oom::OomContext;
+use crate::run_up::RunUp;
 use oomscope_format::OomKind;
 use oomscope_format::units::{format_bytes, format_count, format_duration_us, format_percent};
 use oomscope_format::{OomSource, StartMethod};
@@ -31,6 +32,11 @@ pub struct HostPressure<'a> {
     /// A launcher's word that it killed a task for memory (Slurm's `task N: Out Of Memory`): the
     /// task's cgroup, perhaps on another node, so this host's figures say nothing about it.
     pub launcher: Option<&'a OomContext>,
+    /// The eval the process died in, and what it had added (a kill or failure in an eval).
+    pub run_up: Option<&'a RunUp>,
+    /// Whether the program had processes besides itself (DataLoader workers): advice about
+    /// workers only then.
+    pub workers: bool,
 }
 
 impl Diagnose for HostMemoryPressure {
@@ -61,12 +67,19 @@ impl Diagnose for HostMemoryPressure {
             h.min_available_fraction
                 .is_some_and(|f| f < HOST_AVAILABLE_MIN_FRACTION)
         });
+        let run_up = ctx
+            .analysis
+            .run_up
+            .as_ref()
+            .filter(|r| r.kind == OomKind::Host && (kill.is_some() || failed.is_some()));
         (low || kill.is_some() || failed.is_some() || launcher.is_some()).then_some(HostPressure {
             host,
             low,
             kill,
             failed,
             launcher,
+            run_up,
+            workers: super::growth::Program::of(ctx).workers,
         })
     }
 
@@ -140,6 +153,9 @@ impl Diagnose for HostMemoryPressure {
                 format_duration_us(l.event.t_us),
                 l.event.message.lines().next().unwrap_or_default()
             ));
+        }
+        if let Some(r) = d.run_up {
+            facts.push(super::run_up::fact(r));
         }
         let mut evidence = Vec::new();
         if let Some(r) = d.failed.and_then(|f| f.event.requested_bytes) {
@@ -219,18 +235,37 @@ impl Diagnose for HostMemoryPressure {
                  datasets"
                     .to_owned()
             }
-            None if exact.is_some_and(|k| !k.global && k.limit_bytes.is_some()) => {
-                "the memory cgroup's limit (the job's or container's memory request) is what ran \
-                 out: raise it, or use fewer DataLoader workers or a lower prefetch_factor, \
-                 memory-map datasets instead of loading them into RAM, and keep per-sample Python \
-                 objects out of worker datasets (copy-on-write duplicates them per worker)"
-                    .to_owned()
+            None => {
+                let limit = exact.is_some_and(|k| !k.global && k.limit_bytes.is_some());
+                match d.run_up.and_then(super::run_up::change) {
+                    Some(change) if limit => format!(
+                        "{change}; or raise the memory cgroup's limit (the job's or container's \
+                         memory request)"
+                    ),
+                    Some(change) => change,
+                    None => {
+                        let lower = if d.workers {
+                            "use fewer DataLoader workers or a lower prefetch_factor, memory-map \
+                             datasets instead of loading them into RAM, and keep per-sample \
+                             Python objects out of worker datasets (copy-on-write duplicates \
+                             them per worker)"
+                        } else {
+                            "look for what the program keeps in host memory (see the other \
+                             findings: a leak, an eval that keeps its outputs), memory-map \
+                             datasets and checkpoints instead of loading them into RAM \
+                             (torch.load(..., mmap=True)), and pin less memory"
+                        };
+                        if limit {
+                            format!(
+                                "the memory cgroup's limit (the job's or container's memory \
+                                 request) is what ran out: raise it, or {lower}"
+                            )
+                        } else {
+                            lower.to_owned()
+                        }
+                    }
+                }
             }
-            None => "use fewer DataLoader workers or a lower prefetch_factor, memory-map datasets \
-                     instead of loading them into RAM, keep per-sample Python objects out of \
-                     worker datasets (copy-on-write duplicates them per worker), and pin less \
-                     memory"
-                .to_owned(),
         };
         finding(self, severity, title, facts.join("; "), advice, evidence)
     }

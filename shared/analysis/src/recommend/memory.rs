@@ -87,6 +87,8 @@ pub struct OutOfGpuMemory<'a> {
     pub optimizer_state_bytes: Option<u64>,
     /// Batch-size trials that ran out of memory (a batch search probing the limit).
     pub oom_trials: usize,
+    /// The eval the run died in and what it had added, when it died of this OOM in one.
+    pub run_up: Option<&'a crate::run_up::RunUp>,
 }
 
 impl Diagnose for Oom {
@@ -116,6 +118,11 @@ impl Diagnose for Oom {
                 .iter()
                 .filter(|t| t.outcome == TrialOutcome::Oom)
                 .count(),
+            run_up: ctx
+                .analysis
+                .run_up
+                .as_ref()
+                .filter(|r| r.kind == OomKind::Gpu && first.fatal),
         })
     }
 
@@ -125,6 +132,10 @@ impl Diagnose for Oom {
         let mut explanation = oom_explanation(first);
         if d.events > 1 {
             explanation.push_str(&format!(" ({} OOM events in all)", d.events));
+        }
+        if let Some(r) = d.run_up {
+            explanation.push_str("; ");
+            explanation.push_str(&super::run_up::fact(r));
         }
         let mut evidence = vec![Evidence::count("oom_events", d.events as f64)];
         evidence.extend(first.event.step.map(|s| Evidence::count("step", s as f64)));
@@ -266,10 +277,17 @@ fn oom_change(d: &OutOfGpuMemory<'_>) -> String {
                 it (see impossible-request)"
             .to_owned();
     }
+    if let Some(change) = d.run_up.and_then(super::run_up::change) {
+        return change;
+    }
     if d.first.phase == Some(Phase::Eval) {
-        return "evaluate under torch.no_grad() (or torch.inference_mode()) with model.eval(), \
-                use a smaller eval batch, and move collected outputs to the CPU"
-            .to_owned();
+        // Autograd known off in the eval: no advice to turn it off.
+        let no_grad = if d.run_up.and_then(|r| r.autograd) == Some(false) {
+            ""
+        } else {
+            "evaluate under torch.no_grad() (or torch.inference_mode()) with model.eval(), "
+        };
+        return format!("{no_grad}use a smaller eval batch, and move collected outputs to the CPU");
     }
     let fit_advice = d.fit.and_then(smaller_batch_advice);
     match d.part {
@@ -744,6 +762,65 @@ mod tests {
         let f = find(&trace, FindingKind::Oom).unwrap();
         assert!(f.explanation.contains("(eval)"), "{}", f.explanation);
         assert!(f.change.contains("torch.no_grad()"));
+    }
+
+    #[test]
+    fn an_oom_in_an_eval_is_explained_by_what_the_eval_kept() {
+        let mut trace = Run {
+            oom_at_step: Some(30),
+            eval_every: Some(10),
+            ..Run::default()
+        }
+        .build();
+        let entry_us = trace
+            .marks
+            .iter()
+            .find(|m| m.phase == Phase::Eval)
+            .unwrap()
+            .t_us;
+        trace.ooms[0].t_us = entry_us + 1;
+        trace.held.push(oomscope_format::HeldTensors {
+            t_us: entry_us,
+            clock: oomscope_format::HeldClock::Eval,
+            from_step: 5,
+            to_step: 13,
+            device: "cuda:0".into(),
+            dtype: "float32".into(),
+            shape: "64x32768".into(),
+            count: 8,
+            bytes: 8 << 23,
+            holder: "list `all_logits`".into(),
+            items: Some(12),
+            ..oomscope_format::HeldTensors::default()
+        });
+        trace.eval_autograd.push(oomscope_format::EvalAutograd {
+            t_us: entry_us,
+            enabled: false,
+            pid: None,
+        });
+        let f = find(&trace, FindingKind::Oom).unwrap();
+        assert!(
+            f.explanation.contains(
+                "it died in the eval at step 9 (1 batch(es) in); counted at its batches 5 and 13, \
+                 list `all_logits` (12 items) gained 8 float32[64x32768] (8.00 MiB a batch)"
+            ),
+            "{}",
+            f.explanation
+        );
+        assert!(
+            f.change
+                .starts_with("the eval keeps every batch's results in list `all_logits`"),
+            "{}",
+            f.change
+        );
+        // Autograd was off in the eval, and the GPU ran out: no no_grad advice; the CPU is
+        // somewhere else to keep them.
+        assert!(!f.change.contains("no_grad") && f.change.contains(".cpu()"));
+        // A row on the steps' clock is not the eval's.
+        trace.held[0].clock = oomscope_format::HeldClock::Step;
+        let f = find(&trace, FindingKind::Oom).unwrap();
+        assert!(!f.explanation.contains("all_logits"), "{}", f.explanation);
+        assert!(!f.change.contains("no_grad") && !f.change.contains("all_logits"));
     }
 
     #[test]

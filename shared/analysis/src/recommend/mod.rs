@@ -25,6 +25,7 @@ mod memory;
 mod numerics;
 mod ranks;
 mod rule;
+mod run_up;
 
 pub use crate::finding::{Evidence, Finding, FindingKind, Severity, Unit};
 pub use rule::{Diagnose, LoopPart, Rule, RuleContext};

@@ -19,7 +19,7 @@ use oomscope_format::units::{
     format_bytes, format_count, format_duration_us, format_percent, format_signed_bytes,
     format_signed_bytes_f64,
 };
-use oomscope_format::{CounterKind, HeldKind, HeldTensors, OomKind};
+use oomscope_format::{CounterKind, HeldClock, HeldKind, HeldTensors, OomKind};
 
 /// At most this many eval transitions are listed (the rest are counted).
 const MAX_TRANSITIONS: usize = 5;
@@ -312,11 +312,17 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
 /// One group of live tensors that grew, and what holds it: "+8 float32[64x1024]
 /// (AddmmBackward0) on cpu, +2.00 MiB over steps 10-18: list `val_losses` (22 items)".
 pub fn held_line(h: &HeldTensors) -> String {
-    let span = format!(
-        "over steps {}-{}",
-        format_count(h.from_step),
-        format_count(h.to_step)
-    );
+    let (from, to) = (format_count(h.from_step), format_count(h.to_step));
+    // The span and its unit on the clock the counts were taken on.
+    let (span, unit) = match h.clock {
+        HeldClock::Step => (format!("over steps {from}-{to}"), "step"),
+        HeldClock::Forward => (format!("over forwards {from}-{to}"), "forward"),
+        HeldClock::Epoch => (
+            format!("between the epoch starts at steps {from} and {to}"),
+            "epoch",
+        ),
+        HeldClock::Eval => (format!("over batches {from}-{to} of an eval"), "batch"),
+    };
     if h.is_graph() {
         return format!(
             "+{} autograd nodes {span} behind `{}`, one {}{} tensor on {}: each step's graph \
@@ -332,8 +338,8 @@ pub fn held_line(h: &HeldTensors) -> String {
             h.device
         );
     }
-    let per_step = if h.to_step > h.from_step && h.per_step() >= 1 {
-        format!(" ({} a step)", format_count(h.per_step()))
+    let per_step = if h.clock != HeldClock::Epoch && h.to_step > h.from_step && h.per_step() >= 1 {
+        format!(" ({} a {unit})", format_count(h.per_step()))
     } else {
         String::new()
     };

@@ -5,7 +5,7 @@
 //! (`graph`, `a reference cycle through …`, `no Python container …`, `… (12 items)`). Only files
 //! older than v1.11 are touched; the words are the exact ones those hooks wrote.
 
-use crate::model::{EvalAutograd, HeldKind, HeldTensors, SavedSnapshot, Trace};
+use crate::model::{EvalAutograd, HeldClock, HeldKind, HeldTensors, SavedSnapshot, Trace};
 
 /// The hooks' note on an eval forward with autograd on (v1.9–v1.10).
 const EVAL_AUTOGRAD_ON_NOTE: &str = "eval forwards run with autograd on";
@@ -20,8 +20,13 @@ const CYCLE_HOLDER: &str = "a reference cycle through ";
 /// How a holder of tensors no Python container held began.
 const UNCONTAINED_HOLDER: &str = "no Python container";
 
-/// Reads an older trace's words into fields (a v1.11 trace is left as it is).
+/// Reads an older trace's words into fields (a v1.13 trace is left as it is).
 pub(super) fn upgrade(trace: &mut Trace) {
+    if trace.format_version < (1, 13) {
+        for held in &mut trace.held {
+            epoch_clock(held);
+        }
+    }
     if trace.format_version >= (1, 11) {
         return;
     }
@@ -50,6 +55,14 @@ pub(super) fn upgrade(trace: &mut Trace) {
     }
     for held in &mut trace.held {
         upgrade_held(held);
+    }
+}
+
+/// A v1.12 `objects` row counted at two epoch starts said so only by gaining less than an item
+/// a step (the leak watch's rows gain at least one): its clock, since v1.13 a field.
+fn epoch_clock(h: &mut HeldTensors) {
+    if h.kind == HeldKind::Objects && h.count < h.steps() {
+        h.clock = HeldClock::Epoch;
     }
 }
 
@@ -157,5 +170,30 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn a_v1_12_objects_row_counted_at_epoch_starts_is_on_the_epochs_clock() {
+        let row = |count, to_step| HeldTensors {
+            kind: HeldKind::Objects,
+            from_step: 30,
+            to_step,
+            count,
+            ..HeldTensors::default()
+        };
+        let mut t = Trace {
+            format_version: (1, 12),
+            // One item over 30 steps (an epoch's end); 40 items over 8 steps (the leak watch's).
+            held: vec![row(1, 60), row(40, 38)],
+            ..Trace::default()
+        };
+        let mut newer = t.clone();
+        newer.format_version = (1, 13);
+        let untouched = newer.clone();
+        upgrade(&mut newer);
+        assert_eq!(newer, untouched);
+        upgrade(&mut t);
+        let clocks: Vec<HeldClock> = t.held.iter().map(|h| h.clock).collect();
+        assert_eq!(clocks, [HeldClock::Epoch, HeldClock::Step]);
     }
 }

@@ -20,10 +20,10 @@ use super::tag;
 use crate::error::EncodeError;
 use crate::model::{
     AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, Dropped, EvalAutograd, ExitStatus,
-    GcCollection, GpuInfo, GradientSummary, HeldKind, HeldTensors, MarkSampling, Metadata, Name,
-    NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit, ProcessInfo,
-    ProcessMemory, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot, StageMark,
-    StartMethod, StepInput, TensorStats, TrialOutcome,
+    GcCollection, GpuInfo, GradientSummary, HeldClock, HeldKind, HeldTensors, MarkSampling,
+    Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
+    ProcessInfo, ProcessMemory, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot,
+    StageMark, StartMethod, StepInput, TensorStats, TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -770,7 +770,7 @@ fn decode_process_end(c: &mut Cursor<'_>) -> Result<ProcessEnd, ReadError> {
 
 // HELD (v1.9): from step, to step, device id, dtype id, shape id, grad_fn id, count, bytes,
 // holder id; since v1.11 the kind's code and opt items (read only when bytes remain: an older
-// row's kind is read from its words, `legacy`).
+// row's kind is read from its words, `legacy`); since v1.13 the clock's code.
 
 fn encode_held(w: &mut impl RecordSink, h: &HeldTensors) -> Result<(), EncodeError> {
     let ids = [
@@ -791,6 +791,7 @@ fn encode_held(w: &mut impl RecordSink, h: &HeldTensors) -> Result<(), EncodeErr
     put_u64(b, u64::from(holder));
     b.push(h.kind.code());
     put_opt_u64(b, h.items);
+    b.push(h.clock.code());
     w.end(tag::HELD)
 }
 
@@ -812,6 +813,10 @@ fn decode_held(c: &mut Cursor<'_>, names: &Names) -> Result<HeldTensors, ReadErr
         // A kind a newer writer added reads as tensors: the row stays, counted as it says.
         h.kind = HeldKind::from_code(c.u8()?).unwrap_or_default();
         h.items = opt_u64(c)?;
+    }
+    if !c.is_empty() {
+        // A clock a newer writer added reads as steps.
+        h.clock = HeldClock::from_code(c.u8()?).unwrap_or_default();
     }
     Ok(h)
 }

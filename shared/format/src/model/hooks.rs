@@ -120,10 +120,71 @@ impl HeldKind {
     }
 }
 
+/// What a [`HeldTensors`] row's `from_step` and `to_step` count: the clock its two counts were
+/// taken on (format v1.13; rows before it are on the steps' clock, or, for a v1.12 `objects` row
+/// that gained less than an item a step, the epochs': `codec/legacy.rs`). The growth model
+/// explains memory on the clock that explains it, so each row says which it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldClock {
+    /// Training iterations: `from_step`/`to_step` are steps, `count` the growth between them.
+    #[default]
+    Step,
+    /// The outermost forwards of a program that never trained (a serving or inference loop):
+    /// `from_step`/`to_step` are forward counts.
+    Forward,
+    /// Epoch starts (a DataLoader begun again): `from_step`/`to_step` are the steps of two
+    /// consecutive epoch starts, `count` what one epoch's end kept.
+    Epoch,
+    /// The forwards of one eval within a training program: `from_step`/`to_step` count its
+    /// batches from 1 (the eval is the one `t_us` falls in), `count` what its batches kept.
+    Eval,
+}
+
+impl HeldClock {
+    /// Every clock, in code order.
+    pub const ALL: [HeldClock; 4] = [
+        HeldClock::Step,
+        HeldClock::Forward,
+        HeldClock::Epoch,
+        HeldClock::Eval,
+    ];
+
+    /// The byte HELD stores (v1.13).
+    pub fn code(self) -> u8 {
+        match self {
+            HeldClock::Step => 0,
+            HeldClock::Forward => 1,
+            HeldClock::Epoch => 2,
+            HeldClock::Eval => 3,
+        }
+    }
+
+    /// The clock a stored byte names; `None` for one this reader does not know.
+    pub fn from_code(code: u8) -> Option<HeldClock> {
+        HeldClock::ALL.into_iter().find(|k| k.code() == code)
+    }
+
+    /// The protocol's word for it (`held clock=eval`), and the unit a rate on it is said in.
+    pub fn label(self) -> &'static str {
+        match self {
+            HeldClock::Step => "step",
+            HeldClock::Forward => "forward",
+            HeldClock::Epoch => "epoch",
+            HeldClock::Eval => "eval",
+        }
+    }
+
+    /// The clock a protocol word names.
+    pub fn from_label(label: &str) -> Option<HeldClock> {
+        HeldClock::ALL.into_iter().find(|k| k.label() == label)
+    }
+}
+
 /// A group of live tensors that grew while memory grew across steps: the zero-code hooks count
 /// the process's tensors (by device, dtype, shape and autograd node) at two iterations some steps
 /// apart once growth is suspected, and send each group that grew, with what holds it where
-/// Python can tell. Added in format v1.9; `kind` and `items` in v1.11.
+/// Python can tell. Added in format v1.9; `kind` and `items` in v1.11, `clock` in v1.13.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct HeldTensors {
     /// When (the second count).
@@ -134,6 +195,8 @@ pub struct HeldTensors {
     pub to_step: u64,
     /// What the row counts.
     pub kind: HeldKind,
+    /// What `from_step` and `to_step` count (v1.13).
+    pub clock: HeldClock,
     /// Where the tensors live (`cpu`, `cuda:0`).
     pub device: Name,
     /// Their element type (`float32`).

@@ -16,8 +16,8 @@ mod name;
 pub use name::Name;
 
 pub use hooks::{
-    CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldKind, HeldTensors, MarkSampling,
-    ProgramEnd, SavedSnapshot, StepInput,
+    CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldClock, HeldKind, HeldTensors,
+    MarkSampling, ProgramEnd, SavedSnapshot, StepInput,
 };
 
 /// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).

@@ -1,0 +1,95 @@
+//! The words for what rose before a fatal OOM in an eval ([`crate::run_up`]): one fact and one
+//! change, used by the kill finding (`host-memory-pressure`) and the CUDA OOM finding (`oom`)
+//! alike.
+
+use crate::run_up::RunUp;
+use crate::words;
+use oomscope_format::units::{format_bytes, format_count, format_signed_bytes};
+use oomscope_format::{HeldKind, HeldTensors, OomKind};
+
+/// "in the run-up, the eval at step 99 had added +115 MiB of host.rss over its 19 batches
+/// (6.05 MiB a batch); over its batches 5-13 list `all_logits` (13 items) gained 8
+/// float32[64x32768] (1 a batch, 8.00 MiB a batch)".
+pub fn fact(r: &RunUp) -> String {
+    let mut fact = format!(
+        "it died in the eval at step {} ({} batch(es) in)",
+        format_count(r.eval_step),
+        format_count(r.batches as u64)
+    );
+    if let (true, Some(growth)) = (r.metric_ran_out, r.growth_bytes.filter(|g| *g > 0)) {
+        fact = format!(
+            "it died in the eval at step {}, which had added {} of {} over its {} batches{}",
+            format_count(r.eval_step),
+            format_signed_bytes(growth),
+            r.metric.label(),
+            format_count(r.batches as u64),
+            r.per_batch_bytes()
+                .map_or_else(String::new, |b| format!(" ({} a batch)", format_bytes(b)))
+        );
+    }
+    if let Some(h) = r.held.first() {
+        fact.push_str(&format!(
+            "; counted at its batches {} and {}, {} gained {}",
+            format_count(h.from_step),
+            format_count(h.to_step),
+            words::holder(h),
+            gained(h)
+        ));
+    }
+    fact
+}
+
+/// What the top row gained: "8 float32[64x32768] (8.00 MiB a batch)".
+fn gained(h: &HeldTensors) -> String {
+    let per_batch = format_bytes(h.bytes / h.steps());
+    match h.kind {
+        HeldKind::Objects => format!(
+            "{} items ({per_batch} a batch of Python objects)",
+            format_count(h.count)
+        ),
+        _ => format!(
+            "{} {}[{}] ({per_batch} a batch)",
+            format_count(h.count),
+            h.dtype,
+            h.shape
+        ),
+    }
+}
+
+/// The change when the eval grew batch by batch (or the hooks counted what it kept); `None`
+/// when the eval did not grow: what filled memory is elsewhere.
+pub fn change(r: &RunUp) -> Option<String> {
+    let grew = r.per_batch_bytes().is_some() && r.metric_ran_out;
+    let holder = r
+        .held
+        .first()
+        .map(|h| words::holder(h))
+        .filter(|h| !h.is_empty());
+    if !grew && holder.is_none() {
+        return None;
+    }
+    let kept = holder.map_or_else(
+        || {
+            "the eval keeps something of every batch (its outputs appended to a list, a dict of \
+            predictions)"
+                .to_owned()
+        },
+        |h| format!("the eval keeps every batch's results in {h}"),
+    );
+    let autograd = if r.autograd == Some(true) {
+        "run it under torch.no_grad() (or torch.inference_mode()), since its outputs keep their \
+         autograd graphs; and "
+    } else {
+        ""
+    };
+    let elsewhere = match r.kind {
+        OomKind::Gpu => "move what must be kept to the CPU as it comes (.cpu()), ",
+        OomKind::Host => "",
+    };
+    Some(format!(
+        "{kept} until it ends: {autograd}reduce each batch as it comes (update a running metric, \
+         keep .item() or the top-k instead of whole logits), {elsewhere}or write the outputs to \
+         disk as they come (np.memmap, one file per shard) and read them back; a torch.cat over \
+         the list at the end needs as much again"
+    ))
+}
