@@ -65,8 +65,7 @@ pub fn run_up(
     let t_us = oom.event.t_us;
     let eval = transitions
         .iter()
-        .filter(|e| e.entry_t_us <= t_us && e.exit_t_us.is_none_or(|x| x > t_us))
-        .next_back()?;
+        .rfind(|e| e.entry_t_us <= t_us && e.exit_t_us.is_none_or(|x| x > t_us))?;
     let mut held: Vec<HeldTensors> = trace
         .held
         .iter()
@@ -102,8 +101,7 @@ pub fn run_up(
         autograd: trace
             .eval_autograd
             .iter()
-            .filter(|a| a.t_us <= t_us)
-            .next_back()
+            .rfind(|a| a.t_us <= t_us)
             .map(|a| a.enabled),
     })
 }

@@ -63,7 +63,7 @@ pub fn change(r: &RunUp) -> Option<String> {
     let holder = r
         .held
         .first()
-        .map(|h| words::holder(h))
+        .map(words::holder)
         .filter(|h| !h.is_empty());
     if !grew && holder.is_none() {
         return None;
