@@ -4,6 +4,7 @@ iteration after the first, and what holds a leak (`held`) while memory keeps ris
 iterations' ends, at the forwards of a program that never trains, at an eval's batches. Each look is bounded so that its share of the run stays small.
 """
 
+import gc
 import sys
 import time
 
@@ -202,6 +203,26 @@ def _watch(watch, now, clock, position, label):
         # cycle that would keep the census's list of every tensor (and so tensors the program
         # has dropped) alive until the garbage collector runs.
         frame = program_frame()
+        # No collection in the middle of a count: the census's own lists would set one off, and
+        # it would free the reference cycles that hold the new tensors before their holders are
+        # looked for (then found held by no container).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            _count(watch, frame, clock, position, label, due, training, loop)
+        finally:
+            if collecting:
+                gc.enable()
+    except BaseException as e:
+        interrupted(e)
+    finally:
+        frame = None
+
+
+def _count(watch, frame, clock, position, label, due, training, loop):
+    """The leak watch's count `due` ('first' or 'second') at `clock`, and the rows of a pair."""
+    count = kept = None
+    try:
         count = held.census(S.torch, frame)
         kept = held.containers(S.torch, frame)
         if due == "first":
@@ -225,10 +246,8 @@ def _watch(watch, now, clock, position, label):
         for row in rows:
             S.probe.held(row.kind, row.count, row.bytes, step, position, row.device, row.dtype,
                          row.shape, row.grad_fn, row.holder, row.items, label)
-    except BaseException as e:
-        interrupted(e)
     finally:
-        frame = count = kept = None
+        count = kept = first = first_kept = None
 
 
 def program_frame():

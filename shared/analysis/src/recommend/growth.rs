@@ -289,14 +289,31 @@ fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
     };
     let mut out: Vec<&HeldTensors> = Vec::new();
     // What only a reference cycle holds is freed at the next collection: `reference-cycles`.
+    // The same group of tensors found in a cycle by another pair of counts is the cycles' too
+    // (a count the collector ran into, freeing the cycle's objects before the tensors' holders
+    // were looked for, finds them held by no container).
+    let tensors_key = |h: &HeldTensors| {
+        (
+            h.device.clone(),
+            h.dtype.clone(),
+            h.shape.clone(),
+            h.grad_fn.clone(),
+        )
+    };
+    let in_cycles: Vec<_> = held
+        .iter()
+        .filter(|h| h.is_cycle())
+        .map(tensors_key)
+        .collect();
+    let cycles_own =
+        |h: &HeldTensors| h.kind == HeldKind::Uncontained && in_cycles.contains(&tensors_key(h));
     let across_eval = |h: &HeldTensors| evals.iter().any(|s| (h.from_step..h.to_step).contains(s));
     // Rows counted on the steps' or a serving program's forwards' clock (an epoch's or an eval's
     // rows tell their own stories).
     let steady_clock = |h: &HeldTensors| matches!(h.clock, HeldClock::Step | HeldClock::Forward);
-    for h in held
-        .iter()
-        .filter(|h| steady_clock(h) && h.per_step() >= 1 && !h.is_cycle() && !across_eval(h))
-    {
+    for h in held.iter().filter(|h| {
+        steady_clock(h) && h.per_step() >= 1 && !h.is_cycle() && !cycles_own(h) && !across_eval(h)
+    }) {
         match out.iter_mut().find(|o| key(o) == key(h)) {
             Some(o) if h.to_step > o.to_step => *o = h,
             Some(_) => {}
@@ -429,7 +446,13 @@ impl Leak {
                 format!("Tensors accumulate: +{}/step", format_bytes(per_step_bytes))
             },
             explanation,
-            held_change_of(held, "step").unwrap_or_default(),
+            held_change_of(held, "step").unwrap_or_else(|| {
+                "look for what keeps them outside Python's containers: a C++ extension or a \
+                 tensor hook that stores them, an autograd graph kept alive through a tensor \
+                 the program holds; torch.cuda.memory._record_memory_history() records where \
+                 each was allocated"
+                    .to_owned()
+            }),
             vec![
                 Evidence::count("tensors", top.count as f64),
                 Evidence::bytes("bytes", top.bytes as f64),

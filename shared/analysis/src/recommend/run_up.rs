@@ -60,11 +60,7 @@ fn gained(h: &HeldTensors) -> String {
 /// when the eval did not grow: what filled memory is elsewhere.
 pub fn change(r: &RunUp) -> Option<String> {
     let grew = r.per_batch_bytes().is_some() && r.metric_ran_out;
-    let holder = r
-        .held
-        .first()
-        .map(words::holder)
-        .filter(|h| !h.is_empty());
+    let holder = r.held.first().map(words::holder).filter(|h| !h.is_empty());
     if !grew && holder.is_none() {
         return None;
     }
