@@ -205,6 +205,11 @@ pub struct GrowthFit {
     pub transition_growth_bytes: i64,
     /// Transitions between the fitted points.
     pub transitions: usize,
+    /// Of them, pauses: a step that took [`PAUSE_FACTOR`] times the median and grew (a
+    /// checkpoint, a collection, the hooks' count); the rest are evals and epoch ends.
+    pub pauses: usize,
+    /// Of them, epoch ends (the epoch changed between the two points, no eval between).
+    pub epoch_ends: usize,
     /// The second half of the points still rises (see [`SUSTAINED_SHARE`]).
     pub sustained: bool,
     /// Long, straight, rising and large enough, with the growth inside training steps: see
@@ -530,6 +535,8 @@ fn fit_epochs(
         train_growth_bytes: within.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
         transition_growth_bytes: growth_bytes,
         transitions: medians.len() - 1,
+        pauses: 0,
+        epoch_ends: medians.len() - 1,
         sustained: true,
         is_leak,
         evidence: is_leak.then_some(LeakEvidence::Short),
@@ -653,9 +660,11 @@ fn fit_stage(
     let short_floor = fraction(SHORT_MIN_GROWTH_FRACTION_OF_LIMIT);
     let grows = |floor: u64| growth >= floor as f64 && train_growth >= floor as f64;
     // Host memory that grows as resident pages of memory-mapped files is the kernel's to drop.
+    // A part of the growth, never more than it (the file pages can rise while the rest falls).
     let file_backed_growth_bytes = context.file_pages.and_then(|id| {
         let at = |p: &Point| trace.samples.value_at(id, p.t_us);
-        Some(crate::stages::signed_delta(at(last)?, at(first)?))
+        let file = crate::stages::signed_delta(at(last)?, at(first)?);
+        Some(file.min(growth.max(0.0) as i64))
     });
     let file_backed =
         file_backed_growth_bytes.is_some_and(|f| f as f64 >= FILE_BACKED_MIN_SHARE * growth);
@@ -736,6 +745,8 @@ fn fit_stage(
             .transition_growth
             .clamp(i64::MIN as f64, i64::MAX as f64) as i64,
         transitions: split.transitions,
+        pauses: split.pauses,
+        epoch_ends: split.epoch_ends,
         sustained,
         is_leak,
         evidence,
@@ -786,6 +797,10 @@ struct GrowthSplit {
     transition_growth: f64,
     /// Transitions crossed.
     transitions: usize,
+    /// Of them, pauses (no other phase between the points, no epoch change).
+    pauses: usize,
+    /// Of them, epoch ends with no eval between the points.
+    epoch_ends: usize,
     /// The points as `(step, value)` with the growth of every transition before each taken
     /// out: the training steps' own series, a staircase flattened.
     within_train: Vec<(f64, f64)>,
@@ -829,6 +844,7 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
         .max(0.0);
     let (mut train_growth, mut train_steps) = (0.0, 0u64);
     let (mut transition_growth, mut transitions, mut transition_steps) = (0.0, 0, 0u64);
+    let (mut pauses, mut epoch_ends) = (0, 0);
     let mut after_transition = false;
     let mut settle_steps = 0u64;
     let mut offset = 0.0;
@@ -844,6 +860,12 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
         if other_phase || paused {
             transition_growth += delta;
             transitions += 1;
+            let eval_between = outside_train[b.mark] != outside_train[a.mark + 1];
+            if !other_phase {
+                pauses += 1;
+            } else if !eval_between {
+                epoch_ends += 1;
+            }
             transition_steps += steps;
             after_transition = true;
             settle_steps = 0;
@@ -877,6 +899,8 @@ fn split_growth(points: &[&Point], outside_train: &[u32]) -> GrowthSplit {
         },
         transition_growth,
         transitions,
+        pauses,
+        epoch_ends,
         within_train,
     }
 }

@@ -94,3 +94,20 @@ pub fn holder(h: &HeldTensors) -> String {
         },
     }
 }
+
+/// The transitions a fit crossed, by what they were: "2 evals and 5 pauses between steps"
+/// ("eval(s)", never an eval in a program that had none). `unit` is the clock's (`step`,
+/// `forward`).
+pub fn transitions(fit: &crate::leaks::GrowthFit, unit: &str) -> String {
+    let evals = fit.transitions.saturating_sub(fit.pauses + fit.epoch_ends);
+    let parts: Vec<String> = [
+        (evals, "eval(s)".to_owned()),
+        (fit.epoch_ends, "epoch end(s)".to_owned()),
+        (fit.pauses, format!("pause(s) between {unit}s")),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{} {what}", format_count(n as u64)))
+    .collect();
+    parts.join(" and ")
+}

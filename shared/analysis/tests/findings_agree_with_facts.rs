@@ -10,11 +10,16 @@
 //! - "probably" is never said of a kill the kernel itself accounted for;
 //! - "out of GPU memory" only with a GPU OOM on record, host-memory findings only with host
 //!   counters or a host OOM.
+//!
+//! And every printed number is true (issue 42): counts agree across sections ("N of M evals"
+//! names the eval table's M; an eval is named only in a run that had one); a part is never
+//! larger than its whole (the file-backed share of a leak's growth, the model's parts of a CPU
+//! peak, an eval run-up's batches); a leak fit's transitions are its evals, epoch ends and pauses.
 
 use std::collections::BTreeSet;
 
 use oomscope_analysis::recommend::{Finding, FindingKind};
-use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_analysis::{AnalysisOptions, analyze, render};
 use oomscope_format::{CounterKind, ExitStatus, Trace, decode};
 use oomscope_testkit::synth::TrainingRun;
 use proptest::prelude::*;
@@ -42,6 +47,7 @@ fn numbers_after(text: &str, word: &str) -> Vec<u64> {
 /// Checks every finding of `trace` against it; `name` says which trace failed.
 fn check(name: &str, trace: &Trace) {
     let analysis = analyze(trace, &AnalysisOptions::default());
+    numbers_are_true(name, trace, &analysis);
     let steps: BTreeSet<u64> = trace
         .marks
         .iter()
@@ -59,11 +65,16 @@ fn check(name: &str, trace: &Trace) {
         .collect();
     let signal = matches!(trace.exit.map(|e| e.status), Some(ExitStatus::Signal(_)));
     let kernel_kill = !trace.oom_kills.is_empty();
+    // A launcher's word that it killed a task (Slurm's "task N: Out Of Memory").
+    let launcher_kill = trace
+        .ooms
+        .iter()
+        .any(|o| o.source == oomscope_format::OomSource::LauncherKill);
     for f in &analysis.findings {
         let words = format!("{} {} {}", f.title, f.explanation, f.change);
         let context = || format!("{name}: {:?} says {words:?}", f.kind);
         if words.contains("SIGKILL") || words.contains("was killed") || words.contains("killed ") {
-            assert!(signal || kernel_kill, "{}", context());
+            assert!(signal || kernel_kill || launcher_kill, "{}", context());
         }
         if let Some(code) = numbers_after(&words, "exited with code ").first() {
             assert_eq!(
@@ -110,7 +121,10 @@ fn check(name: &str, trace: &Trace) {
                 .iter()
                 .any(|c| matches!(c.kind, CounterKind::HostAvailable | CounterKind::HostRss));
             assert!(
-                host_counters || kernel_kill || trace.ooms.iter().any(|o| o.source.is_host()),
+                host_counters
+                    || kernel_kill
+                    || trace.ooms.iter().any(|o| o.source.is_host())
+                    || trace.exit.is_some_and(|e| e.probable_host_oom),
                 "{}",
                 context()
             );
@@ -146,30 +160,107 @@ fn check_steps(f: &Finding, words: &str, steps: &BTreeSet<u64>, context: &dyn Fn
     }
 }
 
+/// The numbers of the analysis and its words against each other and the trace.
+fn numbers_are_true(name: &str, trace: &Trace, analysis: &oomscope_analysis::Analysis) {
+    let text = render::summary::render(trace, analysis);
+    let evals = analysis.phase_transitions.len();
+    let context = |what: &str| format!("{name}: {what}\n{text}");
+    // Counts agree: "3 of 4 evals kept memory" beside an eval table of 4.
+    for f in &analysis.findings {
+        let words = format!("{} {} {}", f.title, f.explanation, f.change);
+        for at in words.match_indices(" evals kept memory").map(|(i, _)| i) {
+            let of: u64 = words[..at]
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{}", context(&words)));
+            assert_eq!(of, evals as u64, "{}", context(&words));
+        }
+    }
+    assert!(
+        !text.contains("transition(s)"),
+        "{}",
+        context("transitions not told by what they were")
+    );
+    for fit in &analysis.leak_fits {
+        assert!(fit.pauses + fit.epoch_ends <= fit.transitions, "{fit:#?}");
+        let fit_evals = fit.transitions - fit.pauses - fit.epoch_ends;
+        // The epoch clock counts epochs, and an eval between epochs has no epoch fit.
+        if fit.clock == oomscope_analysis::leaks::Clock::Step {
+            assert!(
+                fit_evals == 0 || evals > 0,
+                "{}",
+                context(&format!("{fit_evals} evals in a fit of a run with none"))
+            );
+        }
+        // A part never larger than its whole: the file-backed share of the growth.
+        if let Some(file) = fit.file_backed_growth_bytes {
+            assert!(
+                file <= fit.growth_bytes.max(0),
+                "{}",
+                context(&format!("{file} B file-backed of {} B", fit.growth_bytes))
+            );
+        }
+    }
+    if evals == 0 {
+        assert!(
+            !text.contains("eval(s)"),
+            "{}",
+            context("an eval in a run with none")
+        );
+    }
+    // A CPU run's peak holds the model's parts it is broken into.
+    if trace.metadata.gpus.is_empty() {
+        for p in &analysis.peaks {
+            if let Some(c) = &p.components {
+                let b = &c.breakdown;
+                let parts = b.parameters_bytes
+                    + b.buffers_bytes
+                    + b.gradients_bytes
+                    + b.optimizer_state_bytes;
+                assert!(
+                    parts <= p.bytes,
+                    "{}",
+                    context(&format!("parts {parts} B of a {} B peak", p.bytes))
+                );
+            }
+        }
+    }
+    if let Some(r) = &analysis.run_up {
+        assert!(r.batches <= analysis.overview.marks, "{r:#?}");
+        for h in &r.held {
+            assert_eq!(h.clock, oomscope_format::HeldClock::Eval, "{r:#?}");
+            assert!(h.t_us >= r.eval_t_us && h.t_us <= r.oom_t_us, "{r:#?}");
+        }
+    }
+}
+
+/// Every trace committed under the format crate's `tests/data/` (golden and recorded).
 #[test]
 fn committed_traces() {
-    for path in [
-        "v1_0_instrumented.oomt",
-        "v1_0_oom.oomt",
-        "v1_0_truncated.oomt",
-        "v1_1_host_error.oomt",
-        "v1_2_mark_senders.oomt",
-        "v1_3_alive_at_oom.oomt",
-        "v1_4_oom_kill.oomt",
-        "v1_10_lightning_eval_creep.oomt",
-        "gpu/h100_batch.oomt",
-        "gpu/h100_gpt.oomt",
-        "gpu/h100_tch_oom.oomt",
-        "gpu/h100_torch_loop.oomt",
-        "gpu/h100_torch_oom.oomt",
-        "gpu/h100_v1_2_gpt.oomt",
-        "gpu/h100_v1_2_torch_loop.oomt",
-        "gpu/h200_v1_10_breakdown.oomt",
-        "gpu/h200_v1_10_inputs.oomt",
-        "gpu/h200_v1_10_torch_oom.oomt",
-    ] {
-        check(path, &decode(&support::data(path)).unwrap().trace);
+    let root = format!(
+        "{}/../format/tests/data",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    );
+    let mut checked = 0;
+    for dir in [root.clone(), format!("{root}/gpu")] {
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "oomt"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let bytes = std::fs::read(&path).unwrap();
+            let name = path.display().to_string();
+            // A trace cut short decodes up to its cut (the truncated golden).
+            if let Ok(decoded) = decode(&bytes) {
+                check(&name, &decoded.trace);
+                checked += 1;
+            }
+        }
     }
+    assert!(checked >= 30, "{checked} traces checked");
 }
 
 proptest! {

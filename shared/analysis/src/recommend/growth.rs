@@ -590,22 +590,20 @@ impl Leak {
         if leak.transitions > 0 && leak.transition_growth_bytes > 0 && leak.clock == Clock::Forward
         {
             explanation.push_str(&format!(
-                "; from one forward to the next it grows {}/forward, and {} more came at {} \
-                 pause(s) between forwards",
+                "; from one forward to the next it grows {}/forward, and {} more came at {}",
                 format_bytes_f64(leak.train_slope_bytes_per_step),
                 format_bytes(leak.transition_growth_bytes.unsigned_abs()),
-                leak.transitions
+                words::transitions(leak, "forward")
             ));
         } else if leak.transitions > 0
             && leak.transition_growth_bytes > 0
             && leak.clock == Clock::Step
         {
             explanation.push_str(&format!(
-                "; within training steps it grows {}/step, and {} more came at {} eval or pause \
-                 transition(s)",
+                "; within training steps it grows {}/step, and {} more came at {}",
                 format_bytes_f64(leak.train_slope_bytes_per_step),
                 format_bytes(leak.transition_growth_bytes.unsigned_abs()),
-                leak.transitions
+                words::transitions(leak, "step")
             ));
         }
         let leaking = d.leaking_fits;

@@ -296,7 +296,7 @@ pub(crate) fn slow_growth_words(f: &GrowthFit) -> String {
         let span = f.last_step.saturating_sub(f.first_step) as f64;
         return format!(
             "within training steps memory at {} ({}) rises steadily by {}/step (R² {:.2}, +{} \
-             from step {} to {}, besides what {} eval or pause transition(s) kept), under the {} \
+             from step {} to {}, besides what {} kept), under the {} \
              a leak needs here: a longer run will tell",
             f.stage,
             f.metric,
@@ -305,7 +305,7 @@ pub(crate) fn slow_growth_words(f: &GrowthFit) -> String {
             format_bytes_f64((f.train_slope_bytes_per_step * span).max(0.0)),
             format_count(f.first_step),
             format_count(f.last_step),
-            format_count(f.transitions as u64),
+            crate::words::transitions(f, "step"),
             format_bytes(f.min_leak_growth_bytes),
         );
     }
