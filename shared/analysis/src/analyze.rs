@@ -77,10 +77,21 @@ fn analyze_one(
         .filter(|f| f.method == batch_fit::BatchFitMethod::Trials || !primary_leaks);
     let mut held = trace.held.clone();
     held.sort_by_key(|h| std::cmp::Reverse((h.bytes, h.count)));
-    // The breakdown at the peak (else the last one) beside the estimate for the same model.
-    let against_estimate = peaks::breakdown_peak(&peaks)
+    // The breakdown at the peak (else the last one) beside the estimate for the same model; a
+    // peak in an eval after zero_grad(set_to_none=True) has no gradients to compare, so then the
+    // last breakdown that had them (training's).
+    let at_peak = peaks::breakdown_peak(&peaks)
         .and_then(|p| p.components.as_ref())
-        .map(|c| &c.breakdown)
+        .map(|c| &c.breakdown);
+    let with_gradients = trace
+        .components
+        .iter()
+        .rev()
+        .find(|c| c.gradients_bytes > 0);
+    let against_estimate = at_peak
+        .filter(|b| b.gradients_bytes > 0)
+        .or(with_gradients)
+        .or(at_peak)
         .or_else(|| trace.components.last())
         .and_then(estimate::against_estimate);
     let phase_transitions = phases::phase_transitions(trace, &values);

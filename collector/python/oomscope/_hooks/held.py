@@ -48,6 +48,7 @@ from oomscope._hooks.breakdown import instances, named, subclasses
 RISES = 4  # consecutive rising iteration ends before a count
 MIN_RISE_BYTES = 1 << 20  # over those rises
 APART = 8  # iterations between the two counts
+EVAL_APART = 4  # an eval's batches between its two counts
 COOLDOWN = 64  # iterations after a pair before the next suspicion (doubles each time)
 # Iteration ends read no more often than this (seconds): a loop of 4 ms steps paid ~10 us a
 # step for a reading at each (the call's Python, out of the CPU's caches by then).
@@ -112,9 +113,13 @@ def memory_now(torch, cuda=None):
 
 
 class Watch:
-    """Decides at each iteration's end whether to count now (see the module docs)."""
+    """Decides at each iteration's end whether to count now (see the module docs). `apart` ticks
+    between a pair's counts and `gap_s` between readings: an eval's batches are few and slower
+    than a fast loop's iterations, so its watch reads each and counts `EVAL_APART` apart."""
 
-    def __init__(self):
+    def __init__(self, apart=APART, gap_s=READING_GAP_S):
+        self.apart = apart
+        self.gap_s = gap_s
         self.readings = []
         self.first = None  # (iteration, step, census) of a pair's first count
         self.quiet_until = 0
@@ -126,7 +131,7 @@ class Watch:
     def due(self, iteration, reading):
         """'first', 'second' or None."""
         if self.first is not None:
-            return "second" if iteration >= self.first[0] + APART else None
+            return "second" if iteration >= self.first[0] + self.apart else None
         if iteration < self.quiet_until or reading is None:
             return None
         self.readings.append(reading)

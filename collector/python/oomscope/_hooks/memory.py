@@ -156,7 +156,7 @@ def at_eval_forward():
         # training's again.
         if _send_moment(force=True):
             memory.eval_sent = True
-        memory.eval_watch = held.Watch()
+        memory.eval_watch = held.Watch(apart=held.EVAL_APART, gap_s=0.0)
         memory.eval_watch.training = False
         memory.eval_watch_step = loop.step
         memory.eval_watch_base = loop.evals - 1
@@ -195,7 +195,7 @@ def _watch(watch, now, clock, position, label):
             watch.readings = []
         if watch.first is None and now < watch.next_reading_s:
             return  # (a rise is seen as well over several iterations as over one)
-        watch.next_reading_s = now + held.READING_GAP_S
+        watch.next_reading_s = now + watch.gap_s
         due = watch.due(clock, held.memory_now(S.torch, S.cuda.ready))
         if due is None:
             return

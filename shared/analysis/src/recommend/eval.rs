@@ -319,6 +319,8 @@ pub struct EvalRetention<'a> {
     pub within_growth_bytes: i64,
     /// See `within_growth_bytes`.
     pub within_batches: usize,
+    /// What the hooks counted growing over an eval's batches, the largest a program names.
+    pub holder: Option<&'a oomscope_format::HeldTensors>,
 }
 
 /// Whether the trace's eval forwards ran with autograd on: `Some(true)` when any did (the
@@ -443,6 +445,7 @@ impl Diagnose for EvalRetainsMemory {
                 .filter(|f| f.staircase_creep && f.train_growth_bytes >= CREEP_MIN_BYTES)
                 .max_by_key(|f| f.train_growth_bytes),
             autograd: eval_autograd(ctx.trace),
+            holder: super::run_up::eval_holder(&ctx.analysis.held),
             accumulates,
             within_growth_bytes,
             within_batches,
@@ -573,7 +576,14 @@ impl Diagnose for EvalRetainsMemory {
                 format_bytes(retained)
             ),
             explanation,
-            eval_change(d.autograd, worst.metric.is_host()),
+            match d.holder {
+                Some(h) => format!(
+                    "{}; first the one counted: {}",
+                    eval_change(d.autograd, worst.metric.is_host()),
+                    super::run_up::kept_in(h)
+                ),
+                None => eval_change(d.autograd, worst.metric.is_host()),
+            },
             evidence,
         )
     }

@@ -5,7 +5,7 @@
 use crate::run_up::RunUp;
 use crate::words;
 use oomscope_format::units::{format_bytes, format_count, format_signed_bytes};
-use oomscope_format::{HeldKind, HeldTensors, OomKind};
+use oomscope_format::{HeldClock, HeldKind, HeldTensors, OomKind};
 
 /// "in the run-up, the eval at step 99 had added +115 MiB of host.rss over its 19 batches
 /// (6.05 MiB a batch); over its batches 5-13 list `all_logits` (13 items) gained 8
@@ -88,4 +88,28 @@ pub fn change(r: &RunUp) -> Option<String> {
          disk as they come (np.memmap, one file per shard) and read them back; a torch.cat over \
          the list at the end needs as much again"
     ))
+}
+
+/// The largest group the hooks counted growing over an eval's batches that a program's
+/// container holds (a list its outputs are appended to).
+pub fn eval_holder(held: &[HeldTensors]) -> Option<&HeldTensors> {
+    held.iter()
+        .filter(|h| {
+            h.clock == HeldClock::Eval
+                && matches!(h.kind, HeldKind::Tensors | HeldKind::Objects)
+                && !h.holder.is_empty()
+        })
+        .max_by_key(|h| h.bytes)
+}
+
+/// "list `validation_step_outputs` (12 items) gained 4 float32[512x1536] over batches 3-7 of
+/// an eval (3.00 MiB a batch)".
+pub fn kept_in(h: &HeldTensors) -> String {
+    format!(
+        "{} gained {} over batches {}-{} of an eval",
+        words::holder(h),
+        gained(h),
+        format_count(h.from_step),
+        format_count(h.to_step)
+    )
 }

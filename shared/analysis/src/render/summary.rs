@@ -303,10 +303,47 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
     }
     if !analysis.held.is_empty() {
         section(out, titles::HELD);
-        for h in &analysis.held {
-            wrap(out, &held_line(h), 2, 4);
+        for (h, times) in held_groups(&analysis.held) {
+            let mut line = held_line(h);
+            if times > 1 {
+                // The same group found again by later pairs of counts (each eval, after each
+                // cool-down): said once, the latest, with how often.
+                line.push_str(&format!(
+                    " (found by {times} pairs of counts; the latest shown)"
+                ));
+            }
+            wrap(out, &line, 2, 4);
         }
     }
+}
+
+/// The rows of the same group (what, on which clock, held by what) once each, the latest pair's,
+/// with how many pairs of counts found it; in the order of their first row.
+fn held_groups(held: &[HeldTensors]) -> Vec<(&HeldTensors, usize)> {
+    let key = |h: &HeldTensors| {
+        (
+            h.kind,
+            h.clock,
+            h.holder.clone(),
+            h.device.clone(),
+            h.dtype.clone(),
+            h.shape.clone(),
+            h.grad_fn.clone(),
+        )
+    };
+    let mut out: Vec<(&HeldTensors, usize)> = Vec::new();
+    for h in held {
+        match out.iter_mut().find(|(o, _)| key(o) == key(h)) {
+            Some((o, n)) => {
+                *n += 1;
+                if h.t_us > o.t_us {
+                    *o = h;
+                }
+            }
+            None => out.push((h, 1)),
+        }
+    }
+    out
 }
 
 /// One group of live tensors that grew, and what holds it: "+8 float32[64x1024]
