@@ -186,11 +186,12 @@ def judge(expect, truth, analysis, text):
     for kind in expect.get("absent", []):
         if kind in ids:
             wrong.append("false finding: %s" % kind)
+    flat = " ".join(text.split())  # words wrapped across lines read as one line
     for w in expect.get("words", []):
-        if w not in text:
+        if w not in flat:
             partial.append("the text lacks %r" % w)
     for w in expect.get("no_words", []):
-        if w in text:
+        if w in flat:
             line = next(l.strip() for l in text.splitlines() if w in l)
             partial.append("the text says %r: %s" % (w, line[:120]))
     if "evals" in expect:
