@@ -325,14 +325,21 @@ def _holder(torch, frame, tensors, census_list):
         return CYCLE, "a `%s` object (attribute `%s`)" % (type(o).__name__, attr), None
     if attr is not None:
         return TENSORS, "attribute `%s` of a `%s` object" % (attr, type(o).__name__), None
-    for owner_dict in gc.get_referrers(o):
-        if type(owner_dict) is dict:
-            for owner in gc.get_referrers(owner_dict):
-                if getattr(owner, "__dict__", None) is owner_dict:
-                    name = _attribute_of(owner, o)
-                    if name is not None:
-                        return TENSORS, "%s `%s` of the `%s` object" % (
-                            type(o).__name__, name, type(owner).__name__), len(o)
+    for referrer in gc.get_referrers(o):
+        if id(referrer) in ignore:
+            continue
+        # The container is an object's attribute: held in the object's attribute dict, or (an
+        # object whose attributes Python keeps inline, 3.11 on) by the object itself.
+        if type(referrer) is dict:
+            owners_of = [x for x in gc.get_referrers(referrer)
+                         if getattr(x, "__dict__", None) is referrer]
+        else:
+            owners_of = [referrer]
+        for owner in owners_of:
+            name = _attribute_of(owner, o)
+            if name is not None:
+                return TENSORS, "%s `%s` of the `%s` object" % (
+                    type(o).__name__, name, type(owner).__name__), len(o)
     return TENSORS, "a %s" % type(o).__name__, len(o)
 
 

@@ -1,0 +1,42 @@
+"""Offline batch inference that keeps every batch's outputs: a classifier under `no_grad()`
+scores a stream of batches and appends each batch's probabilities to `results` to write them
+out at the end (1 MiB a batch). No optimizer: the forward is the clock, and `results` is what
+grows.
+
+EXPECT = {
+    "findings": ["leak"],
+    "absent": ["eval-peak", "eval-retains-memory", "reference-cycles"],
+    "words": ["results", "/forward"],
+    "no_words": ["autograd graph)", ".item() or .detach()"],
+    "rate_per": "forward",
+    "rate_tolerance": 0.5,
+}
+"""
+
+import argparse
+
+import torch
+import torch.nn as nn
+
+import _truth
+
+results = []
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--batches", type=int, default=120)
+    a = p.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 1024)).eval()
+    with torch.no_grad():
+        for b in range(a.batches):
+            results.append(model(torch.randn(256, 256)).softmax(-1))
+    kept = _truth.storage_bytes(results)
+    _truth.write(forwards=a.batches, kept_bytes_per_forward=kept / a.batches)
+    print("scored %d" % len(results))
+
+
+if __name__ == "__main__":
+    main()
