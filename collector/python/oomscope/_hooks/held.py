@@ -31,7 +31,8 @@ holds them — what people find today by hand with `gc.get_objects()`.
   RSS does not: a heap it does not trim); one after which it was at least `GC_MIN_FREED_BYTES`
   lower is sent as a `gc` record. Generation 0 runs every 700 allocations, so it is read around
   only while the last one found garbage (a program making cycles: they are what it frees) and
-  one in `YOUNG_PROBE_EVERY` otherwise (~2 us a collection on average, none on most); the leak
+  one in `YOUNG_PROBE_EVERY` otherwise (2.7 us a collection with the callback itself, against
+  0.1 us without it: BENCHMARKS.md); the leak
   watch's counts run with the collector off, so that one does not free the cycles it is
   looking at.
 """
