@@ -276,17 +276,6 @@ fn eval_steps(ctx: &RuleContext<'_>) -> Vec<u64> {
 /// latest pair of counts that found it: the hooks count again after a cool-down), in the order
 /// given.
 fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
-    // The holder without its item count: the count moves between pairs of counts.
-    let key = |h: &HeldTensors| {
-        (
-            h.kind,
-            h.holder.clone(),
-            h.device.clone(),
-            h.dtype.clone(),
-            h.shape.clone(),
-            h.grad_fn.clone(),
-        )
-    };
     let mut out: Vec<&HeldTensors> = Vec::new();
     // What only a reference cycle holds is freed at the next collection: `reference-cycles`.
     // The same group of tensors found in a cycle by another pair of counts is the cycles' too
@@ -314,7 +303,8 @@ fn steady<'a>(held: &'a [HeldTensors], evals: &[u64]) -> Vec<&'a HeldTensors> {
     for h in held.iter().filter(|h| {
         steady_clock(h) && h.per_step() >= 1 && !h.is_cycle() && !cycles_own(h) && !across_eval(h)
     }) {
-        match out.iter_mut().find(|o| key(o) == key(h)) {
+        // The same group again (its item count moves between pairs of counts).
+        match out.iter_mut().find(|o| o.same_group(h)) {
             Some(o) if h.to_step > o.to_step => *o = h,
             Some(_) => {}
             None => out.push(h),

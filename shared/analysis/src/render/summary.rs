@@ -320,20 +320,9 @@ fn growth_and_leaks(out: &mut String, analysis: &Analysis) {
 /// The rows of the same group (what, on which clock, held by what) once each, the latest pair's,
 /// with how many pairs of counts found it; in the order of their first row.
 fn held_groups(held: &[HeldTensors]) -> Vec<(&HeldTensors, usize)> {
-    let key = |h: &HeldTensors| {
-        (
-            h.kind,
-            h.clock,
-            h.holder.clone(),
-            h.device.clone(),
-            h.dtype.clone(),
-            h.shape.clone(),
-            h.grad_fn.clone(),
-        )
-    };
     let mut out: Vec<(&HeldTensors, usize)> = Vec::new();
     for h in held {
-        match out.iter_mut().find(|(o, _)| key(o) == key(h)) {
+        match out.iter_mut().find(|(o, _)| o.same_group(h)) {
             Some((o, n)) => {
                 *n += 1;
                 if h.t_us > o.t_us {

@@ -230,6 +230,17 @@ impl HeldTensors {
         self.count / self.steps()
     }
 
+    /// Whether `other` counts the same group: what, on which clock, held by what (a later pair
+    /// of counts finds the same group again; its item count and span move).
+    pub fn same_group(&self, other: &HeldTensors) -> bool {
+        (self.kind, self.clock) == (other.kind, other.clock)
+            && self.holder == other.holder
+            && self.device == other.device
+            && self.dtype == other.dtype
+            && self.shape == other.shape
+            && self.grad_fn == other.grad_fn
+    }
+
     /// Whether only a reference cycle holds these tensors.
     pub fn is_cycle(&self) -> bool {
         self.kind == HeldKind::Cycle
