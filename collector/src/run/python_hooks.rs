@@ -27,7 +27,7 @@ macro_rules! python_file {
 /// The files of the bootstrap directory: (path, contents). The `oomscope` package is the wheel's
 /// (the program can `import oomscope`, or `oomscope_probe`, its former name, without installing
 /// anything), and the hooks inside it are imported by `sitecustomize.py` once torch is.
-const FILES: [(&str, &str); 22] = [
+const FILES: [(&str, &str); 23] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
@@ -41,6 +41,7 @@ const FILES: [(&str, &str); 22] = [
     python_file!("oomscope/_hooks/breakdown.py"),
     python_file!("oomscope/_hooks/budget.py"),
     python_file!("oomscope/_hooks/cuda.py"),
+    python_file!("oomscope/_hooks/cycles.py"),
     python_file!("oomscope/_hooks/emit.py"),
     python_file!("oomscope/_hooks/epochs.py"),
     python_file!("oomscope/_hooks/errors.py"),

@@ -7,8 +7,8 @@ One module for each thing watched: `forward` (the outermost forward, the phase, 
 forwards), `backward`, `optimizer` (the step count), `epochs` (a DataLoader begun again), `save`
 (checkpoints), `inputs` (each step's input size), `cuda` and `oom` (the allocator's OOM
 observer, host allocation failures), `memory` (when to measure), `breakdown` (what the model's
-memory is), `held` (what holds a leak), `modules` (what is patched on `nn.Module`); `state`
-holds what they know, `emit` sends a mark. They send through the process's probe
+memory is), `held` (what holds a leak), `cycles` (what the garbage collector frees), `modules`
+(what is patched on `nn.Module`); `state` holds what they know, `emit` sends a mark. They send through the process's probe
 (`oomscope._probe`), which hears the program's own marks for them (`emit.ProgramMarks`).
 
 On CUDA (only once the program initialised it: this package never does) every mark carries the
@@ -19,7 +19,8 @@ their own step count. Marks carry the pid and RANK (the probe adds them).
 import os
 
 from oomscope import _probe
-from oomscope._hooks import cuda, epochs, forward, held, memory, modules, oom, optimizer, save
+from oomscope._hooks import (cuda, cycles, epochs, forward, held, memory, modules, oom,
+                             optimizer, save)
 from oomscope._hooks.emit import ProgramMarks
 from oomscope._hooks.errors import interrupted
 from oomscope._hooks.state import S
@@ -38,7 +39,7 @@ def install(torch):
     try:
         import gc
 
-        gc.callbacks.append(held.GcWatch(torch, memory.gc_freed))
+        gc.callbacks.append(cycles.GcWatch(torch, memory.gc_freed))
         S.memory.watch = held.Watch()
     except BaseException as e:  # the marks go on without the leak census
         interrupted(e)

@@ -126,7 +126,7 @@ def _send_moment(force=False):
 
 
 def gc_freed(generation, collected, freed_bytes, pause_us):
-    """A collection freed memory (`held.GcWatch`)."""
+    """A collection freed memory (`cycles.GcWatch`)."""
     if S.paused or not S.active:
         return
     S.probe.gc(generation, collected, freed_bytes, pause_us)
