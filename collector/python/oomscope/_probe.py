@@ -307,10 +307,8 @@ class Probe:
         `eval`), `holder` names what holds them, `items` its length when it is a container; an
         empty device, dtype, shape or node is left out (an `objects` row has none;
         docs/protocol.md)."""
-        line = "held kind=%s count=%d bytes=%d from_step=%d to_step=%d" % (
-            kind, count, bytes, from_step, to_step)
-        if clock != "step":
-            line += " clock=" + clock
+        line = "held kind=%s clock=%s count=%d bytes=%d from_step=%d to_step=%d" % (
+            kind, clock, count, bytes, from_step, to_step)
         for key, value in (("device", device), ("dtype", dtype), ("shape", shape),
                            ("grad_fn", grad_fn)):
             if value:
