@@ -12,6 +12,9 @@ A program says what it expects in its docstring, as `EXPECT = {...}` (a Python l
   `kept_bytes_per_<clock>`;
 - `cgroup_mib`: run it inside a memory cgroup of that limit (root and a writable memory
   controller; else the program is `skipped`, with why); `killed`: the kernel kills it (exit 137);
+- `shm_mib`: run it with a `/dev/shm` of that size, as in a container (a tmpfs mounted in a mount
+  namespace of its own: `unshare -m`, root; else `skipped`); `exit_code`: the exit it must end
+  with (0 otherwise);
 - `run_up_per_batch`: the fatal OOM's run-up (`analysis.run_up`) names what grew in the eval at
   within a third of the program's own `kept_bytes_per_batch`.
 What the program measured of itself (its storages' bytes, its step count) comes from the JSON
@@ -29,6 +32,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -129,6 +133,13 @@ def run_one(name, collector, python, out_dir):
         if cgroup.dir is None:
             return {"verdict": "skipped", "why": [cgroup.why], "seconds": 0.0}
         argv = cgroup.command(argv)
+    if "shm_mib" in expect:
+        if os.geteuid() != 0 or not shutil.which("unshare"):
+            return {"verdict": "skipped", "why": ["a /dev/shm of its own needs root and unshare"],
+                    "seconds": 0.0}
+        argv = ["unshare", "-m", "sh", "-c",
+                'mount -t tmpfs -o size=%dm tmpfs /dev/shm && exec "$@"' % expect["shm_mib"],
+                "sh"] + argv
     start = time.monotonic()
     try:
         ran = subprocess.run(argv, cwd=ZOO, env=env, capture_output=True, text=True)
@@ -137,7 +148,7 @@ def run_one(name, collector, python, out_dir):
             cgroup.remove()
     took = time.monotonic() - start
     killed = expect.get("killed", False)
-    if ran.returncode != (137 if killed else 0):
+    if ran.returncode != (137 if killed else expect.get("exit_code", 0)):
         return {"verdict": "wrong", "why": ["exit %d: %s" % (ran.returncode, ran.stderr[-400:])],
                 "seconds": took}
     text = subprocess.run([collector, "summary", trace], capture_output=True, text=True).stdout

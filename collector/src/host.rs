@@ -302,6 +302,25 @@ fn tree_from_full_scan(root: u32) -> Vec<u32> {
 
 /// Parent pid from `/proc/<pid>/stat` (the field after the parenthesised command name, which may
 /// itself contain spaces and parentheses); `None` when it is gone.
+/// The shared-memory tmpfs where POSIX shared memory lives (DataLoader workers' batches).
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// (bytes in use, size) of the filesystem at `path` (`statvfs`: its blocks less its free
+/// blocks, in fragment-size units); `None` when it cannot be read or has no size.
+pub fn filesystem_usage(path: &str) -> Option<(u64, u64)> {
+    let c_path = std::ffi::CString::new(path).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let unit = st.f_frsize as u64;
+    let size = (st.f_blocks as u64).checked_mul(unit)?;
+    let free = (st.f_bfree as u64).saturating_mul(unit);
+    (size > 0).then(|| (size.saturating_sub(free), size))
+}
+
 pub fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_comm = &stat[stat.rfind(')')? + 1..];

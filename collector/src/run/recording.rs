@@ -233,6 +233,8 @@ fn declare_counters<W: std::io::Write>(
         host_available: writer.declare_counter(CounterKind::HostAvailable, None)?,
         host_pss: writer.declare_counter(CounterKind::HostPss, None)?,
         host_rss_file: writer.declare_counter(CounterKind::HostRssFile, None)?,
+        shm_used: writer.declare_counter(CounterKind::ShmUsed, None)?,
+        shm_size: writer.declare_counter(CounterKind::ShmSize, None)?,
     })
 }
 

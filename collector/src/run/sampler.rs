@@ -49,6 +49,10 @@ pub struct Counters {
     pub host_pss: CounterId,
     /// Resident file-backed and shared pages of the tree.
     pub host_rss_file: CounterId,
+    /// Bytes in use on `/dev/shm`.
+    pub shm_used: CounterId,
+    /// `/dev/shm`'s size.
+    pub shm_size: CounterId,
 }
 
 /// What the fast sampler reads.
@@ -306,6 +310,17 @@ impl Reader<'_> {
             state
                 .host_total_bytes
                 .store(m.total_bytes, Ordering::Relaxed);
+        }
+        // `/dev/shm` (one statvfs, ~1 us) at ticks: what DataLoader workers hand over lives
+        // there, outside every process's RSS.
+        if let Some((used, size)) = (!at_mark)
+            .then(|| crate::host::filesystem_usage(crate::host::SHM_DIR))
+            .flatten()
+        {
+            self.row.extend([
+                (self.counters.shm_used, used),
+                (self.counters.shm_size, size),
+            ]);
         }
         if let Some(extra) = self.extra {
             extra(&mut self.row);

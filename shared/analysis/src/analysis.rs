@@ -185,6 +185,8 @@ pub struct Analysis {
     pub ooms: Vec<OomContext>,
     /// What rose before the run's fatal OOM, when it died in an eval.
     pub run_up: Option<crate::run_up::RunUp>,
+    /// The shared-memory tmpfs (`/dev/shm`) over the run, when sampled.
+    pub shared_memory: Option<crate::shm::SharedMemory>,
     /// The batch-size memory model (from a breakdown only when the primary metric does not
     /// leak: a leak would be counted as activations).
     pub batch_fit: Option<BatchFit>,

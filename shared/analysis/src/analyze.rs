@@ -14,7 +14,7 @@ use crate::recommend::RuleContext;
 use crate::stages::StageTableOptions;
 use crate::{
     batch_fit, estimate, host, inputs, leaks, node, oom, overhead, peaks, phases, pressure,
-    rank_views, ranks, recommend, run_up, stage_breakdown, stages, trend, workers,
+    rank_views, ranks, recommend, run_up, shm, stage_breakdown, stages, trend, workers,
 };
 use oomscope_format::Trace;
 
@@ -113,6 +113,7 @@ fn analyze_one(
         phase_transitions,
         ooms,
         run_up,
+        shared_memory: shm::shared_memory(trace),
         batch_fit,
         batch_trials: batch_fit::trial_summary(trace),
         against_estimate,

@@ -74,6 +74,8 @@ pub enum FindingKind {
     ImpossibleRequest,
     /// The program's workers copy their parent's memory page by page (copy-on-write).
     WorkerPrivateGrowth,
+    /// The shared-memory tmpfs (`/dev/shm`) DataLoader workers hand batches through was full.
+    ShmPressure,
     /// One rank holds much more than the others at some stage.
     RankImbalance,
     /// A rank failed first; the others followed.
@@ -104,6 +106,7 @@ impl FindingKind {
             FindingKind::BatchSize => "batch-size",
             FindingKind::ImpossibleRequest => "impossible-request",
             FindingKind::WorkerPrivateGrowth => "worker-private-growth",
+            FindingKind::ShmPressure => "shm-pressure",
             FindingKind::RankImbalance => "rank-imbalance",
             FindingKind::FirstRankFailure => "first-rank-failure",
             FindingKind::NodeHostSpike => "node-host-spike",
@@ -131,6 +134,7 @@ impl FindingKind {
             FindingKind::BatchSize => "batch-size estimate",
             FindingKind::ImpossibleRequest => "impossible request",
             FindingKind::WorkerPrivateGrowth => "workers' copy-on-write growth",
+            FindingKind::ShmPressure => "a full /dev/shm",
             FindingKind::RankImbalance => "rank imbalance",
             FindingKind::FirstRankFailure => "first-rank failure",
             FindingKind::NodeHostSpike => "node host-memory spike",

@@ -34,6 +34,7 @@ pub mod ranks;
 pub mod recommend;
 pub mod run_up;
 pub mod series;
+pub mod shm;
 pub mod stage_breakdown;
 pub mod stages;
 pub mod trend;

@@ -119,7 +119,9 @@ impl MetricKey {
                 kind: CounterKind::HostRss
                     | CounterKind::HostAvailable
                     | CounterKind::HostPss
-                    | CounterKind::HostRssFile,
+                    | CounterKind::HostRssFile
+                    | CounterKind::ShmUsed
+                    | CounterKind::ShmSize,
                 ..
             }
         )

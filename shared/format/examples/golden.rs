@@ -1164,6 +1164,45 @@ pub fn held_clocks() -> Vec<u8> {
     w.finish(450_000).expect("in memory")
 }
 
+/// Format v1.13: `/dev/shm` sampled (counter kinds 20 and 21): a 64 MiB tmpfs holding 1 MiB
+/// when the run begins, filling by 8 MiB a tick to 63 MiB as DataLoader workers hand over
+/// batches the main process does not take, then the run failing (exit 1).
+pub fn shm() -> Vec<u8> {
+    let metadata = Metadata {
+        host: "container".into(),
+        pid: 6200,
+        command: vec!["python".into(), "train.py".into()],
+        collector_version: "golden".into(),
+        sample_interval_us: 10_000,
+        ..Metadata::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &metadata).expect("in memory");
+    let rss = w
+        .declare_counter(CounterKind::HostRss, None)
+        .expect("in memory");
+    let used = w
+        .declare_counter(CounterKind::ShmUsed, None)
+        .expect("in memory");
+    let size = w
+        .declare_counter(CounterKind::ShmSize, None)
+        .expect("in memory");
+    for tick in 0..10u64 {
+        let in_shm = ((1 + 8 * tick) << 20).min(63 << 20);
+        w.sample(
+            tick * 10_000,
+            &[(rss, 600 << 20), (used, in_shm), (size, 64 << 20)],
+        )
+        .expect("in memory");
+    }
+    w.write(&Record::Exit(ProcessExit {
+        t_us: 100_000,
+        status: ExitStatus::Code(1),
+        probable_host_oom: false,
+    }))
+    .expect("in memory");
+    w.finish(100_000).expect("in memory")
+}
+
 fn main() -> std::io::Result<()> {
     let dir = PathBuf::from(
         std::env::args()
@@ -1196,6 +1235,7 @@ fn main() -> std::io::Result<()> {
         ("v1_12_program_end.oomt", program_end()),
         ("v1_12_start_methods.oomt", start_methods()),
         ("v1_13_held_clocks.oomt", held_clocks()),
+        ("v1_13_shm.oomt", shm()),
     ];
     for (name, bytes) in files {
         let path = dir.join(name);

@@ -540,3 +540,18 @@ fn v1_13_held_clocks() {
     );
     assert_eq!(decoded.trace.held[3].bytes, 8 << 23);
 }
+
+#[test]
+fn v1_13_shm() {
+    let decoded = decode(&read("v1_13_shm.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = &decoded.trace;
+    let used = t.counter(CounterKind::ShmUsed, None).unwrap();
+    let size = t.counter(CounterKind::ShmSize, None).unwrap();
+    assert_eq!(t.counters[used.0 as usize].name, "host.shm_used");
+    let rows = t.samples.times_us().len();
+    assert_eq!(rows, 10);
+    assert_eq!(t.samples.value(used, 0), Some(1 << 20));
+    assert_eq!(t.samples.value(used, rows - 1), Some(63 << 20));
+    assert_eq!(t.samples.value(size, 3), Some(64 << 20));
+}

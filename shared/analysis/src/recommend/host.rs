@@ -413,3 +413,83 @@ impl Diagnose for WorkerPrivateGrowth {
         )
     }
 }
+
+/// `shm-pressure`: the shared-memory tmpfs (`/dev/shm`) was full ([`crate::shm`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShmPressure;
+
+/// What [`ShmPressure`] detected.
+#[derive(Debug, Clone, Copy)]
+pub struct ShmFull<'a> {
+    /// `/dev/shm` over the run.
+    pub shm: &'a crate::shm::SharedMemory,
+    /// Whether the run failed (a non-zero exit, a signal).
+    pub failed: bool,
+    /// Whether the program had processes besides itself (DataLoader workers).
+    pub workers: bool,
+}
+
+impl Diagnose for ShmPressure {
+    const KIND: FindingKind = FindingKind::ShmPressure;
+    type Diagnosis<'a> = ShmFull<'a>;
+
+    /// Detection: `/dev/shm` in use at [`crate::shm::SHM_FULL_FRACTION`] of its size or more,
+    /// with the run's own files a part of it (not a tmpfs other processes filled before it).
+    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+        let shm = ctx.analysis.shared_memory.as_ref()?;
+        (shm.full() && shm.run_bytes() > 0).then(|| ShmFull {
+            shm,
+            failed: ctx.trace.exit.is_some_and(|e| {
+                !matches!(e.status, oomscope_format::ExitStatus::Code(0))
+            }),
+            workers: super::growth::Program::of(ctx).workers,
+        })
+    }
+
+    /// Wording.
+    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
+        let shm = d.shm;
+        let title = format!(
+            "/dev/shm was full: {} of its {}",
+            format_bytes(shm.peak_bytes),
+            format_bytes(shm.size_bytes)
+        );
+        let mut explanation = format!(
+            "the shared-memory tmpfs (/dev/shm) held {} of its {} ({}) at {}, {} of it since the              run began; DataLoader workers hand every batch to the main process through it (a              file per tensor, in no process's resident memory until mapped), so a batch that              does not fit fails in the worker (\"unable to allocate shared memory(shm)\", or a              bus error) while the host still has memory, and the loop waits for a batch that              never comes",
+            format_bytes(shm.peak_bytes),
+            format_bytes(shm.size_bytes),
+            format_percent(shm.peak_fraction()),
+            format_duration_us(shm.peak_t_us),
+            format_bytes(shm.run_bytes()),
+        );
+        if d.failed {
+            explanation.push_str("; the run then failed");
+        }
+        let lower = if d.workers {
+            "or hand over less at once: fewer DataLoader workers or a lower prefetch_factor (each \
+             worker keeps prefetch_factor batches there), smaller batches"
+        } else {
+            "or keep less there at once: what the program writes to /dev/shm itself (shared \
+             tensors, multiprocessing queues)"
+        };
+        finding(
+            self,
+            if d.failed {
+                Severity::Critical
+            } else {
+                Severity::Warning
+            },
+            title,
+            explanation,
+            format!(
+                "give the container more shared memory (docker run --shm-size=8g or --ipc=host; \
+                 Kubernetes: an emptyDir with medium: Memory mounted at /dev/shm), {lower}"
+            ),
+            vec![
+                Evidence::bytes("shm_peak_bytes", shm.peak_bytes as f64),
+                Evidence::bytes("shm_size_bytes", shm.size_bytes as f64),
+                Evidence::bytes("shm_run_bytes", shm.run_bytes() as f64),
+            ],
+        )
+    }
+}

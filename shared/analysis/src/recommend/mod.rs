@@ -41,7 +41,7 @@ pub use eval::{
     EVAL_RETAIN_MIN_FRACTION_OF_JUMP, EvalPeak, EvalRetainsMemory, eval_autograd,
 };
 pub use growth::{CRITICAL_RUNWAY_FACTOR, Leak};
-pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure, WorkerPrivateGrowth};
+pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure, ShmPressure, WorkerPrivateGrowth};
 pub use impossible::{ImpossibleRequest, impossible};
 pub use inputs::{INPUT_CAP_SHARE, InputPeakRule};
 pub use memory::{
@@ -71,6 +71,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
         Box::new(BatchSize),
         Box::new(ImpossibleRequest),
         Box::new(WorkerPrivateGrowth),
+        Box::new(ShmPressure),
         Box::new(RankImbalance),
         Box::new(FirstRankFailure),
         Box::new(NodeHostSpikeRule),

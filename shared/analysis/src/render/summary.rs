@@ -16,7 +16,7 @@ use crate::render::wrap::{WIDTH, line, section, shorten, wrap};
 use crate::words::{counted, source_line, tensor_count};
 use oomscope_format::Trace;
 use oomscope_format::units::{
-    format_bytes, format_count, format_duration_us, format_percent, format_signed_bytes,
+    MIB, format_bytes, format_count, format_duration_us, format_percent, format_signed_bytes,
     format_signed_bytes_f64,
 };
 use oomscope_format::{CounterKind, HeldClock, HeldKind, HeldTensors, OomKind};
@@ -182,6 +182,24 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
         line(out, &format!("  memory at marks is read as `{primary}`"));
     } else if trace.marks.is_empty() {
         wrap(out, &format!("no stage marks: {NO_MARKS_HINT}"), 2, 4);
+    }
+    if let Some(shm) = analysis
+        .shared_memory
+        .filter(|s| s.run_bytes() >= MIB || s.peak_fraction() >= 0.5)
+    {
+        // Host memory outside the processes: what DataLoader workers hand over.
+        wrap(
+            out,
+            &format!(
+                "shared memory (/dev/shm): at most {} of its {} ({}), {} of it the run's",
+                format_bytes(shm.peak_bytes),
+                format_bytes(shm.size_bytes),
+                format_percent(shm.peak_fraction()),
+                format_bytes(shm.run_bytes())
+            ),
+            2,
+            4,
+        );
     }
 }
 

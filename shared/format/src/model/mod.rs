@@ -102,13 +102,22 @@ pub enum CounterKind {
     /// libraries, shmem). Clean file pages are the kernel's to drop under pressure: growth here is
     /// not a leak; the rest of `HostRss` is anonymous memory. Format v1.8.
     HostRssFile,
+    /// Bytes in use on the shared-memory tmpfs (`/dev/shm`: its blocks less its free blocks):
+    /// POSIX shared memory, where DataLoader workers hand their batches to the main process, and
+    /// any file written there. The whole mount's, every process's that uses it (a container's
+    /// `/dev/shm` is its own): host memory the run uses outside any process's RSS until a
+    /// process maps it. Format v1.13.
+    ShmUsed,
+    /// The size of that tmpfs (Docker's default is 64 MB): what `ShmUsed` can reach before a
+    /// worker's batch no longer fits. Format v1.13.
+    ShmSize,
     /// A kind this reader does not know (written by a newer recorder); the code is kept.
     Other(u16),
 }
 
 impl CounterKind {
     /// Every kind this version knows, in code order.
-    pub const KNOWN: [CounterKind; 19] = [
+    pub const KNOWN: [CounterKind; 21] = [
         CounterKind::GpuUsed,
         CounterKind::GpuFree,
         CounterKind::GpuReserved,
@@ -128,6 +137,8 @@ impl CounterKind {
         CounterKind::Allocator(AllocatorQuantity::InactiveSplit),
         CounterKind::Allocator(AllocatorQuantity::AllocRetries),
         CounterKind::Allocator(AllocatorQuantity::Ooms),
+        CounterKind::ShmUsed,
+        CounterKind::ShmSize,
     ];
 
     /// The stable numeric code written to the trace.
@@ -145,6 +156,8 @@ impl CounterKind {
             CounterKind::PidRss => 14,
             CounterKind::PidGpu => 15,
             CounterKind::HostRssFile => 16,
+            CounterKind::ShmUsed => 20,
+            CounterKind::ShmSize => 21,
             CounterKind::Other(code) => code,
         }
     }
@@ -180,6 +193,8 @@ impl CounterKind {
             CounterKind::HostPss => return "host.pss".to_owned(),
             CounterKind::PidRss => return "pid.rss".to_owned(),
             CounterKind::HostRssFile => return "host.rss_file".to_owned(),
+            CounterKind::ShmUsed => return "host.shm_used".to_owned(),
+            CounterKind::ShmSize => return "host.shm_size".to_owned(),
             CounterKind::PidGpu => "pid",
             CounterKind::Other(code) => return format!("other{code}"),
         };
@@ -222,6 +237,8 @@ impl CounterKind {
             CounterKind::PidRss => "pid_rss",
             CounterKind::PidGpu => "pid_gpu",
             CounterKind::HostRssFile => "host_rss_file",
+            CounterKind::ShmUsed => "shm_used",
+            CounterKind::ShmSize => "shm_size",
             CounterKind::Other(_) => "other",
         }
     }
