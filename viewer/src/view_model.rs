@@ -35,14 +35,18 @@ pub const PALETTE: [(u8, u8, u8); 8] = [
 ];
 
 /// The counters worth a line: memory in use (GPU used, process, reserved, allocated, host RSS).
-/// Free/available memory and totals are the complement of those and would only crowd the chart.
+/// Free/available memory and totals (a GPU's, `/dev/shm`'s size) are the complement of those and
+/// would only crowd the chart.
 pub fn plotted_counters(trace: &Trace) -> Vec<Plotted> {
     let mut out = Vec::new();
     for (i, c) in trace.counters.iter().enumerate() {
         let id = CounterId(i as u32);
         let shown = !matches!(
             c.kind,
-            CounterKind::GpuFree | CounterKind::GpuTotal | CounterKind::HostAvailable
+            CounterKind::GpuFree
+                | CounterKind::GpuTotal
+                | CounterKind::HostAvailable
+                | CounterKind::ShmSize
         );
         let has_data = trace
             .samples

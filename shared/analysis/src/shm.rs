@@ -15,6 +15,9 @@ use oomscope_format::{CounterKind, Trace};
 
 /// `/dev/shm` used at this share of its size or more is full: the next batch a worker hands over
 /// may not fit (a batch is often several MiB; the tmpfs rounds to pages and holds other files).
+/// Also full below it: when what was left free at the peak is less than the largest rise between
+/// two readings (a batch handed over, or a few), the next such rise does not fit (a real run's
+/// failing handover came at 88%: `collector/tests/zoo/shm_small.py`).
 pub const SHM_FULL_FRACTION: f64 = 0.9;
 
 /// What `/dev/shm` held during the run.
@@ -28,6 +31,8 @@ pub struct SharedMemory {
     pub peak_bytes: u64,
     /// When.
     pub peak_t_us: u64,
+    /// The largest rise between two consecutive readings (a batch handed over, or a few).
+    pub largest_rise_bytes: u64,
 }
 
 impl SharedMemory {
@@ -41,9 +46,16 @@ impl SharedMemory {
         self.peak_bytes as f64 / self.size_bytes.max(1) as f64
     }
 
-    /// Whether it was full at its peak ([`SHM_FULL_FRACTION`]).
+    /// What was left free at the peak.
+    pub fn free_at_peak_bytes(&self) -> u64 {
+        self.size_bytes.saturating_sub(self.peak_bytes)
+    }
+
+    /// Whether it was full at its peak: [`SHM_FULL_FRACTION`] of its size, or less free than
+    /// its largest rise.
     pub fn full(&self) -> bool {
         self.peak_fraction() >= SHM_FULL_FRACTION
+            || self.free_at_peak_bytes() < self.largest_rise_bytes
     }
 }
 
@@ -56,11 +68,16 @@ pub fn shared_memory(trace: &Trace) -> Option<SharedMemory> {
     let times = samples.times_us();
     let mut start = None;
     let mut peak: Option<(u64, u64)> = None;
+    let (mut last, mut largest_rise_bytes) = (None, 0);
     for (row, t_us) in times.iter().enumerate() {
         let Some(bytes) = samples.value(used, row) else {
             continue;
         };
         start.get_or_insert(bytes);
+        if let Some(before) = last {
+            largest_rise_bytes = largest_rise_bytes.max(bytes.saturating_sub(before));
+        }
+        last = Some(bytes);
         if peak.is_none_or(|(b, _)| bytes > b) {
             peak = Some((bytes, *t_us));
         }
@@ -74,5 +91,6 @@ pub fn shared_memory(trace: &Trace) -> Option<SharedMemory> {
         start_bytes: start?,
         peak_bytes,
         peak_t_us,
+        largest_rise_bytes,
     })
 }

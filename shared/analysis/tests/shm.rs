@@ -9,17 +9,25 @@ use oomscope_format::{
     CounterKind, ExitStatus, Metadata, ProcessExit, Record, Trace, TraceWriter, decode,
 };
 
-/// A run whose `/dev/shm` of `size` held `start` when it began and `peak` at most, ending with
-/// `exit`.
+/// A run whose `/dev/shm` of `size` held `start` when it began and rose evenly over ten
+/// readings to `peak`, ending with `exit`.
 fn run(size: u64, start: u64, peak: u64, exit: i32) -> Trace {
+    let readings: Vec<u64> = (0..10u64).map(|t| start + (peak - start) * t / 9).collect();
+    run_of(size, &readings, exit)
+}
+
+/// A run whose `/dev/shm` of `size` read `readings`, ending with `exit`.
+fn run_of(size: u64, readings: &[u64], exit: i32) -> Trace {
     let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
     let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
     let used = w.declare_counter(CounterKind::ShmUsed, None).unwrap();
     let total = w.declare_counter(CounterKind::ShmSize, None).unwrap();
-    for tick in 0..10u64 {
-        let in_shm = start + (peak - start) * tick / 9;
-        w.sample(tick * 10_000, &[(rss, 600 * MIB), (used, in_shm), (total, size)])
-            .unwrap();
+    for (tick, in_shm) in readings.iter().enumerate() {
+        w.sample(
+            tick as u64 * 10_000,
+            &[(rss, 600 * MIB), (used, *in_shm), (total, size)],
+        )
+        .unwrap();
     }
     w.write(&Record::Exit(ProcessExit {
         t_us: 100_000,
@@ -67,13 +75,21 @@ fn dev_shm_below_full_or_filled_before_the_run_is_no_finding() {
             .iter()
             .any(|f| f.kind == FindingKind::ShmPressure)
     };
-    // Threshold set on the golden's 98%: 89% is not full.
+    // 89% is not full while what is left (7 MiB) holds the largest rise (6.22 MiB a tick)...
     assert!(!find(&run(64 * MIB, MIB, 57 * MIB, 0)));
     assert!(find(&run(64 * MIB, MIB, 58 * MIB, 0)));
+    // ... but 64% is full when the next rise of the size seen does not fit: 40 MiB at once,
+    // 23 MiB left.
+    let jump = [MIB, MIB, MIB, 41 * MIB, 41 * MIB];
+    assert!(find(&run_of(64 * MIB, &jump, 1)));
+    assert!(!find(&run_of(128 * MIB, &jump, 1)));
     // Full before the run began, and no fuller: not the run's doing.
     assert!(!find(&run(64 * MIB, 60 * MIB, 60 * MIB, 1)));
     // A clean run that filled it: a warning, not critical.
-    let a = analyze(&run(64 * MIB, MIB, 62 * MIB, 0), &AnalysisOptions::default());
+    let a = analyze(
+        &run(64 * MIB, MIB, 62 * MIB, 0),
+        &AnalysisOptions::default(),
+    );
     let f = a
         .findings
         .iter()

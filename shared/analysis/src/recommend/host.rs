@@ -433,15 +433,17 @@ impl Diagnose for ShmPressure {
     const KIND: FindingKind = FindingKind::ShmPressure;
     type Diagnosis<'a> = ShmFull<'a>;
 
-    /// Detection: `/dev/shm` in use at [`crate::shm::SHM_FULL_FRACTION`] of its size or more,
-    /// with the run's own files a part of it (not a tmpfs other processes filled before it).
+    /// Detection: `/dev/shm` full ([`crate::shm::SharedMemory::full`]: at
+    /// [`crate::shm::SHM_FULL_FRACTION`] of its size, or less free than its largest rise), with
+    /// the run's own files a part of it (not a tmpfs other processes filled before it).
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let shm = ctx.analysis.shared_memory.as_ref()?;
         (shm.full() && shm.run_bytes() > 0).then(|| ShmFull {
             shm,
-            failed: ctx.trace.exit.is_some_and(|e| {
-                !matches!(e.status, oomscope_format::ExitStatus::Code(0))
-            }),
+            failed: ctx
+                .trace
+                .exit
+                .is_some_and(|e| !matches!(e.status, oomscope_format::ExitStatus::Code(0))),
             workers: super::growth::Program::of(ctx).workers,
         })
     }
@@ -455,13 +457,26 @@ impl Diagnose for ShmPressure {
             format_bytes(shm.size_bytes)
         );
         let mut explanation = format!(
-            "the shared-memory tmpfs (/dev/shm) held {} of its {} ({}) at {}, {} of it since the              run began; DataLoader workers hand every batch to the main process through it (a              file per tensor, in no process's resident memory until mapped), so a batch that              does not fit fails in the worker (\"unable to allocate shared memory(shm)\", or a              bus error) while the host still has memory, and the loop waits for a batch that              never comes",
+            "the shared-memory tmpfs (/dev/shm) held {} of its {} ({}) at {}, {} of it since the \
+             run began; DataLoader workers hand every batch to the main process through it (a \
+             file per tensor, in no process's resident memory until mapped), so a batch that \
+             does not fit fails in the worker (\"unable to allocate shared memory(shm)\", or a \
+             bus error) while the host still has memory, and the loop waits for a batch that \
+             never comes",
             format_bytes(shm.peak_bytes),
             format_bytes(shm.size_bytes),
             format_percent(shm.peak_fraction()),
             format_duration_us(shm.peak_t_us),
             format_bytes(shm.run_bytes()),
         );
+        if shm.free_at_peak_bytes() < shm.largest_rise_bytes {
+            explanation.push_str(&format!(
+                "; {} was left free then, less than the most it grew between two readings ({}): \
+                 the next such handover did not fit",
+                format_bytes(shm.free_at_peak_bytes()),
+                format_bytes(shm.largest_rise_bytes)
+            ));
+        }
         if d.failed {
             explanation.push_str("; the run then failed");
         }
