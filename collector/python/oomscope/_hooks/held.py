@@ -36,6 +36,10 @@ from itertools import islice
 from oomscope._hooks.breakdown import instances, named, subclasses
 
 RISES = 4  # consecutive rising iteration ends before a count
+# An eval's batches: 8 rising before a count, so that a short eval (a validation of 10 batches)
+# is never counted (its counts could not pair within it, and their passing allocations move the
+# C allocator's heap under the eval's own growth, which the analysis reads from the RSS).
+EVAL_RISES = 8
 MIN_RISE_BYTES = 1 << 20  # over those rises
 APART = 8  # iterations between the two counts
 EVAL_APART = 4  # an eval's batches between its two counts
@@ -103,11 +107,13 @@ def memory_now(torch, cuda=None):
 class Watch:
     """Decides at each iteration's end whether to count now (see the module docs). `apart` ticks
     between a pair's counts and `gap_s` between readings: an eval's batches are few and slower
-    than a fast loop's iterations, so its watch reads each and counts `EVAL_APART` apart."""
+    than a fast loop's iterations, so its watch reads each, waits for `EVAL_RISES` rises and
+    counts `EVAL_APART` apart."""
 
-    def __init__(self, apart=APART, gap_s=READING_GAP_S):
+    def __init__(self, apart=APART, gap_s=READING_GAP_S, rises=RISES):
         self.apart = apart
         self.gap_s = gap_s
+        self.rises = rises
         self.readings = []
         self.first = None  # (iteration, step, census) of a pair's first count
         self.quiet_until = 0
@@ -123,9 +129,9 @@ class Watch:
         if iteration < self.quiet_until or reading is None:
             return None
         self.readings.append(reading)
-        del self.readings[:-(RISES + 1)]
+        del self.readings[:-(self.rises + 1)]
         r = self.readings
-        if len(r) == RISES + 1 and all(b > a for a, b in zip(r, r[1:])) and \
+        if len(r) == self.rises + 1 and all(b > a for a, b in zip(r, r[1:])) and \
                 r[-1] - r[0] >= MIN_RISE_BYTES:
             return "first"
         return None

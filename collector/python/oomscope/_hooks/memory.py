@@ -156,7 +156,7 @@ def at_eval_forward():
         # training's again.
         if _send_moment(force=True):
             memory.eval_sent = True
-        memory.eval_watch = held.Watch(apart=held.EVAL_APART, gap_s=0.0)
+        memory.eval_watch = held.Watch(apart=held.EVAL_APART, gap_s=0.0, rises=held.EVAL_RISES)
         memory.eval_watch.training = False
         memory.eval_watch_step = loop.step
         memory.eval_watch_base = loop.evals - 1
