@@ -1,13 +1,15 @@
 """An OOM kill in eval (issue 42, case 5): an MLP trained for 100 steps, then an eval that keeps
 every batch's logits on the host (`all_logits.append(...)`, to `torch.cat` them at the end for a
-metric), run inside a memory cgroup too small for them: the kernel's OOM killer ends it during the
-eval. No DataLoader, no workers: what filled the limit is the eval's list. The program writes its
-truth as it goes (the steps it trained, the bytes its list held at its last eval batch, 8 MiB a
-batch), since it does not live to write it at the end. The peak's breakdown must not count the
-gradients that `zero_grad(set_to_none=True)` freed before the eval.
+metric), run inside a memory cgroup too small for them (640 MiB: some 20 eval batches before the
+kill with the debug collector in the cgroup too, room for the leak watch's pair of counts after
+8 rising batches): the kernel's OOM killer ends it during the eval. No DataLoader, no workers:
+what filled the limit is the eval's list. The program writes its truth as it goes (the steps it
+trained, the bytes its list held at its last eval batch, 8 MiB a batch), since it does not live
+to write it at the end. The peak's breakdown must not count the gradients that
+`zero_grad(set_to_none=True)` freed before the eval.
 
 EXPECT = {
-    "cgroup_mib": 560,
+    "cgroup_mib": 640,
     "killed": True,
     "findings": ["host-memory-pressure"],
     "absent": ["worker-private-growth", "worker-cow"],
