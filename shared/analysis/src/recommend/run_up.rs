@@ -7,9 +7,9 @@ use crate::words;
 use oomscope_format::units::{format_bytes, format_count, format_signed_bytes};
 use oomscope_format::{HeldClock, HeldKind, HeldTensors, OomKind};
 
-/// "in the run-up, the eval at step 99 had added +115 MiB of host.rss over its 19 batches
-/// (6.05 MiB a batch); over its batches 5-13 list `all_logits` (13 items) gained 8
-/// float32[64x32768] (1 a batch, 8.00 MiB a batch)".
+/// "it died in the eval at step 99, which had added +144 MiB of host.rss over its 19 batches
+/// (8.02 MiB a batch); counted at its batches 5 and 13, list `all_logits` (12 items) gained 8
+/// float32[64x32768] (8.00 MiB a batch)" (without growth: "… (19 batch(es) in)").
 pub fn fact(r: &RunUp) -> String {
     let mut fact = format!(
         "it died in the eval at step {} ({} batch(es) in)",
