@@ -9,7 +9,8 @@ A program says what it expects in its docstring, as `EXPECT = {...}` (a Python l
 - `evals`: how many evals the run had (the eval table's count, from the JSON);
 - `rate_per`: the clock a leak's rate is said in (`step`, `request`, `epoch`): the leak
   finding's rate must be within a third (or the program's `rate_tolerance`) of the program's own
-  `kept_bytes_per_<clock>`;
+  `kept_bytes_per_<clock>`, and what its holders gain within a third of the program's
+  `held_bytes_per_<clock>` when the program measures that;
 - `cgroup_mib`: run it inside a memory cgroup of that limit (root and a writable memory
   controller; else the program is `skipped`, with why); `killed`: the kernel kills it (exit 137);
 - `shm_mib`: run it with a `/dev/shm` of that size, as in a container (a tmpfs mounted in a mount
@@ -160,13 +161,14 @@ def run_one(name, collector, python, out_dir):
     return {"verdict": verdict, "why": why, "seconds": took, "trace": trace}
 
 
-def leak_rate(analysis, clock):
-    """The rate the leak finding gives per `clock`, in bytes, from its evidence."""
+def leak_rate(analysis, clock, label="slope_bytes_per_"):
+    """The rate the leak finding gives per `clock`, in bytes, from its evidence (the growth's, or
+    with `held_bytes_per_` what its holders were counted gaining)."""
     for f in analysis["findings"]:
         if f["id"] != "leak":
             continue
         for e in f["evidence"]:
-            if e.get("label") == "slope_bytes_per_" + clock:
+            if e.get("label") == label + clock:
                 return e.get("value")
     return None
 
@@ -217,6 +219,10 @@ def judge(expect, truth, analysis, text):
             partial.append("the leak is not given per %s" % clock)
         elif want and abs(got - want) > expect.get("rate_tolerance", RATE_TOLERANCE) * want:
             partial.append("leak %.3g B/%s, the program kept %.3g" % (got, clock, want))
+        want = truth.get("held_bytes_per_" + clock)
+        got = leak_rate(analysis, clock, "held_bytes_per_")
+        if want and (got is None or abs(got - want) > RATE_TOLERANCE * want):
+            partial.append("its holders gain %s B/%s, the program's %.3g" % (got, clock, want))
     if "run_up_per_batch" in expect:
         want = truth.get("kept_bytes_per_batch")
         rows = (analysis.get("run_up") or {}).get("held") or []

@@ -1,7 +1,9 @@
 """Offline batch inference that keeps every batch's outputs: a classifier under `no_grad()`
 scores a stream of batches and appends each batch's probabilities to `results` to write them
 out at the end (1 MiB a batch). No optimizer: the forward is the clock, and `results` is what
-grows.
+grows. Its resident memory grows 1 to 2 MiB a batch (the C allocator keeps some freed
+intermediates' pages, more in some runs than others): the leak's rate is held to that, what
+`results` is said to gain to its tensors' bytes.
 
 EXPECT = {
     "findings": ["leak"],
@@ -9,7 +11,6 @@ EXPECT = {
     "words": ["results", "/forward"],
     "no_words": ["autograd graph)", ".item() or .detach()"],
     "rate_per": "forward",
-    "rate_tolerance": 0.5,
 }
 """
 
@@ -32,9 +33,13 @@ def main():
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 1024)).eval()
     with torch.no_grad():
         for b in range(a.batches):
+            if b == 10:
+                rss_at_10 = _truth.rss_bytes()
             results.append(model(torch.randn(256, 256)).softmax(-1))
-    kept = _truth.storage_bytes(results)
-    _truth.write(forwards=a.batches, kept_bytes_per_forward=kept / a.batches)
+    rss_per_batch = (_truth.rss_bytes() - rss_at_10) / (a.batches - 10)
+    held = _truth.storage_bytes(results) / a.batches
+    _truth.write(forwards=a.batches, kept_bytes_per_forward=rss_per_batch,
+                 held_bytes_per_forward=held)
     print("scored %d" % len(results))
 
 
