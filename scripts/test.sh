@@ -8,6 +8,7 @@ source scripts/env.sh
 bash scripts/setup.sh
 bash scripts/setup-torch.sh
 bash scripts/setup-frameworks.sh
+bash scripts/setup-torch-newest.sh
 bash scripts/setup-viewer.sh
 source scripts/env.sh # now with LIBTORCH
 TCH="--features oomscope-collector/tch"
@@ -53,6 +54,13 @@ step "tests (tch instrumentation on CPU and end-to-end reports in chromium inclu
 # (PyTorch's compile cache stays where it was: torch.compile's test reuses it between runs.)
 TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchinductor_$(id -un)}" \
     TMPDIR="$browser_tmp" cargo test --workspace --locked $TCH
+
+# The collector finds libtorch 2.11 by its RUNPATH; LD_LIBRARY_PATH (env.sh's 2.11) would hand the
+# newest torch's Python the old libraries.
+step "the zero-code tests again on the newest PyTorch on PyPI (2.15; the matrix in docs/pytorch.md)"
+env -u LD_LIBRARY_PATH OOMSCOPE_TORCH_VENV="$OOMSCOPE_TORCH_NEWEST_VENV" \
+    cargo test -p oomscope-collector --locked $TCH \
+    --test python_hooks --test frameworks --test memory_breakdown --test diagnosis
 
 step "the Python wheel (maturin): built, installed into a fresh venv, recording an unmodified PyTorch program"
 bash scripts/test-wheel.sh

@@ -360,7 +360,9 @@ fn held_change(steady: &[&HeldTensors], unit: &str) -> Option<String> {
             format!(
                 "{} gains {tensors} and is never emptied: clear it once used{}",
                 words::holder(h),
-                if unit == "step" {
+                // An object's own list of tensors, kept across steps, is how metrics keep state
+                // (torchmetrics' `preds`); the hooks name such a holder "… of the `X` object".
+                if unit == "step" && h.holder.ends_with(" object") {
                     " (a metric's state: reset it after compute())"
                 } else {
                     ""
