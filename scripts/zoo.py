@@ -21,6 +21,9 @@ A program says what it expects in its docstring, as `EXPECT = {...}` (a Python l
 What the program measured of itself (its storages' bytes, its step count) comes from the JSON
 file `ZOO_TRUTH` names, written by `collector/tests/zoo/_truth.py`.
 
+Each threshold the analysis decides by is measured on every program it decides, as a ratio to
+it, and must sit clear of it (`scripts/zoo_thresholds.py`: where each was set, how it is checked).
+
 Verdicts: wrong when a finding it must have is missing or one it must not have is there;
 partial when the findings are right but words, counts or rates are not; right otherwise.
 
@@ -38,6 +41,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import zoo_thresholds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "collector", "tests", "zoo")
@@ -158,7 +163,11 @@ def run_one(name, collector, python, out_dir):
     with open(truth_path) as f:
         truth = json.load(f)
     verdict, why = judge(expect, truth, summary["analysis"], text)
-    return {"verdict": verdict, "why": why, "seconds": took, "trace": trace}
+    ratios, close = zoo_thresholds.measure(expect, truth, summary["analysis"])
+    if close and verdict == "right":
+        verdict = "partial"
+    return {"verdict": verdict, "why": why + close, "seconds": took, "trace": trace,
+            "thresholds": ratios}
 
 
 def leak_rate(analysis, clock, label="slope_bytes_per_"):
@@ -260,13 +269,17 @@ def main():
             r.pop("trace", None)
         if not a.json:
             print("%-22s %-8s %5.1f s  %s" % (name, r["verdict"], r["seconds"],
-                                               "; ".join(r["why"])), flush=True)
+                                               "; ".join(r["why"] + [
+                                                   "%s %.2f" % kv for kv in
+                                                   r.get("thresholds", {}).items()])),
+                  flush=True)
     if scratch is not None:
         scratch.cleanup()
     counts = {v: sum(r["verdict"] == v for r in results.values())
               for v in ("right", "partial", "wrong", "skipped")}
     if a.json:
-        json.dump({"programs": results, "counts": counts}, sys.stdout, indent=1)
+        json.dump({"programs": results, "counts": counts,
+                   "thresholds": zoo_thresholds.THRESHOLDS}, sys.stdout, indent=1)
         print()
     else:
         print("%d right, %d partial, %d wrong, %d skipped of %d" % (

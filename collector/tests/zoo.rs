@@ -3,8 +3,10 @@
 //! resident bytes, its step and eval counts) without oomscope; `scripts/zoo.py` runs each under
 //! the collector and scores it right, partial or wrong. Every program must come out right.
 //!
-//! The programs run one after another, alone among this binary's tests (one test), with one
-//! OpenMP thread; the suite's other binaries may run beside them, as on a loaded machine.
+//! The programs run one after another (one test; the other only reads a file), with one OpenMP
+//! thread; the suite's other binaries may run beside them, as on a loaded machine. The
+//! thresholds the analysis decides by are checked on them, each on programs other than those it
+//! was set on (`scripts/zoo_thresholds.py`).
 
 mod support;
 
@@ -41,10 +43,51 @@ fn every_program_of_the_zoo_comes_out_right() {
             eprintln!("SKIPPED {name}: {}", r["why"]);
         }
     }
+    // Each threshold was set on other programs (scripts/zoo_thresholds.py names them) and is
+    // checked here on at least one program it decides, with room to spare.
+    let thresholds = card["thresholds"].as_object().unwrap();
+    for name in thresholds.keys() {
+        let checked: Vec<&String> = programs
+            .iter()
+            .filter(|(_, r)| r["thresholds"].get(name).is_some())
+            .map(|(p, _)| p)
+            .collect();
+        assert!(!checked.is_empty(), "no zoo program checks {name}: {text}");
+    }
     let not_right: Vec<String> = programs
         .iter()
         .filter(|(_, r)| r["verdict"] != "right" && r["verdict"] != "skipped")
         .map(|(name, r)| format!("{name}: {} ({})", r["verdict"], r["why"]))
         .collect();
     assert!(not_right.is_empty(), "{}", not_right.join("\n"));
+}
+
+/// The analysis's thresholds that `scripts/zoo_thresholds.py` measures the programs against are
+/// the analysis's own.
+#[test]
+fn the_zoo_measures_the_analysis_s_own_thresholds() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/zoo_thresholds.py"
+    ))
+    .unwrap();
+    for line in [
+        format!(
+            "WORKERS_EXPLAIN_FRACTION = {}",
+            oomscope_analysis::workers::WORKERS_EXPLAIN_FRACTION
+        ),
+        format!(
+            "EVAL_STAIRCASE_MIN_BYTES = {} * MIB",
+            oomscope_analysis::recommend::EVAL_STAIRCASE_MIN_BYTES >> 20
+        ),
+        format!(
+            "MIN_R_SQUARED = {}",
+            oomscope_analysis::leaks::MIN_R_SQUARED
+        ),
+    ] {
+        assert!(
+            text.contains(&line),
+            "scripts/zoo_thresholds.py lacks `{line}`"
+        );
+    }
 }

@@ -481,6 +481,10 @@ const PSS_BURST_S: f64 = 0.1;
 /// forks its workers ~10 ms apart, and reading each partial tree (17–43 ms each for a 256 MiB
 /// parent) spent the burst before the whole tree was read, so workers shorter-lived than the
 /// refill went unread (the forked-workers test failed 1 run in 10).
+///
+/// Set on `cow_dataloader.py`'s forked workers (python_hooks.rs); checked on the zoo's
+/// `cow_text_corpus.py` and `spawn_workers.py`: every worker read, their private bytes within
+/// 5% of what the programs read of them themselves (`scripts/zoo_thresholds.py`).
 const PSS_SETTLE: Duration = Duration::from_millis(50);
 
 /// ...but no later than this after the first change, for a program that forks without pause.

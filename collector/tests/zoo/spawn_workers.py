@@ -55,7 +55,7 @@ def main():
                                          multiprocessing_context=a.context)
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    steps = 0
+    steps, workers_private = 0, 0
     for epoch in range(a.epochs):
         for x, y in loader:
             loss = F.cross_entropy(model(x), y)
@@ -63,8 +63,10 @@ def main():
             opt.step()
             opt.zero_grad(set_to_none=True)
             steps += 1
+        workers_private = max(workers_private, _truth.workers_private_bytes(loader))
     _truth.write(steps=steps, workers=a.workers, context=a.context,
-                 cached_bytes_all_workers=a.items * 72 * 1024 * 4)
+                 cached_bytes_all_workers=a.items * 72 * 1024 * 4,
+                 workers_private_bytes=workers_private)
     print("steps %d loss %.4f" % (steps, loss.item()))
 
 

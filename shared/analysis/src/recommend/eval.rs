@@ -27,6 +27,11 @@ pub const EVAL_RETAIN_REPEATS: usize = 2;
 /// ...or at least [`EVAL_STAIRCASE_REPEATS`] evals each keep this much and together
 /// [`EVAL_STAIRCASE_MIN_TOTAL_BYTES`]: a long staircase of small stairs (a list of validation
 /// outputs never cleared, 30–50 MiB an epoch) is the same bug, caught later.
+///
+/// Set on Lightning's uncleared validation outputs recorded under load (frameworks.rs,
+/// `v1_10_lightning_eval_creep.oomt`); checked on the zoo: `lightning_val_outputs.py` keeps 2.4–2.8
+/// times it an eval, and the evals of six programs that keep nothing keep at most 0.61 times it
+/// (`scripts/zoo_thresholds.py`).
 pub const EVAL_STAIRCASE_MIN_BYTES: i64 = 16 << 20;
 
 /// See [`EVAL_STAIRCASE_MIN_BYTES`].
