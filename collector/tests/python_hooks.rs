@@ -383,6 +383,17 @@ fn dataloader_workers_over_python_lists_copy_the_dataset_and_over_numpy_do_not()
         lists.findings
     );
     assert!(!kinds.contains(&FindingKind::Leak), "{kinds:?}");
+    // Copies, told as copies: their PSS rose less than their private memory (pages they shared).
+    assert!(
+        lists.findings[0].title.contains("their parent's memory"),
+        "{}",
+        lists.findings[0].title
+    );
+    assert!(
+        lists.growing_workers.iter().all(|w| !w.grows_its_own()),
+        "{:#?}",
+        lists.growing_workers
+    );
     assert_eq!(
         lists.growing_workers.len(),
         2,

@@ -9,8 +9,8 @@ threshold, checked here and set on neither this program nor the two it was set o
 EXPECT = {
     "findings": ["worker-private-growth"],
     "absent": ["leak", "eval-peak", "eval-retains-memory"],
-    "words": ["copied their parent"],
-    "no_words": ["spawn"],
+    "words": ["their parent's memory"],
+    "no_words": ["spawn", "grow their own memory"],
 }
 """
 

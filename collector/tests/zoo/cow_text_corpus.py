@@ -9,8 +9,8 @@ rows of floats in a list); here it is checked.
 EXPECT = {
     "findings": ["worker-private-growth"],
     "absent": ["leak", "eval-peak", "eval-retains-memory"],
-    "words": ["copied their parent"],
-    "no_words": ["spawn"],
+    "words": ["their parent's memory"],
+    "no_words": ["spawn", "grow their own memory"],
 }
 """
 

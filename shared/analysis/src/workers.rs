@@ -81,7 +81,33 @@ pub struct WorkerGrowth {
     pub from_us: u64,
     /// Last reading.
     pub to_us: u64,
+    /// What its PSS rose for each byte its private memory rose, from its first reading to its
+    /// last (`None` without a rise or PSS readings): 1 for memory of its own, less for pages it
+    /// copied from its parent (see [`OWN_MEMORY_PSS_SHARE`]).
+    pub pss_per_private: Option<f64>,
 }
+
+impl WorkerGrowth {
+    /// Whether what it grew is memory of its own, not copies of its parent's pages: an
+    /// interpreter of its own (spawn, fork server), or a forked worker whose PSS rose as much as
+    /// its private memory.
+    pub fn grows_its_own(&self) -> bool {
+        own_interpreter(self.start)
+            || (self.start == StartMethod::Fork
+                && self
+                    .pss_per_private
+                    .is_some_and(|share| share >= OWN_MEMORY_PSS_SHARE))
+    }
+}
+
+/// A forked worker whose PSS rose at least this much for each private byte grew memory of its
+/// own (a cache of decoded items, prefetched batches): a page it allocates adds a whole page to
+/// its PSS, a page it copies from k processes sharing it adds 1 - 1/k of one (it already held
+/// 1/k): below this with fewer than 20 processes sharing. Set on the zoo's forked workers
+/// that cache decoded items (`spawn_workers.py --context fork`: 1.00) against two that copy
+/// (`cow_text_corpus.py`, `cow_records.py`: 0.66–0.75); checked on `fork_worker_cache.py` and on
+/// `cow_dataloader.py` (python_hooks.rs), which must still be told as copies.
+pub const OWN_MEMORY_PSS_SHARE: f64 = 0.95;
 
 /// The workers (other processes of the tree) whose private memory grows steadily by at least
 /// [`MIN_GROWTH_BYTES`] over [`MIN_SPAN_US`] or more (or copied what they read, page by page, however
@@ -130,6 +156,12 @@ fn workers(trace: &Trace, told: bool) -> Vec<WorkerGrowth> {
                 .iter()
                 .filter(|p| p.pid == pid)
                 .map(|p| (p.t_us, p.private_bytes))
+                .collect();
+            let pss: Vec<(u64, u64)> = trace
+                .process_memory
+                .iter()
+                .filter(|p| p.pid == pid && p.pss_bytes > 0)
+                .map(|p| (p.pss_bytes, p.private_bytes))
                 .collect();
             if own_interpreter(start) {
                 // Its start-up is its own, not growth: from the first reading at or after the
@@ -185,6 +217,12 @@ fn workers(trace: &Trace, told: bool) -> Vec<WorkerGrowth> {
                 still_growing: grows,
                 from_us: first.0,
                 to_us: last.0,
+                pss_per_private: match (pss.first(), pss.last()) {
+                    (Some(a), Some(b)) if b.1 > a.1 && b.0 >= a.0 => {
+                        Some((b.0 - a.0) as f64 / (b.1 - a.1) as f64)
+                    }
+                    _ => None,
+                },
             })
         })
         .collect();
@@ -246,6 +284,35 @@ mod tests {
             });
         }
         trace
+    }
+
+    #[test]
+    fn a_forked_worker_whose_pss_rose_with_its_private_memory_grows_its_own() {
+        // Private memory 10 -> 300 MiB over 6 readings; PSS rising as much (a cache of its own)
+        // or 0.7 as much (pages copied from the 4 processes sharing them).
+        let worker = |pss_share: f64| {
+            let mut trace = Trace::default();
+            trace.processes.push(oomscope_format::ProcessInfo {
+                pid: 7,
+                start: StartMethod::Fork,
+                ..oomscope_format::ProcessInfo::default()
+            });
+            for i in 0..6u64 {
+                let private = (10 + 58 * i) * MIB;
+                trace.process_memory.push(ProcessMemory {
+                    t_us: i * 1_000_000,
+                    pid: 7,
+                    private_bytes: private,
+                    pss_bytes: 90 * MIB + (pss_share * (58 * i * MIB) as f64) as u64,
+                });
+            }
+            growing_workers(&trace).remove(0)
+        };
+        let own = worker(1.0);
+        assert!(own.grows_its_own(), "{own:#?}");
+        let copies = worker(0.7);
+        assert!(!copies.grows_its_own(), "{copies:#?}");
+        assert!((copies.pss_per_private.unwrap() - 0.7).abs() < 0.01);
     }
 
     #[test]

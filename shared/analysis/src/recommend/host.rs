@@ -322,31 +322,49 @@ impl Diagnose for WorkerPrivateGrowth {
         let growing = workers.iter().any(|w| w.still_growing);
         // Spawned or fork-server workers copy nothing of their parent's: their growth is what
         // each keeps itself.
-        let own = workers
-            .iter()
-            .all(|w| crate::workers::own_interpreter(w.start));
-        let started = if workers.iter().all(|w| w.start == StartMethod::Spawn) {
+        // So do forked workers whose PSS rose as much as their private memory: memory of their
+        // own, not copies of their parent's pages.
+        let own = workers.iter().all(|w| w.grows_its_own());
+        let forked = workers.iter().all(|w| w.start == StartMethod::Fork);
+        let started = if forked {
+            "fork"
+        } else if workers.iter().all(|w| w.start == StartMethod::Spawn) {
             "spawn"
         } else {
             "a fork server"
+        };
+        let whose = if forked {
+            "each added as much PSS as private memory (a page copied from its parent adds less: \
+             it was shared), so it is memory of its own, not copies of its parent's pages"
+        } else {
+            "each is an interpreter of its own and copied nothing of its parent's (its own \
+             start-up, the interpreter and its imports, is not counted)"
         };
         let (title, explanation, advice) = if own {
             (
                 format!(
                     "{} worker process(es) started by {started} grow their own memory ({} \
-                     private since their first batch)",
+                     private since {})",
                     workers.len(),
-                    format_bytes(growth)
+                    format_bytes(growth),
+                    if forked {
+                        "they started"
+                    } else {
+                        "their first batch"
+                    }
                 ),
                 format!(
-                    "the private memory of {} of the program's processes ({pids}) grew from the \
-                     program's first batch on{}: {} in all; {largest}. Started by \
-                     multiprocessing's {started}, each is an interpreter of its own and copied \
-                     nothing of its parent's (its own start-up, the interpreter and its imports, \
-                     is not counted): what grows is what each worker keeps itself, such as a \
-                     cache in the dataset object (one per worker), decoded items, prefetched \
-                     batches",
+                    "the private memory of {} of the program's processes ({pids}) grew from {} \
+                     on{}: {} in all; {largest}. Started by \
+                     multiprocessing's {started}, {whose}: what grows is what each worker keeps \
+                     itself, such as a cache in the dataset object (one per worker), decoded \
+                     items, prefetched batches",
                     workers.len(),
+                    if forked {
+                        "their start"
+                    } else {
+                        "the program's first batch"
+                    },
                     if growing {
                         format!(" and still grows (+{rate_per_min}/min together)")
                     } else {
