@@ -324,7 +324,9 @@ impl Diagnose for WorkerPrivateGrowth {
         // each keeps itself.
         // So do forked workers whose PSS rose as much as their private memory: memory of their
         // own, not copies of their parent's pages.
-        let own = workers.iter().all(|w| w.grows_its_own());
+        let own = workers
+            .iter()
+            .all(crate::workers::WorkerGrowth::grows_its_own);
         let forked = workers.iter().all(|w| w.start == StartMethod::Fork);
         let started = if forked {
             "fork"
