@@ -31,12 +31,13 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 1024)).eval()
+    rss_at_10 = _truth.rss_bytes()
     with torch.no_grad():
         for b in range(a.batches):
             if b == 10:
                 rss_at_10 = _truth.rss_bytes()
             results.append(model(torch.randn(256, 256)).softmax(-1))
-    rss_per_batch = (_truth.rss_bytes() - rss_at_10) / (a.batches - 10)
+    rss_per_batch = (_truth.rss_bytes() - rss_at_10) / max(a.batches - 10, 1)
     held = _truth.storage_bytes(results) / a.batches
     _truth.write(forwards=a.batches, kept_bytes_per_forward=rss_per_batch,
                  held_bytes_per_forward=held)

@@ -320,15 +320,21 @@ const COUNTED_SHARE: f64 = 0.6;
 
 /// The bytes a step that the program's containers ([`HeldKind::Tensors`] with a holder, and
 /// [`HeldKind::Objects`]) were counted gaining on the leak's side (host or device), `None` when
-/// none was.
+/// none was, or when what grows keeps autograd graphs (a loss kept with its graph counts the
+/// scalar's 4 bytes; the graph's saved tensors are the rest, and the advice says so).
 fn counted_bytes_per_step(steady: &[&HeldTensors], host: bool) -> Option<f64> {
-    let ours = |h: &&&HeldTensors| {
-        let on_host = h.device.is_empty() || &*h.device == "cpu";
-        let contained =
-            h.kind == HeldKind::Objects || (h.kind == HeldKind::Tensors && !h.holder.is_empty());
-        contained && on_host == host
+    let side = |h: &&&HeldTensors| (h.device.is_empty() || &*h.device == "cpu") == host;
+    if steady
+        .iter()
+        .filter(side)
+        .any(|h| h.is_graph() || !h.grad_fn.is_empty())
+    {
+        return None;
+    }
+    let contained = |h: &&&HeldTensors| {
+        h.kind == HeldKind::Objects || (h.kind == HeldKind::Tensors && !h.holder.is_empty())
     };
-    let rows: Vec<_> = steady.iter().filter(ours).collect();
+    let rows: Vec<_> = steady.iter().filter(side).filter(contained).collect();
     (!rows.is_empty()).then(|| rows.iter().map(|h| h.bytes as f64 / h.steps() as f64).sum())
 }
 
@@ -360,9 +366,7 @@ fn held_change(steady: &[&HeldTensors], unit: &str) -> Option<String> {
             format!(
                 "{} gains {tensors} and is never emptied: clear it once used{}",
                 words::holder(h),
-                // An object's own list of tensors, kept across steps, is how metrics keep state
-                // (torchmetrics' `preds`); the hooks name such a holder "… of the `X` object".
-                if unit == "step" && h.holder.ends_with(" object") {
+                if unit == "step" {
                     " (a metric's state: reset it after compute())"
                 } else {
                     ""

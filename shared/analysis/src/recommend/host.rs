@@ -322,11 +322,9 @@ impl Diagnose for WorkerPrivateGrowth {
         let growing = workers.iter().any(|w| w.still_growing);
         // Spawned or fork-server workers copy nothing of their parent's: their growth is what
         // each keeps itself.
-        // So do forked workers whose PSS rose as much as their private memory: memory of their
-        // own, not copies of their parent's pages.
-        let own = workers
-            .iter()
-            .all(crate::workers::WorkerGrowth::grows_its_own);
+        // So do a few forked workers whose PSS rose as much as their private memory: memory of
+        // their own, not copies of their parent's pages.
+        let own = crate::workers::grow_their_own(workers);
         let forked = workers.iter().all(|w| w.start == StartMethod::Fork);
         let started = if forked {
             "fork"
