@@ -30,7 +30,7 @@ const TOP_FOLDERS: [&str; 7] = [
 const LOG: &str = "docs/benchmarks-log.md";
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
         .parent()
         .expect("the collector crate sits in the repository")
         .to_path_buf()

@@ -3,13 +3,20 @@
 //! `sys.modules` or loaded by path, no file past 500 lines. And the check itself fails when a
 //! rule is broken: a copy of the package with an arrow turned round, a circle and a lookup.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use oomscope_testkit::Scratch;
 
-const CHECK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python_layers.py");
-const PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
+/// The checker and the package, found at run time: a test binary cargo reuses from a clone
+/// elsewhere (it hashes paths relative to the workspace) would look where that clone was.
+fn checker() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("tests/python_layers.py")
+}
+
+fn package() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("python")
+}
 
 fn check(script: &Path) -> Output {
     Command::new("python3").arg(script).output().unwrap()
@@ -17,7 +24,7 @@ fn check(script: &Path) -> Output {
 
 #[test]
 fn the_python_package_imports_one_way_without_circles_and_no_file_is_long() {
-    let out = check(Path::new(CHECK));
+    let out = check(&checker());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{said}");
     // Every module was read: the hooks, the probe, the transport, the public module.
@@ -36,10 +43,10 @@ fn the_python_package_imports_one_way_without_circles_and_no_file_is_long() {
 #[test]
 fn the_check_fails_on_a_wrong_arrow_a_circle_a_lookup_and_a_long_file() {
     let s = Scratch::new("python-layers");
-    copy_dir(Path::new(PYTHON), &s.path("python"));
+    copy_dir(&package(), &s.path("python"));
     std::fs::create_dir_all(s.path("tests")).unwrap();
     let script = s.path("tests/python_layers.py");
-    std::fs::copy(CHECK, &script).unwrap();
+    std::fs::copy(checker(), &script).unwrap();
     let append = |file: &str, text: &str| {
         let path = s.path("python").join(file);
         let mut source = std::fs::read_to_string(&path).unwrap();

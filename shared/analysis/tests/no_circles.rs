@@ -24,7 +24,7 @@ const CRATES: [(&str, &[&str]); 7] = [
 ];
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../..")
 }
 
 // --- reading a file -------------------------------------------------------------------------

@@ -11,7 +11,10 @@ use oomscope_format::{
 
 /// The bytes of a committed trace under `tests/data/`.
 fn read(path: &str) -> Vec<u8> {
-    let path = format!("{}/tests/data/{path}", env!("CARGO_MANIFEST_DIR"));
+    // At run time: a test binary cargo reuses from a clone elsewhere (it hashes paths relative to
+    // the workspace) would look where that clone was.
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    let path = format!("{root}/tests/data/{path}");
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
