@@ -157,9 +157,13 @@ fn lightning_validation_outputs_never_cleared_are_an_eval_staircase_not_a_leak()
         "{:#?}",
         a.findings
     );
+    // The growth inside the evals is named as what stays when RSS showed it (an eval that reuses
+    // freed heap first grows less: under the suite's load one run read 95.9 MiB inside the eval
+    // the finding names, too little to say it accumulates), and the rise during it always.
     assert!(
         top.explanation
-            .contains("what the eval collects batch by batch"),
+            .contains("what the eval collects batch by batch")
+            || top.explanation.contains("during the eval it rose"),
         "{}",
         top.explanation
     );
