@@ -325,35 +325,35 @@ pub type StageLine = (String, usize, Vec<(u64, u64)>);
 pub struct StepChartData {
     /// The metric drawn (the leak's, or the primary metric).
     pub metric: String,
+    /// What the x axis counts: the leak's clock, or the run's.
+    pub clock: oomscope_analysis::clocks::Clock,
     /// One line per stage.
     pub stages: Vec<StageLine>,
-    /// The leaking stage's fit: slope per step, intercept, first and last fitted step.
+    /// The leaking stage's fit: slope per position, intercept, first and last fitted position.
     pub fit: Option<(f64, f64, u64, u64)>,
-    /// The projection: from (last step, highest bytes) to (step where full, limit).
+    /// The projection: from (last position, highest bytes) to (position where full, limit).
     pub projection: Option<((u64, u64), (u64, u64))>,
     /// The limit's name and size.
     pub limit: Option<(String, u64)>,
-    /// Visible steps.
+    /// Visible positions on the clock.
     pub x_range: (u64, u64),
     /// Whether the projection's end lies past `x_range`.
     pub full_beyond: bool,
 }
 
-/// The per-step chart of `trace`: the first leak's metric and stage when there is a leak, else the
-/// primary metric; `None` with fewer than two training steps.
+/// The chart of memory along the run's clock (steps; forwards of a run that never trains; epochs
+/// when the leak is kept at epoch ends): the first leak's metric and clock when there is a leak,
+/// else the primary metric; `None` with fewer than two positions on the clock.
 pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Option<StepChartData> {
+    use oomscope_analysis::clocks::{Clock, clock_rows};
     use oomscope_analysis::metrics::primary_metric;
-    use oomscope_analysis::stages::step_rows;
     let leak = analysis.leaks().next();
-    let metric = match leak {
-        Some(f) => f.metric,
-        None => primary_metric(trace)?,
+    let (metric, clock) = match leak {
+        Some(f) => (f.metric, f.clock),
+        None => (primary_metric(trace)?, Clock::of(trace)),
     };
-    let rows: Vec<_> = step_rows(trace, metric)
-        .into_iter()
-        .filter(|r| r.phase == Phase::Train)
-        .collect();
-    let (first, last) = (rows.first()?.step, rows.last()?.step);
+    let rows = clock_rows(trace, metric, clock);
+    let (first, last) = (rows.first()?.at, rows.last()?.at);
     if last <= first {
         return None;
     }
@@ -363,7 +363,7 @@ pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Opti
         .map(|(column, (name, color))| {
             let points = rows
                 .iter()
-                .filter_map(|r| Some((r.step, r.values.get(column).copied().flatten()?)))
+                .filter_map(|r| Some((r.at, r.values.get(column).copied().flatten()?)))
                 .collect();
             (name, color, points)
         })
@@ -396,6 +396,7 @@ pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Opti
     let wanted_end = projection.map_or(last, |(_, (full, _))| full.max(last));
     Some(StepChartData {
         metric: metric.label(),
+        clock,
         stages,
         fit,
         projection,
@@ -658,5 +659,41 @@ mod tests {
         let a = oomscope_analysis::analyze(&clean, &Default::default());
         let d = step_chart(&clean, &a).unwrap();
         assert!(d.fit.is_none() && d.projection.is_none());
+    }
+
+    #[test]
+    fn the_chart_of_a_leak_kept_at_epoch_ends_counts_epochs_and_a_serving_loop_forwards() {
+        use oomscope_analysis::clocks::Clock;
+        // Six epochs of ten steps, 2 GiB kept at each epoch's end: the fit is per epoch, and so
+        // is the chart's axis (a per-epoch slope drawn over steps would climb 10 times too fast).
+        let mut t = oomscope_testkit::run::Run {
+            steps: 60,
+            ..Default::default()
+        }
+        .build();
+        for m in &mut t.marks {
+            m.epoch = (m.step / 10) as u32;
+            if let Some(a) = m.allocator.as_mut() {
+                a.allocated_bytes += u64::from(m.epoch) * (2 << 30);
+                a.reserved_bytes += u64::from(m.epoch) * (2 << 30);
+            }
+        }
+        let a = oomscope_analysis::analyze(&t, &Default::default());
+        let f = a.leaks().next().unwrap();
+        assert_eq!(f.clock, Clock::Epoch, "{f:#?}");
+        let d = step_chart(&t, &a).unwrap();
+        assert_eq!(d.clock, Clock::Epoch);
+        assert_eq!(d.x_range.0, 0);
+        assert_eq!(d.fit.map(|(_, _, first, last)| (first, last)), Some((0, 5)));
+        assert!(d.stages.iter().all(|(_, _, pts)| pts.len() == 6));
+
+        // The same run never training: a chart per forward, counted from 1.
+        for m in &mut t.marks {
+            m.phase = Phase::Eval;
+        }
+        let a = oomscope_analysis::analyze(&t, &Default::default());
+        let d = step_chart(&t, &a).unwrap();
+        assert_eq!(d.clock, Clock::Forward);
+        assert_eq!(d.x_range.0, 1);
     }
 }

@@ -15,6 +15,7 @@
 
 use serde::Serialize;
 
+pub use crate::clocks::Clock;
 use crate::fit::robust_line;
 use crate::marks::{StageIndex, is_train};
 use crate::metrics::{
@@ -106,44 +107,6 @@ pub enum LimitBasis {
     DeviceTotal,
     /// Host memory: the last `MemAvailable` plus the RSS at that time.
     HostMemory,
-}
-
-/// What a fit counts along its x axis: a [`GrowthFit`]'s `*_step` fields are in its units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Clock {
-    /// Training steps (the marks' step numbers).
-    Step,
-    /// Outermost forwards of a run that never trains: the forward's ordinal, counted from 1 at
-    /// each `pre_forward` mark (a request, in a serving loop).
-    Forward,
-    /// Epochs (the marks' epoch numbers: the program's, or the hooks' count of its training
-    /// DataLoader begun again): memory flat within epochs that rises at their ends.
-    Epoch,
-}
-
-impl Clock {
-    /// The clock's unit in words: `step`, `forward`.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Clock::Step => "step",
-            Clock::Forward => "forward",
-            Clock::Epoch => "epoch",
-        }
-    }
-
-    /// The clock of a trace's fits: [`Clock::Forward`] when its marks are all eval ones (a run
-    /// that never trains), else [`Clock::Step`].
-    pub fn of(trace: &Trace) -> Clock {
-        let mut eval = false;
-        for m in &trace.marks {
-            if is_train(m.phase) {
-                return Clock::Step;
-            }
-            eval = true;
-        }
-        if eval { Clock::Forward } else { Clock::Step }
-    }
 }
 
 /// When a leak fills memory, extrapolating the fitted line.
@@ -310,19 +273,9 @@ pub fn leak_fits(
         let last = *outside_train.last().unwrap_or(&0);
         outside_train.push(last + u32::from(clock == Clock::Step && !is_train(mark.phase)));
     }
-    // Each mark's position on the clock: its step, or the ordinal of the forward it is in.
-    let mut forwards = 0u64;
-    let position: Vec<u64> = trace
-        .marks
-        .iter()
-        .map(|m| match clock {
-            Clock::Step | Clock::Epoch => m.step,
-            Clock::Forward => {
-                forwards += u64::from(&*m.name == "pre_forward");
-                forwards
-            }
-        })
-        .collect();
+    // Each mark's position on the clock: its step, or the ordinal of the forward it is in (an
+    // epoch fit groups the steps' points by their marks' epochs below).
+    let position = clock.positions(trace);
     let (gpu_oom, host_oom) = died_of_oom(trace);
     let workers = crate::workers::growing_workers(trace);
     let mut out = Vec::new();

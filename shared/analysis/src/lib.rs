@@ -14,6 +14,7 @@
 mod analysis;
 mod analyze;
 pub mod batch_fit;
+pub mod clocks;
 pub mod compare;
 pub mod estimate;
 pub mod fit;

@@ -1,12 +1,14 @@
-//! Memory per step: the value at each stage against the step number, so a steady per-step leak
-//! draws as a straight line (over time it draws as plateaus and ramps), with the leak's fitted
-//! line carried on to the memory limit and the step where it meets it marked.
+//! Memory along the run's clock: the value at each stage against the step number (the forward's
+//! in a run that never trains; the epoch, each stage's lowest, when memory is kept at epoch
+//! ends), so a steady leak draws as a straight line (over time it draws as plateaus and ramps),
+//! with the leak's fitted line carried on to the memory limit and where it meets it marked.
 
 use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
+use oomscope_analysis::clocks::Clock;
 use oomscope_format::Trace;
 use oomscope_format::units::{format_bytes, format_count};
 use plotters::element::DashedPathElement;
@@ -35,28 +37,33 @@ pub fn StepChart(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView {
         || {},
         move |canvas, scale| draw(canvas, &drawn, scale).is_some(),
     );
+    let unit = data.clock.unit();
+    let drawn_as = match data.clock {
+        Clock::Epoch => format!("{}: each stage's lowest value in each epoch", data.metric),
+        _ => format!("{} at each stage per {unit}", data.metric),
+    };
     let caption = match (&data.projection, data.full_beyond) {
-        (Some((_, (step, limit))), beyond) => format!(
-            "{} at each stage per step; dashed: the leak's fit, carried on to the {} ({}) at step {}{}",
-            data.metric,
+        (Some((_, (at, limit))), beyond) => format!(
+            "{drawn_as}; dashed: the leak's fit, carried on to the {} ({}) at {unit} {}{}",
             data.limit.as_ref().map_or("limit", |(n, _)| n.as_str()),
             format_bytes(*limit),
-            format_count(*step),
+            format_count(*at),
             if beyond { ", past the right edge" } else { "" }
         ),
-        (None, _) if data.fit.is_some() => format!(
-            "{} at each stage per step; dashed: the leak's fit (no known limit to carry it to)",
-            data.metric
-        ),
-        (None, _) => format!("{} at each stage per step", data.metric),
+        (None, _) if data.fit.is_some() => {
+            format!("{drawn_as}; dashed: the leak's fit (no known limit to carry it to)")
+        }
+        (None, _) => drawn_as,
     };
     let full_step = data.projection.map(|(_, (s, _))| s.to_string());
+    let heading = format!("Memory per {unit}");
+    let label = format!("memory at each stage per {unit}");
     view! {
         <section id="per-step">
-            <h2>"Memory per step"</h2>
+            <h2>{heading}</h2>
             <p class="hint" id="per-step-caption">{caption}</p>
             <canvas id="step-chart" node_ref=canvas_ref style:height=format!("{HEIGHT_CSS_PX}px")
-                data-full-at-step=full_step role="img" aria-label="memory at each stage per step"></canvas>
+                data-full-at-step=full_step role="img" aria-label=label></canvas>
         </section>
     }
     .into_any()
@@ -87,7 +94,14 @@ fn draw(canvas: &web_sys::HtmlCanvasElement, d: &StepChartData, scale: f64) -> O
     };
     let (x0, x1) = (d.x_range.0 as f64, d.x_range.1 as f64);
     let steps = |s: &f64| format_count(s.max(0.0) as u64);
-    let mut chart = frame(&root, theme, scale, (x0..x1, y0..y1), "step", Some(&steps))?;
+    let mut chart = frame(
+        &root,
+        theme,
+        scale,
+        (x0..x1, y0..y1),
+        d.clock.unit(),
+        Some(&steps),
+    )?;
     for (_, color, points) in &d.stages {
         let (r, g, b) = PALETTE[*color];
         chart

@@ -1,0 +1,174 @@
+//! The run's clocks: what memory kept "per" something is counted in. A training loop's clock is
+//! its optimizer steps; a serving loop that never trains counts its forwards (requests); memory
+//! flat within epochs that rises at their ends counts epochs. The leak fits, the findings' words
+//! and the viewer's chart of memory along the clock all place a mark on a clock here, so that a
+//! fit's `*_step` fields, its line and its chart are in one unit.
+
+use serde::Serialize;
+
+use crate::marks::{StageIndex, is_train};
+use crate::metrics::{MetricKey, value_at_mark};
+use oomscope_format::Trace;
+
+/// What a fit counts along its x axis: a [`crate::leaks::GrowthFit`]'s `*_step` fields are in its units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// Training steps (the marks' step numbers).
+    Step,
+    /// Outermost forwards of a run that never trains: the forward's ordinal, counted from 1 at
+    /// each `pre_forward` mark (a request, in a serving loop).
+    Forward,
+    /// Epochs (the marks' epoch numbers: the program's, or the hooks' count of its training
+    /// DataLoader begun again): memory flat within epochs that rises at their ends.
+    Epoch,
+}
+
+impl Clock {
+    /// The clock's unit in words: `step`, `forward`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Clock::Step => "step",
+            Clock::Forward => "forward",
+            Clock::Epoch => "epoch",
+        }
+    }
+
+    /// The clock of a trace's fits: [`Clock::Forward`] when its marks are all eval ones (a run
+    /// that never trains), else [`Clock::Step`].
+    pub fn of(trace: &Trace) -> Clock {
+        let mut eval = false;
+        for m in &trace.marks {
+            if is_train(m.phase) {
+                return Clock::Step;
+            }
+            eval = true;
+        }
+        if eval { Clock::Forward } else { Clock::Step }
+    }
+}
+
+impl Clock {
+    /// Each mark's position on the clock: its step, the ordinal of the forward it is in
+    /// (counted from 1 at each `pre_forward` mark; 0 before the first), or its epoch.
+    pub fn positions(self, trace: &Trace) -> Vec<u64> {
+        let mut forwards = 0u64;
+        trace
+            .marks
+            .iter()
+            .map(|m| match self {
+                Clock::Step => m.step,
+                Clock::Epoch => u64::from(m.epoch),
+                Clock::Forward => {
+                    forwards += u64::from(&*m.name == "pre_forward");
+                    forwards
+                }
+            })
+            .collect()
+    }
+
+    /// Whether a mark of `phase` is on the clock: training marks for steps and epochs, every
+    /// mark of a run that never trains for forwards.
+    pub fn counts(self, phase: oomscope_format::Phase) -> bool {
+        self == Clock::Forward || is_train(phase)
+    }
+}
+
+/// One metric at one position of a clock: each stage's value there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockRow {
+    /// The position (a step, a forward's ordinal, an epoch).
+    pub at: u64,
+    /// One value per stage, in [`StageIndex`] order: a step's or a forward's last reading at the
+    /// stage; an epoch's lowest (what the epoch kept, under everything its steps add and free:
+    /// the floor an epoch fit is drawn through).
+    pub values: Vec<Option<u64>>,
+}
+
+/// `metric` along `clock`: one row per position the clock's marks reach, in order.
+pub fn clock_rows(trace: &Trace, metric: MetricKey, clock: Clock) -> Vec<ClockRow> {
+    let stages = StageIndex::new(trace);
+    let columns = stages.names().len();
+    let positions = clock.positions(trace);
+    // Positions come in order but for a step number a program counts again (kept sorted).
+    let mut rows: Vec<ClockRow> = Vec::new();
+    for (i, mark) in trace.marks.iter().enumerate() {
+        let at = positions[i];
+        if !clock.counts(mark.phase) || (clock == Clock::Forward && at == 0) {
+            continue;
+        }
+        let Some(value) = value_at_mark(trace, i, metric) else {
+            continue;
+        };
+        let row = match rows.binary_search_by_key(&at, |r| r.at) {
+            Ok(row) => row,
+            Err(row) => {
+                let values = vec![None; columns];
+                rows.insert(row, ClockRow { at, values });
+                row
+            }
+        };
+        let cell = &mut rows[row].values[stages.of_mark(i)];
+        *cell = Some(match (clock, *cell) {
+            (Clock::Epoch, Some(lowest)) => lowest.min(value),
+            _ => value,
+        });
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::MetricKey;
+    use oomscope_format::Phase;
+    use oomscope_format::units::GIB;
+    use oomscope_testkit::run::Run;
+
+    #[test]
+    fn a_row_per_step_per_forward_and_per_epoch_at_each_epoch_s_floor() {
+        // Six epochs of ten steps; 2 GiB kept at each epoch's end.
+        let mut trace = Run {
+            steps: 60,
+            ..Run::default()
+        }
+        .build();
+        for m in &mut trace.marks {
+            m.epoch = (m.step / 10) as u32;
+            if let Some(a) = m.allocator.as_mut() {
+                a.allocated_bytes += u64::from(m.epoch) * 2 * GIB;
+            }
+        }
+        let allocated = MetricKey::ALLOCATED;
+        let steps = clock_rows(&trace, allocated, Clock::Step);
+        assert_eq!(steps.len(), 60);
+        assert_eq!((steps[0].at, steps[59].at), (0, 59));
+        let epochs = clock_rows(&trace, allocated, Clock::Epoch);
+        let at: Vec<u64> = epochs.iter().map(|r| r.at).collect();
+        assert_eq!(at, [0, 1, 2, 3, 4, 5]);
+        for (column, _) in StageIndex::new(&trace).names().iter().enumerate() {
+            let floor = |e: u64| {
+                steps[(e * 10) as usize..(e * 10 + 10) as usize]
+                    .iter()
+                    .filter_map(|r| r.values[column])
+                    .min()
+            };
+            for e in &epochs {
+                assert_eq!(e.values[column], floor(e.at));
+            }
+            assert_eq!(
+                epochs[5].values[column].unwrap() - epochs[0].values[column].unwrap(),
+                10 * GIB
+            );
+        }
+        // A run that never trains counts its forwards from 1.
+        for m in &mut trace.marks {
+            m.phase = Phase::Eval;
+        }
+        assert_eq!(Clock::of(&trace), Clock::Forward);
+        let forwards = clock_rows(&trace, allocated, Clock::Forward);
+        assert_eq!(forwards.len(), 60);
+        assert_eq!(forwards[0].at, 1);
+        assert!(clock_rows(&trace, allocated, Clock::Step).is_empty());
+    }
+}
