@@ -15,6 +15,8 @@
 //! mark after its first reading, when the program had its first batch and the worker had started
 //! ([`WorkerGrowth::start`] says how it was started).
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::fit::{least_squares, robust_line};
@@ -136,37 +138,37 @@ pub fn grow_their_own(workers: &[WorkerGrowth]) -> bool {
 /// wrapper) the script's private memory grows as it loads torch and builds its model: its own
 /// memory, not pages copied from its parent.
 pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
+    // One pass over the marks and one over the readings (a day's trace has millions of marks and
+    // a reading per process a second): the processes that train, and each other one's readings.
+    let mut marking: Vec<u32> = trace.marks.iter().filter_map(|m| m.pid).collect();
+    marking.sort_unstable();
+    marking.dedup();
     let trains = |pid: u32| {
-        trace.marks.iter().any(|m| m.pid == Some(pid))
+        marking.binary_search(&pid).is_ok()
             || trace.processes.iter().any(|p| {
                 p.pid == pid && matches!(p.role, ProcessRole::Rank | ProcessRole::Launcher)
             })
     };
-    let mut pids: Vec<u32> = trace.process_memory.iter().map(|p| p.pid).collect();
-    pids.sort_unstable();
-    pids.dedup();
-    pids.retain(|pid| !trains(*pid));
-    let mut out: Vec<WorkerGrowth> = pids
+    // Per process: (time, private bytes) of every reading, (PSS, private bytes) of those with PSS.
+    type Readings = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+    let mut by_pid: BTreeMap<u32, Readings> = BTreeMap::new();
+    for p in &trace.process_memory {
+        let (readings, pss) = by_pid.entry(p.pid).or_default();
+        readings.push((p.t_us, p.private_bytes));
+        if p.pss_bytes > 0 {
+            pss.push((p.pss_bytes, p.private_bytes));
+        }
+    }
+    by_pid.retain(|pid, _| !trains(*pid));
+    let mut out: Vec<WorkerGrowth> = by_pid
         .into_iter()
-        .filter_map(|pid| {
+        .filter_map(|(pid, (mut readings, pss))| {
             let start = trace
                 .processes
                 .iter()
                 .rev()
                 .find(|p| p.pid == pid)
                 .map_or(StartMethod::Unknown, |p| p.start);
-            let mut readings: Vec<(u64, u64)> = trace
-                .process_memory
-                .iter()
-                .filter(|p| p.pid == pid)
-                .map(|p| (p.t_us, p.private_bytes))
-                .collect();
-            let pss: Vec<(u64, u64)> = trace
-                .process_memory
-                .iter()
-                .filter(|p| p.pid == pid && p.pss_bytes > 0)
-                .map(|p| (p.pss_bytes, p.private_bytes))
-                .collect();
             if own_interpreter(start) {
                 // Its start-up is its own, not growth: from the first reading at or after the
                 // first mark after its first reading (the program had a batch: the worker had

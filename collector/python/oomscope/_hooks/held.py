@@ -275,10 +275,11 @@ def _enclosing(owners, ignore):
 
 
 def _holder(torch, frame, tensors, census_list):
-    """(kind, words, items) for what holds these tensors: the first container or object among
-    their referrers, named as the program names it (`items`: a container's length); `CYCLE` when
-    only a reference cycle holds it, `UNCONTAINED` when no Python container does. `census_list`
-    is the census's own list (a referrer of every tensor, not the program's)."""
+    """(kind, words, items, named) for what holds these tensors: the first container or object
+    among their referrers, named as the program names it (`items`: a container's length;
+    `named`: a name of the program's, a global or a local, says it); `CYCLE` when only a
+    reference cycle holds it, `UNCONTAINED` when no Python container does. `census_list` is the
+    census's own list (a referrer of every tensor, not the program's)."""
     ignore = {id(tensors), id(census_list)}
     owners = []
     for t in tensors:
@@ -291,7 +292,7 @@ def _holder(torch, frame, tensors, census_list):
         if owners:
             break
     if not owners:
-        return UNCONTAINED, "", None
+        return UNCONTAINED, "", None, False
     ids = {id(o) for o, _ in owners}
     # A container inside a container (a request's (key, value) tuple in a list): the ones that
     # hold it, a few levels up, may be what the program names.
@@ -301,13 +302,13 @@ def _holder(torch, frame, tensors, census_list):
     for o, attr in owners:
         if id(o) in names:
             if attr is not None:
-                return TENSORS, "attribute `%s` of `%s`" % (attr, names[id(o)]), None
-            return TENSORS, "%s `%s`" % (type(o).__name__, names[id(o)]), len(o)
+                return TENSORS, "attribute `%s` of `%s`" % (attr, names[id(o)]), None, True
+            return TENSORS, "%s `%s`" % (type(o).__name__, names[id(o)]), len(o), True
     # The outermost the program names: the list a request's containers are appended to, not
     # one of its items (`kv_log[3]`).
     for key, o in reversed(list(outer.items())):
         if key in names:
-            return TENSORS, "%s `%s`" % (type(o).__name__, names[key]), len(o)
+            return TENSORS, "%s `%s`" % (type(o).__name__, names[key]), len(o), True
     o, attr = owners[0]
     if type(o) is dict:
         # The dict may be an object's attributes: name the object.
@@ -316,9 +317,9 @@ def _holder(torch, frame, tensors, census_list):
                 o, attr = owner, _attribute_of(owner, tensors[0])
                 break
     if attr is not None and _only_a_cycle(o, ignore):
-        return CYCLE, "a `%s` object (attribute `%s`)" % (type(o).__name__, attr), None
+        return CYCLE, "a `%s` object (attribute `%s`)" % (type(o).__name__, attr), None, False
     if attr is not None:
-        return TENSORS, "attribute `%s` of a `%s` object" % (attr, type(o).__name__), None
+        return TENSORS, "attribute `%s` of a `%s` object" % (attr, type(o).__name__), None, False
     for referrer in gc.get_referrers(o):
         if id(referrer) in ignore:
             continue
@@ -333,8 +334,8 @@ def _holder(torch, frame, tensors, census_list):
             name = _attribute_of(owner, o)
             if name is not None:
                 return TENSORS, "%s `%s` of the `%s` object" % (
-                    type(o).__name__, name, type(owner).__name__), len(o)
-    return TENSORS, "a %s" % type(o).__name__, len(o)
+                    type(o).__name__, name, type(owner).__name__), len(o), False
+    return TENSORS, "a %s" % type(o).__name__, len(o), False
 
 
 _HOLDER_TRIES = 6  # new tensors of a group whose holders are looked for
@@ -343,16 +344,17 @@ _HOLDER_TRIES = 6  # new tensors of a group whose holders are looked for
 def _holder_of_group(torch, frame, tensors, new_ids):
     """What holds a group's new tensors: a few of them, spread over the group, each asked in
     turn (some may be a forward's output still on its way to the program, held by a container
-    of its own for now), the first holder the program names winning; else the first found. The
+    of its own for now), the first holder the program names winning; else the first found:
+    (kind, words, items). The
     tensors are reached by their place in `tensors` (the census's list, which `_holder` knows
     for ours): no other list of ours may refer to them."""
     places = [i for i, t in enumerate(tensors) if id(t) in new_ids]
     first = None
     for i in places[::max(1, len(places) // _HOLDER_TRIES)][:_HOLDER_TRIES]:
-        found = _holder(torch, frame, [tensors[i]], tensors)
-        if "`" in found[1]:
-            return found
-        first = first or found
+        *found, named_by_program = _holder(torch, frame, [tensors[i]], tensors)
+        if named_by_program:
+            return tuple(found)
+        first = first or tuple(found)
     return first or (UNCONTAINED, "", None)
 
 

@@ -11,22 +11,19 @@ use oomscope_format::{HeldClock, HeldKind, HeldTensors, OomKind};
 /// (8.02 MiB a batch); counted at its batches 5 and 13, list `all_logits` (12 items) gained 8
 /// float32[64x32768] (8.00 MiB a batch)" (without growth: "… (19 batch(es) in)").
 pub fn fact(r: &RunUp) -> String {
-    let mut fact = format!(
-        "it died in the eval at step {} ({} batch(es) in)",
-        format_count(r.eval_step),
-        format_count(r.batches as u64)
-    );
-    if let (true, Some(growth)) = (r.metric_ran_out, r.growth_bytes.filter(|g| *g > 0)) {
-        fact = format!(
-            "it died in the eval at step {}, which had added {} of {} over its {} batches{}",
-            format_count(r.eval_step),
+    let step = format_count(r.eval_step);
+    let batches = format_count(r.batches as u64);
+    let mut fact = match (r.metric_ran_out, r.growth_bytes.filter(|g| *g > 0)) {
+        (true, Some(growth)) => format!(
+            "it died in the eval at step {step}, which had added {} of {} over its {batches} \
+             batches{}",
             format_signed_bytes(growth),
             r.metric.label(),
-            format_count(r.batches as u64),
             r.per_batch_bytes()
                 .map_or_else(String::new, |b| format!(" ({} a batch)", format_bytes(b)))
-        );
-    }
+        ),
+        _ => format!("it died in the eval at step {step} ({batches} batch(es) in)"),
+    };
     if let Some(h) = r.held.first() {
         fact.push_str(&format!(
             "; counted at its batches {} and {}, {} gained {}",
