@@ -81,6 +81,10 @@ fn the_zoo_measures_the_analysis_s_own_thresholds() {
             oomscope_analysis::recommend::EVAL_STAIRCASE_MIN_BYTES >> 20
         ),
         format!(
+            "EVAL_STAIRCASE_REPEATS = {}",
+            oomscope_analysis::recommend::EVAL_STAIRCASE_REPEATS
+        ),
+        format!(
             "MIN_R_SQUARED = {}",
             oomscope_analysis::leaks::MIN_R_SQUARED
         ),

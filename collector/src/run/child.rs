@@ -98,6 +98,7 @@ pub fn pass_stderr(
     let mut line = Vec::with_capacity(1024);
     let mut summary = ChildFailedSummary::default();
     let mut slurm_kills = 0usize;
+    let mut shm_notes = 0usize;
     loop {
         let n = match stderr.read(&mut buf) {
             Ok(0) | Err(_) => break,
@@ -132,6 +133,19 @@ pub fn pass_stderr(
             if l.windows(3).any(|w| w == b"Out" || w == b"oom") {
                 slurm_line(&String::from_utf8_lossy(l), &mut slurm_kills, state, events);
             }
+            if shm_notes < MAX_SHM_NOTES && l.windows(7).any(|w| w == b"/torch_" || w == b"d memor")
+            {
+                let text = String::from_utf8_lossy(l);
+                if oomscope_format::oom_text::shm_failure(&text) {
+                    shm_notes += 1;
+                    let note = oomscope_format::Note {
+                        t_us: state.now_us(),
+                        text: text.trim().to_owned(),
+                    };
+                    // Rare and precious (the words that say why the loop hangs): wait for room.
+                    let _ = events.send(Event::Records(vec![Record::Note(note)]));
+                }
+            }
         }
         for i in 0..lines.len() {
             scan_lines(
@@ -145,6 +159,10 @@ pub fn pass_stderr(
         scan_lines(&[line], state, events);
     }
 }
+
+/// PyTorch's words that `/dev/shm` had no room for a batch (`oom_text::shm_failure`) kept as
+/// notes, at most this many a run: each worker of a failing DataLoader may say it.
+const MAX_SHM_NOTES: usize = 4;
 
 /// Slurm's word on OOM-killed tasks (`collector run -- srun …`, or a batch step's stderr): each
 /// task named is an OOM of source `LauncherKill` (its rank is the task; not this host's

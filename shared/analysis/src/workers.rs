@@ -15,8 +15,6 @@
 //! mark after its first reading, when the program had its first batch and the worker had started
 //! ([`WorkerGrowth::start`] says how it was started).
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use crate::fit::{least_squares, robust_line};
@@ -138,8 +136,7 @@ pub fn grow_their_own(workers: &[WorkerGrowth]) -> bool {
 /// wrapper) the script's private memory grows as it loads torch and builds its model: its own
 /// memory, not pages copied from its parent.
 pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
-    // One pass over the marks and one over the readings (a day's trace has millions of marks and
-    // a reading per process a second): the processes that train, and each other one's readings.
+    // The processes that mark, in one pass over the marks (a day's trace has millions).
     let mut marking: Vec<u32> = trace.marks.iter().filter_map(|m| m.pid).collect();
     marking.sort_unstable();
     marking.dedup();
@@ -149,20 +146,23 @@ pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
                 p.pid == pid && matches!(p.role, ProcessRole::Rank | ProcessRole::Launcher)
             })
     };
-    // Per process: (time, private bytes) of every reading, (PSS, private bytes) of those with PSS.
-    type Readings = (Vec<(u64, u64)>, Vec<(u64, u64)>);
-    let mut by_pid: BTreeMap<u32, Readings> = BTreeMap::new();
-    for p in &trace.process_memory {
-        let (readings, pss) = by_pid.entry(p.pid).or_default();
-        readings.push((p.t_us, p.private_bytes));
-        if p.pss_bytes > 0 {
-            pss.push((p.pss_bytes, p.private_bytes));
-        }
-    }
-    by_pid.retain(|pid, _| !trains(*pid));
-    let mut out: Vec<WorkerGrowth> = by_pid
+    let mut pids: Vec<u32> = trace.process_memory.iter().map(|p| p.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids.retain(|pid| !trains(*pid));
+    let mut out: Vec<WorkerGrowth> = pids
         .into_iter()
-        .filter_map(|(pid, (mut readings, pss))| {
+        .filter_map(|pid| {
+            // One walk of the readings a process: (time, private bytes) of every reading, (PSS,
+            // private bytes) of those with PSS.
+            let mut readings: Vec<(u64, u64)> = Vec::new();
+            let mut pss: Vec<(u64, u64)> = Vec::new();
+            for p in trace.process_memory.iter().filter(|p| p.pid == pid) {
+                readings.push((p.t_us, p.private_bytes));
+                if p.pss_bytes > 0 {
+                    pss.push((p.pss_bytes, p.private_bytes));
+                }
+            }
             let start = trace
                 .processes
                 .iter()

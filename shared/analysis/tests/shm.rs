@@ -18,6 +18,11 @@ fn run(size: u64, start: u64, peak: u64, exit: i32) -> Trace {
 
 /// A run whose `/dev/shm` of `size` read `readings`, ending with `exit`.
 fn run_of(size: u64, readings: &[u64], exit: i32) -> Trace {
+    said(size, readings, exit, None)
+}
+
+/// [`run_of`], with a note of the program's stderr at 50 ms.
+fn said(size: u64, readings: &[u64], exit: i32, note: Option<&str>) -> Trace {
     let mut w = TraceWriter::new(Vec::new(), &Metadata::default()).unwrap();
     let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
     let used = w.declare_counter(CounterKind::ShmUsed, None).unwrap();
@@ -27,6 +32,13 @@ fn run_of(size: u64, readings: &[u64], exit: i32) -> Trace {
             tick as u64 * 10_000,
             &[(rss, 600 * MIB), (used, *in_shm), (total, size)],
         )
+        .unwrap();
+    }
+    if let Some(text) = note {
+        w.write(&Record::Note(oomscope_format::Note {
+            t_us: 50_000,
+            text: text.into(),
+        }))
         .unwrap();
     }
     w.write(&Record::Exit(ProcessExit {
@@ -96,4 +108,35 @@ fn dev_shm_below_full_or_filled_before_the_run_is_no_finding() {
         .find(|f| f.kind == FindingKind::ShmPressure)
         .unwrap();
     assert_eq!(f.severity, oomscope_analysis::recommend::Severity::Warning);
+}
+
+#[test]
+fn pytorch_s_words_that_dev_shm_ran_out_are_quoted_and_count_when_the_readings_missed_it() {
+    let words = "RuntimeError: unable to allocate shared memory(shm) for file \
+                 </torch_5617_3366040453_0>: Resource temporarily unavailable (11)";
+    // Half full at every reading: the handover that filled it came between two.
+    let half = [MIB, 30 * MIB, 32 * MIB, 32 * MIB];
+    let finding = |t: &Trace| {
+        analyze(t, &AnalysisOptions::default())
+            .findings
+            .into_iter()
+            .find(|f| f.kind == FindingKind::ShmPressure)
+    };
+    assert!(finding(&said(64 * MIB, &half, 1, None)).is_none());
+    let f = finding(&said(64 * MIB, &half, 1, Some(words))).unwrap();
+    assert_eq!(
+        f.title,
+        "/dev/shm ran out, PyTorch said: 32.0 MiB of its 64.0 MiB at the most read"
+    );
+    assert!(
+        f.explanation.ends_with(&format!(
+            "; at 50.0 ms the program said so: \"{words}\"; the run then failed"
+        )),
+        "{}",
+        f.explanation
+    );
+    // Other words in a note are not PyTorch's about /dev/shm.
+    let other = "unable to open shared memory object </torch_1_2_3> in read-write mode: Too many \
+                 open files (24)";
+    assert!(finding(&said(64 * MIB, &half, 1, Some(other))).is_none());
 }

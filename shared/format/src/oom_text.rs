@@ -450,6 +450,27 @@ fn leading_number(text: &str) -> Option<u64> {
     text[..end].parse().ok()
 }
 
+/// What PyTorch prints when the shared-memory tmpfs (`/dev/shm`) has no room for a tensor a
+/// DataLoader worker hands over (strings as torch 2.11 ships them, in `libshm`, the storage
+/// sharing code and the DataLoader's signal handling):
+///
+/// ```text
+/// RuntimeError: unable to allocate shared memory(shm) for file </torch_5617_3366040453_0>: …
+/// RuntimeError: unable to write to file </torch_18693_1954941411>: No space left on device (28)
+/// ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).
+/// RuntimeError: DataLoader worker (pid 4181) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.
+/// ```
+///
+/// Not "unable to open shared memory object <…>: Too many open files": the descriptors ran out,
+/// not the memory.
+pub fn shm_failure(line: &str) -> bool {
+    line.contains("unable to allocate shared memory(shm)")
+        || line.contains("insufficient shared memory (shm)")
+        || line.contains("workers are out of shared memory")
+        || (line.contains("unable to write to file </torch_")
+            && line.contains("No space left on device"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,5 +676,24 @@ mod tests {
         let oom = recognise_text(text).unwrap();
         assert_eq!((oom.device, oom.requested_bytes), (None, None));
         assert_eq!(recognise_text("all good\nloss 0.1"), None);
+    }
+
+    #[test]
+    fn a_full_dev_shm_is_told_by_pytorch_s_own_words() {
+        for line in [
+            "RuntimeError: unable to allocate shared memory(shm) for file </torch_5617_3366040453_0>: Resource temporarily unavailable (11)",
+            "RuntimeError: unable to write to file </torch_18693_1954941411>: No space left on device (28)",
+            "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+            "RuntimeError: DataLoader worker (pid 4181) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. Please try to raise your shared memory limit.",
+        ] {
+            assert!(shm_failure(line), "{line}");
+        }
+        for line in [
+            "RuntimeError: unable to open shared memory object </torch_2311_1937384387_107> in read-write mode: Too many open files (24)",
+            "RuntimeError: unable to write to file </home/me/out.bin>: No space left on device (28)",
+            "RuntimeError: DataLoader worker (pid 4181) is killed by signal: Killed.",
+        ] {
+            assert!(!shm_failure(line), "{line}");
+        }
     }
 }

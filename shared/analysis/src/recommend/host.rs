@@ -436,6 +436,9 @@ impl Diagnose for WorkerPrivateGrowth {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ShmPressure;
 
+/// The most of PyTorch's words about `/dev/shm` a finding quotes.
+const MAX_QUOTED_CHARS: usize = 200;
+
 /// What [`ShmPressure`] detected.
 #[derive(Debug, Clone, Copy)]
 pub struct ShmFull<'a> {
@@ -445,6 +448,9 @@ pub struct ShmFull<'a> {
     pub failed: bool,
     /// Whether the program had processes besides itself (DataLoader workers).
     pub workers: bool,
+    /// PyTorch's first words that `/dev/shm` had no room (a note the collector kept from the
+    /// program's stderr, `oom_text::shm_failure`), and when.
+    pub said: Option<(u64, &'a str)>,
 }
 
 impl Diagnose for ShmPressure {
@@ -456,21 +462,34 @@ impl Diagnose for ShmPressure {
     /// the run's own files a part of it (not a tmpfs other processes filled before it).
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let shm = ctx.analysis.shared_memory.as_ref()?;
-        (shm.full() && shm.run_bytes() > 0).then(|| ShmFull {
+        let said = ctx
+            .trace
+            .notes
+            .iter()
+            .find(|n| oomscope_format::oom_text::shm_failure(&n.text))
+            .map(|n| (n.t_us, n.text.as_str()));
+        // Full by the readings, or by PyTorch's words (a handover that filled it between two
+        // readings, a second apart).
+        ((shm.full() || said.is_some()) && shm.run_bytes() > 0).then(|| ShmFull {
             shm,
             failed: ctx
                 .trace
                 .exit
                 .is_some_and(|e| !matches!(e.status, oomscope_format::ExitStatus::Code(0))),
             workers: super::growth::Program::of(ctx).workers,
+            said,
         })
     }
 
     /// Wording.
     fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
         let shm = d.shm;
+        let (ran_out, at) = match shm.full() {
+            true => ("was full", ""),
+            false => ("ran out, PyTorch said", " at the most read"),
+        };
         let title = format!(
-            "/dev/shm was full: {} of its {}",
+            "/dev/shm {ran_out}: {} of its {}{at}",
             format_bytes(shm.peak_bytes),
             format_bytes(shm.size_bytes)
         );
@@ -493,6 +512,13 @@ impl Diagnose for ShmPressure {
                  the next such handover did not fit",
                 format_bytes(shm.free_at_peak_bytes()),
                 format_bytes(shm.largest_rise_bytes)
+            ));
+        }
+        if let Some((t_us, text)) = d.said {
+            let text: String = text.chars().take(MAX_QUOTED_CHARS).collect();
+            explanation.push_str(&format!(
+                "; at {} the program said so: \"{text}\"",
+                format_duration_us(t_us)
             ));
         }
         if d.failed {

@@ -38,8 +38,8 @@ pub use copies::{COPIES_MIN_SHARE, ModelCopies};
 pub use cycles::{CYCLES_MIN_FREED_BYTES, ReferenceCycles};
 pub use eval::{
     EVAL_PEAK_MIN_BYTES, EVAL_PEAK_MIN_FRACTION, EVAL_RETAIN_MIN_BYTES,
-    EVAL_RETAIN_MIN_FRACTION_OF_JUMP, EVAL_STAIRCASE_MIN_BYTES, EvalPeak, EvalRetainsMemory,
-    eval_autograd,
+    EVAL_RETAIN_MIN_FRACTION_OF_JUMP, EVAL_STAIRCASE_MIN_BYTES, EVAL_STAIRCASE_REPEATS, EvalPeak,
+    EvalRetainsMemory, eval_autograd,
 };
 pub use growth::{CRITICAL_RUNWAY_FACTOR, Leak};
 pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure, ShmPressure, WorkerPrivateGrowth};
