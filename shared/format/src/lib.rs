@@ -34,6 +34,7 @@ pub mod protocol;
 pub mod units;
 mod varint;
 
+pub use codec::follow::Follower;
 pub use codec::reader::{DecodeOptions, Decoded, Warning, decode, decode_with};
 pub use codec::writer::{TraceWriter, WriterOptions};
 pub use error::{DecodeError, EncodeError};

@@ -6,9 +6,9 @@ use oomscope_format::codec::{
 };
 use oomscope_format::{
     AllocatorStats, BatchTrial, CounterId, CounterKind, DecodeError, DecodeOptions, ExitStatus,
-    GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
-    ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record, StageMark, StartMethod, Trace,
-    TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
+    Follower, GpuInfo, Metadata, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd,
+    ProcessExit, ProcessInfo, ProcessMemory, ProcessRole, RankSource, Record, StageMark,
+    StartMethod, Trace, TraceWriter, TrialOutcome, WriterOptions, decode, decode_with,
 };
 use oomscope_testkit::synth::TrainingRun;
 use proptest::prelude::*;
@@ -336,6 +336,55 @@ proptest! {
         if let Ok(decoded) = decode(&bytes) {
             prop_assert!(decoded.trace.samples.len() <= 120);
         }
+    }
+
+    /// A live view reads the file as it grows: what it has decoded after any prefix is what a
+    /// whole read of that prefix decodes, and at the end what a whole read of the file does.
+    #[test]
+    fn a_trace_followed_as_it_grows_reads_as_each_prefix_and_the_whole(
+        ops in proptest::collection::vec(op_strategy(), 0..200),
+        cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..12),
+    ) {
+        let (bytes, _) = write_ops(&ops, small_chunks());
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+        cuts.push(bytes.len());
+        cuts.sort_unstable();
+        let mut follower = Follower::default();
+        let mut from = 0;
+        for cut in cuts {
+            follower.push(&bytes[from..cut]).unwrap();
+            from = cut;
+            match decode(&bytes[..cut]) {
+                Ok(whole) => prop_assert_eq!(follower.trace(), Some(&whole.trace)),
+                Err(_) => prop_assert!(follower.trace().is_none()),
+            }
+        }
+        prop_assert!(follower.ended());
+        prop_assert_eq!(follower.bytes_decoded(), bytes.len() as u64);
+        prop_assert_eq!(follower.finish().unwrap(), decode(&bytes).unwrap());
+    }
+
+    /// Damage in a followed file is read past as a whole read reads past it.
+    #[test]
+    fn a_followed_file_with_damage_finishes_as_a_whole_read(
+        ops in proptest::collection::vec(op_strategy(), 1..120),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let (mut bytes, _) = write_ops(&ops, small_chunks());
+        for (index, value) in flips {
+            let i = index.index(bytes.len() - HEADER_LEN) + HEADER_LEN;
+            bytes[i] ^= value | 1;
+        }
+        let cut = cut.index(bytes.len() + 1);
+        let mut follower = Follower::default();
+        follower.push(&bytes[..cut]).unwrap();
+        follower.push(&bytes[cut..]).unwrap();
+        let followed = follower.finish().unwrap();
+        let whole = decode(&bytes).unwrap();
+        // The same records; a resynchronisation found from an earlier push may word its skip
+        // from another offset.
+        prop_assert_eq!(followed.trace, whole.trace);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! Why tags and lengths on every record: a reader skips kinds it does not know, so the format
 //! grows by adding record kinds, never by editing old ones.
 
+pub mod follow;
 mod legacy;
 pub mod reader;
 pub mod records;

@@ -74,6 +74,18 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
 /// Errors only when `bytes` is not a trace at all or comes from a newer major format version;
 /// anything else yields the decodable prefix (and any later undamaged chunks) plus warnings.
 pub fn decode_with(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, DecodeError> {
+    let mut state = State::new(read_header(bytes)?, options, bytes.len());
+    // Allocating every column once at its final size, instead of doubling, halves decode time on
+    // long traces. The hint is bounded like everything else by the cell budget.
+    state.rows_hint = count_sample_rows(bytes).min(state.max_cells);
+    state.trace.samples.reserve_rows(state.rows_hint);
+    let truncated_at = read_chunks(bytes, HEADER_LEN, 0, &mut state);
+    Ok(state.finish(truncated_at))
+}
+
+/// The format version of a file that starts with `bytes` (at least [`HEADER_LEN`] of them), or
+/// why it is not a trace this reader reads.
+pub(super) fn read_header(bytes: &[u8]) -> Result<(u16, u16), DecodeError> {
     if bytes.len() < HEADER_LEN {
         if bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] != MAGIC {
             return Err(DecodeError::BadMagic);
@@ -92,41 +104,31 @@ pub fn decode_with(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, Dec
             supported_major: FORMAT_MAJOR,
         });
     }
-    let max_cells = options
-        .max_cells
-        .unwrap_or_else(|| (bytes.len().saturating_mul(64)).max(4 << 20));
-    let mut state = State {
-        names: Names::default(),
-        trace: Trace {
-            format_version: (major, minor),
-            ..Trace::default()
-        },
-        warnings: Vec::new(),
-        extra_warnings: 0,
-        unknown_tags: BTreeMap::new(),
-        max_cells,
-        samples_capped: false,
-        saw_metadata: false,
-        block_times_us: Vec::new(),
-        rows_hint: 0,
-    };
-    // Allocating every column once at its final size, instead of doubling, halves decode time on
-    // long traces. The hint is bounded like everything else by the cell budget.
-    state.rows_hint = count_sample_rows(bytes).min(max_cells);
-    state.trace.samples.reserve_rows(state.rows_hint);
-    let truncated_at = read_chunks(bytes, &mut state);
-    Ok(state.finish(truncated_at))
+    Ok((major, minor))
 }
 
-/// Walks the chunks; returns `Some((offset, have, need))` when the file ends inside a chunk.
-fn read_chunks(bytes: &[u8], state: &mut State) -> Option<(usize, usize, usize)> {
+/// The cell budget for an input of `len` bytes (see [`DecodeOptions::max_cells`]).
+pub(super) fn max_cells(options: &DecodeOptions, len: usize) -> usize {
+    options
+        .max_cells
+        .unwrap_or_else(|| (len.saturating_mul(64)).max(4 << 20))
+}
+
+/// Walks the chunks of `bytes` from `from`, `bytes[0]` being the file's byte `base`; returns
+/// `Some((offset, have, need))` when the file ends inside a chunk.
+pub(super) fn read_chunks(
+    bytes: &[u8],
+    from: usize,
+    base: usize,
+    state: &mut State,
+) -> Option<(usize, usize, usize)> {
     // Checksum work allowed while hunting for the next chunk after damage.
     let mut resync_budget = bytes.len().saturating_mul(4).max(1 << 20);
-    let mut pos = HEADER_LEN;
+    let mut pos = from;
     while pos < bytes.len() {
         match check_chunk(bytes, pos) {
             ChunkCheck::Ok(payload) => {
-                state.read_payload(payload, pos + CHUNK_HEADER_LEN);
+                state.read_payload(payload, base + pos + CHUNK_HEADER_LEN);
                 pos += CHUNK_HEADER_LEN + payload.len();
             }
             ChunkCheck::Incomplete { have, need } => {
@@ -135,19 +137,19 @@ fn read_chunks(bytes: &[u8], state: &mut State) -> Option<(usize, usize, usize)>
                 match find_next_chunk(bytes, pos + 1, &mut resync_budget) {
                     Some(next) => {
                         state.warn(
-                            pos,
+                            base + pos,
                             "damaged chunk header: skipped to the next chunk".into(),
                         );
                         pos = next;
                     }
-                    None => return Some((pos, have, need)),
+                    None => return Some((base + pos, have, need)),
                 }
             }
             ChunkCheck::Damaged(what) => {
                 let next = find_next_chunk(bytes, pos + 1, &mut resync_budget);
                 let lost = next.unwrap_or(bytes.len()) - pos;
                 state.warn(
-                    pos,
+                    base + pos,
                     format!("{what}: {lost} bytes skipped, reading resumed at the next chunk"),
                 );
                 match next {
@@ -190,13 +192,13 @@ fn count_sample_rows(bytes: &[u8]) -> usize {
     rows
 }
 
-enum ChunkCheck<'a> {
+pub(super) enum ChunkCheck<'a> {
     Ok(&'a [u8]),
     Incomplete { have: usize, need: usize },
     Damaged(&'static str),
 }
 
-fn check_chunk(bytes: &[u8], pos: usize) -> ChunkCheck<'_> {
+pub(super) fn check_chunk(bytes: &[u8], pos: usize) -> ChunkCheck<'_> {
     let rest = &bytes[pos..];
     if rest.len() < CHUNK_HEADER_LEN {
         if !CHUNK_SYNC.starts_with(&rest[..rest.len().min(CHUNK_SYNC.len())]) {
@@ -229,7 +231,7 @@ fn check_chunk(bytes: &[u8], pos: usize) -> ChunkCheck<'_> {
 
 /// The offset of the next complete, valid chunk at or after `from`, spending at most `budget`
 /// bytes of checksum work in total.
-fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
+pub(super) fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
     let mut pos = from;
     while pos + CHUNK_HEADER_LEN <= bytes.len() {
         let offset = bytes[pos..]
@@ -253,13 +255,13 @@ fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usiz
     None
 }
 
-struct State {
-    trace: Trace,
+pub(super) struct State {
+    pub(super) trace: Trace,
     names: Names,
     warnings: Vec<Warning>,
     extra_warnings: usize,
     unknown_tags: BTreeMap<u8, (usize, usize)>,
-    max_cells: usize,
+    pub(super) max_cells: usize,
     samples_capped: bool,
     saw_metadata: bool,
     block_times_us: Vec<u64>,
@@ -268,7 +270,26 @@ struct State {
 }
 
 impl State {
-    fn warn(&mut self, byte_offset: usize, message: String) {
+    /// A reader of a file of format `version`, `len` bytes long so far.
+    pub(super) fn new(version: (u16, u16), options: &DecodeOptions, len: usize) -> State {
+        State {
+            names: Names::default(),
+            trace: Trace {
+                format_version: version,
+                ..Trace::default()
+            },
+            warnings: Vec::new(),
+            extra_warnings: 0,
+            unknown_tags: BTreeMap::new(),
+            max_cells: max_cells(options, len),
+            samples_capped: false,
+            saw_metadata: false,
+            block_times_us: Vec::new(),
+            rows_hint: 0,
+        }
+    }
+
+    pub(super) fn warn(&mut self, byte_offset: usize, message: String) {
         if self.warnings.len() < MAX_WARNINGS {
             self.warnings.push(Warning {
                 byte_offset: byte_offset as u64,
@@ -279,7 +300,7 @@ impl State {
         }
     }
 
-    fn read_payload(&mut self, payload: &[u8], base: usize) {
+    pub(super) fn read_payload(&mut self, payload: &[u8], base: usize) {
         let mut cursor = Cursor::new(payload);
         while !cursor.is_empty() {
             let offset = base + payload.len() - cursor.remaining();
@@ -436,7 +457,7 @@ impl State {
         Ok(())
     }
 
-    fn finish(mut self, truncated_at: Option<(usize, usize, usize)>) -> Decoded {
+    pub(super) fn finish(mut self, truncated_at: Option<(usize, usize, usize)>) -> Decoded {
         super::legacy::upgrade(&mut self.trace);
         // The analysis relies on marks in time order. A recorder writes them so; a file that
         // does not (marks sent from several threads, or a hand-made file) is put in order here.
