@@ -1712,3 +1712,67 @@ fn the_hooks_marks_arrive_whole_as_datagrams_too() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     two_micro_batches_a_step(&t, 6);
 }
+
+/// `collector watch --json` beside a real leaking run, as a user watches from a second shell:
+/// started before the trace exists (it waits, and says so), it prints the steps rising and the
+/// leak with its projection while the program still runs, then the run's end.
+#[test]
+fn watch_shows_a_planted_leak_and_when_memory_is_full_before_the_program_ends() {
+    let s = Scratch::new("zc-watch");
+    // Where `record` writes.
+    let trace = s.path("t.oomt");
+    let path = trace.to_str().unwrap();
+    let watcher = collector(&["watch", "--json", "--interval-ms", "200", path])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let py = torch_python();
+    let cmd = [
+        py.to_str().unwrap(),
+        &program("train.py"),
+        "--steps",
+        "150",
+        "--leak",
+        "list",
+        "--leak-mib",
+        "4",
+    ];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let watched = watcher.wait_with_output().unwrap();
+    assert_eq!(watched.status.code(), Some(0), "{}", stderr(&watched));
+    assert!(
+        stderr(&watched).contains(&format!("waiting for {path} to appear")),
+        "{}",
+        stderr(&watched)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&watched.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (running, ended): (Vec<_>, Vec<_>) = lines.iter().partition(|l| l["ended"] == false);
+    assert_eq!(ended.len(), 1, "{lines:?}");
+    assert_eq!(ended[0]["step"], 149);
+    // The steps rise from refresh to refresh while the program runs...
+    let steps: Vec<u64> = running.iter().filter_map(|l| l["step"].as_u64()).collect();
+    assert!(steps.len() >= 3 && steps.is_sorted(), "{steps:?}");
+    assert!(steps.last() > steps.first(), "{steps:?}");
+    // ...and the leak, at its rate and with when memory is full, is there before it ends.
+    let seen = running
+        .iter()
+        .find(|l| !l["leak"].is_null())
+        .unwrap_or_else(|| panic!("no leak while running: {lines:?}"));
+    let rate_mib = seen["leak"]["bytes_per"].as_f64().unwrap() / (1u64 << 20) as f64;
+    assert!((rate_mib - 4.0).abs() <= 0.8, "{seen}");
+    assert!(seen["leak"]["full_at"].as_u64().unwrap() > 149, "{seen}");
+    assert!(seen["t_us"].as_u64().unwrap() < t.end_us.unwrap(), "{seen}");
+    assert!(
+        seen["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["id"] == "leak"),
+        "{seen}"
+    );
+}

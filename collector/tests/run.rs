@@ -747,6 +747,7 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
         vec!["summary", garbage.to_str().unwrap()],
         vec!["export", garbage.to_str().unwrap(), "--format", "csv"],
         vec!["summary", "/nonexistent/t.oomt"],
+        vec!["watch", garbage.to_str().unwrap()],
     ] {
         let out = run(&args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -764,14 +765,17 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
     bytes[8] = 9;
     let newer = s.path("newer.oomt");
     std::fs::write(&newer, &bytes).unwrap();
-    let err = stderr(&run(&["summary", newer.to_str().unwrap()]));
     let minor = oomscope_format::codec::FORMAT_MINOR;
-    assert!(
-        err.contains(&format!(
-            "v9.{minor} is newer than this reader, which reads v1.x"
-        )),
-        "{err}"
-    );
+    for command in ["summary", "watch"] {
+        let err = stderr(&run(&[command, newer.to_str().unwrap()]));
+        assert!(
+            err.contains(&format!(
+                "v9.{minor} is newer than this reader, which reads v1.x"
+            )),
+            "{command}: {err}"
+        );
+    }
+
     // A truncated trace is summarised with a warning.
     let whole = oomscope_testkit::synth::TrainingRun {
         steps: 20,
@@ -783,6 +787,19 @@ fn summary_and_export_refuse_bad_traces_with_one_line() {
     let out = run(&["summary", cut.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("warning: truncated after"));
+    // A finished trace: `watch` prints its state once, then its summary, and exits.
+    let done = s.path("done.oomt");
+    std::fs::write(&done, &whole).unwrap();
+    let out = run(&["watch", done.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!("{}: ", done.display())) && first.ends_with(" · ended"),
+        "{text}"
+    );
+    assert!(first.contains("step 19 "), "{first}");
+    assert!(text.contains("\nPeaks\n"), "{text}");
 }
 
 #[test]

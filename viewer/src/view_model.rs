@@ -342,12 +342,12 @@ pub struct StepChartData {
 }
 
 /// The chart of memory along the run's clock (steps; forwards of a run that never trains; epochs
-/// when the leak is kept at epoch ends): the first leak's metric and clock when there is a leak,
+/// when the leak is kept at epoch ends): the headlined leak's metric and clock when there is one,
 /// else the primary metric; `None` with fewer than two positions on the clock.
 pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Option<StepChartData> {
     use oomscope_analysis::clocks::{Clock, clock_rows};
     use oomscope_analysis::metrics::primary_metric;
-    let leak = analysis.leaks().next();
+    let leak = analysis.headline_leak();
     let (metric, clock) = match leak {
         Some(f) => (f.metric, f.clock),
         None => (primary_metric(trace)?, Clock::of(trace)),
@@ -643,7 +643,7 @@ mod tests {
         let t = run(256 << 20);
         let a = oomscope_analysis::analyze(&t, &Default::default());
         let d = step_chart(&t, &a).unwrap();
-        let f = a.leaks().next().unwrap();
+        let f = a.headline_leak().unwrap();
         assert_eq!(d.metric, f.metric.label());
         let ((from_step, _), (full_step, limit)) = d.projection.unwrap();
         let p = f.projection.as_ref().unwrap();
@@ -679,7 +679,7 @@ mod tests {
             }
         }
         let a = oomscope_analysis::analyze(&t, &Default::default());
-        let f = a.leaks().next().unwrap();
+        let f = a.headline_leak().unwrap();
         assert_eq!(f.clock, Clock::Epoch, "{f:#?}");
         let d = step_chart(&t, &a).unwrap();
         assert_eq!(d.clock, Clock::Epoch);

@@ -1,4 +1,4 @@
-//! The command line: `collector run | summary | export | report | estimate`. This module holds
+//! The command line: `collector run | summary | watch | export | report | estimate`. This module holds
 //! the top-level arguments and the dispatch; each command's arguments and body live in a module
 //! of their own.
 //!
@@ -11,6 +11,7 @@ mod export;
 mod report;
 mod run;
 mod summary;
+mod watch;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -20,6 +21,7 @@ pub use export::{ExportArgs, ExportFormat};
 pub use report::ReportArgs;
 pub use run::RunArgs;
 pub use summary::{SUMMARY_SCHEMA_VERSION, SummaryArgs};
+pub use watch::WatchArgs;
 
 /// Where GPU and host memory goes during training, why a run died of OOM, and what to change.
 #[derive(Debug, Parser)]
@@ -37,6 +39,8 @@ pub enum Command {
     Run(RunArgs),
     /// Print the analysis of a trace: peaks, stage table, leaks, OOM context, recommendations.
     Summary(SummaryArgs),
+    /// Follow traces while their runs record them: memory against its limits, warnings at 90%, leaks and when memory is full.
+    Watch(WatchArgs),
     /// Export a trace to CSV or Chrome trace-event JSON (Perfetto), or traces to Parquet tables.
     Export(ExportArgs),
     /// Write one self-contained HTML file with the viewer and the trace, or a job's traces (opens offline).
@@ -50,6 +54,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Summary(args) => summary::summary(&args),
+        Command::Watch(args) => watch::watch(&args),
         Command::Export(args) => export::export(&args),
         Command::Report(args) => report::report(&args),
         Command::Estimate(args) => estimate::estimate(&args),

@@ -13,7 +13,7 @@ EXPECT = {
     "exit_code": 1,
     "findings": ["shm-pressure"],
     "absent": ["leak", "worker-private-growth"],
-    "words": ["/dev/shm", "--shm-size", "the program said so: \"RuntimeError: unable to allocate shared memory(shm)"],
+    "words": ["/dev/shm", "--shm-size", 'the program said so: "RuntimeError: unable to allocate shared memory(shm)'],
 }
 """
 

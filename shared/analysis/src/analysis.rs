@@ -205,6 +205,12 @@ impl Analysis {
         self.leak_fits.iter().filter(|f| f.is_leak)
     }
 
+    /// The leak the `leak` finding headlines (see [`crate::leaks::headline_leak`]): what every
+    /// view that shows one leak shows.
+    pub fn headline_leak(&self) -> Option<&GrowthFit> {
+        crate::leaks::headline_leak(&self.leak_fits, self.stage_table.primary_metric)
+    }
+
     /// What this analysis of a rank's view adds to the rank's summary.
     pub fn into_rank_own(self) -> RankOwn {
         RankOwn {

@@ -510,6 +510,29 @@ fn fit_epochs(
     })
 }
 
+/// The leak to headline: the primary metric before the others (it is the number the rest of the
+/// report uses), then the one that fills memory first, then the steepest, then the straightest,
+/// then the later stage in the step (end-of-step memory is where nothing of the step should
+/// remain). `fits` are in stage order, metrics in priority order within a stage.
+pub fn headline_leak(fits: &[GrowthFit], primary: Option<MetricKey>) -> Option<&GrowthFit> {
+    let rank = |f: &GrowthFit| {
+        let remaining = f
+            .projection
+            .as_ref()
+            .map_or(u64::MAX, |p| p.steps_remaining);
+        (primary != Some(f.metric), remaining)
+    };
+    fits.iter().filter(|f| f.is_leak).reduce(|best, f| {
+        let better = rank(f).cmp(&rank(best)).then_with(|| {
+            best.slope_bytes_per_step
+                .total_cmp(&f.slope_bytes_per_step)
+                .then(best.r_squared.total_cmp(&f.r_squared))
+        });
+        // Ties go to the later fit, i.e. the later stage.
+        if better.is_le() { f } else { best }
+    })
+}
+
 /// The memory limit a metric runs into, if known.
 pub fn limit_of(trace: &Trace, metric: MetricKey) -> Option<(u64, LimitBasis)> {
     if metric.is_host() {

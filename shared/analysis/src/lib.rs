@@ -22,6 +22,7 @@ pub mod host;
 pub mod inputs;
 pub mod job;
 pub mod leaks;
+pub mod live;
 pub mod marks;
 pub mod metrics;
 pub mod node;

@@ -364,6 +364,20 @@ proptest! {
         prop_assert_eq!(follower.finish().unwrap(), decode(&bytes).unwrap());
     }
 
+    /// A file that is not a trace is said to be one as soon as its first bytes differ.
+    #[test]
+    fn a_followed_file_that_is_not_a_trace_is_refused_from_its_first_bytes(
+        head in proptest::collection::vec(any::<u8>(), 1..8),
+    ) {
+        let mut follower = Follower::default();
+        let result = follower.push(&head);
+        if MAGIC.starts_with(&head) {
+            prop_assert_eq!(result, Ok(0));
+        } else {
+            prop_assert_eq!(result, Err(DecodeError::BadMagic));
+        }
+    }
+
     /// Damage in a followed file is read past as a whole read reads past it.
     #[test]
     fn a_followed_file_with_damage_finishes_as_a_whole_read(

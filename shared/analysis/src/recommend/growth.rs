@@ -20,29 +20,6 @@ pub const CRITICAL_RUNWAY_FACTOR: f64 = 2.0;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Leak;
 
-/// The leak to headline: the primary metric before the others (it is the number the rest of the
-/// report uses), then the one that fills memory first, then the steepest, then the straightest,
-/// then the later stage in the step (end-of-step memory is where nothing of the step should
-/// remain). `fits` are in stage order, metrics in priority order within a stage.
-fn headline_leak(fits: &[GrowthFit], primary: Option<MetricKey>) -> Option<&GrowthFit> {
-    let rank = |f: &GrowthFit| {
-        let remaining = f
-            .projection
-            .as_ref()
-            .map_or(u64::MAX, |p| p.steps_remaining);
-        (primary != Some(f.metric), remaining)
-    };
-    fits.iter().filter(|f| f.is_leak).reduce(|best, f| {
-        let better = rank(f).cmp(&rank(best)).then_with(|| {
-            best.slope_bytes_per_step
-                .total_cmp(&f.slope_bytes_per_step)
-                .then(best.r_squared.total_cmp(&f.r_squared))
-        });
-        // Ties go to the later fit, i.e. the later stage.
-        if better.is_le() { f } else { best }
-    })
-}
-
 /// What [`Leak`] detected: a per-stage leak, or, in a run without step marks, growth over time,
 /// or tensors the hooks counted accumulating.
 #[derive(Debug, Clone)]
@@ -109,7 +86,7 @@ impl Program {
 /// A per-step leak.
 #[derive(Debug, Clone)]
 pub struct GrowingMemory<'a> {
-    /// The leak to headline (see `headline_leak`).
+    /// The leak to headline (see `crate::leaks::headline_leak`).
     pub headline: &'a GrowthFit,
     /// Stage/metric fits that grow.
     pub leaking_fits: usize,
@@ -132,7 +109,7 @@ impl Diagnose for Leak {
     /// the growing workers' copies account for (see `workers_explain`); `None` otherwise.
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
         let primary = ctx.analysis.stage_table.primary_metric;
-        let Some(headline) = headline_leak(&ctx.analysis.leak_fits, primary) else {
+        let Some(headline) = crate::leaks::headline_leak(&ctx.analysis.leak_fits, primary) else {
             return ctx
                 .analysis
                 .time_trends

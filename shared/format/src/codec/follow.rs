@@ -11,7 +11,7 @@
 use super::reader::{
     ChunkCheck, State, check_chunk, find_next_chunk, max_cells, read_chunks, read_header,
 };
-use super::{CHUNK_HEADER_LEN, HEADER_LEN};
+use super::{CHUNK_HEADER_LEN, HEADER_LEN, MAGIC};
 use crate::error::DecodeError;
 use crate::model::Trace;
 use crate::{DecodeOptions, Decoded};
@@ -50,6 +50,13 @@ impl Follower {
             Some(state) => state,
             None => {
                 let version = match read_header(&self.pending) {
+                    // Not a trace as soon as its first bytes differ from the magic's.
+                    Err(DecodeError::TooShort { .. })
+                        if !MAGIC
+                            .starts_with(&self.pending[..self.pending.len().min(MAGIC.len())]) =>
+                    {
+                        return Err(DecodeError::BadMagic);
+                    }
                     Err(DecodeError::TooShort { .. }) => return Ok(0),
                     other => other?,
                 };
