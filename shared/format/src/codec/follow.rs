@@ -9,12 +9,12 @@
 //! read at once, warnings included.
 
 use super::reader::{
-    ChunkCheck, State, check_chunk, find_next_chunk, max_cells, read_chunks, read_header,
+    ChunkCheck, DecodeOptions, Decoded, State, check_chunk, find_next_chunk, max_cells,
+    read_chunks, read_header,
 };
 use super::{CHUNK_HEADER_LEN, HEADER_LEN, MAGIC};
 use crate::error::DecodeError;
 use crate::model::Trace;
-use crate::{DecodeOptions, Decoded};
 
 /// A trace decoded as its file grows.
 pub struct Follower {
