@@ -671,13 +671,7 @@ mod tests {
             ..Default::default()
         }
         .build();
-        for m in &mut t.marks {
-            m.epoch = (m.step / 10) as u32;
-            if let Some(a) = m.allocator.as_mut() {
-                a.allocated_bytes += u64::from(m.epoch) * (2 << 30);
-                a.reserved_bytes += u64::from(m.epoch) * (2 << 30);
-            }
-        }
+        oomscope_testkit::run::keep_at_epoch_ends(&mut t, 10, 2 << 30);
         let a = oomscope_analysis::analyze(&t, &Default::default());
         let f = a.headline_leak().unwrap();
         assert_eq!(f.clock, Clock::Epoch, "{f:#?}");

@@ -133,12 +133,7 @@ mod tests {
             ..Run::default()
         }
         .build();
-        for m in &mut trace.marks {
-            m.epoch = (m.step / 10) as u32;
-            if let Some(a) = m.allocator.as_mut() {
-                a.allocated_bytes += u64::from(m.epoch) * 2 * GIB;
-            }
-        }
+        oomscope_testkit::run::keep_at_epoch_ends(&mut trace, 10, 2 * GIB);
         let allocated = MetricKey::ALLOCATED;
         let steps = clock_rows(&trace, allocated, Clock::Step);
         assert_eq!(steps.len(), 60);

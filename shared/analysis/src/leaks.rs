@@ -1063,14 +1063,7 @@ mod tests {
             ..Run::default()
         }
         .build();
-        for m in &mut trace.marks {
-            m.epoch = (m.step / 10) as u32;
-            let kept = u64::from(m.epoch) * 2 * GIB;
-            if let Some(a) = m.allocator.as_mut() {
-                a.allocated_bytes += kept;
-                a.reserved_bytes += kept;
-            }
-        }
+        oomscope_testkit::run::keep_at_epoch_ends(&mut trace, 10, 2 * GIB);
         let values = MarkValues::new(&trace);
         let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
         let allocated = |clock| {

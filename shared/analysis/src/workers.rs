@@ -146,6 +146,7 @@ pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
                 p.pid == pid && matches!(p.role, ProcessRole::Rank | ProcessRole::Launcher)
             })
     };
+    let end_us = crate::peaks::program_end_us(trace);
     let mut pids: Vec<u32> = trace.process_memory.iter().map(|p| p.pid).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -153,11 +154,16 @@ pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
     let mut out: Vec<WorkerGrowth> = pids
         .into_iter()
         .filter_map(|pid| {
-            // One walk of the readings a process: (time, private bytes) of every reading, (PSS,
-            // private bytes) of those with PSS.
+            // One walk of the readings a process up to the program's end: (time, private bytes)
+            // of every reading, (PSS, private bytes) of those with PSS. A worker read during the
+            // interpreter's shutdown, freeing what it kept, is teardown, not the run.
             let mut readings: Vec<(u64, u64)> = Vec::new();
             let mut pss: Vec<(u64, u64)> = Vec::new();
-            for p in trace.process_memory.iter().filter(|p| p.pid == pid) {
+            for p in trace
+                .process_memory
+                .iter()
+                .filter(|p| p.pid == pid && end_us.is_none_or(|end| p.t_us <= end))
+            {
                 readings.push((p.t_us, p.private_bytes));
                 if p.pss_bytes > 0 {
                     pss.push((p.pss_bytes, p.private_bytes));
