@@ -14,7 +14,7 @@ use crate::metrics::{MetricKey, host_in_use};
 use oomscope_format::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
 };
-use oomscope_format::{CounterKind, MISSING, Trace};
+use oomscope_format::{CounterKind, MISSING, Phase, Trace};
 
 /// Memory at or above this share of its limit is a warning of its own: the OOM is near.
 pub const ALERT_SHARE: f64 = 0.9;
@@ -30,8 +30,8 @@ pub struct LiveState {
     pub step: Option<u64>,
     /// See `step`.
     pub stage: Option<String>,
-    /// See `step` (`train`, `eval`, …).
-    pub phase: Option<String>,
+    /// See `step`.
+    pub phase: Option<Phase>,
     /// Each device's memory and the host's, as last read.
     pub memory: Vec<LiveMemory>,
     /// Memory at [`ALERT_SHARE`] of its limit or above, in words.
@@ -147,7 +147,7 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
         ended: trace.end_us.is_some(),
         step: last_mark.map(|m| m.step),
         stage: last_mark.map(|m| m.name.to_string()),
-        phase: last_mark.map(|m| format!("{:?}", m.phase).to_lowercase()),
+        phase: last_mark.map(|m| m.phase),
         memory,
         alerts,
         leak,
@@ -161,7 +161,11 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
 pub fn line(state: &LiveState) -> String {
     let mut parts = vec![format_duration_us(state.t_us)];
     if let (Some(step), Some(stage)) = (state.step, &state.stage) {
-        let phase = state.phase.as_deref().unwrap_or("?");
+        let phase = match state.phase {
+            Some(Phase::Train) => "train",
+            Some(Phase::Eval) => "eval",
+            _ => "phase unknown",
+        };
         parts.push(format!("step {} {stage} ({phase})", format_count(step)));
     }
     for m in &state.memory {
@@ -234,7 +238,7 @@ mod tests {
         let analysis = analyze(&trace, &AnalysisOptions::default());
         let live = live_state(&trace, &analysis);
         assert_eq!(live.step, Some(199));
-        assert_eq!(live.phase.as_deref(), Some("train"));
+        assert_eq!(live.phase, Some(Phase::Train));
         let leak = live.leak.unwrap();
         assert_eq!(leak.per, "step");
         assert!(
