@@ -14,7 +14,7 @@ use crate::metrics::{MetricKey, host_in_use};
 use oomscope_format::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
 };
-use oomscope_format::{CounterKind, MISSING, Phase, Trace};
+use oomscope_format::{CounterKind, Phase, Trace};
 
 /// Memory at or above this share of its limit is a warning of its own: the OOM is near.
 pub const ALERT_SHARE: f64 = 0.9;
@@ -91,14 +91,15 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
         .copied()
         .max(last_mark.map(|m| m.t_us))
         .unwrap_or(0);
+    let host = host_in_use(trace);
+    let last_row = trace.samples.len().checked_sub(1);
     let mut memory = Vec::new();
     for (i, counter) in trace.counters.iter().enumerate() {
         let id = oomscope_format::CounterId(i as u32);
-        let host = host_in_use(trace) == Some(id);
-        if !(host || (counter.kind == CounterKind::GpuUsed && counter.pid.is_none())) {
+        if !(host == Some(id) || (counter.kind == CounterKind::GpuUsed && counter.pid.is_none())) {
             continue;
         }
-        let Some(bytes) = last_value(trace, id) else {
+        let Some(bytes) = last_row.and_then(|row| trace.samples.value_at_row(id, row)) else {
             continue;
         };
         let key = MetricKey::of_counter(trace, id);
@@ -207,17 +208,6 @@ pub fn line(state: &LiveState) -> String {
         parts.push("ended".to_owned());
     }
     parts.join(" · ")
-}
-
-/// A counter's last present value.
-fn last_value(trace: &Trace, id: oomscope_format::CounterId) -> Option<u64> {
-    trace
-        .samples
-        .column(id)?
-        .iter()
-        .rev()
-        .copied()
-        .find(|v| *v != MISSING)
 }
 
 #[cfg(test)]

@@ -8,11 +8,8 @@
 //! returns for the bytes pushed is what [`super::reader::decode_with`] returns for the same bytes
 //! read at once, warnings included.
 
-use super::reader::{
-    ChunkCheck, DecodeOptions, Decoded, State, check_chunk, find_next_chunk, max_cells,
-    read_chunks, read_header,
-};
-use super::{CHUNK_HEADER_LEN, HEADER_LEN, MAGIC};
+use super::reader::{DecodeOptions, Decoded, State, max_cells, read_chunks, read_header};
+use super::{HEADER_LEN, MAGIC};
 use crate::error::DecodeError;
 use crate::model::Trace;
 
@@ -68,38 +65,11 @@ impl Follower {
         };
         let len = self.offset + self.pending.len();
         state.max_cells = max_cells(&self.options, len);
-        let bytes = &self.pending;
-        let mut budget = bytes.len().saturating_mul(4).max(1 << 20);
-        let (mut pos, mut read) = (0, 0);
-        while pos < bytes.len() {
-            match check_chunk(bytes, pos) {
-                ChunkCheck::Ok(payload) => {
-                    state.read_payload(payload, self.offset + pos + CHUNK_HEADER_LEN);
-                    pos += CHUNK_HEADER_LEN + payload.len();
-                    read += 1;
-                }
-                // A chunk still being written.
-                ChunkCheck::Incomplete { .. } => break,
-                // Damage: read on from the next valid chunk once there is one.
-                ChunkCheck::Damaged(what) => match find_next_chunk(bytes, pos + 1, &mut budget) {
-                    Some(next) => {
-                        state.warn(
-                            self.offset + pos,
-                            format!(
-                                "{what}: {} bytes skipped, reading resumed at the next chunk",
-                                next - pos
-                            ),
-                        );
-                        pos = next;
-                    }
-                    None => break,
-                },
-            }
-        }
-        self.pending.drain(..pos);
-        self.offset += pos;
-        self.chunks += read;
-        Ok(read)
+        let walked = read_chunks(&self.pending, 0, self.offset, state, true);
+        self.pending.drain(..walked.at);
+        self.offset += walked.at;
+        self.chunks += walked.chunks;
+        Ok(walked.chunks)
     }
 
     /// What was decoded so far (`None` before the header is whole). Marks are in the order the
@@ -137,8 +107,8 @@ impl Follower {
         };
         // The tail, read as a whole read reads a file's.
         state.max_cells = max_cells(&self.options, self.offset + self.pending.len());
-        let truncated_at = read_chunks(&self.pending, 0, self.offset, &mut state);
-        Ok(state.finish(truncated_at))
+        let walked = read_chunks(&self.pending, 0, self.offset, &mut state, false);
+        Ok(state.finish(walked.truncated_at))
     }
 }
 

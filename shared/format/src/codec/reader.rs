@@ -79,8 +79,8 @@ pub fn decode_with(bytes: &[u8], options: &DecodeOptions) -> Result<Decoded, Dec
     // long traces. The hint is bounded like everything else by the cell budget.
     state.rows_hint = count_sample_rows(bytes).min(state.max_cells);
     state.trace.samples.reserve_rows(state.rows_hint);
-    let truncated_at = read_chunks(bytes, HEADER_LEN, 0, &mut state);
-    Ok(state.finish(truncated_at))
+    let walked = read_chunks(bytes, HEADER_LEN, 0, &mut state, false);
+    Ok(state.finish(walked.truncated_at))
 }
 
 /// The format version of a file that starts with `bytes` (at least [`HEADER_LEN`] of them), or
@@ -114,52 +114,75 @@ pub(super) fn max_cells(options: &DecodeOptions, len: usize) -> usize {
         .unwrap_or_else(|| (len.saturating_mul(64)).max(4 << 20))
 }
 
-/// Walks the chunks of `bytes` from `from`, `bytes[0]` being the file's byte `base`; returns
-/// `Some((offset, have, need))` when the file ends inside a chunk.
+/// Where a chunk walk stopped, and why.
+pub(super) struct Walked {
+    /// The offset in `bytes` after the last chunk read (or skipped past).
+    pub(super) at: usize,
+    /// Complete chunks read.
+    pub(super) chunks: u64,
+    /// `Some((offset, have, need))` when a whole file ends inside a chunk.
+    pub(super) truncated_at: Option<(usize, usize, usize)>,
+}
+
+/// Walks the chunks of `bytes` from `from`, `bytes[0]` being the file's byte `base`. A whole file
+/// (`growing` false) is read to its end: a chunk it ends inside is a truncation (unless a valid
+/// chunk follows: then its length field was damaged), and damage with no valid chunk after it
+/// is skipped to the end. A file still being written (`growing`) stops before either: the
+/// chunk may be one the writer has not finished, and what follows damage may not be written
+/// yet; the next read starts there again.
 pub(super) fn read_chunks(
     bytes: &[u8],
     from: usize,
     base: usize,
     state: &mut State,
-) -> Option<(usize, usize, usize)> {
+    growing: bool,
+) -> Walked {
     // Checksum work allowed while hunting for the next chunk after damage.
     let mut resync_budget = bytes.len().saturating_mul(4).max(1 << 20);
-    let mut pos = from;
-    while pos < bytes.len() {
+    let mut walked = Walked {
+        at: from,
+        chunks: 0,
+        truncated_at: None,
+    };
+    while walked.at < bytes.len() {
+        let pos = walked.at;
         match check_chunk(bytes, pos) {
             ChunkCheck::Ok(payload) => {
                 state.read_payload(payload, base + pos + CHUNK_HEADER_LEN);
-                pos += CHUNK_HEADER_LEN + payload.len();
+                walked.at += CHUNK_HEADER_LEN + payload.len();
+                walked.chunks += 1;
             }
+            ChunkCheck::Incomplete { .. } if growing => break,
             ChunkCheck::Incomplete { have, need } => {
-                // The end of a file cut off mid-write, unless a valid chunk follows (then the
-                // length field itself was damaged).
                 match find_next_chunk(bytes, pos + 1, &mut resync_budget) {
                     Some(next) => {
                         state.warn(
                             base + pos,
                             "damaged chunk header: skipped to the next chunk".into(),
                         );
-                        pos = next;
+                        walked.at = next;
                     }
-                    None => return Some((base + pos, have, need)),
+                    None => {
+                        walked.truncated_at = Some((base + pos, have, need));
+                        break;
+                    }
                 }
             }
             ChunkCheck::Damaged(what) => {
                 let next = find_next_chunk(bytes, pos + 1, &mut resync_budget);
+                if growing && next.is_none() {
+                    break;
+                }
                 let lost = next.unwrap_or(bytes.len()) - pos;
                 state.warn(
                     base + pos,
                     format!("{what}: {lost} bytes skipped, reading resumed at the next chunk"),
                 );
-                match next {
-                    Some(next) => pos = next,
-                    None => break,
-                }
+                walked.at = next.unwrap_or(bytes.len());
             }
         }
     }
-    None
+    walked
 }
 
 /// Sum of the row counts of all sample blocks, found by walking chunk and record headers only (no
@@ -192,13 +215,13 @@ fn count_sample_rows(bytes: &[u8]) -> usize {
     rows
 }
 
-pub(super) enum ChunkCheck<'a> {
+enum ChunkCheck<'a> {
     Ok(&'a [u8]),
     Incomplete { have: usize, need: usize },
     Damaged(&'static str),
 }
 
-pub(super) fn check_chunk(bytes: &[u8], pos: usize) -> ChunkCheck<'_> {
+fn check_chunk(bytes: &[u8], pos: usize) -> ChunkCheck<'_> {
     let rest = &bytes[pos..];
     if rest.len() < CHUNK_HEADER_LEN {
         if !CHUNK_SYNC.starts_with(&rest[..rest.len().min(CHUNK_SYNC.len())]) {
@@ -231,7 +254,7 @@ pub(super) fn check_chunk(bytes: &[u8], pos: usize) -> ChunkCheck<'_> {
 
 /// The offset of the next complete, valid chunk at or after `from`, spending at most `budget`
 /// bytes of checksum work in total.
-pub(super) fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
+fn find_next_chunk(bytes: &[u8], from: usize, budget: &mut usize) -> Option<usize> {
     let mut pos = from;
     while pos + CHUNK_HEADER_LEN <= bytes.len() {
         let offset = bytes[pos..]
