@@ -6,8 +6,10 @@ wasm-bindgen and wasm-opt (the arguments trunk passes, from its 0.21.14 source) 
 makes the page: the stylesheet inlined in place of its `data-trunk rel="inline"` link, the
 module script that starts the viewer in place of the `data-trunk rel="rust"` link, and the
 preload links with their sha384 integrity before </head>. The output is byte-identical to
-`trunk build --release` (checked when this was written against the trunk-built viewer/dist);
-anything in index.html this script does not know stops it, so a change there cannot slip by.
+`trunk build --release` (checked when this was written against the trunk-built viewer/dist)
+but for the stylesheet, minified here (comments and spaces out: 0.5 KB of the viewer's 600 KB
+gzipped budget); anything in index.html this script does not know stops it, so a change there
+cannot slip by.
 
 usage: python3 scripts/viewer_html.py viewer/index.html DIST_DIR > DIST_DIR/index.html
 (DIST_DIR holds oomscope-viewer.js and oomscope-viewer_bg.wasm already)
@@ -35,6 +37,14 @@ dispatchEvent(new CustomEvent("TrunkApplicationStarted", {{detail: {{wasm}}}}));
 </script>"""
 
 
+def minified_css(css):
+    """`css` without comments and the spaces its syntax does not need (around `{`, `}`, `;` and
+    `,`; a space before `:` or `>` can be a descendant combinator, so those stay)."""
+    css = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    css = re.sub(r"\s+", " ", css)
+    return re.sub(r" ?([{};,]) ?", r"\1", css).strip()
+
+
 def sri(path):
     with open(path, "rb") as f:
         return "sha384-" + base64.b64encode(hashlib.sha384(f.read()).digest()).decode()
@@ -56,7 +66,7 @@ def main():
         sys.exit("viewer_html.py: the rust link is not a web-target %s: %s" % (NAME, rust[0]))
     href = re.search(r'href="([^"]+)"', css[0]).group(1)
     with open(os.path.join(here, href)) as f:
-        style = f.read()
+        style = minified_css(f.read())
     page = page.replace(css[0], "<style>" + style + "</style>")
     page = page.replace(rust[0], SCRIPT.format(name=NAME))
     preload = ('<link rel="modulepreload" href="./{name}.js" crossorigin="anonymous" integrity="{js}">'

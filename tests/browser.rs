@@ -7,7 +7,8 @@
 use std::time::Duration;
 
 use oomscope_e2e::{
-    Browser, Scratch, empty_viewer, record, record_with, report, run_collector, summary_json,
+    Browser, Scratch, Served, empty_viewer, record, record_with, report, run_collector,
+    summary_json,
 };
 use serde_json::Value;
 use thirtyfour::prelude::*;
@@ -2103,5 +2104,168 @@ async fn a_memory_snapshot_opens_in_a_report_and_in_the_viewer_as_the_summary_re
     }
     b.screenshot_if_asked("section.snapshot-device", "snapshot")
         .await;
+    b.quit().await;
+}
+
+/// A training loop long enough to watch: 4 MiB kept every step for ~12 s.
+const LIVE_TRAIN: &str = r#"
+import time, oomscope_probe as oom
+MIB = 1 << 20
+def resident(mib):
+    b = bytearray(mib * MIB)
+    b[::4096] = b"\x01" * (len(b) // 4096)
+    return b
+kept = []
+for step in range(120):
+    oom.step(step)
+    oom.mark("pre_forward", phase="train")
+    act = resident(16)
+    time.sleep(0.04)
+    oom.mark("post_forward")
+    kept.append(resident(4))
+    time.sleep(0.03)
+    del act
+    oom.mark("post_backward")
+    time.sleep(0.03)
+    oom.mark("post_optimizer_step")
+"#;
+
+/// The step `#live-note` says the run is at ("live: following · step 12 at post_forward").
+async fn live_step(b: &Browser) -> Option<u64> {
+    let text = b
+        .js("const e = document.getElementById('live-note'); return e ? e.textContent : null")
+        .await;
+    let text = text.as_str()?;
+    let after = text.split(" · step ").nth(1)?;
+    after
+        .split_whitespace()
+        .next()?
+        .replace(['\u{a0}', ' '], "")
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn collector_serve_shows_a_run_live_and_refuses_what_it_does_not_serve() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("serve");
+    let script = s.write("live_train.py", LIVE_TRAIN.as_bytes());
+    let trace = s.path("live.oomt");
+    let served = Served::start(&[trace.to_str().unwrap()]);
+    assert!(
+        served.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        served.url
+    );
+
+    // Bad requests: a 4xx and nothing else.
+    let host = format!("Host: {}", served.authority());
+    for (request, status) in [
+        (format!("GET /etc/passwd HTTP/1.1\r\n{host}"), 404),
+        (format!("GET /../live.oomt HTTP/1.1\r\n{host}"), 404),
+        (
+            format!("GET /trace/0/../../live.oomt HTTP/1.1\r\n{host}"),
+            404,
+        ),
+        (format!("GET /trace/7?from=0 HTTP/1.1\r\n{host}"), 404),
+        (
+            format!("GET /trace/0?from=99999999999 HTTP/1.1\r\n{host}"),
+            416,
+        ),
+        (format!("GET /trace/0 HTTP/1.1\r\n{host}"), 400),
+        (
+            format!("POST / HTTP/1.1\r\n{host}\r\nContent-Length: 0"),
+            405,
+        ),
+        (
+            format!("GET / HTTP/1.1\r\n{host}\r\nOrigin: http://evil.example"),
+            403,
+        ),
+        ("GET / HTTP/1.1\r\nHost: evil.example".to_owned(), 403),
+    ] {
+        let (got, body) = served.raw(&request);
+        assert_eq!(got, status, "{request:?}: {body}");
+        assert!(body.len() < 80, "a one-line reason only: {body:?}");
+    }
+    let (ok, page) = served.raw(&format!("GET / HTTP/1.1\r\n{host}"));
+    assert_eq!(ok, 200);
+    assert!(
+        page.contains("connect-src 'self'"),
+        "the report's CSP, fetching its own origin"
+    );
+
+    let b = Browser::start("serve").await;
+    b.d().goto(&served.url).await.expect("page opens");
+    // Before the run starts: the page says it waits.
+    b.d()
+        .query(By::Css("#live-waiting"))
+        .with_text(thirtyfour::stringmatch::StringMatch::new("waiting for live.oomt").partial())
+        .wait(Duration::from_secs(20), Duration::from_millis(100))
+        .first()
+        .await
+        .expect("the page says it waits for the trace");
+    // No reload from here on: this mark would be lost.
+    b.js("window.oomscopeNoReload = 1; return 1").await;
+
+    let mut run = oomscope_e2e::start_recording(&script, &[], &trace);
+    let started = std::time::Instant::now();
+    let mut steps_seen = Vec::new();
+    let mut leak_before_end = false;
+    while run.try_wait().expect("the run").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(90), "the run hangs");
+        if let Some(step) = live_step(&b).await
+            && steps_seen.last() != Some(&step)
+        {
+            steps_seen.push(step);
+        }
+        let leak = b
+            .js("return !!document.querySelector('#verdict li[data-id=leak]')")
+            .await;
+        if leak == Value::Bool(true) && run.try_wait().expect("the run").is_none() {
+            leak_before_end = true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        steps_seen.len() >= 3 && steps_seen.windows(2).all(|w| w[0] < w[1]),
+        "the step shown rises while the run goes: {steps_seen:?}"
+    );
+    assert!(
+        leak_before_end,
+        "the leak's verdict showed before the run ended"
+    );
+    // At the end: the whole trace, the note says so, the verdict is the summary's.
+    let note = b
+        .d()
+        .query(By::Css("#live-note"))
+        .with_text(thirtyfour::stringmatch::StringMatch::new("ended").partial())
+        .wait(Duration::from_secs(20), Duration::from_millis(100))
+        .first()
+        .await
+        .expect("the page says the run ended");
+    assert!(note.text().await.unwrap().contains("ended"));
+    assert_eq!(live_step(&b).await, Some(119), "the program's last step");
+    // The page's verdict is the finished trace's, as `collector summary` says it.
+    let summary = summary_json(&trace);
+    let findings = summary["analysis"]["findings"].as_array().unwrap();
+    assert_eq!(findings[0]["id"], "leak", "{findings:?}");
+    let verdict = b
+        .d()
+        .query(By::Css("#verdict[data-from=page] li[data-id=leak]"))
+        .wait(Duration::from_secs(20), Duration::from_millis(100))
+        .first()
+        .await
+        .expect("the final verdict");
+    let words = verdict.text().await.unwrap();
+    assert!(
+        words.contains(findings[0]["title"].as_str().unwrap()),
+        "{words} vs {}",
+        findings[0]
+    );
+    assert_eq!(
+        b.js("return window.oomscopeNoReload || 0").await,
+        Value::from(1),
+        "the page updated without a reload"
+    );
     b.quit().await;
 }

@@ -103,6 +103,95 @@ pub fn record_with(script: &Path, args: &[&str], trace: &Path, env: &[(&str, &st
     );
 }
 
+/// Starts recording `python3 script args...` into `trace` (`collector run`, readings every 5 ms),
+/// without waiting for it: the run's process.
+pub fn start_recording(script: &Path, args: &[&str], trace: &Path) -> Child {
+    let mut all = vec![
+        "run",
+        "-q",
+        "--interval-ms",
+        "5",
+        "-o",
+        trace.to_str().expect("utf-8 path"),
+        "--",
+        python(),
+        script.to_str().expect("utf-8 path"),
+    ];
+    all.extend_from_slice(args);
+    collector_command(&all)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the collector starts")
+}
+
+/// `collector serve ARGS --port 0` running (killed when dropped), and the address it printed.
+#[derive(Debug)]
+pub struct Served {
+    child: Child,
+    /// The page's address (`http://127.0.0.1:PORT/`, with `?token=` when one is needed).
+    pub url: String,
+}
+
+impl Served {
+    /// Starts `collector serve ARGS --port 0` and reads the address it prints.
+    pub fn start(args: &[&str]) -> Served {
+        use std::io::BufRead as _;
+        let mut all = vec!["serve", "--port", "0"];
+        all.extend_from_slice(args);
+        let mut child = collector_command(&all)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the collector starts");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("collector serve prints its address");
+        assert!(line.starts_with("http://"), "not an address: {line:?}");
+        Served {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+
+    /// `host:port` of the server.
+    pub fn authority(&self) -> &str {
+        let rest = self.url.trim_start_matches("http://");
+        rest.split('/').next().unwrap_or(rest)
+    }
+
+    /// The status code of a raw HTTP/1.1 request (`request`'s first lines, without the blank
+    /// line that ends them), and the answer's body.
+    pub fn raw(&self, request: &str) -> (u16, String) {
+        use std::io::{Read as _, Write as _};
+        let mut stream = TcpStream::connect(self.authority()).expect("the server listens");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(stream, "{request}\r\nConnection: close\r\n\r\n").expect("sent");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let status = answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map_or(String::new(), |(_, b)| b.to_owned());
+        (status, body)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The empty viewer (`collector report -o viewer.html`, no trace) written into `s`; its path.
 pub fn empty_viewer(s: &Scratch) -> PathBuf {
     let viewer = s.path("viewer.html");

@@ -17,12 +17,15 @@ pub mod gpu;
 pub mod host;
 pub mod launch_env;
 pub mod launcher_text;
+pub mod live_trace;
 #[cfg(feature = "parquet")]
 pub mod parquet_export;
 pub mod probe;
 pub mod report;
 pub mod run;
+pub mod serve;
 #[cfg(feature = "tch")]
 pub mod torch;
 pub mod trace_file;
 pub mod ui;
+pub mod watch_view;

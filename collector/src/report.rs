@@ -90,6 +90,17 @@ impl Viewer {
     pub fn wasm_bytes(&self) -> usize {
         self.wasm.len()
     }
+
+    /// A stand-in with the shape of wasm-bindgen's glue, for unit tests of pages.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Viewer {
+        Viewer {
+            js: Cow::Borrowed(
+                "let wasm;\nasync function __wbg_init(x) { wasm = x; }\nexport { initSync };\nexport default __wbg_init;\n",
+            ),
+            wasm: Cow::Borrowed(b"\0asm\x01\0\0\0"),
+        }
+    }
 }
 
 /// A trace as a report carries it.
@@ -298,6 +309,70 @@ pub fn render(viewer: &Viewer, traces: &[Embedded]) -> Result<String> {
 
 /// [`render`], with the memory snapshots a run's OOMs saved attached to its trace.
 pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded]) -> Result<String> {
+    let mut elements = String::with_capacity(
+        traces
+            .iter()
+            .chain(snapshots)
+            .map(|t| t.bytes.len() * 4 / 3 + 256)
+            .sum::<usize>(),
+    );
+    for (i, t) in traces.iter().enumerate() {
+        let id = oomscope_analysis::report_page::trace_element_id(i);
+        elements.push_str(&format!(
+            "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
+             data-name=\""
+        ));
+        elements.push_str(&STANDARD.encode(t.name.as_bytes()));
+        elements.push('"');
+        if let Some(n) = &t.notice {
+            elements.push_str(" data-notice=\"");
+            elements.push_str(&STANDARD.encode(n.as_bytes()));
+            elements.push('"');
+        }
+        if let Some(v) = &t.verdict {
+            elements.push_str(" data-verdict=\"");
+            elements.push_str(&STANDARD.encode(v.as_bytes()));
+            elements.push('"');
+        }
+        elements.push('>');
+        elements.push_str(&STANDARD.encode(&t.bytes));
+        elements.push_str("</script>\n");
+    }
+    for (i, snap) in snapshots.iter().enumerate() {
+        let id = oomscope_analysis::report_page::snapshot_element_id(i);
+        elements.push_str(&format!(
+            "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
+             data-name=\"{}\">",
+            STANDARD.encode(snap.name.as_bytes())
+        ));
+        elements.push_str(&STANDARD.encode(&snap.bytes));
+        elements.push_str("</script>\n");
+    }
+    Ok(page(viewer, &elements, Network::None)?.html)
+}
+
+/// What a page may fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// Nothing: a report opens offline and reaches nothing (`default-src 'none'`).
+    None,
+    /// Its own origin only (`connect-src 'self'`): the page `collector serve` serves, which
+    /// fetches its traces' bytes as they grow.
+    SameOrigin,
+}
+
+/// A page of the viewer: its HTML and the Content-Security-Policy it states.
+#[derive(Debug)]
+pub struct Page {
+    /// The whole document.
+    pub html: String,
+    /// Its policy (also in a `<meta>` of the document).
+    pub csp: String,
+}
+
+/// The viewer's page, holding `elements` (the data the viewer reads: traces, snapshots, or the
+/// addresses of live ones) before its WASM module and its one script.
+pub fn page(viewer: &Viewer, elements: &str, network: Network) -> Result<Page> {
     if viewer.js.to_ascii_lowercase().contains("</script") {
         bail!("the viewer's JavaScript contains `</script`, which cannot be inlined");
     }
@@ -320,21 +395,17 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
         js = viewer.js
     );
     let hash = STANDARD.encode(Sha256::digest(module.as_bytes()));
+    let connect = match network {
+        Network::None => "",
+        Network::SameOrigin => "connect-src 'self'; ",
+    };
     let csp = format!(
         "default-src 'none'; script-src 'sha256-{hash}' 'wasm-unsafe-eval'; worker-src blob:; \
-         style-src 'unsafe-inline'; \
+         {connect}style-src 'unsafe-inline'; \
          img-src data: blob:; base-uri 'none'; form-action 'none'"
     );
-    let mut html = String::with_capacity(
-        viewer.wasm.len() * 4 / 3
-            + traces
-                .iter()
-                .chain(snapshots)
-                .map(|t| t.bytes.len() * 4 / 3)
-                .sum::<usize>()
-            + module.len()
-            + 8192,
-    );
+    let mut html =
+        String::with_capacity(viewer.wasm.len() * 4 / 3 + elements.len() + module.len() + 8192);
     html.push_str("<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
     html.push_str(&format!(
         "<meta http-equiv=\"Content-Security-Policy\" content=\"{csp}\">\n"
@@ -344,44 +415,13 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
     html.push_str("<title>oomscope report</title>\n<style>\n");
     html.push_str(CSS);
     html.push_str("</style>\n</head>\n<body>\n");
-    for (i, t) in traces.iter().enumerate() {
-        let id = oomscope_analysis::report_page::trace_element_id(i);
-        html.push_str(&format!(
-            "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
-             data-name=\""
-        ));
-        html.push_str(&STANDARD.encode(t.name.as_bytes()));
-        html.push('"');
-        if let Some(n) = &t.notice {
-            html.push_str(" data-notice=\"");
-            html.push_str(&STANDARD.encode(n.as_bytes()));
-            html.push('"');
-        }
-        if let Some(v) = &t.verdict {
-            html.push_str(" data-verdict=\"");
-            html.push_str(&STANDARD.encode(v.as_bytes()));
-            html.push('"');
-        }
-        html.push('>');
-        html.push_str(&STANDARD.encode(&t.bytes));
-        html.push_str("</script>\n");
-    }
-    for (i, snap) in snapshots.iter().enumerate() {
-        let id = oomscope_analysis::report_page::snapshot_element_id(i);
-        html.push_str(&format!(
-            "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
-             data-name=\"{}\">",
-            STANDARD.encode(snap.name.as_bytes())
-        ));
-        html.push_str(&STANDARD.encode(&snap.bytes));
-        html.push_str("</script>\n");
-    }
+    html.push_str(elements);
     html.push_str("<script id=\"oomscope-wasm\" type=\"application/octet-stream\">");
     html.push_str(&STANDARD.encode(&viewer.wasm));
     html.push_str("</script>\n<script type=\"module\">");
     html.push_str(&module);
     html.push_str("</script>\n</body>\n</html>\n");
-    Ok(html)
+    Ok(Page { html, csp })
 }
 
 /// Where `collector report TRACE|DIR` writes by default: the path with `.html` (`runs/4242/`
@@ -526,12 +566,7 @@ mod tests {
     use super::*;
 
     fn fake_viewer() -> Viewer {
-        Viewer {
-            js: Cow::Borrowed(
-                "let wasm;\nasync function __wbg_init(x) { wasm = x; }\nexport { initSync };\nexport default __wbg_init;\n",
-            ),
-            wasm: Cow::Borrowed(b"\0asm\x01\0\0\0"),
-        }
+        Viewer::for_tests()
     }
 
     #[test]

@@ -139,7 +139,7 @@ sys.exit(1)
 
 #[test]
 fn an_oom_completed_by_the_lines_after_it_on_stderr() {
-    // NCCL's real lines (shared/format/tests/data/oom_texts.md, nccl-warn-alloc: NVIDIA/nccl#1235): the
+    // NCCL's real lines (shared/analysis/tests/data/oom_texts.md, nccl-warn-alloc: NVIDIA/nccl#1235): the
     // size is on the line after the error, written together with it.
     let s = Scratch::new("nccl-oom");
     let child = s.script(

@@ -29,11 +29,12 @@ const JOB_FILES: usize = 3;
 
 /// The whole viewer. `initial` holds the traces a report embeds: one trace, or a job's;
 /// `snapshot` the large memory snapshot a report embeds instead, which is read once the page is
-/// up.
+/// up; `live` the traces `collector serve` streams to the page as their runs write them.
 #[component]
 pub fn App(
     initial: Vec<Loaded>,
     #[prop(default = None)] snapshot: Option<open::EmbeddedSnapshot>,
+    #[prop(default = Vec::new())] live: Vec<crate::live::Source>,
 ) -> impl IntoView {
     let job = RwSignal::new(None::<Vec<Arc<Loaded>>>);
     let primary = RwSignal::new(None::<Opened>);
@@ -67,6 +68,20 @@ pub fn App(
         leptos::task::spawn_local(async move {
             if let Some(loaded) = open::read_embedded_snapshot(pending, progress).await {
                 show(loaded);
+            }
+        });
+    }
+
+    // What the page says of the traces it follows: how the following goes, and where the run is
+    // (its last mark; the verdict, the charts and the tables say the rest).
+    let live_note = RwSignal::new(String::new());
+    let following = !live.is_empty();
+    if following {
+        crate::live::follow(live, live_note, move |mut traces: Vec<Loaded>| {
+            if traces.len() > 1 {
+                job.set(Some(traces.into_iter().map(Arc::new).collect()));
+            } else if let Some(loaded) = traces.pop() {
+                primary.set(Some(Opened::analysed(loaded)));
             }
         });
     }
@@ -188,6 +203,7 @@ pub fn App(
                 <Show when=move || compare.with(Option::is_some)>
                     <button id="close-compare" on:click=move |_| compare.set(None)>"close comparison"</button>
                 </Show>
+                {following.then(|| view! { <span id="live-note">{move || live_note.get()}</span> })}
                 <span id="status">{move || match (reading.get(), progress.get()) {
                     (true, Some(p)) => p,
                     (true, None) => "reading…".to_owned(),
@@ -196,6 +212,9 @@ pub fn App(
             </header>
             {move || match (job.get(), primary.get()) {
                 (Some(traces), _) => view! { <JobReport traces=traces/> }.into_any(),
+                (None, None) if following => view! {
+                    <p class="hint" id="live-waiting">{move || live_note.get()}</p>
+                }.into_any(),
                 (None, None) => view! {
                     <div class="dropzone" id="dropzone">
                         <p>"Drop one trace (.oomt, or a report .html) here to inspect it, two to compare them, or a job's traces (three or more; or the job button) to see its ranks together."</p>

@@ -8,8 +8,9 @@
 //! Modules: [`load`] (bytes → trace, prefix kept on damage), [`view_model`] (pure, unit-tested
 //! values the page shows), [`browser`] (the report's embedded traces, files, downloads),
 //! [`timeline`] and [`views`] (components, one view per file), [`app`] (layout and opening
-//! files), [`job`] (a job's traces together: the ranks of every node, then one trace), [`worker`]
-//! (large memory snapshots read off the page's thread).
+//! files), [`job`] (a job's traces together: the ranks of every node, then one trace), [`live`]
+//! (traces followed as their runs write them, from `collector serve`), [`worker`] (large memory
+//! snapshots read off the page's thread).
 
 // leptos components receive their props by value (the macro builds a props struct), so this
 // lint would flag every component that only reads an `Arc` it was given.
@@ -19,6 +20,7 @@ pub mod app;
 pub mod browser;
 pub mod chart;
 pub mod job;
+pub mod live;
 pub mod load;
 pub mod open;
 pub mod print;
@@ -52,10 +54,12 @@ pub fn start() {
     }));
     browser::record_time("data-start-ms");
     // A large snapshot is read in the background, the page shows its progress meanwhile.
-    let snapshot = open::embedded_snapshot();
-    let initial = match snapshot {
-        Some(_) => Vec::new(),
-        None => open::embedded_traces(),
+    // The page `collector serve` serves names its traces' addresses instead of holding them.
+    let live = live::sources();
+    let snapshot = live.is_empty().then(open::embedded_snapshot).flatten();
+    let initial = match (&snapshot, live.is_empty()) {
+        (None, true) => open::embedded_traces(),
+        _ => Vec::new(),
     };
     browser::record_time("data-read-ms");
     let (attached_now, attached_later) = open::embedded_snapshots();
@@ -94,6 +98,6 @@ pub fn start() {
                 }
             }
         });
-        view! { <App initial=initial snapshot=snapshot/> }
+        view! { <App initial=initial snapshot=snapshot live=live/> }
     });
 }

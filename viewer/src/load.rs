@@ -165,6 +165,20 @@ impl Loaded {
         }
     }
 
+    /// A trace followed while its run records it ([`crate::live`]): what was decoded so far.
+    pub fn followed(name: String, size_bytes: usize, trace: Arc<Trace>) -> Loaded {
+        Loaded {
+            name,
+            size_bytes,
+            trace: Some(trace),
+            warnings: Vec::new(),
+            error: None,
+            notice: None,
+            snapshot: None,
+            verdict: None,
+        }
+    }
+
     /// A file that could not even be read.
     pub fn failed(name: String, error: String) -> Loaded {
         Loaded {

@@ -91,6 +91,20 @@ impl Opened {
     }
 }
 
+impl Opened {
+    /// `loaded` analysed here and now, every section built at once: a live page's refresh,
+    /// which must not say "analysing…" between two states of the same run (nor register the
+    /// print hooks [`Opened::new`] does, once per refresh).
+    pub fn analysed(loaded: Loaded) -> Opened {
+        let analysis = loaded.trace.as_deref().map(|t| Arc::new(analyse(t)));
+        Opened {
+            loaded: Arc::new(loaded),
+            analysis: RwSignal::new(analysis),
+            tables: RwSignal::new(true),
+        }
+    }
+}
+
 /// One trace's report, with the comparison section when a second trace is open.
 #[component]
 pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoView {

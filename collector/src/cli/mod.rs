@@ -1,4 +1,4 @@
-//! The command line: `collector run | summary | watch | export | report | estimate`. This module holds
+//! The command line: `collector run | summary | watch | serve | export | report | estimate`. This module holds
 //! the top-level arguments and the dispatch; each command's arguments and body live in a module
 //! of their own.
 //!
@@ -10,6 +10,7 @@ mod estimate;
 mod export;
 mod report;
 mod run;
+mod serve;
 mod summary;
 mod watch;
 
@@ -20,6 +21,7 @@ pub use estimate::{EstimateArgs, OptimizerArg, PrecisionArg, ShardArg};
 pub use export::{ExportArgs, ExportFormat};
 pub use report::ReportArgs;
 pub use run::RunArgs;
+pub use serve::ServeArgs;
 pub use summary::{SUMMARY_SCHEMA_VERSION, SummaryArgs};
 pub use watch::WatchArgs;
 
@@ -41,6 +43,8 @@ pub enum Command {
     Summary(SummaryArgs),
     /// Follow traces while their runs record them: memory against its limits, warnings at 90%, leaks and when memory is full.
     Watch(WatchArgs),
+    /// Serve the viewer over HTTP (127.0.0.1) with traces streamed to it as their runs write them.
+    Serve(ServeArgs),
     /// Export a trace to CSV or Chrome trace-event JSON (Perfetto), or traces to Parquet tables.
     Export(ExportArgs),
     /// Write one self-contained HTML file with the viewer and the trace, or a job's traces (opens offline).
@@ -55,6 +59,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Run(args) => run::run(args),
         Command::Summary(args) => summary::summary(&args),
         Command::Watch(args) => watch::watch(&args),
+        Command::Serve(args) => serve::serve(&args),
         Command::Export(args) => export::export(&args),
         Command::Report(args) => report::report(&args),
         Command::Estimate(args) => estimate::estimate(&args),

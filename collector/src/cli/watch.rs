@@ -1,27 +1,25 @@
-//! `collector watch TRACE… [--json]`: follows traces while their runs record them (from another
-//! shell, over ssh, a job's rank traces) and prints, each refresh, where each run is, its memory
-//! against its limits, a warning at 90% of one, and the analysis so far (the leak's rate and when
-//! memory is full); at a run's end, its summary.
+//! `collector watch TRACE… [--json | --plain]`: follows traces while their runs record them (from
+//! another shell, over ssh, a job's rank traces) and shows, each refresh, where each run is, its
+//! memory against its limits, a warning at 90% of one, and the analysis so far (the leak's rate
+//! and when memory is full); at a run's end, its summary. In a terminal the view is a screen of
+//! its own ([`crate::watch_view`]; `q` quits, the arrows move between traces); piped, or with
+//! `--plain`, a line per trace that grew; `--json`, an object per trace per refresh.
 //!
-//! Why it reads the file and nothing else: the recorder must never wait for a viewer (memray's
-//! live mode blocked the traced program when its reader fell behind), and the trace is already
-//! crash-safe and flushed at least once a second. Each refresh decodes only the bytes appended
-//! since the last (`oomscope_format::Follower`); the analysis of what was decoded is re-run only
-//! when something was appended, and no more often than keeps it under 1% of a core
-//! ([`ANALYSIS_SHARE`]).
+//! The following itself (the file read as it grows, the analysis no more than 1% of a core) is
+//! [`crate::live_trace`]'s.
 
-use std::fs::File;
-use std::io::Read;
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use oomscope_analysis::live::{LiveState, line, live_state};
+use anyhow::Result;
+use oomscope_analysis::live::{LiveState, line};
 use oomscope_analysis::{AnalysisOptions, analyze, render};
-use oomscope_format::Follower;
 use serde::Serialize;
 
+use crate::live_trace::LiveTrace;
 use crate::ui::{info, write_stdout};
+use crate::watch_view::{Following, Pane, draw};
 
 /// `collector watch`.
 #[derive(Debug, clap::Args)]
@@ -33,14 +31,13 @@ pub struct WatchArgs {
     /// Print one JSON object per trace per refresh instead of a line (for scripts and agents).
     #[arg(long)]
     pub json: bool,
+    /// Print a line per trace per refresh even in a terminal (no full-screen view).
+    #[arg(long, conflicts_with = "json")]
+    pub plain: bool,
     /// How often to read the traces, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub interval_ms: u64,
 }
-
-/// The analysis may take at most this share of the watcher's wall time: re-run no sooner than
-/// its last run's cost divided by it.
-const ANALYSIS_SHARE: f64 = 0.01;
 
 /// A trace that has not grown for this long, and has no end, is said to have stopped.
 const STALE_AFTER: Duration = Duration::from_secs(10);
@@ -53,21 +50,25 @@ struct WatchJson<'a> {
     state: &'a LiveState,
 }
 
-/// A trace being followed.
+/// A trace being followed, and what was said of it.
 struct Followed {
-    path: PathBuf,
-    file: Option<File>,
-    follower: Follower,
-    grew_at: Instant,
+    live: LiveTrace,
     said_stale: bool,
-    analysed_at: Option<Instant>,
-    analysis_cost: Duration,
-    /// Chunks were decoded since the last analysis.
-    unanalysed: bool,
-    /// The state changed since it was last printed.
-    fresh: bool,
-    state: Option<LiveState>,
     done: bool,
+}
+
+impl Followed {
+    fn following(&self) -> Following {
+        if self.live.follower.ended() {
+            Following::Ended
+        } else if !self.live.found() {
+            Following::Waiting
+        } else if self.said_stale {
+            Following::Stale
+        } else {
+            Following::Live
+        }
+    }
 }
 
 pub fn watch(args: &WatchArgs) -> Result<i32> {
@@ -75,58 +76,47 @@ pub fn watch(args: &WatchArgs) -> Result<i32> {
         .traces
         .iter()
         .map(|path| Followed {
-            path: path.clone(),
-            file: None,
-            follower: Follower::default(),
-            grew_at: Instant::now(),
+            live: LiveTrace::new(path.clone()),
             said_stale: false,
-            analysed_at: None,
-            analysis_cost: Duration::ZERO,
-            unanalysed: false,
-            fresh: false,
-            state: None,
             done: false,
         })
         .collect();
+    let interval = Duration::from_millis(args.interval_ms);
+    if !args.json && !args.plain && std::io::stdout().is_terminal() {
+        return watch_screen(&mut followed, interval);
+    }
     for f in &followed {
-        if !f.path.exists() {
-            info(&format!("waiting for {} to appear", f.path.display()));
+        if !f.live.path.exists() {
+            info(&format!("waiting for {} to appear", f.live.path.display()));
         }
     }
-    let interval = Duration::from_millis(args.interval_ms);
     let mut buf = Vec::new();
     while followed.iter().any(|f| !f.done) {
         for f in followed.iter_mut().filter(|f| !f.done) {
-            refresh(f, &mut buf)?;
-            let Some(state) = &f.state else { continue };
-            if f.fresh {
-                f.fresh = false;
+            f.live.refresh(&mut buf)?;
+            let fresh = f.live.take_fresh();
+            let Some(state) = &f.live.state else { continue };
+            if fresh {
                 let text = if args.json {
                     serde_json::to_string(&WatchJson {
-                        trace: f.path.display().to_string(),
+                        trace: f.live.path.display().to_string(),
                         state,
                     })? + "\n"
                 } else {
-                    format!("{}: {}\n", f.path.display(), line(state))
+                    format!("{}: {}\n", f.live.path.display(), line(state))
                 };
                 write_stdout(text.as_bytes())?;
             }
-            if f.follower.ended() {
+            if f.live.follower.ended() {
                 f.done = true;
                 if !args.json {
-                    // The run is over: what `collector summary` says of it.
-                    let follower = std::mem::take(&mut f.follower);
-                    let decoded = follower.finish()?;
-                    let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
-                    let text = render::summary::render(&decoded.trace, &analysis);
-                    write_stdout(text.as_bytes())?;
+                    print_summary(f)?;
                 }
-            } else if !f.said_stale && f.grew_at.elapsed() >= STALE_AFTER {
-                f.said_stale = true;
+            } else if stale(f) {
                 info(&format!(
                     "{} has not grown for {} s and has no end: its recorder may have stopped \
                      (still watching)",
-                    f.path.display(),
+                    f.live.path.display(),
                     STALE_AFTER.as_secs()
                 ));
             }
@@ -138,44 +128,81 @@ pub fn watch(args: &WatchArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Reads what was appended to `f`'s file and, when it is due, analyses what was decoded.
-fn refresh(f: &mut Followed, buf: &mut Vec<u8>) -> Result<()> {
-    if f.file.is_none() {
-        match File::open(&f.path) {
-            Ok(file) => f.file = Some(file),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e).with_context(|| format!("cannot read {}", f.path.display())),
+/// Whether `f` just became stale: no growth for [`STALE_AFTER`] and no end (said once).
+fn stale(f: &mut Followed) -> bool {
+    let now = !f.said_stale && f.live.found() && f.live.grew_at.elapsed() >= STALE_AFTER;
+    f.said_stale |= now;
+    now
+}
+
+/// The run is over: what `collector summary` says of it.
+fn print_summary(f: &mut Followed) -> Result<()> {
+    let follower = std::mem::take(&mut f.live.follower);
+    let decoded = follower.finish()?;
+    let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
+    let text = render::summary::render(&decoded.trace, &analysis);
+    write_stdout(format!("{}:\n{text}", f.live.path.display()).as_bytes())
+}
+
+/// The full-screen view: refreshes every `interval` (sooner on a key), `q` (or Esc, Ctrl-C)
+/// quits, the arrows move between traces; once every run has ended, the screen closes and their
+/// summaries print.
+fn watch_screen(followed: &mut [Followed], interval: Duration) -> Result<i32> {
+    use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+    let mut terminal = ratatui::init();
+    let mut selected = 0usize;
+    let mut buf = Vec::new();
+    let result = (|| -> Result<bool> {
+        let mut next = Instant::now();
+        loop {
+            if Instant::now() >= next {
+                for f in followed.iter_mut() {
+                    f.live.refresh(&mut buf)?;
+                    stale(f);
+                }
+                next = Instant::now() + interval;
+            }
+            if followed.iter().all(|f| f.live.follower.ended()) {
+                return Ok(true);
+            }
+            let names: Vec<String> = followed
+                .iter()
+                .map(|f| f.live.path.display().to_string())
+                .collect();
+            let panes: Vec<Pane> = followed
+                .iter()
+                .zip(&names)
+                .map(|(f, name)| Pane {
+                    name,
+                    following: f.following(),
+                    state: f.live.state.as_ref(),
+                })
+                .collect();
+            terminal.draw(|frame| draw(frame, &panes, selected))?;
+            if event::poll(next.saturating_duration_since(Instant::now()))?
+                && let Event::Key(key) = event::read()?
+                && key.kind == KeyEventKind::Press
+            {
+                let n = followed.len();
+                match key.code {
+                    KeyCode::Char('q') | KeyCode::Esc => return Ok(false),
+                    KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                        return Ok(false);
+                    }
+                    KeyCode::Right | KeyCode::Down | KeyCode::Tab => selected = (selected + 1) % n,
+                    KeyCode::Left | KeyCode::Up | KeyCode::BackTab => {
+                        selected = (selected + n - 1) % n;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    })();
+    ratatui::restore();
+    if result? {
+        for f in followed.iter_mut() {
+            print_summary(f)?;
         }
     }
-    let Some(file) = f.file.as_mut() else {
-        return Ok(());
-    };
-    buf.clear();
-    file.read_to_end(buf)
-        .with_context(|| format!("cannot read {}", f.path.display()))?;
-    let before = f.follower.chunks();
-    if !buf.is_empty() {
-        f.grew_at = Instant::now();
-        f.said_stale = false;
-        if let Err(e) = f.follower.push(buf) {
-            bail!("cannot follow {}: {e}", f.path.display());
-        }
-    }
-    f.unanalysed |= f.follower.chunks() > before;
-    let due = f.analysed_at.is_none_or(|at| {
-        at.elapsed().as_secs_f64() >= f.analysis_cost.as_secs_f64() / ANALYSIS_SHARE
-    });
-    if let Some(trace) = f.follower.trace()
-        && f.unanalysed
-        && (due || f.follower.ended())
-    {
-        f.unanalysed = false;
-        let started = Instant::now();
-        let analysis = analyze(trace, &AnalysisOptions::default());
-        f.state = Some(live_state(trace, &analysis));
-        f.analysis_cost = started.elapsed();
-        f.analysed_at = Some(Instant::now());
-        f.fresh = true;
-    }
-    Ok(())
+    Ok(0)
 }

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use super::event::Event;
 use super::shared_state::RunState;
 use crate::launcher_text::{ChildFailedSummary, SlurmOom, rank_prefix, slurm_oom};
+use oomscope_analysis::oom_text::{recognise, recognise_text};
 use oomscope_format::Record;
-use oomscope_format::oom_text::{recognise, recognise_text};
 
 /// Pid of the child, read by the signal handler (0 before it exists).
 static CHILD_PID: AtomicI32 = AtomicI32::new(0);
@@ -136,7 +136,7 @@ pub fn pass_stderr(
             if shm_notes < MAX_SHM_NOTES && l.windows(7).any(|w| w == b"/torch_" || w == b"d memor")
             {
                 let text = String::from_utf8_lossy(l);
-                if oomscope_format::oom_text::shm_failure(&text) {
+                if oomscope_analysis::oom_text::shm_failure(&text) {
                     shm_notes += 1;
                     let note = oomscope_format::Note {
                         t_us: state.now_us(),

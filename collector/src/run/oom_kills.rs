@@ -14,7 +14,7 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 
 use crate::cgroup::MemoryCgroup;
-use oomscope_format::oom_text::kernel_kill;
+use oomscope_analysis::oom_text::kernel_kill;
 use oomscope_format::{ExitStatus, OomKill};
 
 /// Watches one run for OOM kills.
@@ -145,7 +145,7 @@ fn open_kmsg_at_end() -> Option<File> {
 
 /// Every `Killed process` record logged since the file was positioned, with its time (µs since
 /// boot). Each read returns one record: `priority,sequence,time_us,flags;text`.
-fn read_kills(kmsg: &mut File) -> Vec<(i64, oomscope_format::oom_text::KernelKill)> {
+fn read_kills(kmsg: &mut File) -> Vec<(i64, oomscope_analysis::oom_text::KernelKill)> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 8192];
     // A bounded loop: the log holds at most a few thousand records.

@@ -472,7 +472,7 @@ impl Session {
             .unwrap_or(&text)
             .trim()
             .to_owned();
-        let parsed = oomscope_format::oom_text::recognise(&first_line);
+        let parsed = oomscope_analysis::oom_text::recognise(&first_line);
         let requested_bytes = observed
             .map(|o| o.requested_bytes)
             .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes))

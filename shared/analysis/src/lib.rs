@@ -27,6 +27,7 @@ pub mod marks;
 pub mod metrics;
 pub mod node;
 pub mod oom;
+pub mod oom_text;
 pub mod overhead;
 pub mod peaks;
 pub mod phases;

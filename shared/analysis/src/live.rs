@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 use crate::Analysis;
+use crate::clocks::{Clock, clock_rows};
 use crate::finding::Severity;
 use crate::leaks::limit_of;
 use crate::metrics::{MetricKey, host_in_use};
@@ -40,7 +41,29 @@ pub struct LiveState {
     pub leak: Option<LiveLeak>,
     /// The findings so far, most severe first.
     pub findings: Vec<LiveFinding>,
+    /// Memory along the run's clock, for a chart (not in `collector watch --json`: a script
+    /// reads the summary's tables).
+    #[serde(skip)]
+    pub chart: Option<LiveChart>,
 }
+
+/// One memory along a clock: the headlined leak's metric on its clock, else the first memory
+/// per step, each position's highest reading over its stages (its peak between marks), the last
+/// [`CHART_POINTS`] positions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveChart {
+    /// The metric (`gpu0.used`, `host.rss`).
+    pub metric: String,
+    /// What a position counts (`step`, `forward`, `epoch`).
+    pub per: &'static str,
+    /// (position, bytes), in order.
+    pub points: Vec<(u64, u64)>,
+    /// The limit the metric runs into, when known.
+    pub limit_bytes: Option<u64>,
+}
+
+/// Positions a live chart keeps (the latest).
+pub const CHART_POINTS: usize = 400;
 
 /// One memory as last read.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -94,6 +117,7 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
     let host = host_in_use(trace);
     let last_row = trace.samples.len().checked_sub(1);
     let mut memory = Vec::new();
+    let mut first_key = None;
     for (i, counter) in trace.counters.iter().enumerate() {
         let id = oomscope_format::CounterId(i as u32);
         if !(host == Some(id) || (counter.kind == CounterKind::GpuUsed && counter.pid.is_none())) {
@@ -103,6 +127,7 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
             continue;
         };
         let key = MetricKey::of_counter(trace, id);
+        first_key.get_or_insert(key);
         memory.push(LiveMemory {
             metric: key.label(),
             bytes,
@@ -143,7 +168,25 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
             title: f.title.clone(),
         })
         .collect();
+    let charted = match analysis.headline_leak() {
+        Some(f) => Some((f.metric, f.clock)),
+        None => first_key.map(|k| (k, Clock::of(trace))),
+    };
+    let chart = charted.map(|(metric, clock)| {
+        let rows = clock_rows(trace, metric, clock);
+        let from = rows.len().saturating_sub(CHART_POINTS);
+        LiveChart {
+            metric: metric.label(),
+            per: clock.unit(),
+            points: rows[from..]
+                .iter()
+                .filter_map(|r| Some((r.at, r.values.iter().flatten().max().copied()?)))
+                .collect(),
+            limit_bytes: limit_of(trace, metric).map(|(limit, _)| limit),
+        }
+    });
     LiveState {
+        chart,
         t_us,
         ended: trace.end_us.is_some(),
         step: last_mark.map(|m| m.step),
@@ -158,44 +201,13 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
 
 /// The state in one line, as `collector watch` prints it each refresh: "12.3 s · step 120
 /// post_backward (train) · gpu0.used 12.3 GiB of 80.0 GiB · leak +3.90 MiB/step at
-/// pre_backward (gpu0.used): full at step 5 954, in 4 min · 2 findings".
+/// pre_backward (gpu0.used): full at step 5 954, in 4 min · 2 findings". Its pieces are the
+/// words the terminal view shows in its panes.
 pub fn line(state: &LiveState) -> String {
     let mut parts = vec![format_duration_us(state.t_us)];
-    if let (Some(step), Some(stage)) = (state.step, &state.stage) {
-        let phase = match state.phase {
-            Some(Phase::Train) => "train",
-            Some(Phase::Eval) => "eval",
-            _ => "phase unknown",
-        };
-        parts.push(format!("step {} {stage} ({phase})", format_count(step)));
-    }
-    for m in &state.memory {
-        parts.push(match m.limit_bytes {
-            Some(limit) => format!(
-                "{} {} of {}",
-                m.metric,
-                format_bytes(m.bytes),
-                format_bytes(limit)
-            ),
-            None => format!("{} {}", m.metric, format_bytes(m.bytes)),
-        });
-    }
-    if let Some(l) = &state.leak {
-        let mut leak = format!(
-            "leak +{}/{} at {} ({})",
-            format_bytes_f64(l.bytes_per),
-            l.per,
-            l.stage,
-            l.metric
-        );
-        if let Some(at) = l.full_at {
-            leak.push_str(&format!(": full at {} {}", l.per, format_count(at)));
-            if let Some(us) = l.time_to_full_us {
-                leak.push_str(&format!(", in {}", format_duration_us(us)));
-            }
-        }
-        parts.push(leak);
-    }
+    parts.extend(place(state));
+    parts.extend(state.memory.iter().map(memory));
+    parts.extend(state.leak.as_ref().map(leak));
     parts.extend(state.alerts.iter().map(|a| format!("WARNING {a}")));
     if !state.findings.is_empty() {
         parts.push(format!(
@@ -208,6 +220,48 @@ pub fn line(state: &LiveState) -> String {
         parts.push("ended".to_owned());
     }
     parts.join(" · ")
+}
+
+/// Where the run is: "step 120 post_backward (train)"; `None` before its first mark.
+pub fn place(state: &LiveState) -> Option<String> {
+    let (step, stage) = (state.step?, state.stage.as_ref()?);
+    let phase = match state.phase {
+        Some(Phase::Train) => "train",
+        Some(Phase::Eval) => "eval",
+        _ => "phase unknown",
+    };
+    Some(format!("step {} {stage} ({phase})", format_count(step)))
+}
+
+/// One memory: "gpu0.used 12.3 GiB of 80.0 GiB", or "host.rss 2.1 GiB" without a known limit.
+pub fn memory(m: &LiveMemory) -> String {
+    match m.limit_bytes {
+        Some(limit) => format!(
+            "{} {} of {}",
+            m.metric,
+            format_bytes(m.bytes),
+            format_bytes(limit)
+        ),
+        None => format!("{} {}", m.metric, format_bytes(m.bytes)),
+    }
+}
+
+/// The leak: "leak +3.90 MiB/step at pre_backward (gpu0.used): full at step 5 954, in 4 min".
+pub fn leak(l: &LiveLeak) -> String {
+    let mut words = format!(
+        "leak +{}/{} at {} ({})",
+        format_bytes_f64(l.bytes_per),
+        l.per,
+        l.stage,
+        l.metric
+    );
+    if let Some(at) = l.full_at {
+        words.push_str(&format!(": full at {} {}", l.per, format_count(at)));
+        if let Some(us) = l.time_to_full_us {
+            words.push_str(&format!(", in {}", format_duration_us(us)));
+        }
+    }
+    words
 }
 
 #[cfg(test)]
@@ -237,6 +291,20 @@ mod tests {
         );
         assert!(leak.full_at.is_some_and(|s| s > 199));
         assert_eq!(live.findings[0].id, "leak");
+        // The chart: the leak's metric per step, every step, rising by the leak.
+        let chart = live.chart.as_ref().unwrap();
+        assert_eq!(
+            (chart.metric.as_str(), chart.per),
+            (leak.metric.as_str(), "step")
+        );
+        assert_eq!(chart.points.len(), 200);
+        assert_eq!(chart.points.last().map(|p| p.0), Some(199));
+        let (first, last) = (chart.points[0].1, chart.points[199].1);
+        assert!(
+            (last - first) as f64 >= 199.0 * 63.0 * MIB as f64,
+            "{first} → {last}"
+        );
+        assert_eq!(chart.limit_bytes, Some(80 * GIB));
         let gpu = live
             .memory
             .iter()

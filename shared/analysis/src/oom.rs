@@ -77,7 +77,7 @@ fn allocator_at_failure(event: &OomEvent) -> Option<(u64, u64)> {
     if let (Some(a), Some(r)) = (event.allocated_bytes, event.reserved_bytes) {
         return Some((a, r));
     }
-    let stated = oomscope_format::oom_text::recognise(&event.message)?;
+    let stated = crate::oom_text::recognise(&event.message)?;
     stated.allocated_bytes.zip(stated.reserved_bytes)
 }
 

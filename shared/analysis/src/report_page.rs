@@ -31,6 +31,16 @@ pub fn snapshot_element_id(index: usize) -> String {
 /// network.
 pub const GLUE_END: &str = "/* oomscope: the viewer's glue ends here */";
 
+/// The attribute of a trace element that holds, instead of the trace, the address its bytes are
+/// fetched from while its run records it (`collector serve`; base64 like the name): the page asks
+/// for `ADDRESS` with `from=N` appended, gets the bytes from offset `N` on as they are written, and
+/// follows the trace (`oomscope_format::Follower`) until it ends.
+pub const LIVE_ATTRIBUTE: &str = "data-live";
+
+/// The response header that says a live trace's file does not exist yet (its run has not
+/// started recording): the page says it waits.
+pub const WAITING_HEADER: &str = "x-oomscope-waiting";
+
 /// The `data-encoding` of a deflated trace.
 pub const DEFLATE: &str = "deflate";
 

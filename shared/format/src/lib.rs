@@ -29,7 +29,6 @@
 pub mod codec;
 mod error;
 mod model;
-pub mod oom_text;
 pub mod protocol;
 pub mod units;
 mod varint;

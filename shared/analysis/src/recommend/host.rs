@@ -466,7 +466,7 @@ impl Diagnose for ShmPressure {
             .trace
             .notes
             .iter()
-            .find(|n| oomscope_format::oom_text::shm_failure(&n.text))
+            .find(|n| crate::oom_text::shm_failure(&n.text))
             .map(|n| (n.t_us, n.text.as_str()));
         // Full by the readings, or by PyTorch's words (a handover that filled it between two
         // readings, a second apart).

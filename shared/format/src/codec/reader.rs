@@ -130,6 +130,9 @@ pub(super) struct Walked {
 /// is skipped to the end. A file still being written (`growing`) stops before either: the
 /// chunk may be one the writer has not finished, and what follows damage may not be written
 /// yet; the next read starts there again.
+// Never inlined: its two callers (a whole read, a follower) would each carry a copy of the
+// record decoding in the viewer's WASM.
+#[inline(never)]
 pub(super) fn read_chunks(
     bytes: &[u8],
     from: usize,

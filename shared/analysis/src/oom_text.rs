@@ -12,7 +12,7 @@
 //! OSError: [Errno 12] Cannot allocate memory / MemoryError / std::bad_alloc     (host)
 //! ```
 //!
-//! and so are the other stacks' words for it (`shared/format/tests/data/oom_texts.md` keeps a real
+//! and so are the other stacks' words for it (`shared/analysis/tests/data/oom_texts.md` keeps a real
 //! instance of each, and the near misses that must not count):
 //!
 //! - device memory ([`OomKind::Gpu`]): PyTorch's `HIP out of memory` (ROCm) and `MPS backend out
@@ -47,8 +47,8 @@
 //! allocates between marks). The analysis reads a message again only in traces written before
 //! format 1.7, whose records lack those numbers.
 
-use crate::units::parse_bytes;
-use crate::{OomEvent, OomKind, OomSource};
+use oomscope_format::units::parse_bytes;
+use oomscope_format::{OomEvent, OomKind, OomSource};
 
 /// What an OOM line said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -475,8 +475,8 @@ pub fn shm_failure(line: &str) -> bool {
 mod tests {
     use super::*;
 
-    const GIB: f64 = crate::units::GIB as f64;
-    const MIB: f64 = crate::units::MIB as f64;
+    const GIB: f64 = oomscope_format::units::GIB as f64;
+    const MIB: f64 = oomscope_format::units::MIB as f64;
 
     #[test]
     fn pytorch_2_message() {

@@ -3,8 +3,8 @@
 //! line says: `recognise_text` the kind, device and requested bytes, `kernel_kill` the killed pid.
 //! The file's header describes the format.
 
+use oomscope_analysis::oom_text::{kernel_kill, recognise, recognise_text};
 use oomscope_format::OomKind;
-use oomscope_format::oom_text::{kernel_kill, recognise, recognise_text};
 
 /// One entry of the corpus.
 struct Entry {

@@ -1,0 +1,115 @@
+//! A trace file followed while its run writes it, and its live state (`oomscope_analysis::live`)
+//! kept up to date: what `collector watch` shows for each trace it follows and `collector run
+//! --live` adds to the status line.
+//!
+//! Why it reads the file and nothing else: the recorder must never wait for a viewer (memray's
+//! live mode blocked the traced program when its reader fell behind), and the trace is already
+//! crash-safe and flushed at least once a second. Each refresh decodes only the bytes appended
+//! since the last (`oomscope_format::Follower`); the analysis of what was decoded is re-run only
+//! when something was appended, and no more often than keeps it under 1% of a core
+//! ([`ANALYSIS_SHARE`]).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use oomscope_analysis::live::{LiveState, live_state};
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_format::Follower;
+
+/// The analysis may take at most this share of the follower's wall time: re-run no sooner than
+/// its last run's cost divided by it.
+pub const ANALYSIS_SHARE: f64 = 0.01;
+
+/// A trace being followed.
+#[derive(Debug)]
+pub struct LiveTrace {
+    /// Its file (which may not exist yet).
+    pub path: PathBuf,
+    file: Option<File>,
+    /// What was decoded so far.
+    pub follower: Follower,
+    /// When its file last grew.
+    pub grew_at: Instant,
+    analysed_at: Option<Instant>,
+    analysis_cost: Duration,
+    /// Chunks were decoded since the last analysis.
+    unanalysed: bool,
+    /// The state changed since the caller last took note ([`LiveTrace::take_fresh`]).
+    fresh: bool,
+    /// The live state, from the last analysis.
+    pub state: Option<LiveState>,
+}
+
+impl LiveTrace {
+    /// A follower of `path`, not read yet.
+    pub fn new(path: PathBuf) -> LiveTrace {
+        LiveTrace {
+            path,
+            file: None,
+            follower: Follower::default(),
+            grew_at: Instant::now(),
+            analysed_at: None,
+            analysis_cost: Duration::ZERO,
+            unanalysed: false,
+            fresh: false,
+            state: None,
+        }
+    }
+
+    /// Whether its file was found (and opened).
+    pub fn found(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Whether the state changed since this was last asked.
+    pub fn take_fresh(&mut self) -> bool {
+        std::mem::take(&mut self.fresh)
+    }
+
+    /// Reads what was appended to the file and, when it is due, analyses what was decoded.
+    /// `buf` is scratch space kept between calls.
+    pub fn refresh(&mut self, buf: &mut Vec<u8>) -> Result<()> {
+        if self.file.is_none() {
+            match File::open(&self.path) {
+                Ok(file) => self.file = Some(file),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot read {}", self.path.display()));
+                }
+            }
+        }
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        buf.clear();
+        file.read_to_end(buf)
+            .with_context(|| format!("cannot read {}", self.path.display()))?;
+        let before = self.follower.chunks();
+        if !buf.is_empty() {
+            self.grew_at = Instant::now();
+            if let Err(e) = self.follower.push(buf) {
+                bail!("cannot follow {}: {e}", self.path.display());
+            }
+        }
+        self.unanalysed |= self.follower.chunks() > before;
+        let due = self.analysed_at.is_none_or(|at| {
+            at.elapsed().as_secs_f64() >= self.analysis_cost.as_secs_f64() / ANALYSIS_SHARE
+        });
+        if let Some(trace) = self.follower.trace()
+            && self.unanalysed
+            && (due || self.follower.ended())
+        {
+            self.unanalysed = false;
+            let started = Instant::now();
+            let analysis = analyze(trace, &AnalysisOptions::default());
+            self.state = Some(live_state(trace, &analysis));
+            self.analysis_cost = started.elapsed();
+            self.analysed_at = Some(Instant::now());
+            self.fresh = true;
+        }
+        Ok(())
+    }
+}
