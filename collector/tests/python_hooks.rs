@@ -1785,3 +1785,54 @@ fn watch_shows_a_planted_leak_and_when_memory_is_full_before_the_program_ends() 
         "{seen}"
     );
 }
+
+#[test]
+fn run_live_puts_the_leak_and_when_memory_is_full_in_the_status_line_while_the_program_runs() {
+    // The status line is drawn only on a terminal: `script` gives the run one (a pseudo-terminal)
+    // and copies what was drawn on it.
+    let s = Scratch::new("zc-run-live");
+    let trace = s.path("t.oomt");
+    let py = torch_python();
+    // A wide terminal: the status line is cut to the terminal's width (80 by default here).
+    let line = format!(
+        "stty cols 400; {} run --live -o {} -- {} {} --steps 150 --leak list --leak-mib 4",
+        support::COLLECTOR,
+        trace.display(),
+        py.display(),
+        program("train.py"),
+    );
+    let out = Command::new("script")
+        .args(["-qfec", &line, "/dev/null"])
+        .env("PYTHONPATH", support::python_path())
+        .env("PYTHONUNBUFFERED", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .output()
+        .expect("script (util-linux) runs");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    // Each redraw starts with "\r\x1b[2K"; the summary after the program starts with its table.
+    let during = screen.split("trace written to").next().unwrap_or_default();
+    let drawn: Vec<&str> = during
+        .split("\r\x1b[2K")
+        .filter(|d| d.starts_with("oomscope "))
+        .collect();
+    let live = drawn
+        .iter()
+        .find(|d| d.contains(" | leak +"))
+        .unwrap_or_else(|| panic!("no leak in the status line: {drawn:?}"));
+    assert!(live.contains("/step at "), "{live}");
+    assert!(live.contains(": full at step "), "{live}");
+    // The rate is the planted one, in the watcher's words ("leak +4.00 MiB/step").
+    let rate = live
+        .split(" | leak +")
+        .nth(1)
+        .and_then(|r| r.split(" MiB/step").next())
+        .and_then(|r| r.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no rate in MiB: {live}"));
+    assert!((rate - 4.0).abs() <= 0.8, "{live}");
+    let t = oomscope_format::decode(&std::fs::read(&trace).unwrap())
+        .unwrap()
+        .trace;
+    assert!(t.end_us.is_some());
+}

@@ -37,6 +37,11 @@ pub struct RunArgs {
     /// No live status line and no summary; only the trace path is printed.
     #[arg(short, long)]
     pub quiet: bool,
+    /// The status line also says what `collector watch` says: a warning when a GPU or the host
+    /// passes 90% of its limit, and the leak with when memory is full (the trace read as it is
+    /// written, its analysis under 1% of a core). The program's own output is left as it is.
+    #[arg(long, conflicts_with = "quiet")]
+    pub live: bool,
     /// Memory limit used to judge whether a SIGKILL was the host OOM killer [default: the
     /// cgroup's memory.max, else the host's RAM].
     #[arg(long, hide = true)]
@@ -73,6 +78,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         process_interval: Duration::from_millis(args.process_interval_ms),
         gpus: args.gpus,
         quiet: args.quiet,
+        live: args.live,
         host_limit_bytes: args.host_limit_bytes,
         python_hooks: !args.no_python_hooks,
         oom_snapshot: args.oom_snapshot,

@@ -71,6 +71,8 @@ pub struct RunOptions {
     pub gpus: GpuSelection,
     /// No live line, no summary (only the trace path).
     pub quiet: bool,
+    /// The status line also says what `collector watch` says (`collector run --live`).
+    pub live: bool,
     /// Memory limit used to judge a SIGKILL as a host OOM kill (default: cgroup limit, else RAM).
     pub host_limit_bytes: Option<u64>,
     /// Load the zero-code Python hooks into Python children (`python_hooks`).
@@ -216,7 +218,8 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         .then(|| {
             spawn("oomscope-status", {
                 let (state, terminal) = (Arc::clone(&state), Arc::clone(&terminal));
-                move || status::status_loop(&state, &terminal)
+                let live = options.live.then(|| options.out.clone());
+                move || status::status_loop(&state, &terminal, live)
             })
         })
         .transpose()?;

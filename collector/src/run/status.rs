@@ -1,17 +1,22 @@
 //! The live status line on a terminal: elapsed time, current and peak GPU and host memory, and
-//! the current stage, redrawn in place on stderr.
+//! the current stage, redrawn in place on stderr; with `--live`, also what `collector watch`
+//! says of the trace being written (a warning at 90% of a limit, the leak and when memory is
+//! full), read from the trace file as any watcher reads it ([`crate::live_trace`]).
 //!
 //! The child's stderr goes to the same terminal, so both writers share a [`Terminal`]: child
 //! output first erases the status line, and the status line is only redrawn when the child's
 //! last output ended a line (never in the middle of a progress bar the program is drawing).
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use oomscope_analysis::live::{LiveState, leak};
 use oomscope_format::units::format_bytes;
 
 use super::shared_state::RunState;
+use crate::live_trace::LiveTrace;
 
 /// Our stderr, shared by the child's output and the status line.
 #[derive(Debug)]
@@ -66,10 +71,21 @@ impl Terminal {
     }
 }
 
-/// Redraws the status line twice a second until the run stops.
-pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>) {
+/// Redraws the status line twice a second until the run stops; `live`: the trace file to follow
+/// for `--live`'s words.
+pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>, live: Option<PathBuf>) {
+    let mut live = live.map(LiveTrace::new);
+    let mut buf = Vec::new();
     while !state.stopping() {
-        let text = status_text(state);
+        let mut text = status_text(state);
+        if let Some(trace) = live.as_mut() {
+            // A trace that cannot be followed leaves the plain status line: never an error here.
+            let _ = trace.refresh(&mut buf);
+            if let Some(s) = &trace.state {
+                text.push_str(&live_words(s));
+            }
+        }
+        let text = fit(&text, terminal_columns());
         if let Ok(mut term) = terminal.lock() {
             term.draw_status(&text);
         }
@@ -78,6 +94,44 @@ pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>) {
     if let Ok(mut term) = terminal.lock() {
         term.clear();
     }
+}
+
+/// What `--live` adds to the status line: each `WARNING` and the leak, in `collector watch`'s
+/// words (" | WARNING gpu0.used at 93% of its 80.0 GiB (5.60 GiB free) | leak +4.00 MiB/step at
+/// pre_forward (gpu0.used): full at step 5 954, in 4 min").
+pub fn live_words(state: &LiveState) -> String {
+    let mut words = String::new();
+    for a in &state.alerts {
+        words.push_str(&format!(" | WARNING {a}"));
+    }
+    if let Some(l) = &state.leak {
+        words.push_str(" | ");
+        words.push_str(&leak(l));
+    }
+    words
+}
+
+/// The width of the terminal on stderr (80 when it cannot be read): a status line longer than it
+/// would wrap, and the next redraw could not erase it.
+fn terminal_columns() -> usize {
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize; a failure leaves it zeroed.
+    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &raw mut size) } == 0;
+    if ok && size.ws_col > 0 {
+        usize::from(size.ws_col)
+    } else {
+        80
+    }
+}
+
+/// `text` cut to `columns` characters (an ellipsis says so).
+fn fit(text: &str, columns: usize) -> String {
+    if text.chars().count() < columns {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(columns.saturating_sub(2)).collect();
+    cut.push('…');
+    cut
 }
 
 /// `oomscope 00:12:34 | gpu0 71.2 GiB/80.0 GiB (peak 75.1 GiB) | host 3.50 GiB (peak 3.61 GiB) | post_forward step 120`
@@ -137,5 +191,26 @@ mod tests {
             line.contains("| gpu2 10.0 GiB/80.0 GiB (peak 10.0 GiB)"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn live_words_are_the_watchers_and_the_line_fits_the_terminal() {
+        use oomscope_analysis::live::live_state;
+        use oomscope_analysis::{AnalysisOptions, analyze};
+        use oomscope_format::units::MIB;
+        let trace = oomscope_testkit::run::Run {
+            steps: 100,
+            leak_bytes_per_step: 460 * MIB,
+            ..oomscope_testkit::run::Run::default()
+        }
+        .build();
+        let state = live_state(&trace, &analyze(&trace, &AnalysisOptions::default()));
+        let words = live_words(&state);
+        assert!(words.starts_with(" | WARNING gpu0.used at 9"), "{words}");
+        assert!(words.contains(" | leak +460 MiB/step at "), "{words}");
+        let line = fit(&format!("oomscope 00:00:01{words}"), 60);
+        assert_eq!(line.chars().count(), 59, "{line}");
+        assert!(line.ends_with('…'));
+        assert_eq!(fit("short", 60), "short");
     }
 }
