@@ -5,9 +5,11 @@
 //! Why it reads the file and nothing else: the recorder must never wait for a viewer (memray's
 //! live mode blocked the traced program when its reader fell behind), and the trace is already
 //! crash-safe and flushed at least once a second. Each refresh decodes only the bytes appended
-//! since the last (`oomscope_format::Follower`); the analysis of what was decoded is re-run only
-//! when something was appended, and no more often than keeps it under 1% of a core
-//! ([`ANALYSIS_SHARE`]).
+//! since the last (`oomscope_format::Follower`). What a row and a mark say (where the run is,
+//! each memory against its limit, the warnings at 90%) is shown from every refresh that read
+//! something, whatever the trace's length; the analysis (the leak and when memory is full, the
+//! findings, the chart) is re-run only when something was appended, and no more often than keeps
+//! it under 1% of a core ([`ANALYSIS_SHARE`]): on a long trace it lags, the readings do not.
 
 use std::fs::File;
 use std::io::Read;
@@ -15,9 +17,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use oomscope_analysis::live::{LiveState, live_state};
+use oomscope_analysis::live::{LiveState, analysed, live_now};
+use oomscope_analysis::metrics::host_in_use;
 use oomscope_analysis::{AnalysisOptions, analyze};
-use oomscope_format::Follower;
+use oomscope_format::{CounterId, Follower};
 
 /// The analysis may take at most this share of the follower's wall time: re-run no sooner than
 /// its last run's cost divided by it.
@@ -41,6 +44,8 @@ pub struct LiveTrace {
     fresh: bool,
     /// The live state, from the last analysis.
     pub state: Option<LiveState>,
+    /// The host's memory in use, as the last analysis chose it (`metrics::host_in_use`).
+    host: Option<CounterId>,
 }
 
 impl LiveTrace {
@@ -56,6 +61,7 @@ impl LiveTrace {
             unanalysed: false,
             fresh: false,
             state: None,
+            host: None,
         }
     }
 
@@ -98,16 +104,30 @@ impl LiveTrace {
         let due = self.analysed_at.is_none_or(|at| {
             at.elapsed().as_secs_f64() >= self.analysis_cost.as_secs_f64() / ANALYSIS_SHARE
         });
-        if let Some(trace) = self.follower.trace()
-            && self.unanalysed
-            && (due || self.follower.ended())
-        {
+        let Some(trace) = self.follower.trace() else {
+            return Ok(());
+        };
+        if self.unanalysed && (due || self.follower.ended()) {
             self.unanalysed = false;
             let started = Instant::now();
             let analysis = analyze(trace, &AnalysisOptions::default());
-            self.state = Some(live_state(trace, &analysis));
+            self.host = host_in_use(trace);
+            self.state = Some(analysed(live_now(trace, self.host), trace, &analysis));
             self.analysis_cost = started.elapsed();
             self.analysed_at = Some(Instant::now());
+            self.fresh = true;
+        } else if self.follower.chunks() > before {
+            // The readings now; the analysis's part as it last was.
+            let now = live_now(trace, self.host);
+            self.state = Some(match self.state.take() {
+                Some(last) => LiveState {
+                    leak: last.leak,
+                    findings: last.findings,
+                    chart: last.chart,
+                    ..now
+                },
+                None => now,
+            });
             self.fresh = true;
         }
         Ok(())

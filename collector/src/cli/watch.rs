@@ -35,7 +35,7 @@ pub struct WatchArgs {
     #[arg(long, conflicts_with = "json")]
     pub plain: bool,
     /// How often to read the traces, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    #[arg(long, value_name = "MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub interval_ms: u64,
 }
 

@@ -9,6 +9,8 @@
 //!
 //! With `--hour` it writes the benchmark workload instead: one hour sampled at 1 kHz
 //! (`TrainingRun::hour_at_1khz`), the trace BENCHMARKS.md measures reports and the viewer with.
+//! With `--day`, a day sampled at 100 Hz (240 000 steps of 0.36 s): what a watcher follows at the
+//! end of a long run (`scripts/measure_watch.py`).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -23,6 +25,7 @@ use oomscope_format::units::MIB;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let hour = args.iter().any(|a| a == "--hour");
+    let day = args.iter().any(|a| a == "--day");
     let more = args.iter().any(|a| a == "--more");
     let path = PathBuf::from(
         args.iter()
@@ -51,7 +54,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tensor_stats_every: 50,
         ..TrainingRun::default()
     };
-    let run = if hour {
+    let run = if day {
+        TrainingRun {
+            steps: 240_000,
+            step_us: 360_000,
+            sample_interval_us: 10_000,
+            ..TrainingRun::default()
+        }
+    } else if hour {
         TrainingRun::hour_at_1khz()
     } else if more {
         TrainingRun {

@@ -535,21 +535,33 @@ pub fn headline_leak(fits: &[GrowthFit], primary: Option<MetricKey>) -> Option<&
 
 /// The memory limit a metric runs into, if known.
 pub fn limit_of(trace: &Trace, metric: MetricKey) -> Option<(u64, LimitBasis)> {
+    limit_with_host(trace, metric, || host_in_use(trace))
+}
+
+/// [`limit_of`], with the host's memory in use given by `in_use` (a live view keeps it from its
+/// last analysis: telling PSS from RSS reads every row).
+pub fn limit_with_host(
+    trace: &Trace,
+    metric: MetricKey,
+    in_use: impl FnOnce() -> Option<oomscope_format::CounterId>,
+) -> Option<(u64, LimitBasis)> {
     if metric.is_host() {
-        let available = counter_with_data(trace, CounterKind::HostAvailable)?;
-        let rss = host_in_use(trace)?;
-        let (t_us, available_bytes) = trace.samples.points(available).last()?;
-        let rss_bytes = trace.samples.value_at(rss, t_us)?;
-        return Some((
-            available_bytes.saturating_add(rss_bytes),
-            LimitBasis::HostMemory,
-        ));
+        return Some((host_limit(trace, in_use()?)?, LimitBasis::HostMemory));
     }
     let total = metric
         .device()
         .and_then(|d| trace.gpu_total_bytes(Some(d)))
         .or_else(|| trace.gpu_total_bytes(None))?;
     Some((total, LimitBasis::DeviceTotal))
+}
+
+/// What the host's memory in use (`in_use`) runs into: the last `MemAvailable` reading plus the
+/// memory in use then.
+fn host_limit(trace: &Trace, in_use: oomscope_format::CounterId) -> Option<u64> {
+    let available = counter_with_data(trace, CounterKind::HostAvailable)?;
+    let (t_us, available_bytes) = trace.samples.last_point(available)?;
+    let in_use_bytes = trace.samples.value_at(in_use, t_us)?;
+    Some(available_bytes.saturating_add(in_use_bytes))
 }
 
 /// Whether the run died of an out-of-memory error of the GPU, and of the host: it failed (a

@@ -10,12 +10,12 @@ use serde::Serialize;
 use crate::Analysis;
 use crate::clocks::{Clock, clock_rows};
 use crate::finding::Severity;
-use crate::leaks::limit_of;
+use crate::leaks::{limit_of, limit_with_host};
 use crate::metrics::{MetricKey, host_in_use};
 use oomscope_format::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
 };
-use oomscope_format::{CounterKind, Phase, Trace};
+use oomscope_format::{CounterId, CounterKind, Phase, Trace};
 
 /// Memory at or above this share of its limit is a warning of its own: the OOM is near.
 pub const ALERT_SHARE: f64 = 0.9;
@@ -106,6 +106,15 @@ pub struct LiveFinding {
 
 /// The live state of `trace` (decoded so far) with `analysis` of it.
 pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
+    analysed(live_now(trace, host_in_use(trace)), trace, analysis)
+}
+
+/// What a refresh can afford each time, whatever the trace's length: where the run is, each
+/// memory's last reading against its limit and the warnings (a row and a mark), without the
+/// analysis's part (leak, findings, chart: [`analysed`] adds it; a watcher keeps the last).
+/// `host`: the host's memory in use (`metrics::host_in_use`), which a watcher keeps from its last
+/// analysis (telling PSS from RSS reads every row).
+pub fn live_now(trace: &Trace, host: Option<CounterId>) -> LiveState {
     let last_mark = trace.marks.last();
     let t_us = trace
         .samples
@@ -114,26 +123,17 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
         .copied()
         .max(last_mark.map(|m| m.t_us))
         .unwrap_or(0);
-    let host = host_in_use(trace);
     let last_row = trace.samples.len().checked_sub(1);
-    let mut memory = Vec::new();
-    let mut first_key = None;
-    for (i, counter) in trace.counters.iter().enumerate() {
-        let id = oomscope_format::CounterId(i as u32);
-        if !(host == Some(id) || (counter.kind == CounterKind::GpuUsed && counter.pid.is_none())) {
-            continue;
-        }
-        let Some(bytes) = last_row.and_then(|row| trace.samples.value_at_row(id, row)) else {
-            continue;
-        };
-        let key = MetricKey::of_counter(trace, id);
-        first_key.get_or_insert(key);
-        memory.push(LiveMemory {
-            metric: key.label(),
-            bytes,
-            limit_bytes: limit_of(trace, key).map(|(limit, _)| limit),
-        });
-    }
+    let memory: Vec<LiveMemory> = memory_counters(trace, host)
+        .filter_map(|(id, key)| {
+            let bytes = last_row.and_then(|row| trace.samples.value_at_row(id, row))?;
+            Some(LiveMemory {
+                metric: key.label(),
+                bytes,
+                limit_bytes: limit_with_host(trace, key, || host).map(|(limit, _)| limit),
+            })
+        })
+        .collect();
     let alerts = memory
         .iter()
         .filter_map(|m| {
@@ -150,6 +150,38 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
             })
         })
         .collect();
+    LiveState {
+        t_us,
+        ended: trace.end_us.is_some(),
+        step: last_mark.map(|m| m.step),
+        stage: last_mark.map(|m| m.name.to_string()),
+        phase: last_mark.map(|m| m.phase),
+        memory,
+        alerts,
+        leak: None,
+        findings: Vec::new(),
+        chart: None,
+    }
+}
+
+/// The memories a live view shows: each GPU's used memory and the host's in use.
+fn memory_counters(
+    trace: &Trace,
+    host: Option<CounterId>,
+) -> impl Iterator<Item = (CounterId, MetricKey)> + '_ {
+    trace
+        .counters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (CounterId(i as u32), c))
+        .filter(move |(id, c)| {
+            host == Some(*id) || (c.kind == CounterKind::GpuUsed && c.pid.is_none())
+        })
+        .map(|(id, _)| (id, MetricKey::of_counter(trace, id)))
+}
+
+/// `state` with what `analysis` (of `trace`) says: the headlined leak, the findings, the chart.
+pub fn analysed(state: LiveState, trace: &Trace, analysis: &Analysis) -> LiveState {
     let leak = analysis.headline_leak().map(|f| LiveLeak {
         metric: f.metric.label(),
         stage: f.stage.clone(),
@@ -170,7 +202,9 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
         .collect();
     let charted = match analysis.headline_leak() {
         Some(f) => Some((f.metric, f.clock)),
-        None => first_key.map(|k| (k, Clock::of(trace))),
+        None => memory_counters(trace, host_in_use(trace))
+            .next()
+            .map(|(_, k)| (k, Clock::of(trace))),
     };
     let chart = charted.map(|(metric, clock)| {
         let rows = clock_rows(trace, metric, clock);
@@ -186,16 +220,10 @@ pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
         }
     });
     LiveState {
-        chart,
-        t_us,
-        ended: trace.end_us.is_some(),
-        step: last_mark.map(|m| m.step),
-        stage: last_mark.map(|m| m.name.to_string()),
-        phase: last_mark.map(|m| m.phase),
-        memory,
-        alerts,
         leak,
         findings,
+        chart,
+        ..state
     }
 }
 

@@ -315,6 +315,18 @@ impl Samples {
             .map(|(t, v)| (*t, *v))
     }
 
+    /// The last (time, value) of a counter: read from the end, not through every row (a live
+    /// view asks each refresh).
+    pub fn last_point(&self, id: CounterId) -> Option<(u64, u64)> {
+        let column = self.column(id)?;
+        self.times_us
+            .iter()
+            .zip(column)
+            .rev()
+            .find(|(_, v)| **v != MISSING)
+            .map(|(t, v)| (*t, *v))
+    }
+
     /// Index of the last row at or before `t_us`, if any.
     pub fn row_at_or_before(&self, t_us: u64) -> Option<usize> {
         self.times_us.partition_point(|t| *t <= t_us).checked_sub(1)
