@@ -80,19 +80,7 @@ fn python() -> &'static str {
 /// [`record`] with `env` set for the collector and its program (`RANK`, … as a launcher sets
 /// them).
 pub fn record_with(script: &Path, args: &[&str], trace: &Path, env: &[(&str, &str)]) {
-    let mut all = vec![
-        "run",
-        "-q",
-        "--interval-ms",
-        "5",
-        "-o",
-        trace.to_str().expect("utf-8 path"),
-        "--",
-        python(),
-        script.to_str().expect("utf-8 path"),
-    ];
-    all.extend_from_slice(args);
-    let out = collector_command(&all)
+    let out = recording(script, args, trace)
         .envs(env.iter().copied())
         .output()
         .expect("the collector starts");
@@ -103,9 +91,8 @@ pub fn record_with(script: &Path, args: &[&str], trace: &Path, env: &[(&str, &st
     );
 }
 
-/// Starts recording `python3 script args...` into `trace` (`collector run`, readings every 5 ms),
-/// without waiting for it: the run's process.
-pub fn start_recording(script: &Path, args: &[&str], trace: &Path) -> Child {
+/// `collector run -q --interval-ms 5 -o TRACE -- python3 SCRIPT ARGS...`, not started.
+fn recording(script: &Path, args: &[&str], trace: &Path) -> Command {
     let mut all = vec![
         "run",
         "-q",
@@ -119,6 +106,12 @@ pub fn start_recording(script: &Path, args: &[&str], trace: &Path) -> Child {
     ];
     all.extend_from_slice(args);
     collector_command(&all)
+}
+
+/// Starts recording `python3 script args...` into `trace` (`collector run`, readings every 5 ms),
+/// without waiting for it: the run's process.
+pub fn start_recording(script: &Path, args: &[&str], trace: &Path) -> Child {
+    recording(script, args, trace)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
