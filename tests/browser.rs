@@ -2234,7 +2234,10 @@ async fn collector_serve_shows_a_run_live_and_refuses_what_it_does_not_serve() {
         leak_before_end,
         "the leak's verdict showed before the run ended"
     );
-    // At the end: the whole trace, the note says so, the verdict is the summary's.
+    // At the end: the whole trace, the note says so, the verdict is the summary's. How long the
+    // page took to say it, from the recorder's exit (its last bytes written), is printed for
+    // BENCHMARKS.md (sample to screen, browser).
+    let exited = std::time::Instant::now();
     let note = b
         .d()
         .query(By::Css("#live-note"))
@@ -2243,6 +2246,10 @@ async fn collector_serve_shows_a_run_live_and_refuses_what_it_does_not_serve() {
         .first()
         .await
         .expect("the page says the run ended");
+    println!(
+        "collector serve: the page said the run ended {} ms after the recorder exited",
+        exited.elapsed().as_millis()
+    );
     assert!(note.text().await.unwrap().contains("ended"));
     assert_eq!(live_step(&b).await, Some(119), "the program's last step");
     // The page's verdict is the finished trace's, as `collector summary` says it.
