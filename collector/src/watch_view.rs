@@ -9,7 +9,7 @@
 
 use oomscope_analysis::finding::Severity;
 use oomscope_analysis::live::{ALERT_SHARE, LiveChart, LiveState, leak, memory, place};
-use oomscope_format::units::{format_bytes, format_count, format_duration_us};
+use oomscope_format::units::{format_bytes, format_count, format_duration_us, format_percent};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -145,7 +145,7 @@ fn draw_pane(frame: &mut Frame, pane: &Pane, area: Rect) {
                 frame.render_widget(
                     LineGauge::default()
                         .ratio(ratio)
-                        .label(format!("{words} ({:.0}%)", ratio * 100.0))
+                        .label(format!("{words} ({})", format_percent(ratio)))
                         .filled_style(Style::new().fg(color))
                         .unfilled_style(Style::new().fg(Color::DarkGray)),
                     row,

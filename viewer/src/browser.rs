@@ -80,9 +80,14 @@ pub async fn read_slice(file: &web_sys::Blob, from: f64, to: f64) -> Result<Vec<
 /// 0 ms timer before timers already due (measured: a 0.5 s analysis after a 0 ms yield was one
 /// 1 s stall with the 50 ms timer that watched it), a delayed one after them.
 pub async fn yield_to_page() {
+    sleep_ms(1).await;
+}
+
+/// Waits `ms` milliseconds (a timer), giving the page the event loop meanwhile.
+pub async fn sleep_ms(ms: i32) {
     let promise = js_sys::Promise::new(&mut |resolve, _| {
         if let Some(w) = web_sys::window() {
-            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 1);
+            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
         }
     });
     let _ = JsFuture::from(promise).await;

@@ -14,7 +14,7 @@ use oomscope_format::Follower;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-use crate::browser::{attribute, document, now_ms};
+use crate::browser::{attribute, document, now_ms, sleep_ms};
 use crate::load::Loaded;
 
 /// The page shows a followed trace again no more often than this, and no later than this after
@@ -228,13 +228,4 @@ async fn fetch(address: &str) -> Option<(Vec<u8>, bool)> {
     let waiting = response.headers().has(WAITING_HEADER).unwrap_or(false);
     let buffer = JsFuture::from(response.array_buffer().ok()?).await.ok()?;
     Some((js_sys::Uint8Array::new(&buffer).to_vec(), waiting))
-}
-
-async fn sleep_ms(ms: i32) {
-    let promise = js_sys::Promise::new(&mut |resolve, _| {
-        if let Some(w) = web_sys::window() {
-            let _ = w.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
-        }
-    });
-    let _ = JsFuture::from(promise).await;
 }
