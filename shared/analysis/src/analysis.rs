@@ -14,7 +14,7 @@ use crate::metrics::MetricKey;
 use crate::oom::OomContext;
 use crate::overhead::OutsideAllocator;
 use crate::peaks::Peak;
-use crate::phases::PhaseTransition;
+use crate::phases::{PhaseTransition, TrainingPeak};
 use crate::pressure::PressureReport;
 use crate::ranks::RankOwn;
 use crate::stages::{Growth, StageTable};
@@ -181,6 +181,8 @@ pub struct Analysis {
     pub host_memory: Option<HostMemory>,
     /// Train→eval→train transitions.
     pub phase_transitions: Vec<PhaseTransition>,
+    /// The most memory training itself held, the evals' tails left out.
+    pub training_peak: Option<TrainingPeak>,
     /// Out-of-memory events in context.
     pub ooms: Vec<OomContext>,
     /// What rose before the run's fatal OOM, when it died in an eval.

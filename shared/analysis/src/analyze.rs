@@ -95,6 +95,7 @@ fn analyze_one(
         .or_else(|| trace.components.last())
         .and_then(estimate::against_estimate);
     let phase_transitions = phases::phase_transitions(trace, &values);
+    let training_peak = phases::training_peak(trace, &values, &phase_transitions);
     let ooms = oom::oom_contexts(trace);
     let run_up = run_up::run_up(trace, &ooms, &phase_transitions);
     let mut analysis = Analysis {
@@ -111,6 +112,7 @@ fn analyze_one(
         outside_allocator: overhead::outside_allocator(trace, &values),
         host_memory: host::host_memory(trace),
         phase_transitions,
+        training_peak,
         ooms,
         run_up,
         shared_memory: shm::shared_memory(trace),

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use crate::marks::{StageIndex, is_train};
-use crate::metrics::{MetricKey, value_at_mark};
+use crate::metrics::{MarkValues, MetricKey};
 use oomscope_format::Trace;
 
 /// What a fit counts along its x axis: a [`crate::leaks::GrowthFit`]'s `*_step` fields are in its units.
@@ -90,6 +90,7 @@ pub fn clock_rows(trace: &Trace, metric: MetricKey, clock: Clock) -> Vec<ClockRo
     let stages = StageIndex::new(trace);
     let columns = stages.names().len();
     let positions = clock.positions(trace);
+    let values = MarkValues::of_metric(trace, metric);
     // Positions come in order but for a step number a program counts again (kept sorted).
     let mut rows: Vec<ClockRow> = Vec::new();
     for (i, mark) in trace.marks.iter().enumerate() {
@@ -97,7 +98,7 @@ pub fn clock_rows(trace: &Trace, metric: MetricKey, clock: Clock) -> Vec<ClockRo
         if !clock.counts(mark.phase) || (clock == Clock::Forward && at == 0) {
             continue;
         }
-        let Some(value) = value_at_mark(trace, i, metric) else {
+        let Some(value) = values[i] else {
             continue;
         };
         let row = match rows.binary_search_by_key(&at, |r| r.at) {

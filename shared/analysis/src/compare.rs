@@ -4,7 +4,7 @@
 //! they live here so that every number oomscope shows comes from `shared`.
 
 use crate::Analysis;
-use crate::metrics::{MetricKey, metrics_at_marks, primary_metric, value_at_mark};
+use crate::metrics::{MarkValues, MetricKey, metrics_at_marks, primary_metric};
 use crate::peaks::{measured, memory_peak};
 use crate::recommend::{Finding, Severity};
 use crate::stages::StageRow;
@@ -186,8 +186,9 @@ pub fn step_overlay(a: &Trace, b: &Trace) -> Option<StepOverlay> {
     let metric_b = metrics_at_marks(b).into_iter().find(|m| *m == metric_a)?;
     let per_step = |t: &Trace, metric| {
         let mut points: Vec<(u64, u64)> = Vec::new();
+        let values = MarkValues::of_metric(t, metric);
         for (i, mark) in t.marks.iter().enumerate() {
-            let Some(v) = value_at_mark(t, i, metric).filter(|_| mark.phase == Phase::Train) else {
+            let Some(v) = values[i].filter(|_| mark.phase == Phase::Train) else {
                 continue;
             };
             match points.iter_mut().rev().find(|(s, _)| *s == mark.step) {

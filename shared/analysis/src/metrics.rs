@@ -253,19 +253,6 @@ pub fn metrics_at_marks(trace: &Trace) -> Vec<MetricKey> {
     metrics
 }
 
-/// The value of `metric` at mark `mark_index`: the allocator's quantity the mark carries, or the
-/// counter's latest sample at or before the mark. `None` when the mark carries no statistics, the
-/// counter no recent sample, or there is no such mark.
-pub fn value_at_mark(trace: &Trace, mark_index: usize, metric: MetricKey) -> Option<u64> {
-    let mark = trace.marks.get(mark_index)?;
-    match metric {
-        MetricKey::Counter { .. } => trace
-            .samples
-            .value_at(counter_of(trace, metric)?, mark.t_us),
-        MetricKey::Allocator(_) => metric.at_mark(mark.allocator.as_ref()?),
-    }
-}
-
 /// The metric headline numbers use: the allocator's `allocated` when marks carry its statistics
 /// (it is what the program's tensors hold); else the first with data of the allocator's sampled
 /// `allocated`, the process's GPU memory, the device's used memory, and the host RSS.
@@ -294,20 +281,30 @@ pub fn reserved_metric(trace: &Trace) -> Option<MetricKey> {
         .map(|id| MetricKey::of_counter(trace, id))
 }
 
-/// For each mark, the last sample row at or before it. Marks are in time order, so each search
-/// starts where the previous one ended and gallops forward (a mark earlier than its predecessor,
-/// which a well-formed trace never has, restarts from the beginning).
-fn rows_at_marks(trace: &Trace) -> Vec<Option<usize>> {
+/// For each mark, the last sample row at or before it, and since when the mark's phase has run
+/// (training, or eval: see [`MarkValues`]). Marks are in time order, so each search starts where
+/// the previous one ended and gallops forward (a mark earlier than its predecessor, which a
+/// well-formed trace never has, restarts from the beginning).
+fn rows_at_marks(trace: &Trace) -> Vec<(Option<usize>, u64)> {
     let times = trace.samples.times_us();
     let mut rows = Vec::with_capacity(trace.marks.len());
     let mut from = 0;
     let mut previous_t = 0;
+    // Whether the marks since `phase_since_us` are training's (the first phase reaches back to
+    // the start: the readings before the first mark are its).
+    let mut training = trace.marks.first().map(|m| crate::marks::is_train(m.phase));
+    let mut phase_since_us = 0;
     for mark in &trace.marks {
         let t = mark.t_us;
         if t < previous_t {
             from = 0;
         }
         previous_t = t;
+        let is_train = crate::marks::is_train(mark.phase);
+        if training != Some(is_train) {
+            training = Some(is_train);
+            phase_since_us = t;
+        }
         // Gallop: find a window [lo, hi) with times[lo - 1] <= t < times[hi], then bisect it.
         let (mut lo, mut hi, mut step) = (from, from, 1);
         while hi < times.len() && times[hi] <= t {
@@ -317,13 +314,19 @@ fn rows_at_marks(trace: &Trace) -> Vec<Option<usize>> {
         }
         let hi = hi.min(times.len());
         let after = lo + times[lo..hi].partition_point(|x| *x <= t);
-        rows.push(after.checked_sub(1));
+        rows.push((after.checked_sub(1), phase_since_us));
         from = after;
     }
     rows
 }
 
-/// Every metric evaluated at every mark, computed once and shared by the analyses.
+/// Every metric evaluated at every mark, computed once and shared by the analyses: the
+/// allocator's quantity the mark carries, or the counter's latest reading at or before the mark
+/// (looking back at most [`oomscope_format::Samples::MAX_LOOKBACK_ROWS`] rows) — unless that
+/// reading was taken before the program last switched phase, training to eval or back. A reading
+/// from inside an eval is not the memory of the training step after it: on a loaded machine the
+/// sampler can be hundreds of milliseconds late, and the eval's outputs are freed in that time.
+/// Such a mark has no value rather than the other phase's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkValues {
     keys: Vec<MetricKey>,
@@ -352,6 +355,7 @@ impl MarkValues {
     /// same values as [`value_at_mark`], but finds each mark's sample row once for all counters,
     /// walking forward through the samples as the marks advance.
     pub fn for_metrics(trace: &Trace, keys: Vec<MetricKey>) -> MarkValues {
+        let times = trace.samples.times_us();
         let rows = if keys.iter().any(|k| matches!(k, MetricKey::Counter { .. })) {
             rows_at_marks(trace)
         } else {
@@ -363,7 +367,10 @@ impl MarkValues {
                 MetricKey::Counter { .. } => match counter_of(trace, key) {
                     Some(id) => rows
                         .iter()
-                        .map(|row| trace.samples.value_at_row(id, (*row)?))
+                        .map(|&(row, phase_since_us)| {
+                            let (read, value) = trace.samples.reading_at_row(id, row?)?;
+                            (times[read] >= phase_since_us).then_some(value)
+                        })
                         .collect(),
                     None => vec![None; trace.marks.len()],
                 },
@@ -379,6 +386,13 @@ impl MarkValues {
             columns,
             primary: None,
         }
+    }
+
+    /// One metric at every mark, by the same rule.
+    pub fn of_metric(trace: &Trace, metric: MetricKey) -> Vec<Option<u64>> {
+        MarkValues::for_metrics(trace, vec![metric])
+            .columns
+            .swap_remove(0)
     }
 
     /// What metric number `index` measures.
@@ -451,11 +465,10 @@ mod tests {
         assert_eq!(metrics_at_marks(&trace), [used, process, rss]);
         assert_eq!(primary_metric(&trace), Some(process));
         assert_eq!(reserved_metric(&trace), None);
-        assert_eq!(value_at_mark(&trace, 0, used), Some(20));
+        assert_eq!(MarkValues::of_metric(&trace, used), [Some(20)]);
         // RSS was last read at t=0; the row at t=10 misses it, so the look-back finds 5.
-        assert_eq!(value_at_mark(&trace, 0, rss), Some(5));
-        assert_eq!(value_at_mark(&trace, 0, MetricKey::ALLOCATED), None);
-        assert_eq!(value_at_mark(&trace, 9, used), None);
+        assert_eq!(MarkValues::of_metric(&trace, rss), [Some(5)]);
+        assert_eq!(MarkValues::of_metric(&trace, MetricKey::ALLOCATED), [None]);
         assert_eq!(process.label(), "gpu0.process");
         assert!(rss.is_host());
         assert_eq!(used.device(), Some(0));
@@ -523,7 +536,10 @@ mod tests {
         assert_eq!(metrics.len(), 9);
         assert_eq!(primary_metric(&trace), Some(MetricKey::ALLOCATED));
         assert_eq!(reserved_metric(&trace), Some(MetricKey::RESERVED));
-        assert_eq!(value_at_mark(&trace, 0, MetricKey::RESERVED), Some(4));
+        assert_eq!(
+            MarkValues::of_metric(&trace, MetricKey::RESERVED),
+            [Some(4)]
+        );
 
         let values = MarkValues::new(&trace);
         assert_eq!(values.primary(), Some(0));
@@ -532,10 +548,65 @@ mod tests {
         assert_eq!(values.keys().len(), 9);
     }
 
+    /// The rule [`MarkValues`] states, one mark at a time: the counter's reading at or before the
+    /// mark, unless read before the first mark of the mark's run of training (or eval) marks.
+    fn value_at_mark(trace: &Trace, i: usize, metric: MetricKey) -> Option<u64> {
+        let mark = &trace.marks[i];
+        let MetricKey::Counter { .. } = metric else {
+            return metric.at_mark(mark.allocator.as_ref()?);
+        };
+        let training = crate::marks::is_train(mark.phase);
+        let run_start = trace.marks[..i]
+            .iter()
+            .rposition(|m| crate::marks::is_train(m.phase) != training)
+            .map_or(0, |before| trace.marks[before + 1].t_us);
+        let row = trace.samples.row_at_or_before(mark.t_us)?;
+        let (read, value) = trace
+            .samples
+            .reading_at_row(counter_of(trace, metric)?, row)?;
+        (trace.samples.times_us()[read] >= run_start).then_some(value)
+    }
+
+    #[test]
+    fn a_reading_from_the_other_phase_is_not_a_mark_s_value() {
+        // RSS read at t=0 (training), t=100 (inside the eval, its outputs held) and t=300; the
+        // eval ends at t=200 and the next training mark comes before the sampler reads again.
+        let mut trace = Trace::default();
+        let rss = trace.declare_counter(CounterKind::HostRss, None);
+        for (t, v) in [(0, 100), (100, 900), (300, 110)] {
+            trace.samples.push_row(t, &[(rss, v)]);
+        }
+        for (t_us, phase) in [
+            (10, Phase::Train),
+            (90, Phase::Eval),
+            (150, Phase::Eval),
+            (200, Phase::Train),
+            (310, Phase::Train),
+        ] {
+            trace.marks.push(StageMark {
+                t_us,
+                name: "pre_forward".into(),
+                phase,
+                ..StageMark::default()
+            });
+        }
+        let rss = MetricKey::of_counter(&trace, rss);
+        assert_eq!(
+            MarkValues::of_metric(&trace, rss),
+            [Some(100), None, Some(900), None, Some(110)]
+        );
+        for i in 0..trace.marks.len() {
+            assert_eq!(
+                MarkValues::of_metric(&trace, rss)[i],
+                value_at_mark(&trace, i, rss)
+            );
+        }
+    }
+
     #[test]
     fn mark_values_read_what_value_at_reads() {
         // Rows every 10 µs with holes of every length up to 100 rows; marks at, between, before
-        // and after the rows, including a mark that goes back in time.
+        // and after the rows, including a mark that goes back in time, in training and eval.
         let mut trace = Trace::default();
         let a = trace.declare_counter(CounterKind::GpuUsed, Some(0));
         let b = trace.declare_counter(CounterKind::HostRss, None);
@@ -555,7 +626,12 @@ mod tests {
             trace.marks.push(StageMark {
                 t_us,
                 name: name.clone(),
-                phase: Phase::Train,
+                // Eval every third stretch of 500 µs: readings across a switch are dropped.
+                phase: if (t_us / 500) % 3 == 1 {
+                    Phase::Eval
+                } else {
+                    Phase::Train
+                },
                 ..StageMark::default()
             });
         }

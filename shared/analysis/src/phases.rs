@@ -180,6 +180,110 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
     out
 }
 
+/// The most memory training itself held: the primary metric's highest value at a training mark,
+/// with each eval's tail left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TrainingPeak {
+    /// The highest value at a training mark outside the evals' tails.
+    pub bytes: u64,
+    /// The highest tail left out, when it read above `bytes`.
+    pub tail: Option<EvalTail>,
+}
+
+/// The training marks right after an eval that read above every training mark before it and
+/// come back down to that before the next eval: the eval's freed memory handed back a few steps
+/// late (the C allocator returns a freed heap to the system when it next trims), not training's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EvalTail {
+    /// Its highest value.
+    pub bytes: u64,
+    /// The step the eval came at (its first mark's).
+    pub entry_step: u64,
+    /// How many training steps it lasted.
+    pub steps: usize,
+}
+
+/// The most memory training itself held, leaving out each eval's tail ([`EvalTail`]): counted as
+/// training's, an eval that needs more than training would be measured against its own memory.
+/// `None` without a primary metric or a value at any training mark.
+pub fn training_peak(
+    trace: &Trace,
+    values: &MarkValues,
+    transitions: &[PhaseTransition],
+) -> Option<TrainingPeak> {
+    let primary = values.primary()?;
+    let column = values.column(primary);
+    let marks = &trace.marks;
+    let index_at = |t_us: u64| marks.partition_point(|m| m.t_us < t_us);
+    let mut peak: Option<u64> = None;
+    let mut tail: Option<EvalTail> = None;
+    let mut counted = 0;
+    let count_until = |peak: &mut Option<u64>, from: usize, until: usize| {
+        for k in from..until {
+            if is_train(marks[k].phase) {
+                *peak = (*peak).max(column[k]);
+            }
+        }
+    };
+    for t in transitions
+        .iter()
+        .filter(|t| t.metric == values.key(primary))
+    {
+        let entry = index_at(t.entry_t_us).max(counted);
+        count_until(&mut peak, counted, entry);
+        counted = entry;
+        let (Some(exit_t_us), Some(before)) = (t.exit_t_us, peak) else {
+            continue;
+        };
+        let exit = index_at(exit_t_us).max(counted);
+        counted = exit;
+        let stretch_end = (exit..marks.len())
+            .find(|&k| marks[k].phase == Phase::Eval)
+            .unwrap_or(marks.len());
+        // Step by step (a step's marks rise and fall along it): the first step after the eval
+        // whose highest reading is back at or below training's before it ends the tail.
+        let (mut steps, mut k) = (0, exit);
+        let back = loop {
+            if k >= stretch_end {
+                break None;
+            }
+            let step_end = (k..stretch_end)
+                .find(|&e| marks[e].step != marks[k].step)
+                .unwrap_or(stretch_end);
+            if column[k..step_end]
+                .iter()
+                .flatten()
+                .max()
+                .is_some_and(|&v| v <= before)
+            {
+                break Some(k);
+            }
+            steps += 1;
+            k = step_end;
+        };
+        let Some(back) = back else {
+            continue;
+        };
+        let highest = column[exit..back].iter().flatten().copied().max();
+        if let Some(bytes) = highest.filter(|&b| b > before) {
+            if tail.is_none_or(|old| bytes > old.bytes) {
+                tail = Some(EvalTail {
+                    bytes,
+                    entry_step: t.entry_step,
+                    steps,
+                });
+            }
+            counted = back;
+        }
+    }
+    count_until(&mut peak, counted, marks.len());
+    let bytes = peak?;
+    Some(TrainingPeak {
+        bytes,
+        tail: tail.filter(|t| t.bytes > bytes),
+    })
+}
+
 /// What an eval kept, read from the training readings `(mark, step, value)` at one stage on
 /// either side of it.
 #[derive(Debug, Clone, Copy)]
@@ -301,6 +405,55 @@ mod tests {
         assert_eq!(last.after_bytes, None);
         assert_eq!(last.retained_bytes, None);
         assert_eq!(last.exit_t_us, None);
+    }
+
+    #[test]
+    fn an_eval_s_tail_is_not_training_s_peak() {
+        let run = Run {
+            steps: 30,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB,
+            ..Run::default()
+        };
+        let lift = |trace: &mut Trace, steps: std::ops::RangeInclusive<u64>| {
+            for m in trace.marks.iter_mut() {
+                if steps.contains(&m.step) && is_train(m.phase) {
+                    m.allocator.as_mut().unwrap().allocated_bytes += 2 * GIB;
+                }
+            }
+        };
+        let peak_of = |trace: &Trace| {
+            let values = MarkValues::new(trace);
+            training_peak(trace, &values, &phase_transitions(trace, &values)).unwrap()
+        };
+        let plain = peak_of(&run.build());
+        assert_eq!(plain.tail, None);
+
+        // The first eval's memory is handed back three steps after it: left out, and said.
+        let mut trace = run.build();
+        lift(&mut trace, 10..=12);
+        let first_eval = transitions(&run)[0].entry_step;
+        let peak = peak_of(&trace);
+        assert_eq!(peak.bytes, plain.bytes);
+        assert_eq!(
+            peak.tail,
+            Some(EvalTail {
+                bytes: plain.bytes + 2 * GIB,
+                entry_step: first_eval,
+                steps: 3,
+            })
+        );
+
+        // Memory that stays until the next eval is training's own.
+        let mut trace = run.build();
+        lift(&mut trace, 10..=19);
+        assert_eq!(
+            peak_of(&trace),
+            TrainingPeak {
+                bytes: plain.bytes + 2 * GIB,
+                tail: None
+            }
+        );
     }
 
     #[test]

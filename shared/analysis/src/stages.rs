@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::marks::{StageAt, StageIndex};
-use crate::metrics::{MarkValues, MetricKey, value_at_mark};
+use crate::metrics::{MarkValues, MetricKey};
 use oomscope_format::{Phase, Trace};
 
 /// Options of the stage table.
@@ -279,6 +279,7 @@ pub fn step_rows(trace: &Trace, metric: MetricKey) -> Vec<StepRow> {
     let mut row_of: HashMap<(u64, Phase), usize> = HashMap::new();
     let mut rows: Vec<StepRow> = Vec::new();
     let mut previous: Option<u64> = None;
+    let values = MarkValues::of_metric(trace, metric);
     for (i, mark) in trace.marks.iter().enumerate() {
         let key = (mark.step, mark.phase);
         let row = *row_of.entry(key).or_insert_with(|| {
@@ -290,7 +291,7 @@ pub fn step_rows(trace: &Trace, metric: MetricKey) -> Vec<StepRow> {
             });
             rows.len() - 1
         });
-        let value = value_at_mark(trace, i, metric);
+        let value = values[i];
         if let Some(v) = value {
             let column = stages.of_mark(i);
             rows[row].values[column] = Some(v);

@@ -7,7 +7,7 @@
 use super::rule::{Diagnose, RuleContext, finding};
 use crate::finding::{Evidence, Finding, FindingKind, Severity};
 use crate::leaks::GrowthFit;
-use crate::phases::PhaseTransition;
+use crate::phases::{EvalTail, PhaseTransition};
 use oomscope_format::units::{format_bytes, format_count};
 
 /// Eval retention below this is noise (allocator rounding, lazily built eval buffers)...
@@ -64,8 +64,10 @@ pub struct EvalAboveTraining<'a> {
     pub eval: &'a PhaseTransition,
     /// Its peak.
     pub eval_peak_bytes: u64,
-    /// The highest value at any training mark.
+    /// The highest value at any training mark outside the evals' tails.
     pub training_peak_bytes: u64,
+    /// An eval's tail, left out of the training peak, that read above it.
+    pub tail: Option<EvalTail>,
     /// See [`EvalRetention::autograd`].
     pub autograd: Option<bool>,
     /// An eval that grew inside itself by at least a third of its rise above the memory before
@@ -85,16 +87,9 @@ impl Diagnose for EvalPeak {
     /// [`EVAL_PEAK_MIN_FRACTION`] of the training peak above the training peak (both of the
     /// primary metric, at marks).
     fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
-        let table = &ctx.analysis.stage_table;
-        let primary = table.primary_metric?;
-        let training_peak_bytes = table
-            .rows
-            .iter()
-            .filter(|r| crate::marks::is_train(r.phase))
-            .flat_map(|r| &r.metrics)
-            .filter(|m| m.metric == primary)
-            .filter_map(|m| m.max_bytes)
-            .max()?;
+        let primary = ctx.analysis.stage_table.primary_metric?;
+        let training = ctx.analysis.training_peak.as_ref()?;
+        let training_peak_bytes = training.bytes;
         let (eval, eval_peak_bytes) = ctx
             .analysis
             .phase_transitions
@@ -127,6 +122,7 @@ impl Diagnose for EvalPeak {
             eval,
             eval_peak_bytes,
             training_peak_bytes,
+            tail: training.tail,
             autograd: eval_autograd(ctx.trace),
             grower,
             also_retains: EvalRetainsMemory.detect(ctx).is_some(),
@@ -148,6 +144,18 @@ impl Diagnose for EvalPeak {
             format_bytes(excess),
             format_bytes(d.training_peak_bytes),
         );
+        if let Some(tail) = d.tail {
+            let steps = match tail.steps {
+                1 => "training step".to_owned(),
+                n => format!("{} training steps", format_count(n as u64)),
+            };
+            explanation.push_str(&format!(
+                " (the {} read in the {steps} right after the eval at step {} is that eval's \
+                 memory, handed back late)",
+                format_bytes(tail.bytes),
+                format_count(tail.entry_step),
+            ));
+        }
         if let Some((g, growth)) = d.grower.and_then(|g| Some((g, g.within_growth_bytes?))) {
             let batches = g.eval_batches.saturating_sub(1).max(1) as u64;
             let inside = if std::ptr::eq(g, d.eval) {

@@ -345,13 +345,20 @@ impl Samples {
     /// The latest present value of a counter at or before `row`, looking back at most
     /// [`Samples::MAX_LOOKBACK_ROWS`] rows past missing values.
     pub fn value_at_row(&self, id: CounterId, row: usize) -> Option<u64> {
-        self.column(id)?
-            .get(..=row)?
+        self.reading_at_row(id, row).map(|(_, v)| v)
+    }
+
+    /// [`Samples::value_at_row`] with the row it was read in (at or before `row`), for a caller
+    /// that must know how old the reading is.
+    pub fn reading_at_row(&self, id: CounterId, row: usize) -> Option<(usize, u64)> {
+        let column = self.column(id)?.get(..=row)?;
+        column
             .iter()
+            .enumerate()
             .rev()
             .take(Samples::MAX_LOOKBACK_ROWS)
-            .copied()
-            .find(|v| *v != MISSING)
+            .find(|(_, v)| **v != MISSING)
+            .map(|(r, v)| (r, *v))
     }
 
     /// Appends a row. `values` are (counter, value) pairs; counters not named get [`MISSING`].
