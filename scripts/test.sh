@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs ALL of oomscope's checks: formatting, lints (native and wasm32), every test
-# (native, the viewer's components in headless chromium, end-to-end reports in chromium through
-# chromedriver), and short fuzz runs of the trace reader and the snapshot reader. This is what CI runs (.ci/run).
+# (native, real Slurm clusters on this host, the viewer's components in headless chromium,
+# end-to-end reports in chromium through chromedriver), and short fuzz runs of the trace reader and the snapshot reader. This is what CI runs (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -10,6 +10,9 @@ bash scripts/setup-torch.sh
 bash scripts/setup-frameworks.sh
 bash scripts/setup-torch-newest.sh
 bash scripts/setup-viewer.sh
+bash scripts/setup-slurm.sh
+# The Slurm tests (collector/tests/slurm.rs) skip where no cluster can run; here one must.
+export OOMSCOPE_REQUIRE_SLURM=1
 source scripts/env.sh # now with LIBTORCH
 TCH="--features oomscope-collector/tch"
 

@@ -45,6 +45,22 @@ pub const JOB_VARS: [&str; 4] = [
 pub const NODE_RANK_VARS: [&str; 4] = ["SLURM_NODEID", "GROUP_RANK", "PET_NODE_RANK", "NODE_RANK"];
 /// The node's name (else the host name).
 pub const NODE_NAME_VARS: [&str; 1] = ["SLURMD_NODENAME"];
+/// Slurm's task variables, which describe a task only inside an `srun` step (`SLURM_STEP_ID`
+/// set): in an `sbatch` script's batch step Slurm sets `SLURM_PROCID=0` (and the job's
+/// `SLURM_NTASKS`) with no step, so every process a launcher starts there would read as rank 0
+/// (measured on Slurm 22.05). There they are not read.
+pub const SLURM_STEP_ONLY_VARS: [&str; 3] = ["SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"];
+
+/// `lookup` without [`SLURM_STEP_ONLY_VARS`] outside an `srun` step.
+fn in_step<'a>(lookup: impl Fn(&str) -> Option<&'a str>) -> impl Fn(&str) -> Option<&'a str> {
+    let step = lookup("SLURM_STEP_ID").is_some();
+    move |name| {
+        if !step && SLURM_STEP_ONLY_VARS.contains(&name) {
+            return None;
+        }
+        lookup(name)
+    }
+}
 
 /// A process's place in a distributed job as its environment states it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -62,6 +78,7 @@ pub struct Identity {
 impl Identity {
     /// Reads an identity through `lookup` (a variable's value, when set).
     pub fn from_lookup<'a>(lookup: impl Fn(&str) -> Option<&'a str>) -> Identity {
+        let lookup = in_step(lookup);
         let number = |vars: &[&str]| {
             vars.iter()
                 .find_map(|v| lookup(v).and_then(|s| s.trim().parse().ok()))
@@ -104,11 +121,11 @@ pub const PLACEHOLDERS: [(&str, &str); 8] = [
     ),
     (
         "rank",
-        "RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK",
+        "RANK, SLURM_PROCID (in an srun step), OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK",
     ),
     (
         "local_rank",
-        "LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID",
+        "LOCAL_RANK, SLURM_LOCALID (in an srun step), OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID",
     ),
     (
         "attempt",
@@ -135,6 +152,7 @@ pub fn expand_template<'a>(
     host: &str,
     pid: u32,
 ) -> Result<String, String> {
+    let lookup = in_step(lookup);
     let mut out = String::with_capacity(template.len() + 16);
     let mut rest = template;
     while let Some(open) = rest.find('{') {
@@ -214,8 +232,30 @@ mod tests {
                 restart: Some(2),
             }
         );
-        let slurm = Identity::from_lookup(env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "4")]));
+        let step = [
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+        ];
+        let slurm = Identity::from_lookup(env(&step));
         assert_eq!((slurm.rank, slurm.world_size), (Some(3), Some(4)));
+        // An sbatch script's batch step: PROCID 0 and the job's task count, but no step. What a
+        // launcher starts there is no rank by Slurm's word (torchrun's RANK still counts).
+        let batch = [
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_NTASKS", "4"),
+        ];
+        assert_eq!(Identity::from_lookup(env(&batch)), Identity::default());
+        let worker = [("SLURM_PROCID", "0"), ("RANK", "5"), ("LOCAL_RANK", "1")];
+        assert_eq!(
+            Identity::from_lookup(env(&worker)),
+            Identity {
+                rank: Some(5),
+                local_rank: Some(1),
+                ..Identity::default()
+            }
+        );
         assert_eq!(Identity::from_lookup(env(&[("RANK", "x")])).rank, None);
     }
 
@@ -234,6 +274,7 @@ mod tests {
             ("SLURMD_NODENAME", "gpu-07"),
             ("SLURM_PROCID", "3"),
             ("SLURM_NODEID", "1"),
+            ("SLURM_STEP_ID", "0"),
         ];
         assert_eq!(
             expand_template("runs/{job}/{node}-{rank}.oomt", env(&slurm), "h", 9).unwrap(),
@@ -247,6 +288,14 @@ mod tests {
         assert!(
             err.contains("{rank}") && err.contains("SLURM_PROCID"),
             "{err}"
+        );
+        // In a batch step `{rank}` is nobody's: an error, not every node's file called `-0`.
+        let batch = [("SLURM_JOB_ID", "4242"), ("SLURM_PROCID", "0")];
+        let err = expand_template("runs/{job}/{rank}.oomt", env(&batch), "h", 1).unwrap_err();
+        assert!(err.contains("in an srun step"), "{err}");
+        assert_eq!(
+            expand_template("runs/{job}/{node}.oomt", env(&batch), "h", 1).unwrap(),
+            "runs/4242/h.oomt"
         );
         let err = expand_template("runs/{ranks}.oomt", env(&[]), "h", 1).unwrap_err();
         assert!(err.contains("unknown placeholder {ranks}"), "{err}");

@@ -1383,7 +1383,7 @@ print("\n".join(lines))
 import sys
 from oomscope import _probe
 for names in (_probe._RANK_VARS, _probe._LOCAL_RANK_VARS, _probe._WORLD_SIZE_VARS,
-              _probe._ATTEMPT_VARS):
+              _probe._ATTEMPT_VARS, _probe._SLURM_STEP_ONLY_VARS):
     print(",".join(names), file=sys.stderr)
 "#
         ),
@@ -1404,6 +1404,7 @@ for names in (_probe._RANK_VARS, _probe._LOCAL_RANK_VARS, _probe._WORLD_SIZE_VAR
         &launch_env::LOCAL_RANK_VARS,
         &launch_env::WORLD_SIZE_VARS,
         &launch_env::ATTEMPT_VARS,
+        &launch_env::SLURM_STEP_ONLY_VARS,
     ]
     .iter()
     .map(|l| l.join(","))

@@ -67,8 +67,16 @@ def _lookup(stats, path):
     return stats
 
 
+# Slurm's task variables describe a task only inside an `srun` step (`SLURM_STEP_ID` set): an
+# sbatch script's batch step has SLURM_PROCID=0 with no step (`launch_env::SLURM_STEP_ONLY_VARS`).
+_SLURM_STEP_ONLY_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
+
+
 def _first_number(names):
+    in_step = "SLURM_STEP_ID" in os.environ
     for name in names:
+        if not in_step and name in _SLURM_STEP_ONLY_VARS:
+            continue
         try:
             return int(os.environ[name])
         except (KeyError, ValueError):

@@ -32,6 +32,12 @@ def main():
                         "whole file into its own memory, as torch.load does without mmap) and "
                         "drops it once all ranks have it")
     args = p.parse_args()
+    # One srun task per rank, no torchrun: the task's place is Slurm's, read as Lightning and many
+    # a train.py read it (only inside an srun step: an sbatch batch step says PROCID 0 too).
+    if "RANK" not in os.environ and "SLURM_STEP_ID" in os.environ:
+        os.environ["RANK"] = os.environ["SLURM_PROCID"]
+        os.environ["LOCAL_RANK"] = os.environ["SLURM_LOCALID"]
+        os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)

@@ -1,0 +1,261 @@
+//! The collector under a real Slurm cluster (support/slurm.rs: `slurmctld` and fake nodes on this
+//! host, from Debian's packages): the recipes of docs/distributed.md with real PyTorch DDP (gloo,
+//! CPU). Each asserts that every rank and node is named right, that the job's traces are read
+//! together (`collector summary runs/JOB/`), and nothing is counted twice. Skipped (and said)
+//! where there can be no cluster (not root, no packages), unless `OOMSCOPE_REQUIRE_SLURM` is set,
+//! as scripts/test.sh does.
+
+#[path = "support/slurm.rs"]
+mod slurm;
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use oomscope_format::{ProcessRole, Trace};
+use slurm::Cluster;
+use support::{COLLECTOR, python_path, read, torch_program, torch_python};
+
+/// A cluster of `nodes` nodes, or `None` (the test skips) where there can be none.
+fn cluster(name: &str, nodes: usize) -> Option<Cluster> {
+    if let Some(why) = slurm::unavailable() {
+        slurm::skip(&why);
+        return None;
+    }
+    Some(Cluster::start(name, nodes).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// What every Slurm command of these tests runs with: the Python helper importable, no GPU
+/// library, one OpenMP thread, and torch's rendezvous on this host.
+fn with_env(cmd: &mut std::process::Command, dir: &Path) {
+    cmd.current_dir(dir)
+        .env("PYTHONPATH", python_path())
+        .env("PYTHONUNBUFFERED", "1")
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .env("OMP_NUM_THREADS", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", slurm::free_port().to_string());
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The one job directory under `runs/` and its traces' file names, sorted.
+fn job_traces(dir: &Path) -> (PathBuf, Vec<String>) {
+    let jobs: Vec<PathBuf> = std::fs::read_dir(dir.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let mut names: Vec<String> = std::fs::read_dir(&jobs[0])
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    (jobs[0].clone(), names)
+}
+
+/// The ranks a trace's PROCESS records name (their latest record per pid: the ranks a launcher
+/// started, or the program itself when it is one), and who the launcher is, if any.
+fn ranks_of(t: &Trace) -> (BTreeSet<u32>, Vec<u32>) {
+    let mut latest: Vec<(u32, ProcessRole, Option<u32>)> = Vec::new();
+    for p in &t.processes {
+        latest.retain(|(pid, _, _)| *pid != p.pid);
+        latest.push((p.pid, p.role, p.rank));
+    }
+    let ranks = latest
+        .iter()
+        .filter(|p| matches!(p.1, ProcessRole::Rank | ProcessRole::Program))
+        .filter_map(|p| p.2)
+        .collect();
+    let launchers = latest
+        .iter()
+        .filter(|p| p.1 == ProcessRole::Launcher)
+        .map(|p| p.0)
+        .collect();
+    (ranks, launchers)
+}
+
+/// `collector summary runs/JOB/`: the whole job, read together.
+fn job_summary(job: &Path) -> String {
+    let out = support::run(&["summary", job.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn srun_one_task_per_rank_on_two_nodes_names_every_rank_and_node() {
+    let Some(c) = cluster("srun-ranks", 2) else {
+        return;
+    };
+    // docs/distributed.md: `srun collector run -o 'runs/{job}/{node}-{rank}.oomt' -- python
+    // train.py`, here on two nodes with two tasks each.
+    let mut srun = c.command("srun");
+    srun.args(["-N2", "--ntasks-per-node=2", COLLECTOR, "run", "-q", "-o"])
+        .arg("runs/{job}/{node}-{rank}.oomt")
+        .arg("--")
+        .arg(torch_python())
+        .args([&torch_program("ddp.py"), "--steps", "6"]);
+    with_env(&mut srun, c.dir());
+    let out = srun.output().unwrap();
+    assert!(out.status.success(), "{}\n{}", text(&out), c.logs());
+    let (job, names) = job_traces(c.dir());
+    assert_eq!(
+        names,
+        ["n1-0.oomt", "n1-1.oomt", "n2-2.oomt", "n2-3.oomt"],
+        "{}",
+        text(&out)
+    );
+    for name in &names {
+        let t = read(&job.join(name)).trace;
+        let rank: u32 = name[3..4].parse().unwrap();
+        // The task's python is the rank (its environment: Slurm's PROCID inside the srun step),
+        // one rank per trace; every mark is that rank's.
+        let (ranks, _) = ranks_of(&t);
+        assert_eq!(ranks, BTreeSet::from([rank]), "{name}: {:?}", t.processes);
+        assert!(!t.marks.is_empty(), "{name}");
+        assert!(t.marks.iter().all(|m| m.rank == Some(rank)), "{name}");
+    }
+    // Read together: four traces, four ranks, each once.
+    let summary = job_summary(&job);
+    assert!(summary.contains("4 traces, 4 ranks"), "{summary}");
+    assert!(summary.contains("Ranks (4)"), "{summary}");
+    for rank in 0..4 {
+        assert_eq!(
+            summary.matches(&format!("  rank {rank}:")).count(),
+            1,
+            "{summary}"
+        );
+    }
+}
+
+#[test]
+fn sbatch_torchrun_under_the_collector_takes_the_agent_for_the_launcher() {
+    let Some(c) = cluster("sbatch-torchrun", 1) else {
+        return;
+    };
+    // In an sbatch script's batch step Slurm says SLURM_PROCID=0 with no step: torchrun's agent
+    // and every process it starts there see it. The ranks are torchrun's (RANK), the agent none.
+    let script = c.dir().join("job.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n\
+             {COLLECTOR} run -q -o 'runs/{{job}}/{{node}}.oomt' -- {python} -m torch.distributed.run \
+             --standalone --nproc-per-node 2 {program} --steps 4\n\
+             {COLLECTOR} run -q -o 'runs/{{job}}-{{rank}}.oomt' -- true 2> rank-in-batch.txt || true\n",
+            python = torch_python().display(),
+            program = torch_program("ddp.py"),
+        ),
+    )
+    .unwrap();
+    let mut sbatch = c.command("sbatch");
+    sbatch
+        .args(["--wait", "-N1", "-n1", "-o", "job.out"])
+        .arg(&script);
+    with_env(&mut sbatch, c.dir());
+    let out = sbatch.output().unwrap();
+    let log = std::fs::read_to_string(c.dir().join("job.out")).unwrap_or_default();
+    assert!(out.status.success(), "{}\n{log}\n{}", text(&out), c.logs());
+    let (job, names) = job_traces(c.dir());
+    assert_eq!(names, ["n1.oomt"], "{log}");
+    let t = read(&job.join("n1.oomt")).trace;
+    let (ranks, launchers) = ranks_of(&t);
+    assert_eq!(ranks, BTreeSet::from([0, 1]), "{:?}", t.processes);
+    assert_eq!(launchers, [t.metadata.pid], "{:?}", t.processes);
+    // `{rank}` in the batch step is nobody's: one error line, not a file named after PROCID 0.
+    let said = std::fs::read_to_string(c.dir().join("rank-in-batch.txt")).unwrap();
+    assert!(
+        said.contains("{rank}") && said.contains("in an srun step"),
+        "{said}"
+    );
+    let summary = job_summary(&job);
+    assert!(summary.contains("Ranks (2)"), "{summary}");
+}
+
+/// A recipe of docs/distributed.md's code block, as written: the lines from its `# TITLE`
+/// comment to the next comment.
+fn docs_recipe(title: &str) -> String {
+    let docs = std::fs::read_to_string(format!(
+        "{}/../docs/distributed.md",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    ))
+    .unwrap();
+    let start = docs
+        .find(&format!("# {title}\n"))
+        .unwrap_or_else(|| panic!("docs/distributed.md has no recipe `# {title}`"));
+    docs[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// PATH with `collector` and the test environment's Python tools (`torchrun`) first, so a
+/// recipe runs as the docs write it.
+fn recipe_path() -> String {
+    let collector_dir = Path::new(COLLECTOR).parent().unwrap();
+    let venv_bin = torch_python().parent().unwrap().to_owned();
+    format!(
+        "{}:{}:{}",
+        collector_dir.display(),
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+#[test]
+fn the_docs_recipe_of_one_task_per_node_wrapping_torchrun_runs_as_written() {
+    let Some(c) = cluster("docs-torchrun", 2) else {
+        return;
+    };
+    // Filled in: 2 processes a node (the docs' 8 are a GPU node's), the test's DDP program as
+    // train.py, a free port for the rendezvous.
+    let recipe = docs_recipe("Slurm, one task per node wrapping torchrun");
+    assert!(
+        recipe.contains("--nproc-per-node 8") && recipe.contains("train.py"),
+        "{recipe}"
+    );
+    let port = slurm::free_port().to_string();
+    let filled = recipe
+        .replace("--nproc-per-node 8", "--nproc-per-node 2")
+        .replace(":29500", &format!(":{port}"))
+        .replace(
+            "train.py",
+            &format!("{} --steps 4", torch_program("ddp.py")),
+        );
+    let script = c.dir().join("job.sh");
+    std::fs::write(&script, format!("#!/bin/bash\nset -e\n{filled}")).unwrap();
+    let mut sbatch = c.command("sbatch");
+    sbatch
+        .args(["--wait", "-N2", "--ntasks-per-node=1", "-o", "job.out"])
+        .arg(&script)
+        .env("PATH", recipe_path());
+    with_env(&mut sbatch, c.dir());
+    let out = sbatch.output().unwrap();
+    let log = std::fs::read_to_string(c.dir().join("job.out")).unwrap_or_default();
+    assert!(out.status.success(), "{}\n{log}\n{}", text(&out), c.logs());
+    let (job, names) = job_traces(c.dir());
+    assert_eq!(names, ["n1.oomt", "n2.oomt"], "{log}");
+    // One trace per node, torchrun's agent its launcher, two ranks each, four in all.
+    let mut all = BTreeSet::new();
+    for name in &names {
+        let t = read(&job.join(name)).trace;
+        let (ranks, launchers) = ranks_of(&t);
+        assert_eq!(ranks.len(), 2, "{name}: {:?}", t.processes);
+        assert_eq!(launchers, [t.metadata.pid], "{name}: {:?}", t.processes);
+        all.extend(ranks);
+    }
+    assert_eq!(all, BTreeSet::from([0, 1, 2, 3]));
+    let summary = job_summary(&job);
+    assert!(summary.contains("2 traces, 4 ranks"), "{summary}");
+}
