@@ -256,7 +256,8 @@ impl Peak {
 /// After the last mark counts as outside only when the run then ended (an exit was recorded)
 /// with no OOM after the last mark and was not killed by a signal: a run that dies in a stage
 /// peaks in that stage after its last mark (a sampled peak may even come a moment after the
-/// error, as per-process readings lag).
+/// error, as per-process readings lag). Nor is a moment in a thinned loop's unmarked last steps
+/// ([`unmarked_loop_end_us`]) outside the marks.
 fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>) {
     let (Some(first), Some(last)) = (trace.marks.first(), trace.marks.last()) else {
         return (None, None);
@@ -270,7 +271,7 @@ fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>)
         || trace.exit.is_none_or(|e| {
             matches!(e.status, oomscope_format::ExitStatus::Signal(_)) || e.probable_host_oom
         });
-    if t_us > last.t_us && !died_there {
+    if t_us > last.t_us && !died_there && t_us > unmarked_loop_end_us(trace, last) {
         let last = StageAt::of_mark(trace, trace.marks.len() - 1);
         if let Some(last) = last {
             let after_us = t_us - last.t_us;
@@ -278,6 +279,24 @@ fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>)
         }
     }
     (stage, None)
+}
+
+/// When a loop whose marks were thinned (one iteration in several) ran on past its last mark:
+/// the hooks said at exit which step it reached, so its steps after the last mark lasted about
+/// that many iterations (never past the program's end). A moment in them is in the loop, told
+/// as every unmarked step is: by the last mark before it. Without thinning, the last mark.
+fn unmarked_loop_end_us(trace: &Trace, last: &oomscope_format::StageMark) -> u64 {
+    let Some(sampling) = trace.mark_sampling.iter().filter(|s| s.every > 1).last() else {
+        return last.t_us;
+    };
+    let Some(last_step) = trace.mark_sampling.iter().filter_map(|s| s.last_step).max() else {
+        return last.t_us;
+    };
+    let steps = last_step.saturating_sub(last.step);
+    let end = last
+        .t_us
+        .saturating_add(steps.saturating_mul(sampling.iteration_us));
+    program_end_us(trace).map_or(end, |program_end| end.min(program_end))
 }
 
 /// Latest component breakdown sent before the first mark after `t_us` (the hooks send one
@@ -682,6 +701,35 @@ mod tests {
         let peak = host_peak(&trace);
         assert_eq!(peak.outside_marks, None);
         assert_eq!(peak.stage.unwrap().stage, "post_optimizer_step");
+    }
+
+    #[test]
+    fn a_peak_in_a_thinned_loop_s_unmarked_last_steps_is_in_the_loop() {
+        use oomscope_format::{ExitStatus, MarkSampling};
+        // One iteration in 4 marked, 10 ms each; the loop reached 3 steps past its last mark
+        // (about 30 ms of them).
+        let thinned = |offset_us| {
+            let mut trace = host_peak_outside(offset_us, ExitStatus::Code(0));
+            let last_step = trace.marks.last().unwrap().step + 3;
+            for last_step in [None, Some(last_step)] {
+                trace.mark_sampling.push(MarkSampling {
+                    every: 4,
+                    iteration_us: 10_000,
+                    last_step,
+                    ..MarkSampling::default()
+                });
+            }
+            host_peak(&trace)
+        };
+        let peak = thinned(8_650);
+        assert_eq!(peak.outside_marks, None);
+        assert_eq!(peak.stage.unwrap().stage, "post_optimizer_step");
+        // Past them: the teardown, as before.
+        let peak = thinned(222_000);
+        assert!(
+            matches!(peak.outside_marks, Some(OutsideMarks::AfterLastMark { .. })),
+            "{peak:?}"
+        );
     }
 
     #[test]
