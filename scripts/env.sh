@@ -7,6 +7,8 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export OOMSCOPE_TORCH_VENV="${OOMSCOPE_TORCH_VENV:-$cache/torch-venv}"
 # The newest PyTorch on PyPI, for the zero-code tests' second run (scripts/setup-torch-newest.sh).
 export OOMSCOPE_TORCH_NEWEST_VENV="${OOMSCOPE_TORCH_NEWEST_VENV:-$cache/torch-newest-venv}"
+# Spark for Python and DuckDB, for the fleet test's queries (scripts/setup-spark.sh).
+export OOMSCOPE_SPARK_VENV="${OOMSCOPE_SPARK_VENV:-$cache/spark-venv}"
 # libtorch for the `tch` feature, once scripts/setup-torch.sh has installed it.
 torch_site=$(ls -d "$OOMSCOPE_TORCH_VENV"/lib/python3*/site-packages 2>/dev/null | head -n 1 || true)
 if [ -n "$torch_site" ] && [ -d "$torch_site/torch/lib" ]; then

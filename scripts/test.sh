@@ -11,6 +11,7 @@ bash scripts/setup-frameworks.sh
 bash scripts/setup-torch-newest.sh
 bash scripts/setup-viewer.sh
 bash scripts/setup-slurm.sh
+bash scripts/setup-spark.sh
 # The Slurm tests (collector/tests/slurm.rs) skip where no cluster can run; here one must.
 export OOMSCOPE_REQUIRE_SLURM=1
 source scripts/env.sh # now with LIBTORCH

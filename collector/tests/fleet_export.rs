@@ -275,3 +275,172 @@ fn parquet_export_refuses_what_it_cannot_do_in_one_line() {
         stderr(&o)
     );
 }
+
+/// The SQL statements of the first ```sql block after `heading` in docs/distributed.md, comments
+/// dropped, each without its `;`.
+fn docs_sql(heading: &str) -> Vec<String> {
+    let docs = std::fs::read_to_string(format!(
+        "{}/../docs/distributed.md",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    ))
+    .unwrap();
+    let at = docs
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/distributed.md lacks `{heading}`"));
+    let block = &docs[at..];
+    let start = block.find("```sql\n").unwrap() + "```sql\n".len();
+    let end = start + block[start..].find("```").unwrap();
+    block[start..end]
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .split(';')
+        .map(|q| q.trim().to_owned())
+        .filter(|q| !q.is_empty())
+        .collect()
+}
+
+/// Runs the docs' DuckDB statements (its views read `fleet/`, here `root`) and their Spark SQL
+/// versions (pyspark in local mode, the tables read as the docs read them) over one fleet; each
+/// answer's rows as JSON arrays, timestamps as microseconds since the epoch (UTC).
+fn duckdb_and_spark(root: &Path, duck: &[String], spark: &[String]) -> (Value, Value) {
+    let script = r#"
+import datetime, decimal, json, sys
+root, duck, spark_sql = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+
+def plain(v):
+    if isinstance(v, datetime.datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=datetime.timezone.utc)
+        return round(v.timestamp() * 1e6)
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    return v
+
+import duckdb
+con = duckdb.connect()
+duck_out = []
+for q in duck:
+    if q.upper().startswith("CREATE VIEW"):
+        con.sql(q.replace("'fleet/", "'" + root + "/"))
+    else:
+        duck_out.append([[plain(v) for v in row] for row in con.sql(q).fetchall()])
+
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").appName("oomscope-fleet-test")
+         .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "1").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+for table in ["runs", "samples", "marks", "ooms", "ranks", "peaks", "findings", "evidence", "fits", "components"]:
+    spark.read.parquet(f"{root}/{table}").createOrReplaceTempView(table)
+spark_out = [[[plain(v) for v in row] for row in spark.sql(q).collect()] for q in spark_sql]
+types = {t: dict(spark.table(t).dtypes) for t in ["runs", "samples", "marks", "fits"]}
+spark.stop()
+print(json.dumps({"duckdb": duck_out, "spark": spark_out, "types": types}, default=str))
+"#;
+    let venv = std::env::var("OOMSCOPE_SPARK_VENV").expect(
+        "OOMSCOPE_SPARK_VENV is not set: source scripts/env.sh after scripts/setup-spark.sh",
+    );
+    let output = Command::new(Path::new(&venv).join("bin/python"))
+        .args(["-c", script, root.to_str().unwrap()])
+        .arg(serde_json::to_string(duck).unwrap())
+        .arg(serde_json::to_string(spark).unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the queries failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    (
+        out["duckdb"].take(),
+        serde_json::json!({"answers": out["spark"].take(), "types": out["types"].take()}),
+    )
+}
+
+/// Rows as comparable text, sorted (the engines break ties among equal keys and order NULLs
+/// apart), numbers to 9 significant digits.
+fn answer_rows(rows: &Value) -> Vec<String> {
+    let mut out: Vec<String> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| match v.as_f64() {
+                    Some(x) if !v.is_i64() && !v.is_u64() => format!("{x:.9e}"),
+                    _ => v.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn spark_answers_the_docs_fleet_questions_as_duckdb_does() {
+    // Every committed trace (real recordings on CPU and on H100/H200 GPUs, and synthetic runs)
+    // as one fleet.
+    let s = Scratch::new("fleet-spark");
+    let data = format!(
+        "{}/../shared/format/tests/data",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    );
+    let out = s.path("fleet");
+    let o = run(&[
+        "export",
+        "--format",
+        "parquet",
+        "-o",
+        out.to_str().unwrap(),
+        &data,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let duck = docs_sql("With DuckDB");
+    let spark = docs_sql("The same questions in Spark SQL");
+    let questions = duck
+        .iter()
+        .filter(|q| !q.to_uppercase().starts_with("CREATE VIEW"))
+        .count();
+    assert_eq!(questions, 3, "{duck:?}");
+    assert_eq!(
+        spark.len(),
+        questions,
+        "one Spark query per DuckDB question"
+    );
+    let (duck_answers, spark_out) = duckdb_and_spark(&out, &duck, &spark);
+    for (i, (d, sp)) in duck_answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(spark_out["answers"].as_array().unwrap())
+        .enumerate()
+    {
+        assert!(
+            !d.as_array().unwrap().is_empty(),
+            "question {i} has an answer in the fleet"
+        );
+        assert_eq!(
+            answer_rows(d),
+            answer_rows(sp),
+            "question {i}: {}",
+            spark[i]
+        );
+    }
+    // What a Spark user reads: the partition column, plain types, the start as a timestamp.
+    let types = &spark_out["types"];
+    for table in ["runs", "samples", "marks", "fits"] {
+        assert_eq!(types[table]["run"], "string", "{table}: {types}");
+        assert_eq!(types[table]["run_id"], "string", "{table}: {types}");
+    }
+    assert_eq!(types["runs"]["start_unix_us"], "timestamp", "{types}");
+    assert_eq!(types["samples"]["value"], "bigint", "{types}");
+    assert_eq!(types["fits"]["slope_bytes_per_step"], "double", "{types}");
+    assert_eq!(types["fits"]["is_leak"], "boolean", "{types}");
+}

@@ -163,7 +163,7 @@ fn last_step(steps: &[u64], trace: &Trace) -> Option<u64> {
 }
 
 /// How the hooks thinned out their marks, when they did.
-fn marks_sampled(trace: &Trace) -> Option<MarksSampled> {
+pub(crate) fn marks_sampled(trace: &Trace) -> Option<MarksSampled> {
     let thinned = trace.mark_sampling.iter().filter(|s| s.every > 1);
     let first = thinned.clone().next()?;
     Some(MarksSampled {

@@ -286,16 +286,13 @@ fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>)
 /// that many iterations (never past the program's end). A moment in them is in the loop, told
 /// as every unmarked step is: by the last mark before it. Without thinning, the last mark.
 fn unmarked_loop_end_us(trace: &Trace, last: &oomscope_format::StageMark) -> u64 {
-    let Some(sampling) = trace.mark_sampling.iter().filter(|s| s.every > 1).last() else {
+    let Some(sampled) = crate::analyze::marks_sampled(trace) else {
         return last.t_us;
     };
-    let Some(last_step) = trace.mark_sampling.iter().filter_map(|s| s.last_step).max() else {
-        return last.t_us;
-    };
-    let steps = last_step.saturating_sub(last.step);
+    let steps = sampled.last_step.unwrap_or(0).saturating_sub(last.step);
     let end = last
         .t_us
-        .saturating_add(steps.saturating_mul(sampling.iteration_us));
+        .saturating_add(steps.saturating_mul(sampled.iteration_us));
     program_end_us(trace).map_or(end, |program_end| end.min(program_end))
 }
 
