@@ -10,6 +10,7 @@ use crate::batch_fit::{BatchFit, DEFAULT_BATCH_MARGIN, TrialSummary};
 use crate::finding::Finding;
 use crate::host::HostMemory;
 use crate::leaks::{DEFAULT_MIN_STEPS, GrowthFit};
+pub use crate::marks::MarksSampled;
 use crate::metrics::MetricKey;
 use crate::oom::OomContext;
 use crate::overhead::OutsideAllocator;
@@ -80,20 +81,6 @@ pub struct CounterPeak {
     pub label: MetricKey,
     /// Its peak.
     pub bytes: u64,
-}
-
-/// How the zero-code hooks thinned out their marks in a fast loop (the trace's MARK_SAMPLING
-/// records): one iteration in `every` (the most they went to), from `from_step` on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct MarksSampled {
-    /// The first step marked one in several.
-    pub from_step: u64,
-    /// One iteration in this many at most.
-    pub every: u32,
-    /// The loop's iteration time then.
-    pub iteration_us: u64,
-    /// The last step the loop reached, as the hooks said when the process exited.
-    pub last_step: Option<u64>,
 }
 
 /// What was recorded, and how it ended.

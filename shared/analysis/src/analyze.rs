@@ -162,18 +162,6 @@ fn last_step(steps: &[u64], trace: &Trace) -> Option<u64> {
         .filter(|_| !steps.is_empty())
 }
 
-/// How the hooks thinned out their marks, when they did.
-pub(crate) fn marks_sampled(trace: &Trace) -> Option<MarksSampled> {
-    let thinned = trace.mark_sampling.iter().filter(|s| s.every > 1);
-    let first = thinned.clone().next()?;
-    Some(MarksSampled {
-        from_step: first.from_step,
-        every: thinned.map(|s| s.every).max().unwrap_or(first.every),
-        iteration_us: first.iteration_us,
-        last_step: trace.mark_sampling.iter().filter_map(|s| s.last_step).max(),
-    })
-}
-
 /// The overview block.
 fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
     let meta = &trace.metadata;
@@ -208,9 +196,9 @@ fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
         duration_us: trace.duration_us(),
         samples: trace.samples.len(),
         marks: trace.marks.len(),
-        steps: step_count(&steps, marks_sampled(trace).as_ref()),
+        steps: step_count(&steps, crate::marks::marks_sampled(trace).as_ref()),
         marked_steps: steps.len(),
-        marks_sampled: marks_sampled(trace),
+        marks_sampled: crate::marks::marks_sampled(trace),
         first_step: steps.first().copied(),
         last_step: last_step(&steps, trace),
         primary_metric: values.primary().map(|p| values.key(p)),

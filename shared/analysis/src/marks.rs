@@ -54,6 +54,32 @@ pub fn mark_at_or_before(trace: &Trace, t_us: u64) -> Option<usize> {
         .checked_sub(1)
 }
 
+/// How the zero-code hooks thinned out their marks in a fast loop (the trace's MARK_SAMPLING
+/// records): one iteration in `every` (the most they went to), from `from_step` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MarksSampled {
+    /// The first step marked one in several.
+    pub from_step: u64,
+    /// One iteration in this many at most.
+    pub every: u32,
+    /// The loop's iteration time then.
+    pub iteration_us: u64,
+    /// The last step the loop reached, as the hooks said when the process exited.
+    pub last_step: Option<u64>,
+}
+
+/// How the hooks thinned out their marks, when they did.
+pub fn marks_sampled(trace: &Trace) -> Option<MarksSampled> {
+    let thinned = trace.mark_sampling.iter().filter(|s| s.every > 1);
+    let first = thinned.clone().next()?;
+    Some(MarksSampled {
+        from_step: first.from_step,
+        every: thinned.map(|s| s.every).max().unwrap_or(first.every),
+        iteration_us: first.iteration_us,
+        last_step: trace.mark_sampling.iter().filter_map(|s| s.last_step).max(),
+    })
+}
+
 /// True for marks that belong to training proper: `Train`, or `Unknown` when the program did not
 /// say (then every mark is assumed to be training).
 pub fn is_train(phase: Phase) -> bool {

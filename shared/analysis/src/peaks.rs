@@ -286,7 +286,7 @@ fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>)
 /// that many iterations (never past the program's end). A moment in them is in the loop, told
 /// as every unmarked step is: by the last mark before it. Without thinning, the last mark.
 fn unmarked_loop_end_us(trace: &Trace, last: &oomscope_format::StageMark) -> u64 {
-    let Some(sampled) = crate::analyze::marks_sampled(trace) else {
+    let Some(sampled) = crate::marks::marks_sampled(trace) else {
         return last.t_us;
     };
     let steps = sampled.last_step.unwrap_or(0).saturating_sub(last.step);
