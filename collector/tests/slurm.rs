@@ -259,3 +259,114 @@ fn the_docs_recipe_of_one_task_per_node_wrapping_torchrun_runs_as_written() {
     let summary = job_summary(&job);
     assert!(summary.contains("2 traces, 4 ranks"), "{summary}");
 }
+
+/// A memory cgroup of `limit_bytes` under this process's own (cgroup v1, or v2 with the memory
+/// controller delegated), removed on drop; `Err` says why there is none.
+struct MemoryCgroup(PathBuf);
+
+impl MemoryCgroup {
+    fn new(name: &str, limit_bytes: u64) -> Result<MemoryCgroup, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+        let entries: Vec<Vec<&str>> = own.lines().map(|l| l.splitn(3, ':').collect()).collect();
+        let v1 = entries
+            .iter()
+            .find(|e| e.len() == 3 && e[1].split(',').any(|c| c == "memory"));
+        let (parent, limit_file) = match v1 {
+            Some(e) => (
+                format!("/sys/fs/cgroup/memory{}", e[2]),
+                "memory.limit_in_bytes",
+            ),
+            None => {
+                let path = entries
+                    .iter()
+                    .find(|e| e.len() == 3 && e[1].is_empty())
+                    .map(|e| e[2])
+                    .ok_or("no cgroup")?;
+                let parent = format!("/sys/fs/cgroup{path}");
+                let control = std::fs::read_to_string(format!("{parent}/cgroup.subtree_control"))
+                    .unwrap_or_default();
+                if !control.split_whitespace().any(|c| c == "memory") {
+                    return Err("no memory controller this process can write".to_owned());
+                }
+                (parent, "memory.max")
+            }
+        };
+        let dir = PathBuf::from(format!(
+            "{}/oomscope-slurm-{name}-{}",
+            parent.trim_end_matches('/'),
+            std::process::id()
+        ));
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join(limit_file), limit_bytes.to_string()).map_err(|e| e.to_string())?;
+        let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+        Ok(MemoryCgroup(dir))
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_rank_killed_for_memory_under_srun_is_named_first() {
+    let Some(c) = cluster("oom-kill", 1) else {
+        return;
+    };
+    // Rank 1's task runs in a memory cgroup of 1.2 GiB (its collector too, as a wrapped command
+    // is) and keeps 1 GiB more from its first step on: the kernel's OOM killer ends it.
+    let cgroup = match MemoryCgroup::new("oom-kill", 1200 << 20) {
+        Ok(cg) => cg,
+        Err(why) => {
+            slurm::skip(&format!("no memory cgroup: {why}"));
+            return;
+        }
+    };
+    let join = format!(
+        "if [ \"$SLURM_PROCID\" = 1 ]; then echo $$ > {}/cgroup.procs; fi; exec \"$@\"",
+        cgroup.0.display()
+    );
+    let mut srun = c.command("srun");
+    srun.args([
+        "-N1", "-n2", "sh", "-c", &join, "sh", COLLECTOR, "run", "-q", "-o",
+    ])
+    .arg("runs/{job}/{node}-{rank}.oomt")
+    .arg("--")
+    .arg(torch_python())
+    .args([
+        &torch_program("ddp.py"),
+        "--steps",
+        "40",
+        "--hold-rank",
+        "1",
+        "--hold-mib",
+        "1024",
+    ]);
+    with_env(&mut srun, c.dir());
+    let out = srun.output().unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    // srun's own words for the task the kernel ended (the collector exits as its program did:
+    // 128 + SIGKILL), and the other's, which gloo's broken ring ended.
+    assert!(
+        text(&out).contains("task 1: Exited with exit code 137"),
+        "{}",
+        text(&out)
+    );
+    let (job, names) = job_traces(c.dir());
+    assert_eq!(names, ["n1-0.oomt", "n1-1.oomt"], "{}", text(&out));
+    let killed = read(&job.join("n1-1.oomt")).trace;
+    let exit = killed.exit.expect("the collector saw its program end");
+    assert!(
+        matches!(exit.status, oomscope_format::ExitStatus::Signal(9)),
+        "{exit:?}"
+    );
+    let summary = job_summary(&job);
+    assert!(summary.contains("Rank 1 failed first"), "{summary}");
+    assert!(summary.contains("2 traces, 2 ranks"), "{summary}");
+}

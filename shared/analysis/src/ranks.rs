@@ -377,6 +377,9 @@ fn summarize_view(
         .filter(|e| e.rank == Some(rank.rank) || (e.pid != 0 && Some(e.pid) == rank.pid))
         .collect();
     let launcher = ends.iter().find(|e| e.from_launcher);
+    // A rank that is the trace's program (one `srun` task per rank, no launcher) ended as the
+    // trace says its program did.
+    let own_exit = whole.exit.filter(|_| rank.pid == Some(whole.metadata.pid));
     RankSummary {
         rank: rank.rank,
         pid: rank.pid,
@@ -397,12 +400,16 @@ fn summarize_view(
         peak_host_bytes: peak_of(CounterKind::HostRss),
         peak_device_bytes: peak_of(CounterKind::ProcessGpu).or(allocated),
         oom,
-        exit: launcher.and_then(|e| e.status),
+        exit: launcher
+            .and_then(|e| e.status)
+            .or(own_exit.map(|e| e.status)),
         launcher_root_cause: launcher.is_some_and(|e| e.first_failure),
         ended_us: ends
             .iter()
             .find(|e| !e.from_launcher)
-            .map(|e| e.t_us + offset_us),
+            .map(|e| e.t_us)
+            .or(own_exit.map(|e| e.t_us))
+            .map(|t| t + offset_us),
         stage_table: analysis.stage_table,
         findings: analysis.findings,
         leak_fits: analysis.leak_fits,
