@@ -96,23 +96,30 @@ fn srun_one_task_per_rank_on_two_nodes_names_every_rank_and_node() {
     let Some(c) = cluster("srun-ranks", 2) else {
         return;
     };
-    // docs/distributed.md: `srun collector run -o 'runs/{job}/{node}-{rank}.oomt' -- python
-    // train.py`, here on two nodes with two tasks each.
-    let mut srun = c.command("srun");
-    srun.args(["-N2", "--ntasks-per-node=2", COLLECTOR, "run", "-q", "-o"])
-        .arg("runs/{job}/{node}-{rank}.oomt")
-        .arg("--")
-        .arg(torch_python())
-        .args([&torch_program("ddp.py"), "--steps", "6"]);
-    with_env(&mut srun, c.dir());
-    let out = srun.output().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out), c.logs());
+    // docs/distributed.md's recipe as written, in a batch script given two nodes of two tasks;
+    // the test's DDP program as train.py (it reads its rank from Slurm in an srun step).
+    let recipe = docs_recipe("Slurm, one task per GPU (each task its own trace)");
+    assert!(recipe.contains("python train.py"), "{recipe}");
+    let filled = recipe.replace(
+        "train.py",
+        &format!("{} --steps 6", torch_program("ddp.py")),
+    );
+    let script = c.dir().join("job.sh");
+    std::fs::write(&script, format!("#!/bin/bash\nset -e\n{filled}")).unwrap();
+    let mut sbatch = c.command("sbatch");
+    sbatch
+        .args(["--wait", "-N2", "--ntasks-per-node=2", "-o", "job.out"])
+        .arg(&script)
+        .env("PATH", recipe_path());
+    with_env(&mut sbatch, c.dir());
+    let out = sbatch.output().unwrap();
+    let log = std::fs::read_to_string(c.dir().join("job.out")).unwrap_or_default();
+    assert!(out.status.success(), "{}\n{log}\n{}", text(&out), c.logs());
     let (job, names) = job_traces(c.dir());
     assert_eq!(
         names,
         ["n1-0.oomt", "n1-1.oomt", "n2-2.oomt", "n2-3.oomt"],
-        "{}",
-        text(&out)
+        "{log}"
     );
     for name in &names {
         let t = read(&job.join(name)).trace;
