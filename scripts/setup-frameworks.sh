@@ -9,12 +9,7 @@ SETUP_NAME=setup-frameworks
 source "$(dirname "$0")/setup-log.sh"
 venv="$OOMSCOPE_TORCH_VENV"
 pins=("lightning==2.6.6" "transformers==5.24.0" "accelerate==1.15.0" "numpy==2.4.6")
-if "$venv/bin/python" - "${pins[@]}" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if all(version(p.split("==")[0]) == p.split("==")[1] for p in sys.argv[1:]) else 1)
-PY
-then
+if has_pins "$venv" "${pins[@]}"; then
     log "${pins[*]} already in $venv"
     exit 0
 fi

@@ -16,12 +16,7 @@ if ! command -v java >/dev/null; then
     timed "the package lists (apt-get update)" $SUDO apt-get update -qq
     timed "Java 17 (Debian)" $SUDO apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null
 fi
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" - "${pins[@]}" <<'PY' 2>/dev/null
-import sys
-from importlib.metadata import version
-sys.exit(0 if all(version(p.split("==")[0]) == p.split("==")[1] for p in sys.argv[1:]) else 1)
-PY
-then
+if has_pins "$venv" "${pins[@]}"; then
     log "${pins[*]} already in $venv; $(java -version 2>&1 | head -n 1)"
     exit 0
 fi

@@ -91,6 +91,26 @@ fn job_summary(job: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Submits a batch script of `body` (bash) with `args` (the allocation) and waits for it; the
+/// job's output. `collector` and the test environment's Python tools come first on PATH, so a
+/// recipe runs as the docs write it.
+fn sbatch(c: &Cluster, args: &[&str], body: &str) -> String {
+    let script = c.dir().join("job.sh");
+    std::fs::write(&script, format!("#!/bin/bash\nset -e\n{body}")).unwrap();
+    let mut sbatch = c.command("sbatch");
+    sbatch
+        .arg("--wait")
+        .args(args)
+        .args(["-o", "job.out"])
+        .arg(&script)
+        .env("PATH", recipe_path());
+    with_env(&mut sbatch, c.dir());
+    let out = sbatch.output().unwrap();
+    let log = std::fs::read_to_string(c.dir().join("job.out")).unwrap_or_default();
+    assert!(out.status.success(), "{}\n{log}\n{}", text(&out), c.logs());
+    log
+}
+
 #[test]
 fn srun_one_task_per_rank_on_two_nodes_names_every_rank_and_node() {
     let Some(c) = cluster("srun-ranks", 2) else {
@@ -104,17 +124,7 @@ fn srun_one_task_per_rank_on_two_nodes_names_every_rank_and_node() {
         "train.py",
         &format!("{} --steps 6", torch_program("ddp.py")),
     );
-    let script = c.dir().join("job.sh");
-    std::fs::write(&script, format!("#!/bin/bash\nset -e\n{filled}")).unwrap();
-    let mut sbatch = c.command("sbatch");
-    sbatch
-        .args(["--wait", "-N2", "--ntasks-per-node=2", "-o", "job.out"])
-        .arg(&script)
-        .env("PATH", recipe_path());
-    with_env(&mut sbatch, c.dir());
-    let out = sbatch.output().unwrap();
-    let log = std::fs::read_to_string(c.dir().join("job.out")).unwrap_or_default();
-    assert!(out.status.success(), "{}\n{log}\n{}", text(&out), c.logs());
+    let log = sbatch(&c, &["-N2", "--ntasks-per-node=2"], &filled);
     let (job, names) = job_traces(c.dir());
     assert_eq!(
         names,
@@ -151,27 +161,14 @@ fn sbatch_torchrun_under_the_collector_takes_the_agent_for_the_launcher() {
     };
     // In an sbatch script's batch step Slurm says SLURM_PROCID=0 with no step: torchrun's agent
     // and every process it starts there see it. The ranks are torchrun's (RANK), the agent none.
-    let script = c.dir().join("job.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/bash\n\
-             {COLLECTOR} run -q -o 'runs/{{job}}/{{node}}.oomt' -- {python} -m torch.distributed.run \
-             --standalone --nproc-per-node 2 {program} --steps 4\n\
-             {COLLECTOR} run -q -o 'runs/{{job}}-{{rank}}.oomt' -- true 2> rank-in-batch.txt || true\n",
-            python = torch_python().display(),
-            program = torch_program("ddp.py"),
-        ),
-    )
-    .unwrap();
-    let mut sbatch = c.command("sbatch");
-    sbatch
-        .args(["--wait", "-N1", "-n1", "-o", "job.out"])
-        .arg(&script);
-    with_env(&mut sbatch, c.dir());
-    let out = sbatch.output().unwrap();
-    let log = std::fs::read_to_string(c.dir().join("job.out")).unwrap_or_default();
-    assert!(out.status.success(), "{}\n{log}\n{}", text(&out), c.logs());
+    let body = format!(
+        "{COLLECTOR} run -q -o 'runs/{{job}}/{{node}}.oomt' -- {python} -m torch.distributed.run \
+         --standalone --nproc-per-node 2 {program} --steps 4\n\
+         {COLLECTOR} run -q -o 'runs/{{job}}-{{rank}}.oomt' -- true 2> rank-in-batch.txt || true\n",
+        python = torch_python().display(),
+        program = torch_program("ddp.py"),
+    );
+    let log = sbatch(&c, &["-N1", "-n1"], &body);
     let (job, names) = job_traces(c.dir());
     assert_eq!(names, ["n1.oomt"], "{log}");
     let t = read(&job.join("n1.oomt")).trace;
@@ -240,17 +237,7 @@ fn the_docs_recipe_of_one_task_per_node_wrapping_torchrun_runs_as_written() {
             "train.py",
             &format!("{} --steps 4", torch_program("ddp.py")),
         );
-    let script = c.dir().join("job.sh");
-    std::fs::write(&script, format!("#!/bin/bash\nset -e\n{filled}")).unwrap();
-    let mut sbatch = c.command("sbatch");
-    sbatch
-        .args(["--wait", "-N2", "--ntasks-per-node=1", "-o", "job.out"])
-        .arg(&script)
-        .env("PATH", recipe_path());
-    with_env(&mut sbatch, c.dir());
-    let out = sbatch.output().unwrap();
-    let log = std::fs::read_to_string(c.dir().join("job.out")).unwrap_or_default();
-    assert!(out.status.success(), "{}\n{log}\n{}", text(&out), c.logs());
+    let log = sbatch(&c, &["-N2", "--ntasks-per-node=1"], &filled);
     let (job, names) = job_traces(c.dir());
     assert_eq!(names, ["n1.oomt", "n2.oomt"], "{log}");
     // One trace per node, torchrun's agent its launcher, two ranks each, four in all.
