@@ -1,25 +1,25 @@
 //! A real Slurm cluster for a test: `munged`, `slurmctld` and one `slurmd` per node (two or more
 //! are fake nodes on this host, each `slurmd -N nK` on a port of its own), from Debian's
-//! `slurm-wlm` and `munge` (scripts/setup-slurm.sh). Everything it makes lives under one scratch
-//! directory: the configuration (`SLURM_CONF`, so /etc is never touched), munge's socket and
-//! key, spool, pid files and logs; ports are free ones the kernel picks. Dropping it shuts the
-//! daemons down and removes the directory. No systemd, no cgroups (`proctrack/linuxproc`,
-//! `task/none`), so it runs as root in a plain container; `SlurmdParameters=config_overrides`
-//! lets a 2-core machine offer each node 4 CPUs.
+//! `slurm-wlm` and `munge` (scripts/setup-slurm.sh). Everything it makes lives under one
+//! directory in /tmp (not `TMPDIR`, which may be private to root: munged, as the munge user,
+//! must reach its socket's directory): the configuration (`SLURM_CONF`, so /etc is never
+//! touched), munge's socket and key, spool, pid files and logs; ports are free ones the kernel
+//! picks. Dropping it shuts the daemons down and removes the directory (kept when the test
+//! failed). No systemd, no cgroups (`proctrack/linuxproc`, `task/none`), so it runs as root in a
+//! plain container; `SlurmdParameters=config_overrides` lets a 2-core machine offer each node 4
+//! CPUs.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use oomscope_testkit::Scratch;
-
 /// How long the cluster may take to come up (measured: ~1.3 s from a clean state).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A running cluster.
 pub struct Cluster {
-    scratch: Scratch,
+    dir: PathBuf,
     conf: PathBuf,
 }
 
@@ -78,8 +78,8 @@ impl Cluster {
         if let Some(why) = unavailable() {
             return Err(why);
         }
-        let scratch = Scratch::new(&format!("slurm-{name}"));
-        let dir = scratch.dir().to_owned();
+        let dir = PathBuf::from(format!("/tmp/oomscope-slurm-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         for sub in ["munge", "spool", "log", "run"] {
             std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
         }
@@ -152,7 +152,10 @@ impl Cluster {
             ),
         )
         .map_err(|e| e.to_string())?;
-        let cluster = Cluster { scratch, conf };
+        let cluster = Cluster {
+            dir: dir.clone(),
+            conf,
+        };
         run(&mut cluster.command(&which("slurmctld")))?;
         for n in &names {
             run(cluster.command(&which("slurmd")).args(["-N", n]))?;
@@ -185,9 +188,9 @@ impl Cluster {
         c
     }
 
-    /// The scratch directory the cluster lives in (a test may put its files there).
+    /// The directory the cluster lives in (a test may put its files there).
     pub fn dir(&self) -> &Path {
-        self.scratch.dir()
+        &self.dir
     }
 
     /// Every daemon's log, for a failure message.
@@ -244,6 +247,10 @@ impl Drop for Cluster {
                 // SAFETY: as above.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
+        }
+        // A failed test's cluster stays for its logs and traces.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }
