@@ -314,7 +314,10 @@ fn rows_at_marks(trace: &Trace) -> Vec<(Option<usize>, u64)> {
         }
         let hi = hi.min(times.len());
         let after = lo + times[lo..hi].partition_point(|x| *x <= t);
-        rows.push((after.checked_sub(1), phase_since_us));
+        rows.push((
+            after.checked_sub(1),
+            if is_train { phase_since_us } else { 0 },
+        ));
         from = after;
     }
     rows
@@ -322,11 +325,13 @@ fn rows_at_marks(trace: &Trace) -> Vec<(Option<usize>, u64)> {
 
 /// Every metric evaluated at every mark, computed once and shared by the analyses: the
 /// allocator's quantity the mark carries, or the counter's latest reading at or before the mark
-/// (looking back at most [`oomscope_format::Samples::MAX_LOOKBACK_ROWS`] rows) — unless that
-/// reading was taken before the program last switched phase, training to eval or back. A reading
-/// from inside an eval is not the memory of the training step after it: on a loaded machine the
-/// sampler can be hundreds of milliseconds late, and the eval's outputs are freed in that time.
-/// Such a mark has no value rather than the other phase's.
+/// (looking back at most [`oomscope_format::Samples::MAX_LOOKBACK_ROWS`] rows) — unless a
+/// training mark's reading was taken before the program last switched from eval back to
+/// training. A reading from inside an eval is not the memory of the training step after it: on a
+/// loaded machine the sampler can be hundreds of milliseconds late, and the eval's outputs are
+/// freed in that time. Such a mark has no value rather than the eval's. (An eval's first mark may
+/// read training's last reading: the memory the eval started from, what its growth is measured
+/// from.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkValues {
     keys: Vec<MetricKey>,
@@ -549,7 +554,7 @@ mod tests {
     }
 
     /// The rule [`MarkValues`] states, one mark at a time: the counter's reading at or before the
-    /// mark, unless read before the first mark of the mark's run of training (or eval) marks.
+    /// mark, unless a training mark's was read before the first mark of its run of training marks.
     fn value_at_mark(trace: &Trace, i: usize, metric: MetricKey) -> Option<u64> {
         let mark = &trace.marks[i];
         let MetricKey::Counter { .. } = metric else {
@@ -559,6 +564,7 @@ mod tests {
         let run_start = trace.marks[..i]
             .iter()
             .rposition(|m| crate::marks::is_train(m.phase) != training)
+            .filter(|_| training)
             .map_or(0, |before| trace.marks[before + 1].t_us);
         let row = trace.samples.row_at_or_before(mark.t_us)?;
         let (read, value) = trace
@@ -570,7 +576,8 @@ mod tests {
     #[test]
     fn a_reading_from_the_other_phase_is_not_a_mark_s_value() {
         // RSS read at t=0 (training), t=100 (inside the eval, its outputs held) and t=300; the
-        // eval ends at t=200 and the next training mark comes before the sampler reads again.
+        // eval ends at t=200 and the next training mark comes before the sampler reads again. An
+        // eval's first mark may read training's last reading: the memory it started from.
         let mut trace = Trace::default();
         let rss = trace.declare_counter(CounterKind::HostRss, None);
         for (t, v) in [(0, 100), (100, 900), (300, 110)] {
@@ -593,7 +600,7 @@ mod tests {
         let rss = MetricKey::of_counter(&trace, rss);
         assert_eq!(
             MarkValues::of_metric(&trace, rss),
-            [Some(100), None, Some(900), None, Some(110)]
+            [Some(100), Some(100), Some(900), None, Some(110)]
         );
         for i in 0..trace.marks.len() {
             assert_eq!(

@@ -281,19 +281,23 @@ fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>)
     (stage, None)
 }
 
-/// When a loop whose marks were thinned (one iteration in several) ran on past its last mark:
-/// the hooks said at exit which step it reached, so its steps after the last mark lasted about
-/// that many iterations (never past the program's end). A moment in them is in the loop, told
-/// as every unmarked step is: by the last mark before it. Without thinning, the last mark.
+/// Until when a moment after the last mark still belongs to the marked loop, told by the last
+/// mark as every unmarked moment is: one sampling interval after it (a reading describes the
+/// interval before it), or, in a loop whose marks were thinned (one iteration in several), the
+/// steps it ran past its last mark (the hooks said at exit which step it reached; they lasted
+/// about that many iterations, never past the program's end).
 fn unmarked_loop_end_us(trace: &Trace, last: &oomscope_format::StageMark) -> u64 {
+    let last_us = last.t_us.saturating_add(trace.metadata.sample_interval_us);
     let Some(sampled) = crate::marks::marks_sampled(trace) else {
-        return last.t_us;
+        return last_us;
     };
     let steps = sampled.last_step.unwrap_or(0).saturating_sub(last.step);
     let end = last
         .t_us
         .saturating_add(steps.saturating_mul(sampled.iteration_us));
-    program_end_us(trace).map_or(end, |program_end| end.min(program_end))
+    program_end_us(trace)
+        .map_or(end, |program_end| end.min(program_end))
+        .max(last_us)
 }
 
 /// Latest component breakdown sent before the first mark after `t_us` (the hooks send one
@@ -693,6 +697,12 @@ mod tests {
             "{}",
             peak.place()
         );
+        // Read within one sampling interval of the last mark: the last stage's reading.
+        let mut trace = host_peak_outside(382, ExitStatus::Code(0));
+        trace.metadata.sample_interval_us = 10_000;
+        let peak = host_peak(&trace);
+        assert_eq!(peak.outside_marks, None);
+        assert_eq!(peak.place(), " at post_optimizer_step of step 3");
         // A run killed after its last mark died in that stage: the stage keeps the peak.
         let trace = host_peak_outside(222_000, ExitStatus::Signal(9));
         let peak = host_peak(&trace);
