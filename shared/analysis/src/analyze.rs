@@ -76,7 +76,7 @@ fn analyze_one(
     let batch_fit = batch_fit::batch_fit(trace, &peaks, options.batch_margin)
         .filter(|f| f.method == batch_fit::BatchFitMethod::Trials || !primary_leaks);
     let mut held = trace.held.clone();
-    held.sort_by_key(|h| std::cmp::Reverse((h.bytes, h.count)));
+    crate::sort::sort_by_key(&mut held, |h| std::cmp::Reverse((h.bytes, h.count)));
     // The breakdown at the peak (else the last one) beside the estimate for the same model; a
     // peak in an eval after zero_grad(set_to_none=True) has no gradients to compare, so then the
     // last breakdown that had them (training's).
@@ -176,7 +176,7 @@ fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
             }),
         }
     }
-    dropped.sort_by_key(|d| d.record_tag);
+    crate::sort::sort_by_key(&mut dropped, |d| d.record_tag);
     Overview {
         command: meta.command.join(" "),
         host: meta.host.clone(),

@@ -196,7 +196,7 @@ pub fn step_overlay(a: &Trace, b: &Trace) -> Option<StepOverlay> {
                 None => points.push((mark.step, v)),
             }
         }
-        points.sort_by_key(|(s, _)| *s);
+        crate::sort::sort_by_key(&mut points, |(s, _)| *s);
         (points.len() >= 2).then_some(points)
     };
     Some(StepOverlay {

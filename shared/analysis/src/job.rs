@@ -38,9 +38,9 @@ pub fn analyze_job(traces: &[JobTrace<'_>], options: &AnalysisOptions) -> RankAn
         .iter()
         .filter_map(|t| node_host_spike(t.trace, &ranks_of(t.trace), t.source, offset_us(t)))
         .collect();
-    compared
-        .node_spikes
-        .sort_by_key(|s| std::cmp::Reverse(s.excess_bytes()));
+    crate::sort::sort_by_key(&mut compared.node_spikes, |s| {
+        std::cmp::Reverse(s.excess_bytes())
+    });
     compared
 }
 
@@ -65,7 +65,7 @@ pub fn job_findings(r: &RankAnalysis) -> Vec<Finding> {
             out.push(f);
         }
     }
-    out.sort_by(|a, b| {
+    crate::sort::sort_by(&mut out, |a, b| {
         b.severity
             .cmp(&a.severity)
             .then_with(|| a.kind.rank().cmp(&b.kind.rank()))

@@ -330,7 +330,7 @@ pub fn leak_fits(
         }
     }
     // Stage order first, then metric order (the sort is stable).
-    out.sort_by_key(|(stage, _)| *stage);
+    crate::sort::sort_by_key(&mut out, |(stage, _)| *stage);
     out.into_iter().map(|(_, fit)| fit).collect()
 }
 

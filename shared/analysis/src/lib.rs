@@ -38,6 +38,7 @@ pub mod recommend;
 pub mod run_up;
 pub mod series;
 pub mod shm;
+pub mod sort;
 pub mod stage_breakdown;
 pub mod stages;
 pub mod trend;

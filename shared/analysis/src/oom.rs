@@ -140,8 +140,9 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
             .cloned()
             .collect();
         // Largest first; the hooks' `<other>` row (the lines beyond the ones sent) last.
-        c.alive
-            .sort_by_key(|a| (a.file.as_ref() == "<other>", std::cmp::Reverse(a.bytes)));
+        crate::sort::sort_by_key(&mut c.alive, |a| {
+            (a.file.as_ref() == "<other>", std::cmp::Reverse(a.bytes))
+        });
     }
     // The kernel's own account of its kills, then (only without one) a kill inferred from a
     // SIGKILL near the memory limit.

@@ -62,7 +62,7 @@ pub fn ranks_of(trace: &Trace) -> Vec<RankProcess> {
             }
         }
     }
-    ranks.sort_by_key(|r| r.rank);
+    crate::sort::sort_by_key(&mut ranks, |r| r.rank);
     ranks
 }
 

@@ -420,7 +420,7 @@ fn summarize_view(
 /// Compares ranks: imbalance per stage and the first failure.
 pub fn compare_ranks(ranks: Vec<RankSummary>) -> RankAnalysis {
     let mut ranks = ranks;
-    ranks.sort_by_key(|r| r.rank);
+    crate::sort::sort_by_key(&mut ranks, |r| r.rank);
     RankAnalysis {
         imbalance: imbalance(&ranks),
         first_failure: first_failure(&ranks),
@@ -472,7 +472,7 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
                 })
         })
         .collect();
-    found.sort_by(|a, b| {
+    crate::sort::sort_by(&mut found, |a, b| {
         b.excess_bytes()
             .cmp(&a.excess_bytes())
             .then_with(|| a.stage.cmp(&b.stage))

@@ -72,7 +72,7 @@ pub fn run_up(
         .filter(|h| h.clock == HeldClock::Eval && (eval.entry_t_us..=t_us).contains(&h.t_us))
         .cloned()
         .collect();
-    held.sort_by_key(|h| std::cmp::Reverse((h.bytes, h.count)));
+    crate::sort::sort_by_key(&mut held, |h| std::cmp::Reverse((h.bytes, h.count)));
     let batches = trace
         .marks
         .iter()

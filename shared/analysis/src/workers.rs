@@ -225,7 +225,7 @@ pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
             })
         })
         .collect();
-    out.sort_by(|a, b| {
+    crate::sort::sort_by(&mut out, |a, b| {
         let growth = |w: &WorkerGrowth| w.last_private_bytes.saturating_sub(w.first_private_bytes);
         growth(b).cmp(&growth(a))
     });

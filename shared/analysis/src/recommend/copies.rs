@@ -56,7 +56,7 @@ impl Diagnose for ModelCopies {
                 (e, copy)
             })
             .collect();
-        models.sort_by_key(|(e, _)| std::cmp::Reverse(e.bytes));
+        crate::sort::sort_by_key(&mut models, |(e, _)| std::cmp::Reverse(e.bytes));
         Some(UntrainedModels {
             peak,
             components,

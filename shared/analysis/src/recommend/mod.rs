@@ -82,7 +82,7 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
 /// Runs every rule; findings most severe first, then by [`FindingKind::rank`], then by id.
 pub fn findings(ctx: &RuleContext<'_>) -> Vec<Finding> {
     let mut out: Vec<Finding> = rules().iter().filter_map(|r| r.check(ctx)).collect();
-    out.sort_by(|a, b| {
+    crate::sort::sort_by(&mut out, |a, b| {
         b.severity
             .cmp(&a.severity)
             .then_with(|| a.kind.rank().cmp(&b.kind.rank()))

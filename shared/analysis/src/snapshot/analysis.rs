@@ -156,7 +156,9 @@ fn by_site(names: &Sites, blocks: impl Iterator<Item = (u64, Option<StackId>)>) 
         }
     }
     let mut sites: Vec<SiteBytes> = sites.into_values().collect();
-    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    crate::sort::sort_by(&mut sites, |a, b| {
+        b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site))
+    });
     if sites.len() > TOP_SITES {
         let rest = sites.split_off(TOP_SITES);
         sites.push(SiteBytes {
@@ -196,7 +198,7 @@ pub fn analyze_snapshot(snap: &Snapshot) -> SnapshotAnalysis {
     for d in &devices {
         findings.extend(findings_of(d, expandable_segments));
     }
-    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    crate::sort::sort_by_key(&mut findings, |f| std::cmp::Reverse(f.severity));
     SnapshotAnalysis {
         devices,
         findings,
@@ -299,7 +301,7 @@ fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
                     blocks: 0,
                     stack: None,
                 });
-                sites.sort_by_key(|s| std::cmp::Reverse(s.bytes));
+                crate::sort::sort_by_key(&mut sites, |s| std::cmp::Reverse(s.bytes));
             }
             sites
         }
@@ -412,7 +414,9 @@ fn kept_sites(names: &Sites, events: &[oomscope_snapshot::Event]) -> Vec<KeptSit
                 })
         })
         .collect();
-    kept.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    crate::sort::sort_by(&mut kept, |a, b| {
+        b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site))
+    });
     kept
 }
 
