@@ -1382,13 +1382,14 @@ mod tests {
         }
         let rss = trace.counter(CounterKind::HostRss, None).unwrap();
         let times = trace.samples.times_us().to_vec();
-        for (row, t) in times.iter().enumerate() {
-            let evals = starts.iter().filter(|s| *s <= t).count() as u64;
-            let v = &mut trace.samples.column_mut(rss)[row];
-            if *v != oomscope_format::MISSING {
-                *v += evals * 200 * MIB;
+        trace.samples.edit_column(rss, |column| {
+            for (v, t) in column.iter_mut().zip(&times) {
+                let evals = starts.iter().filter(|s| *s <= t).count() as u64;
+                if *v != oomscope_format::MISSING {
+                    *v += evals * 200 * MIB;
+                }
             }
-        }
+        });
         trace
     }
 

@@ -285,16 +285,15 @@ pub fn reserved_metric(trace: &Trace) -> Option<MetricKey> {
 /// (training, or eval: see [`MarkValues`]). Marks are in time order, so each search starts where
 /// the previous one ended and gallops forward (a mark earlier than its predecessor, which a
 /// well-formed trace never has, restarts from the beginning).
-fn rows_at_marks(trace: &Trace) -> Vec<(Option<usize>, u64)> {
+fn rows_at_marks(trace: &Trace) -> impl Iterator<Item = (Option<usize>, u64)> + '_ {
     let times = trace.samples.times_us();
-    let mut rows = Vec::with_capacity(trace.marks.len());
     let mut from = 0;
     let mut previous_t = 0;
     // Whether the marks since `phase_since_us` are training's (the first phase reaches back to
     // the start: the readings before the first mark are its).
     let mut training = trace.marks.first().map(|m| crate::marks::is_train(m.phase));
     let mut phase_since_us = 0;
-    for mark in &trace.marks {
+    trace.marks.iter().map(move |mark| {
         let t = mark.t_us;
         if t < previous_t {
             from = 0;
@@ -314,13 +313,12 @@ fn rows_at_marks(trace: &Trace) -> Vec<(Option<usize>, u64)> {
         }
         let hi = hi.min(times.len());
         let after = lo + times[lo..hi].partition_point(|x| *x <= t);
-        rows.push((
+        from = after;
+        (
             after.checked_sub(1),
             if is_train { phase_since_us } else { 0 },
-        ));
-        from = after;
-    }
-    rows
+        )
+    })
 }
 
 /// Every metric evaluated at every mark, computed once and shared by the analyses: the
@@ -356,29 +354,25 @@ impl MarkValues {
         values
     }
 
-    /// Evaluates the given metrics at every mark (no primary metric is designated). Gives the
-    /// same values as [`value_at_mark`], but finds each mark's sample row once for all counters,
-    /// walking forward through the samples as the marks advance.
+    /// Evaluates the given metrics at every mark (no primary metric is designated). Finds each
+    /// mark's sample row once for all counters, walking forward through the samples as the marks
+    /// advance, and reads every counter at a mark before going on to the next: the rows of one
+    /// mark are fetched from memory together (on a long trace each is a cache miss).
     pub fn for_metrics(trace: &Trace, keys: Vec<MetricKey>) -> MarkValues {
         let times = trace.samples.times_us();
-        let rows = if keys.iter().any(|k| matches!(k, MetricKey::Counter { .. })) {
-            rows_at_marks(trace)
-        } else {
-            Vec::new()
-        };
-        let columns = keys
+        let marks = trace.marks.len();
+        let counters: Vec<(usize, CounterId)> = keys
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &key)| match key {
+                MetricKey::Counter { .. } => counter_of(trace, key).map(|id| (i, id)),
+                MetricKey::Allocator(_) => None,
+            })
+            .collect();
+        let mut columns: Vec<Vec<Option<u64>>> = keys
             .iter()
             .map(|&key| match key {
-                MetricKey::Counter { .. } => match counter_of(trace, key) {
-                    Some(id) => rows
-                        .iter()
-                        .map(|&(row, phase_since_us)| {
-                            let (read, value) = trace.samples.reading_at_row(id, row?)?;
-                            (times[read] >= phase_since_us).then_some(value)
-                        })
-                        .collect(),
-                    None => vec![None; trace.marks.len()],
-                },
+                MetricKey::Counter { .. } => vec![None; marks],
                 MetricKey::Allocator(_) => trace
                     .marks
                     .iter()
@@ -386,6 +380,17 @@ impl MarkValues {
                     .collect(),
             })
             .collect();
+        if !counters.is_empty() {
+            for (mark, (row, phase_since_us)) in rows_at_marks(trace).enumerate() {
+                let Some(row) = row else { continue };
+                for &(i, id) in &counters {
+                    columns[i][mark] = trace
+                        .samples
+                        .reading_at_row(id, row)
+                        .and_then(|(read, value)| (times[read] >= phase_since_us).then_some(value));
+                }
+            }
+        }
         MarkValues {
             keys,
             columns,

@@ -186,13 +186,14 @@ mod tests {
     fn stale_process_readings_are_left_out() {
         let mut trace = Run::default().build();
         let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
-        let column = trace.samples.column_mut(id);
-        let half = column.len() / 2;
-        column[..half].fill(0);
+        trace.samples.edit_column(id, |column| {
+            let half = column.len() / 2;
+            column[..half].fill(0);
+        });
         let o = outside_allocator(&trace, &MarkValues::new(&trace)).unwrap();
         assert!(o.marks > 0 && o.marks < 240, "{}", o.marks);
         assert_eq!(o.median_bytes, (600 * MIB) as i64);
-        trace.samples.column_mut(id).fill(0);
+        trace.samples.edit_column(id, |c| c.fill(0));
         assert!(outside_allocator(&trace, &MarkValues::new(&trace)).is_none());
     }
 

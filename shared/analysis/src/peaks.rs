@@ -455,10 +455,8 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         if measure == measured(CounterKind::HostPss) && pss_is_rss {
             continue;
         }
-        let Some(column) = trace.samples.column(CounterId(i as u32)) else {
-            continue;
-        };
-        if let Some((row, bytes)) = first_max_present(&column[..in_run]) {
+        let id = CounterId(i as u32);
+        if let Some((row, bytes)) = trace.samples.first_max(id, 0..in_run) {
             let mut peak = finish(
                 metric,
                 PeakSource::Counter,
@@ -467,12 +465,14 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
                 bytes,
                 times[row],
             );
-            peak.after_program_end = first_max_present(&column[in_run..])
+            peak.after_program_end = trace
+                .samples
+                .first_max(id, in_run..times.len())
                 .filter(|(_, after)| *after > bytes)
                 .zip(program_end_us(trace))
                 .map(|((r, bytes), end)| AfterProgramEnd {
                     bytes,
-                    after_us: times[in_run + r].saturating_sub(end),
+                    after_us: times[r].saturating_sub(end),
                 });
             out.push(peak);
         }
@@ -510,21 +510,6 @@ fn forward_rise(trace: &Trace, values: &MarkValues, metric: MetricKey) -> Option
     }
     rises.sort_unstable();
     Some(rises[rises.len() / 2])
-}
-
-/// Index and value of the first maximum of a sample column, skipping [`MISSING`], in one pass
-/// (the columns are tens of megabytes: memory bandwidth is the cost). Adding one turns `MISSING`
-/// (`u64::MAX`) into 0, below every present value, so the loop has a single comparison.
-fn first_max_present(column: &[u64]) -> Option<(usize, u64)> {
-    let (mut best_row, mut best) = (0, 0u64);
-    for (row, v) in column.iter().enumerate() {
-        let shifted = v.wrapping_add(1);
-        if shifted > best {
-            best = shifted;
-            best_row = row;
-        }
-    }
-    Some((best_row, best.checked_sub(1)?))
 }
 
 /// Index and value of the first maximum of the present values.
@@ -747,18 +732,18 @@ mod tests {
         let id = trace.counter(CounterKind::ProcessGpu, Some(0)).unwrap();
         let peak_us = memory_peak(&peaks_of(&trace)).unwrap().t_us;
         let times = trace.samples.times_us().to_vec();
-        for (row, t) in times.iter().enumerate() {
-            if *t <= peak_us {
-                trace.samples.column_mut(id)[row] = GIB;
+        trace.samples.edit_column(id, |column| {
+            for (v, t) in column.iter_mut().zip(&times) {
+                if *t <= peak_us {
+                    *v = GIB;
+                }
             }
-        }
+        });
         let peaks = peaks_of(&trace);
         let c = memory_peak(&peaks).unwrap().components.clone().unwrap();
         assert_eq!(c.outside_allocator_bytes, Some(600 * MIB));
         // Every reading stale: nothing is said rather than a negative or made-up figure.
-        for v in trace.samples.column_mut(id).iter_mut() {
-            *v = GIB;
-        }
+        trace.samples.edit_column(id, |column| column.fill(GIB));
         let peaks = peaks_of(&trace);
         let c = memory_peak(&peaks).unwrap().components.clone().unwrap();
         assert_eq!(c.outside_allocator_bytes, None);
@@ -795,16 +780,19 @@ mod tests {
         let own = trace.declare_process_counter(CounterKind::PidGpu, Some(0), pid0);
         let other = trace.declare_process_counter(CounterKind::PidGpu, Some(0), pid1);
         let column = trace.samples.column(tree).unwrap().to_vec();
-        *trace.samples.column_mut(own) = column.clone();
-        *trace.samples.column_mut(other) = column
-            .iter()
-            .map(|v| if *v == MISSING { MISSING } else { 3 * GIB })
-            .collect();
-        for v in trace.samples.column_mut(tree).iter_mut() {
-            if *v != MISSING {
+        trace
+            .samples
+            .edit_column(own, |c| c.copy_from_slice(&column));
+        trace.samples.edit_column(other, |c| {
+            for (v, tree_v) in c.iter_mut().zip(&column) {
+                *v = if *tree_v == MISSING { MISSING } else { 3 * GIB };
+            }
+        });
+        trace.samples.edit_column(tree, |c| {
+            for v in c.iter_mut().filter(|v| **v != MISSING) {
                 *v += 3 * GIB;
             }
-        }
+        });
         let peaks = peaks_of(&trace);
         let c = memory_peak(&peaks).unwrap().components.clone().unwrap();
         assert_eq!(c.outside_allocator_bytes, Some(600 * MIB));
@@ -957,11 +945,6 @@ mod tests {
             Some((2, 3))
         );
         assert_eq!(first_max([None, None].into_iter()), None);
-        use oomscope_format::MISSING;
-        assert_eq!(first_max_present(&[1, MISSING, 3, 3]), Some((2, 3)));
-        assert_eq!(first_max_present(&[MISSING, MISSING]), None);
-        assert_eq!(first_max_present(&[]), None);
-        assert_eq!(first_max_present(&[0, MISSING - 1]), Some((1, MISSING - 1)));
     }
 
     #[test]

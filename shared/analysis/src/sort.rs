@@ -70,7 +70,7 @@ mod tests {
             prop_assert_eq!(&got, &expected);
             let mut descending = items;
             sort_by(&mut descending, |a, b| b.0.cmp(&a.0));
-            expected.sort_by(|a, b| b.0.cmp(&a.0));
+            expected.sort_by_key(|b| std::cmp::Reverse(b.0));
             prop_assert_eq!(descending, expected);
         }
     }
@@ -78,7 +78,7 @@ mod tests {
     #[test]
     fn moves_items_that_own_memory() {
         let mut names: Vec<String> = ["c", "a", "b", "a"].map(String::from).to_vec();
-        sort_by(&mut names, |a, b| a.cmp(b));
+        sort_by(&mut names, Ord::cmp);
         assert_eq!(names, ["a", "a", "b", "c"]);
     }
 }

@@ -358,11 +358,13 @@ pub fn add_outside_allocator(trace: &mut Trace, from_mark: usize, bytes: u64) {
         .expect("the run records the process's GPU memory");
     let from_us = trace.marks[from_mark].t_us;
     let times = trace.samples.times_us().to_vec();
-    for (row, t) in times.iter().enumerate() {
-        if *t >= from_us {
-            trace.samples.column_mut(id)[row] += bytes;
+    trace.samples.edit_column(id, |column| {
+        for (v, t) in column.iter_mut().zip(&times) {
+            if *t >= from_us {
+                *v += bytes;
+            }
         }
-    }
+    });
 }
 
 /// Memory kept at each epoch's end: each mark's epoch becomes its step over `steps_per_epoch`,

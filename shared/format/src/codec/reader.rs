@@ -466,7 +466,7 @@ impl State {
             if samples.column(*id).is_none()
                 && (samples.columns() + 1).saturating_mul(self.rows_hint) <= self.max_cells
             {
-                samples.column_mut(*id).reserve(self.rows_hint);
+                samples.reserve_column(*id, self.rows_hint);
             }
         }
         let start = samples.begin_block(times);

@@ -12,20 +12,15 @@ use serde::Serialize;
 
 mod hooks;
 mod name;
+mod samples;
 
 pub use name::Name;
+pub use samples::{CounterId, MISSING, Samples};
 
 pub use hooks::{
     CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldClock, HeldKind, HeldTensors,
     MarkSampling, ProgramEnd, SavedSnapshot, StepInput,
 };
-
-/// Index of a declared counter in [`Trace::counters`] (and of its column in [`Samples`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct CounterId(pub u32);
-
-/// Marks an absent value in a [`Samples`] column (the counter was not read at that instant).
-pub const MISSING: u64 = u64::MAX;
 
 /// Who recorded the trace, where, and what was being watched.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -256,205 +251,6 @@ pub struct Counter {
     /// The one process a per-process counter measures ([`CounterKind::PidRss`],
     /// [`CounterKind::PidGpu`]); `None` for the others. Format v1.5.
     pub pid: Option<u32>,
-}
-
-/// Counter samples as a table: one row per sampling instant, one column per declared counter.
-///
-/// Columns are dense `u64` vectors aligned with [`Samples::times_us`]; a counter that was not read
-/// at an instant holds [`MISSING`] there. This keeps a 1-hour 1 kHz trace with 6 counters at
-/// ~200 MB instead of ~350 MB for per-counter (time, value) pairs, and makes the scans that the
-/// analysis does (peaks, decimation) tight loops over slices.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Samples {
-    times_us: Vec<u64>,
-    columns: Vec<Vec<u64>>,
-}
-
-impl Samples {
-    /// An empty table with room for `counters` columns.
-    pub fn with_counters(counters: usize) -> Samples {
-        Samples {
-            times_us: Vec::new(),
-            columns: vec![Vec::new(); counters],
-        }
-    }
-
-    /// Number of rows (sampling instants).
-    pub fn len(&self) -> usize {
-        self.times_us.len()
-    }
-
-    /// True when no sample was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.times_us.is_empty()
-    }
-
-    /// Timestamps of the rows, non-decreasing.
-    pub fn times_us(&self) -> &[u64] {
-        &self.times_us
-    }
-
-    /// Raw column of a counter (with [`MISSING`] holes), or `None` for an unknown counter.
-    pub fn column(&self, id: CounterId) -> Option<&[u64]> {
-        self.columns.get(id.0 as usize).map(Vec::as_slice)
-    }
-
-    /// Value of a counter at a row, `None` when missing.
-    pub fn value(&self, id: CounterId, row: usize) -> Option<u64> {
-        let v = *self.columns.get(id.0 as usize)?.get(row)?;
-        (v != MISSING).then_some(v)
-    }
-
-    /// The (time, value) points of one counter, skipping missing rows.
-    pub fn points(&self, id: CounterId) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let column = self.column(id).unwrap_or(&[]);
-        self.times_us
-            .iter()
-            .zip(column)
-            .filter(|(_, v)| **v != MISSING)
-            .map(|(t, v)| (*t, *v))
-    }
-
-    /// The last (time, value) of a counter: read from the end, not through every row (a live
-    /// view asks each refresh).
-    pub fn last_point(&self, id: CounterId) -> Option<(u64, u64)> {
-        let column = self.column(id)?;
-        self.times_us
-            .iter()
-            .zip(column)
-            .rev()
-            .find(|(_, v)| **v != MISSING)
-            .map(|(t, v)| (*t, *v))
-    }
-
-    /// Index of the last row at or before `t_us`, if any.
-    pub fn row_at_or_before(&self, t_us: u64) -> Option<usize> {
-        self.times_us.partition_point(|t| *t <= t_us).checked_sub(1)
-    }
-
-    /// How far [`Samples::value_at`] looks back past missing values: a counter that has not been
-    /// read for this many rows has no current value.
-    pub const MAX_LOOKBACK_ROWS: usize = 64;
-
-    /// The latest present value of a counter at or before `t_us`, looking back at most
-    /// [`Samples::MAX_LOOKBACK_ROWS`] rows past missing values.
-    pub fn value_at(&self, id: CounterId, t_us: u64) -> Option<u64> {
-        self.value_at_row(id, self.row_at_or_before(t_us)?)
-    }
-
-    /// The latest present value of a counter at or before `row`, looking back at most
-    /// [`Samples::MAX_LOOKBACK_ROWS`] rows past missing values.
-    pub fn value_at_row(&self, id: CounterId, row: usize) -> Option<u64> {
-        self.reading_at_row(id, row).map(|(_, v)| v)
-    }
-
-    /// [`Samples::value_at_row`] with the row it was read in (at or before `row`), for a caller
-    /// that must know how old the reading is.
-    pub fn reading_at_row(&self, id: CounterId, row: usize) -> Option<(usize, u64)> {
-        let column = self.column(id)?.get(..=row)?;
-        column
-            .iter()
-            .enumerate()
-            .rev()
-            .take(Samples::MAX_LOOKBACK_ROWS)
-            .find(|(_, v)| **v != MISSING)
-            .map(|(r, v)| (r, *v))
-    }
-
-    /// Appends a row. `values` are (counter, value) pairs; counters not named get [`MISSING`].
-    /// Columns grow to fit counter ids not seen before. Rows must come in time order; a row
-    /// earlier than the last one is clamped to the last time (clocks never run backwards here).
-    pub fn push_row(&mut self, t_us: u64, values: &[(CounterId, u64)]) {
-        let t_us = t_us.max(self.times_us.last().copied().unwrap_or(0));
-        let row = self.times_us.len();
-        self.times_us.push(t_us);
-        for (id, v) in values {
-            let column = self.column_mut(*id);
-            column.resize(row, MISSING);
-            column.push(*v);
-        }
-        for column in &mut self.columns {
-            column.resize(row + 1, MISSING);
-        }
-    }
-
-    /// New columns are padded with [`MISSING`] to the current row count, so every column is
-    /// always as long as [`Samples::times_us`].
-    pub fn column_mut(&mut self, id: CounterId) -> &mut Vec<u64> {
-        let index = id.0 as usize;
-        let rows = self.times_us.len();
-        if self.columns.len() <= index {
-            self.columns.resize(index + 1, vec![MISSING; rows]);
-        }
-        &mut self.columns[index]
-    }
-
-    /// A table of some columns of this one (the same rows, the columns in the order given; an
-    /// unknown counter gives a column of [`MISSING`]).
-    pub fn select(&self, ids: &[CounterId]) -> Samples {
-        Samples {
-            times_us: self.times_us.clone(),
-            columns: ids
-                .iter()
-                .map(|id| match self.column(*id) {
-                    Some(column) => column.to_vec(),
-                    None => vec![MISSING; self.times_us.len()],
-                })
-                .collect(),
-        }
-    }
-
-    /// Number of columns (declared or sampled counters).
-    pub fn columns(&self) -> usize {
-        self.columns.len()
-    }
-
-    /// Reserves room for `rows` more rows in the timestamps and in every column created from now
-    /// on (the reader knows the row count of a whole trace before it decodes it).
-    pub(crate) fn reserve_rows(&mut self, rows: usize) {
-        self.times_us.reserve(rows);
-    }
-
-    /// Appends `times` as new rows (clamped to be non-decreasing) and returns the first new row.
-    /// The caller then fills columns with [`Samples::column_for_block`] and closes the block with
-    /// [`Samples::end_block`] (or undoes it with [`Samples::truncate`]).
-    pub fn begin_block(&mut self, times: &[u64]) -> usize {
-        let start = self.times_us.len();
-        let mut last = self.times_us.last().copied().unwrap_or(0);
-        self.times_us.extend(times.iter().map(|t| {
-            last = last.max(*t);
-            last
-        }));
-        start
-    }
-
-    /// The column of `id`, cut back to `start` rows, ready to receive a block's values.
-    pub fn column_for_block(&mut self, id: CounterId, start: usize) -> &mut Vec<u64> {
-        let column = self.column_mut(id);
-        column.resize(start, MISSING);
-        column
-    }
-
-    /// Pads every column not filled by the block to the new row count.
-    pub fn end_block(&mut self) {
-        let rows = self.times_us.len();
-        for column in &mut self.columns {
-            column.resize(rows, MISSING);
-        }
-    }
-
-    /// Drops rows from `rows` on (undoes a block that failed to decode).
-    pub(crate) fn truncate(&mut self, rows: usize) {
-        self.times_us.truncate(rows);
-        for column in &mut self.columns {
-            column.truncate(rows);
-        }
-    }
-
-    /// Total stored cells (rows × columns), used to bound decoding work.
-    pub fn cells(&self) -> usize {
-        self.times_us.len() * self.columns.len()
-    }
 }
 
 /// Training or evaluation: marks carry the phase so analysis can see eval's effect on memory.
@@ -1584,7 +1380,7 @@ impl Trace {
             pid: None,
         });
         let id = CounterId((self.counters.len() - 1) as u32);
-        self.samples.column_mut(id);
+        self.samples.edit_column(id, |_| ());
         id
     }
 
@@ -1603,7 +1399,7 @@ impl Trace {
             pid: Some(pid),
         });
         let id = CounterId((self.counters.len() - 1) as u32);
-        self.samples.column_mut(id);
+        self.samples.edit_column(id, |_| ());
         id
     }
 
