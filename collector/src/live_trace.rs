@@ -26,6 +26,9 @@ use oomscope_format::{CounterId, Follower};
 /// its last run's cost divided by it.
 pub const ANALYSIS_SHARE: f64 = 0.01;
 
+/// The most of a file read at once.
+const READ_PIECE_BYTES: u64 = 4 << 20;
+
 /// A trace being followed.
 #[derive(Debug)]
 pub struct LiveTrace {
@@ -90,14 +93,23 @@ impl LiveTrace {
         let Some(file) = self.file.as_mut() else {
             return Ok(());
         };
-        buf.clear();
-        file.read_to_end(buf)
-            .with_context(|| format!("cannot read {}", self.path.display()))?;
         let before = self.follower.chunks();
-        if !buf.is_empty() {
+        // In pieces: the first read of a day-long trace never sits in memory beside its decoding.
+        loop {
+            buf.clear();
+            Read::by_ref(file)
+                .take(READ_PIECE_BYTES)
+                .read_to_end(buf)
+                .with_context(|| format!("cannot read {}", self.path.display()))?;
+            if buf.is_empty() {
+                break;
+            }
             self.grew_at = Instant::now();
             if let Err(e) = self.follower.push(buf) {
                 bail!("cannot follow {}: {e}", self.path.display());
+            }
+            if (buf.len() as u64) < READ_PIECE_BYTES {
+                break;
             }
         }
         self.unanalysed |= self.follower.chunks() > before;

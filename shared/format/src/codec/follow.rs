@@ -42,7 +42,14 @@ impl Follower {
     /// how many chunks that was; an error only when the file is not a trace (its first bytes
     /// say so) or comes from a newer major version, as [`super::reader::decode`] would.
     pub fn push(&mut self, bytes: &[u8]) -> Result<u64, DecodeError> {
-        self.pending.extend_from_slice(bytes);
+        // Bytes that follow whole chunks are read where they are, and only the unfinished tail
+        // is kept: a first read of a long trace is not copied (nor its copy's capacity kept).
+        let bytes = if self.state.is_none() || !self.pending.is_empty() {
+            self.pending.extend_from_slice(bytes);
+            None
+        } else {
+            Some(bytes)
+        };
         let state = match &mut self.state {
             Some(state) => state,
             None => {
@@ -63,10 +70,20 @@ impl Follower {
                     .insert(State::new(version, &self.options, HEADER_LEN))
             }
         };
-        let len = self.offset + self.pending.len();
+        let unread = bytes.unwrap_or(&self.pending);
+        let len = self.offset + unread.len();
         state.max_cells = max_cells(&self.options, len);
-        let walked = read_chunks(&self.pending, 0, self.offset, state, true);
-        self.pending.drain(..walked.at);
+        let walked = read_chunks(unread, 0, self.offset, state, true);
+        match bytes {
+            Some(bytes) => self.pending.extend_from_slice(&bytes[walked.at..]),
+            None => {
+                self.pending.drain(..walked.at);
+                // A tail that was long once (a big first read) gives its room back.
+                if self.pending.capacity() > 4 * self.pending.len().max(1 << 16) {
+                    self.pending.shrink_to(self.pending.len().max(1 << 16));
+                }
+            }
+        }
         self.offset += walked.at;
         self.chunks += walked.chunks;
         Ok(walked.chunks)

@@ -1301,7 +1301,10 @@ impl Trace {
     /// Adds a record to the list of its kind (an exit replaces an earlier one).
     pub fn push(&mut self, record: Record) {
         match record {
-            Record::Mark(r) => self.marks.push(r),
+            Record::Mark(r) => {
+                samples::reserve_gently(&mut self.marks, 1);
+                self.marks.push(r);
+            }
             Record::Components(r) => self.components.push(r),
             Record::Gradients(r) => self.gradients.push(r),
             Record::Tensor(r) => self.tensors.push(r),

@@ -37,6 +37,16 @@ pub struct Samples {
     summarised_rows: usize,
 }
 
+/// Makes room for `additional` more items, growing by an eighth of the length (not doubling)
+/// once past a few thousand: a trace followed for a day grows its columns a block at a time, and
+/// doubling would leave up to half of the largest allocation of a watcher unused. Large vectors
+/// are moved by the allocator's remapping, not copied, so the extra growths cost little.
+pub(crate) fn reserve_gently<T>(v: &mut Vec<T>, additional: usize) {
+    if v.capacity() - v.len() < additional {
+        v.reserve_exact(additional.max(v.len() / 8).max(4096));
+    }
+}
+
 /// A value with one added, wrapping: [`MISSING`] (`u64::MAX`) becomes 0, below every present
 /// value, so a largest-value scan is a single comparison.
 fn lifted(v: u64) -> u64 {
@@ -284,6 +294,7 @@ impl Samples {
     pub fn begin_block(&mut self, times: &[u64]) -> usize {
         let start = self.times_us.len();
         let mut last = self.times_us.last().copied().unwrap_or(0);
+        reserve_gently(&mut self.times_us, times.len());
         self.times_us.extend(times.iter().map(|t| {
             last = last.max(*t);
             last
@@ -293,8 +304,10 @@ impl Samples {
 
     /// The column of `id`, cut back to `start` rows, ready to receive a block's values.
     pub fn column_for_block(&mut self, id: CounterId, start: usize) -> &mut Vec<u64> {
+        let rows = self.times_us.len();
         let column = self.column_entry(id);
         column.resize(start, MISSING);
+        reserve_gently(column, rows - start);
         column
     }
 
@@ -303,6 +316,7 @@ impl Samples {
     pub fn end_block(&mut self) {
         let rows = self.times_us.len();
         for column in &mut self.columns {
+            reserve_gently(column, rows.saturating_sub(column.len()));
             column.resize(rows, MISSING);
         }
         self.summarise_from(self.summarised_rows);
