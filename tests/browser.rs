@@ -2276,3 +2276,82 @@ async fn collector_serve_shows_a_run_live_and_refuses_what_it_does_not_serve() {
     );
     b.quit().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_opened_on_a_live_page_stays_shown_while_the_run_goes_on() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = Scratch::new("serve-open");
+    let script = s.write("live_train.py", LIVE_TRAIN.as_bytes());
+    let trace = s.path("live.oomt");
+    let served = Served::start(&[trace.to_str().unwrap()]);
+    let b = Browser::start("serve-open").await;
+    b.d().goto(&served.url).await.expect("page opens");
+    let mut run = oomscope_e2e::start_recording(&script, &[], &trace);
+    let started = std::time::Instant::now();
+    // The run is shown, step by step.
+    while live_step(&b).await.is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no step shown");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let name = || async {
+        b.js("const e = document.getElementById('trace-name'); return e ? e.textContent : ''")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(name().await.starts_with("live.oomt"), "{}", name().await);
+    // The user opens another trace while the run goes on.
+    let golden = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../shared/format/tests/data/v1_4_oom_kill.oomt");
+    b.wait_for("#open-input")
+        .await
+        .send_keys(golden.canonicalize().unwrap().display().to_string())
+        .await
+        .unwrap();
+    let opened = std::time::Instant::now();
+    while !name().await.starts_with("v1_4_oom_kill.oomt") {
+        assert!(
+            opened.elapsed() < Duration::from_secs(20),
+            "{}",
+            name().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let step_when_opened = live_step(&b).await;
+    // Refreshes come every 0.4 s while the run records: none of them takes the page back.
+    let mut checks = 0;
+    while run.try_wait().expect("the run").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(90), "the run hangs");
+        let shown = name().await;
+        assert!(
+            shown.starts_with("v1_4_oom_kill.oomt"),
+            "a live refresh replaced the file the user opened: {shown}"
+        );
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        checks >= 5,
+        "the run ended too soon to tell ({checks} checks)"
+    );
+    // The run was still followed: its note went on to the end, and says what is shown.
+    let note = b
+        .d()
+        .query(By::Css("#live-note"))
+        .with_text(thirtyfour::stringmatch::StringMatch::new("ended").partial())
+        .wait(Duration::from_secs(20), Duration::from_millis(100))
+        .first()
+        .await
+        .expect("the page says the run ended")
+        .text()
+        .await
+        .unwrap();
+    assert!(note.contains("showing the file you opened"), "{note}");
+    assert!(
+        live_step(&b).await > step_when_opened,
+        "{note} (step {step_when_opened:?} when the file was opened)"
+    );
+    assert!(name().await.starts_with("v1_4_oom_kill.oomt"));
+    b.quit().await;
+}

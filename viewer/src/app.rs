@@ -76,8 +76,14 @@ pub fn App(
     // (its last mark; the verdict, the charts and the tables say the rest).
     let live_note = RwSignal::new(String::new());
     let following = !live.is_empty();
+    // A file the user opened on a live page stays shown: the run is still followed (its note
+    // goes on), but no longer replaces what the user chose to look at.
+    let user_opened = RwSignal::new(false);
     if following {
         crate::live::follow(live, live_note, move |mut traces: Vec<Loaded>| {
+            if user_opened.get_untracked() {
+                return;
+            }
             if traces.len() > 1 {
                 job.set(Some(traces.into_iter().map(Arc::new).collect()));
             } else if let Some(loaded) = traces.pop() {
@@ -101,6 +107,9 @@ pub fn App(
                 loaded.push(open::read_file(f, progress).await);
             }
             let mut loaded = loaded.into_iter();
+            if following && target != Target::Compare {
+                user_opened.set(true);
+            }
             match target {
                 Target::Open => {
                     job.set(None);
@@ -203,7 +212,14 @@ pub fn App(
                 <Show when=move || compare.with(Option::is_some)>
                     <button id="close-compare" on:click=move |_| compare.set(None)>"close comparison"</button>
                 </Show>
-                {following.then(|| view! { <span id="live-note">{move || live_note.get()}</span> })}
+                {following.then(|| view! {
+                    <span id="live-note">
+                        {move || live_note.get()}
+                        {move || user_opened.get().then_some(
+                            " (showing the file you opened; reload the page to show the run again)",
+                        )}
+                    </span>
+                })}
                 <span id="status">{move || match (reading.get(), progress.get()) {
                     (true, Some(p)) => p,
                     (true, None) => "reading…".to_owned(),
