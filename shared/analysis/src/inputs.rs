@@ -161,7 +161,7 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
         if !is_train(mark.phase) {
             continue;
         }
-        let Some(value) = column.get(i).copied().flatten() else {
+        let Some(value) = column.get(i) else {
             continue;
         };
         // The mark's sender's inputs (a trace of several ranks), else any.

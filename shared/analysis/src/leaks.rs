@@ -304,8 +304,13 @@ pub fn leak_fits(
         };
         // One pass over the marks sorts the points into their stages.
         let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
-        for (i, (mark, value)) in trace.marks.iter().zip(values.column(index)).enumerate() {
-            if let Some(value) = *value
+        for (i, (mark, value)) in trace
+            .marks
+            .iter()
+            .zip(values.column(index).iter())
+            .enumerate()
+        {
+            if let Some(value) = value
                 && (clock == Clock::Forward || is_train(mark.phase))
             {
                 per_stage[stages.of_mark(i)].push(Point {

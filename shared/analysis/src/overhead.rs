@@ -106,9 +106,9 @@ pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAl
     let indexed: Vec<(usize, u64, u64)> = values
         .column(p)
         .iter()
-        .zip(values.column(r))
+        .zip(values.column(r).iter())
         .enumerate()
-        .filter_map(|(i, (p, r))| p.zip(*r).map(|(p, r)| (i, p, r)))
+        .filter_map(|(i, (p, r))| p.zip(r).map(|(p, r)| (i, p, r)))
         .filter(|(_, process, reserved)| process >= reserved)
         .collect();
     if indexed.is_empty() {

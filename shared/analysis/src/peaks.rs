@@ -409,7 +409,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
         let Some(measure) = metric.measure() else {
             continue;
         };
-        if let Some((mark, bytes)) = first_max(values.column(index).iter().copied()) {
+        if let Some((mark, bytes)) = first_max(values.column(index).iter()) {
             let t_us = trace.marks[mark].t_us;
             let label = values.key(index);
             let mut peak = finish(label, PeakSource::Marks, measure, None, bytes, t_us);
@@ -489,12 +489,12 @@ fn forward_rise(trace: &Trace, values: &MarkValues, metric: MetricKey) -> Option
     let column = values.column(values.keys().iter().position(|k| *k == metric)?);
     let mut before: Option<(u64, u64)> = None;
     let mut rises = Vec::new();
-    for (mark, value) in trace.marks.iter().zip(column) {
+    for (mark, value) in trace.marks.iter().zip(column.iter()) {
         if !crate::marks::is_train(mark.phase) {
             continue;
         }
         match (mark.name.as_ref(), value) {
-            ("pre_forward", Some(v)) => before = Some((mark.step, *v)),
+            ("pre_forward", Some(v)) => before = Some((mark.step, v)),
             ("post_forward", Some(v)) => {
                 if let Some((step, b)) = before.take()
                     && step == mark.step

@@ -103,10 +103,10 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             .find(|&j| marks[j].phase != Phase::Eval)
             .unwrap_or(marks.len());
         let sampled_until = marks.get(eval_end).map_or(u64::MAX, |m| m.t_us);
-        let eval_peak = column[i..eval_end]
+        let eval_peak = column
+            .range(i..eval_end)
             .iter()
             .flatten()
-            .copied()
             .chain(sampled_peak(
                 trace,
                 values,
@@ -120,9 +120,10 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             .filter(|&j| marks[j].name.as_ref() == within_stage)
             .collect();
         let within_growth = match (batches.first(), batches.last()) {
-            (Some(&a), Some(&b)) if batches.len() >= 2 => {
-                column[a].zip(column[b]).map(|(a, b)| signed_delta(b, a))
-            }
+            (Some(&a), Some(&b)) if batches.len() >= 2 => column
+                .get(a)
+                .zip(column.get(b))
+                .map(|(a, b)| signed_delta(b, a)),
             _ => None,
         };
         // The next training stretch: up to the next eval mark.
@@ -130,7 +131,7 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             .find(|&j| marks[j].phase == Phase::Eval)
             .unwrap_or(marks.len());
         let exit = (eval_end < train_end).then_some(eval_end);
-        let before_bytes = before.and_then(|b| column[b]);
+        let before_bytes = before.and_then(|b| column.get(b));
         // What an eval keeps is read floor to floor: the training stretch's floor before it
         // against the one after it, at the before-stage.
         let kept = before.and_then(|before| {
@@ -142,7 +143,7 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             let readings = |range: std::ops::Range<usize>| -> Vec<(usize, u64, u64)> {
                 range
                     .filter(|&j| marks[j].name.as_ref() == stage)
-                    .filter_map(|j| column[j].map(|v| (j, marks[j].step, v)))
+                    .filter_map(|j| column.get(j).map(|v| (j, marks[j].step, v)))
                     .collect()
             };
             kept_floor_to_floor(&readings(start..before + 1), &readings(eval_end..train_end))
@@ -152,7 +153,7 @@ pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransit
             None => exit,
         };
         // After an eval before any training there is nothing to compare with.
-        let after_bytes = before.and(after).and_then(|j| column[j]);
+        let after_bytes = before.and(after).and_then(|j| column.get(j));
         out.push(PhaseTransition {
             metric: values.key(primary),
             before_stage: before.map(|b| marks[b].name.as_ref().to_owned()),
@@ -219,9 +220,10 @@ pub fn training_peak(
     let mut tail: Option<EvalTail> = None;
     let mut counted = 0;
     let count_until = |peak: &mut Option<u64>, from: usize, until: usize| {
-        for k in from..until {
-            if is_train(marks[k].phase) {
-                *peak = (*peak).max(column[k]);
+        let values = column.range(from..until).iter();
+        for (mark, value) in marks[from..until].iter().zip(values) {
+            if is_train(mark.phase) {
+                *peak = (*peak).max(value);
             }
         }
     };
@@ -250,11 +252,12 @@ pub fn training_peak(
             let step_end = (k..stretch_end)
                 .find(|&e| marks[e].step != marks[k].step)
                 .unwrap_or(stretch_end);
-            if column[k..step_end]
+            if column
+                .range(k..step_end)
                 .iter()
                 .flatten()
                 .max()
-                .is_some_and(|&v| v <= before)
+                .is_some_and(|v| v <= before)
             {
                 break Some(k);
             }
@@ -264,7 +267,7 @@ pub fn training_peak(
         let Some(back) = back else {
             continue;
         };
-        let highest = column[exit..back].iter().flatten().copied().max();
+        let highest = column.range(exit..back).iter().flatten().max();
         if let Some(bytes) = highest.filter(|&b| b > before) {
             if tail.is_none_or(|old| bytes > old.bytes) {
                 tail = Some(EvalTail {

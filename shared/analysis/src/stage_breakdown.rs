@@ -89,7 +89,7 @@ pub fn stage_breakdown(trace: &Trace, values: &MarkValues) -> Option<StageBreakd
     let rows: Vec<StageBreakdownRow> = in_iteration
         .iter()
         .filter_map(|&i| {
-            let bytes = column[i]?;
+            let bytes = column.get(i)?;
             let c = crate::peaks::breakdown_near(trace, marks[i].t_us)?;
             Some(row(marks[i].name.as_ref(), bytes, c))
         })

@@ -196,7 +196,7 @@ pub fn stage_table(
         let mut previous: Option<u64> = None;
         for (i, value) in column.iter().enumerate() {
             let a = &mut acc[row_per_mark[i] * metric_count + m];
-            if let Some(v) = *value {
+            if let Some(v) = value {
                 a.values += 1;
                 a.sum += u128::from(v);
                 a.max = Some(a.max.map_or(v, |x| x.max(v)));
@@ -213,7 +213,7 @@ pub fn stage_table(
                     a.baseline_max = Some(a.baseline_max.map_or(d, |x| x.max(d)));
                 }
             }
-            previous = *value;
+            previous = value;
         }
     }
 
@@ -242,8 +242,8 @@ pub fn largest_growth(trace: &Trace, values: &MarkValues) -> Option<Growth> {
     let primary = values.primary()?;
     let column = values.column(primary);
     let mut best: Option<(usize, u64)> = None;
-    for (i, pair) in column.windows(2).enumerate() {
-        if let [Some(before), Some(after)] = *pair
+    for (i, pair) in column.iter().zip(column.iter().skip(1)).enumerate() {
+        if let (Some(before), Some(after)) = pair
             && after > before
             && best.is_none_or(|(_, b)| after - before > b)
         {

@@ -196,6 +196,12 @@ impl Samples {
     #[inline]
     pub fn reading_at_row(&self, id: CounterId, row: usize) -> Option<(usize, u64)> {
         let column = self.column(id)?.get(..=row)?;
+        // Most counters are read every row: the reading at `row` itself, without a scan.
+        if let Some(&v) = column.last()
+            && v != MISSING
+        {
+            return Some((row, v));
+        }
         column
             .iter()
             .enumerate()
