@@ -2130,6 +2130,30 @@ for step in range(120):
     oom.mark("post_optimizer_step")
 "#;
 
+/// A scratch folder with `LIVE_TRAIN` in it, and `collector serve` following `live.oomt` there
+/// (not written yet): (the folder, the script, the trace, the server).
+fn serve_live_train(name: &str) -> (Scratch, std::path::PathBuf, std::path::PathBuf, Served) {
+    let s = Scratch::new(name);
+    let script = s.write("live_train.py", LIVE_TRAIN.as_bytes());
+    let trace = s.path("live.oomt");
+    let served = Served::start(&[trace.to_str().unwrap()]);
+    (s, script, trace, served)
+}
+
+/// `#live-note` once it says the run ended (waits up to 20 s).
+async fn live_note_when_ended(b: &Browser) -> String {
+    b.d()
+        .query(By::Css("#live-note"))
+        .with_text(thirtyfour::stringmatch::StringMatch::new("ended").partial())
+        .wait(Duration::from_secs(20), Duration::from_millis(100))
+        .first()
+        .await
+        .expect("the page says the run ended")
+        .text()
+        .await
+        .unwrap()
+}
+
 /// The step `#live-note` says the run is at ("live: following · step 12 at post_forward").
 async fn live_step(b: &Browser) -> Option<u64> {
     let text = b
@@ -2148,10 +2172,7 @@ async fn live_step(b: &Browser) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread")]
 async fn collector_serve_shows_a_run_live_and_refuses_what_it_does_not_serve() {
     let _one = ONE_BROWSER.lock().await;
-    let s = Scratch::new("serve");
-    let script = s.write("live_train.py", LIVE_TRAIN.as_bytes());
-    let trace = s.path("live.oomt");
-    let served = Served::start(&[trace.to_str().unwrap()]);
+    let (_s, script, trace, served) = serve_live_train("serve");
     assert!(
         served.url.starts_with("http://127.0.0.1:"),
         "{}",
@@ -2238,19 +2259,12 @@ async fn collector_serve_shows_a_run_live_and_refuses_what_it_does_not_serve() {
     // page took to say it, from the recorder's exit (its last bytes written), is printed for
     // BENCHMARKS.md (sample to screen, browser).
     let exited = std::time::Instant::now();
-    let note = b
-        .d()
-        .query(By::Css("#live-note"))
-        .with_text(thirtyfour::stringmatch::StringMatch::new("ended").partial())
-        .wait(Duration::from_secs(20), Duration::from_millis(100))
-        .first()
-        .await
-        .expect("the page says the run ended");
+    let note = live_note_when_ended(&b).await;
     println!(
         "collector serve: the page said the run ended {} ms after the recorder exited",
         exited.elapsed().as_millis()
     );
-    assert!(note.text().await.unwrap().contains("ended"));
+    assert!(note.contains("ended"));
     assert_eq!(live_step(&b).await, Some(119), "the program's last step");
     // The page's verdict is the finished trace's, as `collector summary` says it.
     let summary = summary_json(&trace);
@@ -2280,10 +2294,7 @@ async fn collector_serve_shows_a_run_live_and_refuses_what_it_does_not_serve() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_file_opened_on_a_live_page_stays_shown_while_the_run_goes_on() {
     let _one = ONE_BROWSER.lock().await;
-    let s = Scratch::new("serve-open");
-    let script = s.write("live_train.py", LIVE_TRAIN.as_bytes());
-    let trace = s.path("live.oomt");
-    let served = Served::start(&[trace.to_str().unwrap()]);
+    let (_s, script, trace, served) = serve_live_train("serve-open");
     let b = Browser::start("serve-open").await;
     b.d().goto(&served.url).await.expect("page opens");
     let mut run = oomscope_e2e::start_recording(&script, &[], &trace);
@@ -2336,17 +2347,7 @@ async fn a_file_opened_on_a_live_page_stays_shown_while_the_run_goes_on() {
         "the run ended too soon to tell ({checks} checks)"
     );
     // The run was still followed: its note went on to the end, and says what is shown.
-    let note = b
-        .d()
-        .query(By::Css("#live-note"))
-        .with_text(thirtyfour::stringmatch::StringMatch::new("ended").partial())
-        .wait(Duration::from_secs(20), Duration::from_millis(100))
-        .first()
-        .await
-        .expect("the page says the run ended")
-        .text()
-        .await
-        .unwrap();
+    let note = live_note_when_ended(&b).await;
     assert!(note.contains("showing the file you opened"), "{note}");
     assert!(
         live_step(&b).await > step_when_opened,

@@ -81,15 +81,17 @@ impl Processes {
                 }
             }
             let known = self.known.get_mut(pid);
-            // A process seen between a launcher's fork and its exec is a copy of the agent, with
-            // no rank in its environment yet: it is read again until it has an identity.
-            let unidentified = known
-                .as_ref()
-                .is_none_or(|k| Self::unidentified(k, *pid, self.root));
+            // A process seen between a launcher's fork and its exec is a copy of the agent: with
+            // no rank in its environment yet, or with the agent's own (torchrun in a Slurm step
+            // has the step's rank), which made it look like the agent's worker. It is read again
+            // until it has an identity of its own, or for a moment after its fork.
+            let read_again = known.as_ref().is_none_or(|k| {
+                Self::unidentified(k, *pid, self.root) || Self::copy_lately(k, t_us)
+            });
             if let Some(k) = known {
                 k.in_tree = true;
             }
-            if !unidentified {
+            if !read_again {
                 continue;
             }
             let env = Identity::from_environ(&environ_of(*pid));
@@ -98,6 +100,10 @@ impl Processes {
                     k.looks += 1;
                     continue;
                 }
+                if env == k.env {
+                    continue;
+                }
+                // Its exec gave it an identity of its own: it is read as new.
                 self.known.remove(pid);
             }
             let parent = if *pid == self.root {
@@ -260,6 +266,13 @@ impl Processes {
             && pid != root
             && k.info.rank_from != RankSource::Message
             && k.looks < MAX_LOOKS
+    }
+
+    /// A worker with its parent's identity that looked forked when first seen, a moment ago: a
+    /// forked DataLoader worker, or a launcher's child before its exec (read again, see
+    /// [`Processes::observe_tree`]).
+    fn copy_lately(k: &Known, now_us: u64) -> bool {
+        k.info.role == ProcessRole::Worker && Self::forked_lately(k, now_us)
     }
 
     /// A child that looked forked when first seen, [`START_RECHECK_US`] ago at most.
@@ -506,5 +519,59 @@ mod tests {
             "{again:?}"
         );
         assert!(!p.wants_another_look(30));
+    }
+
+    #[test]
+    fn a_launcher_s_child_with_its_identity_before_its_exec_becomes_a_rank_after_it() {
+        // torchrun in a Slurm step has the step's rank; its child, between the fork and the
+        // exec, has the same environment and reads as its worker. After the exec it has its own.
+        let mut root = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "(sleep 0.5; exec env RANK=1 LOCAL_RANK=1 WORLD_SIZE=4 sleep 5) & wait",
+            ])
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "2")
+            .spawn()
+            .unwrap();
+        let root_pid = root.id();
+        let started = std::time::Instant::now();
+        // The subshell: the root's child (its own `sleep 0.5` is the subshell's).
+        let (tree, child) = loop {
+            let tree = crate::host::process_tree(root_pid);
+            let child = tree
+                .iter()
+                .copied()
+                .find(|pid| *pid != root_pid && parent_of(*pid) == Some(root_pid));
+            if let Some(child) = child {
+                break (tree, child);
+            }
+            assert!(started.elapsed().as_secs() < 5, "no child in {tree:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let mut p = Processes::new(root_pid);
+        let first = p.observe_tree(&tree, 10);
+        assert!(
+            first.iter().any(|r| matches!(r, Record::Process(i)
+                if i.pid == child && i.role == ProcessRole::Worker && i.start == StartMethod::Fork)),
+            "{first:?}"
+        );
+        assert!(p.wants_another_look(20));
+        std::thread::sleep(std::time::Duration::from_millis(1_000));
+        let again = p.observe_tree(&crate::host::process_tree(root_pid), 1_000_000);
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &root_pid.to_string()])
+            .status();
+        let _ = root.kill();
+        let _ = root.wait();
+        assert!(
+            again.iter().any(|r| matches!(r, Record::Process(i)
+                if i.pid == child && i.role == ProcessRole::Rank && i.rank == Some(1))),
+            "{again:?}"
+        );
+        assert_eq!(p.ranks(), [(child, 1)]);
+        // Past the moment, a worker that stays a copy (a DataLoader worker) is not read again.
+        assert!(!p.wants_another_look(1_000_000 + START_RECHECK_US + 1));
     }
 }
