@@ -80,10 +80,8 @@ pub fn App(
     // goes on), but no longer replaces what the user chose to look at.
     let user_opened = RwSignal::new(false);
     if following {
-        crate::live::follow(live, live_note, move |mut traces: Vec<Loaded>| {
-            if user_opened.get_untracked() {
-                return;
-            }
+        let wanted = move || !user_opened.get_untracked();
+        crate::live::follow(live, live_note, wanted, move |mut traces: Vec<Loaded>| {
             if traces.len() > 1 {
                 job.set(Some(traces.into_iter().map(Arc::new).collect()));
             } else if let Some(loaded) = traces.pop() {

@@ -89,13 +89,21 @@ struct Following {
     /// What the last show took (the traces copied and analysed).
     cost_ms: f64,
     show: Rc<dyn Fn(Vec<Loaded>)>,
+    /// Whether the page shows the followed traces now (not while it shows a file the user
+    /// opened): when not, a refresh sets only the note, and copies nothing.
+    wanted: Rc<dyn Fn() -> bool>,
     note: RwSignal<String>,
 }
 
 /// Follows `sources` until each ends, calling `show` with every trace as it stands (at most every
-/// [`REFRESH_MS`]; none before a trace's first chunk) and setting `note` to what the page says
-/// about the following.
-pub fn follow(sources: Vec<Source>, note: RwSignal<String>, show: impl Fn(Vec<Loaded>) + 'static) {
+/// [`REFRESH_MS`]; none before a trace's first chunk; only while `wanted` says the page shows
+/// them) and setting `note` to what the page says about the following.
+pub fn follow(
+    sources: Vec<Source>,
+    note: RwSignal<String>,
+    wanted: impl Fn() -> bool + 'static,
+    show: impl Fn(Vec<Loaded>) + 'static,
+) {
     let count = sources.len();
     let state = Rc::new(RefCell::new(Following {
         traces: sources
@@ -112,6 +120,7 @@ pub fn follow(sources: Vec<Source>, note: RwSignal<String>, show: impl Fn(Vec<Lo
         scheduled: false,
         cost_ms: 0.0,
         show: Rc::new(show),
+        wanted: Rc::new(wanted),
         note,
     }));
     note.set("live: following".to_owned());
@@ -206,11 +215,13 @@ fn refresh(state: &Rc<RefCell<Following>>) {
         {
             text.push_str(&format!(" · step {} at {}", m.step, m.name));
         }
-        let loaded = s.traces.iter().filter_map(Followed::loaded).collect();
+        let loaded = (s.wanted)().then(|| s.traces.iter().filter_map(Followed::loaded).collect());
         (loaded, text, s.show.clone(), s.note)
     };
     note.set(text);
-    show(loaded);
+    if let Some(loaded) = loaded {
+        show(loaded);
+    }
     state.borrow_mut().cost_ms = now_ms() - started_ms;
 }
 
