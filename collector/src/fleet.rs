@@ -719,11 +719,12 @@ pub fn sample_chunks<'a>(
             let Some(c) = trace.counters.get(counter) else {
                 break;
             };
-            let column = trace
-                .samples
-                .column(CounterId(counter as u32))
-                .unwrap_or(&[]);
-            if row >= column.len().min(times.len()) {
+            let column = trace.samples.column(CounterId(counter as u32));
+            if row
+                >= column
+                    .map_or(0, oomscope_format::Column::len)
+                    .min(times.len())
+            {
                 at = (counter + 1, 0);
                 if counter + 1 >= trace.counters.len() {
                     break;
@@ -731,9 +732,10 @@ pub fn sample_chunks<'a>(
                 continue;
             }
             at.1 += 1;
-            if column[row] == oomscope_format::MISSING {
+            let value = column.and_then(|c| c.get(row));
+            let Some(value) = value.filter(|v| *v != oomscope_format::MISSING) else {
                 continue;
-            }
+            };
             let (name, kind) = &names[counter];
             t.push([
                 Cell::Text(Some(run_id.clone())),
@@ -743,7 +745,7 @@ pub fn sample_chunks<'a>(
                 opt_int(c.pid),
                 opt_int(ranks[counter]),
                 int(times[row]),
-                int(column[row]),
+                int(value),
             ]);
         }
         (t.rows() > 0).then_some(t)

@@ -48,10 +48,7 @@ pub fn plotted_counters(trace: &Trace) -> Vec<Plotted> {
                 | CounterKind::HostAvailable
                 | CounterKind::ShmSize
         );
-        let has_data = trace
-            .samples
-            .column(id)
-            .is_some_and(|col| col.iter().any(|v| *v != oomscope_format::MISSING));
+        let has_data = oomscope_analysis::metrics::counter_has_data(trace, id);
         if shown && has_data {
             out.push(Plotted {
                 id,

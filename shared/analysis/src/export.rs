@@ -154,20 +154,15 @@ pub fn to_chrome_json(trace: &Trace) -> String {
     }
     let times = trace.samples.times_us();
     for (track, members) in &groups {
-        let columns: Vec<&[u64]> = members
+        let columns: Vec<Option<oomscope_format::Column<'_>>> = members
             .iter()
-            .map(|i| {
-                trace
-                    .samples
-                    .column(oomscope_format::CounterId(*i as u32))
-                    .unwrap_or(&[])
-            })
+            .map(|i| trace.samples.column(oomscope_format::CounterId(*i as u32)))
             .collect();
         let mut last: Vec<u64> = vec![MISSING; members.len()];
         for (row, t) in times.iter().enumerate() {
             let now: Vec<u64> = columns
                 .iter()
-                .map(|c| c.get(row).copied().unwrap_or(MISSING))
+                .map(|c| c.and_then(|c| c.get(row)).unwrap_or(MISSING))
                 .collect();
             if now == last || now.iter().all(|v| *v == MISSING) {
                 continue;

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::marks::StageAt;
 use crate::metrics::counter_with_data;
-use oomscope_format::{CounterKind, MISSING, Trace};
+use oomscope_format::{Column, CounterKind, MISSING, Trace};
 
 /// The host's tightest moment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -36,9 +36,7 @@ pub fn host_memory(trace: &Trace) -> Option<HostMemory> {
         .samples
         .column(counter_with_data(trace, CounterKind::HostAvailable)?)?;
     let rss_id = crate::metrics::host_in_use(trace);
-    let rss = rss_id
-        .and_then(|id| trace.samples.column(id))
-        .unwrap_or(&[]);
+    let rss = rss_id.and_then(|id| trace.samples.column(id));
     let times = trace.samples.times_us();
     let (row, min_available_bytes, rss_at_min_bytes) = match tightest_share(available, rss) {
         Some((row, avail, r)) => (row, avail, Some(r)),
@@ -47,9 +45,9 @@ pub fn host_memory(trace: &Trace) -> Option<HostMemory> {
             let (row, avail) = available
                 .iter()
                 .enumerate()
-                .filter(|(_, a)| **a != MISSING)
-                .min_by_key(|(_, a)| **a)?;
-            (row, *avail, None)
+                .filter(|(_, a)| *a != MISSING)
+                .min_by_key(|(_, a)| *a)?;
+            (row, avail, None)
         }
     };
     Some(HostMemory {
@@ -68,27 +66,30 @@ pub fn host_memory(trace: &Trace) -> Option<HostMemory> {
 /// last (at or before the row), as (row, available, RSS). The shares are compared exactly and
 /// without a division, `a / (a + r) < b / (b + s)` as `a (b + s) < b (a + r)` in 128 bits: a day
 /// at 100 Hz is 8.6 million rows, every refresh of a live view. (A share of 0 / 0 counts as 0.)
-fn tightest_share(available: &[u64], rss: &[u64]) -> Option<(usize, u64, u64)> {
+fn tightest_share(available: Column<'_>, rss: Option<Column<'_>>) -> Option<(usize, u64, u64)> {
+    let rss = rss?;
     let mut best: Option<(usize, u64, u64)> = None;
     // The best row's available and total.
     let (mut best_available, mut best_total) = (1u64, 1u64);
     let mut last_rss = MISSING;
-    for (row, (&avail, &r)) in available.iter().zip(rss).enumerate() {
-        if r != MISSING {
-            last_rss = r;
+    available.zip_chunks(rss, 0..available.len(), |start, available, rss| {
+        for (row, (&avail, &r)) in (start..).zip(available.iter().zip(rss)) {
+            if r != MISSING {
+                last_rss = r;
+            }
+            if avail == MISSING || last_rss == MISSING {
+                continue;
+            }
+            let total = avail.saturating_add(last_rss).max(1);
+            if best.is_none()
+                || u128::from(avail) * u128::from(best_total)
+                    < u128::from(best_available) * u128::from(total)
+            {
+                best = Some((row, avail, last_rss));
+                (best_available, best_total) = (avail, total);
+            }
         }
-        if avail == MISSING || last_rss == MISSING {
-            continue;
-        }
-        let total = avail.saturating_add(last_rss).max(1);
-        if best.is_none()
-            || u128::from(avail) * u128::from(best_total)
-                < u128::from(best_available) * u128::from(total)
-        {
-            best = Some((row, avail, last_rss));
-            (best_available, best_total) = (avail, total);
-        }
-    }
+    });
     best
 }
 

@@ -10,7 +10,9 @@
 
 use serde::Serialize;
 
-use oomscope_format::{AllocatorQuantity, AllocatorStats, CounterId, CounterKind, MISSING, Trace};
+use oomscope_format::{
+    AllocatorQuantity, AllocatorStats, Column, CounterId, CounterKind, MISSING, PackedColumn, Trace,
+};
 
 /// What a metric measures, the same in every trace: one of the allocator's quantities read at
 /// marks ([`AllocatorStats`]), or a counter's kind on a device. The one key every analysis names
@@ -166,10 +168,11 @@ pub fn counter_of(trace: &Trace, key: MetricKey) -> Option<CounterId> {
 
 /// True when the counter has at least one present sample.
 pub fn counter_has_data(trace: &Trace, id: CounterId) -> bool {
+    // A present reading is in some run's summary.
     trace
         .samples
-        .column(id)
-        .is_some_and(|c| c.iter().any(|v| *v != MISSING))
+        .first_max(id, 0..trace.samples.len())
+        .is_some()
 }
 
 /// The first counter of `kind` (any device) that has data.
@@ -216,11 +219,16 @@ fn pss_differs(trace: &Trace, pss: CounterId, rss: CounterId) -> bool {
     let (Some(r), Some(p)) = (trace.samples.column(rss), trace.samples.column(pss)) else {
         return false;
     };
-    r.iter()
-        .zip(p)
-        .filter(|(r, p)| **r != MISSING && **p != MISSING)
-        .max_by_key(|(r, _)| **r)
-        .is_some_and(|(r, p)| (*p as f64) < (1.0 - SHARED_MIN_SHARE) * *r as f64)
+    // The first largest RSS read with a PSS, as (RSS, PSS).
+    let mut peak: Option<(u64, u64)> = None;
+    r.zip_chunks(p, 0..r.len(), |_, rss, pss| {
+        for (&r, &p) in rss.iter().zip(pss) {
+            if r != MISSING && p != MISSING && peak.is_none_or(|(best, _)| r >= best) {
+                peak = Some((r, p));
+            }
+        }
+    });
+    peak.is_some_and(|(r, p)| (p as f64) < (1.0 - SHARED_MIN_SHARE) * r as f64)
 }
 
 /// See `pss_differs`.
@@ -356,9 +364,10 @@ fn first_row_after(times: &[u64], from: usize, t: u64) -> usize {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkValues {
     keys: Vec<MetricKey>,
-    /// One column per metric, one entry per mark, [`MISSING`] where the metric has no value (8
-    /// bytes a mark, not an `Option`'s 16: a day's million marks times a dozen metrics).
-    columns: Vec<Vec<u64>>,
+    /// One column per metric, one entry per mark, [`MISSING`] where the metric has no value,
+    /// packed (a few bits a mark, not an `Option`'s 16 bytes: a day's million marks times a
+    /// dozen metrics).
+    columns: Vec<PackedColumn>,
     primary: Option<usize>,
 }
 
@@ -385,52 +394,57 @@ impl MarkValues {
     /// for one another.
     pub fn for_metrics(trace: &Trace, keys: Vec<MetricKey>) -> MarkValues {
         let times = trace.samples.times_us();
-        let marks = trace.marks.len();
-        let counters: Vec<(usize, CounterId)> = keys
+        let needs_rows = keys.iter().any(|&key| {
+            matches!(key, MetricKey::Counter { .. }) && counter_of(trace, key).is_some()
+        });
+        let rows: Vec<MarkRow> = if needs_rows {
+            rows_at_marks(trace).collect()
+        } else {
+            Vec::new()
+        };
+        // One column at a time, packed once made: a day's marks are a million.
+        let columns = keys
             .iter()
-            .enumerate()
-            .filter_map(|(i, &key)| match key {
-                MetricKey::Counter { .. } => counter_of(trace, key).map(|id| (i, id)),
-                MetricKey::Allocator(_) => None,
+            .map(|&key| {
+                let values: Vec<u64> = match key {
+                    MetricKey::Counter { .. } => match counter_of(trace, key) {
+                        Some(id) => rows
+                            .iter()
+                            .map(|mark| {
+                                let Some((row, row_t_us)) = mark.row else {
+                                    return MISSING;
+                                };
+                                let phase_since_us = mark.phase_since_us;
+                                // The row's own time is known from the search; an older
+                                // reading's is read.
+                                let read_after = |read: usize| {
+                                    phase_since_us == 0
+                                        || (if read == row { row_t_us } else { times[read] })
+                                            >= phase_since_us
+                                };
+                                trace
+                                    .samples
+                                    .reading_at_row(id, row)
+                                    .and_then(|(read, value)| read_after(read).then_some(value))
+                                    .unwrap_or(MISSING)
+                            })
+                            .collect(),
+                        None => vec![MISSING; trace.marks.len()],
+                    },
+                    MetricKey::Allocator(_) => trace
+                        .marks
+                        .iter()
+                        .map(|m| {
+                            m.allocator
+                                .as_ref()
+                                .and_then(|a| key.at_mark(a))
+                                .unwrap_or(MISSING)
+                        })
+                        .collect(),
+                };
+                PackedColumn::from_values(values)
             })
             .collect();
-        let mut columns: Vec<Vec<u64>> = keys
-            .iter()
-            .map(|&key| match key {
-                MetricKey::Counter { .. } => vec![MISSING; marks],
-                MetricKey::Allocator(_) => trace
-                    .marks
-                    .iter()
-                    .map(|m| {
-                        m.allocator
-                            .as_ref()
-                            .and_then(|a| key.at_mark(a))
-                            .unwrap_or(MISSING)
-                    })
-                    .collect(),
-            })
-            .collect();
-        if !counters.is_empty() {
-            let rows: Vec<MarkRow> = rows_at_marks(trace).collect();
-            for &(i, id) in &counters {
-                for (value, mark) in columns[i].iter_mut().zip(&rows) {
-                    let Some((row, row_t_us)) = mark.row else {
-                        continue;
-                    };
-                    let phase_since_us = mark.phase_since_us;
-                    // The row's own time is known from the search; an older reading's is read.
-                    let read_after = |read: usize| {
-                        phase_since_us == 0
-                            || (if read == row { row_t_us } else { times[read] }) >= phase_since_us
-                    };
-                    *value = trace
-                        .samples
-                        .reading_at_row(id, row)
-                        .and_then(|(read, value)| read_after(read).then_some(value))
-                        .unwrap_or(MISSING);
-                }
-            }
-        }
         MarkValues {
             keys,
             columns,
@@ -468,48 +482,76 @@ impl MarkValues {
 
     /// Values of metric number `index` at every mark.
     pub fn column(&self, index: usize) -> MarkColumn<'_> {
-        MarkColumn(&self.columns[index])
+        MarkColumn::new(self.columns[index].view())
     }
 
     /// Value of metric number `index` at mark `mark_index`.
     pub fn get(&self, mark_index: usize, index: usize) -> Option<u64> {
         self.columns
             .get(index)
-            .and_then(|c| MarkColumn(c).get(mark_index))
+            .and_then(|c| c.view().get(mark_index))
+            .filter(|v| *v != MISSING)
     }
 }
 
-/// One metric's values at the marks, in mark order: each an `Option<u64>`, stored as a `u64`
-/// with [`MISSING`] for none.
+/// One metric's values at the marks (or at a range of them), in mark order: each an
+/// `Option<u64>`, stored as a `u64` with [`MISSING`] for none.
 #[derive(Debug, Clone, Copy)]
-pub struct MarkColumn<'a>(&'a [u64]);
+pub struct MarkColumn<'a> {
+    column: Column<'a>,
+    /// The marks `start..end` of the column.
+    start: usize,
+    end: usize,
+}
 
 impl<'a> MarkColumn<'a> {
-    /// The value at mark `mark`, if it has one.
+    fn new(column: Column<'a>) -> MarkColumn<'a> {
+        MarkColumn {
+            column,
+            start: 0,
+            end: column.len(),
+        }
+    }
+
+    /// The value at mark `mark` (counted from the column's first), if it has one.
     pub fn get(self, mark: usize) -> Option<u64> {
-        self.0.get(mark).copied().filter(|v| *v != MISSING)
+        if mark >= self.len() {
+            return None;
+        }
+        self.column.get(self.start + mark).filter(|v| *v != MISSING)
     }
 
     /// The values in mark order.
     pub fn iter(
         self,
     ) -> impl DoubleEndedIterator<Item = Option<u64>> + ExactSizeIterator + Clone + 'a {
-        self.0.iter().map(|v| (*v != MISSING).then_some(*v))
+        self.column
+            .range(self.start..self.end)
+            .map(|v| (v != MISSING).then_some(v))
     }
 
-    /// The values of the marks in `marks`.
+    /// The values of the marks in `marks` (counted from the column's first).
     pub fn range(self, marks: std::ops::Range<usize>) -> MarkColumn<'a> {
-        MarkColumn(&self.0[marks])
+        assert!(
+            marks.start <= marks.end && marks.end <= self.len(),
+            "marks {marks:?} out of {}",
+            self.len()
+        );
+        MarkColumn {
+            column: self.column,
+            start: self.start + marks.start,
+            end: self.start + marks.end,
+        }
     }
 
     /// Marks in the column.
     pub fn len(self) -> usize {
-        self.0.len()
+        self.end - self.start
     }
 
     /// True when there is no mark.
     pub fn is_empty(self) -> bool {
-        self.0.is_empty()
+        self.start == self.end
     }
 }
 

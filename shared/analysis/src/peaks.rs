@@ -333,7 +333,7 @@ pub fn tensors_on_host(trace: &Trace) -> bool {
         .enumerate()
         .filter(|(_, c)| c.kind == CounterKind::ProcessGpu)
         .filter_map(|(i, _)| trace.samples.column(CounterId(i as u32)))
-        .any(|column| column.iter().any(|v| *v != MISSING && *v > 0));
+        .any(|column| column.iter().any(|v| v != MISSING && v > 0));
     !has_allocator_data(trace) && !process_gpu
 }
 

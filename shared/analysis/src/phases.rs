@@ -355,15 +355,9 @@ fn sampled_peak(
 ) -> Option<u64> {
     let id = crate::metrics::counter_of(trace, values.key(index))?;
     let times = trace.samples.times_us();
-    let column = trace.samples.column(id)?;
     let start = times.partition_point(|&t| t < from_us);
     let end = times.partition_point(|&t| t < until_us);
-    column
-        .get(start..end)?
-        .iter()
-        .copied()
-        .filter(|&v| v != oomscope_format::MISSING)
-        .max()
+    trace.samples.first_max(id, start..end).map(|(_, v)| v)
 }
 
 #[cfg(test)]

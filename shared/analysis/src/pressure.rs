@@ -150,17 +150,17 @@ pub fn pressure(trace: &Trace) -> Option<PressureReport> {
             |kind| counter_with_data(trace, kind).and_then(|id| trace.samples.column(id));
         let peak_r = peak_column(CounterKind::Allocator(AllocatorQuantity::PeakReserved));
         let peak_a = peak_column(CounterKind::Allocator(AllocatorQuantity::PeakAllocated));
-        let present = |column: Option<&[u64]>, row: usize| {
+        let present = |column: Option<oomscope_format::Column<'_>>, row: usize| {
             column
-                .and_then(|c| c.get(row).copied())
+                .and_then(|c| c.get(row))
                 .filter(|v| *v != MISSING)
                 .unwrap_or(0)
         };
-        for (row, (&t_us, (&rv, &av))) in trace
+        for (row, (&t_us, (rv, av))) in trace
             .samples
             .times_us()
             .iter()
-            .zip(rc.iter().zip(ac))
+            .zip(rc.iter().zip(ac.iter()))
             .enumerate()
         {
             if rv == MISSING || av == MISSING {

@@ -73,7 +73,7 @@ pub fn encode(trace: &Trace) -> Result<Vec<u8>, EncodeError> {
 /// Writes sample rows in order, skipping missing cells (a row's counter set is what it holds).
 struct RowWriter<'a> {
     times_us: &'a [u64],
-    columns: Vec<&'a [u64]>,
+    columns: Vec<Vec<u64>>,
     next_row: usize,
     values: Vec<(CounterId, u64)>,
 }
@@ -114,10 +114,16 @@ impl<'a> RowWriter<'a> {
     }
 }
 
-/// Every column of `samples`, in counter order.
-fn columns(samples: &Samples) -> Vec<&[u64]> {
+/// Every column of `samples`, in counter order, unpacked: choosing rows reads them many times
+/// over, row by row.
+fn columns(samples: &Samples) -> Vec<Vec<u64>> {
     (0..samples.columns())
-        .map(|id| samples.column(CounterId(id as u32)).unwrap_or(&[]))
+        .map(|id| {
+            samples
+                .column(CounterId(id as u32))
+                .map(oomscope_format::Column::to_vec)
+                .unwrap_or_default()
+        })
         .collect()
 }
 
@@ -199,7 +205,7 @@ impl Keep {
 /// several).
 struct RowPlan<'a> {
     trace: &'a Trace,
-    columns: Vec<&'a [u64]>,
+    columns: Vec<Vec<u64>>,
     mandatory: Keep,
 }
 
@@ -318,8 +324,8 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
 /// the peaks of reserved and of allocated (each with the allocator's own running peak, when
 /// sampled). The scan only reads rows where both reserved and allocated are present, so with
 /// missing cells these need not be any counter's own extremes.
-fn keep_pressure_rows(keep: &mut Keep, trace: &Trace, columns: &[&[u64]]) {
-    let column = |kind| counter_with_data(trace, kind).map(|id| columns[id.0 as usize]);
+fn keep_pressure_rows(keep: &mut Keep, trace: &Trace, columns: &[Vec<u64>]) {
+    let column = |kind| counter_with_data(trace, kind).map(|id| columns[id.0 as usize].as_slice());
     let (Some(reserved), Some(allocated)) = (
         column(CounterKind::Allocator(AllocatorQuantity::Reserved)),
         column(CounterKind::Allocator(AllocatorQuantity::Allocated)),
@@ -360,7 +366,12 @@ fn keep_pressure_rows(keep: &mut Keep, trace: &Trace, columns: &[&[u64]]) {
 /// often share the rows of their extremes (a constant counter's are the first row of each
 /// bucket), so the first guess of two rows per counter per bucket leaves rows unused; the bucket
 /// count is then scaled up by the shortfall, a few times, while the rows stay within `max_rows`.
-fn with_envelope(mandatory: &Keep, columns: &[&[u64]], times_us: &[u64], max_rows: usize) -> Keep {
+fn with_envelope(
+    mandatory: &Keep,
+    columns: &[Vec<u64>],
+    times_us: &[u64],
+    max_rows: usize,
+) -> Keep {
     let n = times_us.len();
     let budget = max_rows.saturating_sub(mandatory.count);
     let mut buckets = (budget / (2 * columns.len())).clamp(1, n);
@@ -385,7 +396,7 @@ fn with_envelope(mandatory: &Keep, columns: &[&[u64]], times_us: &[u64], max_row
 
 /// Splits the sampled span into `buckets` equal time slices and keeps, in each, the rows of each
 /// counter's first minimum and first maximum.
-fn add_envelope(keep: &mut Keep, columns: &[&[u64]], times_us: &[u64], buckets: usize) {
+fn add_envelope(keep: &mut Keep, columns: &[Vec<u64>], times_us: &[u64], buckets: usize) {
     let starts = bucket_starts(times_us, buckets);
     for column in columns {
         for bucket in starts.windows(2) {
@@ -437,7 +448,7 @@ fn first_extremes(values: &[u64]) -> Option<(usize, usize)> {
 /// but does have an older one, keeps the lookback's rows, all missing, so that the thinned
 /// lookback also ends empty instead of reaching the older value. One window per run of missing
 /// cells suffices: later instants of the same run look back through it.
-fn keep_lookback_windows(keep: &mut Keep, columns: &[&[u64]], instant_rows: &[usize]) {
+fn keep_lookback_windows(keep: &mut Keep, columns: &[Vec<u64>], instant_rows: &[usize]) {
     const LOOKBACK: usize = Samples::MAX_LOOKBACK_ROWS;
     for column in columns {
         if instant_rows.iter().all(|row| column[*row] != MISSING) {
@@ -470,7 +481,7 @@ fn keep_lookback_windows(keep: &mut Keep, columns: &[&[u64]], instant_rows: &[us
 /// value, so that any scan carrying the last known value forward sees the same value at every kept
 /// row. Rows are visited from the last down, so rows added here get their own turn; each column is
 /// scanned backwards at most once in total (a run of missing cells is remembered).
-fn keep_carried_values(keep: &mut Keep, columns: &[&[u64]]) {
+fn keep_carried_values(keep: &mut Keep, columns: &[Vec<u64>]) {
     // Per column: the start of the last run of missing cells scanned (usize::MAX: none yet).
     let mut run_start = vec![usize::MAX; columns.len()];
     for row in (0..keep.rows.len()).rev() {

@@ -86,33 +86,39 @@ struct BlockStat {
     last: u64,
 }
 
+/// The smallest, largest and last present reading of a block, if it has one.
+fn block_stat(values: &[u64]) -> Option<BlockStat> {
+    values
+        .iter()
+        .filter(|v| **v != MISSING)
+        .fold(None, |acc: Option<BlockStat>, &v| {
+            Some(match acc {
+                None => BlockStat {
+                    min: v,
+                    max: v,
+                    last: v,
+                },
+                Some(b) => BlockStat {
+                    min: b.min.min(v),
+                    max: b.max.max(v),
+                    last: v,
+                },
+            })
+        })
+}
+
 impl BlockIndex {
     /// Summarises `counter` (empty for an unknown counter).
     pub fn new(samples: &Samples, counter: CounterId) -> BlockIndex {
-        let blocks = samples
-            .column(counter)
-            .unwrap_or(&[])
-            .chunks(BLOCK_ROWS)
-            .map(|chunk| {
-                chunk
-                    .iter()
-                    .filter(|v| **v != MISSING)
-                    .fold(None, |acc: Option<BlockStat>, &v| {
-                        Some(match acc {
-                            None => BlockStat {
-                                min: v,
-                                max: v,
-                                last: v,
-                            },
-                            Some(b) => BlockStat {
-                                min: b.min.min(v),
-                                max: b.max.max(v),
-                                last: v,
-                            },
-                        })
-                    })
-            })
-            .collect();
+        let mut blocks = Vec::new();
+        if let Some(column) = samples.column(counter) {
+            // Stretches start at whole runs of rows, and a block divides a run: the blocks
+            // cut from each stretch are the column's.
+            const { assert!(Samples::SUMMARY_ROWS.is_multiple_of(BLOCK_ROWS)) };
+            column.for_each_chunk(0..column.len(), |_, values| {
+                blocks.extend(values.chunks(BLOCK_ROWS).map(block_stat));
+            });
+        }
         BlockIndex { counter, blocks }
     }
 
@@ -169,6 +175,9 @@ fn decimate_with(
             && (end - start) / buckets.max(1) >= 2 * BLOCK_ROWS
     });
     let mut row = start;
+    // Without the index every row is read, a packed run decoded once; with it only the rows
+    // between blocks are, a few a slice, each read where it lies.
+    let mut values = column.range(start..end);
     while row < end {
         if let Some(ix) = index
             && row % BLOCK_ROWS == 0
@@ -182,7 +191,12 @@ fn decimate_with(
             row += BLOCK_ROWS;
             continue;
         }
-        let v = column[row];
+        let v = if index.is_some() {
+            column.get(row)
+        } else {
+            values.next()
+        }
+        .unwrap_or(MISSING);
         if v != MISSING {
             merger.add(times[row], v, v, v);
         }

@@ -129,8 +129,8 @@ pub fn rows_read(trace: &Trace) -> Vec<usize> {
 fn floor_rows(trace: &Trace, id: CounterId) -> Option<Vec<usize>> {
     let column = trace.samples.column(id)?;
     let times = trace.samples.times_us();
-    let first = column.iter().position(|v| *v != MISSING)?;
-    let last = column.iter().rposition(|v| *v != MISSING)?;
+    let first = column.iter().position(|v| v != MISSING)?;
+    let last = column.iter().rposition(|v| v != MISSING)?;
     let (first_us, last_us) = (times[first], times[last]);
     let start_us = first_us + ((last_us - first_us) as f64 * WARMUP_SHARE) as u64;
     // Too short a run to say anything about a trend (and a rate over a second reads absurdly).
@@ -138,19 +138,20 @@ fn floor_rows(trace: &Trace, id: CounterId) -> Option<Vec<usize>> {
         .checked_sub(start_us)
         .filter(|s| *s >= MIN_SPAN_US)?;
     let width_us = span_us.div_ceil(BUCKETS as u64).max(1);
-    let mut floors: Vec<Option<usize>> = vec![None; BUCKETS];
-    for row in first..=last {
-        let (t, v) = (times[row], column[row]);
+    // Each slot's lowest reading so far, as (row, value).
+    let mut floors: Vec<Option<(usize, u64)>> = vec![None; BUCKETS];
+    for (row, v) in (first..=last).zip(column.range(first..last + 1)) {
+        let t = times[row];
         if v == MISSING || t < start_us {
             continue;
         }
         let slot = (((t - start_us) / width_us) as usize).min(BUCKETS - 1);
         let floor = &mut floors[slot];
-        if floor.is_none_or(|low| v < column[low]) {
-            *floor = Some(row);
+        if floor.is_none_or(|(_, low)| v < low) {
+            *floor = Some((row, v));
         }
     }
-    Some(floors.into_iter().flatten().collect())
+    Some(floors.into_iter().flatten().map(|(row, _)| row).collect())
 }
 
 fn fit_counter(trace: &Trace, id: CounterId) -> Option<TimeTrend> {
@@ -158,7 +159,12 @@ fn fit_counter(trace: &Trace, id: CounterId) -> Option<TimeTrend> {
     let times = trace.samples.times_us();
     let xy: Vec<(f64, f64)> = floor_rows(trace, id)?
         .into_iter()
-        .map(|row| (times[row] as f64 / 1e6, column[row] as f64))
+        .map(|row| {
+            (
+                times[row] as f64 / 1e6,
+                column.get(row).unwrap_or(MISSING) as f64,
+            )
+        })
         .collect();
     if xy.len() < MIN_BUCKETS {
         return None;

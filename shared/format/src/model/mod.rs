@@ -10,12 +10,15 @@
 
 use serde::Serialize;
 
+mod growth;
 mod hooks;
 mod name;
+mod packed;
 mod samples;
 
 pub use name::Name;
-pub use samples::{CounterId, MISSING, Samples};
+pub use packed::{Column, ColumnIter, MISSING, PackedColumn};
+pub use samples::{CounterId, Samples};
 
 pub use hooks::{
     CHECKPOINT_SAVE_STAGES, EvalAutograd, GcCollection, HeldClock, HeldKind, HeldTensors,
@@ -1302,7 +1305,7 @@ impl Trace {
     pub fn push(&mut self, record: Record) {
         match record {
             Record::Mark(r) => {
-                samples::reserve_gently(&mut self.marks, 1);
+                growth::reserve_gently(&mut self.marks, 1);
                 self.marks.push(r);
             }
             Record::Components(r) => self.components.push(r),

@@ -12,41 +12,29 @@ use std::ops::Range;
 
 use serde::Serialize;
 
+use super::growth::reserve_gently;
+use super::packed::{Column, MISSING, PackedColumn, RUN_ROWS};
+
 /// Index of a declared counter in [`crate::Trace::counters`] (and of its column in [`Samples`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct CounterId(pub u32);
 
-/// Marks an absent value in a [`Samples`] column (the counter was not read at that instant).
-pub const MISSING: u64 = u64::MAX;
-
 /// Counter samples as a table: one row per sampling instant, one column per declared counter.
 ///
-/// Columns are dense `u64` vectors aligned with [`Samples::times_us`]; a counter that was not read
-/// at an instant holds [`MISSING`] there. This keeps a 1-hour 1 kHz trace with 6 counters at
-/// ~200 MB instead of ~350 MB for per-counter (time, value) pairs, and makes the scans that the
-/// analysis does (peaks, decimation) tight loops over slices.
+/// Columns are aligned with [`Samples::times_us`]; a counter that was not read at an instant
+/// holds [`MISSING`] there. Each column keeps its full runs of rows packed
+/// ([`Column`]: a day at 100 Hz, 8.64 M rows, takes a few bits a reading instead of 8 bytes)
+/// and is read a row at a time or a stretch at a time ([`Column::for_each_chunk`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Samples {
     times_us: Vec<u64>,
-    columns: Vec<Vec<u64>>,
+    columns: Vec<PackedColumn>,
     /// For each column, the largest present value of each run of [`Samples::SUMMARY_ROWS`] rows,
     /// plus one (`MISSING` wraps to 0: a run with no reading holds 0). As long as the column's
     /// rows, rounded up to runs.
     maxima: Vec<Vec<u64>>,
     /// Rows the summaries cover (all but a block being filled).
     summarised_rows: usize,
-}
-
-/// Makes room for `additional` more items, growing by an eighth of the length (not doubling),
-/// and by at least 4 KiB: a trace followed for a day grows its columns a block at a time, and
-/// doubling would leave up to half of the largest allocation of a watcher unused. Large vectors
-/// are moved by the allocator's remapping, not copied, so the extra growths cost little; a small
-/// trace (a job's many ranks) keeps small vectors.
-pub(crate) fn reserve_gently<T>(v: &mut Vec<T>, additional: usize) {
-    if v.capacity() - v.len() < additional {
-        let floor = 4096 / size_of::<T>().max(1);
-        v.reserve_exact(additional.max(v.len() / 8).max(floor));
-    }
 }
 
 /// A value with one added, wrapping: [`MISSING`] (`u64::MAX`) becomes 0, below every present
@@ -71,16 +59,29 @@ fn first_lifted_max(values: &[u64]) -> Option<(usize, u64)> {
     })
 }
 
+/// Row and lifted value of the first largest present value of `column` within `rows`, if any.
+fn first_lifted_max_in(column: &PackedColumn, rows: Range<usize>) -> Option<(usize, u64)> {
+    let mut best: Option<(usize, u64)> = None;
+    column.for_each_chunk(rows, |start, values| {
+        if let Some((i, lifted)) = first_lifted_max(values)
+            && lifted > best.map_or(0, |(_, b)| b)
+        {
+            best = Some((start + i, lifted));
+        }
+    });
+    best
+}
+
 impl Samples {
     /// Rows one summary value covers: a run's largest reading is found by scanning at most this
     /// many rows, and the summary costs 8 bytes a column for this many rows.
-    pub const SUMMARY_ROWS: usize = 4096;
+    pub const SUMMARY_ROWS: usize = RUN_ROWS;
 
     /// An empty table with room for `counters` columns.
     pub fn with_counters(counters: usize) -> Samples {
         Samples {
             times_us: Vec::new(),
-            columns: vec![Vec::new(); counters],
+            columns: vec![PackedColumn::default(); counters],
             maxima: vec![Vec::new(); counters],
             summarised_rows: 0,
         }
@@ -101,37 +102,37 @@ impl Samples {
         &self.times_us
     }
 
-    /// Raw column of a counter (with [`MISSING`] holes), or `None` for an unknown counter.
-    pub fn column(&self, id: CounterId) -> Option<&[u64]> {
-        self.columns.get(id.0 as usize).map(Vec::as_slice)
+    /// The column of a counter (with [`MISSING`] holes), or `None` for an unknown counter.
+    pub fn column(&self, id: CounterId) -> Option<Column<'_>> {
+        self.columns.get(id.0 as usize).map(Column)
     }
 
     /// Value of a counter at a row, `None` when missing.
     pub fn value(&self, id: CounterId, row: usize) -> Option<u64> {
-        let v = *self.columns.get(id.0 as usize)?.get(row)?;
+        let v = self.columns.get(id.0 as usize)?.get(row)?;
         (v != MISSING).then_some(v)
     }
 
     /// The (time, value) points of one counter, skipping missing rows.
     pub fn points(&self, id: CounterId) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let column = self.column(id).unwrap_or(&[]);
+        let column = self.column(id).map(Column::iter);
         self.times_us
             .iter()
-            .zip(column)
-            .filter(|(_, v)| **v != MISSING)
-            .map(|(t, v)| (*t, *v))
+            .zip(column.into_iter().flatten())
+            .filter(|(_, v)| *v != MISSING)
+            .map(|(t, v)| (*t, v))
     }
 
     /// The last (time, value) of a counter: read from the end, not through every row (a live
     /// view asks each refresh).
     pub fn last_point(&self, id: CounterId) -> Option<(u64, u64)> {
-        let column = self.column(id)?;
-        self.times_us
-            .iter()
-            .zip(column)
+        let column = self.columns.get(id.0 as usize)?;
+        (0..column.len().min(self.times_us.len()))
             .rev()
-            .find(|(_, v)| **v != MISSING)
-            .map(|(t, v)| (*t, *v))
+            .find_map(|row| match column.get(row) {
+                Some(v) if v != MISSING => Some((self.times_us[row], v)),
+                _ => None,
+            })
     }
 
     /// The row and value of the first largest reading of a counter within `rows` (cut to the
@@ -139,30 +140,27 @@ impl Samples {
     /// are judged by their summary; only the ends of `rows` and the run that holds the largest
     /// are scanned.
     pub fn first_max(&self, id: CounterId, rows: Range<usize>) -> Option<(usize, u64)> {
-        let column = self.column(id)?;
+        let column = self.columns.get(id.0 as usize)?;
         let maxima = &self.maxima[id.0 as usize];
         let end = rows.end.min(column.len());
         let start = rows.start.min(end);
         let run = Samples::SUMMARY_ROWS;
         let (first_run, end_run) = (start.div_ceil(run), end / run);
         if first_run >= end_run {
-            let (row, best) = first_lifted_max(&column[start..end])?;
-            return Some((start + row, best - 1));
+            let (row, best) = first_lifted_max_in(column, start..end)?;
+            return Some((row, best - 1));
         }
         // Candidates in row order, as (first row, lifted value); a later one wins only when
         // larger, so the first largest is kept.
-        let head = first_lifted_max(&column[start..first_run * run]).map(|(r, v)| (start + r, v));
+        let head = first_lifted_max_in(column, start..first_run * run);
         let mut whole: Option<(usize, u64)> = None;
         for (i, lifted) in maxima[first_run..end_run].iter().enumerate() {
             if *lifted > whole.map_or(0, |(_, best)| best) {
                 whole = Some((first_run + i, *lifted));
             }
         }
-        let whole = whole.and_then(|(i, _)| {
-            first_lifted_max(&column[i * run..(i + 1) * run]).map(|(r, v)| (i * run + r, v))
-        });
-        let tail =
-            first_lifted_max(&column[end_run * run..end]).map(|(r, v)| (end_run * run + r, v));
+        let whole = whole.and_then(|(i, _)| first_lifted_max_in(column, i * run..(i + 1) * run));
+        let tail = first_lifted_max_in(column, end_run * run..end);
         let mut best: Option<(usize, u64)> = None;
         for candidate in [head, whole, tail].into_iter().flatten() {
             if candidate.1 > best.map_or(0, |(_, v)| v) {
@@ -197,20 +195,15 @@ impl Samples {
     /// that must know how old the reading is.
     #[inline]
     pub fn reading_at_row(&self, id: CounterId, row: usize) -> Option<(usize, u64)> {
-        let column = self.column(id)?.get(..=row)?;
+        let column = self.columns.get(id.0 as usize)?;
         // Most counters are read every row: the reading at `row` itself, without a scan.
-        if let Some(&v) = column.last()
-            && v != MISSING
-        {
+        let v = column.get(row)?;
+        if v != MISSING {
             return Some((row, v));
         }
-        column
-            .iter()
-            .enumerate()
+        (row.saturating_sub(Samples::MAX_LOOKBACK_ROWS - 1)..row)
             .rev()
-            .take(Samples::MAX_LOOKBACK_ROWS)
-            .find(|(_, v)| **v != MISSING)
-            .map(|(r, v)| (r, *v))
+            .find_map(|r| column.get(r).filter(|v| *v != MISSING).map(|v| (r, v)))
     }
 
     /// Appends a row. `values` are (counter, value) pairs; counters not named get [`MISSING`].
@@ -222,25 +215,32 @@ impl Samples {
         self.times_us.push(t_us);
         for (id, v) in values {
             let column = self.column_entry(*id);
-            column.resize(row, MISSING);
-            column.push(*v);
+            column.set_len(row);
+            column.tail_mut().push(*v);
         }
         let run = row / Samples::SUMMARY_ROWS;
         for (column, maxima) in self.columns.iter_mut().zip(&mut self.maxima) {
-            column.resize(row + 1, MISSING);
+            column.set_len(row + 1);
             maxima.resize(run + 1, 0);
-            maxima[run] = maxima[run].max(lifted(column[row]));
+            maxima[run] = maxima[run].max(lifted(column.get(row).unwrap_or(MISSING)));
         }
         self.summarised_rows = row + 1;
+        if (row + 1).is_multiple_of(Samples::SUMMARY_ROWS) {
+            self.columns.iter_mut().for_each(PackedColumn::pack);
+        }
     }
 
     /// The column of `id`, created (padded with [`MISSING`] to the current row count) when new,
     /// so every column is always as long as [`Samples::times_us`] once a row is complete.
-    fn column_entry(&mut self, id: CounterId) -> &mut Vec<u64> {
+    fn column_entry(&mut self, id: CounterId) -> &mut PackedColumn {
         let index = id.0 as usize;
         let rows = self.times_us.len();
         if self.columns.len() <= index {
-            self.columns.resize(index + 1, vec![MISSING; rows]);
+            // Packed as far as the others (every run full before the last block).
+            let packed = self.summarised_rows / RUN_ROWS * RUN_ROWS;
+            let mut column = PackedColumn::missing(packed);
+            column.set_len(rows);
+            self.columns.resize(index + 1, column);
             let runs = rows.div_ceil(Samples::SUMMARY_ROWS);
             self.maxima.resize(index + 1, vec![0; runs]);
         }
@@ -250,12 +250,15 @@ impl Samples {
     /// Changes a counter's values in place (created, all [`MISSING`], when new) and summarises
     /// the column again: how a test plants a reading.
     pub fn edit_column(&mut self, id: CounterId, edit: impl FnOnce(&mut [u64])) {
-        edit(self.column_entry(id));
+        let column = self.column_entry(id);
+        column.unpack_from(0);
+        edit(column.tail_mut());
+        column.pack();
         let index = id.0 as usize;
-        self.maxima[index] = self.columns[index]
-            .chunks(Samples::SUMMARY_ROWS)
-            .map(lifted_max)
-            .collect();
+        let rows = self.columns[index].len();
+        let mut maxima = vec![0; rows.div_ceil(Samples::SUMMARY_ROWS)];
+        summarise(&self.columns[index], 0, &mut maxima);
+        self.maxima[index] = maxima;
     }
 
     /// A table of some columns of this one (the same rows, the columns in the order given; an
@@ -264,10 +267,10 @@ impl Samples {
         let rows = self.times_us.len();
         let (columns, maxima) = ids
             .iter()
-            .map(|id| match self.column(*id) {
-                Some(column) => (column.to_vec(), self.maxima[id.0 as usize].clone()),
+            .map(|id| match self.columns.get(id.0 as usize) {
+                Some(column) => (column.clone(), self.maxima[id.0 as usize].clone()),
                 None => (
-                    vec![MISSING; rows],
+                    PackedColumn::missing(rows),
                     vec![0; rows.div_ceil(Samples::SUMMARY_ROWS)],
                 ),
             })
@@ -291,9 +294,10 @@ impl Samples {
         self.times_us.reserve(rows);
     }
 
-    /// Creates the column of `id` if it is new and reserves room for `rows` more rows in it.
+    /// Creates the column of `id` if it is new and reserves room for `rows` more rows' runs in
+    /// it (their packed size is known only as they are packed).
     pub(crate) fn reserve_column(&mut self, id: CounterId, rows: usize) {
-        self.column_entry(id).reserve(rows);
+        self.column_entry(id).reserve_runs(rows);
     }
 
     /// Appends `times` as new rows (clamped to be non-decreasing) and returns the first new row.
@@ -310,31 +314,33 @@ impl Samples {
         start
     }
 
-    /// The column of `id`, cut back to `start` rows, ready to receive a block's values.
+    /// The plain end of the column of `id`, cut back to `start` rows, ready to receive a block's
+    /// values (pushed onto it).
     pub fn column_for_block(&mut self, id: CounterId, start: usize) -> &mut Vec<u64> {
         let rows = self.times_us.len();
         let column = self.column_entry(id);
-        column.resize(start, MISSING);
-        reserve_gently(column, rows - start);
-        column
+        column.set_len(start);
+        let tail = column.tail_mut();
+        reserve_gently(tail, rows - start);
+        tail
     }
 
-    /// Pads every column not filled by the block to the new row count and summarises the
-    /// block's rows.
+    /// Pads every column not filled by the block to the new row count, summarises the block's
+    /// rows and packs the runs it filled.
     pub fn end_block(&mut self) {
         let rows = self.times_us.len();
         for column in &mut self.columns {
-            reserve_gently(column, rows.saturating_sub(column.len()));
-            column.resize(rows, MISSING);
+            column.set_len(rows);
         }
         self.summarise_from(self.summarised_rows);
+        self.columns.iter_mut().for_each(PackedColumn::pack);
     }
 
     /// Drops rows from `rows` on (undoes a block that failed to decode).
     pub(crate) fn truncate(&mut self, rows: usize) {
         self.times_us.truncate(rows);
         for column in &mut self.columns {
-            column.truncate(rows);
+            column.set_len(rows.min(column.len()));
         }
         let run = Samples::SUMMARY_ROWS;
         for maxima in &mut self.maxima {
@@ -349,16 +355,11 @@ impl Samples {
     /// and the new rows' largest, later runs are summarised from scratch.
     fn summarise_from(&mut self, from: usize) {
         let run = Samples::SUMMARY_ROWS;
-        let first_run = from / run;
         for (column, maxima) in self.columns.iter().zip(&mut self.maxima) {
-            maxima.truncate(first_run + 1);
-            maxima.resize(first_run + 1, 0);
-            let rows = column.len();
-            let first_end = ((first_run + 1) * run).min(rows);
-            maxima[first_run] =
-                maxima[first_run].max(lifted_max(&column[from.min(first_end)..first_end]));
-            maxima.extend(column[first_end..].chunks(run).map(lifted_max));
-            maxima.truncate(rows.div_ceil(run));
+            maxima.truncate(from / run + 1);
+            maxima.resize(column.len().div_ceil(run).max(from / run + 1), 0);
+            summarise(column, from, maxima);
+            maxima.truncate(column.len().div_ceil(run));
         }
         self.summarised_rows = self.times_us.len();
     }
@@ -367,6 +368,24 @@ impl Samples {
     pub fn cells(&self) -> usize {
         self.times_us.len() * self.columns.len()
     }
+}
+
+/// Raises each run's entry of `maxima` (long enough) to the largest lifted value of `column`'s
+/// rows from `from` on.
+fn summarise(column: &PackedColumn, from: usize, maxima: &mut [u64]) {
+    let run = Samples::SUMMARY_ROWS;
+    column.for_each_chunk(from..column.len(), |start, values| {
+        let mut row = start;
+        // The chunk split where runs end.
+        let mut rest = values;
+        while !rest.is_empty() {
+            let take = (run - row % run).min(rest.len());
+            let index = row / run;
+            maxima[index] = maxima[index].max(lifted_max(&rest[..take]));
+            rest = &rest[take..];
+            row += take;
+        }
+    });
 }
 
 #[cfg(test)]
