@@ -87,20 +87,56 @@ pub struct ClockRow {
 
 /// `metric` along `clock`: one row per position the clock's marks reach, in order.
 pub fn clock_rows(trace: &Trace, metric: MetricKey, clock: Clock) -> Vec<ClockRow> {
+    clock_rows_last(trace, metric, clock, usize::MAX)
+}
+
+/// The last `count` rows of [`clock_rows`] (the highest positions), without making the others:
+/// a live chart of a day's run needs 400 of its 240 000 steps, and all of them as rows would
+/// take 30 MB.
+pub fn clock_rows_last(
+    trace: &Trace,
+    metric: MetricKey,
+    clock: Clock,
+    count: usize,
+) -> Vec<ClockRow> {
+    if count == 0 {
+        return Vec::new();
+    }
     let stages = StageIndex::new(trace);
     let columns = stages.names().len();
     let positions = clock.positions(trace);
-    let values = MarkValues::of_metric(trace, metric);
+    let values = MarkValues::for_metrics(trace, vec![metric]);
+    let values = values.column(0);
+    // The marks that make a row: on the clock, with a value.
+    let counted = || {
+        trace
+            .marks
+            .iter()
+            .zip(values.iter())
+            .enumerate()
+            .filter_map(|(i, (mark, value))| {
+                let at = positions[i];
+                let on_clock = clock.counts(mark.phase) && !(clock == Clock::Forward && at == 0);
+                Some((i, at, value.filter(|_| on_clock)?))
+            })
+    };
+    // The lowest position kept: the `count`-th highest distinct one.
+    let mut lowest = 0;
+    if count != usize::MAX {
+        let mut highest = std::collections::BTreeSet::new();
+        for (_, at, _) in counted() {
+            if highest.len() == count && highest.first().is_some_and(|low| at <= *low) {
+                continue;
+            }
+            if highest.insert(at) && highest.len() > count {
+                highest.pop_first();
+            }
+        }
+        lowest = highest.first().copied().unwrap_or(0);
+    }
     // Positions come in order but for a step number a program counts again (kept sorted).
     let mut rows: Vec<ClockRow> = Vec::new();
-    for (i, mark) in trace.marks.iter().enumerate() {
-        let at = positions[i];
-        if !clock.counts(mark.phase) || (clock == Clock::Forward && at == 0) {
-            continue;
-        }
-        let Some(value) = values[i] else {
-            continue;
-        };
+    for (i, at, value) in counted().filter(|(_, at, _)| *at >= lowest) {
         let row = match rows.binary_search_by_key(&at, |r| r.at) {
             Ok(row) => row,
             Err(row) => {
@@ -157,6 +193,22 @@ mod tests {
                 10 * GIB
             );
         }
+        // The last rows alone are the same rows, also when the step count starts again.
+        for count in [1, 7, 60, 61] {
+            let last = clock_rows_last(&trace, allocated, Clock::Step, count);
+            assert_eq!(last, steps[steps.len().saturating_sub(count)..], "{count}");
+        }
+        let mut again = trace.clone();
+        let half = again.marks.len() / 2;
+        for m in &mut again.marks[half..] {
+            m.step -= 30;
+        }
+        let all = clock_rows(&again, allocated, Clock::Step);
+        assert_eq!(all.len(), 30);
+        assert_eq!(
+            clock_rows_last(&again, allocated, Clock::Step, 5),
+            all[25..]
+        );
         // A run that never trains counts its forwards from 1.
         for m in &mut trace.marks {
             m.phase = Phase::Eval;
@@ -166,5 +218,11 @@ mod tests {
         assert_eq!(forwards.len(), 60);
         assert_eq!(forwards[0].at, 1);
         assert!(clock_rows(&trace, allocated, Clock::Step).is_empty());
+        // The last rows alone are the same rows.
+        let all = clock_rows(&trace, allocated, Clock::Forward);
+        for count in [0, 1, 7, 60, 61] {
+            let last = clock_rows_last(&trace, allocated, Clock::Forward, count);
+            assert_eq!(last, all[all.len().saturating_sub(count)..], "{count}");
+        }
     }
 }

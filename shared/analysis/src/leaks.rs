@@ -262,7 +262,6 @@ pub fn leak_fits(
         .into_iter()
         .filter_map(|m| values.index_of(m).map(|i| (m, i)))
         .collect();
-    let stage_count = stages.names().len();
     let clock = Clock::of(trace);
     // Non-training marks before each mark: two training points with a different count between
     // them have an eval (or another phase) between them. A run that never trains has none.
@@ -278,8 +277,13 @@ pub fn leak_fits(
     let position = clock.positions(trace);
     let (gpu_oom, host_oom) = died_of_oom(trace);
     let workers = crate::workers::growing_workers(trace);
+    // The marks, stage by stage (each in mark order).
+    let stage_of = |mark: u32| stages.of_mark(mark as usize);
+    let by_stage = stages.marks_by_stage();
+    let mut points: Vec<Point> = Vec::new();
     let mut out = Vec::new();
     for &(metric, index) in &metrics {
+        let column = values.column(index);
         let limit = limit_of(trace, metric);
         let host = metric.is_host();
         let context = FitContext {
@@ -302,32 +306,30 @@ pub fn leak_fits(
             kept_an_epoch_bytes: kept_an_epoch_bytes(trace),
             workers: &workers,
         };
-        // One pass over the marks sorts the points into their stages.
-        let mut per_stage: Vec<Vec<Point>> = vec![Vec::new(); stage_count];
-        for (i, (mark, value)) in trace
-            .marks
-            .iter()
-            .zip(values.column(index).iter())
-            .enumerate()
-        {
-            if let Some(value) = value
-                && (clock == Clock::Forward || is_train(mark.phase))
-            {
-                per_stage[stages.of_mark(i)].push(Point {
+        // A stage's points at a time: all of a day's marks as points would take 48 MB.
+        for stage_marks in by_stage.chunk_by(|a, b| stage_of(*a) == stage_of(*b)) {
+            let stage = stage_of(stage_marks[0]);
+            points.clear();
+            points.extend(stage_marks.iter().filter_map(|&i| {
+                let i = i as usize;
+                let mark = &trace.marks[i];
+                let value = column.get(i)?;
+                (clock == Clock::Forward || is_train(mark.phase)).then_some(Point {
                     mark: i,
                     step: position[i],
                     value,
                     t_us: mark.t_us,
                     epoch: mark.epoch,
-                });
+                })
+            }));
+            if points.is_empty() {
+                continue;
             }
-        }
-        for (stage, points) in per_stage.iter().enumerate() {
             let name = &stages.names()[stage];
-            if let Some(mut fit) = fit_stage(trace, values, name, index, points, &context) {
+            if let Some(mut fit) = fit_stage(trace, values, name, index, &points, &context) {
                 fit.clock = clock;
                 let by_epoch = (clock == Clock::Step && !fit.is_leak)
-                    .then(|| fit_epochs(trace, values, name, index, points, &context))
+                    .then(|| fit_epochs(trace, values, name, index, &points, &context))
                     .flatten();
                 out.push((stage, fit));
                 out.extend(by_epoch.map(|f| (stage, f)));

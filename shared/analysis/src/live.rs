@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use crate::Analysis;
-use crate::clocks::{Clock, clock_rows};
+use crate::clocks::{Clock, clock_rows_last};
 use crate::finding::Severity;
 use crate::leaks::{limit_of, limit_with_host};
 use crate::metrics::{MetricKey, host_in_use};
@@ -207,12 +207,11 @@ pub fn analysed(state: LiveState, trace: &Trace, analysis: &Analysis) -> LiveSta
             .map(|(_, k)| (k, Clock::of(trace))),
     };
     let chart = charted.map(|(metric, clock)| {
-        let rows = clock_rows(trace, metric, clock);
-        let from = rows.len().saturating_sub(CHART_POINTS);
+        let rows = clock_rows_last(trace, metric, clock, CHART_POINTS);
         LiveChart {
             metric: metric.label(),
             per: clock.unit(),
-            points: rows[from..]
+            points: rows
                 .iter()
                 .filter_map(|r| Some((r.at, r.values.iter().flatten().max().copied()?)))
                 .collect(),

@@ -352,6 +352,9 @@ fn first_row_after(times: &[u64], from: usize, t: u64) -> usize {
     lo + times[lo..hi].partition_point(|x| *x <= t)
 }
 
+/// Marks [`MarkValues::for_metrics`] finds the rows of before reading the counters at them.
+const MARK_BATCH: usize = 1 << 14;
+
 /// Every metric evaluated at every mark, computed once and shared by the analyses: the
 /// allocator's quantity the mark carries, or the counter's latest reading at or before the mark
 /// (looking back at most [`oomscope_format::Samples::MAX_LOOKBACK_ROWS`] rows) — unless a
@@ -397,54 +400,54 @@ impl MarkValues {
         let needs_rows = keys.iter().any(|&key| {
             matches!(key, MetricKey::Counter { .. }) && counter_of(trace, key).is_some()
         });
-        let rows: Vec<MarkRow> = if needs_rows {
-            rows_at_marks(trace).collect()
-        } else {
-            Vec::new()
-        };
-        // One column at a time, packed once made: a day's marks are a million.
-        let columns = keys
-            .iter()
-            .map(|&key| {
-                let values: Vec<u64> = match key {
+        // Marks a batch at a time, each column packed as it grows: a day's million marks' rows
+        // and plain values would take 48 MB for each metric.
+        let mut rows = needs_rows.then(|| rows_at_marks(trace));
+        let mut batch: Vec<MarkRow> = Vec::new();
+        let mut columns: Vec<PackedColumn> = keys.iter().map(|_| PackedColumn::default()).collect();
+        for start in (0..trace.marks.len()).step_by(MARK_BATCH) {
+            let marks = &trace.marks[start..trace.marks.len().min(start + MARK_BATCH)];
+            batch.clear();
+            if let Some(rows) = rows.as_mut() {
+                batch.extend(rows.by_ref().take(marks.len()));
+            }
+            for (&key, column) in keys.iter().zip(&mut columns) {
+                match key {
                     MetricKey::Counter { .. } => match counter_of(trace, key) {
-                        Some(id) => rows
-                            .iter()
-                            .map(|mark| {
-                                let Some((row, row_t_us)) = mark.row else {
-                                    return MISSING;
-                                };
-                                let phase_since_us = mark.phase_since_us;
-                                // The row's own time is known from the search; an older
-                                // reading's is read.
-                                let read_after = |read: usize| {
-                                    phase_since_us == 0
-                                        || (if read == row { row_t_us } else { times[read] })
-                                            >= phase_since_us
-                                };
+                        Some(id) => batch.iter().for_each(|mark| {
+                            let Some((row, row_t_us)) = mark.row else {
+                                return column.push(MISSING);
+                            };
+                            let phase_since_us = mark.phase_since_us;
+                            // The row's own time is known from the search; an older reading's
+                            // is read.
+                            let read_after = |read: usize| {
+                                phase_since_us == 0
+                                    || (if read == row { row_t_us } else { times[read] })
+                                        >= phase_since_us
+                            };
+                            column.push(
                                 trace
                                     .samples
                                     .reading_at_row(id, row)
                                     .and_then(|(read, value)| read_after(read).then_some(value))
-                                    .unwrap_or(MISSING)
-                            })
-                            .collect(),
-                        None => vec![MISSING; trace.marks.len()],
+                                    .unwrap_or(MISSING),
+                            );
+                        }),
+                        None => marks.iter().for_each(|_| column.push(MISSING)),
                     },
-                    MetricKey::Allocator(_) => trace
-                        .marks
-                        .iter()
-                        .map(|m| {
+                    MetricKey::Allocator(_) => marks.iter().for_each(|m| {
+                        column.push(
                             m.allocator
                                 .as_ref()
                                 .and_then(|a| key.at_mark(a))
-                                .unwrap_or(MISSING)
-                        })
-                        .collect(),
-                };
-                PackedColumn::from_values(values)
-            })
-            .collect();
+                                .unwrap_or(MISSING),
+                        );
+                    }),
+                }
+            }
+        }
+        columns.iter_mut().for_each(PackedColumn::shrink_to_fit);
         MarkValues {
             keys,
             columns,

@@ -102,60 +102,66 @@ pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAl
     let process = MetricKey::of_counter(trace, counter_with_data(trace, CounterKind::ProcessGpu)?);
     let reserved = reserved_metric(trace)?;
     let (p, r) = (values.index_of(process)?, values.index_of(reserved)?);
-    // (mark index, process, reserved) where both are known.
-    let indexed: Vec<(usize, u64, u64)> = values
-        .column(p)
-        .iter()
-        .zip(values.column(r).iter())
-        .enumerate()
-        .filter_map(|(i, (p, r))| p.zip(r).map(|(p, r)| (i, p, r)))
-        .filter(|(_, process, reserved)| process >= reserved)
-        .collect();
-    if indexed.is_empty() {
+    // (mark index, process, reserved) where both are known, read again for each median rather
+    // than kept: a day's marks would hold three copies of them at once (90 MB of 1.2 M marks).
+    let both = || {
+        values
+            .column(p)
+            .iter()
+            .zip(values.column(r).iter())
+            .enumerate()
+            .filter_map(|(i, (p, r))| p.zip(r).map(|(p, r)| (i, p, r)))
+            .filter(|(_, process, reserved)| process >= reserved)
+    };
+    let mut marks = 0;
+    let mut first_step = u64::MAX;
+    let mut max_bytes = i64::MIN;
+    let mut previous: Option<(usize, u64)> = None;
+    // (from, to, rise), the largest, the earliest among equals.
+    let mut rise: Option<(usize, usize, u64)> = None;
+    let mut scratch: Vec<f64> = Vec::new();
+    for (i, process, reserved) in both() {
+        marks += 1;
+        first_step = first_step.min(trace.marks[i].step);
+        max_bytes = max_bytes.max(signed_delta(process, reserved));
+        scratch.push(signed_delta(process, reserved) as f64);
+        let outside = process - reserved;
+        if let Some((from, before)) = previous {
+            let bytes = outside.saturating_sub(before);
+            if bytes >= OUTSIDE_RISE_MIN_BYTES && rise.is_none_or(|(_, _, most)| bytes > most) {
+                rise = Some((from, i, bytes));
+            }
+        }
+        previous = Some((i, outside));
+    }
+    if marks == 0 {
         return None;
     }
-    let pairs: Vec<(u64, u64)> = indexed.iter().map(|(_, p, r)| (*p, *r)).collect();
-    let first_step = indexed
-        .iter()
-        .map(|(i, _, _)| trace.marks[*i].step)
-        .min()
-        .unwrap_or(0);
-    let largest_rise = indexed
-        .windows(2)
-        .map(|w| {
-            let outside = |(_, p, r): (usize, u64, u64)| p - r;
-            (w[0].0, w[1].0, outside(w[1]).saturating_sub(outside(w[0])))
-        })
-        .filter(|(_, _, rise)| *rise >= OUTSIDE_RISE_MIN_BYTES)
-        .max_by_key(|(_, to, rise)| (*rise, std::cmp::Reverse(*to)))
-        .map(|(from, to, bytes)| {
-            let (a, b) = (&trace.marks[from], &trace.marks[to]);
-            OutsideRise {
-                bytes,
-                from_stage: a.name.to_string(),
-                from_step: a.step,
-                to_stage: b.name.to_string(),
-                to_step: b.step,
-                first_step: b.step == first_step,
-            }
-        });
-    let mut diffs: Vec<f64> = pairs
-        .iter()
-        .map(|(p, r)| signed_delta(*p, *r) as f64)
-        .collect();
-    let max_bytes = pairs.iter().map(|(p, r)| signed_delta(*p, *r)).max()?;
-    let median_of = |f: fn(&(u64, u64)) -> u64| {
-        let mut v: Vec<f64> = pairs.iter().map(|x| f(x) as f64).collect();
-        median(&mut v) as u64
+    let largest_rise = rise.map(|(from, to, bytes)| {
+        let (a, b) = (&trace.marks[from], &trace.marks[to]);
+        OutsideRise {
+            bytes,
+            from_stage: a.name.to_string(),
+            from_step: a.step,
+            to_stage: b.name.to_string(),
+            to_step: b.step,
+            first_step: b.step == first_step,
+        }
+    });
+    let median_bytes = median(&mut scratch) as i64;
+    let mut median_of = |f: fn((usize, u64, u64)) -> u64| {
+        scratch.clear();
+        scratch.extend(both().map(|x| f(x) as f64));
+        median(&mut scratch) as u64
     };
     Some(OutsideAllocator {
         process_metric: values.key(p),
         reserved_metric: values.key(r),
-        marks: pairs.len(),
-        median_bytes: median(&mut diffs) as i64,
+        marks,
+        median_bytes,
         max_bytes,
-        median_process_bytes: median_of(|x| x.0),
-        median_reserved_bytes: median_of(|x| x.1),
+        median_process_bytes: median_of(|x| x.1),
+        median_reserved_bytes: median_of(|x| x.2),
         largest_rise,
     })
 }

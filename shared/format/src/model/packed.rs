@@ -99,6 +99,25 @@ impl PackedColumn {
         column
     }
 
+    /// Appends `value` ([`MISSING`] for an absent one), packing the tail once it is a full run:
+    /// a column built row by row never holds more than a run plain.
+    pub fn push(&mut self, value: u64) {
+        if self.tail.capacity() == 0 {
+            self.tail.reserve_exact(RUN_ROWS);
+        }
+        self.tail.push(value);
+        if self.tail.len() == RUN_ROWS {
+            self.pack();
+        }
+    }
+
+    /// Gives back what the column reserved beyond its rows.
+    pub fn shrink_to_fit(&mut self) {
+        self.tail.shrink_to_fit();
+        self.words.shrink_to_fit();
+        self.runs.shrink_to_fit();
+    }
+
     /// The column, to read.
     pub fn view(&self) -> Column<'_> {
         Column(self)
@@ -532,6 +551,12 @@ mod tests {
             column.pack();
             prop_assert_eq!(read(&column), values.clone());
             prop_assert!(column == packed(&values));
+            // Built a row at a time, as the marks' values are.
+            let mut pushed = PackedColumn::default();
+            values.iter().for_each(|v| pushed.push(*v));
+            pushed.shrink_to_fit();
+            prop_assert_eq!(pushed.packed_rows(), rows / RUN_ROWS * RUN_ROWS);
+            prop_assert_eq!(read(&pushed), values.clone());
         }
     }
 
