@@ -754,8 +754,8 @@ pub fn sample_chunks<'a>(
 
 fn marks(trace: &Trace, id: &str) -> Table {
     let mut t = Table::new(&MARKS);
-    for m in &trace.marks {
-        let s = m.allocator.map(|s| s.values());
+    for (m, stats) in trace.marks.iter().zip(trace.marks.allocator_iter()) {
+        let s = stats.map(|s| s.values());
         let f = |i: usize| opt_int(s.map(|s| s[i]));
         t.push([
             text(id),

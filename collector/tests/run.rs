@@ -1212,7 +1212,7 @@ oom.mark("post_forward", step=5, phase="train")
     );
     let t = record_python(&s, &child);
     assert_eq!(t.marks.len(), 1);
-    let snapshot = t.marks[0].allocator.expect("allocator statistics attached");
+    let snapshot = t.marks.allocator(0).expect("allocator statistics attached");
     assert_eq!(snapshot.allocated_bytes, 9_000_000_000);
     assert_eq!(snapshot.reserved_bytes, 12_000_000_000);
     assert_eq!(snapshot.active_bytes, 9_100_000_000);

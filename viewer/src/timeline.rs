@@ -369,7 +369,7 @@ fn legend(trace: &Trace, d: &Drawing) -> impl IntoView + use<> {
             .into_any(),
         );
     }
-    if trace.marks.iter().any(|m| m.allocator.is_some()) {
+    if trace.marks.has_allocator() {
         items.push(
             swatch(
                 "rgba(128,128,128,0.8)".to_owned(),
@@ -637,9 +637,17 @@ fn draw_envelope(
 fn allocated_buckets(trace: &Trace, w: Window, buckets: usize) -> Vec<Bucket> {
     let start = trace.marks.partition_point(|m| m.t_us < w.t0_us);
     let end = trace.marks.partition_point(|m| m.t_us <= w.t1_us);
+    let Some(column) = trace
+        .marks
+        .allocator_column(oomscope_format::AllocatorQuantity::Allocated)
+    else {
+        return Vec::new();
+    };
     let allocated = trace.marks[start..end]
         .iter()
-        .filter_map(|m| Some((m.t_us, m.allocator?.allocated_bytes)));
+        .zip(column.range(start..end))
+        .filter(|(_, bytes)| *bytes != oomscope_format::MISSING)
+        .map(|(m, bytes)| (m.t_us, bytes));
     decimate_points(allocated, w.t0_us, w.t1_us, buckets)
 }
 

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use oomscope_format::{AllocatorStats, MISSING, Phase, StageMark, Trace};
+use oomscope_format::{AllocatorStats, MISSING, Mark, Phase, Trace};
 
 /// CSV with one row per sample and one per mark, in time order.
 ///
@@ -46,7 +46,7 @@ pub fn to_csv(trace: &Trace) -> String {
     let times = trace.samples.times_us();
     let (mut row, mut mark) = (0usize, 0usize);
     // The stage active at a sample: the latest mark at or before it.
-    let mut active: Option<&StageMark> = None;
+    let mut active: Option<&Mark> = None;
     while row < times.len() || mark < trace.marks.len() {
         let take_mark = mark < trace.marks.len()
             && (row >= times.len() || trace.marks[mark].t_us <= times[row]);
@@ -73,7 +73,7 @@ pub fn to_csv(trace: &Trace) -> String {
             for t in &totals {
                 let _ = write!(out, ",{t}");
             }
-            match &m.allocator {
+            match trace.marks.allocator(mark) {
                 Some(s) => {
                     for v in s.values() {
                         let _ = write!(out, ",{v}");
@@ -177,8 +177,8 @@ pub fn to_chrome_json(trace: &Trace) -> String {
             last = now;
         }
     }
-    for m in &trace.marks {
-        if let Some(s) = &m.allocator {
+    for (m, stats) in trace.marks.iter().zip(trace.marks.allocator_iter()) {
+        if let Some(s) = &stats {
             events.push(
                 json!({"ph": "C", "name": "allocator (bytes)", "pid": pid, "ts": m.t_us,
                 "args": {"allocated": s.allocated_bytes, "reserved": s.reserved_bytes}}),
@@ -250,7 +250,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             allocated.parse::<u64>().unwrap(),
-            t.marks[0].allocator.unwrap().allocated_bytes
+            t.marks.allocator(0).unwrap().allocated_bytes
         );
         let used = t.counter(CounterKind::GpuUsed, Some(0)).unwrap();
         let sample = lines.iter().find(|l| l.contains(",sample,")).unwrap();

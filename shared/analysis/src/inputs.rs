@@ -287,13 +287,13 @@ mod tests {
             }
         }
         // The activations at post_forward grow with the step's tokens.
-        for m in &mut trace.marks {
+        trace.marks.edit(|m| {
             if m.name.as_ref() == "post_forward"
                 && let Some(s) = m.allocator.as_mut()
             {
                 s.allocated_bytes += tokens(m.step).saturating_sub(512) * per_token;
             }
-        }
+        });
         trace
     }
 
@@ -334,29 +334,29 @@ mod tests {
         let mut trace = variable_run(36);
         let peak_36 = trace
             .marks
-            .iter()
+            .iter_recorded()
             .filter(|m| m.step == 36)
             .filter_map(|m| m.allocator.map(|s| s.allocated_bytes))
             .max()
             .unwrap();
-        for m in &mut trace.marks {
+        trace.marks.edit(|m| {
             if (37..=38).contains(&m.step)
                 && let Some(s) = m.allocator.as_mut()
             {
                 s.allocated_bytes = peak_36 + 4096;
             }
-        }
+        });
         let p = input_peak(&trace, &MarkValues::new(&trace)).expect("the long step's peak");
         assert_eq!((p.step, p.elements), (36, 4096));
         assert_eq!(p.peak_bytes, peak_36);
         // A step that rose on its own (memory fell back in between) is not the long step's.
-        for m in &mut trace.marks {
+        trace.marks.edit(|m| {
             if m.step == 37
                 && let Some(s) = m.allocator.as_mut()
             {
                 s.allocated_bytes = 0;
             }
-        }
+        });
         assert!(input_peak(&trace, &MarkValues::new(&trace)).is_none());
     }
 

@@ -1246,14 +1246,14 @@ mod tests {
             ..Run::default()
         }
         .build();
-        for (i, mark) in trace.marks.iter_mut().enumerate() {
+        trace.marks.edit_indexed(|i, mark| {
             let extra = warmup * mark.step.min(warm_steps) + if i % 2 == 0 { noise } else { 0 };
             if let Some(s) = mark.allocator.as_mut() {
                 s.allocated_bytes += extra;
                 s.peak_allocated_bytes += extra;
                 s.reserved_bytes += extra;
             }
-        }
+        });
         trace
     }
 
@@ -1348,14 +1348,14 @@ mod tests {
             ..Run::default()
         }
         .build();
-        for mark in &mut trace.marks {
+        trace.marks.edit(|mark| {
             let saves = mark.step / 10;
             mark.t_us += saves * 5_000_000;
             if let Some(s) = mark.allocator.as_mut() {
                 s.allocated_bytes += saves * 300 * MIB;
                 s.peak_allocated_bytes += saves * 300 * MIB;
             }
-        }
+        });
         let values = MarkValues::new(&trace);
         let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
         let post_opt = fits

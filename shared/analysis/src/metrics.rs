@@ -144,7 +144,7 @@ impl Serialize for MetricKey {
 
 /// True when at least one stage mark carries the allocator's statistics.
 pub fn has_allocator_stats(trace: &Trace) -> bool {
-    trace.marks.iter().any(|m| m.allocator.is_some())
+    trace.marks.has_allocator()
 }
 
 /// The counter a counter metric reads in `trace`: the first of its kind on its device with data
@@ -404,7 +404,15 @@ impl MarkValues {
         // and plain values would take 48 MB for each metric.
         let mut rows = needs_rows.then(|| rows_at_marks(trace));
         let mut batch: Vec<MarkRow> = Vec::new();
-        let mut columns: Vec<PackedColumn> = keys.iter().map(|_| PackedColumn::default()).collect();
+        // An allocator quantity is the marks' own column.
+        let kept = |key: MetricKey| match key {
+            MetricKey::Allocator(q) => trace.marks.allocator_column(q),
+            MetricKey::Counter { .. } => None,
+        };
+        let mut columns: Vec<PackedColumn> = keys
+            .iter()
+            .map(|&key| kept(key).map_or_else(PackedColumn::default, Column::to_packed))
+            .collect();
         for start in (0..trace.marks.len()).step_by(MARK_BATCH) {
             let marks = &trace.marks[start..trace.marks.len().min(start + MARK_BATCH)];
             batch.clear();
@@ -436,14 +444,8 @@ impl MarkValues {
                         }),
                         None => marks.iter().for_each(|_| column.push(MISSING)),
                     },
-                    MetricKey::Allocator(_) => marks.iter().for_each(|m| {
-                        column.push(
-                            m.allocator
-                                .as_ref()
-                                .and_then(|a| key.at_mark(a))
-                                .unwrap_or(MISSING),
-                        );
-                    }),
+                    MetricKey::Allocator(_) if kept(key).is_some() => {}
+                    MetricKey::Allocator(_) => marks.iter().for_each(|_| column.push(MISSING)),
                 }
             }
         }
@@ -677,10 +679,14 @@ mod tests {
     #[test]
     fn allocator_stats_at_marks_make_allocated_primary() {
         let (mut trace, _, _, _) = trace_with_counters();
-        trace.marks[0].allocator = Some(AllocatorStats {
-            allocated_bytes: 3,
-            reserved_bytes: 4,
-            ..AllocatorStats::default()
+        trace.marks.edit_indexed(|i, m| {
+            if i == 0 {
+                m.allocator = Some(AllocatorStats {
+                    allocated_bytes: 3,
+                    reserved_bytes: 4,
+                    ..AllocatorStats::default()
+                });
+            }
         });
         let metrics = metrics_at_marks(&trace);
         assert_eq!(metrics[..6], MetricKey::AT_MARKS);
@@ -704,7 +710,7 @@ mod tests {
     fn value_at_mark(trace: &Trace, i: usize, metric: MetricKey) -> Option<u64> {
         let mark = &trace.marks[i];
         let MetricKey::Counter { .. } = metric else {
-            return metric.at_mark(mark.allocator.as_ref()?);
+            return metric.at_mark(&trace.marks.allocator(i)?);
         };
         let training = crate::marks::is_train(mark.phase);
         let run_start = trace.marks[..i]

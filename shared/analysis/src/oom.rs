@@ -193,13 +193,12 @@ fn context_at(
     device: Option<u32>,
 ) -> OomContext {
     let stage = StageAt::at(trace, t_us);
-    let stats_mark = mark_at_or_before(trace, t_us).and_then(|last| {
-        trace.marks[..=last]
-            .iter()
+    let stats_at = mark_at_or_before(trace, t_us).and_then(|last| {
+        (0..=last)
             .rev()
-            .find(|m| m.allocator.is_some())
+            .find_map(|i| Some((&trace.marks[i], trace.marks.allocator(i)?)))
     });
-    let stats = stats_mark.and_then(|m| m.allocator);
+    let (stats_mark, stats) = (stats_at.map(|(m, _)| m), stats_at.map(|(_, s)| s));
     let sampled = |kind: CounterKind, device: Option<u32>| -> Option<u64> {
         let id: CounterId = match device {
             Some(d) => trace.counter(kind, Some(d)),

@@ -286,7 +286,7 @@ fn place_of(trace: &Trace, t_us: u64) -> (Option<StageAt>, Option<OutsideMarks>)
 /// interval before it), or, in a loop whose marks were thinned (one iteration in several), the
 /// steps it ran past its last mark (the hooks said at exit which step it reached; they lasted
 /// about that many iterations, never past the program's end).
-fn unmarked_loop_end_us(trace: &Trace, last: &oomscope_format::StageMark) -> u64 {
+fn unmarked_loop_end_us(trace: &Trace, last: &oomscope_format::Mark) -> u64 {
     let last_us = last.t_us.saturating_add(trace.metadata.sample_interval_us);
     let Some(sampled) = crate::marks::marks_sampled(trace) else {
         return last_us;

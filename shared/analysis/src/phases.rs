@@ -413,11 +413,11 @@ mod tests {
             ..Run::default()
         };
         let lift = |trace: &mut Trace, steps: std::ops::RangeInclusive<u64>| {
-            for m in trace.marks.iter_mut() {
+            trace.marks.edit(|m| {
                 if steps.contains(&m.step) && is_train(m.phase) {
                     m.allocator.as_mut().unwrap().allocated_bytes += 2 * GIB;
                 }
-            }
+            });
         };
         let peak_of = |trace: &Trace| {
             let values = MarkValues::new(trace);
@@ -465,11 +465,13 @@ mod tests {
         let mut trace = run.build();
         // The first eval's 2 GiB stays until step 13 only: what the C allocator handed back
         // once training's frees reached its top, not what the program kept.
-        for m in trace.marks.iter_mut().filter(|m| m.step >= 13) {
-            if let Some(s) = m.allocator.as_mut() {
+        trace.marks.edit(|m| {
+            if m.step >= 13
+                && let Some(s) = m.allocator.as_mut()
+            {
                 s.allocated_bytes -= 2 * GIB;
             }
-        }
+        });
         let t = phase_transitions(&trace, &MarkValues::new(&trace));
         assert_eq!(t[0].after_step, Some(13));
         assert_eq!(t[0].retained_bytes, Some(0));
@@ -495,11 +497,11 @@ mod tests {
             .iter()
             .rposition(|m| m.step == 9 && m.name.as_ref() == "post_optimizer_step")
             .unwrap();
-        trace.marks[last]
-            .allocator
-            .as_mut()
-            .unwrap()
-            .allocated_bytes += GIB;
+        trace.marks.edit_indexed(|i, m| {
+            if i == last {
+                m.allocator.as_mut().unwrap().allocated_bytes += GIB;
+            }
+        });
         let t = phase_transitions(&trace, &MarkValues::new(&trace));
         assert_eq!(t[0].before_bytes, Some(17 * GIB));
         assert_eq!(t[0].floor_before_bytes, Some(16 * GIB));

@@ -118,8 +118,13 @@ pub fn pressure(trace: &Trace) -> Option<PressureReport> {
     let mut retries: Option<u64> = None;
     let mut ooms: Option<u64> = None;
     let mut first_retry = None;
-    for (i, mark) in trace.marks.iter().enumerate() {
-        let Some(s) = &mark.allocator else {
+    for (i, (mark, stats)) in trace
+        .marks
+        .iter()
+        .zip(trace.marks.allocator_iter())
+        .enumerate()
+    {
+        let Some(s) = &stats else {
             continue;
         };
         from_marks = true;

@@ -4,7 +4,7 @@
 //! runs on a view as on any trace, so a rank's stage table, leaks and findings are the same words
 //! as a single run's.
 
-use oomscope_format::{Counter, CounterId, CounterKind, ProcessRole, StageMark, Trace};
+use oomscope_format::{Counter, CounterId, CounterKind, Marks, ProcessRole, Trace};
 use serde::Serialize;
 
 /// One rank of a trace.
@@ -131,12 +131,7 @@ pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
         metadata,
         counters: keep.into_iter().map(|(_, c)| c).collect(),
         samples: trace.samples.select(&ids),
-        marks: trace
-            .marks
-            .iter()
-            .filter(|m| mine(m.pid, m.rank))
-            .cloned()
-            .collect(),
+        marks: trace.marks.filter(|m| mine(m.pid, m.rank)),
         ooms: trace
             .ooms
             .iter()
@@ -173,17 +168,10 @@ pub fn rank_view(trace: &Trace, rank: &RankProcess) -> Trace {
 /// The marks the whole-run analysis reads when a trace holds several ranks: the lowest rank's
 /// and those without a sender (one process's stages; each rank's are in
 /// [`RankSummary::stage_table`]).
-pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Vec<StageMark>> {
+pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Marks> {
     let lowest = ranks.first()?;
-    Some(
-        trace
-            .marks
-            .iter()
-            .filter(|m| {
-                m.rank == Some(lowest.rank)
-                    || (m.rank.is_none() && (m.pid.is_none() || m.pid == lowest.pid))
-            })
-            .cloned()
-            .collect(),
-    )
+    Some(trace.marks.filter(|m| {
+        m.rank == Some(lowest.rank)
+            || (m.rank.is_none() && (m.pid.is_none() || m.pid == lowest.pid))
+    }))
 }

@@ -358,11 +358,8 @@ fn summarize_view(
     };
     let allocated = view
         .marks
-        .iter()
-        .filter_map(|m| {
-            m.allocator
-                .map(|s| s.peak_allocated_bytes.max(s.allocated_bytes))
-        })
+        .allocator_iter()
+        .filter_map(|s| s.map(|s| s.peak_allocated_bytes.max(s.allocated_bytes)))
         .max();
     let oom = view.ooms.iter().min_by_key(|o| o.t_us).map(|o| RankOom {
         t_us: o.t_us + offset_us,

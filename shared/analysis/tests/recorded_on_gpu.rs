@@ -106,14 +106,14 @@ fn allocator_snapshots_equal_what_pytorch_reported() {
     // in 512-byte blocks (torch.cuda.memory_stats() said the same at every mark).
     let t = trace("h100_torch_loop.oomt");
     assert_eq!(t.marks.len(), 49);
-    let first = t.marks[0].allocator.unwrap();
+    let first = t.marks.allocator(0).unwrap();
     assert_eq!(t.marks[0].name.as_ref(), "model_ready");
     assert_eq!(first.allocated_bytes, 33_574_912);
     let gpt = trace("h100_gpt.oomt");
     assert_eq!(gpt.marks.len(), 109);
-    assert_eq!(gpt.marks[0].allocator.unwrap().allocated_bytes, 3_725_312);
-    assert!(gpt.marks.iter().all(|m| {
-        let s = m.allocator.unwrap();
+    assert_eq!(gpt.marks.allocator(0).unwrap().allocated_bytes, 3_725_312);
+    assert!(gpt.marks.allocator_iter().all(|s| {
+        let s = s.unwrap();
         s.allocated_bytes <= s.peak_allocated_bytes && s.allocated_bytes <= s.reserved_bytes
     }));
     // Gradient summaries of every step, recorded asynchronously with their own step.

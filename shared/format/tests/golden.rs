@@ -46,7 +46,7 @@ fn v1_0_instrumented() {
     // 30 training steps × 5 stages, plus 2 evaluations × 2 steps × 2 stages.
     assert_eq!(t.marks.len(), 30 * 5 + 2 * 2 * 2);
     assert_eq!(t.marks.iter().filter(|m| m.phase == Phase::Eval).count(), 8);
-    assert!(t.marks.iter().all(|m| m.allocator.is_some()));
+    assert!((0..t.marks.len()).all(|i| t.marks.allocator(i).is_some()));
     assert_eq!(t.marks[1].name.as_ref(), "post_forward");
     // 34 steps of 100 ms sampled every 20 ms, after a batch search of 9 trials (1…256) × 100 ms;
     // sample times carry up to ±40 µs of jitter.
@@ -73,7 +73,7 @@ fn v1_0_oom() {
     let decoded = decode(&read("v1_0_oom.oomt")).unwrap();
     assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
     let t = decoded.trace;
-    assert!(t.marks.iter().all(|m| m.allocator.is_none()));
+    assert!((0..t.marks.len()).all(|i| t.marks.allocator(i).is_none()));
     assert_eq!(t.ooms.len(), 1);
     let oom = &t.ooms[0];
     assert_eq!(oom.source, OomSource::Stderr);

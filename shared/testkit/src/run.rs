@@ -371,11 +371,11 @@ pub fn add_outside_allocator(trace: &mut Trace, from_mark: usize, bytes: u64) {
 /// and its allocated and reserved bytes gain `bytes` for each epoch before it (a copy kept at
 /// every epoch's end, flat within epochs).
 pub fn keep_at_epoch_ends(trace: &mut Trace, steps_per_epoch: u64, bytes: u64) {
-    for m in &mut trace.marks {
+    trace.marks.edit(|m| {
         m.epoch = (m.step / steps_per_epoch) as u32;
         if let Some(a) = m.allocator.as_mut() {
             a.allocated_bytes += u64::from(m.epoch) * bytes;
             a.reserved_bytes += u64::from(m.epoch) * bytes;
         }
-    }
+    });
 }

@@ -487,9 +487,7 @@ impl State {
         super::legacy::upgrade(&mut self.trace);
         // The analysis relies on marks in time order. A recorder writes them so; a file that
         // does not (marks sent from several threads, or a hand-made file) is put in order here.
-        if !self.trace.marks.is_sorted_by_key(|m| m.t_us) {
-            self.trace.marks.sort_by_key(|m| m.t_us);
-        }
+        self.trace.marks.sort_by_time();
         if !self.saw_metadata {
             self.warn(
                 HEADER_LEN,

@@ -12,10 +12,12 @@ use serde::Serialize;
 
 mod growth;
 mod hooks;
+mod marks;
 mod name;
 mod packed;
 mod samples;
 
+pub use marks::{AllocatorQuantity, AllocatorStats, Mark, Marks, Phase, StageMark};
 pub use name::Name;
 pub use packed::{Column, ColumnIter, MISSING, PackedColumn};
 pub use samples::{CounterId, Samples};
@@ -254,242 +256,6 @@ pub struct Counter {
     /// The one process a per-process counter measures ([`CounterKind::PidRss`],
     /// [`CounterKind::PidGpu`]); `None` for the others. Format v1.5.
     pub pid: Option<u32>,
-}
-
-/// Training or evaluation: marks carry the phase so analysis can see eval's effect on memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// The program did not say.
-    #[default]
-    Unknown,
-    /// Training steps.
-    Train,
-    /// Evaluation / validation.
-    Eval,
-}
-
-impl Phase {
-    /// The code written to the trace.
-    pub fn code(self) -> u8 {
-        match self {
-            Phase::Unknown => 0,
-            Phase::Train => 1,
-            Phase::Eval => 2,
-        }
-    }
-
-    /// The phase for a code; unknown codes read as [`Phase::Unknown`].
-    pub fn from_code(code: u8) -> Phase {
-        match code {
-            1 => Phase::Train,
-            2 => Phase::Eval,
-            _ => Phase::Unknown,
-        }
-    }
-
-    /// `train`, `eval` or `unknown`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Phase::Unknown => "unknown",
-            Phase::Train => "train",
-            Phase::Eval => "eval",
-        }
-    }
-
-    /// What a stage name carries in tables when its mark was in eval: `" (eval)"`, else `""`.
-    pub fn suffix(self) -> &'static str {
-        if self == Phase::Eval { " (eval)" } else { "" }
-    }
-}
-
-/// One of the CUDA caching allocator's own quantities (libtorch `getDeviceStats`), however it
-/// was read: at a mark ([`AllocatorStats`], the MARK record) or sampled
-/// ([`CounterKind::Allocator`]). The one vocabulary of the allocator's memory: the analysis
-/// names a metric read from marks by it, the counters and the protocol's fields by its words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum AllocatorQuantity {
-    /// Bytes in live tensors.
-    Allocated,
-    /// Bytes in segments the allocator holds (what it took from the device).
-    Reserved,
-    /// Bytes in active blocks (allocated plus blocks waiting on streams).
-    Active,
-    /// Bytes in inactive, split blocks: fragmentation that cannot serve large requests.
-    InactiveSplit,
-    /// Peak allocated since the last peak reset.
-    PeakAllocated,
-    /// Peak reserved since the last peak reset.
-    PeakReserved,
-    /// Times the allocator freed its cache and retried an allocation (a sign of pressure).
-    AllocRetries,
-    /// Out-of-memory errors the allocator has raised.
-    Ooms,
-}
-
-impl AllocatorQuantity {
-    /// Every quantity, in the order of the MARK record (FORMAT.md), the marker protocol and the
-    /// CSV export.
-    pub const ALL: [AllocatorQuantity; 8] = [
-        AllocatorQuantity::Allocated,
-        AllocatorQuantity::Reserved,
-        AllocatorQuantity::Active,
-        AllocatorQuantity::InactiveSplit,
-        AllocatorQuantity::PeakAllocated,
-        AllocatorQuantity::PeakReserved,
-        AllocatorQuantity::AllocRetries,
-        AllocatorQuantity::Ooms,
-    ];
-
-    /// Its field in the protocol and the CSV export (`allocated_bytes`, `num_ooms`).
-    pub const fn field_name(self) -> &'static str {
-        match self {
-            AllocatorQuantity::Allocated => "allocated_bytes",
-            AllocatorQuantity::Reserved => "reserved_bytes",
-            AllocatorQuantity::Active => "active_bytes",
-            AllocatorQuantity::InactiveSplit => "inactive_split_bytes",
-            AllocatorQuantity::PeakAllocated => "peak_allocated_bytes",
-            AllocatorQuantity::PeakReserved => "peak_reserved_bytes",
-            AllocatorQuantity::AllocRetries => "num_alloc_retries",
-            AllocatorQuantity::Ooms => "num_ooms",
-        }
-    }
-
-    /// Its label as a metric and a counter's last word (`allocated`, `peak_reserved`).
-    pub const fn label(self) -> &'static str {
-        match self {
-            AllocatorQuantity::Allocated => "allocated",
-            AllocatorQuantity::Reserved => "reserved",
-            AllocatorQuantity::Active => "active",
-            AllocatorQuantity::InactiveSplit => "inactive_split",
-            AllocatorQuantity::PeakAllocated => "peak_allocated",
-            AllocatorQuantity::PeakReserved => "peak_reserved",
-            AllocatorQuantity::AllocRetries => "num_alloc_retries",
-            AllocatorQuantity::Ooms => "num_ooms",
-        }
-    }
-
-    /// Whether it is bytes (else a count of events).
-    pub fn is_bytes(self) -> bool {
-        !matches!(
-            self,
-            AllocatorQuantity::AllocRetries | AllocatorQuantity::Ooms
-        )
-    }
-
-    /// The quantity whose running peak this is (`PeakAllocated` is allocated's), else itself.
-    pub fn peak_of(self) -> AllocatorQuantity {
-        match self {
-            AllocatorQuantity::PeakAllocated => AllocatorQuantity::Allocated,
-            AllocatorQuantity::PeakReserved => AllocatorQuantity::Reserved,
-            other => other,
-        }
-    }
-
-    /// Its counter's code (COUNTER's `kind`): 6–10 since v1.0, 17–19 since v1.11.
-    const fn counter_code(self) -> u16 {
-        match self {
-            AllocatorQuantity::Allocated => 6,
-            AllocatorQuantity::Reserved => 7,
-            AllocatorQuantity::Active => 8,
-            AllocatorQuantity::PeakAllocated => 9,
-            AllocatorQuantity::PeakReserved => 10,
-            AllocatorQuantity::InactiveSplit => 17,
-            AllocatorQuantity::AllocRetries => 18,
-            AllocatorQuantity::Ooms => 19,
-        }
-    }
-}
-
-/// The CUDA caching allocator's own statistics at one instant (libtorch `getDeviceStats`): every
-/// [`AllocatorQuantity`], as a mark carries them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct AllocatorStats {
-    /// Bytes in live tensors.
-    pub allocated_bytes: u64,
-    /// Bytes in segments the allocator holds.
-    pub reserved_bytes: u64,
-    /// Bytes in active blocks (allocated plus blocks waiting on streams).
-    pub active_bytes: u64,
-    /// Bytes in inactive, split blocks: fragmentation that cannot serve large requests.
-    pub inactive_split_bytes: u64,
-    /// Peak allocated since the last peak reset.
-    pub peak_allocated_bytes: u64,
-    /// Peak reserved since the last peak reset.
-    pub peak_reserved_bytes: u64,
-    /// Times the allocator freed its cache and retried an allocation (a sign of pressure).
-    pub num_alloc_retries: u64,
-    /// Out-of-memory errors the allocator has raised.
-    pub num_ooms: u64,
-}
-
-impl AllocatorStats {
-    /// The fields' names, in [`AllocatorQuantity::ALL`] order.
-    pub const FIELD_NAMES: [&'static str; 8] = {
-        let mut names = [""; 8];
-        let mut i = 0;
-        while i < 8 {
-            names[i] = AllocatorQuantity::ALL[i].field_name();
-            i += 1;
-        }
-        names
-    };
-
-    /// One quantity.
-    pub fn get(&self, quantity: AllocatorQuantity) -> u64 {
-        match quantity {
-            AllocatorQuantity::Allocated => self.allocated_bytes,
-            AllocatorQuantity::Reserved => self.reserved_bytes,
-            AllocatorQuantity::Active => self.active_bytes,
-            AllocatorQuantity::InactiveSplit => self.inactive_split_bytes,
-            AllocatorQuantity::PeakAllocated => self.peak_allocated_bytes,
-            AllocatorQuantity::PeakReserved => self.peak_reserved_bytes,
-            AllocatorQuantity::AllocRetries => self.num_alloc_retries,
-            AllocatorQuantity::Ooms => self.num_ooms,
-        }
-    }
-
-    /// The values, in [`AllocatorQuantity::ALL`] order.
-    pub fn values(&self) -> [u64; 8] {
-        AllocatorQuantity::ALL.map(|q| self.get(q))
-    }
-
-    /// Statistics from values in [`AllocatorQuantity::ALL`] order.
-    pub fn from_values(v: [u64; 8]) -> AllocatorStats {
-        AllocatorStats {
-            allocated_bytes: v[0],
-            reserved_bytes: v[1],
-            active_bytes: v[2],
-            inactive_split_bytes: v[3],
-            peak_allocated_bytes: v[4],
-            peak_reserved_bytes: v[5],
-            num_alloc_retries: v[6],
-            num_ooms: v[7],
-        }
-    }
-}
-
-/// A stage marker: the program said "I am at `name` of step `step`".
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StageMark {
-    /// When.
-    pub t_us: u64,
-    /// Stage name (e.g. `post_forward`).
-    pub name: Name,
-    /// Training step (global, monotone in a normal run).
-    pub step: u64,
-    /// Epoch.
-    pub epoch: u32,
-    /// Train or eval.
-    pub phase: Phase,
-    /// The caching allocator's statistics at the mark, when the program could read them.
-    pub allocator: Option<AllocatorStats>,
-    /// The process that sent the mark, when it said: several processes can share one
-    /// collector (torchrun's workers under one `collector run`).
-    pub pid: Option<u32>,
-    /// The sender's distributed rank (`RANK`), when it has one.
-    pub rank: Option<u32>,
 }
 
 /// Named bytes, e.g. an extra model copy the user registered (`ema`: 1.2 GiB).
@@ -1249,8 +1015,8 @@ pub struct Trace {
     pub counters: Vec<Counter>,
     /// Counter samples.
     pub samples: Samples,
-    /// Stage marks in time order.
-    pub marks: Vec<StageMark>,
+    /// Stage marks in time order, their allocator statistics beside them.
+    pub marks: Marks,
     /// Component breakdowns.
     pub components: Vec<ComponentBreakdown>,
     /// Gradient summaries.
@@ -1304,10 +1070,7 @@ impl Trace {
     /// Adds a record to the list of its kind (an exit replaces an earlier one).
     pub fn push(&mut self, record: Record) {
         match record {
-            Record::Mark(r) => {
-                growth::reserve_gently(&mut self.marks, 1);
-                self.marks.push(r);
-            }
+            Record::Mark(r) => self.marks.push(r),
             Record::Components(r) => self.components.push(r),
             Record::Gradients(r) => self.gradients.push(r),
             Record::Tensor(r) => self.tensors.push(r),
@@ -1344,7 +1107,11 @@ impl Trace {
             records.peekable()
         }
         let mut lists = [
-            list(&self.marks, Record::Mark),
+            {
+                let marks: Box<dyn Iterator<Item = Record> + '_> =
+                    Box::new(self.marks.iter_recorded().map(Record::Mark));
+                marks.peekable()
+            },
             list(&self.components, Record::Components),
             list(&self.gradients, Record::Gradients),
             list(&self.tensors, Record::Tensor),

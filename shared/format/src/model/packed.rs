@@ -102,9 +102,7 @@ impl PackedColumn {
     /// Appends `value` ([`MISSING`] for an absent one), packing the tail once it is a full run:
     /// a column built row by row never holds more than a run plain.
     pub fn push(&mut self, value: u64) {
-        if self.tail.capacity() == 0 {
-            self.tail.reserve_exact(RUN_ROWS);
-        }
+        reserve_gently(&mut self.tail, 1);
         self.tail.push(value);
         if self.tail.len() == RUN_ROWS {
             self.pack();
@@ -116,6 +114,12 @@ impl PackedColumn {
         self.tail.shrink_to_fit();
         self.words.shrink_to_fit();
         self.runs.shrink_to_fit();
+    }
+
+    /// Words the packed runs take.
+    #[cfg(test)]
+    pub(crate) fn heap_words(&self) -> usize {
+        self.words.len()
     }
 
     /// The column, to read.
@@ -294,6 +298,11 @@ impl<'a> Column<'a> {
             buffer: Vec::new(),
             buffer_run: usize::MAX,
         }
+    }
+
+    /// A packed copy of the column, to keep.
+    pub fn to_packed(self) -> PackedColumn {
+        self.0.clone()
     }
 
     /// The readings as a plain vector.
