@@ -744,7 +744,7 @@ pub fn sample_chunks<'a>(
                 opt_int(c.device),
                 opt_int(c.pid),
                 opt_int(ranks[counter]),
-                int(times[row]),
+                int(times.at(row)),
                 int(value),
             ]);
         }

@@ -65,7 +65,7 @@ struct Drawing {
 #[component]
 pub fn Timeline(trace: Arc<Trace>) -> impl IntoView {
     let full = Window {
-        t0_us: trace.samples.times_us().first().copied().unwrap_or(0),
+        t0_us: trace.samples.times_us().first().unwrap_or(0),
         t1_us: trace.duration_us().max(1),
     };
     let window = RwSignal::new(full);

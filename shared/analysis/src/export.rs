@@ -49,7 +49,7 @@ pub fn to_csv(trace: &Trace) -> String {
     let mut active: Option<&Mark> = None;
     while row < times.len() || mark < trace.marks.len() {
         let take_mark = mark < trace.marks.len()
-            && (row >= times.len() || trace.marks[mark].t_us <= times[row]);
+            && (row >= times.len() || trace.marks[mark].t_us <= times.at(row));
         if take_mark {
             let m = &trace.marks[mark];
             active = Some(m);
@@ -89,7 +89,7 @@ pub fn to_csv(trace: &Trace) -> String {
             let _ = write!(
                 out,
                 "{},sample,{},{step},{}",
-                secs(times[row]),
+                secs(times.at(row)),
                 csv_field(stage),
                 if active.is_some() { phase.label() } else { "" }
             );

@@ -54,8 +54,8 @@ pub fn host_memory(trace: &Trace) -> Option<HostMemory> {
         min_available_bytes,
         rss_at_min_bytes,
         min_available_fraction: rss_at_min_bytes.map(|r| share(min_available_bytes, r)),
-        t_us: times[row],
-        stage: StageAt::at(trace, times[row]),
+        t_us: times.at(row),
+        stage: StageAt::at(trace, times.at(row)),
         peak_rss_bytes: rss_id
             .and_then(|id| trace.samples.first_max(id, 0..times.len()))
             .map(|(_, bytes)| bytes),

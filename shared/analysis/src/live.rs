@@ -120,7 +120,6 @@ pub fn live_now(trace: &Trace, host: Option<CounterId>) -> LiveState {
         .samples
         .times_us()
         .last()
-        .copied()
         .max(last_mark.map(|m| m.t_us))
         .unwrap_or(0);
     let last_row = trace.samples.len().checked_sub(1);

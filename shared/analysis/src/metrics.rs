@@ -322,34 +322,32 @@ fn rows_at_marks(trace: &Trace) -> impl Iterator<Item = MarkRow> + '_ {
         let after = first_row_after(times, from, t);
         from = after;
         MarkRow {
-            row: after.checked_sub(1).map(|row| (row, times[row])),
+            row: after.checked_sub(1).map(|row| (row, times.at(row))),
             phase_since_us: if is_train { phase_since_us } else { 0 },
         }
     })
 }
 
-/// Rows a mark's row is looked for by reading forward before galloping: marks are usually a few
-/// dozen rows apart, and reading on through the rows the hardware fetches ahead of the loop costs
-/// less than the gallop's scattered reads (each a cache miss on a long trace).
-const SCAN_ROWS: usize = 128;
-
 /// The first row from `from` on whose time is after `t` (every row before `from` is at or before
-/// `t`): read forward for [`SCAN_ROWS`] rows, then gallop — a window `[lo, hi)` with
-/// `times[lo - 1] <= t < times[hi]` — and bisect it.
-fn first_row_after(times: &[u64], from: usize, t: u64) -> usize {
-    let near = &times[from..times.len().min(from + SCAN_ROWS)];
-    let within = near.iter().take_while(|x| **x <= t).count();
-    if within < near.len() {
-        return from + within;
-    }
-    let (mut lo, mut hi, mut step) = (from + within, from + within, 1);
-    while hi < times.len() && times[hi] <= t {
+/// `t`): a gallop from `from` — a window `[lo, hi)` with `times[lo - 1] <= t < times[hi]` — then a
+/// bisection. Marks are usually a few dozen rows apart, so the window is found in a few reads.
+fn first_row_after(times: Column<'_>, from: usize, t: u64) -> usize {
+    let (mut lo, mut hi, mut step) = (from, from, 1);
+    while hi < times.len() && times.at(hi) <= t {
         lo = hi + 1;
         hi += step;
         step *= 2;
     }
-    let hi = hi.min(times.len());
-    lo + times[lo..hi].partition_point(|x| *x <= t)
+    let mut hi = hi.min(times.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if times.at(mid) <= t {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 /// Marks [`MarkValues::for_metrics`] finds the rows of before reading the counters at them.
@@ -431,8 +429,11 @@ impl MarkValues {
                             // is read.
                             let read_after = |read: usize| {
                                 phase_since_us == 0
-                                    || (if read == row { row_t_us } else { times[read] })
-                                        >= phase_since_us
+                                    || (if read == row {
+                                        row_t_us
+                                    } else {
+                                        times.at(read)
+                                    }) >= phase_since_us
                             };
                             column.push(
                                 trace
@@ -570,9 +571,9 @@ mod tests {
         /// Read forward, galloped or both, the row found is the bisection's.
         #[test]
         fn the_row_after_a_time_is_the_bisection_s(
-            gaps in proptest::collection::vec(0u64..4, 0..2_000),
+            gaps in proptest::collection::vec(0u64..4, 0..10_000),
             from_share in 0.0f64..1.0,
-            t in 0u64..6_000,
+            t in 0u64..16_000,
         ) {
             let times: Vec<u64> = gaps
                 .iter()
@@ -582,9 +583,12 @@ mod tests {
                 })
                 .collect();
             let expected = times.partition_point(|x| *x <= t);
+            // Packed, as a trace keeps them (runs of 4 096 rows, then a plain tail).
+            let packed = PackedColumn::from_values(times);
+            prop_assert_eq!(packed.view().partition_point(|x| x <= t), expected);
             // Any start at or before the answer.
             let from = (expected as f64 * from_share) as usize;
-            prop_assert_eq!(first_row_after(&times, from, t), expected);
+            prop_assert_eq!(first_row_after(packed.view(), from, t), expected);
         }
     }
 
@@ -722,7 +726,7 @@ mod tests {
         let (read, value) = trace
             .samples
             .reading_at_row(counter_of(trace, metric)?, row)?;
-        (trace.samples.times_us()[read] >= run_start).then_some(value)
+        (trace.samples.time_us(read) >= run_start).then_some(value)
     }
 
     #[test]

@@ -86,7 +86,7 @@ fn node_series(trace: &Trace) -> Vec<(u64, u64)> {
                 .iter()
                 .filter_map(|id| trace.samples.value(*id, row))
                 .collect();
-            (!values.is_empty()).then(|| (times[row], values.iter().sum()))
+            (!values.is_empty()).then(|| (times.at(row), values.iter().sum()))
         })
         .collect()
 }

@@ -444,7 +444,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
     let times = trace.samples.times_us();
     // Readings after the program's end are the interpreter's shutdown, never the run's peak.
     let in_run =
-        program_end_us(trace).map_or(times.len(), |end| times.partition_point(|t| *t <= end));
+        program_end_us(trace).map_or(times.len(), |end| times.partition_point(|t| t <= end));
     let pss_is_rss = crate::metrics::pss_is_rss(trace);
     for (i, counter) in trace.counters.iter().enumerate() {
         let metric = MetricKey::of_counter(trace, CounterId(i as u32));
@@ -463,7 +463,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
                 measure,
                 counter.device,
                 bytes,
-                times[row],
+                times.at(row),
             );
             peak.after_program_end = trace
                 .samples
@@ -472,7 +472,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
                 .zip(program_end_us(trace))
                 .map(|((r, bytes), end)| AfterProgramEnd {
                     bytes,
-                    after_us: times[r].saturating_sub(end),
+                    after_us: times.at(r).saturating_sub(end),
                 });
             out.push(peak);
         }
@@ -620,7 +620,7 @@ mod tests {
         let mut samples = std::mem::take(&mut trace.samples);
         let mut rows: Vec<(u64, Vec<(CounterId, u64)>)> = (0..samples.len())
             .map(|row| {
-                let t = samples.times_us()[row];
+                let t = samples.time_us(row);
                 let values = (0..trace.counters.len() as u32)
                     .filter_map(|c| Some((CounterId(c), samples.value(CounterId(c), row)?)))
                     .collect();

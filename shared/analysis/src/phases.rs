@@ -355,8 +355,8 @@ fn sampled_peak(
 ) -> Option<u64> {
     let id = crate::metrics::counter_of(trace, values.key(index))?;
     let times = trace.samples.times_us();
-    let start = times.partition_point(|&t| t < from_us);
-    let end = times.partition_point(|&t| t < until_us);
+    let start = times.partition_point(|t| t < from_us);
+    let end = times.partition_point(|t| t < until_us);
     trace.samples.first_max(id, start..end).map(|(_, v)| v)
 }
 

@@ -161,7 +161,7 @@ pub fn pressure(trace: &Trace) -> Option<PressureReport> {
                 .filter(|v| *v != MISSING)
                 .unwrap_or(0)
         };
-        for (row, (&t_us, (rv, av))) in trace
+        for (row, (t_us, (rv, av))) in trace
             .samples
             .times_us()
             .iter()

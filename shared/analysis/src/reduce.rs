@@ -71,17 +71,17 @@ pub fn encode(trace: &Trace) -> Result<Vec<u8>, EncodeError> {
 }
 
 /// Writes sample rows in order, skipping missing cells (a row's counter set is what it holds).
-struct RowWriter<'a> {
-    times_us: &'a [u64],
+struct RowWriter {
+    times_us: Vec<u64>,
     columns: Vec<Vec<u64>>,
     next_row: usize,
     values: Vec<(CounterId, u64)>,
 }
 
-impl<'a> RowWriter<'a> {
-    fn new(samples: &'a Samples) -> RowWriter<'a> {
+impl RowWriter {
+    fn new(samples: &Samples) -> RowWriter {
         RowWriter {
-            times_us: samples.times_us(),
+            times_us: samples.times_us().to_vec(),
             columns: columns(samples),
             next_row: 0,
             values: Vec::with_capacity(samples.columns()),
@@ -213,7 +213,8 @@ impl<'a> RowPlan<'a> {
     /// Finds the mandatory rows (see [`thin_samples`]).
     fn new(trace: &'a Trace) -> RowPlan<'a> {
         let samples = &trace.samples;
-        let times = samples.times_us();
+        // Unpacked, as the columns are: rows are read many times over.
+        let times = &samples.times_us().to_vec()[..];
         let columns = columns(samples);
         let n = times.len();
         let mut keep = Keep {
@@ -279,7 +280,8 @@ impl<'a> RowPlan<'a> {
         let mut keep = if self.columns.is_empty() || samples.is_empty() {
             self.mandatory.clone()
         } else {
-            with_envelope(&self.mandatory, &self.columns, samples.times_us(), max_rows)
+            let times = samples.times_us().to_vec();
+            with_envelope(&self.mandatory, &self.columns, &times, max_rows)
         };
         keep_carried_values(&mut keep, &self.columns);
         with_samples(self.trace, select_rows(samples, &keep.rows))
@@ -512,7 +514,7 @@ fn keep_carried_values(keep: &mut Keep, columns: &[Vec<u64>]) {
 fn select_rows(samples: &Samples, keep: &[bool]) -> Samples {
     let rows: Vec<usize> = (0..keep.len()).filter(|row| keep[*row]).collect();
     let all_times = samples.times_us();
-    let times: Vec<u64> = rows.iter().map(|row| all_times[*row]).collect();
+    let times: Vec<u64> = rows.iter().map(|row| all_times.at(*row)).collect();
     let mut out = Samples::with_counters(samples.columns());
     let start = out.begin_block(&times);
     for (id, column) in columns(samples).into_iter().enumerate() {

@@ -155,9 +155,9 @@ fn decimate_with(
         return Vec::new();
     }
     let times = samples.times_us();
-    let start = times.partition_point(|t| *t < t0_us);
+    let start = times.partition_point(|t| t < t0_us);
     // A column is as long as the times; `min` keeps a malformed shorter one from panicking.
-    let end = times.partition_point(|t| *t <= t1_us).min(column.len());
+    let end = times.partition_point(|t| t <= t1_us).min(column.len());
     if start >= end {
         return Vec::new();
     }
@@ -177,28 +177,28 @@ fn decimate_with(
     let mut row = start;
     // Without the index every row is read, a packed run decoded once; with it only the rows
     // between blocks are, a few a slice, each read where it lies.
-    let mut values = column.range(start..end);
+    let (mut values, mut row_times) = (column.range(start..end), times.range(start..end));
     while row < end {
         if let Some(ix) = index
-            && row % BLOCK_ROWS == 0
+            && row.is_multiple_of(BLOCK_ROWS)
             && row + BLOCK_ROWS <= end
-            && merger.slicer.index_of(times[row])
-                == merger.slicer.index_of(times[row + BLOCK_ROWS - 1])
+            && merger.slicer.index_of(times.at(row))
+                == merger.slicer.index_of(times.at(row + BLOCK_ROWS - 1))
         {
             if let Some(b) = ix.blocks[row / BLOCK_ROWS] {
-                merger.add(times[row], b.min, b.max, b.last);
+                merger.add(times.at(row), b.min, b.max, b.last);
             }
             row += BLOCK_ROWS;
             continue;
         }
-        let v = if index.is_some() {
-            column.get(row)
+        let (t, v) = if index.is_some() {
+            (times.at(row), column.get(row))
         } else {
-            values.next()
-        }
-        .unwrap_or(MISSING);
+            (row_times.next().unwrap_or(0), values.next())
+        };
+        let v = v.unwrap_or(MISSING);
         if v != MISSING {
-            merger.add(times[row], v, v, v);
+            merger.add(t, v, v, v);
         }
         row += 1;
     }

@@ -79,7 +79,7 @@ pub fn shared_memory(trace: &Trace) -> Option<SharedMemory> {
         }
         last = Some(bytes);
         if peak.is_none_or(|(b, _)| bytes > b) {
-            peak = Some((bytes, *t_us));
+            peak = Some((bytes, t_us));
         }
     }
     let size_bytes = (0..times.len())

@@ -131,7 +131,7 @@ fn floor_rows(trace: &Trace, id: CounterId) -> Option<Vec<usize>> {
     let times = trace.samples.times_us();
     let first = column.iter().position(|v| v != MISSING)?;
     let last = column.iter().rposition(|v| v != MISSING)?;
-    let (first_us, last_us) = (times[first], times[last]);
+    let (first_us, last_us) = (times.at(first), times.at(last));
     let start_us = first_us + ((last_us - first_us) as f64 * WARMUP_SHARE) as u64;
     // Too short a run to say anything about a trend (and a rate over a second reads absurdly).
     let span_us = last_us
@@ -140,8 +140,12 @@ fn floor_rows(trace: &Trace, id: CounterId) -> Option<Vec<usize>> {
     let width_us = span_us.div_ceil(BUCKETS as u64).max(1);
     // Each slot's lowest reading so far, as (row, value).
     let mut floors: Vec<Option<(usize, u64)>> = vec![None; BUCKETS];
-    for (row, v) in (first..=last).zip(column.range(first..last + 1)) {
-        let t = times[row];
+    let rows = first..last + 1;
+    for ((row, v), t) in rows
+        .clone()
+        .zip(column.range(rows.clone()))
+        .zip(times.range(rows))
+    {
         if v == MISSING || t < start_us {
             continue;
         }
@@ -161,7 +165,7 @@ fn fit_counter(trace: &Trace, id: CounterId) -> Option<TimeTrend> {
         .into_iter()
         .map(|row| {
             (
-                times[row] as f64 / 1e6,
+                times.at(row) as f64 / 1e6,
                 column.get(row).unwrap_or(MISSING) as f64,
             )
         })

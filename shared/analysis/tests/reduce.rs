@@ -331,7 +331,7 @@ fn thinning_keeps_extremes_span_and_everything_but_samples() {
         // Every kept row is an original row, unchanged.
         let mut row = 0;
         for (i, t) in thin.times_us().iter().enumerate() {
-            while full.times_us()[row] != *t
+            while full.time_us(row) != t
                 || (0..trace.counters.len()).any(|c| {
                     full.value(CounterId(c as u32), row) != thin.value(CounterId(c as u32), i)
                 })
@@ -662,7 +662,7 @@ fn notes_and_drops_survive_thinning() {
     assert_eq!(thinned.notes, trace.notes);
     assert_eq!(thinned.dropped, trace.dropped);
     let row = trace.samples.row_at_or_before(12_345_678).unwrap();
-    let t = trace.samples.times_us()[row];
-    assert!(thinned.samples.times_us().contains(&t));
+    let t = trace.samples.time_us(row);
+    assert!(thinned.samples.times_us().iter().any(|kept| kept == t));
     assert_round_trip(&thinned);
 }

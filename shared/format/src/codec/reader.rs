@@ -442,7 +442,7 @@ impl State {
         let new_rows = samples.len() + rows;
         if new_cols.saturating_mul(new_rows) > self.max_cells {
             self.samples_capped = true;
-            let at = self.trace.samples.times_us().last().copied().unwrap_or(0);
+            let at = self.trace.samples.times_us().last().unwrap_or(0);
             self.warn(
                 0,
                 format!(

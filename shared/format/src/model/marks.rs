@@ -550,6 +550,12 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_mark_is_less_than_half_a_recorded_one() {
+        assert_eq!(size_of::<StageMark>(), 128);
+        assert_eq!(size_of::<Mark>(), 56);
+    }
+
+    #[test]
     fn marks_without_statistics_keep_no_columns() {
         let kept: Marks = (0..5_000).map(|t| mark(t, None)).collect();
         assert!(kept.allocator.is_empty());

@@ -283,6 +283,63 @@ impl<'a> Column<'a> {
         self.0.get(row)
     }
 
+    /// The reading at `row`; panics past the end, as indexing a slice does.
+    #[inline]
+    pub fn at(self, row: usize) -> u64 {
+        self.0.get(row).expect("a row of the column")
+    }
+
+    /// The first row's reading.
+    pub fn first(self) -> Option<u64> {
+        self.0.get(0)
+    }
+
+    /// The last row's reading.
+    pub fn last(self) -> Option<u64> {
+        self.0.get(self.len().checked_sub(1)?)
+    }
+
+    /// The number of rows from the start for which `pred` holds, `pred` holding for a first
+    /// stretch of rows and for none after it (a column in order: timestamps): runs are told
+    /// apart by their first rows, then the run is bisected, a few rows read where they lie.
+    pub fn partition_point(self, pred: impl Fn(u64) -> bool) -> usize {
+        let column = self.0;
+        let runs = column.runs.len();
+        // The first run whose first row fails: every row before it (but its predecessor's
+        // later rows) holds.
+        let (mut lo, mut hi) = (0, runs);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if pred(column.get(mid * RUN_ROWS).unwrap_or(MISSING)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        if lo == runs {
+            // Past every packed run's first row: in the last packed run or the tail.
+            let tail = column.tail.partition_point(|v| pred(*v));
+            if tail > 0 || lo == 0 {
+                return column.packed_rows() + tail;
+            }
+        }
+        if lo == 0 {
+            return 0;
+        }
+        // In run `lo - 1`, whose first row holds.
+        let run = lo - 1;
+        let (mut a, mut b) = (run * RUN_ROWS + 1, (run + 1) * RUN_ROWS);
+        while a < b {
+            let mid = (a + b) / 2;
+            if pred(column.get(mid).unwrap_or(MISSING)) {
+                a = mid + 1;
+            } else {
+                b = mid;
+            }
+        }
+        a
+    }
+
     /// The readings of every row, in order.
     pub fn iter(self) -> ColumnIter<'a> {
         self.range(0..self.len())
