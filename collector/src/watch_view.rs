@@ -91,6 +91,12 @@ pub fn draw(frame: &mut Frame, panes: &[Pane], selected: usize) {
     );
 }
 
+/// Draws `pane` alone on the whole frame: `collector run --live`'s pane under the program's
+/// output (no tabs, no keys: the keyboard is the program's).
+pub fn draw_run(frame: &mut Frame, pane: &Pane) {
+    draw_pane(frame, pane, frame.area());
+}
+
 fn draw_pane(frame: &mut Frame, pane: &Pane, area: Rect) {
     let block = Block::bordered().title(format!(" {} · {} ", pane.name, pane.following.words()));
     let inner = block.inner(area);

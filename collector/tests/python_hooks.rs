@@ -1836,3 +1836,65 @@ fn run_live_puts_the_leak_and_when_memory_is_full_in_the_status_line_while_the_p
         .trace;
     assert!(t.end_us.is_some());
 }
+
+#[test]
+fn run_live_on_a_tall_terminal_shows_the_watch_view_in_a_pane_under_the_programs_output() {
+    // 40 rows: the pane takes the bottom 16, the program's output scrolls in rows 1 to 24.
+    let s = Scratch::new("zc-run-live-pane");
+    let trace = s.path("t.oomt");
+    let py = torch_python();
+    let line = format!(
+        "stty rows 40 cols 120; {} run --live -o {} -- {} {} --steps 150 --leak list --leak-mib 4",
+        support::COLLECTOR,
+        trace.display(),
+        py.display(),
+        program("train.py"),
+    );
+    let out = Command::new("script")
+        .args(["-qfec", &line, "/dev/null"])
+        .env("PYTHONPATH", support::python_path())
+        .env("PYTHONUNBUFFERED", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .output()
+        .expect("script (util-linux) runs");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    let reserved = screen
+        .find("\x1b[1;24r")
+        .expect("the margins kept the pane's rows");
+    let given_back = screen.rfind("\x1b[r").expect("the margins given back");
+    let summary = screen.find("trace written to").expect("the summary");
+    assert!(reserved < given_back && given_back < summary, "{screen}");
+    assert!(
+        !screen[..given_back].contains("\r\x1b[2Koomscope "),
+        "a status line too"
+    );
+    // The screen those bytes draw (a terminal emulator reads them), as the program printed its
+    // last line, and as the run ended.
+    let printed = screen.find("final loss ").expect("the program's last line");
+    assert_eq!(screen.matches("final loss ").count(), 1, "{screen}");
+    let shown = |upto: usize| {
+        let mut terminal = vt100::Parser::new(40, 120, 0);
+        terminal.process(&out.stdout[..upto]);
+        let rows: Vec<String> = terminal.screen().rows(0, 120).collect();
+        (rows[..24].join("\n"), rows[24..].join("\n"))
+    };
+    let name = trace.display().to_string();
+    let (above, pane) = shown(printed);
+    assert!(pane.contains(&name) && pane.contains(" live "), "{pane}");
+    // The leak with when memory is full, while the program ran.
+    assert!(
+        pane.contains("leak +") && pane.contains("/step at "),
+        "{pane}"
+    );
+    assert!(pane.contains("full at step "), "{pane}");
+    assert!(!above.contains(&name), "{above}");
+    let (above, pane) = shown(given_back);
+    assert!(
+        above.contains("final loss "),
+        "the program's line above the pane: {above}"
+    );
+    assert!(!pane.contains("final loss "), "{pane}");
+    assert!(pane.contains(&name), "{pane}");
+}

@@ -37,9 +37,12 @@ pub struct RunArgs {
     /// No live status line and no summary; only the trace path is printed.
     #[arg(short, long)]
     pub quiet: bool,
-    /// The status line also says what `collector watch` says: a warning when a GPU or the host
-    /// passes 90% of its limit, and the leak with when memory is full (the trace read as it is
-    /// written, its analysis under 1% of a core). The program's own output is left as it is.
+    /// What `collector watch` shows, while the program runs: on a terminal of at least 30 rows,
+    /// its view in a pane at the bottom (memory against limits, memory per step, the leak with
+    /// when memory is full, the findings), the program's own output scrolling above it,
+    /// unchanged; on a smaller one, in the status line's words (a warning when a GPU or the host
+    /// passes 90% of its limit, the leak). The trace is read as it is written, its analysis under
+    /// 1% of a core.
     #[arg(long, conflicts_with = "quiet")]
     pub live: bool,
     /// Memory limit used to judge whether a SIGKILL was the host OOM killer [default: the

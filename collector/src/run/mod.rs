@@ -22,6 +22,7 @@ mod child;
 pub(crate) mod event;
 pub(crate) mod inbox;
 mod oom_kills;
+pub mod pane;
 pub(crate) mod processes;
 pub mod python_hooks;
 pub(crate) mod recorder;
@@ -71,7 +72,8 @@ pub struct RunOptions {
     pub gpus: GpuSelection,
     /// No live line, no summary (only the trace path).
     pub quiet: bool,
-    /// The status line also says what `collector watch` says (`collector run --live`).
+    /// `collector watch`'s view in a pane under the program's output, or its words in the status
+    /// line on a small terminal (`collector run --live`).
     pub live: bool,
     /// Memory limit used to judge a SIGKILL as a host OOM kill (default: cgroup limit, else RAM).
     pub host_limit_bytes: Option<u64>,

@@ -1,22 +1,25 @@
 //! The live status line on a terminal: elapsed time, current and peak GPU and host memory, and
 //! the current stage, redrawn in place on stderr; with `--live`, also what `collector watch`
 //! says of the trace being written (a warning at 90% of a limit, the leak and when memory is
-//! full), read from the trace file as any watcher reads it ([`crate::live_trace`]).
+//! full), read from the trace file as any watcher reads it ([`crate::live_trace`]); with
+//! `--live` on a tall terminal, `collector watch`'s view in a pane instead ([`super::pane`]).
 //!
 //! The child's stderr goes to the same terminal, so both writers share a [`Terminal`]: child
 //! output first erases the status line, and the status line is only redrawn when the child's
 //! last output ended a line (never in the middle of a progress bar the program is drawing).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oomscope_analysis::live::{LiveState, leak};
 use oomscope_format::units::format_bytes;
 
+use super::pane::{LivePane, terminal_size};
 use super::shared_state::RunState;
 use crate::live_trace::LiveTrace;
+use crate::watch_view::{Following, Pane as ViewPane};
 
 /// Our stderr, shared by the child's output and the status line.
 #[derive(Debug)]
@@ -72,8 +75,19 @@ impl Terminal {
 }
 
 /// Redraws the status line twice a second until the run stops; `live`: the trace file to follow
-/// for `--live`'s words.
+/// for `--live`, shown in a pane under the program's output when the terminal is tall enough
+/// ([`super::pane`]), else in the status line's words.
 pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>, live: Option<PathBuf>) {
+    if let Some(path) = &live
+        && let Some((columns, rows)) = terminal_size()
+        && let Some(mut pane) = LivePane::open(std::io::stderr(), columns, rows)
+    {
+        pane_loop(state, terminal, path, &mut pane);
+        if let Ok(_term) = terminal.lock() {
+            pane.close();
+        }
+        return;
+    }
     let mut live = live.map(LiveTrace::new);
     let mut buf = Vec::new();
     while !state.stopping() {
@@ -96,6 +110,39 @@ pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>, live: Opti
     }
 }
 
+/// Redraws the pane twice a second until the run stops, and once more then; its writes and the
+/// program's stderr take turns through `terminal`.
+fn pane_loop(
+    state: &RunState,
+    terminal: &Arc<Mutex<Terminal>>,
+    path: &Path,
+    pane: &mut LivePane<std::io::Stderr>,
+) {
+    let mut trace = LiveTrace::new(path.to_owned());
+    let mut buf = Vec::new();
+    let name = path.display().to_string();
+    loop {
+        let stopping = state.stopping();
+        let _ = trace.refresh(&mut buf);
+        let view = ViewPane {
+            name: &name,
+            following: if trace.state.as_ref().is_some_and(|s| s.ended) {
+                Following::Ended
+            } else {
+                Following::Live
+            },
+            state: trace.state.as_ref(),
+        };
+        if let (Some(size), Ok(_term)) = (terminal_size(), terminal.lock()) {
+            pane.draw(&view, size);
+        }
+        if stopping {
+            return;
+        }
+        state.sleep_unless_stopping(Duration::from_millis(500));
+    }
+}
+
 /// What `--live` adds to the status line: each `WARNING` and the leak, in `collector watch`'s
 /// words (" | WARNING gpu0.used at 93% of its 80.0 GiB (5.60 GiB free) | leak +4.00 MiB/step at
 /// pre_forward (gpu0.used): full at step 5 954, in 4 min").
@@ -114,14 +161,7 @@ pub fn live_words(state: &LiveState) -> String {
 /// The width of the terminal on stderr (80 when it cannot be read): a status line longer than it
 /// would wrap, and the next redraw could not erase it.
 fn terminal_columns() -> usize {
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ fills a winsize; a failure leaves it zeroed.
-    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &raw mut size) } == 0;
-    if ok && size.ws_col > 0 {
-        usize::from(size.ws_col)
-    } else {
-        80
-    }
+    terminal_size().map_or(80, |(columns, _)| usize::from(columns))
 }
 
 /// `text` cut to `columns` characters (an ellipsis says so).
