@@ -200,7 +200,7 @@ mod tests {
         }
         let mut again = trace.clone();
         let half = again.marks.len() / 2;
-        for m in &mut again.marks[half..] {
+        for m in again.marks.iter_mut().skip(half) {
             m.step -= 30;
         }
         let all = clock_rows(&again, allocated, Clock::Step);

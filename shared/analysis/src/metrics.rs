@@ -390,9 +390,9 @@ impl MarkValues {
 
     /// Evaluates the given metrics at every mark (no primary metric is designated). Finds each
     /// mark's sample row once for all counters, walking forward through the samples as the marks
-    /// advance, then reads one counter at every mark before going on to the next counter: each
-    /// read is a cache miss on a long trace, and reads whose rows are already known do not wait
-    /// for one another.
+    /// advance, then reads one counter at every mark of a batch of [`MARK_BATCH`] before going on
+    /// to the next counter: each read is a cache miss on a long trace, and reads whose rows are
+    /// already known do not wait for one another.
     pub fn for_metrics(trace: &Trace, keys: Vec<MetricKey>) -> MarkValues {
         let times = trace.samples.times_us();
         let needs_rows = keys.iter().any(|&key| {
@@ -568,7 +568,7 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// Read forward, galloped or both, the row found is the bisection's.
+        /// Galloped through the packed times, the row found is the bisection's of the plain ones.
         #[test]
         fn the_row_after_a_time_is_the_bisection_s(
             gaps in proptest::collection::vec(0u64..4, 0..10_000),

@@ -174,31 +174,35 @@ fn decimate_with(
         ix.blocks.len() == column.len().div_ceil(BLOCK_ROWS)
             && (end - start) / buckets.max(1) >= 2 * BLOCK_ROWS
     });
+    // Without the index every row is read, the times and the readings a run at a time; with it
+    // only the rows between blocks are, a few a slice, each read where it lies.
+    let Some(index) = index else {
+        times.zip_chunks(column, start..end, |_, times, values| {
+            for (&t, &v) in times.iter().zip(values) {
+                if v != MISSING {
+                    merger.add(t, v, v, v);
+                }
+            }
+        });
+        merger.out.extend(merger.current);
+        return merger.out;
+    };
     let mut row = start;
-    // Without the index every row is read, a packed run decoded once; with it only the rows
-    // between blocks are, a few a slice, each read where it lies.
-    let (mut values, mut row_times) = (column.range(start..end), times.range(start..end));
     while row < end {
-        if let Some(ix) = index
-            && row.is_multiple_of(BLOCK_ROWS)
+        if row.is_multiple_of(BLOCK_ROWS)
             && row + BLOCK_ROWS <= end
             && merger.slicer.index_of(times.at(row))
                 == merger.slicer.index_of(times.at(row + BLOCK_ROWS - 1))
         {
-            if let Some(b) = ix.blocks[row / BLOCK_ROWS] {
+            if let Some(b) = index.blocks[row / BLOCK_ROWS] {
                 merger.add(times.at(row), b.min, b.max, b.last);
             }
             row += BLOCK_ROWS;
             continue;
         }
-        let (t, v) = if index.is_some() {
-            (times.at(row), column.get(row))
-        } else {
-            (row_times.next().unwrap_or(0), values.next())
-        };
-        let v = v.unwrap_or(MISSING);
+        let v = column.get(row).unwrap_or(MISSING);
         if v != MISSING {
-            merger.add(t, v, v, v);
+            merger.add(times.at(row), v, v, v);
         }
         row += 1;
     }

@@ -6,7 +6,8 @@
 //! a day take 70 MB rather than 154. The marks themselves are [`Mark`]s, read as a slice. The
 //! vocabulary of a mark (its phase, the allocator's quantities) is declared here with it.
 
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, Index, IndexMut};
+use std::slice::SliceIndex;
 
 use serde::Serialize;
 
@@ -334,11 +335,11 @@ impl Marks {
             let before = self.marks.len() - 1;
             self.allocator = (0..COLUMNS)
                 .map(|column| {
-                    let mut c = PackedColumn::missing(before);
                     if column == COLUMNS - 1 {
-                        c = PackedColumn::from_values(vec![0; before]);
+                        PackedColumn::from_values(vec![0; before])
+                    } else {
+                        PackedColumn::missing(before)
                     }
-                    c
                 })
                 .collect();
         }
@@ -366,13 +367,12 @@ impl Marks {
 
     /// Whether any mark carried the allocator's statistics.
     pub fn has_allocator(&self) -> bool {
-        self.allocator
-            .last()
-            .is_some_and(|present| present.view().iter().any(|p| p == 1))
+        // The columns are made when the first mark with statistics arrives, and only then.
+        !self.allocator.is_empty()
     }
 
-    /// Each mark's `quantity`, [`MISSING`] where the mark carried no statistics; `None` when no
-    /// mark did.
+    /// Each mark's `quantity`, [`MISSING`] where the mark carried no statistics (a recorded
+    /// `u64::MAX` reads as absent here; [`Marks::allocator`] keeps it); `None` when no mark did.
     pub fn allocator_column(&self, quantity: AllocatorQuantity) -> Option<Column<'_>> {
         let i = AllocatorQuantity::ALL.iter().position(|q| *q == quantity)?;
         Some(self.allocator.get(i)?.view())
@@ -438,6 +438,11 @@ impl Marks {
             .collect();
     }
 
+    /// Each mark's own fields, to change in place.
+    pub fn iter_mut(&mut self) -> std::slice::IterMut<'_, Mark> {
+        self.marks.iter_mut()
+    }
+
     /// Removes every mark.
     pub fn clear(&mut self) {
         *self = Marks::default();
@@ -460,10 +465,20 @@ impl Deref for Marks {
     }
 }
 
-/// The marks' own fields can be changed in place (their statistics through [`Marks::push`]).
-impl DerefMut for Marks {
-    fn deref_mut(&mut self) -> &mut [Mark] {
-        &mut self.marks
+/// A mark's own fields can be changed in place, one mark at a time (its statistics through
+/// [`Marks::edit`]). No `DerefMut`: a slice's `sort` or `swap` would move the marks and leave
+/// their statistics behind.
+impl<I: SliceIndex<[Mark]>> Index<I> for Marks {
+    type Output = I::Output;
+
+    fn index(&self, index: I) -> &I::Output {
+        &self.marks[index]
+    }
+}
+
+impl IndexMut<usize> for Marks {
+    fn index_mut(&mut self, index: usize) -> &mut Mark {
+        &mut self.marks[index]
     }
 }
 
@@ -547,6 +562,24 @@ mod tests {
             kept.sort_by_time();
             prop_assert_eq!(kept.iter_recorded().collect::<Vec<_>>(), sorted);
         }
+    }
+
+    #[test]
+    fn statistics_that_first_come_after_full_runs_of_marks_without_them() {
+        let stats = |t: u64| AllocatorStats::from_values([t, 2 * t, 0, 0, 0, 0, 0, 1]);
+        let recorded: Vec<StageMark> = (0..9_000)
+            .map(|t| mark(t, (t >= 8_200 && t % 3 == 0).then(|| stats(t))))
+            .collect();
+        let kept = Marks::from(recorded.clone());
+        assert!(kept.has_allocator());
+        assert_eq!(kept.allocator(8_191), None);
+        assert_eq!(kept.allocator(8_203), None);
+        assert_eq!(kept.allocator(8_205), Some(stats(8_205)));
+        let column = kept.allocator_column(AllocatorQuantity::Reserved).unwrap();
+        assert_eq!(column.get(8_205), Some(2 * 8_205));
+        assert_eq!(column.get(100), Some(MISSING));
+        assert_eq!(kept.iter_recorded().collect::<Vec<_>>(), recorded);
+        assert!(!Marks::from(vec![mark(1, None)]).has_allocator());
     }
 
     #[test]

@@ -12,8 +12,9 @@ use std::ops::Range;
 
 use super::growth::reserve_gently;
 
-/// Marks an absent value in a [`super::Samples`] column (the counter was not read at that
-/// instant).
+/// Marks an absent value in a packed column: a [`super::Samples`] column's (the counter was not
+/// read at that instant), a mark's allocator quantity's (the mark carried no statistics), the
+/// analysis's values at marks.
 pub const MISSING: u64 = u64::MAX;
 
 /// Rows in one packed run (the same runs [`super::Samples::SUMMARY_ROWS`] summarises).
@@ -262,7 +263,8 @@ impl PackedColumn {
     }
 }
 
-/// A counter's column in a [`super::Samples`] table: its readings, [`MISSING`] where absent.
+/// A packed column, to read: a counter's in a [`super::Samples`] table (its readings, [`MISSING`]
+/// where absent), the table's times, a quantity of the marks' allocator statistics.
 #[derive(Debug, Clone, Copy)]
 pub struct Column<'a>(pub(crate) &'a PackedColumn);
 
@@ -623,6 +625,36 @@ mod tests {
             pushed.shrink_to_fit();
             prop_assert_eq!(pushed.packed_rows(), rows / RUN_ROWS * RUN_ROWS);
             prop_assert_eq!(read(&pushed), values.clone());
+        }
+    }
+
+    #[test]
+    fn partition_points_at_run_boundaries_are_the_slices() {
+        for rows in [
+            0,
+            1,
+            RUN_ROWS - 1,
+            RUN_ROWS,
+            RUN_ROWS + 1,
+            2 * RUN_ROWS,
+            2 * RUN_ROWS + 7,
+        ] {
+            let values: Vec<u64> = (0..rows as u64).map(|i| 10 * i).collect();
+            let column = packed(&values);
+            for t in [
+                0,
+                5,
+                10 * (RUN_ROWS as u64) - 10,
+                10 * RUN_ROWS as u64,
+                u64::MAX - 1,
+            ] {
+                let t = t.min(10 * rows as u64 + 3);
+                assert_eq!(
+                    column.view().partition_point(|v| v <= t),
+                    values.partition_point(|v| *v <= t),
+                    "{rows} rows, {t}"
+                );
+            }
         }
     }
 

@@ -297,8 +297,8 @@ impl Samples {
         self.columns.len()
     }
 
-    /// Reserves room for `rows` more rows in the timestamps and in every column created from now
-    /// on (the reader knows the row count of a whole trace before it decodes it).
+    /// Reserves room for `rows` more rows' runs in the timestamps (the reader knows the row count
+    /// of a whole trace before it decodes it).
     pub(crate) fn reserve_rows(&mut self, rows: usize) {
         self.times_us.reserve_runs(rows);
     }
