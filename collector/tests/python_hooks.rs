@@ -1786,29 +1786,34 @@ fn watch_shows_a_planted_leak_and_when_memory_is_full_before_the_program_ends() 
     );
 }
 
-#[test]
-fn run_live_puts_the_leak_and_when_memory_is_full_in_the_status_line_while_the_program_runs() {
-    // The status line is drawn only on a terminal: `script` gives the run one (a pseudo-terminal)
-    // and copies what was drawn on it.
-    let s = Scratch::new("zc-run-live");
-    let trace = s.path("t.oomt");
-    let py = torch_python();
-    // A wide terminal: the status line is cut to the terminal's width (80 by default here).
+/// `collector run --live -o TRACE` of `train.py` leaking 4 MiB a step, on a pseudo-terminal
+/// (`script` gives the run one and copies what was drawn on it) of the given `stty` size.
+fn leaking_run_live_on_a_terminal(trace: &std::path::Path, size: &str) -> Output {
     let line = format!(
-        "stty cols 400; {} run --live -o {} -- {} {} --steps 150 --leak list --leak-mib 4",
+        "stty {size}; {} run --live -o {} -- {} {} --steps 150 --leak list --leak-mib 4",
         support::COLLECTOR,
         trace.display(),
-        py.display(),
+        torch_python().display(),
         program("train.py"),
     );
-    let out = Command::new("script")
+    Command::new("script")
         .args(["-qfec", &line, "/dev/null"])
         .env("PYTHONPATH", support::python_path())
         .env("PYTHONUNBUFFERED", "1")
         .env("OMP_NUM_THREADS", "1")
         .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
         .output()
-        .expect("script (util-linux) runs");
+        .expect("script (util-linux) runs")
+}
+
+#[test]
+fn run_live_puts_the_leak_and_when_memory_is_full_in_the_status_line_while_the_program_runs() {
+    // The status line is drawn only on a terminal: `script` gives the run one (a pseudo-terminal)
+    // and copies what was drawn on it.
+    let s = Scratch::new("zc-run-live");
+    let trace = s.path("t.oomt");
+    // A wide terminal: the status line is cut to the terminal's width (80 by default here).
+    let out = leaking_run_live_on_a_terminal(&trace, "cols 400");
     let screen = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{screen}");
     // Each redraw starts with "\r\x1b[2K"; the summary after the program starts with its table.
@@ -1842,22 +1847,7 @@ fn run_live_on_a_tall_terminal_shows_the_watch_view_in_a_pane_under_the_programs
     // 40 rows: the pane takes the bottom 16, the program's output scrolls in rows 1 to 24.
     let s = Scratch::new("zc-run-live-pane");
     let trace = s.path("t.oomt");
-    let py = torch_python();
-    let line = format!(
-        "stty rows 40 cols 120; {} run --live -o {} -- {} {} --steps 150 --leak list --leak-mib 4",
-        support::COLLECTOR,
-        trace.display(),
-        py.display(),
-        program("train.py"),
-    );
-    let out = Command::new("script")
-        .args(["-qfec", &line, "/dev/null"])
-        .env("PYTHONPATH", support::python_path())
-        .env("PYTHONUNBUFFERED", "1")
-        .env("OMP_NUM_THREADS", "1")
-        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
-        .output()
-        .expect("script (util-linux) runs");
+    let out = leaking_run_live_on_a_terminal(&trace, "rows 40 cols 120");
     let screen = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{screen}");
     let reserved = screen

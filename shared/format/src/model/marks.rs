@@ -256,37 +256,23 @@ pub struct StageMark<A = Option<AllocatorStats>> {
 impl<A> StageMark<A> {
     /// The mark with other statistics.
     pub fn with_allocator<B>(self, allocator: B) -> StageMark<B> {
-        let StageMark {
-            t_us,
-            name,
-            step,
-            epoch,
-            phase,
-            allocator: _,
-            pid,
-            rank,
-        } = self;
-        StageMark {
-            t_us,
-            name,
-            step,
-            epoch,
-            phase,
-            allocator,
-            pid,
-            rank,
-        }
+        self.split_with(allocator).0
     }
 
     /// The mark as a trace keeps it, and its statistics.
     pub fn split(self) -> (Mark, A) {
+        self.split_with(())
+    }
+
+    /// The mark with `allocator` in place of its statistics, and those.
+    fn split_with<B>(self, allocator: B) -> (StageMark<B>, A) {
         let StageMark {
             t_us,
             name,
             step,
             epoch,
             phase,
-            allocator,
+            allocator: kept,
             pid,
             rank,
         } = self;
@@ -296,11 +282,11 @@ impl<A> StageMark<A> {
             step,
             epoch,
             phase,
-            allocator: (),
+            allocator,
             pid,
             rank,
         };
-        (mark, allocator)
+        (mark, kept)
     }
 }
 
