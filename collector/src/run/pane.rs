@@ -88,13 +88,19 @@ impl<W: Write> LivePane<W> {
     }
 
     /// Draws `pane` in the reserved rows; `size`: the terminal's columns and rows now (a resized
-    /// terminal gets its margins set again and the pane drawn whole).
+    /// terminal gets its margins set again and the pane drawn whole; one made too small for a
+    /// pane gets its margins back and the pane closes: see [`LivePane::is_open`]).
     pub fn draw(&mut self, pane: &ViewPane<'_>, size: (u16, u16)) {
         if !self.open {
             return;
         }
+        if size.1 < MIN_ROWS || size.0 < MIN_COLUMNS {
+            self.rows = size.1;
+            self.close();
+            return;
+        }
         let mut bytes = b"\x1b7".to_vec();
-        if size != (self.columns, self.rows) && size.1 >= MIN_ROWS && size.0 >= MIN_COLUMNS {
+        if size != (self.columns, self.rows) {
             let Some(terminal) = pane_terminal(size.0, size.1, &self.escapes) else {
                 return;
             };
@@ -112,6 +118,11 @@ impl<W: Write> LivePane<W> {
         bytes.extend(b"\x1b[0m\x1b[?25h\x1b8");
         let _ = self.out.write_all(&bytes);
         let _ = self.out.flush();
+    }
+
+    /// Whether the pane is still drawn (not closed, nor given up on a terminal made too small).
+    pub fn is_open(&self) -> bool {
+        self.open
     }
 
     /// Gives the terminal its margins back and leaves the cursor under the pane, which stays on
@@ -208,6 +219,27 @@ mod tests {
         let draw = &all[all[..drawn].rfind("\x1b7").unwrap()..];
         assert!(draw.contains("\x1b[0m\x1b[?25h\x1b8"), "{draw:?}");
         assert!(all.ends_with("\x1b[40;1H\r\n"), "{all:?}");
+    }
+
+    #[test]
+    fn a_terminal_made_too_small_gets_its_margins_back_and_no_pane() {
+        let mut out = Vec::new();
+        let view = ViewPane {
+            name: "run.oomt",
+            following: Following::Live,
+            state: None,
+        };
+        let mut pane = LivePane::open(&mut out, 100, 40).unwrap();
+        pane.draw(&view, (100, 20));
+        assert!(!pane.is_open());
+        pane.draw(&view, (100, 40));
+        drop(pane);
+        let all = text(&out);
+        assert!(all.ends_with("\x1b7\x1b[r\x1b8\x1b[20;1H\r\n"), "{all:?}");
+        assert!(
+            !all.contains("run.oomt"),
+            "drawn on a terminal too small: {all:?}"
+        );
     }
 
     #[test]

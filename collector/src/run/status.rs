@@ -86,7 +86,10 @@ pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>, live: Opti
         if let Ok(_term) = terminal.lock() {
             pane.close();
         }
-        return;
+        if state.stopping() {
+            return;
+        }
+        // The terminal was made too small for the pane: the status line from now on.
     }
     let mut live = live.map(LiveTrace::new);
     let mut buf = Vec::new();
@@ -110,8 +113,9 @@ pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>, live: Opti
     }
 }
 
-/// Redraws the pane twice a second until the run stops, and once more then; its writes and the
-/// program's stderr take turns through `terminal`.
+/// Redraws the pane twice a second until the run stops, and once more then, or until the
+/// terminal is made too small for it; its writes and the program's stderr take turns through
+/// `terminal`.
 fn pane_loop(
     state: &RunState,
     terminal: &Arc<Mutex<Terminal>>,
@@ -136,7 +140,7 @@ fn pane_loop(
         if let (Some(size), Ok(_term)) = (terminal_size(), terminal.lock()) {
             pane.draw(&view, size);
         }
-        if stopping {
+        if stopping || !pane.is_open() {
             return;
         }
         state.sleep_unless_stopping(Duration::from_millis(500));
