@@ -205,6 +205,9 @@ impl Keep {
 /// several).
 struct RowPlan<'a> {
     trace: &'a Trace,
+    /// The times and the columns unpacked once: rows are read many times over, and `thin` is
+    /// tried at several sizes.
+    times: Vec<u64>,
     columns: Vec<Vec<u64>>,
     mandatory: Keep,
 }
@@ -213,8 +216,8 @@ impl<'a> RowPlan<'a> {
     /// Finds the mandatory rows (see [`thin_samples`]).
     fn new(trace: &'a Trace) -> RowPlan<'a> {
         let samples = &trace.samples;
-        // Unpacked, as the columns are: rows are read many times over.
-        let times = &samples.times_us().to_vec()[..];
+        let times_plain = samples.times_us().to_vec();
+        let times = &times_plain[..];
         let columns = columns(samples);
         let n = times.len();
         let mut keep = Keep {
@@ -268,6 +271,7 @@ impl<'a> RowPlan<'a> {
 
         RowPlan {
             trace,
+            times: times_plain,
             columns,
             mandatory: keep,
         }
@@ -280,8 +284,7 @@ impl<'a> RowPlan<'a> {
         let mut keep = if self.columns.is_empty() || samples.is_empty() {
             self.mandatory.clone()
         } else {
-            let times = samples.times_us().to_vec();
-            with_envelope(&self.mandatory, &self.columns, &times, max_rows)
+            with_envelope(&self.mandatory, &self.columns, &self.times, max_rows)
         };
         keep_carried_values(&mut keep, &self.columns);
         with_samples(self.trace, select_rows(samples, &keep.rows))
