@@ -357,6 +357,20 @@ pub struct Rollup {
     pub private_bytes: u64,
 }
 
+/// A process's resident anonymous bytes (`statm`'s resident less its shared: file-backed pages
+/// and shared memory), `None` once it is gone. A page a forked child copies from its parent was
+/// resident in it already, so this moves with what a process allocates, not with what it copies.
+pub fn anon_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let mut fields = text.split_ascii_whitespace().skip(1).map(str::parse::<u64>);
+    let (Some(Ok(resident)), Some(Ok(shared))) = (fields.next(), fields.next()) else {
+        return None;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    Some(resident.saturating_sub(shared) * page)
+}
+
 /// The memory rollup of each of `pids` that could be read. PSS splits shared pages among the
 /// processes that map them, so forked workers sharing their parent's memory are not counted once
 /// each. Costs a page-table walk per process (17 ms for a 2 GiB process on the 2-vCPU development

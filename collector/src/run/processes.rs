@@ -34,12 +34,23 @@ struct Known {
     /// When it was first seen: a child that looks forked is read again for
     /// [`START_RECHECK_US`] (one seen between its fork and its exec may be spawned).
     seen_us: u64,
+    /// Its start method may still change: it read as forked (its parent's command line), or its
+    /// command line read empty (in its exec).
+    start_open: bool,
+    /// Times its start method was read again since ([`MIN_START_LOOKS`]).
+    start_looks: u8,
 }
 
 /// How long a child whose command line is its parent's is read again: `multiprocessing`'s
 /// spawn forks, then execs a new interpreter with `spawn_main` on its command line; the tree
 /// walk can see it in between (on a loaded machine, for some milliseconds).
 const START_RECHECK_US: u64 = 2_000_000;
+
+/// ...and at least this many polls after it was first seen, however late they come: on a loaded
+/// machine one poll (a second apart) can come after the moment has passed. A spawned worker read
+/// as forked tells its own memory as copies of its parent's (the zoo's `spawn_workers.py` under
+/// the whole suite's load).
+const MIN_START_LOOKS: u8 = 3;
 
 /// How many polls a process without an identity is read again: a launcher's child seen between
 /// its fork and its exec has its identity a moment later; a helper without one never will.
@@ -70,11 +81,27 @@ impl Processes {
         let mut records = Vec::new();
         for pid in tree {
             if let Some(k) = self.known.get_mut(pid)
-                && Self::forked_lately(k, t_us)
+                && Self::start_unsettled(k, t_us)
                 && let Some(parent) = k.info.parent_pid
             {
-                let start = start_method(&cmdline_of(*pid), &cmdline_of(parent));
-                if matches!(start, StartMethod::Spawn | StartMethod::Forkserver) {
+                k.start_looks = k.start_looks.saturating_add(1);
+                let cmdline = cmdline_of(*pid);
+                let start = start_method(&cmdline, &cmdline_of(parent));
+                // A spawned or fork-server child read in its fork (its parent's command line) or
+                // in its exec (none yet) is read as what it became; never the other way.
+                let better = match k.info.start {
+                    StartMethod::Unknown => start != StartMethod::Unknown,
+                    StartMethod::Fork => {
+                        matches!(start, StartMethod::Spawn | StartMethod::Forkserver)
+                    }
+                    StartMethod::Spawn | StartMethod::Forkserver => false,
+                };
+                k.start_open = match start {
+                    StartMethod::Fork => true,
+                    StartMethod::Unknown => cmdline.is_empty(),
+                    StartMethod::Spawn | StartMethod::Forkserver => false,
+                };
+                if better {
                     k.info.start = start;
                     k.info.t_us = t_us;
                     records.push(Record::Process(k.info.clone()));
@@ -111,9 +138,11 @@ impl Processes {
             } else {
                 parent_of(*pid)
             };
+            let cmdline = cmdline_of(*pid);
             let start = parent.map_or(StartMethod::Unknown, |p| {
-                start_method(&cmdline_of(*pid), &cmdline_of(p))
+                start_method(&cmdline, &cmdline_of(p))
             });
+            let start_open = parent.is_some() && (start == StartMethod::Fork || cmdline.is_empty());
             let info = ProcessInfo {
                 t_us,
                 pid: *pid,
@@ -123,6 +152,9 @@ impl Processes {
                 ..ProcessInfo::default()
             };
             self.insert(info, env, true, &mut records);
+            if let Some(k) = self.known.get_mut(pid) {
+                k.start_open = start_open;
+            }
         }
         // Processes that left the tree are forgotten (a reused pid reads as a new process); a
         // rank's end is written.
@@ -246,6 +278,8 @@ impl Processes {
             info.pid,
             Known {
                 seen_us: info.t_us,
+                start_open: false,
+                start_looks: 0,
                 info: info.clone(),
                 env,
                 in_tree,
@@ -280,13 +314,22 @@ impl Processes {
         k.info.start == StartMethod::Fork && now_us < k.seen_us.saturating_add(START_RECHECK_US)
     }
 
+    /// A child whose start method may still change ([`Known::start_open`]), first seen
+    /// [`START_RECHECK_US`] ago at most or read again fewer than [`MIN_START_LOOKS`] times since.
+    fn start_unsettled(k: &Known, now_us: u64) -> bool {
+        k.start_open
+            && (now_us < k.seen_us.saturating_add(START_RECHECK_US)
+                || k.start_looks < MIN_START_LOOKS)
+    }
+
     /// Whether the next poll should read the tree's processes again even if the tree is the
     /// same: some are still without an identity (the poller otherwise reads only when the tree
     /// changes, and a rank seen before its exec would stay unknown until the next birth), or
-    /// looked forked a moment ago (see [`START_RECHECK_US`]).
+    /// may still turn out spawned (see [`START_RECHECK_US`], [`MIN_START_LOOKS`]).
     pub fn wants_another_look(&self, now_us: u64) -> bool {
         self.known.iter().any(|(pid, k)| {
-            k.in_tree && (Self::unidentified(k, *pid, self.root) || Self::forked_lately(k, now_us))
+            k.in_tree
+                && (Self::unidentified(k, *pid, self.root) || Self::start_unsettled(k, now_us))
         })
     }
 
@@ -573,5 +616,86 @@ mod tests {
         assert_eq!(p.ranks(), [(child, 1)]);
         // Past the moment, a worker that stays a copy (a DataLoader worker) is not read again.
         assert!(!p.wants_another_look(1_000_000 + START_RECHECK_US + 1));
+    }
+
+    /// The root's first child that is not `sleep`: the subshell of `sh -c '(…) & wait'`.
+    fn subshell_of(root_pid: u32) -> (Vec<u32>, u32) {
+        let started = std::time::Instant::now();
+        loop {
+            let tree = crate::host::process_tree(root_pid);
+            let child = tree
+                .iter()
+                .copied()
+                .find(|pid| *pid != root_pid && parent_of(*pid) == Some(root_pid));
+            if let Some(child) = child {
+                return (tree, child);
+            }
+            assert!(started.elapsed().as_secs() < 5, "no child in {tree:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_spawned_child_first_read_in_its_fork_is_read_as_spawned_by_a_late_poll() {
+        // multiprocessing's spawn forks, then execs `spawn_main`; the tree walk saw the fork. On
+        // a loaded machine the next poll can come after START_RECHECK_US: it still reads again.
+        // (`spawn_""main`: the root's own command line must not say it.)
+        let mut root = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "(sleep 0.5; exec sh -c 'sleep 5' spawn_\"\"main) & wait",
+            ])
+            .spawn()
+            .unwrap();
+        let root_pid = root.id();
+        let (tree, child) = subshell_of(root_pid);
+        let mut p = Processes::new(root_pid);
+        let first = p.observe_tree(&tree, 10);
+        assert!(
+            first.iter().any(|r| matches!(r, Record::Process(i)
+                if i.pid == child && i.start == StartMethod::Fork)),
+            "{first:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1_000));
+        let late = 10 + START_RECHECK_US + 1;
+        assert!(p.wants_another_look(late));
+        let again = p.observe_tree(&crate::host::process_tree(root_pid), late);
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &root_pid.to_string()])
+            .status();
+        let _ = root.kill();
+        let _ = root.wait();
+        assert!(
+            again.iter().any(|r| matches!(r, Record::Process(i)
+                if i.pid == child && i.start == StartMethod::Spawn)),
+            "{again:?}"
+        );
+        // Spawned is final: its start is not read again.
+        assert!(!Processes::start_unsettled(&p.known[&child], late));
+    }
+
+    #[test]
+    fn a_child_read_as_forked_is_read_again_for_a_few_polls_then_left() {
+        let mut root = std::process::Command::new("sh")
+            .args(["-c", "(sleep 5; true) & wait"])
+            .spawn()
+            .unwrap();
+        let root_pid = root.id();
+        let (tree, child) = subshell_of(root_pid);
+        let mut p = Processes::new(root_pid);
+        p.observe_tree(&tree, 10);
+        let late = 10 + START_RECHECK_US + 1;
+        for _ in 0..8 {
+            p.observe_tree(&tree, late);
+        }
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &root_pid.to_string()])
+            .status();
+        let _ = root.kill();
+        let _ = root.wait();
+        let k = &p.known[&child];
+        assert_eq!(k.info.start, StartMethod::Fork);
+        assert_eq!(k.start_looks, MIN_START_LOOKS);
+        assert!(!Processes::start_unsettled(k, late));
     }
 }

@@ -496,6 +496,11 @@ struct PssSchedule {
     due: Instant,
     /// When the tree began changing, while a read waits for it to settle.
     changing_since: Option<Instant>,
+    /// A worker's anonymous memory moved by [`GROWING_PRIVATE_BYTES`] since the last reading: one
+    /// is wanted as soon as the budget allows.
+    moved: bool,
+    /// Each worker's anonymous bytes (`statm`, cheap) at the last reading.
+    anon: HashMap<u32, u64>,
     tokens_s: f64,
     refilled: Instant,
     /// The budget's share of a core now ([`PSS_CPU_SHARE`] or [`PSS_CPU_SHARE_GROWING`]).
@@ -510,6 +515,8 @@ impl PssSchedule {
         PssSchedule {
             due: now,
             changing_since: None,
+            moved: false,
+            anon: HashMap::new(),
             tokens_s: PSS_BURST_S,
             refilled: now,
             share: PSS_CPU_SHARE,
@@ -531,12 +538,34 @@ impl PssSchedule {
         self.due = (now + PSS_SETTLE).min(since + PSS_SETTLE_MAX);
     }
 
+    /// The workers' anonymous bytes now (read at each poll, cheap): a worker that allocated
+    /// [`GROWING_PRIVATE_BYTES`] since the last reading wants one as soon as the budget
+    /// allows, at the growing share. Without it a worker whose cache filled between two readings
+    /// of a large tree (seconds apart at 1% of a core) and that then ended with the program was
+    /// never read full: the zoo's `fork_worker_cache.py` read 0.71 of its workers' memory under
+    /// the whole suite's load.
+    fn anon_now(&mut self, now: Instant, anon: impl Iterator<Item = (u32, u64)>) {
+        let mut moved = false;
+        for (pid, bytes) in anon {
+            moved |= self
+                .anon
+                .get(&pid)
+                .is_some_and(|&then| bytes >= then + GROWING_PRIVATE_BYTES);
+        }
+        if moved && !self.moved {
+            self.moved = true;
+            self.share = PSS_CPU_SHARE_GROWING;
+            self.due = self.due.min(now);
+        }
+    }
+
     /// A reading started at `start` of a tree that was `still` the same when it ended.
     /// `cost_s` is the poller's CPU time for it (not the wall time: on a loaded host a reading
     /// waits for a core, and charging the wait left workers' growth read too seldom to call).
     fn read(&mut self, start: Instant, cost_s: f64, still: bool, interval: Duration) {
         let now = Instant::now();
         self.tokens_s -= cost_s;
+        self.moved = false;
         if still {
             self.changing_since = None;
             self.due = start + interval;
@@ -545,8 +574,14 @@ impl PssSchedule {
         }
     }
 
-    /// The workers' private bytes just read: while one grows, readings come more often.
-    fn workers_read(&mut self, private: impl Iterator<Item = (u32, u64)>) {
+    /// The workers' private bytes just read (and their anonymous bytes, the mark
+    /// [`PssSchedule::anon_now`] measures from): while one grows, readings come more often.
+    fn workers_read(
+        &mut self,
+        private: impl Iterator<Item = (u32, u64)>,
+        anon: impl Iterator<Item = (u32, u64)>,
+    ) {
+        self.anon = anon.collect();
         let last = std::mem::take(&mut self.private);
         let mut growing = false;
         for (pid, bytes) in private {
@@ -565,7 +600,9 @@ impl PssSchedule {
     /// How long the poller may sleep before a reading falls due, when one waits on a change
     /// (and the budget it waits for, if spent).
     fn wait(&self, now: Instant) -> Option<Duration> {
-        self.changing_since?;
+        if self.changing_since.is_none() && !self.moved {
+            return None;
+        }
         let refill = Duration::from_secs_f64((-self.tokens_s).max(0.0) / self.share);
         Some(self.due.saturating_duration_since(now).max(refill))
     }
@@ -587,7 +624,20 @@ fn read_pss(
         }
         return;
     }
+    // Workers only: a rank grows its own memory (loading a model).
+    let ranks: Vec<u32> = state
+        .processes
+        .lock()
+        .map(|p| p.ranks().into_iter().map(|(pid, _)| pid).collect())
+        .unwrap_or_default();
+    let is_worker = |pid: u32| Some(pid) != tree.first().copied() && !ranks.contains(&pid);
+    let workers_anon = || {
+        tree.iter()
+            .filter(|pid| is_worker(**pid))
+            .filter_map(|&pid| Some((pid, crate::host::anon_bytes(pid)?)))
+    };
     let start = Instant::now();
+    schedule.anon_now(start, workers_anon());
     if !schedule.ready(start) {
         return;
     }
@@ -608,17 +658,12 @@ fn read_pss(
         // Never wait for the recorder: a full channel loses one reading, not the run's pace.
         let _ = events.try_send(Event::Records(vec![record]));
     }
-    // Workers only: a rank grows its own memory (loading a model).
-    let ranks: Vec<u32> = state
-        .processes
-        .lock()
-        .map(|p| p.ranks().into_iter().map(|(pid, _)| pid).collect())
-        .unwrap_or_default();
     schedule.workers_read(
         rollups
             .iter()
-            .filter(|r| Some(r.pid) != tree.first().copied() && !ranks.contains(&r.pid))
+            .filter(|r| is_worker(r.pid))
             .map(|r| (r.pid, r.private_bytes)),
+        workers_anon(),
     );
     let still = state.tree() == tree;
     if !rollups.is_empty()
@@ -790,16 +835,25 @@ mod tests {
     #[test]
     fn a_worker_growing_its_private_memory_is_read_more_often() {
         let mut s = PssSchedule::new();
-        s.workers_read([(10, 15 << 20), (11, 15 << 20)].into_iter());
+        s.workers_read(
+            [(10, 15 << 20), (11, 15 << 20)].into_iter(),
+            std::iter::empty(),
+        );
         assert_eq!(s.share, PSS_CPU_SHARE);
-        s.workers_read([(10, 100 << 20), (11, 15 << 20)].into_iter());
+        s.workers_read(
+            [(10, 100 << 20), (11, 15 << 20)].into_iter(),
+            std::iter::empty(),
+        );
         assert_eq!(s.share, PSS_CPU_SHARE_GROWING);
         // Spent: the refill comes three times sooner.
         s.tokens_s = -0.03;
         s.changing_since = Some(Instant::now());
         let wait = s.wait(Instant::now()).unwrap();
         assert!(wait <= Duration::from_secs(1), "{wait:?}");
-        s.workers_read([(10, 101 << 20), (11, 16 << 20)].into_iter());
+        s.workers_read(
+            [(10, 101 << 20), (11, 16 << 20)].into_iter(),
+            std::iter::empty(),
+        );
         assert_eq!(s.share, PSS_CPU_SHARE, "growth stopped");
     }
 
@@ -812,5 +866,30 @@ mod tests {
         // 50 ms of CPU over a 1% share: five seconds.
         let wait = s.wait(t0).unwrap();
         assert!(wait >= Duration::from_millis(4_900), "{wait:?}");
+    }
+
+    #[test]
+    fn a_worker_that_allocated_since_the_last_reading_is_read_once_the_budget_allows() {
+        let mut s = PssSchedule::new();
+        let t0 = Instant::now();
+        s.workers_read(
+            [(10, 100 << 20)].into_iter(),
+            [(10, 100 << 20), (11, 50 << 20)].into_iter(),
+        );
+        s.read(t0, 0.02, true, Duration::from_secs(1));
+        assert_eq!(s.share, PSS_CPU_SHARE);
+        // Less than the mark, or memory given back: no reading before it is due.
+        s.anon_now(t0, [(10, 110 << 20), (11, 10 << 20)].into_iter());
+        assert!(!s.moved && s.wait(t0).is_none());
+        // 16 MiB more: due now, waiting only for the budget, at the growing share.
+        s.anon_now(t0, [(10, 116 << 20), (11, 10 << 20)].into_iter());
+        assert!(s.moved);
+        assert_eq!(s.share, PSS_CPU_SHARE_GROWING);
+        assert!(s.due <= t0);
+        let wait = s.wait(t0).unwrap();
+        assert!(wait <= Duration::from_secs(1), "{wait:?}");
+        assert!(s.ready(t0 + wait + Duration::from_millis(1)));
+        s.read(t0 + wait, 0.02, true, Duration::from_secs(1));
+        assert!(!s.moved);
     }
 }
