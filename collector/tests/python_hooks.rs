@@ -1887,4 +1887,9 @@ fn run_live_on_a_tall_terminal_shows_the_watch_view_in_a_pane_under_the_programs
     );
     assert!(!pane.contains("final loss "), "{pane}");
     assert!(pane.contains(&name), "{pane}");
+    // The last frame, drawn once the program exited, says the run ended.
+    assert!(
+        pane.contains(" ended ") && !pane.contains(" live "),
+        "{pane}"
+    );
 }

@@ -130,7 +130,9 @@ fn pane_loop(
         let _ = trace.refresh(&mut buf);
         let view = ViewPane {
             name: &name,
-            following: if trace.state.as_ref().is_some_and(|s| s.ended) {
+            // The program has exited once the run stops: the last frame says so, even before
+            // the recorder has written the trace's end.
+            following: if stopping || trace.state.as_ref().is_some_and(|s| s.ended) {
                 Following::Ended
             } else {
                 Following::Live
