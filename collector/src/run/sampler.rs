@@ -637,7 +637,11 @@ fn read_pss(
             .filter_map(|&pid| Some((pid, crate::host::anon_bytes(pid)?)))
     };
     let start = Instant::now();
-    schedule.anon_now(start, workers_anon());
+    // (Not while a changed tree settles: the poller then wakes every few milliseconds, and the
+    // reading is near anyway.)
+    if !schedule.moved && schedule.changing_since.is_none() {
+        schedule.anon_now(start, workers_anon());
+    }
     if !schedule.ready(start) {
         return;
     }
