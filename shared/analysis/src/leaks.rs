@@ -280,56 +280,73 @@ pub fn leak_fits(
     // The marks, stage by stage (each in mark order).
     let stage_of = |mark: u32| stages.of_mark(mark as usize);
     let by_stage = stages.marks_by_stage();
+    // Each metric's context.
+    let contexts: Vec<FitContext<'_>> = metrics
+        .iter()
+        .map(|&(metric, _)| {
+            let host = metric.is_host();
+            FitContext {
+                limit: limit_of(trace, metric),
+                min_steps,
+                died_of_oom: if host { host_oom } else { gpu_oom },
+                outside_train: &outside_train,
+                file_pages: host
+                    .then(|| counter_with_data(trace, CounterKind::HostRssFile))
+                    .flatten(),
+                host,
+                // Counted growing across steps (or a serving program's forwards): an eval's or
+                // an epoch's rows are theirs.
+                tensors_counted_growing: trace.held.iter().any(|h| {
+                    matches!(
+                        h.clock,
+                        oomscope_format::HeldClock::Step | oomscope_format::HeldClock::Forward
+                    )
+                }),
+                kept_an_epoch_bytes: kept_an_epoch_bytes(trace),
+                workers: &workers,
+            }
+        })
+        .collect();
+    // A stage's points at a time (all of a day's marks as points would take 48 MB), their marks
+    // read once for every metric: a stage's marks lie far apart in a day's 67 MB of marks, and
+    // reading them again per metric was most of the fits' time.
+    let mut base: Vec<Point> = Vec::new();
     let mut points: Vec<Point> = Vec::new();
     let mut out = Vec::new();
-    for &(metric, index) in &metrics {
-        let column = values.column(index);
-        let limit = limit_of(trace, metric);
-        let host = metric.is_host();
-        let context = FitContext {
-            limit,
-            min_steps,
-            died_of_oom: if host { host_oom } else { gpu_oom },
-            outside_train: &outside_train,
-            file_pages: host
-                .then(|| counter_with_data(trace, CounterKind::HostRssFile))
-                .flatten(),
-            host,
-            // Counted growing across steps (or a serving program's forwards): an eval's or an
-            // epoch's rows are theirs.
-            tensors_counted_growing: trace.held.iter().any(|h| {
-                matches!(
-                    h.clock,
-                    oomscope_format::HeldClock::Step | oomscope_format::HeldClock::Forward
-                )
-            }),
-            kept_an_epoch_bytes: kept_an_epoch_bytes(trace),
-            workers: &workers,
-        };
-        // A stage's points at a time: all of a day's marks as points would take 48 MB.
-        for stage_marks in by_stage.chunk_by(|a, b| stage_of(*a) == stage_of(*b)) {
-            let stage = stage_of(stage_marks[0]);
+    for stage_marks in by_stage.chunk_by(|a, b| stage_of(*a) == stage_of(*b)) {
+        let stage = stage_of(stage_marks[0]);
+        base.clear();
+        base.extend(stage_marks.iter().filter_map(|&i| {
+            let i = i as usize;
+            let mark = &trace.marks[i];
+            (clock == Clock::Forward || is_train(mark.phase)).then_some(Point {
+                mark: i,
+                step: position[i],
+                value: 0,
+                t_us: mark.t_us,
+                epoch: mark.epoch,
+            })
+        }));
+        if base.is_empty() {
+            continue;
+        }
+        let name = &stages.names()[stage];
+        for (&(_, index), context) in metrics.iter().zip(&contexts) {
+            let column = values.column(index);
             points.clear();
-            points.extend(stage_marks.iter().filter_map(|&i| {
-                let i = i as usize;
-                let mark = &trace.marks[i];
-                let value = column.get(i)?;
-                (clock == Clock::Forward || is_train(mark.phase)).then_some(Point {
-                    mark: i,
-                    step: position[i],
-                    value,
-                    t_us: mark.t_us,
-                    epoch: mark.epoch,
+            points.extend(base.iter().filter_map(|p| {
+                Some(Point {
+                    value: column.get(p.mark)?,
+                    ..*p
                 })
             }));
             if points.is_empty() {
                 continue;
             }
-            let name = &stages.names()[stage];
-            if let Some(mut fit) = fit_stage(trace, values, name, index, &points, &context) {
+            if let Some(mut fit) = fit_stage(trace, values, name, index, &points, context) {
                 fit.clock = clock;
                 let by_epoch = (clock == Clock::Step && !fit.is_leak)
-                    .then(|| fit_epochs(trace, values, name, index, &points, &context))
+                    .then(|| fit_epochs(trace, values, name, index, &points, context))
                     .flatten();
                 out.push((stage, fit));
                 out.extend(by_epoch.map(|f| (stage, f)));
@@ -387,7 +404,7 @@ fn fit_epochs(
     // The points of each epoch, in order.
     let mut epochs: Vec<(u32, Vec<&Point>)> = Vec::new();
     for p in points {
-        let epoch = trace.marks[p.mark].epoch;
+        let epoch = p.epoch;
         match epochs.last_mut() {
             Some((e, list)) if *e == epoch => list.push(p),
             _ => epochs.push((epoch, vec![p])),
