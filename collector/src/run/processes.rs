@@ -31,13 +31,14 @@ struct Known {
     in_tree: bool,
     /// Times its environment was read without finding an identity.
     looks: u8,
-    /// When it was first seen: a child that looks forked is read again for
-    /// [`START_RECHECK_US`] (one seen between its fork and its exec may be spawned).
+    /// When it was first seen: a child whose start method may still change is read again for
+    /// [`START_RECHECK_US`] from then, and [`MIN_START_LOOKS`] polls after that.
     seen_us: u64,
     /// Its start method may still change: it read as forked (its parent's command line), or its
     /// command line read empty (in its exec).
     start_open: bool,
-    /// Times its start method was read again since ([`MIN_START_LOOKS`]).
+    /// Times its start method was read again after [`START_RECHECK_US`] had passed since it
+    /// was first seen ([`MIN_START_LOOKS`]).
     start_looks: u8,
 }
 
@@ -46,10 +47,11 @@ struct Known {
 /// walk can see it in between (on a loaded machine, for some milliseconds).
 const START_RECHECK_US: u64 = 2_000_000;
 
-/// ...and at least this many polls after it was first seen, however late they come: on a loaded
-/// machine one poll (a second apart) can come after the moment has passed. A spawned worker read
-/// as forked tells its own memory as copies of its parent's (the zoo's `spawn_workers.py` under
-/// the whole suite's load).
+/// ...and this many polls after that, however late they come: on a loaded machine the polls
+/// within the moment can all come before the exec (a changed tree wakes the poller every few
+/// milliseconds while it settles), and the next a second later, after the moment. A spawned
+/// worker read as forked tells its own memory as copies of its parent's (the zoo's
+/// `spawn_workers.py` in CI).
 const MIN_START_LOOKS: u8 = 3;
 
 /// How many polls a process without an identity is read again: a launcher's child seen between
@@ -84,7 +86,9 @@ impl Processes {
                 && Self::start_unsettled(k, t_us)
                 && let Some(parent) = k.info.parent_pid
             {
-                k.start_looks = k.start_looks.saturating_add(1);
+                if t_us >= k.seen_us.saturating_add(START_RECHECK_US) {
+                    k.start_looks = k.start_looks.saturating_add(1);
+                }
                 let cmdline = cmdline_of(*pid);
                 let start = start_method(&cmdline, &cmdline_of(parent));
                 // A spawned or fork-server child read in its fork (its parent's command line) or
@@ -315,7 +319,8 @@ impl Processes {
     }
 
     /// A child whose start method may still change ([`Known::start_open`]), first seen
-    /// [`START_RECHECK_US`] ago at most or read again fewer than [`MIN_START_LOOKS`] times since.
+    /// [`START_RECHECK_US`] ago at most, or read again fewer than [`MIN_START_LOOKS`] times
+    /// after that.
     fn start_unsettled(k: &Known, now_us: u64) -> bool {
         k.start_open
             && (now_us < k.seen_us.saturating_add(START_RECHECK_US)
@@ -579,20 +584,7 @@ mod tests {
             .spawn()
             .unwrap();
         let root_pid = root.id();
-        let started = std::time::Instant::now();
-        // The subshell: the root's child (its own `sleep 0.5` is the subshell's).
-        let (tree, child) = loop {
-            let tree = crate::host::process_tree(root_pid);
-            let child = tree
-                .iter()
-                .copied()
-                .find(|pid| *pid != root_pid && parent_of(*pid) == Some(root_pid));
-            if let Some(child) = child {
-                break (tree, child);
-            }
-            assert!(started.elapsed().as_secs() < 5, "no child in {tree:?}");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        };
+        let (tree, child) = subshell_of(root_pid);
         let mut p = Processes::new(root_pid);
         let first = p.observe_tree(&tree, 10);
         assert!(
@@ -603,11 +595,7 @@ mod tests {
         assert!(p.wants_another_look(20));
         std::thread::sleep(std::time::Duration::from_millis(1_000));
         let again = p.observe_tree(&crate::host::process_tree(root_pid), 1_000_000);
-        let _ = std::process::Command::new("pkill")
-            .args(["-P", &root_pid.to_string()])
-            .status();
-        let _ = root.kill();
-        let _ = root.wait();
+        stop(&mut root);
         assert!(
             again.iter().any(|r| matches!(r, Record::Process(i)
                 if i.pid == child && i.role == ProcessRole::Rank && i.rank == Some(1))),
@@ -618,7 +606,17 @@ mod tests {
         assert!(!p.wants_another_look(1_000_000 + START_RECHECK_US + 1));
     }
 
-    /// The root's first child that is not `sleep`: the subshell of `sh -c '(…) & wait'`.
+    /// Ends `sh -c '(…) & wait'` and what it started.
+    fn stop(root: &mut std::process::Child) {
+        let _ = std::process::Command::new("pkill")
+            .args(["-P", &root.id().to_string()])
+            .status();
+        let _ = root.kill();
+        let _ = root.wait();
+    }
+
+    /// The tree below `root_pid` and the root's child: the subshell of `sh -c '(…) & wait'`
+    /// (what the subshell runs, its `sleep`, is the subshell's child).
     fn subshell_of(root_pid: u32) -> (Vec<u32>, u32) {
         let started = std::time::Instant::now();
         loop {
@@ -639,11 +637,12 @@ mod tests {
     fn a_spawned_child_first_read_in_its_fork_is_read_as_spawned_by_a_late_poll() {
         // multiprocessing's spawn forks, then execs `spawn_main`; the tree walk saw the fork. On
         // a loaded machine the next poll can come after START_RECHECK_US: it still reads again.
-        // (`spawn_""main`: the root's own command line must not say it.)
+        // (`spawn_""main`: the root's own command line must not say it; `sleep 5; true`: a
+        // shell that execs a lone command, as bash does, would leave `sleep 5` as the line.)
         let mut root = std::process::Command::new("sh")
             .args([
                 "-c",
-                "(sleep 0.5; exec sh -c 'sleep 5' spawn_\"\"main) & wait",
+                "(sleep 1; exec sh -c 'sleep 5; true' spawn_\"\"main) & wait",
             ])
             .spawn()
             .unwrap();
@@ -656,15 +655,11 @@ mod tests {
                 if i.pid == child && i.start == StartMethod::Fork)),
             "{first:?}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(1_000));
+        std::thread::sleep(std::time::Duration::from_millis(1_500));
         let late = 10 + START_RECHECK_US + 1;
         assert!(p.wants_another_look(late));
         let again = p.observe_tree(&crate::host::process_tree(root_pid), late);
-        let _ = std::process::Command::new("pkill")
-            .args(["-P", &root_pid.to_string()])
-            .status();
-        let _ = root.kill();
-        let _ = root.wait();
+        stop(&mut root);
         assert!(
             again.iter().any(|r| matches!(r, Record::Process(i)
                 if i.pid == child && i.start == StartMethod::Spawn)),
@@ -684,15 +679,16 @@ mod tests {
         let (tree, child) = subshell_of(root_pid);
         let mut p = Processes::new(root_pid);
         p.observe_tree(&tree, 10);
+        // Polls within the moment (a settling tree wakes the poller every few ms) do not count.
+        for t_us in (20..START_RECHECK_US).step_by(100_000) {
+            p.observe_tree(&tree, t_us);
+        }
+        assert_eq!(p.known[&child].start_looks, 0);
         let late = 10 + START_RECHECK_US + 1;
         for _ in 0..8 {
             p.observe_tree(&tree, late);
         }
-        let _ = std::process::Command::new("pkill")
-            .args(["-P", &root_pid.to_string()])
-            .status();
-        let _ = root.kill();
-        let _ = root.wait();
+        stop(&mut root);
         let k = &p.known[&child];
         assert_eq!(k.info.start, StartMethod::Fork);
         assert_eq!(k.start_looks, MIN_START_LOOKS);

@@ -469,7 +469,9 @@ const PSS_CPU_SHARE: f64 = 0.01;
 /// 1%, too few to call their growth (15 -> 100 -> 316 MiB each); at 3% ~6 times.
 const PSS_CPU_SHARE_GROWING: f64 = 0.03;
 
-/// Private growth of a worker between two readings that raises the budget.
+/// Private growth of a worker between two readings that raises the budget (and growth of its
+/// anonymous memory since the last reading that asks for the next at once,
+/// [`PssSchedule::anon_now`]).
 const GROWING_PRIVATE_BYTES: u64 = 16 << 20;
 
 /// ...with bursts of up to this much (seconds), so that the workers a DataLoader starts are read
@@ -490,8 +492,9 @@ const PSS_SETTLE: Duration = Duration::from_millis(50);
 /// ...but no later than this after the first change, for a program that forks without pause.
 const PSS_SETTLE_MAX: Duration = Duration::from_millis(250);
 
-/// When the tree's PSS is read next: when `due` (a poll interval after the last reading, or once
-/// a changed tree has settled) and the budget (a token bucket of CPU seconds) is not spent.
+/// When the tree's PSS is read next: when `due` (a poll interval after the last reading, once a
+/// changed tree has settled, or at once when a worker's anonymous memory rose) and the budget (a
+/// token bucket of CPU seconds) is not spent.
 struct PssSchedule {
     due: Instant,
     /// When the tree began changing, while a read waits for it to settle.
@@ -500,7 +503,7 @@ struct PssSchedule {
     /// is wanted as soon as the budget allows.
     moved: bool,
     /// Each worker's anonymous bytes (`statm`, cheap) at the last reading.
-    anon: HashMap<u32, u64>,
+    anon_bytes: HashMap<u32, u64>,
     tokens_s: f64,
     refilled: Instant,
     /// The budget's share of a core now ([`PSS_CPU_SHARE`] or [`PSS_CPU_SHARE_GROWING`]).
@@ -516,7 +519,7 @@ impl PssSchedule {
             due: now,
             changing_since: None,
             moved: false,
-            anon: HashMap::new(),
+            anon_bytes: HashMap::new(),
             tokens_s: PSS_BURST_S,
             refilled: now,
             share: PSS_CPU_SHARE,
@@ -548,7 +551,7 @@ impl PssSchedule {
         let mut moved = false;
         for (pid, bytes) in anon {
             moved |= self
-                .anon
+                .anon_bytes
                 .get(&pid)
                 .is_some_and(|&then| bytes >= then + GROWING_PRIVATE_BYTES);
         }
@@ -581,7 +584,7 @@ impl PssSchedule {
         private: impl Iterator<Item = (u32, u64)>,
         anon: impl Iterator<Item = (u32, u64)>,
     ) {
-        self.anon = anon.collect();
+        self.anon_bytes = anon.collect();
         let last = std::mem::take(&mut self.private);
         let mut growing = false;
         for (pid, bytes) in private {
@@ -597,8 +600,18 @@ impl PssSchedule {
         };
     }
 
-    /// How long the poller may sleep before a reading falls due, when one waits on a change
-    /// (and the budget it waits for, if spent).
+    /// The program is alone (its workers ended): nothing waits for a reading, and the next
+    /// workers start from the plain share.
+    fn alone(&mut self) {
+        self.changing_since = None;
+        self.moved = false;
+        self.anon_bytes.clear();
+        self.private.clear();
+        self.share = PSS_CPU_SHARE;
+    }
+
+    /// How long the poller may sleep before a reading falls due, when one waits on a changed
+    /// tree or on a worker whose memory rose (and the budget it waits for, if spent).
     fn wait(&self, now: Instant) -> Option<Duration> {
         if self.changing_since.is_none() && !self.moved {
             return None;
@@ -618,7 +631,7 @@ fn read_pss(
 ) {
     let tree = state.tree();
     if tree.len() < 2 {
-        schedule.changing_since = None;
+        schedule.alone();
         if let Ok(mut r) = state.host_pss.lock() {
             *r = None;
         }
@@ -885,15 +898,27 @@ mod tests {
         // Less than the mark, or memory given back: no reading before it is due.
         s.anon_now(t0, [(10, 110 << 20), (11, 10 << 20)].into_iter());
         assert!(!s.moved && s.wait(t0).is_none());
-        // 16 MiB more: due now, waiting only for the budget, at the growing share.
+        // 16 MiB more, the budget spent: due now, waiting only for the budget, refilled at the
+        // growing share (10 ms of CPU at 3%: a third of a second, not a second).
+        s.tokens_s = -0.01;
         s.anon_now(t0, [(10, 116 << 20), (11, 10 << 20)].into_iter());
         assert!(s.moved);
         assert_eq!(s.share, PSS_CPU_SHARE_GROWING);
         assert!(s.due <= t0);
         let wait = s.wait(t0).unwrap();
-        assert!(wait <= Duration::from_secs(1), "{wait:?}");
+        assert!(
+            wait > Duration::from_millis(300) && wait < Duration::from_millis(350),
+            "{wait:?}"
+        );
+        assert!(!s.ready(t0 + wait / 2));
         assert!(s.ready(t0 + wait + Duration::from_millis(1)));
         s.read(t0 + wait, 0.02, true, Duration::from_secs(1));
         assert!(!s.moved);
+        // The workers end before the next reading: nothing is waited for any more.
+        s.anon_now(t0, [(10, 200 << 20)].into_iter());
+        assert!(s.moved);
+        s.alone();
+        assert!(s.wait(t0).is_none());
+        assert_eq!(s.share, PSS_CPU_SHARE);
     }
 }
