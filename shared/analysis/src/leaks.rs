@@ -348,14 +348,13 @@ pub fn leak_fits(
                 let by_epoch = (clock == Clock::Step && !fit.is_leak)
                     .then(|| fit_epochs(trace, values, name, index, &points, context))
                     .flatten();
-                out.push((stage, fit));
-                out.extend(by_epoch.map(|f| (stage, f)));
+                out.push(fit);
+                out.extend(by_epoch);
             }
         }
     }
-    // Stage order first, then metric order (the sort is stable).
-    crate::sort::sort_by_key(&mut out, |(stage, _)| *stage);
-    out.into_iter().map(|(_, fit)| fit).collect()
+    // Stage order first (the counting sort's), then metric order.
+    out
 }
 
 /// Epochs a fit on the epoch clock needs.
