@@ -492,6 +492,18 @@ const PSS_SETTLE: Duration = Duration::from_millis(50);
 /// ...but no later than this after the first change, for a program that forks without pause.
 const PSS_SETTLE_MAX: Duration = Duration::from_millis(250);
 
+/// While a worker's memory grows, its anonymous memory (`statm`, a few µs a worker) is polled
+/// this often, so that the reading that finds it full comes soon after it stopped.
+const ANON_POLL: Duration = Duration::from_millis(250);
+
+/// Growth between two polls under which a worker's memory has stopped rising (a page or a
+/// batch, not a cache filling).
+const ANON_RISING_BYTES: u64 = 1 << 20;
+
+/// How far into debt (CPU seconds) the reading of workers whose memory just stopped rising may
+/// run the budget: once per growth, repaid at the plain share before the next.
+const PSS_SETTLED_DEBT_S: f64 = PSS_BURST_S;
+
 /// When the tree's PSS is read next: when `due` (a poll interval after the last reading, once a
 /// changed tree has settled, or at once when a worker's anonymous memory rose) and the budget (a
 /// token bucket of CPU seconds) is not spent.
@@ -502,8 +514,13 @@ struct PssSchedule {
     /// A worker's anonymous memory moved by [`GROWING_PRIVATE_BYTES`] since the last reading: one
     /// is wanted as soon as the budget allows.
     moved: bool,
+    /// ...and has stopped rising since the poll before: the reading that reads it full may run
+    /// the budget into debt ([`PSS_SETTLED_DEBT_S`]).
+    settled: bool,
     /// Each worker's anonymous bytes (`statm`, cheap) at the last reading.
     anon_bytes: HashMap<u32, u64>,
+    /// ...and at the last poll.
+    anon_polled_bytes: HashMap<u32, u64>,
     tokens_s: f64,
     refilled: Instant,
     /// The budget's share of a core now ([`PSS_CPU_SHARE`] or [`PSS_CPU_SHARE_GROWING`]).
@@ -519,7 +536,9 @@ impl PssSchedule {
             due: now,
             changing_since: None,
             moved: false,
+            settled: false,
             anon_bytes: HashMap::new(),
+            anon_polled_bytes: HashMap::new(),
             tokens_s: PSS_BURST_S,
             refilled: now,
             share: PSS_CPU_SHARE,
@@ -532,7 +551,14 @@ impl PssSchedule {
         let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * self.share;
         self.tokens_s = (self.tokens_s + earned).min(PSS_BURST_S);
         self.refilled = now;
-        now >= self.due && self.tokens_s > 0.0
+        now >= self.due
+            && (self.tokens_s > 0.0 || (self.settled && self.tokens_s > -PSS_SETTLED_DEBT_S))
+    }
+
+    /// Whether the workers' anonymous memory is watched closely ([`ANON_POLL`]): one rose since
+    /// the last reading, or grew between the last two.
+    fn watching(&self) -> bool {
+        self.moved || self.share == PSS_CPU_SHARE_GROWING
     }
 
     /// The tree changed at `now`: read it once it has settled.
@@ -543,22 +569,30 @@ impl PssSchedule {
 
     /// The workers' anonymous bytes now (read at each poll, cheap): a worker that allocated
     /// [`GROWING_PRIVATE_BYTES`] since the last reading wants one as soon as the budget
-    /// allows, at the growing share. Without it a worker whose cache filled between two readings
-    /// of a large tree (seconds apart at 1% of a core) and that then ended with the program was
-    /// never read full: the zoo's `fork_worker_cache.py` read 0.71 of its workers' memory under
-    /// the whole suite's load.
+    /// allows, at the growing share; once none rose since the poll before ([`ANON_POLL`] ago
+    /// while watched), at once, the budget run into debt if need be. Without it a worker whose
+    /// cache filled between two readings of a large tree (a second or more apart) and that then
+    /// ended with the program was never read full: the zoo's `fork_worker_cache.py` (caches full
+    /// 1 s before the end) read 0.71–0.89 of its workers' memory after the zoo's cgroup
+    /// programs, in CI and here.
     fn anon_now(&mut self, now: Instant, anon: impl Iterator<Item = (u32, u64)>) {
-        let mut moved = false;
+        let last_poll = std::mem::take(&mut self.anon_polled_bytes);
+        let (mut moved, mut rising) = (false, false);
         for (pid, bytes) in anon {
             moved |= self
                 .anon_bytes
                 .get(&pid)
                 .is_some_and(|&then| bytes >= then + GROWING_PRIVATE_BYTES);
+            rising |= last_poll
+                .get(&pid)
+                .is_none_or(|&then| bytes >= then + ANON_RISING_BYTES);
+            self.anon_polled_bytes.insert(pid, bytes);
         }
-        if moved && !self.moved {
+        if moved {
             self.moved = true;
             self.share = PSS_CPU_SHARE_GROWING;
             self.due = self.due.min(now);
+            self.settled = !rising;
         }
     }
 
@@ -569,6 +603,7 @@ impl PssSchedule {
         let now = Instant::now();
         self.tokens_s -= cost_s;
         self.moved = false;
+        self.settled = false;
         if still {
             self.changing_since = None;
             self.due = start + interval;
@@ -605,7 +640,9 @@ impl PssSchedule {
     fn alone(&mut self) {
         self.changing_since = None;
         self.moved = false;
+        self.settled = false;
         self.anon_bytes.clear();
+        self.anon_polled_bytes.clear();
         self.private.clear();
         self.share = PSS_CPU_SHARE;
     }
@@ -616,7 +653,12 @@ impl PssSchedule {
         if self.changing_since.is_none() && !self.moved {
             return None;
         }
-        let refill = Duration::from_secs_f64((-self.tokens_s).max(0.0) / self.share);
+        let floor = if self.settled {
+            -PSS_SETTLED_DEBT_S
+        } else {
+            0.0
+        };
+        let refill = Duration::from_secs_f64((floor - self.tokens_s).max(0.0) / self.share);
         Some(self.due.saturating_duration_since(now).max(refill))
     }
 }
@@ -652,7 +694,7 @@ fn read_pss(
     let start = Instant::now();
     // (Not while a changed tree settles: the poller then wakes every few milliseconds, and the
     // reading is near anyway.)
-    if !schedule.moved && schedule.changing_since.is_none() {
+    if schedule.changing_since.is_none() {
         schedule.anon_now(start, workers_anon());
     }
     if !schedule.ready(start) {
@@ -819,7 +861,21 @@ pub fn poll_loop(
         let sleep = pss
             .wait(now)
             .map_or(sleep, |w| sleep.min(w.max(Duration::from_millis(10))));
-        state.poller_sleep(sleep);
+        // While a worker's memory grows, its anonymous memory is read every ANON_POLL in
+        // between (without walking /proc for the tree: that waits for the next poll, or for a
+        // birth the sampler saw).
+        let until = Instant::now() + sleep;
+        let woken = |state: &RunState| state.stopping() || state.tree() != last_tree;
+        while pss.watching() && until.saturating_duration_since(Instant::now()) > ANON_POLL {
+            state.poller_sleep(ANON_POLL);
+            if woken(state) {
+                break;
+            }
+            read_pss(state, interval, &mut pss, events);
+        }
+        if !woken(state) {
+            state.poller_sleep(until.saturating_duration_since(Instant::now()));
+        }
     }
 }
 
@@ -920,5 +976,31 @@ mod tests {
         s.alone();
         assert!(s.wait(t0).is_none());
         assert_eq!(s.share, PSS_CPU_SHARE);
+    }
+
+    #[test]
+    fn workers_whose_memory_stopped_rising_are_read_at_once_into_debt() {
+        let mut s = PssSchedule::new();
+        let t0 = Instant::now();
+        s.workers_read([(10, 100 << 20)].into_iter(), [(10, 100 << 20)].into_iter());
+        s.read(t0, 0.02, true, Duration::from_secs(1));
+        s.tokens_s = -0.05;
+        // Rising: due, waiting for the budget (50 ms at 3%: 1.7 s).
+        s.anon_now(t0, [(10, 150 << 20)].into_iter());
+        s.anon_now(t0, [(10, 200 << 20)].into_iter());
+        assert!(s.watching() && !s.settled);
+        assert!(!s.ready(t0));
+        // Stopped: read now, the budget run into debt.
+        s.anon_now(t0, [(10, 200 << 20)].into_iter());
+        assert!(s.settled);
+        assert_eq!(s.wait(t0), Some(Duration::ZERO));
+        assert!(s.ready(t0));
+        s.read(t0, 0.02, true, Duration::from_secs(1));
+        assert!(!s.settled && !s.moved);
+        // Deeper than the debt allows: waited for.
+        s.tokens_s = -PSS_SETTLED_DEBT_S - 0.01;
+        s.anon_now(t0, [(10, 300 << 20)].into_iter());
+        s.anon_now(t0, [(10, 300 << 20)].into_iter());
+        assert!(s.settled && !s.ready(t0));
     }
 }
