@@ -497,11 +497,20 @@ const PSS_SETTLE_MAX: Duration = Duration::from_millis(250);
 const ANON_POLL: Duration = Duration::from_millis(250);
 
 /// Growth between two polls under which a worker's memory has stopped rising (a page or a
-/// batch, not a cache filling).
+/// batch, not a cache filling)...
 const ANON_RISING_BYTES: u64 = 1 << 20;
 
+/// ...in this many polls in a row (a worker starved of CPU on a loaded machine stalls for a
+/// poll's time)...
+const ANON_STILL_POLLS: u8 = 2;
+
+/// ...each judged only over at least this long (an early wake, or the GPU query's schedule, can poll
+/// again within milliseconds, when a filling cache has grown less than that).
+const ANON_RISING_GAP: Duration = Duration::from_millis(200);
+
 /// How far into debt (CPU seconds) the reading of workers whose memory just stopped rising may
-/// run the budget: once per growth, repaid at the plain share before the next.
+/// run the budget: repaid before the next such reading may run into debt again, so readings of
+/// a changed tree are not kept waiting by one debt after another.
 const PSS_SETTLED_DEBT_S: f64 = PSS_BURST_S;
 
 /// When the tree's PSS is read next: when `due` (a poll interval after the last reading, once a
@@ -519,8 +528,13 @@ struct PssSchedule {
     settled: bool,
     /// Each worker's anonymous bytes (`statm`, cheap) at the last reading.
     anon_bytes: HashMap<u32, u64>,
-    /// ...and at the last poll.
+    /// ...and at the last poll that judged whether they still rise, and when.
     anon_polled_bytes: HashMap<u32, u64>,
+    anon_polled_at: Option<Instant>,
+    /// Polls in a row that found none rising ([`ANON_STILL_POLLS`]).
+    still_polls: u8,
+    /// The budget has been out of debt since the last reading that ran it into debt.
+    debt_repaid: bool,
     tokens_s: f64,
     refilled: Instant,
     /// The budget's share of a core now ([`PSS_CPU_SHARE`] or [`PSS_CPU_SHARE_GROWING`]).
@@ -539,6 +553,9 @@ impl PssSchedule {
             settled: false,
             anon_bytes: HashMap::new(),
             anon_polled_bytes: HashMap::new(),
+            anon_polled_at: None,
+            still_polls: 0,
+            debt_repaid: true,
             tokens_s: PSS_BURST_S,
             refilled: now,
             share: PSS_CPU_SHARE,
@@ -551,8 +568,10 @@ impl PssSchedule {
         let earned = now.saturating_duration_since(self.refilled).as_secs_f64() * self.share;
         self.tokens_s = (self.tokens_s + earned).min(PSS_BURST_S);
         self.refilled = now;
+        self.debt_repaid |= self.tokens_s >= 0.0;
         now >= self.due
-            && (self.tokens_s > 0.0 || (self.settled && self.tokens_s > -PSS_SETTLED_DEBT_S))
+            && (self.tokens_s > 0.0
+                || (self.settled && self.debt_repaid && self.tokens_s > -PSS_SETTLED_DEBT_S))
     }
 
     /// Whether the workers' anonymous memory is watched closely ([`ANON_POLL`]): one rose since
@@ -576,23 +595,38 @@ impl PssSchedule {
     /// 1 s before the end) read 0.71–0.89 of its workers' memory after the zoo's cgroup
     /// programs, in CI and here.
     fn anon_now(&mut self, now: Instant, anon: impl Iterator<Item = (u32, u64)>) {
-        let last_poll = std::mem::take(&mut self.anon_polled_bytes);
+        let judged = self
+            .anon_polled_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= ANON_RISING_GAP);
+        let mut polled = HashMap::new();
         let (mut moved, mut rising) = (false, false);
         for (pid, bytes) in anon {
             moved |= self
                 .anon_bytes
                 .get(&pid)
                 .is_some_and(|&then| bytes >= then + GROWING_PRIVATE_BYTES);
-            rising |= last_poll
-                .get(&pid)
-                .is_none_or(|&then| bytes >= then + ANON_RISING_BYTES);
-            self.anon_polled_bytes.insert(pid, bytes);
+            if judged {
+                rising |= self
+                    .anon_polled_bytes
+                    .get(&pid)
+                    .is_none_or(|&then| bytes >= then + ANON_RISING_BYTES);
+                polled.insert(pid, bytes);
+            }
+        }
+        if judged {
+            self.anon_polled_bytes = polled;
+            self.anon_polled_at = Some(now);
+            self.still_polls = if rising {
+                0
+            } else {
+                self.still_polls.saturating_add(1)
+            };
         }
         if moved {
             self.moved = true;
             self.share = PSS_CPU_SHARE_GROWING;
             self.due = self.due.min(now);
-            self.settled = !rising;
+            self.settled = self.still_polls >= ANON_STILL_POLLS;
         }
     }
 
@@ -602,6 +636,7 @@ impl PssSchedule {
     fn read(&mut self, start: Instant, cost_s: f64, still: bool, interval: Duration) {
         let now = Instant::now();
         self.tokens_s -= cost_s;
+        self.debt_repaid &= self.tokens_s >= 0.0;
         self.moved = false;
         self.settled = false;
         if still {
@@ -643,6 +678,8 @@ impl PssSchedule {
         self.settled = false;
         self.anon_bytes.clear();
         self.anon_polled_bytes.clear();
+        self.anon_polled_at = None;
+        self.still_polls = 0;
         self.private.clear();
         self.share = PSS_CPU_SHARE;
     }
@@ -653,7 +690,7 @@ impl PssSchedule {
         if self.changing_since.is_none() && !self.moved {
             return None;
         }
-        let floor = if self.settled {
+        let floor = if self.settled && self.debt_repaid {
             -PSS_SETTLED_DEBT_S
         } else {
             0.0
@@ -701,7 +738,16 @@ fn read_pss(
         return;
     }
     let cpu_start = thread_cpu_s();
-    let rollups = crate::host::tree_rollups(&tree);
+    // A reading a worker's growth asked for reads the workers alone: the program's page tables,
+    // the largest (a 1 GiB interpreter with torch), cost most of a reading, and the tree's PSS
+    // can wait for the next whole reading.
+    let workers_only = schedule.moved && schedule.changing_since.is_none();
+    let read: Vec<u32> = if workers_only {
+        tree.iter().copied().filter(|pid| is_worker(*pid)).collect()
+    } else {
+        tree.clone()
+    };
+    let rollups = crate::host::tree_rollups(&read);
     let t_us = state.now_us();
     // Each process but the program itself, for the workers' private growth.
     for r in rollups
@@ -726,6 +772,7 @@ fn read_pss(
     );
     let still = state.tree() == tree;
     if !rollups.is_empty()
+        && !workers_only
         && let Ok(mut r) = state.host_pss.lock()
     {
         *r = Some((rollups.iter().map(|r| r.pss_bytes).sum(), tree));
@@ -865,7 +912,9 @@ pub fn poll_loop(
         // between (without walking /proc for the tree: that waits for the next poll, or for a
         // birth the sampler saw).
         let until = Instant::now() + sleep;
-        let woken = |state: &RunState| state.stopping() || state.tree() != last_tree;
+        let woken = |state: &RunState| {
+            state.stopping() || state.tree() != last_tree || state.gpu_query_wanted()
+        };
         while pss.watching() && until.saturating_duration_since(Instant::now()) > ANON_POLL {
             state.poller_sleep(ANON_POLL);
             if woken(state) {
@@ -982,25 +1031,38 @@ mod tests {
     fn workers_whose_memory_stopped_rising_are_read_at_once_into_debt() {
         let mut s = PssSchedule::new();
         let t0 = Instant::now();
+        let poll = |k: u32| t0 + ANON_POLL * k;
         s.workers_read([(10, 100 << 20)].into_iter(), [(10, 100 << 20)].into_iter());
         s.read(t0, 0.02, true, Duration::from_secs(1));
         s.tokens_s = -0.05;
         // Rising: due, waiting for the budget (50 ms at 3%: 1.7 s).
-        s.anon_now(t0, [(10, 150 << 20)].into_iter());
-        s.anon_now(t0, [(10, 200 << 20)].into_iter());
+        s.anon_now(poll(1), [(10, 150 << 20)].into_iter());
+        s.anon_now(poll(2), [(10, 200 << 20)].into_iter());
         assert!(s.watching() && !s.settled);
-        assert!(!s.ready(t0));
-        // Stopped: read now, the budget run into debt.
-        s.anon_now(t0, [(10, 200 << 20)].into_iter());
+        assert!(!s.ready(poll(2)));
+        // Polled again a few ms later, 0.5 MiB more: too soon to tell it stopped.
+        s.anon_now(
+            poll(2) + Duration::from_millis(5),
+            [(10, (200 << 20) + (512 << 10))].into_iter(),
+        );
+        assert!(!s.settled);
+        // One still poll (a stall on a loaded machine) is not enough; two are: read now, the
+        // budget run into debt.
+        s.anon_now(poll(3), [(10, 200 << 20)].into_iter());
+        assert!(!s.settled);
+        s.anon_now(poll(4), [(10, 200 << 20)].into_iter());
         assert!(s.settled);
-        assert_eq!(s.wait(t0), Some(Duration::ZERO));
-        assert!(s.ready(t0));
-        s.read(t0, 0.02, true, Duration::from_secs(1));
-        assert!(!s.settled && !s.moved);
-        // Deeper than the debt allows: waited for.
-        s.tokens_s = -PSS_SETTLED_DEBT_S - 0.01;
-        s.anon_now(t0, [(10, 300 << 20)].into_iter());
-        s.anon_now(t0, [(10, 300 << 20)].into_iter());
-        assert!(s.settled && !s.ready(t0));
+        assert_eq!(s.wait(poll(4)), Some(Duration::ZERO));
+        assert!(s.ready(poll(4)));
+        s.read(poll(4), 0.02, true, Duration::from_secs(1));
+        assert!(!s.settled && !s.moved && !s.debt_repaid);
+        // Grown and stopped again before the debt is repaid: waited for, not more debt.
+        s.anon_now(poll(5), [(10, 300 << 20)].into_iter());
+        s.anon_now(poll(6), [(10, 300 << 20)].into_iter());
+        s.anon_now(poll(7), [(10, 300 << 20)].into_iter());
+        assert!(s.settled && !s.ready(poll(7)));
+        // Repaid (tokens back to 0 at 3%: ~2.5 s), then read.
+        let repaid = poll(7) + Duration::from_secs(3);
+        assert!(s.ready(repaid) && s.debt_repaid);
     }
 }
