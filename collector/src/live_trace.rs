@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use oomscope_analysis::live::{LiveState, analysed, live_now};
 use oomscope_analysis::metrics::host_in_use;
-use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_analysis::{AnalysisOptions, Prepared, analyze_prepared};
 use oomscope_format::{CounterId, Follower};
 
 /// The analysis may take at most this share of the follower's wall time: re-run no sooner than
@@ -49,6 +49,8 @@ pub struct LiveTrace {
     pub state: Option<LiveState>,
     /// The host's memory in use, as the last analysis chose it (`metrics::host_in_use`).
     host: Option<CounterId>,
+    /// What the last analysis read at the marks, extended by the next with what was appended.
+    prepared: Option<Prepared>,
 }
 
 impl LiveTrace {
@@ -65,6 +67,7 @@ impl LiveTrace {
             fresh: false,
             state: None,
             host: None,
+            prepared: None,
         }
     }
 
@@ -122,9 +125,11 @@ impl LiveTrace {
         if self.unanalysed && (due || self.follower.ended()) {
             self.unanalysed = false;
             let started = Instant::now();
-            let analysis = analyze(trace, &AnalysisOptions::default());
+            let prepared = self.prepared.get_or_insert_with(|| Prepared::new(trace));
+            let analysis = analyze_prepared(trace, &AnalysisOptions::default(), prepared);
             self.host = host_in_use(trace);
-            self.state = Some(analysed(live_now(trace, self.host), trace, &analysis));
+            let now = live_now(trace, self.host);
+            self.state = Some(analysed(now, trace, &analysis, Some(prepared)));
             self.analysis_cost = started.elapsed();
             self.analysed_at = Some(Instant::now());
             self.fresh = true;

@@ -7,9 +7,9 @@ use crate::analysis::{
     Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, MarksSampled,
     Overview,
 };
-use crate::marks::StageIndex;
 use crate::metrics::MarkValues;
 use crate::peaks::{Peak, PeakSource};
+use crate::prepared::Prepared;
 use crate::recommend::RuleContext;
 use crate::stages::StageTableOptions;
 use crate::{
@@ -17,6 +17,22 @@ use crate::{
     rank_views, ranks, recommend, run_up, shm, stage_breakdown, stages, trend, workers,
 };
 use oomscope_format::Trace;
+
+/// [`analyze`] of a trace still being written, with what was read at its marks the last time
+/// (`prepared`, brought up to `trace` first): the same analysis, the marks' values read only
+/// for what was appended. A trace of several ranks is analysed as [`analyze`] does (the ranks'
+/// views are made anew; `prepared` is still brought up to the whole trace, for the live chart).
+pub fn analyze_prepared(
+    trace: &Trace,
+    options: &AnalysisOptions,
+    prepared: &mut Prepared,
+) -> Analysis {
+    prepared.update(trace);
+    if rank_views::ranks_of(trace).len() >= 2 {
+        return analyze(trace, options);
+    }
+    analyze_one(trace, options, None, prepared)
+}
 
 /// Analyses a trace. A trace of several ranks is analysed as a whole with the lowest rank's
 /// marks (one process's stages), and rank by rank ([`Analysis::ranks`]).
@@ -35,7 +51,7 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         compared
             .node_spikes
             .extend(node::node_host_spike(trace, &ranks, "", 0));
-        let mut analysis = analyze_one(&whole, options, Some(compared));
+        let mut analysis = analyze_one(&whole, options, Some(compared), &Prepared::new(&whole));
         // The overview counts what the trace holds: every rank's marks.
         let (marks, steps) = (trace.marks.len(), mark_steps(trace));
         let o = &mut analysis.overview;
@@ -44,7 +60,7 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         (o.first_step, o.last_step) = (steps.first().copied(), last_step(&steps, trace));
         return analysis;
     }
-    analyze_one(trace, options, None)
+    analyze_one(trace, options, None, &Prepared::new(trace))
 }
 
 /// A rank's view analysed as any trace: what it adds to the rank's summary.
@@ -58,14 +74,14 @@ fn analyze_one(
     trace: &Trace,
     options: &AnalysisOptions,
     ranks: Option<ranks::RankAnalysis>,
+    prepared: &Prepared,
 ) -> Analysis {
-    let values = MarkValues::new(trace);
-    let stages = StageIndex::new(trace);
-    let peaks = peaks::peaks(trace, &values);
+    let (values, stage_index) = (prepared.values(), prepared.stages());
+    let peaks = peaks::peaks(trace, values);
     let stage_options = StageTableOptions {
         baseline_mark: options.baseline_mark,
     };
-    let leak_fits = leaks::leak_fits(trace, &values, &stages, options.leak_min_steps);
+    let leak_fits = leaks::leak_fits(trace, prepared, options.leak_min_steps);
     // With the primary metric leaking, "peak − model state" is activations plus leaked memory,
     // so a per-sample cost derived from it would be wrong; batch trials measure it directly.
     let primary_leaks = values.primary().is_some_and(|p| {
@@ -94,22 +110,25 @@ fn analyze_one(
         .or(at_peak)
         .or_else(|| trace.components.last())
         .and_then(estimate::against_estimate);
-    let phase_transitions = phases::phase_transitions(trace, &values);
-    let training_peak = phases::training_peak(trace, &values, &phase_transitions);
+    let phase_transitions = phases::phase_transitions(trace, values);
+    let training_peak = phases::training_peak(trace, values, &phase_transitions);
     let ooms = oom::oom_contexts(trace);
     let run_up = run_up::run_up(trace, &ooms, &phase_transitions);
     let mut analysis = Analysis {
-        overview: overview(trace, &values, &peaks),
+        overview: overview(trace, values, &peaks),
         held,
         gc: trace.gc.clone(),
-        stage_table: stages::stage_table(trace, &values, &stages, &stage_options),
-        largest_growth: stages::largest_growth(trace, &values),
-        input_peak: inputs::input_peak(trace, &values),
+        stage_table: match stage_options.baseline_mark {
+            None => prepared.stage_table(trace),
+            Some(_) => stages::stage_table(trace, values, stage_index, &stage_options),
+        },
+        largest_growth: stages::largest_growth(trace, values),
+        input_peak: inputs::input_peak(trace, values),
         leak_fits,
         time_trends: trend::time_trends(trace),
         growing_workers: workers::growing_workers(trace),
         pressure: pressure::pressure(trace),
-        outside_allocator: overhead::outside_allocator(trace, &values),
+        outside_allocator: overhead::outside_allocator(trace, values),
         host_memory: host::host_memory(trace),
         phase_transitions,
         training_peak,
@@ -119,7 +138,7 @@ fn analyze_one(
         batch_fit,
         batch_trials: batch_fit::trial_summary(trace),
         against_estimate,
-        stage_breakdown: stage_breakdown::stage_breakdown(trace, &values),
+        stage_breakdown: stage_breakdown::stage_breakdown(trace, values),
         peaks,
         ranks,
         findings: Vec::new(),

@@ -74,6 +74,109 @@ impl Clock {
     }
 }
 
+/// The marks a fit of the trace's clock ([`Clock::of`]) reads, found once for every fit: each
+/// mark's position on the clock, the marks off it before each (an eval between two training
+/// points), and each stage's marks on it. A live view keeps them from one analysis to the next
+/// (`crate::Prepared`) and numbers only the marks appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockMarks {
+    clock: Clock,
+    /// A training mark was seen: the clock is [`Clock::Step`] from then on.
+    trains: bool,
+    /// On the forward clock, each mark's forward ordinal (empty on the step clock, where a
+    /// mark's position is its step).
+    forwards: Vec<u64>,
+    /// Marks off the step clock (not training's) before each mark: one more entry than marks.
+    outside_train: Vec<u32>,
+    /// Each stage's marks on the clock, in mark order, by stage number.
+    on_clock: Vec<Vec<u32>>,
+}
+
+impl ClockMarks {
+    /// The marks of `trace` (numbered by `stages`) on its clock.
+    pub fn new(trace: &Trace, stages: &StageIndex) -> ClockMarks {
+        let mut marks = ClockMarks::empty();
+        marks.extend(trace, stages);
+        marks
+    }
+
+    fn empty() -> ClockMarks {
+        ClockMarks {
+            clock: Clock::Step,
+            trains: false,
+            forwards: Vec::new(),
+            outside_train: vec![0],
+            on_clock: Vec::new(),
+        }
+    }
+
+    /// Brought up to `trace`, the trace these were found in grown since (marks appended; all
+    /// found again when the clock changed: a run's first training mark after evals only, or
+    /// should the trace have fewer marks). Equal to [`ClockMarks::new`] of `trace`.
+    pub fn extend(&mut self, trace: &Trace, stages: &StageIndex) {
+        let from = self.outside_train.len() - 1;
+        if trace.marks.len() < from {
+            *self = ClockMarks::new(trace, stages);
+            return;
+        }
+        let added = &trace.marks[from..];
+        let trains = self.trains || added.iter().any(|m| is_train(m.phase));
+        let clock = if trains || trace.marks.is_empty() {
+            Clock::Step
+        } else {
+            Clock::Forward
+        };
+        if clock != self.clock && from > 0 {
+            *self = ClockMarks::empty();
+            self.extend(trace, stages);
+            return;
+        }
+        (self.clock, self.trains) = (clock, trains);
+        let mut forwards = self.forwards.last().copied().unwrap_or(0);
+        for (i, mark) in added.iter().enumerate() {
+            let i = from + i;
+            let last = self.outside_train[i];
+            self.outside_train
+                .push(last + u32::from(clock == Clock::Step && !is_train(mark.phase)));
+            if clock == Clock::Forward {
+                forwards += u64::from(&*mark.name == "pre_forward");
+                self.forwards.push(forwards);
+            }
+            if clock.counts(mark.phase) {
+                let stage = stages.of_mark(i);
+                if self.on_clock.len() <= stage {
+                    self.on_clock.resize_with(stage + 1, Vec::new);
+                }
+                self.on_clock[stage].push(i as u32);
+            }
+        }
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Mark `mark`'s position on the clock (its step, or its forward's ordinal).
+    pub fn position(&self, trace: &Trace, mark: usize) -> u64 {
+        match self.clock {
+            Clock::Forward => self.forwards[mark],
+            _ => trace.marks[mark].step,
+        }
+    }
+
+    /// Marks off the step clock before each mark (and after the last): two training points with
+    /// a different count between them have an eval between them.
+    pub fn outside_train(&self) -> &[u32] {
+        &self.outside_train
+    }
+
+    /// Stage number `stage`'s marks on the clock, in mark order.
+    pub fn of_stage(&self, stage: usize) -> &[u32] {
+        self.on_clock.get(stage).map_or(&[], Vec::as_slice)
+    }
+}
+
 /// One metric at one position of a clock: each stage's value there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClockRow {
@@ -102,11 +205,30 @@ pub fn clock_rows_last(
     if count == 0 {
         return Vec::new();
     }
-    let stages = StageIndex::new(trace);
+    let values = MarkValues::for_metrics(trace, vec![metric]);
+    clock_rows_last_of(
+        trace,
+        &StageIndex::new(trace),
+        values.column(0),
+        clock,
+        count,
+    )
+}
+
+/// [`clock_rows_last`] of a metric's `values` at the marks, with the marks' `stages` (a live
+/// view keeps both from one refresh to the next: `crate::Prepared`).
+pub fn clock_rows_last_of(
+    trace: &Trace,
+    stages: &StageIndex,
+    values: crate::metrics::MarkColumn<'_>,
+    clock: Clock,
+    count: usize,
+) -> Vec<ClockRow> {
+    if count == 0 {
+        return Vec::new();
+    }
     let columns = stages.names().len();
     let positions = clock.positions(trace);
-    let values = MarkValues::for_metrics(trace, vec![metric]);
-    let values = values.column(0);
     // The marks that make a row: on the clock, with a value.
     let counted = || {
         trace

@@ -17,10 +17,11 @@ use serde::Serialize;
 
 pub use crate::clocks::Clock;
 use crate::fit::robust_line;
-use crate::marks::{StageIndex, is_train};
+use crate::marks::is_train;
 use crate::metrics::{
     MarkValues, MetricKey, counter_with_data, host_in_use, primary_metric, reserved_metric,
 };
+use crate::prepared::Prepared;
 use oomscope_format::{CounterKind, Trace};
 
 /// Default for the least number of distinct steps a fit needs before it can be called a leak.
@@ -252,34 +253,20 @@ fn fitted_metrics(trace: &Trace) -> Vec<MetricKey> {
 ///   growth floor, and the run died of an OOM of that memory.
 ///
 /// Leaks get a [`FullProjection`] when the limit is known. Linear in the number of marks.
-pub fn leak_fits(
-    trace: &Trace,
-    values: &MarkValues,
-    stages: &StageIndex,
-    min_steps: usize,
-) -> Vec<GrowthFit> {
+pub fn leak_fits(trace: &Trace, prepared: &Prepared, min_steps: usize) -> Vec<GrowthFit> {
+    let (values, stages) = (prepared.values(), prepared.stages());
     let metrics: Vec<(MetricKey, usize)> = fitted_metrics(trace)
         .into_iter()
         .filter_map(|m| values.index_of(m).map(|i| (m, i)))
         .collect();
-    let clock = Clock::of(trace);
-    // Non-training marks before each mark: two training points with a different count between
-    // them have an eval (or another phase) between them. A run that never trains has none.
+    // The marks on the clock, each's position, and the marks off it before each: two training
+    // points with a different count between them have an eval (or another phase) between them.
     // (Two points of different epochs have an epoch's end between them: `Point::epoch`.)
-    let mut outside_train = Vec::with_capacity(trace.marks.len() + 1);
-    outside_train.push(0u32);
-    for mark in &trace.marks {
-        let last = *outside_train.last().unwrap_or(&0);
-        outside_train.push(last + u32::from(clock == Clock::Step && !is_train(mark.phase)));
-    }
-    // Each mark's position on the clock: its step, or the ordinal of the forward it is in (an
-    // epoch fit groups the steps' points by their marks' epochs below).
-    let position = clock.positions(trace);
+    let clock_marks = prepared.clock_marks();
+    let clock = clock_marks.clock();
+    let outside_train = clock_marks.outside_train();
     let (gpu_oom, host_oom) = died_of_oom(trace);
     let workers = crate::workers::growing_workers(trace);
-    // The marks, stage by stage (each in mark order).
-    let stage_of = |mark: u32| stages.of_mark(mark as usize);
-    let by_stage = stages.marks_by_stage();
     // Each metric's context.
     let contexts: Vec<FitContext<'_>> = metrics
         .iter()
@@ -289,7 +276,7 @@ pub fn leak_fits(
                 limit: limit_of(trace, metric),
                 min_steps,
                 died_of_oom: if host { host_oom } else { gpu_oom },
-                outside_train: &outside_train,
+                outside_train,
                 file_pages: host
                     .then(|| counter_with_data(trace, CounterKind::HostRssFile))
                     .flatten(),
@@ -313,24 +300,22 @@ pub fn leak_fits(
     let mut base: Vec<Point> = Vec::new();
     let mut points: Vec<Point> = Vec::new();
     let mut out = Vec::new();
-    for stage_marks in by_stage.chunk_by(|a, b| stage_of(*a) == stage_of(*b)) {
-        let stage = stage_of(stage_marks[0]);
+    for (stage, name) in stages.names().iter().enumerate() {
         base.clear();
-        base.extend(stage_marks.iter().filter_map(|&i| {
+        base.extend(clock_marks.of_stage(stage).iter().map(|&i| {
             let i = i as usize;
             let mark = &trace.marks[i];
-            (clock == Clock::Forward || is_train(mark.phase)).then_some(Point {
+            Point {
                 mark: i,
-                step: position[i],
+                step: clock_marks.position(trace, i),
                 value: 0,
                 t_us: mark.t_us,
                 epoch: mark.epoch,
-            })
+            }
         }));
         if base.is_empty() {
             continue;
         }
-        let name = &stages.names()[stage];
         for (&(_, index), context) in metrics.iter().zip(&contexts) {
             let column = values.column(index);
             points.clear();
@@ -353,7 +338,7 @@ pub fn leak_fits(
             }
         }
     }
-    // Stage order first (the counting sort's), then metric order.
+    // Stage order first, then metric order.
     out
 }
 
@@ -1008,8 +993,7 @@ mod tests {
 
     fn fits(run: &Run) -> Vec<GrowthFit> {
         let trace = run.build();
-        let values = MarkValues::new(&trace);
-        leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS)
+        leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS)
     }
 
     fn leaks(run: &Run) -> Vec<GrowthFit> {
@@ -1078,8 +1062,7 @@ mod tests {
             m.step = 0;
         }
         assert_eq!(Clock::of(&trace), Clock::Forward);
-        let values = MarkValues::new(&trace);
-        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
         let pre = fits
             .iter()
             .find(|f| f.stage == "pre_forward" && f.metric.label() == "allocated" && f.is_leak)
@@ -1099,8 +1082,7 @@ mod tests {
         }
         .build();
         oomscope_testkit::run::keep_at_epoch_ends(&mut trace, 10, 2 * GIB);
-        let values = MarkValues::new(&trace);
-        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
         let allocated = |clock| {
             fits.iter()
                 .find(|f| {
@@ -1125,8 +1107,7 @@ mod tests {
         for m in &mut trace.marks {
             m.epoch = 0;
         }
-        let values = MarkValues::new(&trace);
-        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
         assert!(fits.iter().all(|f| f.clock == Clock::Step));
     }
 
@@ -1276,8 +1257,7 @@ mod tests {
     #[test]
     fn warm_up_and_noise_in_a_short_run_are_not_leaks() {
         let of = |trace: &Trace| -> Vec<GrowthFit> {
-            let values = MarkValues::new(trace);
-            leak_fits(trace, &values, &StageIndex::new(trace), DEFAULT_MIN_STEPS)
+            leak_fits(trace, &Prepared::new(trace), DEFAULT_MIN_STEPS)
                 .into_iter()
                 .filter(|f| f.is_leak)
                 .collect()
@@ -1372,8 +1352,7 @@ mod tests {
                 s.peak_allocated_bytes += saves * 300 * MIB;
             }
         });
-        let values = MarkValues::new(&trace);
-        let fits = leak_fits(&trace, &values, &StageIndex::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
         let post_opt = fits
             .iter()
             .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
@@ -1417,8 +1396,7 @@ mod tests {
     }
 
     fn host_fit(trace: &Trace) -> GrowthFit {
-        let values = MarkValues::new(trace);
-        leak_fits(trace, &values, &StageIndex::new(trace), DEFAULT_MIN_STEPS)
+        leak_fits(trace, &Prepared::new(trace), DEFAULT_MIN_STEPS)
             .into_iter()
             .find(|f| f.stage == "post_optimizer_step" && f.host_memory)
             .unwrap()

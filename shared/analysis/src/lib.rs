@@ -31,6 +31,7 @@ pub mod oom_text;
 pub mod overhead;
 pub mod peaks;
 pub mod phases;
+pub mod prepared;
 pub mod pressure;
 pub mod rank_views;
 pub mod ranks;
@@ -59,4 +60,5 @@ pub use analysis::{
     Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, MarksSampled,
     Overview,
 };
-pub use analyze::{analyze, rank_own};
+pub use analyze::{analyze, analyze_prepared, rank_own};
+pub use prepared::Prepared;

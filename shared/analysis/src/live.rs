@@ -7,11 +7,11 @@
 
 use serde::Serialize;
 
-use crate::Analysis;
-use crate::clocks::{Clock, clock_rows_last};
+use crate::clocks::{Clock, clock_rows_last, clock_rows_last_of};
 use crate::finding::Severity;
 use crate::leaks::{limit_of, limit_with_host};
 use crate::metrics::{MetricKey, host_in_use};
+use crate::{Analysis, Prepared};
 use oomscope_format::units::{
     format_bytes, format_bytes_f64, format_count, format_duration_us, format_percent,
 };
@@ -106,7 +106,7 @@ pub struct LiveFinding {
 
 /// The live state of `trace` (decoded so far) with `analysis` of it.
 pub fn live_state(trace: &Trace, analysis: &Analysis) -> LiveState {
-    analysed(live_now(trace, host_in_use(trace)), trace, analysis)
+    analysed(live_now(trace, host_in_use(trace)), trace, analysis, None)
 }
 
 /// What a refresh can afford each time, whatever the trace's length: where the run is, each
@@ -180,7 +180,14 @@ fn memory_counters(
 }
 
 /// `state` with what `analysis` (of `trace`) says: the headlined leak, the findings, the chart.
-pub fn analysed(state: LiveState, trace: &Trace, analysis: &Analysis) -> LiveState {
+/// `prepared`: what the analysis read at the marks, when the caller kept it
+/// ([`crate::analyze_prepared`]); the chart reads its metric there.
+pub fn analysed(
+    state: LiveState,
+    trace: &Trace,
+    analysis: &Analysis,
+    prepared: Option<&Prepared>,
+) -> LiveState {
     let leak = analysis.headline_leak().map(|f| LiveLeak {
         metric: f.metric.label(),
         stage: f.stage.clone(),
@@ -206,7 +213,17 @@ pub fn analysed(state: LiveState, trace: &Trace, analysis: &Analysis) -> LiveSta
             .map(|(_, k)| (k, Clock::of(trace))),
     };
     let chart = charted.map(|(metric, clock)| {
-        let rows = clock_rows_last(trace, metric, clock, CHART_POINTS);
+        let kept = prepared.and_then(|p| Some((p, p.values().index_of(metric)?)));
+        let rows = match kept {
+            Some((p, index)) => clock_rows_last_of(
+                trace,
+                p.stages(),
+                p.values().column(index),
+                clock,
+                CHART_POINTS,
+            ),
+            None => clock_rows_last(trace, metric, clock, CHART_POINTS),
+        };
         LiveChart {
             metric: metric.label(),
             per: clock.unit(),

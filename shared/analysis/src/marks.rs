@@ -87,26 +87,44 @@ pub fn is_train(phase: Phase) -> bool {
 }
 
 /// Stage names numbered in first-appearance order, and each mark's number.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageIndex {
     names: Vec<String>,
     of_mark: Vec<u32>,
+    /// Each name's number.
+    numbers: HashMap<String, u32>,
 }
 
 impl StageIndex {
     /// Numbers the stage names of `trace` (names are compared by text).
     pub fn new(trace: &Trace) -> StageIndex {
-        let mut names: Vec<String> = Vec::new();
-        let mut numbers: HashMap<&str, u32> = HashMap::new();
-        let mut of_mark = Vec::with_capacity(trace.marks.len());
-        for mark in &trace.marks {
-            let index = *numbers.entry(&mark.name).or_insert_with(|| {
-                names.push(mark.name.to_string());
-                (names.len() - 1) as u32
-            });
-            of_mark.push(index);
+        let mut index = StageIndex::default();
+        index.extend(trace);
+        index
+    }
+
+    /// Numbers the marks `trace` has beyond those already numbered (a trace still being
+    /// written); all again should it have fewer. Equal to [`StageIndex::new`] of `trace`.
+    /// Returns the first mark numbered now.
+    pub fn extend(&mut self, trace: &Trace) -> usize {
+        if trace.marks.len() < self.of_mark.len() {
+            *self = StageIndex::default();
         }
-        StageIndex { names, of_mark }
+        let from = self.of_mark.len();
+        self.of_mark.reserve(trace.marks.len() - from);
+        for mark in &trace.marks[from..] {
+            let index = match self.numbers.get(&*mark.name) {
+                Some(index) => *index,
+                None => {
+                    let index = self.names.len() as u32;
+                    self.names.push(mark.name.to_string());
+                    self.numbers.insert(mark.name.to_string(), index);
+                    index
+                }
+            };
+            self.of_mark.push(index);
+        }
+        from
     }
 
     /// Stage names, first appearance first.

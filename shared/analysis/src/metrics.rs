@@ -295,37 +295,55 @@ struct MarkRow {
     row: Option<(usize, u64)>,
     /// Since when a training mark's phase has run (0 for an eval's mark: see [`MarkValues`]).
     phase_since_us: u64,
+    /// A row after the mark was read: rows appended later (a trace still being written) cannot
+    /// change `row`.
+    settled: bool,
 }
 
-/// Each mark's [`MarkRow`]. Marks are in time order, so each search starts where the previous
-/// one ended (a mark earlier than its predecessor, which a well-formed trace never has, restarts
-/// from the beginning).
-fn rows_at_marks(trace: &Trace) -> impl Iterator<Item = MarkRow> + '_ {
-    let times = trace.samples.times_us();
-    let mut from = 0;
-    let mut previous_t = 0;
-    // Whether the marks since `phase_since_us` are training's (the first phase reaches back to
-    // the start: the readings before the first mark are its).
-    let mut training = trace.marks.first().map(|m| crate::marks::is_train(m.phase));
-    let mut phase_since_us = 0;
-    trace.marks.iter().map(move |mark| {
+/// The walk of the marks through the samples ([`MarkRow`]), where it stands before a mark.
+/// Marks are in time order, so each search starts where the previous one ended (a mark earlier
+/// than its predecessor, which a well-formed trace never has, restarts from the beginning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RowWalk {
+    from: usize,
+    previous_t: u64,
+    /// Whether the marks since `phase_since_us` are training's (the first phase reaches back to
+    /// the start: the readings before the first mark are its).
+    training: Option<bool>,
+    phase_since_us: u64,
+}
+
+impl RowWalk {
+    /// Before the first mark of `trace`.
+    fn start(trace: &Trace) -> RowWalk {
+        RowWalk {
+            from: 0,
+            previous_t: 0,
+            training: trace.marks.first().map(|m| crate::marks::is_train(m.phase)),
+            phase_since_us: 0,
+        }
+    }
+
+    /// `mark`'s row, the walk moved past it.
+    fn step(&mut self, times: Column<'_>, mark: &oomscope_format::Mark) -> MarkRow {
         let t = mark.t_us;
-        if t < previous_t {
-            from = 0;
+        if t < self.previous_t {
+            self.from = 0;
         }
-        previous_t = t;
+        self.previous_t = t;
         let is_train = crate::marks::is_train(mark.phase);
-        if training != Some(is_train) {
-            training = Some(is_train);
-            phase_since_us = t;
+        if self.training != Some(is_train) {
+            self.training = Some(is_train);
+            self.phase_since_us = t;
         }
-        let after = first_row_after(times, from, t);
-        from = after;
+        let after = first_row_after(times, self.from, t);
+        self.from = after;
         MarkRow {
             row: after.checked_sub(1).map(|row| (row, times.at(row))),
-            phase_since_us: if is_train { phase_since_us } else { 0 },
+            phase_since_us: if is_train { self.phase_since_us } else { 0 },
+            settled: after < times.len(),
         }
-    })
+    }
 }
 
 /// The first row from `from` on whose time is after `t` (every row before `from` is at or before
@@ -370,12 +388,28 @@ pub struct MarkValues {
     /// dozen metrics).
     columns: Vec<PackedColumn>,
     primary: Option<usize>,
+    /// The first mark read before a row after it was (the marks' count when there is none):
+    /// samples appended later may change what it and the marks after it read, so
+    /// [`MarkValues::extend`] reads again from there.
+    unsettled_from: usize,
+    /// The walk through the samples before that mark.
+    walk: RowWalk,
+    /// A metric is read from the samples: the marks' rows were found.
+    reads_rows: bool,
 }
 
 impl MarkValues {
     /// Evaluates [`metrics_at_marks`] (plus the [`primary_metric`], should it be missing) at every
     /// mark of `trace`.
     pub fn new(trace: &Trace) -> MarkValues {
+        let (metrics, primary) = MarkValues::metrics_of(trace);
+        let mut values = MarkValues::for_metrics(trace, metrics);
+        values.primary = primary.and_then(|p| values.index_of(p));
+        values
+    }
+
+    /// The metrics [`MarkValues::new`] evaluates, and the primary one.
+    fn metrics_of(trace: &Trace) -> (Vec<MetricKey>, Option<MetricKey>) {
         let mut metrics = metrics_at_marks(trace);
         let primary = primary_metric(trace);
         if let Some(p) = primary
@@ -383,9 +417,39 @@ impl MarkValues {
         {
             metrics.push(p);
         }
-        let mut values = MarkValues::for_metrics(trace, metrics);
-        values.primary = primary.and_then(|p| values.index_of(p));
-        values
+        (metrics, primary)
+    }
+
+    /// The values of `trace`, a trace these were read from ([`MarkValues::new`]) that has grown
+    /// since (a live view's: marks and samples appended, nothing before them changed): only the
+    /// appended marks are read, and those whose rows the appended samples may have moved; all
+    /// again when the metrics evaluated changed (a counter's first readings). Equal to
+    /// [`MarkValues::new`] of `trace`. Returns the first mark whose values may have changed.
+    pub fn extend(&mut self, trace: &Trace) -> usize {
+        let (metrics, primary) = MarkValues::metrics_of(trace);
+        if metrics != self.keys
+            || primary.and_then(|p| self.index_of(p)) != self.primary
+            || trace.marks.len() < self.unsettled_from
+            || self.needs_rows(trace) != self.reads_rows
+        {
+            *self = MarkValues::new(trace);
+            return 0;
+        }
+        let from = self.unsettled_from;
+        self.read_on(trace);
+        from
+    }
+
+    /// The marks whose values later samples cannot change: all before this one.
+    pub fn settled_marks(&self) -> usize {
+        self.unsettled_from
+    }
+
+    /// Whether a metric is read from the samples (else only the marks' own statistics are).
+    fn needs_rows(&self, trace: &Trace) -> bool {
+        self.keys.iter().any(|&key| {
+            matches!(key, MetricKey::Counter { .. }) && counter_of(trace, key).is_some()
+        })
     }
 
     /// Evaluates the given metrics at every mark (no primary metric is designated). Finds each
@@ -394,30 +458,67 @@ impl MarkValues {
     /// to the next counter: each read is a cache miss on a long trace, and reads whose rows are
     /// already known do not wait for one another.
     pub fn for_metrics(trace: &Trace, keys: Vec<MetricKey>) -> MarkValues {
+        let mut values = MarkValues {
+            columns: vec![PackedColumn::default(); keys.len()],
+            keys,
+            primary: None,
+            unsettled_from: 0,
+            walk: RowWalk::start(trace),
+            reads_rows: false,
+        };
+        values.read_on(trace);
+        values
+            .columns
+            .iter_mut()
+            .for_each(PackedColumn::shrink_to_fit);
+        values
+    }
+
+    /// Reads the marks from [`MarkValues::unsettled_from`] on (every mark, the first time).
+    fn read_on(&mut self, trace: &Trace) {
+        let from_mark = self.unsettled_from;
         let times = trace.samples.times_us();
-        let needs_rows = keys.iter().any(|&key| {
-            matches!(key, MetricKey::Counter { .. }) && counter_of(trace, key).is_some()
-        });
+        let needs_rows = self.needs_rows(trace);
+        self.reads_rows = needs_rows;
         // Marks a batch at a time, each column packed as it grows: a day's million marks' rows
         // and plain values would take 48 MB for each metric.
-        let mut rows = needs_rows.then(|| rows_at_marks(trace));
         let mut batch: Vec<MarkRow> = Vec::new();
         // An allocator quantity is the marks' own column.
         let kept = |key: MetricKey| match key {
             MetricKey::Allocator(q) => trace.marks.allocator_column(q),
             MetricKey::Counter { .. } => None,
         };
-        let mut columns: Vec<PackedColumn> = keys
-            .iter()
-            .map(|&key| kept(key).map_or_else(PackedColumn::default, Column::to_packed))
-            .collect();
-        for start in (0..trace.marks.len()).step_by(MARK_BATCH) {
+        for (&key, column) in self.keys.iter().zip(&mut self.columns) {
+            column.truncate(from_mark);
+            match kept(key) {
+                Some(marks) if from_mark == 0 => *column = marks.to_packed(),
+                Some(marks) => marks
+                    .range(from_mark..marks.len())
+                    .for_each(|v| column.push(v)),
+                None => {}
+            }
+        }
+        // The walk starts from the first mark's phase, which a trace with no marks yet lacks.
+        let mut walk = if from_mark == 0 {
+            RowWalk::start(trace)
+        } else {
+            self.walk
+        };
+        let mut unsettled = None;
+        for start in (from_mark..trace.marks.len()).step_by(MARK_BATCH) {
             let marks = &trace.marks[start..trace.marks.len().min(start + MARK_BATCH)];
             batch.clear();
-            if let Some(rows) = rows.as_mut() {
-                batch.extend(rows.by_ref().take(marks.len()));
+            if needs_rows {
+                for (i, mark) in marks.iter().enumerate() {
+                    let before = walk;
+                    let row = walk.step(times, mark);
+                    if !row.settled && unsettled.is_none() {
+                        unsettled = Some((start + i, before));
+                    }
+                    batch.push(row);
+                }
             }
-            for (&key, column) in keys.iter().zip(&mut columns) {
+            for (&key, column) in self.keys.iter().zip(&mut self.columns) {
                 match key {
                     MetricKey::Counter { .. } => match counter_of(trace, key) {
                         Some(id) => batch.iter().for_each(|mark| {
@@ -450,12 +551,7 @@ impl MarkValues {
                 }
             }
         }
-        columns.iter_mut().for_each(PackedColumn::shrink_to_fit);
-        MarkValues {
-            keys,
-            columns,
-            primary: None,
-        }
+        (self.unsettled_from, self.walk) = unsettled.unwrap_or((trace.marks.len(), walk));
     }
 
     /// One metric at every mark, by the same rule.

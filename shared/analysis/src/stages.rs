@@ -117,7 +117,7 @@ pub struct StepRow {
 }
 
 /// Running sums of one metric at one stage.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Accumulator {
     values: usize,
     sum: u128,
@@ -160,80 +160,142 @@ pub fn stage_table(
     stages: &StageIndex,
     options: &StageTableOptions,
 ) -> StageTable {
-    let metric_count = values.keys().len();
     let baseline = options
         .baseline_mark
         .and_then(|i| StageAt::of_mark(trace, i));
-    let baseline_values: Vec<Option<u64>> = (0..metric_count)
+    let baseline_values: Vec<Option<u64>> = (0..values.keys().len())
         .map(|m| baseline.as_ref().and_then(|b| values.get(b.mark_index, m)))
         .collect();
+    let mut sums = StageSums::new(values, baseline_values);
+    sums.add(trace, values, stages, trace.marks.len());
+    sums.table(values, stages, baseline)
+}
 
-    // Rows keyed by (stage number, phase), numbered in first-appearance order.
-    let mut row_of: HashMap<(u32, Phase), usize> = HashMap::new();
-    let mut row_keys: Vec<(u32, Phase)> = Vec::new();
-    let mut counts: Vec<usize> = Vec::new();
-    let mut row_per_mark = Vec::with_capacity(trace.marks.len());
-    let mut last_key: Option<((u32, Phase), usize)> = None;
-    for (mark, &stage) in trace.marks.iter().zip(stages.per_mark()) {
-        let key = (stage, mark.phase);
-        let row = match last_key {
-            Some((k, r)) if k == key => r,
-            _ => *row_of.entry(key).or_insert_with(|| {
-                row_keys.push(key);
-                counts.push(0);
-                row_keys.len() - 1
-            }),
-        };
-        last_key = Some((key, row));
-        counts[row] += 1;
-        row_per_mark.push(row);
-    }
+/// The stage table's sums over the marks so far, each (stage, phase) row's and metric's: a fold
+/// over the marks in order, so a live view (`crate::Prepared`) keeps them over the marks whose
+/// values are settled and adds only what was appended; [`StageSums::table`] of a copy with the
+/// last few marks added is the table [`stage_table`] makes of the whole trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageSums {
+    /// Marks added.
+    marks: usize,
+    /// The metrics' values at the baseline mark (all `None` without one).
+    baseline_values: Vec<Option<u64>>,
+    /// Rows keyed by (stage number, phase), numbered in first-appearance order.
+    row_of: HashMap<(u32, Phase), usize>,
+    row_keys: Vec<(u32, Phase)>,
+    counts: Vec<usize>,
+    /// Row by row, a metric's sums after another's.
+    acc: Vec<Accumulator>,
+    /// Each metric's value at the last mark added.
+    previous: Vec<Option<u64>>,
+    last_key: Option<((u32, Phase), usize)>,
+}
 
-    // One pass per metric over its column: values, deltas and baseline deltas per row.
-    let mut acc = vec![Accumulator::default(); row_keys.len() * metric_count];
-    for (m, baseline_value) in baseline_values.iter().enumerate() {
-        let column = values.column(m);
-        let mut previous: Option<u64> = None;
-        for (i, value) in column.iter().enumerate() {
-            let a = &mut acc[row_per_mark[i] * metric_count + m];
-            if let Some(v) = value {
-                a.values += 1;
-                a.sum += u128::from(v);
-                a.max = Some(a.max.map_or(v, |x| x.max(v)));
-                if let Some(p) = previous {
-                    let d = signed_delta(v, p);
-                    a.deltas += 1;
-                    a.delta_sum += i128::from(d);
-                    a.delta_max = Some(a.delta_max.map_or(d, |x| x.max(d)));
-                }
-                if let Some(b) = *baseline_value {
-                    let d = signed_delta(v, b);
-                    a.baselines += 1;
-                    a.baseline_sum += i128::from(d);
-                    a.baseline_max = Some(a.baseline_max.map_or(d, |x| x.max(d)));
-                }
-            }
-            previous = value;
+impl StageSums {
+    /// Sums of no mark yet, for the metrics of `values`.
+    pub fn new(values: &MarkValues, baseline_values: Vec<Option<u64>>) -> StageSums {
+        StageSums {
+            marks: 0,
+            baseline_values,
+            row_of: HashMap::new(),
+            row_keys: Vec::new(),
+            counts: Vec::new(),
+            acc: Vec::new(),
+            previous: vec![None; values.keys().len()],
+            last_key: None,
         }
     }
 
-    let rows = row_keys
-        .iter()
-        .enumerate()
-        .map(|(r, &(stage, phase))| StageRow {
-            stage: stages.names()[stage as usize].clone(),
-            phase,
-            count: counts[r],
-            metrics: (0..metric_count)
-                .map(|m| acc[r * metric_count + m].finish(values.key(m)))
-                .collect(),
-        })
-        .collect();
-    StageTable {
-        metrics: values.keys().to_vec(),
-        primary_metric: values.primary().map(|p| values.key(p)),
-        baseline,
-        rows,
+    /// Marks added so far.
+    pub fn marks(&self) -> usize {
+        self.marks
+    }
+
+    /// Adds the marks from the last added up to (not including) mark `to`.
+    pub fn add(&mut self, trace: &Trace, values: &MarkValues, stages: &StageIndex, to: usize) {
+        let from = self.marks;
+        if to <= from {
+            return;
+        }
+        let metric_count = self.previous.len();
+        let mut row_per_mark = Vec::with_capacity(to - from);
+        for (mark, &stage) in trace.marks[from..to]
+            .iter()
+            .zip(&stages.per_mark()[from..to])
+        {
+            let key = (stage, mark.phase);
+            let row = match self.last_key {
+                Some((k, r)) if k == key => r,
+                _ => *self.row_of.entry(key).or_insert_with(|| {
+                    self.row_keys.push(key);
+                    self.counts.push(0);
+                    self.acc
+                        .resize(self.row_keys.len() * metric_count, Accumulator::default());
+                    self.row_keys.len() - 1
+                }),
+            };
+            self.last_key = Some((key, row));
+            self.counts[row] += 1;
+            row_per_mark.push(row);
+        }
+        // One pass per metric over its column: values, deltas and baseline deltas per row.
+        for (m, baseline_value) in self.baseline_values.iter().enumerate() {
+            let column = values.column(m).range(from..to);
+            let mut previous = self.previous[m];
+            for (value, &row) in column.iter().zip(&row_per_mark) {
+                let a = &mut self.acc[row * metric_count + m];
+                if let Some(v) = value {
+                    a.values += 1;
+                    a.sum += u128::from(v);
+                    a.max = Some(a.max.map_or(v, |x| x.max(v)));
+                    if let Some(p) = previous {
+                        let d = signed_delta(v, p);
+                        a.deltas += 1;
+                        a.delta_sum += i128::from(d);
+                        a.delta_max = Some(a.delta_max.map_or(d, |x| x.max(d)));
+                    }
+                    if let Some(b) = *baseline_value {
+                        let d = signed_delta(v, b);
+                        a.baselines += 1;
+                        a.baseline_sum += i128::from(d);
+                        a.baseline_max = Some(a.baseline_max.map_or(d, |x| x.max(d)));
+                    }
+                }
+                previous = value;
+            }
+            self.previous[m] = previous;
+        }
+        self.marks = to;
+    }
+
+    /// The table of the marks added.
+    pub fn table(
+        &self,
+        values: &MarkValues,
+        stages: &StageIndex,
+        baseline: Option<StageAt>,
+    ) -> StageTable {
+        let metric_count = self.previous.len();
+        let rows = self
+            .row_keys
+            .iter()
+            .enumerate()
+            .map(|(r, &(stage, phase))| StageRow {
+                stage: stages.names()[stage as usize].clone(),
+                phase,
+                count: self.counts[r],
+                metrics: (0..metric_count)
+                    .map(|m| self.acc[r * metric_count + m].finish(values.key(m)))
+                    .collect(),
+            })
+            .collect();
+        StageTable {
+            metrics: values.keys().to_vec(),
+            primary_metric: values.primary().map(|p| values.key(p)),
+            baseline,
+            rows,
+        }
     }
 }
 

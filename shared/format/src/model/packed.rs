@@ -110,6 +110,15 @@ impl PackedColumn {
         }
     }
 
+    /// Cuts the column to its first `rows` rows (nothing when it is no longer): a reader that
+    /// re-reads its last rows (a live analysis extending what it read of a growing trace) cuts
+    /// them first. The run cut through is unpacked.
+    pub fn truncate(&mut self, rows: usize) {
+        if rows < self.len() {
+            self.set_len(rows);
+        }
+    }
+
     /// Gives back what the column reserved beyond its rows.
     pub fn shrink_to_fit(&mut self) {
         self.tail.shrink_to_fit();

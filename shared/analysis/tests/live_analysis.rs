@@ -1,0 +1,162 @@
+//! A live view's analysis of a trace still being written ([`analyze_prepared`], what it read at
+//! the marks kept from one refresh to the next and extended with what was appended) is the
+//! analysis `collector summary` prints of the same bytes: checked on the committed traces and on
+//! synthetic runs long enough to pack their columns, each read as a follower reads a growing
+//! file, in pieces cut anywhere.
+
+mod support;
+
+use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
+use oomscope_format::{
+    CounterKind, Follower, Metadata, Phase, Record, StageMark, TraceWriter, WriterOptions,
+};
+use oomscope_testkit::synth::TrainingRun;
+
+/// Feeds `bytes` to a follower in `pieces` pieces and, after each, checks the kept preparation
+/// against one made anew and the live analysis against the whole one. Returns the refreshes
+/// that had marks.
+fn follow_and_compare(name: &str, bytes: &[u8], pieces: usize) -> usize {
+    let mut follower = Follower::default();
+    let mut prepared: Option<Prepared> = None;
+    let options = AnalysisOptions::default();
+    let piece = bytes.len().div_ceil(pieces).max(1);
+    let mut compared = 0;
+    for (i, chunk) in bytes.chunks(piece).enumerate() {
+        follower
+            .push(chunk)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let Some(trace) = follower.trace() else {
+            continue;
+        };
+        let kept = prepared.get_or_insert_with(|| Prepared::new(trace));
+        let live = analyze_prepared(trace, &options, kept);
+        assert_eq!(
+            *kept,
+            Prepared::new(trace),
+            "{name}: what was kept of the marks after piece {i}"
+        );
+        let whole = analyze(trace, &options);
+        assert_eq!(
+            serde_json::to_string(&live).unwrap(),
+            serde_json::to_string(&whole).unwrap(),
+            "{name}: the analysis after piece {i}"
+        );
+        compared += usize::from(!trace.marks.is_empty());
+    }
+    compared
+}
+
+#[test]
+fn the_committed_traces_read_live_are_analysed_as_whole() {
+    let dir = format!(
+        "{}/../format/tests/data",
+        std::env::var("CARGO_MANIFEST_DIR").unwrap()
+    );
+    let mut names: Vec<String> = Vec::new();
+    for sub in ["", "gpu/"] {
+        for entry in std::fs::read_dir(format!("{dir}/{sub}")).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".oomt") {
+                names.push(format!("{sub}{name}"));
+            }
+        }
+    }
+    names.sort();
+    assert!(names.len() >= 30, "{names:?}");
+    let mut with_marks = 0;
+    for name in &names {
+        let bytes = support::data(name);
+        with_marks += usize::from(follow_and_compare(name, &bytes, 7) > 0);
+        // And a byte at a time through the first chunks (torn chunks, the header in pieces).
+        let head = &bytes[..bytes.len().min(600)];
+        follow_and_compare(name, head, head.len());
+    }
+    assert!(with_marks >= 20, "{with_marks} traces had marks");
+}
+
+#[test]
+fn long_runs_read_live_are_analysed_as_whole() {
+    // Past 4 096 marks (the columns pack runs of that many: a kept column is cut through one),
+    // with a leak, evals and the samples' rows well ahead of and behind the marks.
+    for (name, run) in [
+        (
+            "leak and evals",
+            TrainingRun {
+                steps: 1_200,
+                leak_bytes_per_step: 8 << 20,
+                eval_every: Some(100),
+                seed: 3,
+                ..TrainingRun::default()
+            },
+        ),
+        (
+            "sampled, no allocator statistics",
+            TrainingRun {
+                steps: 1_000,
+                allocator_stats: false,
+                sample_interval_us: 7_000,
+                seed: 5,
+                ..TrainingRun::default()
+            },
+        ),
+    ] {
+        let bytes = run.to_bytes();
+        let refreshes = follow_and_compare(name, &bytes, 13);
+        assert!(refreshes >= 10, "{name}: {refreshes} refreshes had marks");
+    }
+}
+
+#[test]
+fn marks_written_before_the_readings_of_their_time_are_read_again() {
+    // The recorder writes what reaches it: a mark from the program's hooks can be in a chunk
+    // before the sampler's reading of the same moment, which a follower then reads a refresh
+    // later. Each step's marks here are flushed before its readings.
+    let metadata = Metadata {
+        command: vec!["train.py".into()],
+        ..Metadata::default()
+    };
+    let options = WriterOptions {
+        flush_interval_us: u64::MAX,
+        ..WriterOptions::default()
+    };
+    let mut w = TraceWriter::with_options(Vec::new(), &metadata, options).unwrap();
+    let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
+    let used = w.declare_counter(CounterKind::GpuUsed, Some(0)).unwrap();
+    let mut t_us = 0;
+    for step in 0..1_400u64 {
+        let leaked = step * (4 << 20);
+        for (i, stage) in ["pre_forward", "post_forward", "post_backward"]
+            .iter()
+            .enumerate()
+        {
+            w.write(&Record::Mark(StageMark {
+                t_us: t_us + 3_000 * i as u64,
+                name: (*stage).into(),
+                step,
+                phase: if step % 50 == 49 {
+                    Phase::Eval
+                } else {
+                    Phase::Train
+                },
+                ..StageMark::default()
+            }))
+            .unwrap();
+        }
+        w.flush().unwrap();
+        for k in 0..5 {
+            let bytes = (1 << 30) + leaked + k * (1 << 20);
+            w.sample(t_us + 2_000 * k, &[(rss, bytes), (used, 2 * bytes)])
+                .unwrap();
+        }
+        w.flush().unwrap();
+        t_us += 10_000;
+    }
+    let bytes = w.finish(t_us).unwrap();
+    // Cut so that many refreshes end between a step's marks and its readings (4 200 marks: past
+    // a packed run of 4 096, cut through when read again).
+    let refreshes = follow_and_compare("marks ahead of readings", &bytes, 300);
+    assert!(refreshes >= 250, "{refreshes} refreshes had marks");
+    let trace = oomscope_format::decode(&bytes).unwrap().trace;
+    let leak = analyze(&trace, &AnalysisOptions::default());
+    assert!(leak.leak_fits.iter().any(|f| f.is_leak), "the planted leak");
+}
