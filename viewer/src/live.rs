@@ -7,9 +7,11 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use leptos::prelude::{RwSignal, Set as _};
 use oomscope_analysis::report_page::{LIVE_ATTRIBUTE, WAITING_HEADER, trace_element_id};
+use oomscope_analysis::{AnalysisOptions, Prepared, analyze_prepared};
 use oomscope_format::Follower;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -60,20 +62,25 @@ struct Followed {
     /// Bytes received (the next request's offset).
     offset: u64,
     failed: Option<String>,
+    /// What the last analysis read at the marks, brought up to the trace by the next.
+    prepared: Option<Prepared>,
 }
 
 impl Followed {
-    /// What the page shows of it now: nothing before its first chunk.
-    fn loaded(&self) -> Option<Loaded> {
+    /// What the page shows of it now, analysed: nothing before its first chunk.
+    fn loaded(&mut self) -> Option<Loaded> {
         let name = self.source.name.clone();
         if let Some(e) = &self.failed {
             return Some(Loaded::failed(name, e.clone()));
         }
         let trace = self.follower.trace()?;
+        let prepared = self.prepared.get_or_insert_with(|| Prepared::new(trace));
+        let analysis = analyze_prepared(trace, &AnalysisOptions::default(), prepared);
         Some(Loaded::followed(
             name,
             self.offset as usize,
-            std::sync::Arc::new(trace.clone()),
+            Arc::new(trace.clone()),
+            Arc::new(analysis),
         ))
     }
 }
@@ -113,6 +120,7 @@ pub fn follow(
                 follower: Follower::default(),
                 offset: 0,
                 failed: None,
+                prepared: None,
             })
             .collect(),
         shown_ms: f64::NEG_INFINITY,
@@ -215,7 +223,8 @@ fn refresh(state: &Rc<RefCell<Following>>) {
         {
             text.push_str(&format!(" · step {} at {}", m.step, m.name));
         }
-        let loaded = (s.wanted)().then(|| s.traces.iter().filter_map(Followed::loaded).collect());
+        let loaded =
+            (s.wanted)().then(|| s.traces.iter_mut().filter_map(Followed::loaded).collect());
         (loaded, text, s.show.clone(), s.note)
     };
     note.set(text);

@@ -83,6 +83,9 @@ pub struct Loaded {
     /// The verdict the report's collector worked out from these very bytes: shown until the
     /// page's own analysis (the same code) has run.
     pub verdict: Option<Verdict>,
+    /// `trace` already analysed where it was followed ([`crate::live`], from what it kept of
+    /// the last refresh: `oomscope_analysis::analyze_prepared`).
+    pub analysis: Option<Arc<Analysis>>,
 }
 
 impl Loaded {
@@ -111,6 +114,7 @@ impl Loaded {
                 notice,
                 snapshot: None,
                 verdict: None,
+                analysis: None,
             },
             Err(e) => Loaded {
                 name,
@@ -121,6 +125,7 @@ impl Loaded {
                 notice,
                 snapshot: None,
                 verdict: None,
+                analysis: None,
             },
         }
     }
@@ -162,11 +167,18 @@ impl Loaded {
             notice: None,
             snapshot: Some(Arc::new(open)),
             verdict: None,
+            analysis: None,
         }
     }
 
-    /// A trace followed while its run records it ([`crate::live`]): what was decoded so far.
-    pub fn followed(name: String, size_bytes: usize, trace: Arc<Trace>) -> Loaded {
+    /// A trace followed while its run records it ([`crate::live`]): what was decoded so far,
+    /// and its analysis.
+    pub fn followed(
+        name: String,
+        size_bytes: usize,
+        trace: Arc<Trace>,
+        analysis: Arc<Analysis>,
+    ) -> Loaded {
         Loaded {
             name,
             size_bytes,
@@ -176,6 +188,7 @@ impl Loaded {
             notice: None,
             snapshot: None,
             verdict: None,
+            analysis: Some(analysis),
         }
     }
 
@@ -190,6 +203,7 @@ impl Loaded {
             notice: None,
             snapshot: None,
             verdict: None,
+            analysis: None,
         }
     }
 

@@ -96,7 +96,10 @@ impl Opened {
     /// which must not say "analysing…" between two states of the same run (nor register the
     /// print hooks [`Opened::new`] does, once per refresh).
     pub fn analysed(loaded: Loaded) -> Opened {
-        let analysis = loaded.trace.as_deref().map(|t| Arc::new(analyse(t)));
+        let analysis = loaded
+            .analysis
+            .clone()
+            .or_else(|| loaded.trace.as_deref().map(|t| Arc::new(analyse(t))));
         Opened {
             loaded: Arc::new(loaded),
             analysis: RwSignal::new(analysis),
