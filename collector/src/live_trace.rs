@@ -8,8 +8,11 @@
 //! since the last (`oomscope_format::Follower`). What a row and a mark say (where the run is,
 //! each memory against its limit, the warnings at 90%) is shown from every refresh that read
 //! something, whatever the trace's length; the analysis (the leak and when memory is full, the
-//! findings, the chart) is re-run only when something was appended, and no more often than keeps
-//! it under 1% of a core ([`ANALYSIS_SHARE`]): on a long trace it lags, the readings do not.
+//! findings, the chart) is brought up to date only when something was appended, and no more
+//! often than keeps it under 1% of a core ([`ANALYSIS_SHARE`]): on a long trace it lags, the
+//! readings do not. What it reads at the marks is kept between analyses
+//! (`oomscope_analysis::Prepared`) and extended with what was appended; the fits over it run
+//! again each time.
 
 use std::fs::File;
 use std::io::Read;

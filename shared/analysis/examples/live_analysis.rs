@@ -1,0 +1,54 @@
+//! A live view's analysis of a long trace (BENCHMARKS.md, issue 43): the trace read up to its
+//! last 1%, what its marks read prepared (`Prepared`), then the rest appended in five pieces;
+//! after each, the live analysis (`analyze_prepared`: the kept preparation brought up to date)
+//! and the whole one (`analyze`) are timed in turn and checked to agree.
+//!
+//! `cargo run --release -p oomscope-analysis --example live_analysis -- TRACE`
+//! (the day: `cargo run --release -p oomscope-analysis --example demo -- --day day.oomt`)
+
+use std::time::Instant;
+
+use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
+use oomscope_format::Follower;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let path = std::env::args()
+        .nth(1)
+        .ok_or("usage: live_analysis TRACE")?;
+    let bytes = std::fs::read(&path)?;
+    let cut = bytes.len() * 99 / 100;
+    let mut follower = Follower::default();
+    follower.push(&bytes[..cut])?;
+    let options = AnalysisOptions::default();
+    let mut prepared = Prepared::new(follower.trace().ok_or("no header")?);
+    let piece = (bytes.len() - cut).div_ceil(5);
+    let ms = |start: Instant| start.elapsed().as_secs_f64() * 1e3;
+    let (mut live_ms, mut whole_ms) = (Vec::new(), Vec::new());
+    for rest in bytes[cut..].chunks(piece) {
+        follower.push(rest)?;
+        let trace = follower.trace().ok_or("no header")?;
+        let start = Instant::now();
+        let live = analyze_prepared(trace, &options, &mut prepared);
+        live_ms.push(ms(start));
+        let start = Instant::now();
+        let whole = analyze(trace, &options);
+        whole_ms.push(ms(start));
+        if serde_json::to_string(&live)? != serde_json::to_string(&whole)? {
+            return Err("the live analysis differs from the whole one".into());
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "{}: {:.1} MB, {} marks; after each 0.2% appended (median of {}): live {:.0} ms, whole {:.0} ms",
+        path,
+        bytes.len() as f64 / 1e6,
+        follower.trace().map_or(0, |t| t.marks.len()),
+        live_ms.len(),
+        median(&mut live_ms),
+        median(&mut whole_ms)
+    );
+    Ok(())
+}
