@@ -4,7 +4,7 @@
 //! analysis of a trace still being written to the next (`crate::analyze_prepared`) and extends it
 //! with the marks and samples appended, so an analysis does not read every mark of a day again
 //! each time (85 ms of a day's 600 ms analysis); each part equals the one made anew of the
-//! same trace, which `tests/live_analysis.rs` checks piece by piece.
+//! same trace, which `shared/analysis/tests/live_analysis.rs` checks piece by piece.
 
 use crate::clocks::ClockMarks;
 use crate::marks::StageIndex;
