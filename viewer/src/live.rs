@@ -67,20 +67,32 @@ struct Followed {
 }
 
 impl Followed {
-    /// What the page shows of it now, analysed: nothing before its first chunk.
-    fn loaded(&mut self) -> Option<Loaded> {
+    /// What the page shows of it now: nothing before its first chunk. `analysed`: the page
+    /// shows this trace's report (it follows no other), which takes its analysis from here (a
+    /// job's page analyses the traces together, and the one the user picks when picked).
+    fn loaded(&mut self, analysed: bool) -> Option<Loaded> {
         let name = self.source.name.clone();
         if let Some(e) = &self.failed {
             return Some(Loaded::failed(name, e.clone()));
         }
         let trace = self.follower.trace()?;
-        let prepared = self.prepared.get_or_insert_with(|| Prepared::new(trace));
-        let analysis = analyze_prepared(trace, &AnalysisOptions::default(), prepared);
+        let analysis = analysed.then(|| {
+            let prepared = self.prepared.get_or_insert_with(|| Prepared::new(trace));
+            Arc::new(analyze_prepared(
+                trace,
+                &AnalysisOptions::default(),
+                prepared,
+            ))
+        });
+        // Nothing more will be appended.
+        if self.follower.ended() {
+            self.prepared = None;
+        }
         Some(Loaded::followed(
             name,
             self.offset as usize,
             Arc::new(trace.clone()),
-            Arc::new(analysis),
+            analysis,
         ))
     }
 }
@@ -223,8 +235,9 @@ fn refresh(state: &Rc<RefCell<Following>>) {
         {
             text.push_str(&format!(" · step {} at {}", m.step, m.name));
         }
+        let one = s.traces.len() == 1;
         let loaded =
-            (s.wanted)().then(|| s.traces.iter_mut().filter_map(Followed::loaded).collect());
+            (s.wanted)().then(|| s.traces.iter_mut().filter_map(|t| t.loaded(one)).collect());
         (loaded, text, s.show.clone(), s.note)
     };
     note.set(text);

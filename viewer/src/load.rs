@@ -172,12 +172,12 @@ impl Loaded {
     }
 
     /// A trace followed while its run records it ([`crate::live`]): what was decoded so far,
-    /// and its analysis.
+    /// and its analysis when it was made there.
     pub fn followed(
         name: String,
         size_bytes: usize,
         trace: Arc<Trace>,
-        analysis: Arc<Analysis>,
+        analysis: Option<Arc<Analysis>>,
     ) -> Loaded {
         Loaded {
             name,
@@ -188,7 +188,7 @@ impl Loaded {
             notice: None,
             snapshot: None,
             verdict: None,
-            analysis: Some(analysis),
+            analysis,
         }
     }
 

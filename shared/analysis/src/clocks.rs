@@ -285,6 +285,51 @@ mod tests {
     use oomscope_testkit::run::Run;
 
     #[test]
+    fn each_stage_s_marks_on_the_clock_in_mark_order_and_a_serving_run_s_forwards() {
+        let mark = |name: &str, step: u64, phase: Phase| oomscope_format::StageMark {
+            t_us: step,
+            name: name.into(),
+            step,
+            phase,
+            ..Default::default()
+        };
+        let mut trace = Trace::default();
+        for (i, name) in [
+            "pre_forward",
+            "post_forward",
+            "pre_forward",
+            "x",
+            "post_forward",
+        ]
+        .iter()
+        .enumerate()
+        {
+            trace.marks.push(mark(name, i as u64, Phase::Eval));
+        }
+        // Evals only: forwards, every mark on the clock, counted at each `pre_forward`.
+        let marks = ClockMarks::new(&trace, &StageIndex::new(&trace));
+        assert_eq!(marks.clock(), Clock::Forward);
+        assert_eq!(
+            (marks.of_stage(0), marks.of_stage(1)),
+            (&[0, 2][..], &[1, 4][..])
+        );
+        let positions: Vec<u64> = (0..5).map(|i| marks.position(&trace, i)).collect();
+        assert_eq!(positions, [1, 1, 2, 2, 2]);
+        assert_eq!(positions, Clock::Forward.positions(&trace));
+        // A training mark: steps, the evals off the clock and counted before each mark.
+        trace.marks.push(mark("post_forward", 9, Phase::Train));
+        let stages = StageIndex::new(&trace);
+        let mut kept = marks.clone();
+        kept.extend(&trace, &stages);
+        let marks = ClockMarks::new(&trace, &stages);
+        assert_eq!(kept, marks);
+        assert_eq!(marks.clock(), Clock::Step);
+        assert_eq!((marks.of_stage(0), marks.of_stage(1)), (&[][..], &[5][..]));
+        assert_eq!(marks.outside_train(), [0, 1, 2, 3, 4, 5, 5]);
+        assert_eq!(marks.position(&trace, 5), 9);
+    }
+
+    #[test]
     fn a_row_per_step_per_forward_and_per_epoch_at_each_epoch_s_floor() {
         // Six epochs of ten steps; 2 GiB kept at each epoch's end.
         let mut trace = Run {

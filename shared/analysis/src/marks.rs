@@ -141,24 +141,6 @@ impl StageIndex {
     pub fn per_mark(&self) -> &[u32] {
         &self.of_mark
     }
-
-    /// Every mark's index, the first stage's marks first, each stage's in mark order (a
-    /// counting sort: one pass to count, one to place).
-    pub fn marks_by_stage(&self) -> Vec<u32> {
-        let mut starts = vec![0usize; self.names.len() + 1];
-        for &stage in &self.of_mark {
-            starts[stage as usize + 1] += 1;
-        }
-        for i in 1..starts.len() {
-            starts[i] += starts[i - 1];
-        }
-        let mut out = vec![0u32; self.of_mark.len()];
-        for (mark, &stage) in self.of_mark.iter().enumerate() {
-            out[starts[stage as usize]] = mark as u32;
-            starts[stage as usize] += 1;
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -174,15 +156,6 @@ mod tests {
             phase: Phase::Train,
             ..StageMark::default()
         });
-    }
-
-    #[test]
-    fn marks_by_stage_keep_mark_order_within_a_stage() {
-        let mut trace = Trace::default();
-        for (t, name) in ["a", "b", "a", "c", "b", "a"].iter().enumerate() {
-            mark(&mut trace, t as u64, name, t as u64);
-        }
-        assert_eq!(StageIndex::new(&trace).marks_by_stage(), [0, 2, 5, 1, 4, 3]);
     }
 
     #[test]

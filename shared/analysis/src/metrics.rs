@@ -166,6 +166,11 @@ pub fn counter_of(trace: &Trace, key: MetricKey) -> Option<CounterId> {
         .or_else(|| ids().next())
 }
 
+/// The counter each of `keys` reads ([`counter_of`]).
+fn counters_of(trace: &Trace, keys: &[MetricKey]) -> Vec<Option<CounterId>> {
+    keys.iter().map(|&key| counter_of(trace, key)).collect()
+}
+
 /// True when the counter has at least one present sample.
 pub fn counter_has_data(trace: &Trace, id: CounterId) -> bool {
     // A present reading is in some run's summary.
@@ -394,8 +399,10 @@ pub struct MarkValues {
     unsettled_from: usize,
     /// The walk through the samples before that mark.
     walk: RowWalk,
-    /// A metric is read from the samples: the marks' rows were found.
-    reads_rows: bool,
+    /// The counter each metric reads ([`counter_of`]; `None` for the marks' own quantities and
+    /// a counter the trace lacks): a counter that gains its first reading can take another's
+    /// place, and then every mark is read again.
+    counters: Vec<Option<CounterId>>,
 }
 
 impl MarkValues {
@@ -430,7 +437,7 @@ impl MarkValues {
         if metrics != self.keys
             || primary.and_then(|p| self.index_of(p)) != self.primary
             || trace.marks.len() < self.unsettled_from
-            || self.needs_rows(trace) != self.reads_rows
+            || self.counters != counters_of(trace, &self.keys)
         {
             *self = MarkValues::new(trace);
             return 0;
@@ -445,13 +452,6 @@ impl MarkValues {
         self.unsettled_from
     }
 
-    /// Whether a metric is read from the samples (else only the marks' own statistics are).
-    fn needs_rows(&self, trace: &Trace) -> bool {
-        self.keys.iter().any(|&key| {
-            matches!(key, MetricKey::Counter { .. }) && counter_of(trace, key).is_some()
-        })
-    }
-
     /// Evaluates the given metrics at every mark (no primary metric is designated). Finds each
     /// mark's sample row once for all counters, walking forward through the samples as the marks
     /// advance, then reads one counter at every mark of a batch of [`MARK_BATCH`] before going on
@@ -464,7 +464,7 @@ impl MarkValues {
             primary: None,
             unsettled_from: 0,
             walk: RowWalk::start(trace),
-            reads_rows: false,
+            counters: Vec::new(),
         };
         values.read_on(trace);
         values
@@ -478,8 +478,9 @@ impl MarkValues {
     fn read_on(&mut self, trace: &Trace) {
         let from_mark = self.unsettled_from;
         let times = trace.samples.times_us();
-        let needs_rows = self.needs_rows(trace);
-        self.reads_rows = needs_rows;
+        self.counters = counters_of(trace, &self.keys);
+        // A metric is read from the samples: the marks' rows are needed.
+        let needs_rows = self.counters.iter().any(Option::is_some);
         // Marks a batch at a time, each column packed as it grows: a day's million marks' rows
         // and plain values would take 48 MB for each metric.
         let mut batch: Vec<MarkRow> = Vec::new();
@@ -518,9 +519,11 @@ impl MarkValues {
                     batch.push(row);
                 }
             }
-            for (&key, column) in self.keys.iter().zip(&mut self.columns) {
+            for ((&key, column), &counter) in
+                self.keys.iter().zip(&mut self.columns).zip(&self.counters)
+            {
                 match key {
-                    MetricKey::Counter { .. } => match counter_of(trace, key) {
+                    MetricKey::Counter { .. } => match counter {
                         Some(id) => batch.iter().for_each(|mark| {
                             let Some((row, row_t_us)) = mark.row else {
                                 return column.push(MISSING);

@@ -1,14 +1,20 @@
 //! A live view's analysis of a trace still being written ([`analyze_prepared`], what it read at
 //! the marks kept from one refresh to the next and extended with what was appended) is the
-//! analysis `collector summary` prints of the same bytes: checked on the committed traces and on
-//! synthetic runs long enough to pack their columns, each read as a follower reads a growing
-//! file, in pieces cut anywhere.
+//! analysis of the trace decoded so far made anew ([`analyze`]), and so is its live state (the
+//! chart read from the kept values): checked on the committed traces, on synthetic runs long
+//! enough to pack their columns, and on runs written to change what was read before (marks ahead
+//! of their readings, a clock that turns from forwards to steps, the allocator's statistics
+//! appearing, a counter taking another's place), each read as a follower reads a growing file,
+//! in pieces cut anywhere.
 
 mod support;
 
+use oomscope_analysis::live::{analysed, live_now, live_state};
+use oomscope_analysis::metrics::host_in_use;
 use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
 use oomscope_format::{
-    CounterKind, Follower, Metadata, Phase, Record, StageMark, TraceWriter, WriterOptions,
+    AllocatorStats, CounterKind, Follower, Metadata, Phase, Record, StageMark, TraceWriter,
+    WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -40,6 +46,13 @@ fn follow_and_compare(name: &str, bytes: &[u8], pieces: usize) -> usize {
             serde_json::to_string(&live).unwrap(),
             serde_json::to_string(&whole).unwrap(),
             "{name}: the analysis after piece {i}"
+        );
+        // What a watcher shows: its chart read from the kept values.
+        let now = live_now(trace, host_in_use(trace));
+        assert_eq!(
+            analysed(now, trace, &live, Some(kept)),
+            live_state(trace, &whole),
+            "{name}: the live state after piece {i}"
         );
         compared += usize::from(!trace.marks.is_empty());
     }
@@ -159,4 +172,112 @@ fn marks_written_before_the_readings_of_their_time_are_read_again() {
     let trace = oomscope_format::decode(&bytes).unwrap().trace;
     let leak = analyze(&trace, &AnalysisOptions::default());
     assert!(leak.leak_fits.iter().any(|f| f.is_leak), "the planted leak");
+}
+
+/// What [`written`] writes.
+#[derive(Clone, Copy)]
+struct Shape {
+    steps: u64,
+    /// The first steps' marks are an eval's only (a sanity check before training: the clock is
+    /// forwards until the first training mark).
+    eval_first: u64,
+    /// Marks carry the allocator's statistics from this step on.
+    stats_from: u64,
+    /// A second counter of the device's used memory, declared first, read from this step on:
+    /// from then on the metric reads it rather than the other.
+    first_used_from: u64,
+}
+
+/// A run written through the recorder's writer, flushed a step at a time.
+fn written(shape: Shape) -> Vec<u8> {
+    let metadata = Metadata {
+        command: vec!["train.py".into()],
+        ..Metadata::default()
+    };
+    let options = WriterOptions {
+        flush_interval_us: u64::MAX,
+        ..WriterOptions::default()
+    };
+    let mut w = TraceWriter::with_options(Vec::new(), &metadata, options).unwrap();
+    let late_used = w
+        .declare_counter_named(CounterKind::GpuUsed, Some(0), None, "used (late)")
+        .unwrap();
+    let used = w.declare_counter(CounterKind::GpuUsed, Some(0)).unwrap();
+    let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
+    let mut t_us = 0;
+    for step in 0..shape.steps {
+        let held = (2 << 30) + step * (3 << 20);
+        let eval = step < shape.eval_first;
+        let stages: &[&str] = if eval {
+            &["pre_forward", "post_forward"]
+        } else {
+            &["pre_forward", "post_forward", "post_backward"]
+        };
+        for (i, stage) in stages.iter().enumerate() {
+            let allocated = held + i as u64 * (64 << 20);
+            w.write(&Record::Mark(StageMark {
+                t_us: t_us + 2_000 * i as u64,
+                name: (*stage).into(),
+                step,
+                phase: if eval { Phase::Eval } else { Phase::Train },
+                allocator: (step >= shape.stats_from).then(|| AllocatorStats {
+                    allocated_bytes: allocated,
+                    reserved_bytes: allocated + (256 << 20),
+                    ..AllocatorStats::default()
+                }),
+                ..StageMark::default()
+            }))
+            .unwrap();
+        }
+        w.flush().unwrap();
+        for k in 0..4 {
+            let bytes = held + (512 << 20) + k * (16 << 20);
+            let mut row = vec![(used, bytes), (rss, (1 << 30) + step * 4096)];
+            if step >= shape.first_used_from {
+                row.push((late_used, bytes + (1 << 20)));
+            }
+            w.sample(t_us + 1_500 * k, &row).unwrap();
+        }
+        w.flush().unwrap();
+        t_us += 8_000;
+    }
+    w.finish(t_us).unwrap()
+}
+
+#[test]
+fn what_changes_what_was_read_before_is_read_again() {
+    let plain = Shape {
+        steps: 300,
+        eval_first: 0,
+        stats_from: 0,
+        first_used_from: u64::MAX,
+    };
+    for (name, shape) in [
+        (
+            "forwards, then steps",
+            Shape {
+                eval_first: 40,
+                ..plain
+            },
+        ),
+        (
+            "the allocator's statistics from step 120",
+            Shape {
+                stats_from: 120,
+                ..plain
+            },
+        ),
+        (
+            "a counter declared first read from step 150",
+            Shape {
+                stats_from: u64::MAX,
+                first_used_from: 150,
+                ..plain
+            },
+        ),
+    ] {
+        let bytes = written(shape);
+        let refreshes = follow_and_compare(name, &bytes, 120);
+        assert!(refreshes >= 100, "{name}: {refreshes} refreshes had marks");
+    }
 }
