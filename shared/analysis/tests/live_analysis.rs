@@ -119,11 +119,8 @@ fn long_runs_read_live_are_analysed_as_whole() {
     }
 }
 
-#[test]
-fn marks_written_before_the_readings_of_their_time_are_read_again() {
-    // The recorder writes what reaches it: a mark from the program's hooks can be in a chunk
-    // before the sampler's reading of the same moment, which a follower then reads a refresh
-    // later. Each step's marks here are flushed before its readings.
+/// The recorder's writer into memory, flushing a chunk only when told to.
+fn writer() -> TraceWriter<Vec<u8>> {
     let metadata = Metadata {
         command: vec!["train.py".into()],
         ..Metadata::default()
@@ -132,7 +129,15 @@ fn marks_written_before_the_readings_of_their_time_are_read_again() {
         flush_interval_us: u64::MAX,
         ..WriterOptions::default()
     };
-    let mut w = TraceWriter::with_options(Vec::new(), &metadata, options).unwrap();
+    TraceWriter::with_options(Vec::new(), &metadata, options).unwrap()
+}
+
+#[test]
+fn marks_written_before_the_readings_of_their_time_are_read_again() {
+    // The recorder writes what reaches it: a mark from the program's hooks can be in a chunk
+    // before the sampler's reading of the same moment, which a follower then reads a refresh
+    // later. Each step's marks here are flushed before its readings.
+    let mut w = writer();
     let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
     let used = w.declare_counter(CounterKind::GpuUsed, Some(0)).unwrap();
     let mut t_us = 0;
@@ -190,15 +195,7 @@ struct Shape {
 
 /// A run written through the recorder's writer, flushed a step at a time.
 fn written(shape: Shape) -> Vec<u8> {
-    let metadata = Metadata {
-        command: vec!["train.py".into()],
-        ..Metadata::default()
-    };
-    let options = WriterOptions {
-        flush_interval_us: u64::MAX,
-        ..WriterOptions::default()
-    };
-    let mut w = TraceWriter::with_options(Vec::new(), &metadata, options).unwrap();
+    let mut w = writer();
     let late_used = w
         .declare_counter_named(CounterKind::GpuUsed, Some(0), None, "used (late)")
         .unwrap();
