@@ -7,14 +7,15 @@ use crate::analysis::{
     Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, MarksSampled,
     Overview,
 };
+use crate::marks::MarkSteps;
 use crate::metrics::MarkValues;
 use crate::peaks::{Peak, PeakSource};
 use crate::prepared::Prepared;
 use crate::recommend::RuleContext;
 use crate::stages::StageTableOptions;
 use crate::{
-    batch_fit, estimate, host, inputs, leaks, node, oom, overhead, peaks, phases, pressure,
-    rank_views, ranks, recommend, run_up, shm, stage_breakdown, stages, trend, workers,
+    batch_fit, estimate, inputs, leaks, node, oom, overhead, peaks, phases, rank_views, ranks,
+    recommend, run_up, shm, stage_breakdown, stages, trend, workers,
 };
 use oomscope_format::Trace;
 
@@ -28,7 +29,7 @@ pub fn analyze_prepared(
     prepared: &mut Prepared,
 ) -> Analysis {
     prepared.update(trace);
-    if rank_views::ranks_of(trace).len() >= 2 {
+    if prepared.ranks(trace).len() >= 2 {
         return analyze(trace, options);
     }
     analyze_one(trace, options, None, prepared)
@@ -53,11 +54,12 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
             .extend(node::node_host_spike(trace, &ranks, "", 0));
         let mut analysis = analyze_one(&whole, options, Some(compared), &Prepared::new(&whole));
         // The overview counts what the trace holds: every rank's marks.
-        let (marks, steps) = (trace.marks.len(), mark_steps(trace));
+        let (marks, steps) = (trace.marks.len(), MarkSteps::new(trace));
+        let steps = steps.steps();
         let o = &mut analysis.overview;
         (o.marks, o.marked_steps) = (marks, steps.len());
-        o.steps = step_count(&steps, o.marks_sampled.as_ref());
-        (o.first_step, o.last_step) = (steps.first().copied(), last_step(&steps, trace));
+        o.steps = step_count(steps, o.marks_sampled.as_ref());
+        (o.first_step, o.last_step) = (steps.first().copied(), last_step(steps, trace));
         return analysis;
     }
     analyze_one(trace, options, None, &Prepared::new(trace))
@@ -77,7 +79,8 @@ fn analyze_one(
     prepared: &Prepared,
 ) -> Analysis {
     let (values, stage_index) = (prepared.values(), prepared.stages());
-    let peaks = peaks::peaks(trace, values);
+    let several_ranks = prepared.ranks(trace).len() >= 2;
+    let peaks = peaks::peaks(trace, values, several_ranks);
     let stage_options = StageTableOptions {
         baseline_mark: options.baseline_mark,
     };
@@ -115,7 +118,7 @@ fn analyze_one(
     let ooms = oom::oom_contexts(trace);
     let run_up = run_up::run_up(trace, &ooms, &phase_transitions);
     let mut analysis = Analysis {
-        overview: overview(trace, values, &peaks),
+        overview: overview(trace, values, prepared.steps(), &peaks),
         held,
         gc: trace.gc.clone(),
         stage_table: match stage_options.baseline_mark {
@@ -127,9 +130,9 @@ fn analyze_one(
         leak_fits,
         time_trends: trend::time_trends(trace),
         growing_workers: workers::growing_workers(trace),
-        pressure: pressure::pressure(trace),
+        pressure: prepared.pressure(trace),
         outside_allocator: overhead::outside_allocator(trace, values),
-        host_memory: host::host_memory(trace),
+        host_memory: prepared.host_memory(trace),
         phase_transitions,
         training_peak,
         ooms,
@@ -149,14 +152,6 @@ fn analyze_one(
         options,
     });
     analysis
-}
-
-/// The distinct steps of the marks, sorted.
-fn mark_steps(trace: &Trace) -> Vec<u64> {
-    let mut steps: Vec<u64> = trace.marks.iter().map(|m| m.step).collect();
-    steps.sort_unstable();
-    steps.dedup();
-    steps
 }
 
 /// The steps the program ran, from the marks' distinct steps: when the hooks marked one
@@ -182,9 +177,8 @@ fn last_step(steps: &[u64], trace: &Trace) -> Option<u64> {
 }
 
 /// The overview block.
-fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
+fn overview(trace: &Trace, values: &MarkValues, steps: &[u64], peaks: &[Peak]) -> Overview {
     let meta = &trace.metadata;
-    let steps = mark_steps(trace);
     let mut dropped: Vec<DroppedSummary> = Vec::new();
     for d in &trace.dropped {
         match dropped.iter_mut().find(|x| x.record_tag == d.record_tag) {
@@ -215,11 +209,11 @@ fn overview(trace: &Trace, values: &MarkValues, peaks: &[Peak]) -> Overview {
         duration_us: trace.duration_us(),
         samples: trace.samples.len(),
         marks: trace.marks.len(),
-        steps: step_count(&steps, crate::marks::marks_sampled(trace).as_ref()),
+        steps: step_count(steps, crate::marks::marks_sampled(trace).as_ref()),
         marked_steps: steps.len(),
         marks_sampled: crate::marks::marks_sampled(trace),
         first_step: steps.first().copied(),
-        last_step: last_step(&steps, trace),
+        last_step: last_step(steps, trace),
         primary_metric: values.primary().map(|p| values.key(p)),
         exit: trace.exit.map(|e| ExitSummary {
             t_us: e.t_us,

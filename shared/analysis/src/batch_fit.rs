@@ -227,7 +227,7 @@ mod tests {
     fn fit(trace: &Trace) -> Option<BatchFit> {
         batch_fit(
             trace,
-            &peaks(trace, &MarkValues::new(trace)),
+            &peaks(trace, &MarkValues::new(trace), false),
             DEFAULT_BATCH_MARGIN,
         )
     }

@@ -81,8 +81,6 @@ impl Clock {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClockMarks {
     clock: Clock,
-    /// A training mark was seen: the clock is [`Clock::Step`] from then on.
-    trains: bool,
     /// On the forward clock, each mark's forward ordinal (empty on the step clock, where a
     /// mark's position is its step).
     forwards: Vec<u64>,
@@ -103,7 +101,6 @@ impl ClockMarks {
     fn empty() -> ClockMarks {
         ClockMarks {
             clock: Clock::Step,
-            trains: false,
             forwards: Vec::new(),
             outside_train: vec![0],
             on_clock: Vec::new(),
@@ -120,7 +117,10 @@ impl ClockMarks {
             return;
         }
         let added = &trace.marks[from..];
-        let trains = self.trains || added.iter().any(|m| is_train(m.phase));
+        // Marks read on the step clock: a training mark was among them (the clock is
+        // [`Clock::Step`] from then on).
+        let trained = from > 0 && self.clock == Clock::Step;
+        let trains = trained || added.iter().any(|m| is_train(m.phase));
         let clock = if trains || trace.marks.is_empty() {
             Clock::Step
         } else {
@@ -131,7 +131,7 @@ impl ClockMarks {
             self.extend(trace, stages);
             return;
         }
-        (self.clock, self.trains) = (clock, trains);
+        self.clock = clock;
         let mut forwards = self.forwards.last().copied().unwrap_or(0);
         for (i, mark) in added.iter().enumerate() {
             let i = from + i;

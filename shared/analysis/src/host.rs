@@ -9,7 +9,9 @@ use serde::Serialize;
 
 use crate::marks::StageAt;
 use crate::metrics::counter_with_data;
-use oomscope_format::{Column, CounterKind, MISSING, Trace};
+use std::ops::Range;
+
+use oomscope_format::{Column, CounterId, CounterKind, MISSING, Trace};
 
 /// The host's tightest moment.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -32,65 +34,130 @@ pub struct HostMemory {
 /// Finds the moment the host had the least memory available, relative to what the process plus
 /// the free memory add up to. `None` without a `HostAvailable` counter with data.
 pub fn host_memory(trace: &Trace) -> Option<HostMemory> {
-    let available = trace
-        .samples
-        .column(counter_with_data(trace, CounterKind::HostAvailable)?)?;
-    let rss_id = crate::metrics::host_in_use(trace);
-    let rss = rss_id.and_then(|id| trace.samples.column(id));
-    let times = trace.samples.times_us();
-    let (row, min_available_bytes, rss_at_min_bytes) = match tightest_share(available, rss) {
-        Some((row, avail, r)) => (row, avail, Some(r)),
-        // No RSS read with it: the lowest available.
-        None => {
-            let (row, avail) = available
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| *a != MISSING)
-                .min_by_key(|(_, a)| *a)?;
-            (row, avail, None)
-        }
-    };
-    Some(HostMemory {
-        min_available_bytes,
-        rss_at_min_bytes,
-        min_available_fraction: rss_at_min_bytes.map(|r| share(min_available_bytes, r)),
-        t_us: times.at(row),
-        stage: StageAt::at(trace, times.at(row)),
-        peak_rss_bytes: rss_id
-            .and_then(|id| trace.samples.first_max(id, 0..times.len()))
-            .map(|(_, bytes)| bytes),
-    })
+    let mut scan = HostScan::default();
+    scan.extend(trace);
+    scan.host_memory(trace)
 }
 
-/// The first row where available memory was the smallest share of itself plus the RSS read
-/// last (at or before the row), as (row, available, RSS). The shares are compared exactly and
-/// without a division, `a / (a + r) < b / (b + s)` as `a (b + s) < b (a + r)` in 128 bits: a day
-/// at 100 Hz is 8.6 million rows, every refresh of a live view. (A share of 0 / 0 counts as 0.)
-fn tightest_share(available: Column<'_>, rss: Option<Column<'_>>) -> Option<(usize, u64, u64)> {
-    let rss = rss?;
-    let mut best: Option<(usize, u64, u64)> = None;
-    // The best row's available and total.
-    let (mut best_available, mut best_total) = (1u64, 1u64);
-    let mut last_rss = MISSING;
-    available.zip_chunks(rss, 0..available.len(), |start, available, rss| {
-        for (row, (&avail, &r)) in (start..).zip(available.iter().zip(rss)) {
-            if r != MISSING {
-                last_rss = r;
-            }
-            if avail == MISSING || last_rss == MISSING {
-                continue;
-            }
-            let total = avail.saturating_add(last_rss).max(1);
-            if best.is_none()
-                || u128::from(avail) * u128::from(best_total)
-                    < u128::from(best_available) * u128::from(total)
-            {
-                best = Some((row, avail, last_rss));
-                (best_available, best_total) = (avail, total);
-            }
+/// [`host_memory`]'s pass over the sample rows, kept as a fold: a live view keeps one from one
+/// analysis of a trace still being written to the next ([`crate::Prepared`]) and folds in only
+/// the rows appended (rows are final once written), so it does not read a day's 8.6 million
+/// rows again each refresh. Begun again when the counters it reads change (a counter gaining
+/// its first reading) or the rows shrink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostScan {
+    /// The counters read: available memory, and the process's RSS (or PSS) when there is one.
+    counters: Option<(CounterId, Option<CounterId>)>,
+    /// The rows folded.
+    rows: usize,
+    /// The RSS read last (at or before the last row folded), [`MISSING`] before the first.
+    last_rss: u64,
+    /// The first row where available memory was the smallest share of itself plus the RSS
+    /// read last, as (row, available, RSS).
+    tightest: Option<(usize, u64, u64)>,
+    /// The first row with the lowest available memory, as (row, available).
+    lowest: Option<(usize, u64)>,
+}
+
+impl Default for HostScan {
+    /// Nothing folded yet.
+    fn default() -> HostScan {
+        HostScan {
+            counters: None,
+            rows: 0,
+            last_rss: MISSING,
+            tightest: None,
+            lowest: None,
         }
-    });
-    best
+    }
+}
+
+impl HostScan {
+    /// Folds in the rows of `trace` not folded yet (all of them again when the counters read
+    /// changed or the rows are fewer than those folded).
+    pub fn extend(&mut self, trace: &Trace) {
+        let counters = counter_with_data(trace, CounterKind::HostAvailable)
+            .map(|available| (available, crate::metrics::host_in_use(trace)));
+        if counters != self.counters || trace.samples.len() < self.rows {
+            *self = HostScan {
+                counters,
+                ..HostScan::default()
+            };
+        }
+        let Some((available, rss)) = counters else {
+            return;
+        };
+        let Some(available) = trace.samples.column(available) else {
+            return;
+        };
+        let rows = self.rows..available.len();
+        self.rows = rows.end;
+        available.for_each_chunk(rows.clone(), |start, values| {
+            for (row, &avail) in (start..).zip(values) {
+                if avail != MISSING && self.lowest.is_none_or(|(_, low)| avail < low) {
+                    self.lowest = Some((row, avail));
+                }
+            }
+        });
+        if let Some(rss) = rss.and_then(|id| trace.samples.column(id)) {
+            self.fold_tightest(available, rss, rows);
+        }
+    }
+
+    /// The first row where available memory was the smallest share of itself plus the RSS read
+    /// last (at or before the row). The shares are compared exactly and without a division,
+    /// `a / (a + r) < b / (b + s)` as `a (b + s) < b (a + r)` in 128 bits: a day at 100 Hz is
+    /// 8.6 million rows. (A share of 0 / 0 counts as 0.)
+    fn fold_tightest(&mut self, available: Column<'_>, rss: Column<'_>, rows: Range<usize>) {
+        // The best row's available and total.
+        let (mut best_available, mut best_total) = self
+            .tightest
+            .map_or((1, 1), |(_, a, r)| (a, a.saturating_add(r).max(1)));
+        let (mut best, mut last_rss) = (self.tightest, self.last_rss);
+        available.zip_chunks(rss, rows, |start, available, rss| {
+            for (row, (&avail, &r)) in (start..).zip(available.iter().zip(rss)) {
+                if r != MISSING {
+                    last_rss = r;
+                }
+                if avail == MISSING || last_rss == MISSING {
+                    continue;
+                }
+                let total = avail.saturating_add(last_rss).max(1);
+                if best.is_none()
+                    || u128::from(avail) * u128::from(best_total)
+                        < u128::from(best_available) * u128::from(total)
+                {
+                    best = Some((row, avail, last_rss));
+                    (best_available, best_total) = (avail, total);
+                }
+            }
+        });
+        (self.tightest, self.last_rss) = (best, last_rss);
+    }
+
+    /// [`host_memory`] of `trace`, the trace this scan was brought up to.
+    pub fn host_memory(&self, trace: &Trace) -> Option<HostMemory> {
+        let (_, rss_id) = self.counters?;
+        let times = trace.samples.times_us();
+        let (row, min_available_bytes, rss_at_min_bytes) = match self.tightest {
+            Some((row, avail, r)) => (row, avail, Some(r)),
+            // No RSS read with it: the lowest available.
+            None => {
+                let (row, avail) = self.lowest?;
+                (row, avail, None)
+            }
+        };
+        Some(HostMemory {
+            min_available_bytes,
+            rss_at_min_bytes,
+            min_available_fraction: rss_at_min_bytes.map(|r| share(min_available_bytes, r)),
+            t_us: times.at(row),
+            stage: StageAt::at(trace, times.at(row)),
+            peak_rss_bytes: rss_id
+                .and_then(|id| trace.samples.first_max(id, 0..times.len()))
+                .map(|(_, bytes)| bytes),
+        })
+    }
 }
 
 /// `available / (available + rss)`; 0 when both are 0.

@@ -86,6 +86,49 @@ pub fn is_train(phase: Phase) -> bool {
     matches!(phase, Phase::Train | Phase::Unknown)
 }
 
+/// The distinct steps of the marks, sorted (the overview's steps), kept as a fold a live view
+/// extends with the marks appended: a day's 1.2 million marks are not sorted again each
+/// refresh. Equal to [`MarkSteps::new`] of the same marks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MarkSteps {
+    /// The marks read.
+    marks: usize,
+    steps: Vec<u64>,
+}
+
+impl MarkSteps {
+    /// The distinct steps of the marks of `trace`.
+    pub fn new(trace: &Trace) -> MarkSteps {
+        let mut steps = MarkSteps::default();
+        steps.extend(trace);
+        steps
+    }
+
+    /// Takes in the marks `trace` has beyond those read (all again should it have fewer).
+    pub fn extend(&mut self, trace: &Trace) {
+        if trace.marks.len() < self.marks {
+            *self = MarkSteps::default();
+        }
+        let from = self.steps.len();
+        for mark in &trace.marks[self.marks..] {
+            if self.steps.last() != Some(&mark.step) {
+                self.steps.push(mark.step);
+            }
+        }
+        self.marks = trace.marks.len();
+        // Steps rise in a normal run; a restart replays earlier ones.
+        if !self.steps[from.saturating_sub(1)..].is_sorted_by(|a, b| a < b) {
+            self.steps.sort_unstable();
+            self.steps.dedup();
+        }
+    }
+
+    /// The distinct steps, sorted.
+    pub fn steps(&self) -> &[u64] {
+        &self.steps
+    }
+}
+
 /// Stage names numbered in first-appearance order, and each mark's number.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageIndex {
@@ -183,5 +226,24 @@ mod tests {
         let index = StageIndex::new(&trace);
         assert_eq!(index.names(), ["b", "a"]);
         assert_eq!(index.per_mark(), [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn mark_steps_extended_mark_by_mark_are_the_distinct_steps() {
+        // Rising, repeated within a step, a restart that replays steps 2 and 3, one step
+        // before all others.
+        let steps = [0, 0, 1, 2, 2, 3, 2, 3, 4, 6, 5, 0];
+        let mut trace = Trace::default();
+        let mut kept = MarkSteps::default();
+        for (i, &step) in steps.iter().enumerate() {
+            mark(&mut trace, i as u64, "s", step);
+            kept.extend(&trace);
+            let mut expected = steps[..=i].to_vec();
+            expected.sort_unstable();
+            expected.dedup();
+            assert_eq!(kept.steps(), expected, "after mark {i}");
+            assert_eq!(kept, MarkSteps::new(&trace));
+        }
+        assert_eq!(MarkSteps::new(&trace).steps(), [0, 1, 2, 3, 4, 5, 6]);
     }
 }

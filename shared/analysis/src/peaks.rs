@@ -67,7 +67,8 @@ pub enum ActivationsBasis {
 /// The counter of the GPU memory of the process whose allocator mark `mark` describes: with one
 /// rank (or none) the tree's per-process counter, when there is one GPU; with several ranks the
 /// sending rank's own counter (the poller records one per rank and GPU), when it has exactly one.
-fn process_gpu_of_mark(trace: &Trace, mark: usize) -> Option<CounterId> {
+/// (`several_ranks`: the trace holds two or more.)
+fn process_gpu_of_mark(trace: &Trace, mark: usize, several_ranks: bool) -> Option<CounterId> {
     let only = |kind: CounterKind, pid: Option<u32>| {
         let mut ids = trace
             .counters
@@ -77,7 +78,7 @@ fn process_gpu_of_mark(trace: &Trace, mark: usize) -> Option<CounterId> {
             .map(|(i, _)| CounterId(i as u32));
         ids.next().filter(|_| ids.next().is_none())
     };
-    if crate::rank_views::ranks_of(trace).len() < 2 {
+    if !several_ranks {
         only(CounterKind::ProcessGpu, None)
     } else {
         only(CounterKind::PidGpu, Some(trace.marks.get(mark)?.pid?))
@@ -353,8 +354,9 @@ pub fn has_allocator_data(trace: &Trace) -> bool {
 }
 
 /// Every peak: the allocator's (`peak_allocated`, `allocated`, `reserved`) when marks carry its
-/// statistics, then each memory-in-use counter with data, in declaration order.
-pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
+/// statistics, then each memory-in-use counter with data, in declaration order. `several_ranks`:
+/// the trace holds two ranks or more ([`crate::rank_views::ranks_of`]).
+pub fn peaks(trace: &Trace, values: &MarkValues, several_ranks: bool) -> Vec<Peak> {
     let allocator = has_allocator_data(trace);
     let has_process = counter_with_data(trace, CounterKind::ProcessGpu).is_some();
     let on_host = tensors_on_host(trace);
@@ -424,7 +426,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues) -> Vec<Peak> {
                     .and_then(|r| values.get(mark, r))
                     .filter(|r| *r >= bytes);
                 c.cached_bytes = reserved.map(|r| r - bytes);
-                let process = process_gpu_of_mark(trace, mark);
+                let process = process_gpu_of_mark(trace, mark, several_ranks);
                 // The per-process figure is the poller's: one below the allocator's reserved
                 // bytes is older than the allocator's growth, and says nothing.
                 c.outside_allocator_bytes =
@@ -600,7 +602,8 @@ mod tests {
     use oomscope_testkit::run::Run;
 
     fn peaks_of(trace: &Trace) -> Vec<Peak> {
-        peaks(trace, &MarkValues::new(trace))
+        let several_ranks = crate::rank_views::ranks_of(trace).len() >= 2;
+        peaks(trace, &MarkValues::new(trace), several_ranks)
     }
 
     /// A healthy run whose host RSS (`host.rss`) peaks `offset_us` after the last mark (or
@@ -645,10 +648,14 @@ mod tests {
 
     fn host_peak(trace: &Trace) -> Peak {
         let values = MarkValues::new(trace);
-        peaks(trace, &values)
-            .into_iter()
-            .find(|p| p.measure == measured(CounterKind::HostRss))
-            .unwrap()
+        peaks(
+            trace,
+            &values,
+            crate::rank_views::ranks_of(trace).len() >= 2,
+        )
+        .into_iter()
+        .find(|p| p.measure == measured(CounterKind::HostRss))
+        .unwrap()
     }
 
     #[test]
@@ -974,7 +981,7 @@ mod tests {
             trainable_parameter_count: None,
         });
         let values = MarkValues::new(&trace);
-        let all = peaks(&trace, &values);
+        let all = peaks(&trace, &values, false);
         let p = breakdown_peak(&all).expect("a host peak");
         assert_eq!((p.measure, p.bytes), (measured(CounterKind::HostRss), 900));
         let parts: Vec<(String, u64)> = p
@@ -1024,7 +1031,7 @@ mod tests {
             ..Default::default()
         });
         let values = MarkValues::new(&trace);
-        let all = peaks(&trace, &values);
+        let all = peaks(&trace, &values, false);
         let p = breakdown_peak(&all).expect("a host peak");
         let c = p.components.as_ref().unwrap();
         assert_eq!(c.forward_rise_bytes, Some(40 * MIB));

@@ -1,15 +1,20 @@
 //! What the analyses read at every mark, found once for all of them ([`Prepared`]): each
 //! metric's value there ([`MarkValues`]), each mark's stage ([`StageIndex`]), its place on the
-//! fits' clock ([`ClockMarks`]) and the stage table's sums ([`StageSums`]). Why it is a value of
-//! its own: a live view keeps it from one analysis of a trace still being written to the next
-//! (`crate::analyze_prepared`) and extends it with the marks and samples appended, so an analysis
-//! does not read every mark of a day again each time (these took 170 ms of a day's 600 ms
-//! analysis); each part equals the one made anew of the same trace, which
-//! `shared/analysis/tests/live_analysis.rs` checks piece by piece.
+//! fits' clock ([`ClockMarks`]), the marks' distinct steps ([`MarkSteps`]) and ranks
+//! ([`MarkRanks`]), the stage table's
+//! sums ([`StageSums`]), and the passes over every sample row kept as folds ([`HostScan`],
+//! [`PressureScan`]). Why it is a value of its own: a live view keeps it from one analysis of
+//! a trace still being written to the next (`crate::analyze_prepared`) and extends it with the
+//! marks and samples appended, so an analysis does not read every mark and row of a day again
+//! each time (these took 250 ms of a day's 600 ms analysis); each part equals the one made anew
+//! of the same trace, which `shared/analysis/tests/live_analysis.rs` checks piece by piece.
 
 use crate::clocks::ClockMarks;
-use crate::marks::StageIndex;
+use crate::host::{HostMemory, HostScan};
+use crate::marks::{MarkSteps, StageIndex};
 use crate::metrics::MarkValues;
+use crate::pressure::{PressureReport, PressureScan};
+use crate::rank_views::{MarkRanks, RankProcess};
 use crate::stages::{StageSums, StageTable};
 use oomscope_format::Trace;
 
@@ -18,9 +23,17 @@ use oomscope_format::Trace;
 pub struct Prepared {
     values: MarkValues,
     stages: StageIndex,
+    /// The marks' distinct steps.
+    steps: MarkSteps,
+    /// The ranks the marks named.
+    ranks: MarkRanks,
     clock_marks: ClockMarks,
     /// The stage table's sums over the marks whose values are settled.
     stage_sums: StageSums,
+    /// The host's tightest moment, over the rows read.
+    host: HostScan,
+    /// The allocator's pressure, over the marks and rows read.
+    pressure: PressureScan,
 }
 
 impl Prepared {
@@ -30,9 +43,16 @@ impl Prepared {
         let stages = StageIndex::new(trace);
         let mut stage_sums = StageSums::new(&values, vec![None; values.keys().len()]);
         stage_sums.add(trace, &values, &stages, values.settled_marks());
+        let (mut host, mut pressure) = (HostScan::default(), PressureScan::default());
+        host.extend(trace);
+        pressure.extend(trace);
         Prepared {
             clock_marks: ClockMarks::new(trace, &stages),
             stage_sums,
+            host,
+            pressure,
+            steps: MarkSteps::new(trace),
+            ranks: MarkRanks::new(trace),
             values,
             stages,
         }
@@ -50,11 +70,25 @@ impl Prepared {
         let settled = self.values.settled_marks();
         self.stage_sums
             .add(trace, &self.values, &self.stages, settled);
+        self.host.extend(trace);
+        self.pressure.extend(trace);
+        self.steps.extend(trace);
+        self.ranks.extend(trace);
     }
 
     /// Each metric's values at the marks.
     pub fn values(&self) -> &MarkValues {
         &self.values
+    }
+
+    /// The marks' distinct steps, sorted.
+    pub fn steps(&self) -> &[u64] {
+        self.steps.steps()
+    }
+
+    /// [`crate::rank_views::ranks_of`] `trace`, the trace this was brought up to.
+    pub fn ranks(&self, trace: &Trace) -> Vec<RankProcess> {
+        crate::rank_views::ranks_with(trace, &self.ranks)
     }
 
     /// Each mark's stage.
@@ -68,6 +102,16 @@ impl Prepared {
         let mut sums = self.stage_sums.clone();
         sums.add(trace, &self.values, &self.stages, trace.marks.len());
         sums.table(&self.values, &self.stages, None)
+    }
+
+    /// [`crate::host::host_memory`] of `trace`, the trace this was brought up to.
+    pub fn host_memory(&self, trace: &Trace) -> Option<HostMemory> {
+        self.host.host_memory(trace)
+    }
+
+    /// [`crate::pressure::pressure`] of `trace`, the trace this was brought up to.
+    pub fn pressure(&self, trace: &Trace) -> Option<PressureReport> {
+        self.pressure.report(trace)
     }
 
     /// The marks on the fits' clock.

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::marks::StageAt;
 use crate::metrics::counter_with_data;
 use oomscope_format::AllocatorQuantity;
-use oomscope_format::{CounterKind, MISSING, Trace};
+use oomscope_format::{CounterId, CounterKind, MISSING, Trace};
 
 /// Reserved and allocated at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -78,7 +78,7 @@ pub struct PressureReport {
 }
 
 /// Running maxima while scanning instants.
-#[derive(Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Scan {
     max_gap: Option<(u64, u64, u64)>,
     peak_reserved: Option<(u64, u64)>,
@@ -108,89 +108,179 @@ impl Scan {
         }
         self.peak_allocated = self.peak_allocated.max(peak_allocated).max(allocated);
     }
+
+    /// This scan followed by `later`'s readings: what one scan of both in turn finds (a later
+    /// reading wins only when larger).
+    fn then(&self, later: &Scan) -> Scan {
+        let gap = |(_, reserved, allocated): (u64, u64, u64)| reserved.saturating_sub(allocated);
+        let later_gap = later
+            .max_gap
+            .filter(|g| self.max_gap.is_none_or(|best| gap(*g) > gap(best)));
+        let later_peak = later
+            .peak_reserved
+            .filter(|(_, r)| self.peak_reserved.is_none_or(|(_, best)| *r > best));
+        Scan {
+            max_gap: later_gap.or(self.max_gap),
+            peak_reserved: later_peak.or(self.peak_reserved),
+            peak_allocated: self.peak_allocated.max(later.peak_allocated),
+        }
+    }
 }
 
 /// Measures allocator pressure; `None` when the trace has no allocator data.
 pub fn pressure(trace: &Trace) -> Option<PressureReport> {
-    let mut scan = Scan::default();
-    let mut from_marks = false;
-    let mut inactive: Option<(usize, u64)> = None;
-    let mut retries: Option<u64> = None;
-    let mut ooms: Option<u64> = None;
-    let mut first_retry = None;
-    for (i, (mark, stats)) in trace
-        .marks
-        .iter()
-        .zip(trace.marks.allocator_iter())
-        .enumerate()
-    {
-        let Some(s) = &stats else {
-            continue;
-        };
-        from_marks = true;
-        scan.see(
-            mark.t_us,
-            s.reserved_bytes,
-            s.allocated_bytes,
-            s.peak_reserved_bytes,
-            s.peak_allocated_bytes,
-        );
-        if inactive.is_none_or(|(_, b)| s.inactive_split_bytes > b) {
-            inactive = Some((i, s.inactive_split_bytes));
+    let mut scan = PressureScan::default();
+    scan.extend(trace);
+    scan.report(trace)
+}
+
+/// [`pressure`]'s passes over the marks' statistics and the allocator's sampled counters, kept
+/// as folds: a live view keeps one from one analysis of a trace still being written to the next
+/// ([`crate::Prepared`]) and folds in only the marks and rows appended (both are final once
+/// written). The marks and the rows are scanned apart and joined marks first, as one scan of
+/// the marks then the rows finds. Each pass begins again when what it reads shrinks; the rows'
+/// when the counters it reads change.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PressureScan {
+    /// The marks folded.
+    marks: usize,
+    on_marks: Scan,
+    /// A mark carried the allocator's statistics.
+    from_marks: bool,
+    /// The largest inactive split bytes, as (mark, bytes), the first among equals.
+    inactive: Option<(usize, u64)>,
+    retries: Option<u64>,
+    ooms: Option<u64>,
+    /// The first mark with a retry.
+    first_retry: Option<usize>,
+    /// The sampled counters read: reserved, allocated, peak reserved, peak allocated.
+    counters: Option<[Option<CounterId>; 4]>,
+    /// The rows folded.
+    rows: usize,
+    on_rows: Scan,
+    /// A row had both reserved and allocated bytes.
+    from_counters: bool,
+}
+
+impl PressureScan {
+    /// Folds in the marks and rows of `trace` not folded yet.
+    pub fn extend(&mut self, trace: &Trace) {
+        self.extend_marks(trace);
+        self.extend_rows(trace);
+    }
+
+    fn extend_marks(&mut self, trace: &Trace) {
+        if trace.marks.len() < self.marks {
+            *self = PressureScan {
+                counters: self.counters,
+                rows: self.rows,
+                on_rows: self.on_rows.clone(),
+                from_counters: self.from_counters,
+                ..PressureScan::default()
+            };
         }
-        retries = Some(retries.map_or(s.num_alloc_retries, |r| r.max(s.num_alloc_retries)));
-        ooms = Some(ooms.map_or(s.num_ooms, |o| o.max(s.num_ooms)));
-        if first_retry.is_none() && s.num_alloc_retries > 0 {
-            first_retry = Some(i);
+        let start = self.marks;
+        self.marks = trace.marks.len();
+        for (i, (mark, stats)) in trace
+            .marks
+            .iter()
+            .skip(start)
+            .zip(trace.marks.allocator_iter_from(start))
+            .enumerate()
+        {
+            let Some(s) = &stats else {
+                continue;
+            };
+            let i = start + i;
+            self.from_marks = true;
+            self.on_marks.see(
+                mark.t_us,
+                s.reserved_bytes,
+                s.allocated_bytes,
+                s.peak_reserved_bytes,
+                s.peak_allocated_bytes,
+            );
+            if self
+                .inactive
+                .is_none_or(|(_, b)| s.inactive_split_bytes > b)
+            {
+                self.inactive = Some((i, s.inactive_split_bytes));
+            }
+            self.retries = Some(
+                self.retries
+                    .map_or(s.num_alloc_retries, |r| r.max(s.num_alloc_retries)),
+            );
+            self.ooms = Some(self.ooms.map_or(s.num_ooms, |o| o.max(s.num_ooms)));
+            if self.first_retry.is_none() && s.num_alloc_retries > 0 {
+                self.first_retry = Some(i);
+            }
         }
     }
 
-    let reserved = counter_with_data(trace, CounterKind::Allocator(AllocatorQuantity::Reserved));
-    let allocated = counter_with_data(trace, CounterKind::Allocator(AllocatorQuantity::Allocated));
-    let mut from_counters = false;
-    if let (Some(r), Some(a)) = (reserved, allocated)
-        && let (Some(rc), Some(ac)) = (trace.samples.column(r), trace.samples.column(a))
-    {
-        let peak_column =
-            |kind| counter_with_data(trace, kind).and_then(|id| trace.samples.column(id));
-        let peak_r = peak_column(CounterKind::Allocator(AllocatorQuantity::PeakReserved));
-        let peak_a = peak_column(CounterKind::Allocator(AllocatorQuantity::PeakAllocated));
+    fn extend_rows(&mut self, trace: &Trace) {
+        let id = |quantity| counter_with_data(trace, CounterKind::Allocator(quantity));
+        let counters = [
+            AllocatorQuantity::Reserved,
+            AllocatorQuantity::Allocated,
+            AllocatorQuantity::PeakReserved,
+            AllocatorQuantity::PeakAllocated,
+        ]
+        .map(id);
+        if self.counters != Some(counters) || trace.samples.len() < self.rows {
+            (self.counters, self.rows) = (Some(counters), 0);
+            (self.on_rows, self.from_counters) = (Scan::default(), false);
+        }
+        let [Some(r), Some(a), peak_r, peak_a] = counters else {
+            return;
+        };
+        let (Some(rc), Some(ac)) = (trace.samples.column(r), trace.samples.column(a)) else {
+            return;
+        };
+        let peak_column = |id: Option<CounterId>| id.and_then(|id| trace.samples.column(id));
+        let (peak_r, peak_a) = (peak_column(peak_r), peak_column(peak_a));
         let present = |column: Option<oomscope_format::Column<'_>>, row: usize| {
             column
                 .and_then(|c| c.get(row))
                 .filter(|v| *v != MISSING)
                 .unwrap_or(0)
         };
-        for (row, (t_us, (rv, av))) in trace
-            .samples
-            .times_us()
-            .iter()
-            .zip(rc.iter().zip(ac.iter()))
+        let rows = self.rows..trace.samples.len();
+        self.rows = rows.end;
+        let times = trace.samples.times_us();
+        for (row, (t_us, (rv, av))) in times
+            .range(rows.clone())
+            .zip(rc.range(rows.clone()).zip(ac.range(rows.clone())))
             .enumerate()
         {
             if rv == MISSING || av == MISSING {
                 continue;
             }
-            from_counters = true;
-            scan.see(t_us, rv, av, present(peak_r, row), present(peak_a, row));
+            let row = rows.start + row;
+            self.from_counters = true;
+            self.on_rows
+                .see(t_us, rv, av, present(peak_r, row), present(peak_a, row));
         }
     }
 
-    let (t_us, reserved_bytes, allocated_bytes) = scan.max_gap?;
-    let max_gap = Gap::new(trace, reserved_bytes, allocated_bytes, t_us);
-    let (peak_t_us, peak_reserved) = scan.peak_reserved?;
-    let peak_gap = Gap::new(trace, peak_reserved, scan.peak_allocated, peak_t_us);
-    Some(PressureReport {
-        from_marks,
-        from_counters,
-        max_gap,
-        peak_gap,
-        max_inactive_split_bytes: inactive.map(|(_, b)| b),
-        max_inactive_split_at: inactive.and_then(|(i, _)| StageAt::of_mark(trace, i)),
-        alloc_retries: retries,
-        allocator_ooms: ooms,
-        first_retry: first_retry.and_then(|i| StageAt::of_mark(trace, i)),
-    })
+    /// [`pressure`] of `trace`, the trace this was brought up to.
+    pub fn report(&self, trace: &Trace) -> Option<PressureReport> {
+        let scan = self.on_marks.then(&self.on_rows);
+        let (t_us, reserved_bytes, allocated_bytes) = scan.max_gap?;
+        let max_gap = Gap::new(trace, reserved_bytes, allocated_bytes, t_us);
+        let (peak_t_us, peak_reserved) = scan.peak_reserved?;
+        let peak_gap = Gap::new(trace, peak_reserved, scan.peak_allocated, peak_t_us);
+        Some(PressureReport {
+            from_marks: self.from_marks,
+            from_counters: self.from_counters,
+            max_gap,
+            peak_gap,
+            max_inactive_split_bytes: self.inactive.map(|(_, b)| b),
+            max_inactive_split_at: self.inactive.and_then(|(i, _)| StageAt::of_mark(trace, i)),
+            alloc_retries: self.retries,
+            allocator_ooms: self.ooms,
+            first_retry: self.first_retry.and_then(|i| StageAt::of_mark(trace, i)),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,49 @@ pub struct RankProcess {
 /// that named a rank (traces of format 1.2–1.4 have only those). A single-process trace whose
 /// program has a rank is that one rank; a trace without any rank has none.
 pub fn ranks_of(trace: &Trace) -> Vec<RankProcess> {
+    ranks_with(trace, &MarkRanks::new(trace))
+}
+
+/// The ranks the marks of a trace named, as (rank, sender) pairs, each once, in the order of
+/// its last mark: what [`ranks_of`] reads of the marks, kept as a fold a live view extends with
+/// the marks appended ([`crate::Prepared`]) rather than reading a day's marks again (several
+/// times an analysis). Equal to [`MarkRanks::new`] of the same marks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MarkRanks {
+    /// The marks read.
+    marks: usize,
+    pairs: Vec<(u32, Option<u32>)>,
+}
+
+impl MarkRanks {
+    /// The ranks the marks of `trace` named.
+    pub fn new(trace: &Trace) -> MarkRanks {
+        let mut ranks = MarkRanks::default();
+        ranks.extend(trace);
+        ranks
+    }
+
+    /// Takes in the marks `trace` has beyond those read (all again should it have fewer).
+    pub fn extend(&mut self, trace: &Trace) {
+        if trace.marks.len() < self.marks {
+            *self = MarkRanks::default();
+        }
+        for m in &trace.marks[self.marks..] {
+            let Some(rank) = m.rank else {
+                continue;
+            };
+            let pair = (rank, m.pid);
+            if self.pairs.last() != Some(&pair) {
+                self.pairs.retain(|p| *p != pair);
+                self.pairs.push(pair);
+            }
+        }
+        self.marks = trace.marks.len();
+    }
+}
+
+/// [`ranks_of`] `trace`, its marks' ranks read into `marks`.
+pub fn ranks_with(trace: &Trace, marks: &MarkRanks) -> Vec<RankProcess> {
     let mut ranks: Vec<RankProcess> = Vec::new();
     let mut add = |rank: u32, pid: Option<u32>, local_rank: Option<u32>| match ranks
         .iter_mut()
@@ -52,14 +95,13 @@ pub fn ranks_of(trace: &Trace) -> Vec<RankProcess> {
             add(rank, Some(p.pid), p.local_rank);
         }
     }
-    for m in &trace.marks {
-        if let Some(rank) = m.rank {
-            let is_launcher = latest
-                .iter()
-                .any(|p| Some(p.pid) == m.pid && p.role == ProcessRole::Launcher);
-            if !is_launcher {
-                add(rank, m.pid, None);
-            }
+    // A pair's last mark decides the rank's sender, as each mark in turn would.
+    for &(rank, pid) in &marks.pairs {
+        let is_launcher = latest
+            .iter()
+            .any(|p| Some(p.pid) == pid && p.role == ProcessRole::Launcher);
+        if !is_launcher {
+            add(rank, pid, None);
         }
     }
     crate::sort::sort_by_key(&mut ranks, |r| r.rank);
@@ -174,4 +216,55 @@ pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Marks> 
         m.rank == Some(lowest.rank)
             || (m.rank.is_none() && (m.pid.is_none() || m.pid == lowest.pid))
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oomscope_format::{ProcessInfo, StageMark};
+
+    #[test]
+    fn the_marks_ranks_folded_name_each_rank_by_its_last_sender() {
+        // Rank 0 sent by 10, then 11 (a restart), then 10 again; rank 1 by 20 and then a mark
+        // without a sender; a launcher (30) forwarding a mark of rank 2; marks without a rank.
+        let mut trace = Trace::default();
+        trace.processes.push(ProcessInfo {
+            pid: 30,
+            role: ProcessRole::Launcher,
+            ..ProcessInfo::default()
+        });
+        let senders = [
+            (Some(0), Some(10)),
+            (None, Some(10)),
+            (Some(1), Some(20)),
+            (Some(0), Some(11)),
+            (Some(2), Some(30)),
+            (Some(0), Some(10)),
+            (Some(1), None),
+            (Some(0), Some(10)),
+        ];
+        let mut kept = MarkRanks::default();
+        for (i, &(rank, pid)) in senders.iter().enumerate() {
+            trace.marks.push(StageMark {
+                t_us: i as u64,
+                name: "s".into(),
+                rank,
+                pid,
+                ..StageMark::default()
+            });
+            kept.extend(&trace);
+            assert_eq!(kept, MarkRanks::new(&trace), "after mark {i}");
+        }
+        let ranks = ranks_of(&trace);
+        let of = |rank: u32| ranks.iter().find(|r| r.rank == rank).map(|r| r.pid);
+        assert_eq!(ranks.len(), 2, "{ranks:?}");
+        assert_eq!(of(0), Some(Some(10)), "the last sender of rank 0");
+        assert_eq!(
+            of(1),
+            Some(Some(20)),
+            "a mark without a sender keeps the one before"
+        );
+        assert_eq!(of(2), None, "a launcher's mark names no rank");
+        assert_eq!(ranks_with(&trace, &kept), ranks);
+    }
 }

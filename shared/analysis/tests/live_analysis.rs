@@ -13,8 +13,8 @@ use oomscope_analysis::live::{analysed, live_now, live_state};
 use oomscope_analysis::metrics::host_in_use;
 use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
 use oomscope_format::{
-    AllocatorStats, CounterKind, Follower, Metadata, Phase, Record, StageMark, TraceWriter,
-    WriterOptions,
+    AllocatorQuantity, AllocatorStats, CounterKind, Follower, Metadata, Phase, Record, StageMark,
+    TraceWriter, WriterOptions,
 };
 use oomscope_testkit::synth::TrainingRun;
 
@@ -277,4 +277,81 @@ fn what_changes_what_was_read_before_is_read_again() {
         let refreshes = follow_and_compare(name, &bytes, 120);
         assert!(refreshes >= 100, "{name}: {refreshes} refreshes had marks");
     }
+}
+
+#[test]
+fn the_scans_of_every_row_are_folded_across_refreshes() {
+    // The host's tightest moment and the allocator's pressure are folds over the rows (and the
+    // marks): a fold must carry what a row reads from the rows before it (the RSS read last, as
+    // the PSS of a real run is read less often than the available memory) and join the marks'
+    // pass and the rows' as one scan of both finds (the first largest wins). Each row is its own
+    // chunk, so refreshes end between any two rows; the available memory dips deeper one row
+    // into every step, one row after the RSS reading; the rows' largest allocator gap equals
+    // the marks'.
+    let mut w = writer();
+    let available = w.declare_counter(CounterKind::HostAvailable, None).unwrap();
+    let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
+    let reserved = w
+        .declare_counter(CounterKind::Allocator(AllocatorQuantity::Reserved), Some(0))
+        .unwrap();
+    let allocated = w
+        .declare_counter(
+            CounterKind::Allocator(AllocatorQuantity::Allocated),
+            Some(0),
+        )
+        .unwrap();
+    let mut t_us = 0;
+    for step in 0..200u64 {
+        let held = (2 << 30) + step * (1 << 20);
+        for (i, stage) in ["pre_forward", "post_forward", "post_backward"]
+            .iter()
+            .enumerate()
+        {
+            let allocated = held + (2 - i as u64) * (64 << 20);
+            w.write(&Record::Mark(StageMark {
+                t_us: t_us + 2_000 * i as u64,
+                name: (*stage).into(),
+                step,
+                allocator: Some(AllocatorStats {
+                    allocated_bytes: allocated,
+                    reserved_bytes: held + (512 << 20),
+                    peak_reserved_bytes: held + (512 << 20),
+                    ..AllocatorStats::default()
+                }),
+                ..StageMark::default()
+            }))
+            .unwrap();
+        }
+        w.flush().unwrap();
+        for k in 0..4u64 {
+            let in_use = (1 << 30) + step * (2 << 20);
+            let free = (6 << 30) - in_use - if k == 1 { step * (1 << 20) } else { 0 };
+            let mut row = vec![
+                (available, free),
+                (reserved, held + (512 << 20)),
+                (allocated, held + k * (32 << 20)),
+            ];
+            if k == 0 {
+                row.push((rss, in_use));
+            }
+            w.sample(t_us + 4_500 + 1_000 * k, &row).unwrap();
+            w.flush().unwrap();
+        }
+        t_us += 8_000;
+    }
+    let bytes = w.finish(t_us).unwrap();
+    let refreshes = follow_and_compare("rows folded", &bytes, 700);
+    assert!(refreshes >= 600, "{refreshes} refreshes had marks");
+    let trace = oomscope_format::decode(&bytes).unwrap().trace;
+    let analysis = analyze(&trace, &AnalysisOptions::default());
+    let host = analysis.host_memory.expect("the host's tightest moment");
+    assert_eq!(host.t_us, 199 * 8_000 + 5_500, "the last step's dip");
+    assert_eq!(host.rss_at_min_bytes, Some((1 << 30) + 199 * (2 << 20)));
+    let pressure = analysis.pressure.expect("the allocator's pressure");
+    assert!(pressure.from_marks && pressure.from_counters);
+    assert_eq!(pressure.max_gap.bytes, 512 << 20);
+    assert_eq!(
+        pressure.max_gap.t_us, 4_000,
+        "step 0's post_backward, before the rows as large"
+    );
 }

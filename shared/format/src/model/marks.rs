@@ -366,8 +366,21 @@ impl Marks {
 
     /// Every mark's statistics in order, read a column at a time (a scan of the marks).
     pub fn allocator_iter(&self) -> impl Iterator<Item = Option<AllocatorStats>> + '_ {
-        let mut columns: Vec<_> = self.allocator.iter().map(|c| c.view().iter()).collect();
-        (0..self.marks.len()).map(move |_| {
+        self.allocator_iter_from(0)
+    }
+
+    /// [`Marks::allocator_iter`] from mark `start` on (a fold taking in the marks appended).
+    pub fn allocator_iter_from(
+        &self,
+        start: usize,
+    ) -> impl Iterator<Item = Option<AllocatorStats>> + '_ {
+        let end = self.marks.len();
+        let mut columns: Vec<_> = self
+            .allocator
+            .iter()
+            .map(|c| c.view().range(start.min(c.len())..c.len()))
+            .collect();
+        (start.min(end)..end).map(move |_| {
             let mut values = [MISSING; COLUMNS];
             for (value, column) in values.iter_mut().zip(&mut columns) {
                 *value = column.next()?;
