@@ -55,7 +55,8 @@ pub struct HostScan {
     /// The first row where available memory was the smallest share of itself plus the RSS
     /// read last, as (row, available, RSS).
     tightest: Option<(usize, u64, u64)>,
-    /// The first row with the lowest available memory, as (row, available).
+    /// The first row with the lowest available memory, as (row, available), up to the first
+    /// row with a share (what [`host_memory`] says when no row has one).
     lowest: Option<(usize, u64)>,
 }
 
@@ -92,15 +93,13 @@ impl HostScan {
         };
         let rows = self.rows..available.len();
         self.rows = rows.end;
-        available.for_each_chunk(rows.clone(), |start, values| {
-            for (row, &avail) in (start..).zip(values) {
-                if avail != MISSING && self.lowest.is_none_or(|(_, low)| avail < low) {
-                    self.lowest = Some((row, avail));
+        match rss.and_then(|id| trace.samples.column(id)) {
+            Some(rss) => self.fold_tightest(available, rss, rows),
+            None => available.for_each_chunk(rows, |start, values| {
+                for (row, &avail) in (start..).zip(values) {
+                    self.lowest = lower(self.lowest, row, avail);
                 }
-            }
-        });
-        if let Some(rss) = rss.and_then(|id| trace.samples.column(id)) {
-            self.fold_tightest(available, rss, rows);
+            }),
         }
     }
 
@@ -113,26 +112,30 @@ impl HostScan {
         let (mut best_available, mut best_total) = self
             .tightest
             .map_or((1, 1), |(_, a, r)| (a, a.saturating_add(r).max(1)));
-        let (mut best, mut last_rss) = (self.tightest, self.last_rss);
+        let (mut tightest, mut lowest, mut last_rss) = (self.tightest, self.lowest, self.last_rss);
         available.zip_chunks(rss, rows, |start, available, rss| {
             for (row, (&avail, &r)) in (start..).zip(available.iter().zip(rss)) {
                 if r != MISSING {
                     last_rss = r;
                 }
+                if tightest.is_none() {
+                    lowest = lower(lowest, row, avail);
+                }
                 if avail == MISSING || last_rss == MISSING {
                     continue;
                 }
                 let total = avail.saturating_add(last_rss).max(1);
-                if best.is_none()
+                if tightest.is_none()
                     || u128::from(avail) * u128::from(best_total)
                         < u128::from(best_available) * u128::from(total)
                 {
-                    best = Some((row, avail, last_rss));
+                    tightest = Some((row, avail, last_rss));
                     (best_available, best_total) = (avail, total);
                 }
             }
         });
-        (self.tightest, self.last_rss) = (best, last_rss);
+        (self.tightest, self.lowest) = (tightest, lowest);
+        self.last_rss = last_rss;
     }
 
     /// [`host_memory`] of `trace`, the trace this scan was brought up to.
@@ -157,6 +160,16 @@ impl HostScan {
                 .and_then(|id| trace.samples.first_max(id, 0..times.len()))
                 .map(|(_, bytes)| bytes),
         })
+    }
+}
+
+/// `lowest` with a row's available memory taken in: the first row with the lowest. (Wanted
+/// only while no row has a share, no RSS read yet: a row with one ends the need.)
+fn lower(lowest: Option<(usize, u64)>, row: usize, available: u64) -> Option<(usize, u64)> {
+    if available != MISSING && lowest.is_none_or(|(_, low)| available < low) {
+        Some((row, available))
+    } else {
+        lowest
     }
 }
 

@@ -283,11 +283,11 @@ fn what_changes_what_was_read_before_is_read_again() {
 fn the_scans_of_every_row_are_folded_across_refreshes() {
     // The host's tightest moment and the allocator's pressure are folds over the rows (and the
     // marks): a fold must carry what a row reads from the rows before it (the RSS read last, as
-    // the PSS of a real run is read less often than the available memory) and join the marks'
-    // pass and the rows' as one scan of both finds (the first largest wins). Each row is its own
-    // chunk, so refreshes end between any two rows; the available memory dips deeper one row
-    // into every step, one row after the RSS reading; the rows' largest allocator gap equals
-    // the marks'.
+    // a real run's PSS is read less often than the available memory; none over the first
+    // steps, where the lowest available stands in) and join the marks' pass and the rows' as
+    // one scan of both finds (the first largest wins). Each row is its own chunk, so refreshes
+    // end between any two rows; the available memory dips deeper one row into every step, one
+    // row after the RSS reading; the rows' largest allocator gap equals the marks'.
     let mut w = writer();
     let available = w.declare_counter(CounterKind::HostAvailable, None).unwrap();
     let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
@@ -331,7 +331,7 @@ fn the_scans_of_every_row_are_folded_across_refreshes() {
                 (reserved, held + (512 << 20)),
                 (allocated, held + k * (32 << 20)),
             ];
-            if k == 0 {
+            if k == 0 && step >= 3 {
                 row.push((rss, in_use));
             }
             w.sample(t_us + 4_500 + 1_000 * k, &row).unwrap();
