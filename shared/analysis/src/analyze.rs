@@ -55,11 +55,10 @@ pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
         let mut analysis = analyze_one(&whole, options, Some(compared), &Prepared::new(&whole));
         // The overview counts what the trace holds: every rank's marks.
         let (marks, steps) = (trace.marks.len(), MarkSteps::new(trace));
-        let steps = steps.steps();
         let o = &mut analysis.overview;
-        (o.marks, o.marked_steps) = (marks, steps.len());
-        o.steps = step_count(steps, o.marks_sampled.as_ref());
-        (o.first_step, o.last_step) = (steps.first().copied(), last_step(steps, trace));
+        (o.marks, o.marked_steps) = (marks, steps.count());
+        o.steps = step_count(&steps, o.marks_sampled.as_ref());
+        (o.first_step, o.last_step) = (steps.first(), last_step(&steps, trace));
         return analysis;
     }
     analyze_one(trace, options, None, &Prepared::new(trace))
@@ -157,27 +156,23 @@ fn analyze_one(
 /// The steps the program ran, from the marks' distinct steps: when the hooks marked one
 /// iteration in several, all from the first to the last the loop reached (the hooks say it as
 /// the process exits; else the last marked).
-fn step_count(steps: &[u64], sampled: Option<&MarksSampled>) -> usize {
+fn step_count(steps: &MarkSteps, sampled: Option<&MarksSampled>) -> usize {
     match (steps.first(), steps.last(), sampled) {
         (Some(first), Some(last), Some(s)) => {
-            (s.last_step.unwrap_or(*last).max(*last) - first + 1) as usize
+            (s.last_step.unwrap_or(last).max(last) - first + 1) as usize
         }
-        _ => steps.len(),
+        _ => steps.count(),
     }
 }
 
 /// The last step: the last marked, or the last the loop reached when the hooks said it.
-fn last_step(steps: &[u64], trace: &Trace) -> Option<u64> {
+fn last_step(steps: &MarkSteps, trace: &Trace) -> Option<u64> {
     let said = trace.mark_sampling.iter().filter_map(|s| s.last_step).max();
-    steps
-        .last()
-        .copied()
-        .max(said)
-        .filter(|_| !steps.is_empty())
+    steps.last().max(said).filter(|_| steps.count() > 0)
 }
 
 /// The overview block.
-fn overview(trace: &Trace, values: &MarkValues, steps: &[u64], peaks: &[Peak]) -> Overview {
+fn overview(trace: &Trace, values: &MarkValues, steps: &MarkSteps, peaks: &[Peak]) -> Overview {
     let meta = &trace.metadata;
     let mut dropped: Vec<DroppedSummary> = Vec::new();
     for d in &trace.dropped {
@@ -210,9 +205,9 @@ fn overview(trace: &Trace, values: &MarkValues, steps: &[u64], peaks: &[Peak]) -
         samples: trace.samples.len(),
         marks: trace.marks.len(),
         steps: step_count(steps, crate::marks::marks_sampled(trace).as_ref()),
-        marked_steps: steps.len(),
+        marked_steps: steps.count(),
         marks_sampled: crate::marks::marks_sampled(trace),
-        first_step: steps.first().copied(),
+        first_step: steps.first(),
         last_step: last_step(steps, trace),
         primary_metric: values.primary().map(|p| values.key(p)),
         exit: trace.exit.map(|e| ExitSummary {

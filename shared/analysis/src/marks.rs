@@ -86,14 +86,19 @@ pub fn is_train(phase: Phase) -> bool {
     matches!(phase, Phase::Train | Phase::Unknown)
 }
 
-/// The distinct steps of the marks, sorted (the overview's steps), kept as a fold a live view
-/// extends with the marks appended: a day's 1.2 million marks are not sorted again each
-/// refresh. Equal to [`MarkSteps::new`] of the same marks.
+/// The distinct steps of the marks (the overview's steps: how many, the first and the last),
+/// kept as a fold a live view extends with the marks appended: a day's 1.2 million marks are
+/// not sorted again each refresh. The steps are held as runs of consecutive ones (a run's
+/// steps all marked: one run in most traces, however long), so a replayed step is found
+/// without keeping each. Equal to [`MarkSteps::new`] of the same marks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MarkSteps {
     /// The marks read.
     marks: usize,
-    steps: Vec<u64>,
+    /// Runs of consecutive steps as (first, last), sorted, apart by at least one step.
+    runs: Vec<(u64, u64)>,
+    /// Distinct steps in all.
+    count: usize,
 }
 
 impl MarkSteps {
@@ -109,23 +114,67 @@ impl MarkSteps {
         if trace.marks.len() < self.marks {
             *self = MarkSteps::default();
         }
-        let from = self.steps.len();
         for mark in &trace.marks[self.marks..] {
-            if self.steps.last() != Some(&mark.step) {
-                self.steps.push(mark.step);
-            }
+            self.insert(mark.step);
         }
         self.marks = trace.marks.len();
-        // Steps rise in a normal run; a restart replays earlier ones.
-        if !self.steps[from.saturating_sub(1)..].is_sorted_by(|a, b| a < b) {
-            self.steps.sort_unstable();
-            self.steps.dedup();
+    }
+
+    fn insert(&mut self, step: u64) {
+        // Steps rise in a normal run: the last run holds the step or the step extends it.
+        if let Some(last) = self.runs.last_mut()
+            && last.0 <= step
+            && step <= last.1.saturating_add(1)
+        {
+            if step > last.1 {
+                last.1 = step;
+                self.count += 1;
+            }
+            return;
+        }
+        // The first run that ends at or past the step (or just before it).
+        let at = self.runs.partition_point(|r| r.1.saturating_add(1) < step);
+        if self
+            .runs
+            .get(at)
+            .is_some_and(|r| r.0 <= step && step <= r.1)
+        {
+            return;
+        }
+        self.count += 1;
+        let joins_before = self
+            .runs
+            .get(at)
+            .is_some_and(|r| r.1.saturating_add(1) == step);
+        let next = if joins_before { at + 1 } else { at };
+        let joins_after = self
+            .runs
+            .get(next)
+            .is_some_and(|r| r.0 == step.saturating_add(1));
+        match (joins_before, joins_after) {
+            (true, true) => {
+                self.runs[at].1 = self.runs[next].1;
+                self.runs.remove(next);
+            }
+            (true, false) => self.runs[at].1 = step,
+            (false, true) => self.runs[next].0 = step,
+            (false, false) => self.runs.insert(at, (step, step)),
         }
     }
 
-    /// The distinct steps, sorted.
-    pub fn steps(&self) -> &[u64] {
-        &self.steps
+    /// How many distinct steps the marks name.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The lowest step marked.
+    pub fn first(&self) -> Option<u64> {
+        self.runs.first().map(|r| r.0)
+    }
+
+    /// The highest step marked.
+    pub fn last(&self) -> Option<u64> {
+        self.runs.last().map(|r| r.1)
     }
 }
 
@@ -230,9 +279,30 @@ mod tests {
 
     #[test]
     fn mark_steps_extended_mark_by_mark_are_the_distinct_steps() {
-        // Rising, repeated within a step, a restart that replays steps 2 and 3, one step
-        // before all others.
-        let steps = [0, 0, 1, 2, 2, 3, 2, 3, 4, 6, 5, 0];
+        // Rising, repeated within a step, a restart that replays steps 2 and 3, a gap filled
+        // later from either side and joining two runs, one step before all others, the last
+        // step a counter can hold.
+        let steps = [
+            0,
+            0,
+            1,
+            2,
+            2,
+            3,
+            2,
+            3,
+            4,
+            8,
+            6,
+            9,
+            7,
+            5,
+            12,
+            10,
+            0,
+            u64::MAX,
+            11,
+        ];
         let mut trace = Trace::default();
         let mut kept = MarkSteps::default();
         for (i, &step) in steps.iter().enumerate() {
@@ -241,9 +311,15 @@ mod tests {
             let mut expected = steps[..=i].to_vec();
             expected.sort_unstable();
             expected.dedup();
-            assert_eq!(kept.steps(), expected, "after mark {i}");
+            let found = (kept.count(), kept.first(), kept.last());
+            let wanted = (
+                expected.len(),
+                expected.first().copied(),
+                expected.last().copied(),
+            );
+            assert_eq!(found, wanted, "after mark {i}");
             assert_eq!(kept, MarkSteps::new(&trace));
         }
-        assert_eq!(MarkSteps::new(&trace).steps(), [0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(MarkSteps::new(&trace).runs, [(0, 12), (u64::MAX, u64::MAX)]);
     }
 }

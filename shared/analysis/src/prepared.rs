@@ -81,9 +81,9 @@ impl Prepared {
         &self.values
     }
 
-    /// The marks' distinct steps, sorted.
-    pub fn steps(&self) -> &[u64] {
-        self.steps.steps()
+    /// The marks' distinct steps.
+    pub fn steps(&self) -> &MarkSteps {
+        &self.steps
     }
 
     /// [`crate::rank_views::ranks_of`] `trace`, the trace this was brought up to.
