@@ -218,6 +218,7 @@ pub fn analysed(
             Some((p, index)) => clock_rows_last_of(
                 trace,
                 p.stages(),
+                Some(p.clock_marks()),
                 p.values().column(index),
                 clock,
                 CHART_POINTS,
