@@ -159,7 +159,7 @@ fn analyze_one(
 fn step_count(steps: &MarkSteps, sampled: Option<&MarksSampled>) -> usize {
     match (steps.first(), steps.last(), sampled) {
         (Some(first), Some(last), Some(s)) => {
-            (s.last_step.unwrap_or(last).max(last) - first + 1) as usize
+            (s.last_step.unwrap_or(last).max(last) - first).saturating_add(1) as usize
         }
         _ => steps.count(),
     }

@@ -41,9 +41,11 @@ pub fn host_memory(trace: &Trace) -> Option<HostMemory> {
 
 /// [`host_memory`]'s pass over the sample rows, kept as a fold: a live view keeps one from one
 /// analysis of a trace still being written to the next ([`crate::Prepared`]) and folds in only
-/// the rows appended (rows are final once written), so it does not read a day's 8.6 million
-/// rows again each refresh. Begun again when the counters it reads change (a counter gaining
-/// its first reading) or the rows shrink.
+/// the rows appended (rows are final once written), so it does not scan a day's 8.6 million
+/// rows again each refresh for the tightest moment. (Which counter is the memory in use,
+/// [`crate::metrics::host_in_use`], still reads the RSS and PSS columns when both are
+/// recorded.) Begun again when the counters it reads change (a counter gaining its first
+/// reading, PSS found to differ from RSS) or the rows shrink.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostScan {
     /// The counters read: available memory, and the process's RSS (or PSS) when there is one.
@@ -51,11 +53,11 @@ pub struct HostScan {
     /// The rows folded.
     rows: usize,
     /// The RSS read last (at or before the last row folded), [`MISSING`] before the first.
-    last_rss: u64,
+    last_rss_bytes: u64,
     /// The first row where available memory was the smallest share of itself plus the RSS
-    /// read last, as (row, available, RSS).
+    /// read last, as (row, available bytes, RSS bytes).
     tightest: Option<(usize, u64, u64)>,
-    /// The first row with the lowest available memory, as (row, available), up to the first
+    /// The first row with the lowest available memory, as (row, available bytes), up to the first
     /// row with a share (what [`host_memory`] says when no row has one).
     lowest: Option<(usize, u64)>,
 }
@@ -66,7 +68,7 @@ impl Default for HostScan {
         HostScan {
             counters: None,
             rows: 0,
-            last_rss: MISSING,
+            last_rss_bytes: MISSING,
             tightest: None,
             lowest: None,
         }
@@ -112,30 +114,31 @@ impl HostScan {
         let (mut best_available, mut best_total) = self
             .tightest
             .map_or((1, 1), |(_, a, r)| (a, a.saturating_add(r).max(1)));
-        let (mut tightest, mut lowest, mut last_rss) = (self.tightest, self.lowest, self.last_rss);
+        let (mut tightest, mut lowest, mut last_rss_bytes) =
+            (self.tightest, self.lowest, self.last_rss_bytes);
         available.zip_chunks(rss, rows, |start, available, rss| {
             for (row, (&avail, &r)) in (start..).zip(available.iter().zip(rss)) {
                 if r != MISSING {
-                    last_rss = r;
+                    last_rss_bytes = r;
                 }
                 if tightest.is_none() {
                     lowest = lower(lowest, row, avail);
                 }
-                if avail == MISSING || last_rss == MISSING {
+                if avail == MISSING || last_rss_bytes == MISSING {
                     continue;
                 }
-                let total = avail.saturating_add(last_rss).max(1);
+                let total = avail.saturating_add(last_rss_bytes).max(1);
                 if tightest.is_none()
                     || u128::from(avail) * u128::from(best_total)
                         < u128::from(best_available) * u128::from(total)
                 {
-                    tightest = Some((row, avail, last_rss));
+                    tightest = Some((row, avail, last_rss_bytes));
                     (best_available, best_total) = (avail, total);
                 }
             }
         });
         (self.tightest, self.lowest) = (tightest, lowest);
-        self.last_rss = last_rss;
+        self.last_rss_bytes = last_rss_bytes;
     }
 
     /// [`host_memory`] of `trace`, the trace this scan was brought up to.

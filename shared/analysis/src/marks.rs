@@ -6,7 +6,7 @@
 //! reader expects the table rows in) so the per-stage passes index arrays instead of hashing
 //! strings 50 000 times.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -90,13 +90,15 @@ pub fn is_train(phase: Phase) -> bool {
 /// kept as a fold a live view extends with the marks appended: a day's 1.2 million marks are
 /// not sorted again each refresh. The steps are held as runs of consecutive ones (a run's
 /// steps all marked: one run in most traces, however long), so a replayed step is found
-/// without keeping each. Equal to [`MarkSteps::new`] of the same marks.
+/// without keeping each; a step out of order costs a lookup among the runs (logarithmic, so a
+/// program that counts its steps in any order is still read in n log n). Equal to
+/// [`MarkSteps::new`] of the same marks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MarkSteps {
     /// The marks read.
     marks: usize,
-    /// Runs of consecutive steps as (first, last), sorted, apart by at least one step.
-    runs: Vec<(u64, u64)>,
+    /// Runs of consecutive steps, each run's first step to its last, apart by at least one.
+    runs: BTreeMap<u64, u64>,
     /// Distinct steps in all.
     count: usize,
 }
@@ -122,43 +124,40 @@ impl MarkSteps {
 
     fn insert(&mut self, step: u64) {
         // Steps rise in a normal run: the last run holds the step or the step extends it.
-        if let Some(last) = self.runs.last_mut()
-            && last.0 <= step
-            && step <= last.1.saturating_add(1)
+        if let Some(mut last) = self.runs.last_entry()
+            && *last.key() <= step
+            && step <= last.get().saturating_add(1)
         {
-            if step > last.1 {
-                last.1 = step;
+            if step > *last.get() {
+                *last.get_mut() = step;
                 self.count += 1;
             }
             return;
         }
-        // The first run that ends at or past the step (or just before it).
-        let at = self.runs.partition_point(|r| r.1.saturating_add(1) < step);
-        if self
-            .runs
-            .get(at)
-            .is_some_and(|r| r.0 <= step && step <= r.1)
-        {
+        // The run that starts at or before the step, and the one just after it.
+        let before = self.runs.range(..=step).next_back().map(|(&s, &e)| (s, e));
+        if before.is_some_and(|(_, last)| step <= last) {
             return;
         }
         self.count += 1;
-        let joins_before = self
-            .runs
-            .get(at)
-            .is_some_and(|r| r.1.saturating_add(1) == step);
-        let next = if joins_before { at + 1 } else { at };
-        let joins_after = self
-            .runs
-            .get(next)
-            .is_some_and(|r| r.0 == step.saturating_add(1));
+        let joins_before = before.filter(|&(_, last)| last.checked_add(1) == Some(step));
+        let next = step.checked_add(1);
+        let joins_after = next.and_then(|n| Some((n, *self.runs.get(&n)?)));
         match (joins_before, joins_after) {
-            (true, true) => {
-                self.runs[at].1 = self.runs[next].1;
-                self.runs.remove(next);
+            (Some((first, _)), Some((n, last))) => {
+                self.runs.remove(&n);
+                self.runs.insert(first, last);
             }
-            (true, false) => self.runs[at].1 = step,
-            (false, true) => self.runs[next].0 = step,
-            (false, false) => self.runs.insert(at, (step, step)),
+            (Some((first, _)), None) => {
+                self.runs.insert(first, step);
+            }
+            (None, Some((n, last))) => {
+                self.runs.remove(&n);
+                self.runs.insert(step, last);
+            }
+            (None, None) => {
+                self.runs.insert(step, step);
+            }
         }
     }
 
@@ -169,12 +168,12 @@ impl MarkSteps {
 
     /// The lowest step marked.
     pub fn first(&self) -> Option<u64> {
-        self.runs.first().map(|r| r.0)
+        self.runs.first_key_value().map(|(&first, _)| first)
     }
 
     /// The highest step marked.
     pub fn last(&self) -> Option<u64> {
-        self.runs.last().map(|r| r.1)
+        self.runs.last_key_value().map(|(_, &last)| last)
     }
 }
 
@@ -318,8 +317,42 @@ mod tests {
                 expected.last().copied(),
             );
             assert_eq!(found, wanted, "after mark {i}");
-            assert_eq!(kept, MarkSteps::new(&trace));
         }
-        assert_eq!(MarkSteps::new(&trace).runs, [(0, 12), (u64::MAX, u64::MAX)]);
+        let runs: Vec<(u64, u64)> = MarkSteps::new(&trace).runs.into_iter().collect();
+        assert_eq!(runs, [(0, 12), (u64::MAX, u64::MAX)]);
+    }
+
+    #[test]
+    fn mark_steps_in_any_order_are_the_distinct_steps() {
+        // 5 000 marks of steps drawn from 0..3 000 (a fixed LCG), read in pieces of 7.
+        let mut trace = Trace::default();
+        let mut kept = MarkSteps::default();
+        let mut seed = 12_345u64;
+        let mut drawn = Vec::new();
+        for i in 0..5_000u64 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let step = (seed >> 33) % 3_000;
+            drawn.push(step);
+            mark(&mut trace, i, "s", step);
+            if i % 7 == 6 {
+                kept.extend(&trace);
+            }
+        }
+        kept.extend(&trace);
+        drawn.sort_unstable();
+        drawn.dedup();
+        let found = (kept.count(), kept.first(), kept.last());
+        assert_eq!(
+            found,
+            (drawn.len(), drawn.first().copied(), drawn.last().copied())
+        );
+        // Each run is a stretch of consecutive drawn steps, and they are all of them.
+        let in_runs: Vec<u64> = kept.runs.iter().flat_map(|(&a, &b)| a..=b).collect();
+        assert_eq!(in_runs, drawn);
+        assert!(
+            kept.runs.len() > 100,
+            "{} runs: gaps were drawn",
+            kept.runs.len()
+        );
     }
 }

@@ -1,13 +1,13 @@
 //! What the analyses read at every mark, found once for all of them ([`Prepared`]): each
 //! metric's value there ([`MarkValues`]), each mark's stage ([`StageIndex`]), its place on the
 //! fits' clock ([`ClockMarks`]), the marks' distinct steps ([`MarkSteps`]) and ranks
-//! ([`MarkRanks`]), the stage table's
-//! sums ([`StageSums`]), and the passes over every sample row kept as folds ([`HostScan`],
-//! [`PressureScan`]). Why it is a value of its own: a live view keeps it from one analysis of
-//! a trace still being written to the next (`crate::analyze_prepared`) and extends it with the
-//! marks and samples appended, so an analysis does not read every mark and row of a day again
-//! each time (these took 250 ms of a day's 600 ms analysis); each part equals the one made anew
-//! of the same trace, which `shared/analysis/tests/live_analysis.rs` checks piece by piece.
+//! ([`MarkRanks`]), the stage table's sums ([`StageSums`]), and the passes over every sample
+//! row kept as folds ([`HostScan`], [`PressureScan`]). Why it is a value of its own: a live
+//! view keeps it from one analysis of a trace still being written to the next
+//! (`crate::analyze_prepared`) and extends it with the marks and samples appended, so an
+//! analysis does not read every mark and row of a day again each time (these took 250 ms of a
+//! day's 600 ms analysis); each part equals the one made anew of the same trace, which
+//! `shared/analysis/tests/live_analysis.rs` checks piece by piece.
 
 use crate::clocks::ClockMarks;
 use crate::host::{HostMemory, HostScan};

@@ -282,15 +282,18 @@ fn what_changes_what_was_read_before_is_read_again() {
 #[test]
 fn the_scans_of_every_row_are_folded_across_refreshes() {
     // The host's tightest moment and the allocator's pressure are folds over the rows (and the
-    // marks): a fold must carry what a row reads from the rows before it (the RSS read last, as
+    // marks): a fold must carry what a row reads from the rows before it (the PSS read last, as
     // a real run's PSS is read less often than the available memory; none over the first
-    // steps, where the lowest available stands in) and join the marks' pass and the rows' as
-    // one scan of both finds (the first largest wins). Each row is its own chunk, so refreshes
-    // end between any two rows; the available memory dips deeper one row into every step, one
-    // row after the RSS reading; the rows' largest allocator gap equals the marks'.
+    // steps, where the lowest available stands in), begin again when the memory in use turns
+    // from RSS to PSS (from step 100 the PSS is 256 MiB under the RSS, so it differs at the
+    // RSS's peak), and join the marks' pass and the rows' as one scan of both finds (the first
+    // largest wins). Each row is its own chunk, so refreshes end between rows anywhere in a
+    // step; the available memory dips deeper one row into every step, one row after the PSS
+    // reading; the rows' largest allocator gap equals the marks'.
     let mut w = writer();
     let available = w.declare_counter(CounterKind::HostAvailable, None).unwrap();
     let rss = w.declare_counter(CounterKind::HostRss, None).unwrap();
+    let pss = w.declare_counter(CounterKind::HostPss, None).unwrap();
     let reserved = w
         .declare_counter(CounterKind::Allocator(AllocatorQuantity::Reserved), Some(0))
         .unwrap();
@@ -333,6 +336,8 @@ fn the_scans_of_every_row_are_folded_across_refreshes() {
             ];
             if k == 0 && step >= 3 {
                 row.push((rss, in_use));
+                let shared = if step >= 100 { 256 << 20 } else { 0 };
+                row.push((pss, in_use - shared));
             }
             w.sample(t_us + 4_500 + 1_000 * k, &row).unwrap();
             w.flush().unwrap();
@@ -346,7 +351,11 @@ fn the_scans_of_every_row_are_folded_across_refreshes() {
     let analysis = analyze(&trace, &AnalysisOptions::default());
     let host = analysis.host_memory.expect("the host's tightest moment");
     assert_eq!(host.t_us, 199 * 8_000 + 5_500, "the last step's dip");
-    assert_eq!(host.rss_at_min_bytes, Some((1 << 30) + 199 * (2 << 20)));
+    assert_eq!(
+        host.rss_at_min_bytes,
+        Some((1 << 30) + 199 * (2 << 20) - (256 << 20)),
+        "the PSS read last"
+    );
     let pressure = analysis.pressure.expect("the allocator's pressure");
     assert!(pressure.from_marks && pressure.from_counters);
     assert_eq!(pressure.max_gap.bytes, 512 << 20);

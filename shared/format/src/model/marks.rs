@@ -551,6 +551,11 @@ mod tests {
             prop_assert_eq!(kept.iter_recorded().collect::<Vec<_>>(), recorded.clone());
             let stats: Vec<_> = recorded.iter().map(|m| m.allocator).collect();
             prop_assert_eq!(kept.allocator_iter().collect::<Vec<_>>(), stats.clone());
+            // From any mark on, packed runs (4 096 marks) cut through or not.
+            for from in [1, stats.len() / 3, 4_095, 4_096, 4_097, stats.len(), stats.len() + 5] {
+                let rest = stats.get(from..).unwrap_or_default().to_vec();
+                prop_assert_eq!(kept.allocator_iter_from(from).collect::<Vec<_>>(), rest);
+            }
             prop_assert_eq!(kept.has_allocator(), stats.iter().any(Option::is_some));
             let odd = kept.filter(|m| m.t_us % 2 == 1);
             let want: Vec<StageMark> =
