@@ -6,7 +6,7 @@
 //! reader expects the table rows in) so the per-stage passes index arrays instead of hashing
 //! strings 50 000 times.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -90,15 +90,14 @@ pub fn is_train(phase: Phase) -> bool {
 /// kept as a fold a live view extends with the marks appended: a day's 1.2 million marks are
 /// not sorted again each refresh. The steps are held as runs of consecutive ones (a run's
 /// steps all marked: one run in most traces, however long), so a replayed step is found
-/// without keeping each; a step out of order costs a lookup among the runs (logarithmic, so a
-/// program that counts its steps in any order is still read in n log n). Equal to
-/// [`MarkSteps::new`] of the same marks.
+/// without keeping each; steps out of order add runs that are sorted and merged once per
+/// extension (n log n for steps in any order). Equal to [`MarkSteps::new`] of the same marks.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MarkSteps {
     /// The marks read.
     marks: usize,
-    /// Runs of consecutive steps, each run's first step to its last, apart by at least one.
-    runs: BTreeMap<u64, u64>,
+    /// Runs of consecutive steps as (first, last), sorted, apart by at least one step.
+    runs: Vec<(u64, u64)>,
     /// Distinct steps in all.
     count: usize,
 }
@@ -116,49 +115,48 @@ impl MarkSteps {
         if trace.marks.len() < self.marks {
             *self = MarkSteps::default();
         }
+        let mut sorted = true;
         for mark in &trace.marks[self.marks..] {
-            self.insert(mark.step);
+            let step = mark.step;
+            match self.runs.last_mut() {
+                // Steps rise in a normal run: the last run holds the step or the step extends it.
+                Some(last) if last.0 <= step && step <= last.1.saturating_add(1) => {
+                    if step > last.1 {
+                        last.1 = step;
+                        self.count += 1;
+                    }
+                }
+                Some(last) if step < last.0 => {
+                    sorted = false;
+                    self.runs.push((step, step));
+                }
+                _ => {
+                    self.runs.push((step, step));
+                    self.count += 1;
+                }
+            }
         }
         self.marks = trace.marks.len();
+        if !sorted {
+            self.merge();
+        }
     }
 
-    fn insert(&mut self, step: u64) {
-        // Steps rise in a normal run: the last run holds the step or the step extends it.
-        if let Some(mut last) = self.runs.last_entry()
-            && *last.key() <= step
-            && step <= last.get().saturating_add(1)
-        {
-            if step > *last.get() {
-                *last.get_mut() = step;
-                self.count += 1;
-            }
-            return;
-        }
-        // The run that starts at or before the step, and the one just after it.
-        let before = self.runs.range(..=step).next_back().map(|(&s, &e)| (s, e));
-        if before.is_some_and(|(_, last)| step <= last) {
-            return;
-        }
-        self.count += 1;
-        let joins_before = before.filter(|&(_, last)| last.checked_add(1) == Some(step));
-        let next = step.checked_add(1);
-        let joins_after = next.and_then(|n| Some((n, *self.runs.get(&n)?)));
-        match (joins_before, joins_after) {
-            (Some((first, _)), Some((n, last))) => {
-                self.runs.remove(&n);
-                self.runs.insert(first, last);
-            }
-            (Some((first, _)), None) => {
-                self.runs.insert(first, step);
-            }
-            (None, Some((n, last))) => {
-                self.runs.remove(&n);
-                self.runs.insert(step, last);
-            }
-            (None, None) => {
-                self.runs.insert(step, step);
+    /// Sorts the runs and merges those that touch or overlap, counting the steps again.
+    fn merge(&mut self) {
+        self.runs.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.runs.len());
+        for &(first, last) in &self.runs {
+            match merged.last_mut() {
+                Some(m) if first <= m.1.saturating_add(1) => m.1 = m.1.max(last),
+                _ => merged.push((first, last)),
             }
         }
+        self.count = merged
+            .iter()
+            .map(|&(first, last)| (last - first).saturating_add(1) as usize)
+            .fold(0, usize::saturating_add);
+        self.runs = merged;
     }
 
     /// How many distinct steps the marks name.
@@ -168,12 +166,12 @@ impl MarkSteps {
 
     /// The lowest step marked.
     pub fn first(&self) -> Option<u64> {
-        self.runs.first_key_value().map(|(&first, _)| first)
+        self.runs.first().map(|r| r.0)
     }
 
     /// The highest step marked.
     pub fn last(&self) -> Option<u64> {
-        self.runs.last_key_value().map(|(_, &last)| last)
+        self.runs.last().map(|r| r.1)
     }
 }
 
@@ -318,8 +316,7 @@ mod tests {
             );
             assert_eq!(found, wanted, "after mark {i}");
         }
-        let runs: Vec<(u64, u64)> = MarkSteps::new(&trace).runs.into_iter().collect();
-        assert_eq!(runs, [(0, 12), (u64::MAX, u64::MAX)]);
+        assert_eq!(MarkSteps::new(&trace).runs, [(0, 12), (u64::MAX, u64::MAX)]);
     }
 
     #[test]
@@ -347,7 +344,7 @@ mod tests {
             (drawn.len(), drawn.first().copied(), drawn.last().copied())
         );
         // Each run is a stretch of consecutive drawn steps, and they are all of them.
-        let in_runs: Vec<u64> = kept.runs.iter().flat_map(|(&a, &b)| a..=b).collect();
+        let in_runs: Vec<u64> = kept.runs.iter().flat_map(|&(a, b)| a..=b).collect();
         assert_eq!(in_runs, drawn);
         assert!(
             kept.runs.len() > 100,
