@@ -150,8 +150,9 @@ fn the_summary_reads_as_reviewed() {
 
 #[test]
 fn inputs_the_fuzzer_found_read_or_fail_without_panicking() {
-    // Sizes and times chosen to overflow u64 arithmetic in the analysis.
-    for name in ["fuzz_overflow.pickle"] {
+    // Sizes and times chosen to overflow u64 arithmetic in the analysis; an event whose frames
+    // are the list it is being appended to (read while that list was borrowed to append).
+    for name in ["fuzz_overflow.pickle", "fuzz_frames_being_appended.pickle"] {
         if let Ok(snap) = read_snapshot(&support::snapshot(name)[..]) {
             let a = analyze_snapshot(&snap);
             let _ = oomscope_analysis::render::snapshot::render_snapshot(name, &snap, &a);

@@ -368,13 +368,18 @@ impl SnapshotReader {
         match frames? {
             Value::Handle(h) => ((h as usize) < self.stacks.len()).then_some(h),
             Value::List(l) => {
+                // A list still being appended to (a pickle whose event's frames are the very
+                // list the event is appended into: the fuzzer wrote one) cannot be read yet:
+                // no stack, rather than a second borrow of it.
+                let items = l.items.try_borrow().ok()?;
                 let mut ids = std::mem::take(&mut self.scratch);
                 ids.clear();
-                for f in l.items.borrow().iter() {
+                for f in items.iter() {
                     if let Some(id) = self.frame(f, memo.as_deref_mut()) {
                         ids.push(id);
                     }
                 }
+                drop(items);
                 let id = match self.stack_ids.get(ids.as_slice()) {
                     Some(id) => *id,
                     None => {
@@ -474,7 +479,8 @@ impl SnapshotReader {
         };
         // Snapshots before PyTorch 2.1 keep the stack in `history: [{addr, real_size, frames}]`.
         let frames = d.get("frames").or_else(|| match d.get("history") {
-            Some(Value::List(h)) => h.items.borrow().last().and_then(|e| match e {
+            // (`try_borrow`: a list still being appended to is not read; see `stack`.)
+            Some(Value::List(h)) => h.items.try_borrow().ok()?.last().and_then(|e| match e {
                 Value::Dict(e) => e.get("frames"),
                 _ => None,
             }),
