@@ -191,9 +191,14 @@ pub struct TrainingPeak {
     pub tail: Option<EvalTail>,
 }
 
+/// A fall smaller than this does not end an eval's tail unless it is all the way back (see
+/// [`training_peak`]): memory worth saying was handed back late is growth worth stating.
+pub const TAIL_MIN_FALL_BYTES: u64 = crate::leaks::MIN_GROWTH_BYTES;
+
 /// The training marks right after an eval that read above every training mark before it and
-/// come back down to that before the next eval: the eval's freed memory handed back a few steps
-/// late (the C allocator returns a freed heap to the system when it next trims), not training's.
+/// come back down to that, or at least halfway to it ([`TAIL_MIN_FALL_BYTES`] or more), before
+/// the next eval: the eval's freed memory handed back a few steps late (the C allocator returns a
+/// freed heap to the system when it next trims), not training's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct EvalTail {
     /// Its highest value.
@@ -243,8 +248,13 @@ pub fn training_peak(
             .find(|&k| marks[k].phase == Phase::Eval)
             .unwrap_or(marks.len());
         // Step by step (a step's marks rise and fall along it): the first step after the eval
-        // whose highest reading is back at or below training's before it ends the tail.
-        let (mut steps, mut k) = (0, exit);
+        // whose highest reading is back at or below training's before it ends the tail, or one
+        // that fell at least halfway back to it, and by [`TAIL_MIN_FALL_BYTES`], from the
+        // tail's highest so far. Halfway, not all the way: an eval that also keeps a few MiB
+        // (the allocator's, a metric's list) leaves training a little above where it was, and
+        // its late-handed-back memory is no more training's for that (eval_concat_fits.py, when
+        // glibc's arenas kept its logits a few steps).
+        let (mut steps, mut k, mut highest) = (0, exit, before);
         let back = loop {
             if k >= stretch_end {
                 break None;
@@ -252,26 +262,24 @@ pub fn training_peak(
             let step_end = (k..stretch_end)
                 .find(|&e| marks[e].step != marks[k].step)
                 .unwrap_or(stretch_end);
-            if column
-                .range(k..step_end)
-                .iter()
-                .flatten()
-                .max()
-                .is_some_and(|v| v <= before)
-            {
+            let step_highest = column.range(k..step_end).iter().flatten().max();
+            if step_highest.is_some_and(|v| {
+                v <= before
+                    || (v <= before + (highest - before) / 2 && highest - v >= TAIL_MIN_FALL_BYTES)
+            }) {
                 break Some(k);
             }
+            highest = highest.max(step_highest.unwrap_or(before));
             steps += 1;
             k = step_end;
         };
         let Some(back) = back else {
             continue;
         };
-        let highest = column.range(exit..back).iter().flatten().max();
-        if let Some(bytes) = highest.filter(|&b| b > before) {
-            if tail.is_none_or(|old| bytes > old.bytes) {
+        if highest > before {
+            if tail.is_none_or(|old| highest > old.bytes) {
                 tail = Some(EvalTail {
-                    bytes,
+                    bytes: highest,
                     entry_step: t.entry_step,
                     steps,
                 });
@@ -436,6 +444,26 @@ mod tests {
             peak.tail,
             Some(EvalTail {
                 bytes: plain.bytes + 2 * GIB,
+                entry_step: first_eval,
+                steps: 3,
+            })
+        );
+
+        // An eval that also keeps 64 MiB: training never comes all the way back, but its late
+        // 2 GiB is still the eval's, and the 64 MiB training's.
+        let mut trace = run.build();
+        lift(&mut trace, 10..=12);
+        trace.marks.edit(|m| {
+            if m.step >= 10 && is_train(m.phase) {
+                m.allocator.as_mut().unwrap().allocated_bytes += 64 << 20;
+            }
+        });
+        let peak = peak_of(&trace);
+        assert_eq!(peak.bytes, plain.bytes + (64 << 20));
+        assert_eq!(
+            peak.tail,
+            Some(EvalTail {
+                bytes: plain.bytes + 2 * GIB + (64 << 20),
                 entry_step: first_eval,
                 steps: 3,
             })

@@ -81,3 +81,30 @@ fn workers_copying_their_parent_are_one_finding_not_a_leak_beside_it() {
     );
     assert!(trend.growth_bytes >= 400 << 20, "{trend:#?}");
 }
+
+/// The zoo's `eval_concat_fits.py` (an eval that keeps 24 batches of 8 MiB logits in a list and
+/// concatenates them) recorded beside three more copies of itself (2026-11-29): its first eval's
+/// ~190 MiB stayed in the host's RSS for three training steps, then fell, to 8 MiB above where
+/// training was before (the allocator's and the program's accuracy list). Training's peak read
+/// that tail (827 MiB) and the eval's 1.0 GiB peak was no longer 256 MiB above it: no eval-peak
+/// finding (the CI failure of the stop of 2026-11-29 10:45).
+#[test]
+fn an_eval_s_memory_handed_back_late_is_not_training_s_peak_though_the_eval_kept_a_little() {
+    let t = decode(&support::data("v1_13_eval_late_arena.oomt"))
+        .unwrap()
+        .trace;
+    let a = analyze(&t, &AnalysisOptions::default());
+    let training = a.training_peak.as_ref().unwrap();
+    let tail = training.tail.unwrap();
+    assert_eq!((tail.entry_step, tail.steps), (39, 3), "{training:?}");
+    assert!(tail.bytes >= 820 << 20, "{training:?}");
+    assert!(
+        (640 << 20..660 << 20).contains(&training.bytes),
+        "{training:?}"
+    );
+    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FindingKind::EvalPeak], "{:#?}", a.findings);
+    let text = &a.findings[0].explanation;
+    assert!(text.contains("handed back late"), "{text}");
+    assert!(text.contains("batch by batch"), "{text}");
+}
