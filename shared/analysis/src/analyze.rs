@@ -83,7 +83,8 @@ fn analyze_one(
     let stage_options = StageTableOptions {
         baseline_mark: options.baseline_mark,
     };
-    let leak_fits = leaks::leak_fits(trace, prepared, options.leak_min_steps);
+    let growing_workers = workers::growing_workers_with(trace, prepared.marking_pids());
+    let leak_fits = leaks::leak_fits(trace, prepared, &growing_workers, options.leak_min_steps);
     // With the primary metric leaking, "peak − model state" is activations plus leaked memory,
     // so a per-sample cost derived from it would be wrong; batch trials measure it directly.
     let primary_leaks = values.primary().is_some_and(|p| {
@@ -128,7 +129,7 @@ fn analyze_one(
         input_peak: inputs::input_peak(trace, values),
         leak_fits,
         time_trends: trend::time_trends(trace),
-        growing_workers: workers::growing_workers(trace),
+        growing_workers,
         pressure: prepared.pressure(trace),
         outside_allocator: overhead::outside_allocator(trace, values),
         host_memory: prepared.host_memory(trace),

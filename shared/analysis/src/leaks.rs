@@ -252,8 +252,15 @@ fn fitted_metrics(trace: &Trace) -> Vec<MetricKey> {
 /// - **before an OOM**: ≥ [`BEFORE_OOM_MIN_STEPS`], R² ≥ [`MIN_R_SQUARED`], sustained, the short
 ///   growth floor, and the run died of an OOM of that memory.
 ///
-/// Leaks get a [`FullProjection`] when the limit is known. Linear in the number of marks.
-pub fn leak_fits(trace: &Trace, prepared: &Prepared, min_steps: usize) -> Vec<GrowthFit> {
+/// `workers` are the trace's [`crate::workers::growing_workers`]: host memory their copies
+/// account for is theirs, not a leak. Leaks get a [`FullProjection`] when the limit is known.
+/// Linear in the number of marks.
+pub fn leak_fits(
+    trace: &Trace,
+    prepared: &Prepared,
+    workers: &[crate::workers::WorkerGrowth],
+    min_steps: usize,
+) -> Vec<GrowthFit> {
     let (values, stages) = (prepared.values(), prepared.stages());
     let metrics: Vec<(MetricKey, usize)> = fitted_metrics(trace)
         .into_iter()
@@ -266,7 +273,6 @@ pub fn leak_fits(trace: &Trace, prepared: &Prepared, min_steps: usize) -> Vec<Gr
     let clock = clock_marks.clock();
     let outside_train = clock_marks.outside_train();
     let (gpu_oom, host_oom) = died_of_oom(trace);
-    let workers = crate::workers::growing_workers(trace);
     // Each metric's context.
     let contexts: Vec<FitContext<'_>> = metrics
         .iter()
@@ -290,7 +296,7 @@ pub fn leak_fits(trace: &Trace, prepared: &Prepared, min_steps: usize) -> Vec<Gr
                     )
                 }),
                 kept_an_epoch_bytes: kept_an_epoch_bytes(trace),
-                workers: &workers,
+                workers,
             }
         })
         .collect();
@@ -988,9 +994,14 @@ mod tests {
     use oomscope_format::units::{GIB, MIB};
     use oomscope_testkit::run::Run;
 
+    fn fits_of(trace: &Trace) -> Vec<GrowthFit> {
+        let workers = crate::workers::growing_workers(trace);
+        leak_fits(trace, &Prepared::new(trace), &workers, DEFAULT_MIN_STEPS)
+    }
+
     fn fits(run: &Run) -> Vec<GrowthFit> {
         let trace = run.build();
-        leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS)
+        fits_of(&trace)
     }
 
     fn leaks(run: &Run) -> Vec<GrowthFit> {
@@ -1059,7 +1070,7 @@ mod tests {
             m.step = 0;
         }
         assert_eq!(Clock::of(&trace), Clock::Forward);
-        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = fits_of(&trace);
         let pre = fits
             .iter()
             .find(|f| f.stage == "pre_forward" && f.metric.label() == "allocated" && f.is_leak)
@@ -1079,7 +1090,7 @@ mod tests {
         }
         .build();
         oomscope_testkit::run::keep_at_epoch_ends(&mut trace, 10, 2 * GIB);
-        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = fits_of(&trace);
         let allocated = |clock| {
             fits.iter()
                 .find(|f| {
@@ -1104,7 +1115,7 @@ mod tests {
         for m in &mut trace.marks {
             m.epoch = 0;
         }
-        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = fits_of(&trace);
         assert!(fits.iter().all(|f| f.clock == Clock::Step));
     }
 
@@ -1254,10 +1265,7 @@ mod tests {
     #[test]
     fn warm_up_and_noise_in_a_short_run_are_not_leaks() {
         let of = |trace: &Trace| -> Vec<GrowthFit> {
-            leak_fits(trace, &Prepared::new(trace), DEFAULT_MIN_STEPS)
-                .into_iter()
-                .filter(|f| f.is_leak)
-                .collect()
+            fits_of(trace).into_iter().filter(|f| f.is_leak).collect()
         };
         // 300 MiB per step for 4 steps, then flat for 8: a warm-up that levelled off.
         let warm = warmup_run(12, 4, 300 * MIB, 0);
@@ -1349,7 +1357,7 @@ mod tests {
                 s.peak_allocated_bytes += saves * 300 * MIB;
             }
         });
-        let fits = leak_fits(&trace, &Prepared::new(&trace), DEFAULT_MIN_STEPS);
+        let fits = fits_of(&trace);
         let post_opt = fits
             .iter()
             .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
@@ -1393,7 +1401,7 @@ mod tests {
     }
 
     fn host_fit(trace: &Trace) -> GrowthFit {
-        leak_fits(trace, &Prepared::new(trace), DEFAULT_MIN_STEPS)
+        fits_of(trace)
             .into_iter()
             .find(|f| f.stage == "post_optimizer_step" && f.host_memory)
             .unwrap()

@@ -1,12 +1,12 @@
 //! What the analyses read at every mark, found once for all of them ([`Prepared`]): each
 //! metric's value there ([`MarkValues`]), each mark's stage ([`StageIndex`]), its place on the
-//! fits' clock ([`ClockMarks`]), the marks' distinct steps ([`MarkSteps`]) and ranks
-//! ([`MarkRanks`]), the stage table's sums ([`StageSums`]), and the passes over every sample
-//! row kept as folds ([`HostScan`], [`PressureScan`]). Why it is a value of its own: a live
-//! view keeps it from one analysis of a trace still being written to the next
-//! (`crate::analyze_prepared`) and extends it with the marks and samples appended, so an
-//! analysis does not read every mark and row of a day again each time (these took 250 ms of a
-//! day's 600 ms analysis); each part equals the one made anew of the same trace, which
+//! fits' clock ([`ClockMarks`]), the marks' distinct steps ([`MarkSteps`]), ranks
+//! ([`MarkRanks`]) and senders ([`MarkingPids`]), the stage table's sums ([`StageSums`]), and
+//! the passes over every sample row kept as folds ([`HostScan`], [`PressureScan`]). Why it is a
+//! value of its own: a live view keeps it from one analysis of a trace still being written to
+//! the next (`crate::analyze_prepared`) and extends it with the marks and samples appended, so
+//! an analysis does not read every mark and row of a day again each time (these took 250 ms of
+//! a day's 600 ms analysis); each part equals the one made anew of the same trace, which
 //! `shared/analysis/tests/live_analysis.rs` checks piece by piece.
 
 use crate::clocks::ClockMarks;
@@ -16,6 +16,7 @@ use crate::metrics::MarkValues;
 use crate::pressure::{PressureReport, PressureScan};
 use crate::rank_views::{MarkRanks, RankProcess};
 use crate::stages::{StageSums, StageTable};
+use crate::workers::MarkingPids;
 use oomscope_format::Trace;
 
 /// What the analyses read at every mark, found once for all of them.
@@ -27,6 +28,8 @@ pub struct Prepared {
     steps: MarkSteps,
     /// The ranks the marks named.
     ranks: MarkRanks,
+    /// The processes that sent marks.
+    marking: MarkingPids,
     clock_marks: ClockMarks,
     /// The stage table's sums over the marks whose values are settled.
     stage_sums: StageSums,
@@ -53,6 +56,7 @@ impl Prepared {
             pressure,
             steps: MarkSteps::new(trace),
             ranks: MarkRanks::new(trace),
+            marking: MarkingPids::new(trace),
             values,
             stages,
         }
@@ -74,6 +78,7 @@ impl Prepared {
         self.pressure.extend(trace);
         self.steps.extend(trace);
         self.ranks.extend(trace);
+        self.marking.extend(trace);
     }
 
     /// Each metric's values at the marks.
@@ -89,6 +94,11 @@ impl Prepared {
     /// [`crate::rank_views::ranks_of`] `trace`, the trace this was brought up to.
     pub fn ranks(&self, trace: &Trace) -> Vec<RankProcess> {
         crate::rank_views::ranks_with(trace, &self.ranks)
+    }
+
+    /// The processes that sent marks.
+    pub fn marking_pids(&self) -> &MarkingPids {
+        &self.marking
     }
 
     /// Each mark's stage.

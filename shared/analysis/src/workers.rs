@@ -136,12 +136,57 @@ pub fn grow_their_own(workers: &[WorkerGrowth]) -> bool {
 /// wrapper) the script's private memory grows as it loads torch and builds its model: its own
 /// memory, not pages copied from its parent.
 pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
-    // The processes that mark, in one pass over the marks (a day's trace has millions).
-    let mut marking: Vec<u32> = trace.marks.iter().filter_map(|m| m.pid).collect();
-    marking.sort_unstable();
-    marking.dedup();
+    growing_workers_with(trace, &MarkingPids::new(trace))
+}
+
+/// The processes that sent marks, each once: what [`growing_workers`] reads of the marks (a
+/// day's trace has millions), kept as a fold a live view extends with the marks appended
+/// ([`crate::Prepared`]) rather than reading every mark again each refresh. Equal to
+/// [`MarkingPids::new`] of the same marks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MarkingPids {
+    /// The marks read.
+    marks: usize,
+    /// Sorted.
+    pids: Vec<u32>,
+}
+
+impl MarkingPids {
+    /// The processes that sent the marks of `trace`.
+    pub fn new(trace: &Trace) -> MarkingPids {
+        let mut pids = MarkingPids::default();
+        pids.extend(trace);
+        pids
+    }
+
+    /// Takes in the marks `trace` has beyond those read (all again should it have fewer).
+    pub fn extend(&mut self, trace: &Trace) {
+        if trace.marks.len() < self.marks {
+            *self = MarkingPids::default();
+        }
+        let mut last = None;
+        for pid in trace.marks[self.marks..].iter().filter_map(|m| m.pid) {
+            // Runs of one sender's marks: one search a run.
+            if last != Some(pid) {
+                if let Err(at) = self.pids.binary_search(&pid) {
+                    self.pids.insert(at, pid);
+                }
+                last = Some(pid);
+            }
+        }
+        self.marks = trace.marks.len();
+    }
+
+    /// Whether `pid` sent a mark.
+    pub fn contains(&self, pid: u32) -> bool {
+        self.pids.binary_search(&pid).is_ok()
+    }
+}
+
+/// [`growing_workers`] of `trace`, the processes that sent its marks read into `marking`.
+pub fn growing_workers_with(trace: &Trace, marking: &MarkingPids) -> Vec<WorkerGrowth> {
     let trains = |pid: u32| {
-        marking.binary_search(&pid).is_ok()
+        marking.contains(pid)
             || trace.processes.iter().any(|p| {
                 p.pid == pid && matches!(p.role, ProcessRole::Rank | ProcessRole::Launcher)
             })
@@ -377,5 +422,37 @@ mod tests {
             ..Default::default()
         });
         assert!(growing_workers(&trace).is_empty());
+    }
+
+    #[test]
+    fn the_marks_senders_folded_are_those_read_anew() {
+        let mut trace = Trace::default();
+        let mut kept = MarkingPids::default();
+        let senders = [
+            Some(5),
+            None,
+            Some(3),
+            Some(5),
+            Some(5),
+            Some(9),
+            Some(3),
+            None,
+        ];
+        for (i, pid) in senders.into_iter().enumerate() {
+            trace.marks.push(oomscope_format::StageMark {
+                t_us: i as u64,
+                name: "s".into(),
+                pid,
+                ..Default::default()
+            });
+            kept.extend(&trace);
+            assert_eq!(kept, MarkingPids::new(&trace), "after mark {i}");
+        }
+        assert_eq!(kept.pids, [3, 5, 9]);
+        assert!(kept.contains(9) && !kept.contains(4));
+        // Fewer marks than read: read again.
+        trace.marks = trace.marks.filter(|m| m.pid == Some(3));
+        kept.extend(&trace);
+        assert_eq!(kept.pids, [3]);
     }
 }
