@@ -14,9 +14,9 @@
 use serde::Serialize;
 
 use crate::marks::is_train;
-use crate::metrics::{MarkValues, MetricKey};
+use crate::metrics::{MarkColumn, MarkValues, MetricKey};
 use crate::stages::signed_delta;
-use oomscope_format::{Phase, Trace};
+use oomscope_format::{Marks, Phase, Trace};
 
 /// One stretch of eval between training marks (or before the first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -192,20 +192,22 @@ pub struct TrainingPeak {
 }
 
 /// A fall smaller than this does not end an eval's tail unless it is all the way back (see
-/// [`training_peak`]): memory worth saying was handed back late is growth worth stating.
-pub const TAIL_MIN_FALL_BYTES: u64 = crate::leaks::MIN_GROWTH_BYTES;
+/// [`tail_end`]): memory worth saying was handed back late is growth worth stating (the leak
+/// rule's floor, 64 MiB, as a number of its own).
+pub const TAIL_MIN_FALL_BYTES: u64 = 64 << 20;
 
-/// The training marks right after an eval that read above every training mark before it and
-/// come back down to that, or at least halfway to it ([`TAIL_MIN_FALL_BYTES`] or more), before
-/// the next eval: the eval's freed memory handed back a few steps late (the C allocator returns a
-/// freed heap to the system when it next trims), not training's.
+/// The training marks right after an eval that read above every training mark before it, by no
+/// more than the eval rose, and come back down before the next eval: all the way, or at least
+/// halfway from the tail's highest and by [`TAIL_MIN_FALL_BYTES`] or more ([`tail_end`]). The
+/// eval's freed memory handed back a few steps late (the C allocator returns a freed heap to the
+/// system when it next trims), not training's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct EvalTail {
     /// Its highest value.
     pub bytes: u64,
     /// The step the eval came at (its first mark's).
     pub entry_step: u64,
-    /// How many training steps it lasted.
+    /// How many training steps (with readings) it lasted.
     pub steps: usize,
 }
 
@@ -247,36 +249,18 @@ pub fn training_peak(
         let stretch_end = (exit..marks.len())
             .find(|&k| marks[k].phase == Phase::Eval)
             .unwrap_or(marks.len());
-        // Step by step (a step's marks rise and fall along it): the first step after the eval
-        // whose highest reading is back at or below training's before it ends the tail, or one
-        // that fell at least halfway back to it, and by [`TAIL_MIN_FALL_BYTES`], from the
-        // tail's highest so far. Halfway, not all the way: an eval that also keeps a few MiB
-        // (the allocator's, a metric's list) leaves training a little above where it was, and
-        // its late-handed-back memory is no more training's for that (eval_concat_fits.py, when
-        // glibc's arenas kept its logits a few steps).
-        let (mut steps, mut k, mut highest) = (0, exit, before);
-        let back = loop {
-            if k >= stretch_end {
-                break None;
-            }
-            let step_end = (k..stretch_end)
-                .find(|&e| marks[e].step != marks[k].step)
-                .unwrap_or(stretch_end);
-            let step_highest = column.range(k..step_end).iter().flatten().max();
-            if step_highest.is_some_and(|v| {
-                v <= before
-                    || (v <= before + (highest - before) / 2 && highest - v >= TAIL_MIN_FALL_BYTES)
-            }) {
-                break Some(k);
-            }
-            highest = highest.max(step_highest.unwrap_or(before));
-            steps += 1;
-            k = step_end;
-        };
-        let Some(back) = back else {
+        let Some((back, steps, highest)) = tail_end(column, marks, exit, stretch_end, before)
+        else {
             continue;
         };
-        if highest > before {
+        // Memory handed back late is memory the eval took: the tail rises above training no
+        // more than the eval rose above the training mark before it (the next step's own
+        // memory can stack on it: GPU tensors referenced until the next collection).
+        let eval_rise = t
+            .eval_peak_bytes
+            .zip(t.before_bytes)
+            .map(|(p, b)| p.saturating_sub(b));
+        if highest > before && eval_rise.is_none_or(|rise| highest - before <= rise) {
             if tail.is_none_or(|old| highest > old.bytes) {
                 tail = Some(EvalTail {
                     bytes: highest,
@@ -293,6 +277,58 @@ pub fn training_peak(
         bytes,
         tail: tail.filter(|t| t.bytes > bytes),
     })
+}
+
+/// Where an eval's tail ends, read step by step from the eval's exit (`exit`, the first mark
+/// after it) to the next eval (`stretch_end`), `before` being training's highest reading before
+/// the eval: the first mark of the step that ends it, the tail's steps with readings and its
+/// highest reading; `None` when no step ends it.
+///
+/// A step's highest reading (its marks rise and fall along it) back at or below `before` ends
+/// the tail, and so does one that fell at least halfway back to it from the tail's highest, by
+/// [`TAIL_MIN_FALL_BYTES`] or more, unless the step after falls by as much again (memory handed
+/// back in stages, one arena at a time: that step was the tail's too). Halfway, not all the way:
+/// an eval that also keeps a few MiB (the allocator's, a metric's list) leaves training a little
+/// above where it was, and its late-handed-back memory is no more training's for that
+/// (`eval_concat_fits.py` under load, `v1_13_eval_late_arena.oomt`).
+fn tail_end(
+    column: MarkColumn<'_>,
+    marks: &Marks,
+    exit: usize,
+    stretch_end: usize,
+    before: u64,
+) -> Option<(usize, usize, u64)> {
+    let (mut steps, mut highest) = (0, before);
+    // A step that fell halfway back: its first mark and its highest reading.
+    let mut halfway: Option<(usize, u64)> = None;
+    let mut k = exit;
+    while k < stretch_end {
+        let step_end = (k..stretch_end)
+            .find(|&e| marks[e].step != marks[k].step)
+            .unwrap_or(stretch_end);
+        let step = k;
+        k = step_end;
+        let Some(v) = column.range(step..step_end).iter().flatten().max() else {
+            continue;
+        };
+        match halfway.take() {
+            Some((at, last)) if v.saturating_add(TAIL_MIN_FALL_BYTES) > last => {
+                return Some((at, steps, highest));
+            }
+            Some(_) => steps += 1,
+            None => {}
+        }
+        if v <= before {
+            return Some((step, steps, highest));
+        }
+        if v <= before + (highest - before) / 2 && highest - v >= TAIL_MIN_FALL_BYTES {
+            halfway = Some((step, v));
+        } else {
+            highest = highest.max(v);
+            steps += 1;
+        }
+    }
+    halfway.map(|(at, _)| (at, steps, highest))
 }
 
 /// What an eval kept, read from the training readings `(mark, step, value)` at one stage on
@@ -468,6 +504,55 @@ mod tests {
                 steps: 3,
             })
         );
+
+        // Handed back in stages (2 GiB, then 1 GiB, then all of it): both steps are the tail.
+        let mut trace = run.build();
+        lift(&mut trace, 10..=10);
+        trace.marks.edit(|m| {
+            if m.step == 11 && is_train(m.phase) {
+                m.allocator.as_mut().unwrap().allocated_bytes += GIB;
+            }
+        });
+        let peak = peak_of(&trace);
+        assert_eq!(peak.bytes, plain.bytes);
+        assert_eq!(peak.tail.map(|t| t.steps), Some(2));
+
+        // ...and so with 64 MiB kept: the 1 GiB step fell halfway, the next fell again.
+        trace.marks.edit(|m| {
+            if m.step >= 10 && is_train(m.phase) {
+                m.allocator.as_mut().unwrap().allocated_bytes += 64 << 20;
+            }
+        });
+        let peak = peak_of(&trace);
+        assert_eq!(peak.bytes, plain.bytes + (64 << 20));
+        assert_eq!(peak.tail.map(|t| t.steps), Some(2));
+
+        // A fall short of halfway, or smaller than TAIL_MIN_FALL_BYTES, ends nothing: a 2 GiB
+        // step that settles 1.5 GiB up, a 40 MiB one that settles 8 MiB up, are training's.
+        for (first, then) in [(2 * GIB, 3 * GIB / 2), (40 << 20, 8 << 20)] {
+            let mut trace = run.build();
+            trace.marks.edit(|m| {
+                if m.step >= 10 && is_train(m.phase) {
+                    m.allocator.as_mut().unwrap().allocated_bytes +=
+                        if m.step == 10 { first } else { then };
+                }
+            });
+            assert_eq!(
+                peak_of(&trace),
+                TrainingPeak {
+                    bytes: plain.bytes + first,
+                    tail: None
+                },
+                "{first} then {then}"
+            );
+        }
+
+        // More than the eval rose (3 GiB) was never the eval's memory.
+        let mut trace = run.build();
+        lift(&mut trace, 10..=12);
+        lift(&mut trace, 10..=12);
+        let peak = peak_of(&trace);
+        assert_eq!((peak.bytes, peak.tail), (plain.bytes + 4 * GIB, None));
 
         // Memory that stays until the next eval is training's own.
         let mut trace = run.build();

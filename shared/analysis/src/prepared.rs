@@ -29,7 +29,7 @@ pub struct Prepared {
     /// The ranks the marks named.
     ranks: MarkRanks,
     /// The processes that sent marks.
-    marking: MarkingPids,
+    marking_pids: MarkingPids,
     clock_marks: ClockMarks,
     /// The stage table's sums over the marks whose values are settled.
     stage_sums: StageSums,
@@ -56,7 +56,7 @@ impl Prepared {
             pressure,
             steps: MarkSteps::new(trace),
             ranks: MarkRanks::new(trace),
-            marking: MarkingPids::new(trace),
+            marking_pids: MarkingPids::new(trace),
             values,
             stages,
         }
@@ -78,7 +78,7 @@ impl Prepared {
         self.pressure.extend(trace);
         self.steps.extend(trace);
         self.ranks.extend(trace);
-        self.marking.extend(trace);
+        self.marking_pids.extend(trace);
     }
 
     /// Each metric's values at the marks.
@@ -98,7 +98,7 @@ impl Prepared {
 
     /// The processes that sent marks.
     pub fn marking_pids(&self) -> &MarkingPids {
-        &self.marking
+        &self.marking_pids
     }
 
     /// Each mark's stage.
