@@ -29,7 +29,8 @@ struct Known {
     env: Identity,
     /// The tree walk has found it (a sender outside the tree is never taken for gone).
     in_tree: bool,
-    /// Times its environment was read without finding an identity.
+    /// Times its environment was read without finding an identity, or, for a worker with its
+    /// parent's identity, read again after [`START_RECHECK_US`] ([`Processes::copy_unsettled`]).
     looks: u8,
     /// When it was first seen: a child whose start method may still change is read again for
     /// [`START_RECHECK_US`] from then, and [`MIN_START_LOOKS`] polls after that.
@@ -115,9 +116,10 @@ impl Processes {
             // A process seen between a launcher's fork and its exec is a copy of the agent: with
             // no rank in its environment yet, or with the agent's own (torchrun in a Slurm step
             // has the step's rank), which made it look like the agent's worker. It is read again
-            // until it has an identity of its own, or for a moment after its fork.
+            // until it has an identity of its own, or for a moment after it was first seen and a
+            // few polls after that ([`Processes::copy_unsettled`]).
             let read_again = known.as_ref().is_none_or(|k| {
-                Self::unidentified(k, *pid, self.root) || Self::copy_lately(k, t_us)
+                Self::unidentified(k, *pid, self.root) || Self::copy_unsettled(k, t_us)
             });
             if let Some(k) = known {
                 k.in_tree = true;
@@ -132,6 +134,10 @@ impl Processes {
                     continue;
                 }
                 if env == k.env {
+                    // A copy's looks count after the moment, as a start method's do.
+                    if t_us >= k.seen_us.saturating_add(START_RECHECK_US) {
+                        k.looks = k.looks.saturating_add(1);
+                    }
                     continue;
                 }
                 // Its exec gave it an identity of its own: it is read as new.
@@ -306,16 +312,19 @@ impl Processes {
             && k.looks < MAX_LOOKS
     }
 
-    /// A worker with its parent's identity that looked forked when first seen, a moment ago: a
-    /// forked DataLoader worker, or a launcher's child before its exec (read again, see
-    /// [`Processes::observe_tree`]).
-    fn copy_lately(k: &Known, now_us: u64) -> bool {
-        k.info.role == ProcessRole::Worker && Self::forked_lately(k, now_us)
-    }
-
-    /// A child that looked forked when first seen, [`START_RECHECK_US`] ago at most.
-    fn forked_lately(k: &Known, now_us: u64) -> bool {
-        k.info.start == StartMethod::Fork && now_us < k.seen_us.saturating_add(START_RECHECK_US)
+    /// A worker with its parent's identity, first seen [`START_RECHECK_US`] ago at most, or read
+    /// again fewer than [`MIN_START_LOOKS`] times after that: a forked DataLoader worker, or a
+    /// launcher's child read before its exec, whatever its command line read (the exec can land
+    /// between the reads of its environment and of its command line; on a loaded machine the
+    /// polls of the moment can all come before the exec). Read again, see
+    /// [`Processes::observe_tree`]: torchrun's rank 0 under Slurm, its environment read as the
+    /// agent's (the step's rank 0) and its command line as its own, stayed the agent's worker,
+    /// and its own `rank=0` was then taken for a worker's echo (the Slurm test, under load).
+    fn copy_unsettled(k: &Known, now_us: u64) -> bool {
+        k.info.role == ProcessRole::Worker
+            && k.env != Identity::default()
+            && k.info.rank_from != RankSource::Message
+            && (now_us < k.seen_us.saturating_add(START_RECHECK_US) || k.looks < MIN_START_LOOKS)
     }
 
     /// A child whose start method may still change ([`Known::start_open`]), first seen
@@ -329,12 +338,15 @@ impl Processes {
 
     /// Whether the next poll should read the tree's processes again even if the tree is the
     /// same: some are still without an identity (the poller otherwise reads only when the tree
-    /// changes, and a rank seen before its exec would stay unknown until the next birth), or
-    /// may still turn out spawned (see [`START_RECHECK_US`], [`MIN_START_LOOKS`]).
+    /// changes, and a rank seen before its exec would stay unknown until the next birth), may
+    /// still turn out spawned (see [`START_RECHECK_US`], [`MIN_START_LOOKS`]), or may still be a
+    /// launcher's child before its exec ([`Processes::copy_unsettled`]).
     pub fn wants_another_look(&self, now_us: u64) -> bool {
         self.known.iter().any(|(pid, k)| {
             k.in_tree
-                && (Self::unidentified(k, *pid, self.root) || Self::start_unsettled(k, now_us))
+                && (Self::unidentified(k, *pid, self.root)
+                    || Self::start_unsettled(k, now_us)
+                    || Self::copy_unsettled(k, now_us))
         })
     }
 
@@ -604,6 +616,79 @@ mod tests {
         assert_eq!(p.ranks(), [(child, 1)]);
         // Past the moment, a worker that stays a copy (a DataLoader worker) is not read again.
         assert!(!p.wants_another_look(1_000_000 + START_RECHECK_US + 1));
+    }
+
+    #[test]
+    fn a_launcher_s_child_read_with_its_identity_and_its_own_command_line_is_read_again_late() {
+        // torchrun's rank 0 under Slurm: its environment read before its exec (the agent's,
+        // the step's rank 0), its command line already its own (not a fork's: start unknown).
+        // On a loaded machine the next poll comes after START_RECHECK_US: it still reads again.
+        let mut root = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "sh -c 'sleep 0.5; exec env RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 sleep 5' & wait",
+            ])
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "2")
+            .spawn()
+            .unwrap();
+        let root_pid = root.id();
+        let (tree, child) = subshell_of(root_pid);
+        let mut p = Processes::new(root_pid);
+        let first = p.observe_tree(&tree, 10);
+        assert!(
+            first.iter().any(|r| matches!(r, Record::Process(i)
+                if i.pid == child && i.role == ProcessRole::Worker
+                    && i.start == StartMethod::Unknown && i.world_size == Some(2))),
+            "{first:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1_000));
+        let late = 10 + START_RECHECK_US + 1;
+        assert!(p.wants_another_look(late));
+        let again = p.observe_tree(&crate::host::process_tree(root_pid), late);
+        stop(&mut root);
+        assert!(
+            again.iter().any(|r| matches!(r, Record::Process(i)
+                if i.pid == child && i.role == ProcessRole::Rank && i.rank == Some(0)
+                    && i.world_size == Some(4))),
+            "{again:?}"
+        );
+        assert_eq!(p.ranks(), [(child, 0)]);
+    }
+
+    #[test]
+    fn a_worker_with_its_parent_s_identity_is_read_again_for_a_few_polls_then_left() {
+        // A forked DataLoader worker of a rank: a copy for good.
+        let mut root = std::process::Command::new("sh")
+            .args(["-c", "(sleep 5; true) & wait"])
+            .env("RANK", "1")
+            .env("LOCAL_RANK", "1")
+            .env("WORLD_SIZE", "2")
+            .spawn()
+            .unwrap();
+        let root_pid = root.id();
+        let (tree, child) = subshell_of(root_pid);
+        let mut p = Processes::new(root_pid);
+        p.observe_tree(&tree, 10);
+        assert_eq!(p.known[&child].info.role, ProcessRole::Worker);
+        for t_us in (20..START_RECHECK_US).step_by(100_000) {
+            p.observe_tree(&tree, t_us);
+        }
+        assert_eq!(p.known[&child].looks, 0, "polls within the moment");
+        let late = 10 + START_RECHECK_US + 1;
+        for _ in 0..8 {
+            p.observe_tree(&tree, late);
+        }
+        let k = &p.known[&child];
+        assert_eq!(
+            (k.info.role, k.looks),
+            (ProcessRole::Worker, MIN_START_LOOKS)
+        );
+        assert!(!Processes::copy_unsettled(k, late));
+        // Its start method was settled by the same polls: nothing more to look at.
+        assert!(!p.wants_another_look(late));
+        stop(&mut root);
     }
 
     /// Ends `sh -c '(…) & wait'` and what it started.
