@@ -5,8 +5,9 @@
 //! are not ranks. A process's rank comes, in order, from what it says itself (`rank=` in its
 //! messages: the zero-code hooks and the helpers send it, and it survives launchers that set the
 //! rank inside the process, like Ray or DeepSpeed's MPI path) and from the environment it was
-//! started with (`/proc/PID/environ`, read once per process with the launchers' variables of
-//! [`crate::launch_env`]). The collector's own `RANK` is never taken for the run's: in a
+//! started with (`/proc/PID/environ`, with the launchers' variables of [`crate::launch_env`]:
+//! read when the process is first seen, and again while it has no identity or its parent's, in
+//! case it was caught before its exec). The collector's own `RANK` is never taken for the run's: in a
 //! Kubeflow pod it is the node's index.
 //!
 //! A child with exactly its parent's identity is a worker of that parent (forked and spawned
@@ -30,7 +31,8 @@ struct Known {
     /// The tree walk has found it (a sender outside the tree is never taken for gone).
     in_tree: bool,
     /// Times its environment was read without finding an identity, or, for a worker with its
-    /// parent's identity, read again after [`START_RECHECK_US`] ([`Processes::copy_unsettled`]).
+    /// parent's identity, read again (the same, or none) after [`START_RECHECK_US`]
+    /// ([`Processes::copy_unsettled`]).
     looks: u8,
     /// When it was first seen: a child whose start method may still change is read again for
     /// [`START_RECHECK_US`] from then, and [`MIN_START_LOOKS`] polls after that.
@@ -130,7 +132,7 @@ impl Processes {
             let env = Identity::from_environ(&environ_of(*pid));
             if let Some(k) = self.known.get_mut(pid) {
                 if env == Identity::default() {
-                    k.looks += 1;
+                    k.looks = k.looks.saturating_add(1);
                     continue;
                 }
                 if env == k.env {
@@ -143,28 +145,7 @@ impl Processes {
                 // Its exec gave it an identity of its own: it is read as new.
                 self.known.remove(pid);
             }
-            let parent = if *pid == self.root {
-                None
-            } else {
-                parent_of(*pid)
-            };
-            let cmdline = cmdline_of(*pid);
-            let start = parent.map_or(StartMethod::Unknown, |p| {
-                start_method(&cmdline, &cmdline_of(p))
-            });
-            let start_open = parent.is_some() && (start == StartMethod::Fork || cmdline.is_empty());
-            let info = ProcessInfo {
-                t_us,
-                pid: *pid,
-                parent_pid: parent,
-                name: name_of(*pid).into(),
-                start,
-                ..ProcessInfo::default()
-            };
-            self.insert(info, env, true, &mut records);
-            if let Some(k) = self.known.get_mut(pid) {
-                k.start_open = start_open;
-            }
+            self.read_in(*pid, env, true, t_us, &mut records);
         }
         // Processes that left the tree are forgotten (a reused pid reads as a new process); a
         // rank's end is written.
@@ -192,10 +173,58 @@ impl Processes {
         records
     }
 
+    /// A process first seen (or seen again with an identity of its own after its exec), with
+    /// the identity its environment gave it: its parent, command line, start method and name
+    /// read, its role found, and its PROCESS record written.
+    fn read_in(
+        &mut self,
+        pid: u32,
+        env: Identity,
+        in_tree: bool,
+        t_us: u64,
+        records: &mut Vec<Record>,
+    ) {
+        let parent = if pid == self.root {
+            None
+        } else {
+            parent_of(pid)
+        };
+        let cmdline = cmdline_of(pid);
+        let start = parent.map_or(StartMethod::Unknown, |p| {
+            start_method(&cmdline, &cmdline_of(p))
+        });
+        let start_open = parent.is_some() && (start == StartMethod::Fork || cmdline.is_empty());
+        let info = ProcessInfo {
+            t_us,
+            pid,
+            parent_pid: parent,
+            name: name_of(pid).into(),
+            start,
+            ..ProcessInfo::default()
+        };
+        self.insert(info, env, in_tree, records);
+        if let Some(k) = self.known.get_mut(&pid) {
+            k.start_open = start_open;
+        }
+    }
+
     /// A process said who it is (a `process` message, or a mark or OOM with `rank=`): its word
     /// outranks its environment. Returns the record to write when this changes what is known.
     pub fn said(&mut self, pid: u32, said: &ProcessInfo, t_us: u64) -> Vec<Record> {
         let mut records = Vec::new();
+        // A copy of its parent not settled yet (a launcher's child read before its exec) is read
+        // again before its word is weighed: a rank's own `rank=` is no worker's echo, and what
+        // it says (its group) is not lost to a later poll reading it anew.
+        if let Some(k) = self.known.get(&pid)
+            && Self::copy_unsettled(k, t_us)
+        {
+            let env = Identity::from_environ(&environ_of(pid));
+            if env != Identity::default() && env != k.env {
+                let in_tree = k.in_tree;
+                self.known.remove(&pid);
+                self.read_in(pid, env, in_tree, t_us, &mut records);
+            }
+        }
         if !self.known.contains_key(&pid) {
             let info = ProcessInfo {
                 t_us,
@@ -312,14 +341,17 @@ impl Processes {
             && k.looks < MAX_LOOKS
     }
 
-    /// A worker with its parent's identity, first seen [`START_RECHECK_US`] ago at most, or read
-    /// again fewer than [`MIN_START_LOOKS`] times after that: a forked DataLoader worker, or a
-    /// launcher's child read before its exec, whatever its command line read (the exec can land
-    /// between the reads of its environment and of its command line; on a loaded machine the
-    /// polls of the moment can all come before the exec). Read again, see
-    /// [`Processes::observe_tree`]: torchrun's rank 0 under Slurm, its environment read as the
-    /// agent's (the step's rank 0) and its command line as its own, stayed the agent's worker,
-    /// and its own `rank=0` was then taken for a worker's echo (the Slurm test, under load).
+    /// A worker with an identity in its environment (its parent's: a worker's identity is its
+    /// rank parent's), first seen [`START_RECHECK_US`] ago at most, or read again fewer than
+    /// [`MIN_START_LOOKS`] times after that: a forked DataLoader worker, or a launcher's child
+    /// read before its exec, whatever its command line read (the exec can land between the reads
+    /// of its environment and of its command line; on a loaded machine the polls of the moment
+    /// can all come before the exec). Read again, see [`Processes::observe_tree`] and
+    /// [`Processes::said`]: torchrun's rank 0 under Slurm, its environment read as the agent's
+    /// (the step's rank 0) and its command line as its own, stayed the agent's worker, and its
+    /// own `rank=0` was then taken for a worker's echo (the Slurm test, under load). Not a
+    /// worker whose rank came from its rank parent's message: its environment names none of its
+    /// own to find.
     fn copy_unsettled(k: &Known, now_us: u64) -> bool {
         k.info.role == ProcessRole::Worker
             && k.env != Identity::default()
@@ -585,10 +617,14 @@ mod tests {
     fn a_launcher_s_child_with_its_identity_before_its_exec_becomes_a_rank_after_it() {
         // torchrun in a Slurm step has the step's rank; its child, between the fork and the
         // exec, has the same environment and reads as its worker. After the exec it has its own.
+        let gate = Gate::new("fork");
         let mut root = std::process::Command::new("sh")
             .args([
                 "-c",
-                "(sleep 0.5; exec env RANK=1 LOCAL_RANK=1 WORLD_SIZE=4 sleep 5) & wait",
+                &format!(
+                    "({}) & wait",
+                    gate.then("exec env RANK=1 LOCAL_RANK=1 WORLD_SIZE=4 sleep 5")
+                ),
             ])
             .env("RANK", "0")
             .env("LOCAL_RANK", "0")
@@ -605,7 +641,8 @@ mod tests {
             "{first:?}"
         );
         assert!(p.wants_another_look(20));
-        std::thread::sleep(std::time::Duration::from_millis(1_000));
+        gate.open();
+        exec_done(child, 4);
         let again = p.observe_tree(&crate::host::process_tree(root_pid), 1_000_000);
         stop(&mut root);
         assert!(
@@ -623,10 +660,14 @@ mod tests {
         // torchrun's rank 0 under Slurm: its environment read before its exec (the agent's,
         // the step's rank 0), its command line already its own (not a fork's: start unknown).
         // On a loaded machine the next poll comes after START_RECHECK_US: it still reads again.
+        let gate = Gate::new("exec");
         let mut root = std::process::Command::new("sh")
             .args([
                 "-c",
-                "sh -c 'sleep 0.5; exec env RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 sleep 5' & wait",
+                &format!(
+                    "sh -c '{}' & wait",
+                    gate.then("exec env RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 sleep 5")
+                ),
             ])
             .env("RANK", "0")
             .env("LOCAL_RANK", "0")
@@ -634,16 +675,23 @@ mod tests {
             .spawn()
             .unwrap();
         let root_pid = root.id();
-        let (tree, child) = subshell_of(root_pid);
+        let (_, child) = subshell_of(root_pid);
+        // Past the fork: the child runs `sh -c '…'`, a command line of its own.
+        let started = std::time::Instant::now();
+        while cmdline_of(child) == cmdline_of(root_pid) {
+            assert!(started.elapsed().as_secs() < 10, "no exec of {child}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let mut p = Processes::new(root_pid);
-        let first = p.observe_tree(&tree, 10);
+        let first = p.observe_tree(&crate::host::process_tree(root_pid), 10);
         assert!(
             first.iter().any(|r| matches!(r, Record::Process(i)
                 if i.pid == child && i.role == ProcessRole::Worker
                     && i.start == StartMethod::Unknown && i.world_size == Some(2))),
             "{first:?}"
         );
-        std::thread::sleep(std::time::Duration::from_millis(1_000));
+        gate.open();
+        exec_done(child, 4);
         let late = 10 + START_RECHECK_US + 1;
         assert!(p.wants_another_look(late));
         let again = p.observe_tree(&crate::host::process_tree(root_pid), late);
@@ -655,6 +703,46 @@ mod tests {
             "{again:?}"
         );
         assert_eq!(p.ranks(), [(child, 0)]);
+    }
+
+    #[test]
+    fn a_copy_s_own_word_is_weighed_after_its_environment_is_read_again() {
+        // The same child, its `rank=0` heard before any poll read it again: it is rank 0 (no
+        // worker's echo), and what it said (its group) is kept.
+        let gate = Gate::new("said");
+        let mut root = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "({}) & wait",
+                    gate.then("exec env RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 sleep 5")
+                ),
+            ])
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "2")
+            .spawn()
+            .unwrap();
+        let root_pid = root.id();
+        let (tree, child) = subshell_of(root_pid);
+        let mut p = Processes::new(root_pid);
+        p.observe_tree(&tree, 10);
+        assert_eq!(p.known[&child].info.role, ProcessRole::Worker);
+        gate.open();
+        exec_done(child, 4);
+        let word = ProcessInfo {
+            rank: Some(0),
+            group: Some("pp0".into()),
+            ..ProcessInfo::default()
+        };
+        p.said(child, &word, 500_000);
+        p.observe_tree(&crate::host::process_tree(root_pid), 600_000);
+        stop(&mut root);
+        let info = &p.known[&child].info;
+        assert_eq!(
+            (info.role, info.rank, info.group.as_deref()),
+            (ProcessRole::Rank, Some(0), Some("pp0"))
+        );
     }
 
     #[test]
@@ -689,6 +777,46 @@ mod tests {
         // Its start method was settled by the same polls: nothing more to look at.
         assert!(!p.wants_another_look(late));
         stop(&mut root);
+    }
+
+    /// A file that does not exist yet, for a shell to wait on: the test, not a sleep a loaded
+    /// machine stretches, decides when the process goes on (to its exec).
+    struct Gate(std::path::PathBuf);
+
+    impl Gate {
+        fn new(name: &str) -> Gate {
+            let path =
+                std::env::temp_dir().join(format!("oomscope-gate-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_file(&path);
+            Gate(path)
+        }
+
+        /// Shell words that wait for the gate, then run `command`.
+        fn then(&self, command: &str) -> String {
+            format!(
+                "until [ -e {} ]; do sleep 0.02; done; {command}",
+                self.0.display()
+            )
+        }
+
+        fn open(&self) {
+            std::fs::write(&self.0, b"").unwrap();
+        }
+    }
+
+    impl Drop for Gate {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// Waits (10 s at most) until `pid`'s environment says `world_size`: its exec is done.
+    fn exec_done(pid: u32, world_size: u32) {
+        let started = std::time::Instant::now();
+        while Identity::from_environ(&environ_of(pid)).world_size != Some(world_size) {
+            assert!(started.elapsed().as_secs() < 10, "no exec of {pid}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     /// Ends `sh -c '(…) & wait'` and what it started.
