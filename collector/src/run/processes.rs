@@ -618,19 +618,7 @@ mod tests {
         // torchrun in a Slurm step has the step's rank; its child, between the fork and the
         // exec, has the same environment and reads as its worker. After the exec it has its own.
         let gate = Gate::new("fork");
-        let mut root = std::process::Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                    "({}) & wait",
-                    gate.then("exec env RANK=1 LOCAL_RANK=1 WORLD_SIZE=4 sleep 5")
-                ),
-            ])
-            .env("RANK", "0")
-            .env("LOCAL_RANK", "0")
-            .env("WORLD_SIZE", "2")
-            .spawn()
-            .unwrap();
+        let mut root = agent("({}) & wait", &gate, 1);
         let root_pid = root.id();
         let (tree, child) = subshell_of(root_pid);
         let mut p = Processes::new(root_pid);
@@ -661,19 +649,7 @@ mod tests {
         // the step's rank 0), its command line already its own (not a fork's: start unknown).
         // On a loaded machine the next poll comes after START_RECHECK_US: it still reads again.
         let gate = Gate::new("exec");
-        let mut root = std::process::Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                    "sh -c '{}' & wait",
-                    gate.then("exec env RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 sleep 5")
-                ),
-            ])
-            .env("RANK", "0")
-            .env("LOCAL_RANK", "0")
-            .env("WORLD_SIZE", "2")
-            .spawn()
-            .unwrap();
+        let mut root = agent("sh -c '{}' & wait", &gate, 0);
         let root_pid = root.id();
         let (_, child) = subshell_of(root_pid);
         // Past the fork: the child runs `sh -c '…'`, a command line of its own.
@@ -710,19 +686,7 @@ mod tests {
         // The same child, its `rank=0` heard before any poll read it again: it is rank 0 (no
         // worker's echo), and what it said (its group) is kept.
         let gate = Gate::new("said");
-        let mut root = std::process::Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                    "({}) & wait",
-                    gate.then("exec env RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 sleep 5")
-                ),
-            ])
-            .env("RANK", "0")
-            .env("LOCAL_RANK", "0")
-            .env("WORLD_SIZE", "2")
-            .spawn()
-            .unwrap();
+        let mut root = agent("({}) & wait", &gate, 0);
         let root_pid = root.id();
         let (tree, child) = subshell_of(root_pid);
         let mut p = Processes::new(root_pid);
@@ -808,6 +772,22 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_file(&self.0);
         }
+    }
+
+    /// An agent in a Slurm step (the step's rank 0 of 2): `sh -c SHAPE`, `{}` in `SHAPE` the
+    /// words of its child, which waits on `gate`, then execs with an identity of its own (rank
+    /// `rank` of 4). `({}) & wait` forks the child; `sh -c '{}' & wait` execs a shell first.
+    fn agent(shape: &str, gate: &Gate, rank: u32) -> std::process::Child {
+        let child = gate.then(&format!(
+            "exec env RANK={rank} LOCAL_RANK={rank} WORLD_SIZE=4 sleep 5"
+        ));
+        std::process::Command::new("sh")
+            .args(["-c", &shape.replace("{}", &child)])
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", "2")
+            .spawn()
+            .unwrap()
     }
 
     /// Waits (10 s at most) until `pid`'s environment says `world_size`: its exec is done.
