@@ -16,6 +16,7 @@ A program says what it expects in its docstring, as `EXPECT = {...}` (a Python l
 - `shm_mib`: run it with a `/dev/shm` of that size, as in a container (a tmpfs mounted in a mount
   namespace of its own: `unshare -m`, root; else `skipped`); `exit_code`: the exit it must end
   with (0 otherwise);
+- `env`: variables set in the program's environment (e.g. `OOMSCOPE_MARK_INTERVAL_MS`);
 - `run_up_per_batch`: the fatal OOM's run-up (`analysis.run_up`) names what grew in the eval at
   within a third of the program's own `kept_bytes_per_batch`.
 What the program measured of itself (its storages' bytes, its step count) comes from the JSON
@@ -130,8 +131,8 @@ class Cgroup:
 def run_one(name, collector, python, out_dir):
     trace = os.path.join(out_dir, name + ".oomt")
     truth_path = os.path.join(out_dir, name + ".truth.json")
-    env = dict(os.environ, ZOO_TRUTH=truth_path)
     expect = expectations(name)
+    env = dict(os.environ, ZOO_TRUTH=truth_path, **expect.get("env", {}))
     argv = [collector, "run", "-q", "-o", trace, "--", python, name + ".py"]
     cgroup = None
     if "cgroup_mib" in expect:

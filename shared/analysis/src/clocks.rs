@@ -6,6 +6,7 @@
 
 use serde::Serialize;
 
+use crate::fit_marks::FitMarks;
 use crate::marks::{StageIndex, is_train};
 use crate::metrics::{MarkValues, MetricKey};
 use oomscope_format::Trace;
@@ -76,7 +77,7 @@ impl Clock {
 
 /// The marks a fit of the trace's clock ([`Clock::of`]) reads, found once for every fit: each
 /// mark's position on the clock, the marks off it before each (an eval between two training
-/// points), and each stage's marks on it. A live view keeps them from one analysis to the next
+/// points), and each stage's marks on it (thinned past [`crate::fit_marks::FIT_MARKS_MAX`]). A live view keeps them from one analysis to the next
 /// (`crate::Prepared`) and numbers only the marks appended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClockMarks {
@@ -86,8 +87,8 @@ pub struct ClockMarks {
     forwards: Vec<u64>,
     /// Marks off the step clock (not training's) before each mark: one more entry than marks.
     outside_train: Vec<u32>,
-    /// Each stage's marks on the clock, in mark order, by stage number.
-    on_clock: Vec<Vec<u32>>,
+    /// Each stage's marks on the clock as its fits read them, by stage number.
+    on_clock: Vec<FitMarks>,
 }
 
 impl ClockMarks {
@@ -145,9 +146,13 @@ impl ClockMarks {
             if clock.counts(mark.phase) {
                 let stage = stages.of_mark(i);
                 if self.on_clock.len() <= stage {
-                    self.on_clock.resize_with(stage + 1, Vec::new);
+                    self.on_clock.resize_with(stage + 1, FitMarks::default);
                 }
-                self.on_clock[stage].push(i as u32);
+                let position = match clock {
+                    Clock::Forward => forwards,
+                    _ => mark.step,
+                };
+                self.on_clock[stage].push(i as u32, position);
             }
         }
     }
@@ -171,9 +176,9 @@ impl ClockMarks {
         &self.outside_train
     }
 
-    /// Stage number `stage`'s marks on the clock, in mark order.
-    pub fn of_stage(&self, stage: usize) -> &[u32] {
-        self.on_clock.get(stage).map_or(&[], Vec::as_slice)
+    /// Stage number `stage`'s marks on the clock as its fits read them; `None` without any.
+    pub fn of_stage(&self, stage: usize) -> Option<&FitMarks> {
+        self.on_clock.get(stage)
     }
 }
 
@@ -317,9 +322,11 @@ mod tests {
         // Evals only: forwards, every mark on the clock, counted at each `pre_forward`.
         let marks = ClockMarks::new(&trace, &StageIndex::new(&trace));
         assert_eq!(marks.clock(), Clock::Forward);
+        let of_stage =
+            |marks: &ClockMarks, stage| marks.of_stage(stage).map(|m| m.marks().to_vec());
         assert_eq!(
-            (marks.of_stage(0), marks.of_stage(1)),
-            (&[0, 2][..], &[1, 4][..])
+            (of_stage(&marks, 0), of_stage(&marks, 1)),
+            (Some(vec![0, 2]), Some(vec![1, 4]))
         );
         let positions: Vec<u64> = (0..5).map(|i| marks.position(&trace, i)).collect();
         assert_eq!(positions, [1, 1, 2, 2, 2]);
@@ -332,7 +339,10 @@ mod tests {
         let marks = ClockMarks::new(&trace, &stages);
         assert_eq!(kept, marks);
         assert_eq!(marks.clock(), Clock::Step);
-        assert_eq!((marks.of_stage(0), marks.of_stage(1)), (&[][..], &[5][..]));
+        assert_eq!(
+            (of_stage(&marks, 0), of_stage(&marks, 1)),
+            (Some(vec![]), Some(vec![5]))
+        );
         assert_eq!(marks.outside_train(), [0, 1, 2, 3, 4, 5, 5]);
         assert_eq!(marks.position(&trace, 5), 9);
     }

@@ -154,8 +154,13 @@ pub struct GrowthFit {
     pub points: usize,
     /// Marks dropped as outliers.
     pub points_dropped: usize,
-    /// Distinct steps among the marks used.
+    /// Distinct steps among the marks used (of a stage thinned for its fit, see
+    /// [`crate::fit_marks`]: of all the stage's marks, each point standing for its block).
     pub steps: usize,
+    /// How many steps one point stands for: 1, unless the stage had more marks than
+    /// [`crate::fit_marks::FIT_MARKS_MAX`] and was fitted on the last of each block of this
+    /// many steps.
+    pub steps_per_point: u64,
     /// First step used.
     pub first_step: u64,
     /// Last step used.
@@ -307,8 +312,11 @@ pub fn leak_fits(
     let mut points: Vec<Point> = Vec::new();
     let mut out = Vec::new();
     for (stage, name) in stages.names().iter().enumerate() {
+        let Some(series) = clock_marks.of_stage(stage) else {
+            continue;
+        };
         base.clear();
-        base.extend(clock_marks.of_stage(stage).iter().map(|&i| {
+        base.extend(series.marks().iter().map(|&i| {
             let i = i as usize;
             let mark = &trace.marks[i];
             Point {
@@ -336,6 +344,10 @@ pub fn leak_fits(
             }
             if let Some(mut fit) = fit_stage(trace, values, name, index, &points, context) {
                 fit.clock = clock;
+                fit.steps_per_point = series.positions_per_point();
+                if fit.steps_per_point > 1 {
+                    fit.steps = series.distinct_positions();
+                }
                 let by_epoch = (clock == Clock::Step && !fit.is_leak)
                     .then(|| fit_epochs(trace, values, name, index, &points, context))
                     .flatten();
@@ -499,6 +511,7 @@ fn fit_epochs(
         points: medians.len(),
         points_dropped: 0,
         steps: medians.len(),
+        steps_per_point: 1,
         first_step: first.step,
         last_step: last.step,
         growth_bytes,
@@ -743,6 +756,7 @@ fn fit_stage(
         points: line.points,
         points_dropped: robust.dropped,
         steps,
+        steps_per_point: 1,
         first_step: first.step,
         last_step: last.step,
         growth_bytes: growth.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
@@ -1053,6 +1067,36 @@ mod tests {
         // Reserved grows with it; RSS does not.
         assert!(leaks.iter().any(|f| f.metric.label() == "reserved"));
         assert!(leaks.iter().all(|f| f.metric.label() != "host.rss"));
+    }
+
+    #[test]
+    fn a_long_run_is_fitted_on_each_block_s_last_step_with_its_rate_and_projection() {
+        // 10 000 steps, a mark a stage each: more than a fit reads one by one.
+        let leak = 2 * MIB;
+        let run = Run {
+            steps: 10_000,
+            leak_bytes_per_step: leak,
+            ..Run::default()
+        };
+        let fit = leaks(&run)
+            .into_iter()
+            .find(|f| f.stage == "post_optimizer_step" && f.metric.label() == "allocated")
+            .unwrap();
+        // Blocks of four steps: the first step and each block's last (step 3, 7, … 9 999).
+        assert_eq!(fit.steps_per_point, 4);
+        assert_eq!((fit.points, fit.steps), (2_501, 10_000));
+        assert_eq!((fit.first_step, fit.last_step), (0, 9_999));
+        assert!((fit.slope_bytes_per_step - leak as f64).abs() < 1.0);
+        assert_eq!(fit.growth_bytes, (9_999 * leak) as i64);
+        let p = fit.projection.unwrap();
+        assert_eq!(p.current_bytes, 28 * GIB + 9_999 * leak);
+        assert_eq!(p.us_per_step, Some(250_000.0));
+        // The same run without the leak: flat, thinned the same way.
+        let clean = fits(&Run {
+            steps: 10_000,
+            ..Run::default()
+        });
+        assert!(clean.iter().all(|f| !f.is_leak && f.steps_per_point == 4));
     }
 
     #[test]

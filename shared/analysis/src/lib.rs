@@ -18,6 +18,7 @@ pub mod clocks;
 pub mod compare;
 pub mod estimate;
 pub mod fit;
+pub mod fit_marks;
 pub mod host;
 pub mod inputs;
 pub mod job;

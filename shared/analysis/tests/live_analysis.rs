@@ -103,6 +103,17 @@ fn long_runs_read_live_are_analysed_as_whole() {
             },
         ),
         (
+            // Past the marks a stage's fit reads one by one (`fit_marks`): thinned as they come.
+            "a stage's marks thinned for its fit",
+            TrainingRun {
+                steps: 9_000,
+                leak_bytes_per_step: 1 << 20,
+                eval_every: Some(700),
+                seed: 7,
+                ..TrainingRun::default()
+            },
+        ),
+        (
             "sampled, no allocator statistics",
             TrainingRun {
                 steps: 1_000,
@@ -116,6 +127,11 @@ fn long_runs_read_live_are_analysed_as_whole() {
         let bytes = run.to_bytes();
         let refreshes = follow_and_compare(name, &bytes, 13);
         assert!(refreshes >= 10, "{name}: {refreshes} refreshes had marks");
+        let mut whole = Follower::default();
+        whole.push(&bytes).unwrap();
+        let analysis = analyze(whole.trace().unwrap(), &AnalysisOptions::default());
+        let thinned = analysis.leak_fits.iter().any(|f| f.steps_per_point > 1);
+        assert_eq!(thinned, run.steps > 4_096, "{name}: fits thinned");
     }
 }
 
