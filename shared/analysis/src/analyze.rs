@@ -14,8 +14,8 @@ use crate::prepared::Prepared;
 use crate::recommend::RuleContext;
 use crate::stages::StageTableOptions;
 use crate::{
-    batch_fit, estimate, inputs, leaks, node, oom, overhead, peaks, phases, rank_views, ranks,
-    recommend, run_up, shm, stage_breakdown, stages, trend, workers,
+    batch_fit, estimate, inputs, leaks, node, oom, peaks, phases, rank_views, ranks, recommend,
+    run_up, shm, stage_breakdown, stages, trend, workers,
 };
 use oomscope_format::Trace;
 
@@ -79,7 +79,8 @@ fn analyze_one(
 ) -> Analysis {
     let (values, stage_index) = (prepared.values(), prepared.stages());
     let several_ranks = prepared.ranks(trace).len() >= 2;
-    let peaks = peaks::peaks(trace, values, several_ranks);
+    let columns = prepared.columns(trace);
+    let peaks = peaks::peaks_with(trace, values, several_ranks, &columns);
     let stage_options = StageTableOptions {
         baseline_mark: options.baseline_mark,
     };
@@ -125,13 +126,13 @@ fn analyze_one(
             None => prepared.stage_table(trace),
             Some(_) => stages::stage_table(trace, values, stage_index, &stage_options),
         },
-        largest_growth: stages::largest_growth(trace, values),
+        largest_growth: stages::largest_growth_with(trace, values, &columns),
         input_peak: inputs::input_peak(trace, values),
         leak_fits,
         time_trends: trend::time_trends(trace),
         growing_workers,
         pressure: prepared.pressure(trace),
-        outside_allocator: overhead::outside_allocator(trace, values),
+        outside_allocator: prepared.outside_allocator(trace),
         host_memory: prepared.host_memory(trace),
         phase_transitions,
         training_peak,

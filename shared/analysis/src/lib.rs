@@ -15,6 +15,7 @@ mod analysis;
 mod analyze;
 pub mod batch_fit;
 pub mod clocks;
+pub mod column_scan;
 pub mod compare;
 pub mod estimate;
 pub mod fit;

@@ -14,9 +14,9 @@
 
 use serde::Serialize;
 
-use crate::fit::median;
+use std::collections::BTreeMap;
+
 use crate::metrics::{MarkValues, MetricKey, counter_with_data, reserved_metric};
-use crate::stages::signed_delta;
 use oomscope_format::{CounterId, CounterKind, Trace};
 
 /// Process GPU memory minus allocator reserved, over the marks that have both.
@@ -99,71 +99,153 @@ pub fn process_gpu_at_mark(
 /// Measures memory outside the allocator; `None` without a mark where both values are known and
 /// the process reading is not stale.
 pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAllocator> {
-    let process = MetricKey::of_counter(trace, counter_with_data(trace, CounterKind::ProcessGpu)?);
-    let reserved = reserved_metric(trace)?;
-    let (p, r) = (values.index_of(process)?, values.index_of(reserved)?);
-    // (mark index, process, reserved) where both are known, read again for each median rather
-    // than kept: a day's marks would hold three copies of them at once (90 MB of 1.2 M marks).
-    let both = || {
-        values
-            .column(p)
-            .iter()
-            .zip(values.column(r).iter())
-            .enumerate()
-            .filter_map(|(i, (p, r))| p.zip(r).map(|(p, r)| (i, p, r)))
-            .filter(|(_, process, reserved)| process >= reserved)
-    };
-    let mut marks = 0;
-    let mut first_step = u64::MAX;
-    let mut max_bytes = i64::MIN;
-    let mut previous: Option<(usize, u64)> = None;
-    // (from, to, rise), the largest, the earliest among equals.
-    let mut rise: Option<(usize, usize, u64)> = None;
-    let mut scratch: Vec<f64> = Vec::new();
-    for (i, process, reserved) in both() {
-        marks += 1;
-        first_step = first_step.min(trace.marks[i].step);
-        max_bytes = max_bytes.max(signed_delta(process, reserved));
-        scratch.push(signed_delta(process, reserved) as f64);
-        let outside = process - reserved;
-        if let Some((from, before)) = previous {
-            let bytes = outside.saturating_sub(before);
-            if bytes >= OUTSIDE_RISE_MIN_BYTES && rise.is_none_or(|(_, _, most)| bytes > most) {
-                rise = Some((from, i, bytes));
+    OutsideScan::default().report(trace, values)
+}
+
+/// [`outside_allocator`] as a fold over the marks (`crate::Prepared` keeps it from one analysis
+/// of a trace still being written to the next and adds the marks whose values are settled).
+/// Its medians are exact: each series is kept as counts of its distinct values, which are few
+/// (memory moves by whole pages and the allocator's segments: at most 5 distinct values in the
+/// committed GPU traces, 1 in the day's 1.2 M marks), where a copy of every value would be
+/// 10 MB a series on a day-long trace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutsideScan {
+    /// The metrics read (process, reserved, as numbered in the values), `None` before any.
+    columns: Option<(usize, usize)>,
+    /// Marks read.
+    marks: usize,
+    /// Marks with both values and a reading not stale.
+    both: usize,
+    first_step: Option<u64>,
+    max_bytes: Option<u64>,
+    /// The last such mark and its bytes outside the allocator.
+    previous: Option<(usize, u64)>,
+    /// (from, to, rise), the largest, the earliest among equals.
+    rise: Option<(usize, usize, u64)>,
+    /// Each series' values and how often each came.
+    outside: BTreeMap<u64, usize>,
+    process: BTreeMap<u64, usize>,
+    reserved: BTreeMap<u64, usize>,
+}
+
+impl OutsideScan {
+    /// The metrics of `values` it reads: the process's GPU memory and the allocator's reserved.
+    fn columns_of(trace: &Trace, values: &MarkValues) -> Option<(usize, usize)> {
+        let process =
+            MetricKey::of_counter(trace, counter_with_data(trace, CounterKind::ProcessGpu)?);
+        Some((
+            values.index_of(process)?,
+            values.index_of(reserved_metric(trace)?)?,
+        ))
+    }
+
+    /// Marks read so far.
+    pub fn marks(&self) -> usize {
+        self.marks
+    }
+
+    /// The marks from the last read up to (not including) mark `to` read; all from the first
+    /// when the metrics read are others now (a counter's first readings).
+    pub fn add(&mut self, trace: &Trace, values: &MarkValues, to: usize) {
+        let columns = OutsideScan::columns_of(trace, values);
+        if columns != self.columns {
+            *self = OutsideScan {
+                columns,
+                ..OutsideScan::default()
+            };
+        }
+        let from = self.marks;
+        self.marks = self.marks.max(to);
+        let Some((p, r)) = columns else {
+            return;
+        };
+        if to <= from {
+            return;
+        }
+        let process = values.column(p).range(from..to);
+        let reserved = values.column(r).range(from..to);
+        for (i, (process, reserved)) in process.iter().zip(reserved.iter()).enumerate() {
+            let Some((process, reserved)) = process.zip(reserved) else {
+                continue;
+            };
+            if process < reserved {
+                continue;
             }
+            let i = from + i;
+            let outside = process - reserved;
+            self.both += 1;
+            let step = trace.marks[i].step;
+            self.first_step = Some(self.first_step.map_or(step, |f| f.min(step)));
+            self.max_bytes = Some(self.max_bytes.map_or(outside, |m| m.max(outside)));
+            if let Some((from, before)) = self.previous {
+                let bytes = outside.saturating_sub(before);
+                if bytes >= OUTSIDE_RISE_MIN_BYTES
+                    && self.rise.is_none_or(|(_, _, most)| bytes > most)
+                {
+                    self.rise = Some((from, i, bytes));
+                }
+            }
+            self.previous = Some((i, outside));
+            *self.outside.entry(outside).or_default() += 1;
+            *self.process.entry(process).or_default() += 1;
+            *self.reserved.entry(reserved).or_default() += 1;
         }
-        previous = Some((i, outside));
     }
-    if marks == 0 {
-        return None;
-    }
-    let largest_rise = rise.map(|(from, to, bytes)| {
-        let (a, b) = (&trace.marks[from], &trace.marks[to]);
-        OutsideRise {
-            bytes,
-            from_stage: a.name.to_string(),
-            from_step: a.step,
-            to_stage: b.name.to_string(),
-            to_step: b.step,
-            first_step: b.step == first_step,
+
+    /// [`outside_allocator`] of `trace`, the trace these marks were read from: what was read and
+    /// the marks after it.
+    pub fn report(&self, trace: &Trace, values: &MarkValues) -> Option<OutsideAllocator> {
+        let mut all = self.clone();
+        all.add(trace, values, trace.marks.len());
+        let (p, r) = all.columns?;
+        if all.both == 0 {
+            return None;
         }
-    });
-    let median_bytes = median(&mut scratch) as i64;
-    let mut median_of = |f: fn((usize, u64, u64)) -> u64| {
-        scratch.clear();
-        scratch.extend(both().map(|x| f(x) as f64));
-        median(&mut scratch) as u64
-    };
-    Some(OutsideAllocator {
-        process_metric: values.key(p),
-        reserved_metric: values.key(r),
-        marks,
-        median_bytes,
-        max_bytes,
-        median_process_bytes: median_of(|x| x.1),
-        median_reserved_bytes: median_of(|x| x.2),
-        largest_rise,
-    })
+        let largest_rise = all.rise.map(|(from, to, bytes)| {
+            let (a, b) = (&trace.marks[from], &trace.marks[to]);
+            OutsideRise {
+                bytes,
+                from_stage: a.name.to_string(),
+                from_step: a.step,
+                to_stage: b.name.to_string(),
+                to_step: b.step,
+                first_step: Some(b.step) == all.first_step,
+            }
+        });
+        Some(OutsideAllocator {
+            process_metric: values.key(p),
+            reserved_metric: values.key(r),
+            marks: all.both,
+            median_bytes: counted_median(&all.outside, all.both) as i64,
+            max_bytes: all.max_bytes.map_or(i64::MIN, |m| m as i64),
+            median_process_bytes: counted_median(&all.process, all.both) as u64,
+            median_reserved_bytes: counted_median(&all.reserved, all.both) as u64,
+            largest_rise,
+        })
+    }
+}
+
+/// The median of the `n` values `counts` holds (each value, how often), as
+/// [`crate::fit::median`] takes it: the middle one, or the mean of the two middle ones.
+fn counted_median(counts: &BTreeMap<u64, usize>, n: usize) -> f64 {
+    // The values at sorted positions `n / 2 - 1` (when n is even) and `n / 2`.
+    let mut seen = 0;
+    let (mut lower, mut upper) = (None, None);
+    for (&value, &count) in counts {
+        let next = seen + count;
+        if n.is_multiple_of(2) && lower.is_none() && n / 2 >= 1 && n / 2 - 1 < next {
+            lower = Some(value as f64);
+        }
+        if n / 2 < next {
+            upper = Some(value as f64);
+            break;
+        }
+        seen = next;
+    }
+    match (lower, upper) {
+        (Some(lower), Some(upper)) => (lower + upper) / 2.0,
+        (_, upper) => upper.unwrap_or(0.0),
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +253,24 @@ mod tests {
     use super::*;
     use oomscope_format::units::{GIB, MIB};
     use oomscope_testkit::run::{Run, add_outside_allocator};
+
+    proptest::proptest! {
+        /// The median of counted values is the median of the values.
+        #[test]
+        fn a_median_of_counts_is_the_values_median(
+            values in proptest::collection::vec(0u64..40, 1..200),
+        ) {
+            let mut counts = BTreeMap::new();
+            for v in &values {
+                *counts.entry(v << 21).or_default() += 1;
+            }
+            let mut plain: Vec<f64> = values.iter().map(|v| (v << 21) as f64).collect();
+            proptest::prop_assert_eq!(
+                counted_median(&counts, values.len()),
+                crate::fit::median(&mut plain)
+            );
+        }
+    }
 
     fn measure(run: &Run) -> Option<OutsideAllocator> {
         let trace = run.build();

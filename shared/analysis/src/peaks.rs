@@ -357,6 +357,17 @@ pub fn has_allocator_data(trace: &Trace) -> bool {
 /// statistics, then each memory-in-use counter with data, in declaration order. `several_ranks`:
 /// the trace holds two ranks or more ([`crate::rank_views::ranks_of`]).
 pub fn peaks(trace: &Trace, values: &MarkValues, several_ranks: bool) -> Vec<Peak> {
+    let columns = crate::column_scan::ColumnScan::new(trace, values);
+    peaks_with(trace, values, several_ranks, &columns)
+}
+
+/// [`peaks`] with the marks' values' highest already found (`columns`, of every mark).
+pub fn peaks_with(
+    trace: &Trace,
+    values: &MarkValues,
+    several_ranks: bool,
+    columns: &crate::column_scan::ColumnScan,
+) -> Vec<Peak> {
     let allocator = has_allocator_data(trace);
     let has_process = counter_with_data(trace, CounterKind::ProcessGpu).is_some();
     let on_host = tensors_on_host(trace);
@@ -411,7 +422,7 @@ pub fn peaks(trace: &Trace, values: &MarkValues, several_ranks: bool) -> Vec<Pea
         let Some(measure) = metric.measure() else {
             continue;
         };
-        if let Some((mark, bytes)) = first_max(values.column(index).iter()) {
+        if let Some((mark, bytes)) = columns.first_max(index) {
             let t_us = trace.marks[mark].t_us;
             let label = values.key(index);
             let mut peak = finish(label, PeakSource::Marks, measure, None, bytes, t_us);
@@ -512,19 +523,6 @@ fn forward_rise(trace: &Trace, values: &MarkValues, metric: MetricKey) -> Option
     }
     rises.sort_unstable();
     Some(rises[rises.len() / 2])
-}
-
-/// Index and value of the first maximum of the present values.
-fn first_max(values: impl Iterator<Item = Option<u64>>) -> Option<(usize, u64)> {
-    let mut best: Option<(usize, u64)> = None;
-    for (i, v) in values.enumerate() {
-        if let Some(v) = v
-            && best.is_none_or(|(_, b)| v > b)
-        {
-            best = Some((i, v));
-        }
-    }
-    best
 }
 
 /// The peak whose make-up the summary and the viewer show: the memory peak ([`memory_peak`]) when
@@ -943,15 +941,6 @@ mod tests {
                 bytes: 30
             }
         );
-    }
-
-    #[test]
-    fn first_time_the_maximum_is_reached() {
-        assert_eq!(
-            first_max([Some(1), None, Some(3), Some(3)].into_iter()),
-            Some((2, 3))
-        );
-        assert_eq!(first_max([None, None].into_iter()), None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! What the analyses read at every mark, found once for all of them ([`Prepared`]): each
 //! metric's value there ([`MarkValues`]), each mark's stage ([`StageIndex`]), its place on the
 //! fits' clock ([`ClockMarks`]), the marks' distinct steps ([`MarkSteps`]), ranks
-//! ([`MarkRanks`]) and senders ([`MarkingPids`]), the stage table's sums ([`StageSums`]), and
+//! ([`MarkRanks`]) and senders ([`MarkingPids`]), the stage table's sums ([`StageSums`]), the
+//! memory outside the allocator ([`OutsideScan`]), each metric's highest value and largest rise
+//! ([`ColumnScan`]), and
 //! the passes over every sample row kept as folds ([`HostScan`], [`PressureScan`]). Why it is a
 //! value of its own: a live view keeps it from one analysis of a trace still being written to
 //! the next (`crate::analyze_prepared`) and extends it with the marks and samples appended, so
@@ -10,9 +12,11 @@
 //! `shared/analysis/tests/live_analysis.rs` checks piece by piece.
 
 use crate::clocks::ClockMarks;
+use crate::column_scan::ColumnScan;
 use crate::host::{HostMemory, HostScan};
 use crate::marks::{MarkSteps, StageIndex};
 use crate::metrics::MarkValues;
+use crate::overhead::{OutsideAllocator, OutsideScan};
 use crate::pressure::{PressureReport, PressureScan};
 use crate::rank_views::{MarkRanks, RankProcess};
 use crate::stages::{StageSums, StageTable};
@@ -33,6 +37,10 @@ pub struct Prepared {
     clock_marks: ClockMarks,
     /// The stage table's sums over the marks whose values are settled.
     stage_sums: StageSums,
+    /// The memory outside the allocator over the marks whose values are settled.
+    outside: OutsideScan,
+    /// Each metric's highest value and largest rise over the marks whose values are settled.
+    columns: ColumnScan,
     /// The host's tightest moment, over the rows read.
     host: HostScan,
     /// The allocator's pressure, over the marks and rows read.
@@ -46,12 +54,18 @@ impl Prepared {
         let stages = StageIndex::new(trace);
         let mut stage_sums = StageSums::new(&values, vec![None; values.keys().len()]);
         stage_sums.add(trace, &values, &stages, values.settled_marks());
+        let mut outside = OutsideScan::default();
+        outside.add(trace, &values, values.settled_marks());
+        let mut columns = ColumnScan::default();
+        columns.add(&values, values.settled_marks());
         let (mut host, mut pressure) = (HostScan::default(), PressureScan::default());
         host.extend(trace);
         pressure.extend(trace);
         Prepared {
             clock_marks: ClockMarks::new(trace, &stages),
             stage_sums,
+            outside,
+            columns,
             host,
             pressure,
             steps: MarkSteps::new(trace),
@@ -71,9 +85,17 @@ impl Prepared {
             let keys = self.values.keys().len();
             self.stage_sums = StageSums::new(&self.values, vec![None; keys]);
         }
+        if changed == 0 || changed < self.outside.marks() {
+            self.outside = OutsideScan::default();
+        }
+        if changed == 0 || changed < self.columns.marks() {
+            self.columns = ColumnScan::default();
+        }
         let settled = self.values.settled_marks();
         self.stage_sums
             .add(trace, &self.values, &self.stages, settled);
+        self.outside.add(trace, &self.values, settled);
+        self.columns.add(&self.values, settled);
         self.host.extend(trace);
         self.pressure.extend(trace);
         self.steps.extend(trace);
@@ -112,6 +134,17 @@ impl Prepared {
         let mut sums = self.stage_sums.clone();
         sums.add(trace, &self.values, &self.stages, trace.marks.len());
         sums.table(&self.values, &self.stages, None)
+    }
+
+    /// [`crate::overhead::outside_allocator`] of `trace`, the trace this was brought up to.
+    pub fn outside_allocator(&self, trace: &Trace) -> Option<OutsideAllocator> {
+        self.outside.report(trace, &self.values)
+    }
+
+    /// Each metric's highest value and largest rise at the marks of `trace`, the trace this was
+    /// brought up to.
+    pub fn columns(&self, trace: &Trace) -> ColumnScan {
+        self.columns.completed(trace, &self.values)
     }
 
     /// [`crate::host::host_memory`] of `trace`, the trace this was brought up to.

@@ -301,18 +301,21 @@ impl StageSums {
 
 /// The largest increase of the primary metric between any two consecutive marks.
 pub fn largest_growth(trace: &Trace, values: &MarkValues) -> Option<Growth> {
+    largest_growth_with(
+        trace,
+        values,
+        &crate::column_scan::ColumnScan::new(trace, values),
+    )
+}
+
+/// [`largest_growth`] with the marks' values' rises already found (`columns`, of every mark).
+pub fn largest_growth_with(
+    trace: &Trace,
+    values: &MarkValues,
+    columns: &crate::column_scan::ColumnScan,
+) -> Option<Growth> {
     let primary = values.primary()?;
-    let column = values.column(primary);
-    let mut best: Option<(usize, u64)> = None;
-    for (i, pair) in column.iter().zip(column.iter().skip(1)).enumerate() {
-        if let (Some(before), Some(after)) = pair
-            && after > before
-            && best.is_none_or(|(_, b)| after - before > b)
-        {
-            best = Some((i + 1, after - before));
-        }
-    }
-    let (to, bytes) = best?;
+    let (to, bytes) = columns.largest_rise(primary)?;
     let (from_mark, to_mark) = (&trace.marks[to - 1], &trace.marks[to]);
     Some(Growth {
         metric: values.key(primary),
