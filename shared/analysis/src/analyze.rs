@@ -14,8 +14,8 @@ use crate::prepared::Prepared;
 use crate::recommend::RuleContext;
 use crate::stages::StageTableOptions;
 use crate::{
-    batch_fit, estimate, inputs, leaks, node, oom, peaks, phases, rank_views, ranks, recommend,
-    run_up, shm, stage_breakdown, stages, trend, workers,
+    batch_fit, estimate, inputs, leaks, node, oom, peaks, rank_views, ranks, recommend, run_up,
+    shm, stage_breakdown, stages, trend, workers,
 };
 use oomscope_format::Trace;
 
@@ -114,8 +114,7 @@ fn analyze_one(
         .or(at_peak)
         .or_else(|| trace.components.last())
         .and_then(estimate::against_estimate);
-    let phase_transitions = phases::phase_transitions(trace, values);
-    let training_peak = phases::training_peak(trace, values, &phase_transitions);
+    let (phase_transitions, training_peak) = prepared.phases(trace);
     let ooms = oom::oom_contexts(trace);
     let run_up = run_up::run_up(trace, &ooms, &phase_transitions);
     let mut analysis = Analysis {

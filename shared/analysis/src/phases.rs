@@ -80,105 +80,283 @@ pub const FLOOR_MARKS: usize = 3;
 
 /// Every train→eval→train transition, measured with the primary metric. Linear in the marks.
 pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransition> {
-    let Some(primary) = values.primary() else {
-        return Vec::new();
-    };
+    PhaseScan::default().report(trace, values).0
+}
+
+/// Whether mark `i` is an eval's first: an eval mark after a training one, or before the first
+/// training mark (`first_train`).
+fn starts_eval(marks: &Marks, i: usize, first_train: usize) -> bool {
+    marks[i].phase == Phase::Eval && (i < first_train || is_train(marks[i - 1].phase))
+}
+
+/// The eval whose first mark is `i`, measured with metric number `primary` (`leading`: before
+/// any training); with the mark after it (`eval_end`) and the next eval's first (`train_end`),
+/// or the number of marks where there is none.
+fn transition_at(
+    trace: &Trace,
+    values: &MarkValues,
+    primary: usize,
+    i: usize,
+    leading: bool,
+) -> (PhaseTransition, usize, usize) {
     let column = values.column(primary);
     let marks = &trace.marks;
-    let mut out = Vec::new();
-    // A run that never trains has no evals: its forwards are the run (`leaks::Clock::Forward`).
-    let Some(first_train) = marks.iter().position(|m| is_train(m.phase)) else {
-        return Vec::new();
+    let before = (!leading).then(|| i - 1);
+    let eval_end = (i..marks.len())
+        .find(|&j| marks[j].phase != Phase::Eval)
+        .unwrap_or(marks.len());
+    let sampled_until = marks.get(eval_end).map_or(u64::MAX, |m| m.t_us);
+    let eval_peak = column
+        .range(i..eval_end)
+        .iter()
+        .flatten()
+        .chain(sampled_peak(
+            trace,
+            values,
+            primary,
+            marks[i].t_us,
+            sampled_until,
+        ))
+        .max();
+    let within_stage = marks[i].name.as_ref();
+    let batches: Vec<usize> = (i..eval_end)
+        .filter(|&j| marks[j].name.as_ref() == within_stage)
+        .collect();
+    let within_growth = match (batches.first(), batches.last()) {
+        (Some(&a), Some(&b)) if batches.len() >= 2 => column
+            .get(a)
+            .zip(column.get(b))
+            .map(|(a, b)| signed_delta(b, a)),
+        _ => None,
     };
-    let first_train = Some(first_train);
-    let mut i = 0;
-    while i < marks.len() {
-        let leading = first_train.is_none_or(|f| i < f);
-        if !(marks[i].phase == Phase::Eval && (leading || is_train(marks[i - 1].phase))) {
-            i += 1;
-            continue;
-        }
-        let before = (!leading).then(|| i - 1);
-        let eval_end = (i..marks.len())
-            .find(|&j| marks[j].phase != Phase::Eval)
-            .unwrap_or(marks.len());
-        let sampled_until = marks.get(eval_end).map_or(u64::MAX, |m| m.t_us);
-        let eval_peak = column
-            .range(i..eval_end)
+    // The next training stretch: up to the next eval mark.
+    let train_end = (eval_end..marks.len())
+        .find(|&j| marks[j].phase == Phase::Eval)
+        .unwrap_or(marks.len());
+    let exit = (eval_end < train_end).then_some(eval_end);
+    let before_bytes = before.and_then(|b| column.get(b));
+    // What an eval keeps is read floor to floor: the training stretch's floor before it
+    // against the one after it, at the before-stage.
+    let kept = before.and_then(|before| {
+        let stage = marks[before].name.as_ref();
+        let start = marks[..before]
             .iter()
-            .flatten()
-            .chain(sampled_peak(
-                trace,
-                values,
-                primary,
-                marks[i].t_us,
-                sampled_until,
-            ))
-            .max();
-        let within_stage = marks[i].name.as_ref();
-        let batches: Vec<usize> = (i..eval_end)
-            .filter(|&j| marks[j].name.as_ref() == within_stage)
-            .collect();
-        let within_growth = match (batches.first(), batches.last()) {
-            (Some(&a), Some(&b)) if batches.len() >= 2 => column
-                .get(a)
-                .zip(column.get(b))
-                .map(|(a, b)| signed_delta(b, a)),
-            _ => None,
+            .rposition(|m| m.phase == Phase::Eval)
+            .map_or(0, |p| p + 1);
+        let readings = |range: std::ops::Range<usize>| -> Vec<(usize, u64, u64)> {
+            range
+                .filter(|&j| marks[j].name.as_ref() == stage)
+                .filter_map(|j| column.get(j).map(|v| (j, marks[j].step, v)))
+                .collect()
         };
-        // The next training stretch: up to the next eval mark.
-        let train_end = (eval_end..marks.len())
-            .find(|&j| marks[j].phase == Phase::Eval)
-            .unwrap_or(marks.len());
-        let exit = (eval_end < train_end).then_some(eval_end);
-        let before_bytes = before.and_then(|b| column.get(b));
-        // What an eval keeps is read floor to floor: the training stretch's floor before it
-        // against the one after it, at the before-stage.
-        let kept = before.and_then(|before| {
-            let stage = marks[before].name.as_ref();
-            let start = marks[..before]
-                .iter()
-                .rposition(|m| m.phase == Phase::Eval)
-                .map_or(0, |p| p + 1);
-            let readings = |range: std::ops::Range<usize>| -> Vec<(usize, u64, u64)> {
-                range
-                    .filter(|&j| marks[j].name.as_ref() == stage)
-                    .filter_map(|j| column.get(j).map(|v| (j, marks[j].step, v)))
-                    .collect()
-            };
-            kept_floor_to_floor(&readings(start..before + 1), &readings(eval_end..train_end))
-        });
-        let after = match before {
-            Some(_) => kept.map(|k| k.after).or(exit),
-            None => exit,
-        };
-        // After an eval before any training there is nothing to compare with.
-        let after_bytes = before.and(after).and_then(|j| column.get(j));
-        out.push(PhaseTransition {
-            metric: values.key(primary),
-            before_stage: before.map(|b| marks[b].name.as_ref().to_owned()),
-            before_step: before.map(|b| marks[b].step),
-            before_bytes,
-            entry_step: marks[i].step,
-            entry_t_us: marks[i].t_us,
-            eval_marks: eval_end - i,
-            eval_peak_bytes: eval_peak,
-            within_stage: (batches.len() >= 2).then(|| within_stage.to_owned()),
-            eval_batches: batches.len(),
-            within_growth_bytes: within_growth,
-            after_stage: after.map(|j| marks[j].name.as_ref().to_owned()),
-            after_step: after.map(|j| marks[j].step),
-            exit_t_us: exit.map(|j| marks[j].t_us),
-            after_bytes,
-            jump_bytes: before_bytes.zip(eval_peak).map(|(b, p)| signed_delta(p, b)),
-            floor_before_bytes: kept.map(|k| k.floor_before_bytes),
-            floor_before_step: kept.map(|k| k.floor_before_step),
-            training_slope_bytes: kept.map(|k| k.slope_bytes),
-            retained_bytes: kept.map(|k| k.retained_bytes),
-        });
-        i = eval_end.max(i + 1);
+        kept_floor_to_floor(&readings(start..before + 1), &readings(eval_end..train_end))
+    });
+    let after = match before {
+        Some(_) => kept.map(|k| k.after).or(exit),
+        None => exit,
+    };
+    // After an eval before any training there is nothing to compare with.
+    let after_bytes = before.and(after).and_then(|j| column.get(j));
+    let transition = PhaseTransition {
+        metric: values.key(primary),
+        before_stage: before.map(|b| marks[b].name.as_ref().to_owned()),
+        before_step: before.map(|b| marks[b].step),
+        before_bytes,
+        entry_step: marks[i].step,
+        entry_t_us: marks[i].t_us,
+        eval_marks: eval_end - i,
+        eval_peak_bytes: eval_peak,
+        within_stage: (batches.len() >= 2).then(|| within_stage.to_owned()),
+        eval_batches: batches.len(),
+        within_growth_bytes: within_growth,
+        after_stage: after.map(|j| marks[j].name.as_ref().to_owned()),
+        after_step: after.map(|j| marks[j].step),
+        exit_t_us: exit.map(|j| marks[j].t_us),
+        after_bytes,
+        jump_bytes: before_bytes.zip(eval_peak).map(|(b, p)| signed_delta(p, b)),
+        floor_before_bytes: kept.map(|k| k.floor_before_bytes),
+        floor_before_step: kept.map(|k| k.floor_before_step),
+        training_slope_bytes: kept.map(|k| k.slope_bytes),
+        retained_bytes: kept.map(|k| k.retained_bytes),
+    };
+    (transition, eval_end, train_end)
+}
+
+/// [`phase_transitions`] and [`training_peak`] as a fold over the marks: `crate::Prepared` keeps
+/// it from one analysis of a trace still being written to the next. An eval is measured for good
+/// once the next one has begun and every mark before that is settled (what it reads ends there);
+/// the walk to the next eval and training's highest reading go on from where they got to, so an
+/// analysis reads the marks since the last eval measured for good, not all of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PhaseScan {
+    /// The primary metric the evals were measured with.
+    primary: Option<MetricKey>,
+    /// The first training mark, once read; before, the marks read up to `searched` hold none (0
+    /// once it is found).
+    first_train: Option<usize>,
+    searched: usize,
+    /// The evals measured for good, in order.
+    done: Vec<PhaseTransition>,
+    /// The marks before this one are those the evals measured for good read.
+    read_until: usize,
+    /// The mark the walk goes on from: the first eval not measured for good, or the first mark
+    /// not walked.
+    from: usize,
+    /// Training's highest reading so far.
+    peak: PeakCount,
+}
+
+/// Training's highest reading, counted up to a mark, with the evals' tails left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct PeakCount {
+    peak: Option<u64>,
+    tail: Option<EvalTail>,
+    /// The marks before this one are counted.
+    counted: usize,
+}
+
+impl PeakCount {
+    /// The training marks from `counted` up to mark `until` counted.
+    fn count_until(&mut self, column: MarkColumn<'_>, marks: &Marks, until: usize) {
+        if until <= self.counted {
+            return;
+        }
+        let values = column.range(self.counted..until).iter();
+        for (mark, value) in marks[self.counted..until].iter().zip(values) {
+            if is_train(mark.phase) {
+                self.peak = self.peak.max(value);
+            }
+        }
+        self.counted = until;
     }
-    out
+
+    /// The eval `t`, whose first mark is `entry` and whose exit (the first mark after it) is
+    /// `exit`, counted: the training marks before it, its tail left out (see [`EvalTail`]).
+    fn count_eval(
+        &mut self,
+        column: MarkColumn<'_>,
+        marks: &Marks,
+        t: &PhaseTransition,
+        entry: usize,
+        exit: usize,
+    ) {
+        self.count_until(column, marks, entry);
+        let (Some(_), Some(before)) = (t.exit_t_us, self.peak) else {
+            return;
+        };
+        let exit = exit.max(self.counted);
+        self.counted = exit;
+        let stretch_end = (exit..marks.len())
+            .find(|&k| marks[k].phase == Phase::Eval)
+            .unwrap_or(marks.len());
+        let Some((back, steps, highest)) = tail_end(column, marks, exit, stretch_end, before)
+        else {
+            return;
+        };
+        // Memory handed back late is memory the eval took: the tail rises above training no
+        // more than the eval rose above the training mark before it (the next step's own
+        // memory can stack on it: GPU tensors referenced until the next collection).
+        let eval_rise = t
+            .eval_peak_bytes
+            .zip(t.before_bytes)
+            .map(|(p, b)| p.saturating_sub(b));
+        if highest > before && eval_rise.is_none_or(|rise| highest - before <= rise) {
+            if self.tail.is_none_or(|old| highest > old.bytes) {
+                self.tail = Some(EvalTail {
+                    bytes: highest,
+                    entry_step: t.entry_step,
+                    steps,
+                });
+            }
+            self.counted = back;
+        }
+    }
+}
+
+impl PhaseScan {
+    /// The marks of `trace` (its values `values`) read: the evals measured for good whose next
+    /// eval began before mark `settled` (the marks whose values are settled), training's highest
+    /// reading counted up to the next eval or `settled`.
+    pub fn add(&mut self, trace: &Trace, values: &MarkValues, settled: usize) {
+        self.walk(trace, values, Some(settled));
+    }
+
+    /// The marks whose values what was kept read: a change of theirs needs a new scan.
+    pub fn marks(&self) -> usize {
+        self.peak.counted.max(self.read_until)
+    }
+
+    /// The evals from `from` on measured, for good (those before `settled`, see [`Self::add`])
+    /// or, without `settled`, all of them (and training's every mark counted).
+    fn walk(&mut self, trace: &Trace, values: &MarkValues, settled: Option<usize>) {
+        let primary = values.primary();
+        let key = primary.map(|p| values.key(p));
+        if key != self.primary {
+            *self = PhaseScan {
+                primary: key,
+                ..PhaseScan::default()
+            };
+        }
+        let (Some(primary), Some(first_train)) = (primary, self.first_train(trace)) else {
+            return;
+        };
+        let column = values.column(primary);
+        let marks = &trace.marks;
+        let mut i = self.from;
+        while i < marks.len() {
+            if !starts_eval(marks, i, first_train) {
+                i += 1;
+                continue;
+            }
+            let (t, eval_end, train_end) =
+                transition_at(trace, values, primary, i, i < first_train);
+            if let Some(settled) = settled {
+                if train_end >= marks.len() || train_end > settled {
+                    break;
+                }
+                self.read_until = train_end;
+            }
+            self.peak.count_eval(column, marks, &t, i, eval_end);
+            self.done.push(t);
+            i = eval_end.max(i + 1);
+        }
+        self.from = i;
+        // Training's marks before the next eval: no later eval begins before them.
+        self.peak
+            .count_until(column, marks, settled.map_or(i, |settled| i.min(settled)));
+    }
+
+    /// The first training mark of `trace`, looked for in the marks not read yet.
+    fn first_train(&mut self, trace: &Trace) -> Option<usize> {
+        if self.first_train.is_none() {
+            let rest = &trace.marks[self.searched.min(trace.marks.len())..];
+            self.first_train = rest
+                .iter()
+                .position(|m| is_train(m.phase))
+                .map(|k| self.searched + k);
+            self.searched = match self.first_train {
+                Some(_) => 0,
+                None => trace.marks.len(),
+            };
+        }
+        self.first_train
+    }
+
+    /// [`phase_transitions`] and [`training_peak`] of `trace`, the trace these marks were read
+    /// from: the evals measured for good and the others measured now.
+    pub fn report(
+        &self,
+        trace: &Trace,
+        values: &MarkValues,
+    ) -> (Vec<PhaseTransition>, Option<TrainingPeak>) {
+        let mut all = self.clone();
+        all.walk(trace, values, None);
+        let peak = all.peak.peak.map(|bytes| TrainingPeak {
+            bytes,
+            tail: all.peak.tail.filter(|t| t.bytes > bytes),
+        });
+        (all.done, peak)
+    }
 }
 
 /// The most memory training itself held: the primary metric's highest value at a training mark,
@@ -214,69 +392,8 @@ pub struct EvalTail {
 /// The most memory training itself held, leaving out each eval's tail ([`EvalTail`]): counted as
 /// training's, an eval that needs more than training would be measured against its own memory.
 /// `None` without a primary metric or a value at any training mark.
-pub fn training_peak(
-    trace: &Trace,
-    values: &MarkValues,
-    transitions: &[PhaseTransition],
-) -> Option<TrainingPeak> {
-    let primary = values.primary()?;
-    let column = values.column(primary);
-    let marks = &trace.marks;
-    let index_at = |t_us: u64| marks.partition_point(|m| m.t_us < t_us);
-    let mut peak: Option<u64> = None;
-    let mut tail: Option<EvalTail> = None;
-    let mut counted = 0;
-    let count_until = |peak: &mut Option<u64>, from: usize, until: usize| {
-        let values = column.range(from..until).iter();
-        for (mark, value) in marks[from..until].iter().zip(values) {
-            if is_train(mark.phase) {
-                *peak = (*peak).max(value);
-            }
-        }
-    };
-    for t in transitions
-        .iter()
-        .filter(|t| t.metric == values.key(primary))
-    {
-        let entry = index_at(t.entry_t_us).max(counted);
-        count_until(&mut peak, counted, entry);
-        counted = entry;
-        let (Some(exit_t_us), Some(before)) = (t.exit_t_us, peak) else {
-            continue;
-        };
-        let exit = index_at(exit_t_us).max(counted);
-        counted = exit;
-        let stretch_end = (exit..marks.len())
-            .find(|&k| marks[k].phase == Phase::Eval)
-            .unwrap_or(marks.len());
-        let Some((back, steps, highest)) = tail_end(column, marks, exit, stretch_end, before)
-        else {
-            continue;
-        };
-        // Memory handed back late is memory the eval took: the tail rises above training no
-        // more than the eval rose above the training mark before it (the next step's own
-        // memory can stack on it: GPU tensors referenced until the next collection).
-        let eval_rise = t
-            .eval_peak_bytes
-            .zip(t.before_bytes)
-            .map(|(p, b)| p.saturating_sub(b));
-        if highest > before && eval_rise.is_none_or(|rise| highest - before <= rise) {
-            if tail.is_none_or(|old| highest > old.bytes) {
-                tail = Some(EvalTail {
-                    bytes: highest,
-                    entry_step: t.entry_step,
-                    steps,
-                });
-            }
-            counted = back;
-        }
-    }
-    count_until(&mut peak, counted, marks.len());
-    let bytes = peak?;
-    Some(TrainingPeak {
-        bytes,
-        tail: tail.filter(|t| t.bytes > bytes),
-    })
+pub fn training_peak(trace: &Trace, values: &MarkValues) -> Option<TrainingPeak> {
+    PhaseScan::default().report(trace, values).1
 }
 
 /// Where an eval's tail ends, read step by step from the eval's exit (`exit`, the first mark
@@ -416,6 +533,36 @@ mod tests {
     }
 
     #[test]
+    fn evals_are_measured_for_good_once_the_next_began_and_the_rest_read_again() {
+        let run = Run {
+            steps: 60,
+            eval_every: Some(10),
+            eval_jump_bytes: 3 * GIB,
+            eval_retained_bytes: GIB,
+            ..Run::default()
+        };
+        let trace = run.build();
+        let values = MarkValues::new(&trace);
+        let whole = PhaseScan::default().report(&trace, &values);
+        assert_eq!(whole.0.len(), 6);
+        let mut scan = PhaseScan::default();
+        for to in (0..=trace.marks.len()).step_by(37) {
+            scan.add(&trace, &values, to);
+            // Every eval whose next began before `to` is kept, none after.
+            let next_began = whole.0[1..]
+                .iter()
+                .filter(|t| trace.marks.partition_point(|m| m.t_us < t.entry_t_us) <= to)
+                .count();
+            assert_eq!(scan.done.len(), next_began, "after {to} marks");
+            assert_eq!(scan.done[..], whole.0[..next_began]);
+        }
+        scan.add(&trace, &values, trace.marks.len());
+        assert_eq!(scan.report(&trace, &values), whole);
+        assert_eq!(scan.done.len(), 5);
+        assert!(scan.marks() > 0 && scan.peak.counted <= trace.marks.len());
+    }
+
+    #[test]
     fn eval_that_keeps_memory() {
         let run = Run {
             steps: 30,
@@ -465,7 +612,7 @@ mod tests {
         };
         let peak_of = |trace: &Trace| {
             let values = MarkValues::new(trace);
-            training_peak(trace, &values, &phase_transitions(trace, &values)).unwrap()
+            training_peak(trace, &values).unwrap()
         };
         let plain = peak_of(&run.build());
         assert_eq!(plain.tail, None);

@@ -3,7 +3,7 @@
 //! fits' clock ([`ClockMarks`]), the marks' distinct steps ([`MarkSteps`]), ranks
 //! ([`MarkRanks`]) and senders ([`MarkingPids`]), the stage table's sums ([`StageSums`]), the
 //! memory outside the allocator ([`OutsideScan`]), each metric's highest value and largest rise
-//! ([`ColumnScan`]), and
+//! ([`ColumnScan`]), the evals and training's peak ([`PhaseScan`]), and
 //! the passes over every sample row kept as folds ([`HostScan`], [`PressureScan`]). Why it is a
 //! value of its own: a live view keeps it from one analysis of a trace still being written to
 //! the next (`crate::analyze_prepared`) and extends it with the marks and samples appended, so
@@ -17,6 +17,7 @@ use crate::host::{HostMemory, HostScan};
 use crate::marks::{MarkSteps, StageIndex};
 use crate::metrics::MarkValues;
 use crate::overhead::{OutsideAllocator, OutsideScan};
+use crate::phases::{PhaseScan, PhaseTransition, TrainingPeak};
 use crate::pressure::{PressureReport, PressureScan};
 use crate::rank_views::{MarkRanks, RankProcess};
 use crate::stages::{StageSums, StageTable};
@@ -41,6 +42,8 @@ pub struct Prepared {
     outside: OutsideScan,
     /// Each metric's highest value and largest rise over the marks whose values are settled.
     columns: ColumnScan,
+    /// The evals measured for good and training's highest reading.
+    phases: PhaseScan,
     /// The host's tightest moment, over the rows read.
     host: HostScan,
     /// The allocator's pressure, over the marks and rows read.
@@ -58,6 +61,8 @@ impl Prepared {
         outside.add(trace, &values, values.settled_marks());
         let mut columns = ColumnScan::default();
         columns.add(&values, values.settled_marks());
+        let mut phases = PhaseScan::default();
+        phases.add(trace, &values, values.settled_marks());
         let (mut host, mut pressure) = (HostScan::default(), PressureScan::default());
         host.extend(trace);
         pressure.extend(trace);
@@ -66,6 +71,7 @@ impl Prepared {
             stage_sums,
             outside,
             columns,
+            phases,
             host,
             pressure,
             steps: MarkSteps::new(trace),
@@ -91,11 +97,15 @@ impl Prepared {
         if changed == 0 || changed < self.columns.marks() {
             self.columns = ColumnScan::default();
         }
+        if changed == 0 || changed < self.phases.marks() {
+            self.phases = PhaseScan::default();
+        }
         let settled = self.values.settled_marks();
         self.stage_sums
             .add(trace, &self.values, &self.stages, settled);
         self.outside.add(trace, &self.values, settled);
         self.columns.add(&self.values, settled);
+        self.phases.add(trace, &self.values, settled);
         self.host.extend(trace);
         self.pressure.extend(trace);
         self.steps.extend(trace);
@@ -145,6 +155,12 @@ impl Prepared {
     /// brought up to.
     pub fn columns(&self, trace: &Trace) -> ColumnScan {
         self.columns.completed(trace, &self.values)
+    }
+
+    /// [`crate::phases::phase_transitions`] and [`crate::phases::training_peak`] of `trace`, the
+    /// trace this was brought up to.
+    pub fn phases(&self, trace: &Trace) -> (Vec<PhaseTransition>, Option<TrainingPeak>) {
+        self.phases.report(trace, &self.values)
     }
 
     /// [`crate::host::host_memory`] of `trace`, the trace this was brought up to.
