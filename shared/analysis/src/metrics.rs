@@ -626,6 +626,13 @@ impl<'a> MarkColumn<'a> {
         self.column.get(self.start + mark).filter(|v| *v != MISSING)
     }
 
+    /// The first mark from `from` on (counted from the column's first) with a value other than
+    /// `value`.
+    pub fn first_other(self, from: usize, value: u64) -> Option<usize> {
+        let found = self.column.first_other(self.start + from, value)?;
+        (found < self.end).then(|| found - self.start)
+    }
+
     /// The values in mark order.
     pub fn iter(
         self,

@@ -85,8 +85,9 @@ pub fn process_gpu_at_mark(
     {
         return Some(bytes);
     }
-    let until_us = (mark + 1..trace.marks.len())
-        .find(|&m| values.get(m, reserved).is_some_and(|r| r != reserved_bytes))
+    let until_us = values
+        .column(reserved)
+        .first_other(mark + 1, reserved_bytes)
         .map_or(u64::MAX, |m| trace.marks[m].t_us);
     trace
         .samples

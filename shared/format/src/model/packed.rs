@@ -170,6 +170,33 @@ impl PackedColumn {
         }
     }
 
+    /// The first row from `from` on whose reading is neither `value` nor [`MISSING`]: a packed
+    /// run of one reading is passed over whole, the others are read where they lie (the marks'
+    /// allocator statistics hold one reserved size for thousands of marks at a time).
+    pub(crate) fn first_other(&self, from: usize, value: u64) -> Option<usize> {
+        let other = |v: u64| v != value && v != MISSING;
+        let packed = self.packed_rows();
+        let mut row = from;
+        while row < packed {
+            let first = row / RUN_ROWS * RUN_ROWS;
+            let run = self.runs[row / RUN_ROWS];
+            if run.bits == 0 {
+                if other(run.value(0)) {
+                    return Some(row);
+                }
+            } else {
+                let words = &self.words[run.first_word..];
+                let found = (row - first..RUN_ROWS).find(|&i| other(run.value(run.code(words, i))));
+                if let Some(i) = found {
+                    return Some(first + i);
+                }
+            }
+            row = first + RUN_ROWS;
+        }
+        let plain = self.tail.get(row - packed..)?;
+        plain.iter().position(|v| other(*v)).map(|i| row + i)
+    }
+
     /// Decodes packed run `run` into `out` (cleared first).
     fn decode_run(&self, run: usize, out: &mut Vec<u64>) {
         let run = self.runs[run];
@@ -298,6 +325,12 @@ impl<'a> Column<'a> {
     #[inline]
     pub fn at(self, row: usize) -> u64 {
         self.0.get(row).expect("a row of the column")
+    }
+
+    /// The first row from `from` on whose reading is neither `value` nor [`MISSING`], without
+    /// reading each row of a run that holds one reading throughout.
+    pub fn first_other(self, from: usize, value: u64) -> Option<usize> {
+        self.0.first_other(from, value)
     }
 
     /// The first row's reading.
@@ -584,6 +617,26 @@ mod tests {
     }
 
     proptest! {
+        /// The first other reading is the first a plain scan finds, from any row.
+        #[test]
+        fn the_first_other_reading_is_the_scan_s(
+            stretches in proptest::collection::vec((0u64..3, 1usize..2 * RUN_ROWS), 1..6),
+            from in 0usize..6 * RUN_ROWS,
+        ) {
+            // Stretches of one reading each (0: absent), some a whole run or more.
+            let values: Vec<u64> = stretches
+                .iter()
+                .flat_map(|&(v, rows)| {
+                    std::iter::repeat_n(if v == 0 { MISSING } else { v << 21 }, rows)
+                })
+                .collect();
+            let column = packed(&values);
+            for value in [1 << 21, 2 << 21] {
+                let scan = (from..values.len()).find(|&i| values[i] != value && values[i] != MISSING);
+                prop_assert_eq!(column.first_other(from, value), scan);
+            }
+        }
+
         #[test]
         fn packed_runs_read_back_as_written(
             base in prop_oneof![Just(0u64), any::<u64>().prop_map(|v| v / 2)],
