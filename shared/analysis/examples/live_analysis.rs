@@ -1,13 +1,16 @@
 //! A live view's analysis of a long trace (BENCHMARKS.md, issue 43): the trace read up to its
 //! last 1%, what its marks read prepared (`Prepared`), then the rest appended in five pieces;
-//! after each, the live analysis (`analyze_prepared`: the kept preparation brought up to date)
-//! and the whole one (`analyze`) are timed in turn and checked to agree.
+//! after each, the live analysis (`analyze_prepared`: the kept preparation brought up to date),
+//! the live state a watcher shows of it (`live::analysed`: its chart and findings) and the whole
+//! analysis (`analyze`) are timed in turn, and the two analyses checked to agree.
 //!
 //! `cargo run --release -p oomscope-analysis --example live_analysis -- TRACE`
 //! (the day: `cargo run --release -p oomscope-analysis --example demo -- --day day.oomt`)
 
 use std::time::Instant;
 
+use oomscope_analysis::live::{analysed, live_now};
+use oomscope_analysis::metrics::host_in_use;
 use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
 use oomscope_format::Follower;
 
@@ -23,13 +26,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut prepared = Prepared::new(follower.trace().ok_or("no header")?);
     let piece = (bytes.len() - cut).div_ceil(5);
     let ms = |start: Instant| start.elapsed().as_secs_f64() * 1e3;
-    let (mut live_ms, mut whole_ms) = (Vec::new(), Vec::new());
+    let (mut live_ms, mut state_ms, mut whole_ms) = (Vec::new(), Vec::new(), Vec::new());
     for rest in bytes[cut..].chunks(piece) {
         follower.push(rest)?;
         let trace = follower.trace().ok_or("no header")?;
         let start = Instant::now();
         let live = analyze_prepared(trace, &options, &mut prepared);
         live_ms.push(ms(start));
+        // What a watcher shows of it: the readings now, the analysis's findings and its chart.
+        let start = Instant::now();
+        let now = live_now(trace, host_in_use(trace));
+        let state = analysed(now, trace, &live, Some(&prepared));
+        state_ms.push(ms(start));
         let start = Instant::now();
         let whole = analyze(trace, &options);
         whole_ms.push(ms(start));
@@ -45,12 +53,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     #[allow(clippy::print_stdout)]
     {
         println!(
-            "{}: {:.1} MB, {} marks; after each 0.2% appended (median of {}): live {:.0} ms, whole {:.0} ms",
+            "{}: {:.1} MB, {} marks; after each 0.2% appended (median of {}): live {:.1} ms, \
+             its live state {:.1} ms, whole {:.0} ms",
             path,
             bytes.len() as f64 / 1e6,
             follower.trace().map_or(0, |t| t.marks.len()),
             live_ms.len(),
             median(&mut live_ms),
+            median(&mut state_ms),
             median(&mut whole_ms)
         );
     }
