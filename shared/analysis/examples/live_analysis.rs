@@ -2,14 +2,15 @@
 //! last 1%, what its marks read prepared (`Prepared`), then the rest appended in five pieces;
 //! after each, the live analysis (`analyze_prepared`: the kept preparation brought up to date),
 //! the live state a watcher shows of it (`live::analysed`: its chart and findings) and the whole
-//! analysis (`analyze`) are timed in turn, and the two analyses checked to agree.
+//! analysis (`analyze`) are timed in turn, and the two analyses and their live states checked to
+//! agree.
 //!
 //! `cargo run --release -p oomscope-analysis --example live_analysis -- TRACE`
 //! (the day: `cargo run --release -p oomscope-analysis --example demo -- --day day.oomt`)
 
 use std::time::Instant;
 
-use oomscope_analysis::live::{analysed, live_now};
+use oomscope_analysis::live::{analysed, live_now, live_state};
 use oomscope_analysis::metrics::host_in_use;
 use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
 use oomscope_format::Follower;
@@ -43,6 +44,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         whole_ms.push(ms(start));
         if serde_json::to_string(&live)? != serde_json::to_string(&whole)? {
             return Err("the live analysis differs from the whole one".into());
+        }
+        if state != live_state(trace, &whole) {
+            return Err("the live state differs from the whole analysis's".into());
         }
     }
     let median = |v: &mut Vec<f64>| {
