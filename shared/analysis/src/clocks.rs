@@ -286,35 +286,28 @@ pub fn clock_rows_last_of(
                 highest.pop_first();
             }
         };
-        match kept {
+        // Without the clock's marks kept, one block of every mark.
+        let (before, block_marks): (Vec<u64>, usize) = match kept {
             Some(k) => {
-                let before: Vec<u64> = k
-                    .block_highest()
-                    .iter()
-                    .scan(0, |most, &h| {
-                        *most = h.max(*most);
-                        Some(*most)
-                    })
-                    .collect();
-                start = marks;
-                for block in (0..marks.div_ceil(POSITION_BLOCK_MARKS)).rev() {
-                    let full = highest.len() == count;
-                    let below = |low: &u64| before.get(block).is_some_and(|most| most < low);
-                    if full && highest.first().is_some_and(below) {
-                        break;
-                    }
-                    let first = block * POSITION_BLOCK_MARKS;
-                    for (_, at, _) in counted(first..start) {
-                        insert(&mut highest, at);
-                    }
-                    start = first;
-                }
+                let highest_before = k.block_highest().iter().scan(0, |most, &h| {
+                    *most = h.max(*most);
+                    Some(*most)
+                });
+                (highest_before.collect(), POSITION_BLOCK_MARKS)
             }
-            None => {
-                for (_, at, _) in counted(0..marks) {
-                    insert(&mut highest, at);
-                }
+            None => (Vec::new(), marks.max(1)),
+        };
+        start = marks;
+        for block in (0..marks.div_ceil(block_marks)).rev() {
+            let below = |low: &u64| before.get(block).is_some_and(|most| most < low);
+            if highest.len() == count && highest.first().is_some_and(below) {
+                break;
             }
+            let first = block * block_marks;
+            for (_, at, _) in counted(first..start) {
+                insert(&mut highest, at);
+            }
+            start = first;
         }
         lowest = highest.first().copied().unwrap_or(0);
     }

@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 
-use std::collections::BTreeMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::metrics::{MarkValues, MetricKey, counter_with_data, reserved_metric};
 use oomscope_format::{CounterId, CounterKind, Trace};
@@ -124,9 +124,9 @@ pub struct OutsideScan {
     /// (from, to, rise), the largest, the earliest among equals.
     rise: Option<(usize, usize, u64)>,
     /// Each series' values and how often each came.
-    outside: BTreeMap<u64, usize>,
-    process: BTreeMap<u64, usize>,
-    reserved: BTreeMap<u64, usize>,
+    outside: HashMap<u64, usize>,
+    process: HashMap<u64, usize>,
+    reserved: HashMap<u64, usize>,
 }
 
 impl OutsideScan {
@@ -228,12 +228,14 @@ impl OutsideScan {
 
 /// The median of the `n` values `counts` holds (each value, how often), as
 /// [`crate::fit::median`] takes it: the middle one, or the mean of the two middle ones.
-fn counted_median(counts: &BTreeMap<u64, usize>, n: usize) -> f64 {
+fn counted_median(counts: &HashMap<u64, usize>, n: usize) -> f64 {
+    let mut values: Vec<u64> = counts.keys().copied().collect();
+    values.sort_unstable();
     // The values at sorted positions `n / 2 - 1` (when n is even) and `n / 2`.
     let mut seen = 0;
     let (mut lower, mut upper) = (None, None);
-    for (&value, &count) in counts {
-        let next = seen + count;
+    for value in values {
+        let next = seen + counts[&value];
         if n.is_multiple_of(2) && lower.is_none() && n / 2 >= 1 && n / 2 - 1 < next {
             lower = Some(value as f64);
         }
@@ -261,7 +263,7 @@ mod tests {
         fn a_median_of_counts_is_the_values_median(
             values in proptest::collection::vec(0u64..40, 1..200),
         ) {
-            let mut counts = BTreeMap::new();
+            let mut counts = HashMap::default();
             for v in &values {
                 *counts.entry(v << 21).or_default() += 1;
             }

@@ -470,17 +470,23 @@ struct Kept {
 fn kept_floor_to_floor(before: &[(usize, u64, u64)], after: &[(usize, u64, u64)]) -> Option<Kept> {
     let &(_, edge_before, _) = before.last()?;
     let &(_, edge_after, _) = after.first()?;
-    let mut deltas: Vec<i128> = [before, after]
+    // Each delta as a u64 in the order of its value (its sign bit flipped): the viewer's WASM
+    // holds one compiled sort of u64s already, a sort of its own for i128s would cost 1.5 KB of
+    // the 600 KB budget. A step's delta of bytes is within ±2^63.
+    const SIGN: u64 = 1 << 63;
+    let mut deltas: Vec<u64> = [before, after]
         .iter()
         .flat_map(|side| side.windows(2))
         .filter(|w| w[1].1 > w[0].1)
-        .map(|w| (i128::from(w[1].2) - i128::from(w[0].2)) / i128::from(w[1].1 - w[0].1))
+        .map(|w| {
+            let delta = signed_delta(w[1].2, w[0].2) / (w[1].1 - w[0].1) as i64;
+            delta as u64 ^ SIGN
+        })
         .collect();
     deltas.sort_unstable();
     let slope = deltas
         .get(deltas.len().saturating_sub(1) / 2)
-        .copied()
-        .unwrap_or(0)
+        .map_or(0, |d| i128::from((d ^ SIGN) as i64))
         .max(0);
     let at_edge = |step: u64, value: u64, edge: u64| {
         i128::from(value) + slope * (i128::from(edge) - i128::from(step))
