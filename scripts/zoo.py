@@ -17,6 +17,8 @@ A program says what it expects in its docstring, as `EXPECT = {...}` (a Python l
   namespace of its own: `unshare -m`, root; else `skipped`); `exit_code`: the exit it must end
   with (0 otherwise);
 - `env`: variables set in the program's environment (e.g. `OOMSCOPE_MARK_INTERVAL_MS`);
+- `thinned`: a leak fit read the stage's marks thinned (more than 4 096 a stage:
+  `steps_per_point` above 1), as the program was written to;
 - `run_up_per_batch`: the fatal OOM's run-up (`analysis.run_up`) names what grew in the eval at
   within a third of the program's own `kept_bytes_per_batch`.
 What the program measured of itself (its storages' bytes, its step count) comes from the JSON
@@ -217,6 +219,9 @@ def judge(expect, truth, analysis, text):
         if w in flat:
             line = next(l.strip() for l in text.splitlines() if w in l)
             partial.append("the text says %r: %s" % (w, line[:120]))
+    if expect.get("thinned") and not any(f.get("steps_per_point", 1) > 1
+                                         for f in analysis.get("leak_fits") or []):
+        partial.append("no leak fit thinned: fewer marks a stage than the program meant")
     if "evals" in expect:
         evals = len(analysis.get("phase_transitions") or [])
         if evals != expect["evals"]:

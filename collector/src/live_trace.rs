@@ -14,7 +14,9 @@
 //! table, the peaks, the evals, the memory outside the allocator, the rows' scans, and the marks
 //! each leak fit reads, at most 4 096 a stage) and extended with what was appended, so an
 //! analysis costs about the same at any length: 7 ms on a day at 100 Hz, which keeps it at every
-//! refresh (BENCHMARKS.md).
+//! refresh (BENCHMARKS.md). What is read again each time: the marks since the last eval measured
+//! for good (the one before the last that began), and the marks of a trace with input records
+//! (`inputs::input_peak`).
 
 use std::fs::File;
 use std::io::Read;

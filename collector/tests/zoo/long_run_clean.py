@@ -5,6 +5,7 @@ as a float.
 
 EXPECT = {
     "env": {"OOMSCOPE_MARK_INTERVAL_MS": "0"},
+    "thinned": True,
     "absent": ["leak", "eval-peak", "eval-retains-memory", "reference-cycles",
                "worker-private-growth", "model-copies"],
 }

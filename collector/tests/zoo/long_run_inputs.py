@@ -8,6 +8,7 @@ on).
 
 EXPECT = {
     "env": {"OOMSCOPE_MARK_INTERVAL_MS": "0"},
+    "thinned": True,
     "findings": ["leak"],
     "absent": ["eval-peak", "eval-retains-memory", "reference-cycles"],
     "rate_per": "step",

@@ -126,7 +126,7 @@ fn analyze_one(
             Some(_) => stages::stage_table(trace, values, stage_index, &stage_options),
         },
         largest_growth: stages::largest_growth_with(trace, values, &columns),
-        input_peak: inputs::input_peak(trace, values),
+        input_peak: inputs::input_peak_with(trace, values, stage_index),
         leak_fits,
         time_trends: trend::time_trends(trace),
         growing_workers,

@@ -29,7 +29,7 @@ struct ColumnFold {
     /// the first of equals.
     largest_rise: Option<(usize, u64)>,
     /// The last mark's value.
-    last: Option<u64>,
+    last_value: Option<u64>,
 }
 
 impl ColumnScan {
@@ -65,14 +65,14 @@ impl ColumnScan {
                     if fold.first_max.is_none_or(|(_, b)| v > b) {
                         fold.first_max = Some((mark, v));
                     }
-                    if let Some(before) = fold.last
+                    if let Some(before) = fold.last_value
                         && v > before
                         && fold.largest_rise.is_none_or(|(_, b)| v - before > b)
                     {
                         fold.largest_rise = Some((mark, v - before));
                     }
                 }
-                fold.last = value;
+                fold.last_value = value;
             }
         }
         self.marks = to;

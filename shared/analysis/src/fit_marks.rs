@@ -18,6 +18,30 @@
 /// Marks of one stage a fit reads at most (past it, a block's last one stands for the block).
 pub const FIT_MARKS_MAX: usize = 4096;
 
+/// Distinct values of a sequence that is non-decreasing in a normal run, counted as they come:
+/// the values that exceed everything before them, which is exact for non-decreasing sequences and
+/// for restarts that replay earlier steps, and never over-counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DistinctSteps {
+    highest_step: Option<u64>,
+    distinct_steps: usize,
+}
+
+impl DistinctSteps {
+    /// `step` counted.
+    pub fn see(&mut self, step: u64) {
+        if self.highest_step.is_none_or(|h| step > h) {
+            self.highest_step = Some(step);
+            self.distinct_steps += 1;
+        }
+    }
+
+    /// The distinct steps seen.
+    pub fn count(&self) -> usize {
+        self.distinct_steps
+    }
+}
+
 /// One stage's marks on the clock as its fit reads them, kept as marks arrive.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FitMarks {
@@ -28,39 +52,32 @@ pub struct FitMarks {
     positions: Vec<u64>,
     /// `None` while every mark is kept; else the blocks' size, as a power of two.
     level: Option<u32>,
-    /// The distinct positions of every mark (one more each time a mark's exceeds all before).
-    distinct: usize,
-    /// The highest position so far.
-    highest: Option<u64>,
+    /// The distinct positions of every mark.
+    distinct_positions: DistinctSteps,
 }
 
 impl FitMarks {
     /// Mark number `mark`, at `position` on the clock, appended.
     pub fn push(&mut self, mark: u32, position: u64) {
-        if self.highest.is_none_or(|h| position > h) {
-            self.highest = Some(position);
-            self.distinct += 1;
-        }
+        self.distinct_positions.see(position);
+        let first = self.positions.first().copied().unwrap_or(0);
         if let Some(level) = self.level
             && self.marks.len() > 1
-            && self.block(*self.positions.last().unwrap_or(&0), level)
-                == self.block(position, level)
+            && let (Some(last_mark), Some(last_position)) =
+                (self.marks.last_mut(), self.positions.last_mut())
+            && block(first, *last_position, level) == block(first, position, level)
         {
             // Still in the last kept mark's block: this one is the block's last so far.
-            *self.marks.last_mut().unwrap_or(&mut 0) = mark;
-            *self.positions.last_mut().unwrap_or(&mut 0) = position;
+            (*last_mark, *last_position) = (mark, position);
             return;
         }
         self.marks.push(mark);
         self.positions.push(position);
-        while self.marks.len() > FIT_MARKS_MAX && self.level.is_none_or(|l| l < u64::BITS - 1) {
+        // Level 64 is one block of every position (a corrupt trace's steps 2^63 apart): the
+        // first mark and the last.
+        while self.marks.len() > FIT_MARKS_MAX && self.level.is_none_or(|l| l < u64::BITS) {
             self.thin(self.level.map_or(0, |l| l + 1));
         }
-    }
-
-    /// The block of `position` at `level`: blocks of 2^level positions from the first mark's.
-    fn block(&self, position: u64, level: u32) -> u64 {
-        position.saturating_sub(self.positions.first().copied().unwrap_or(0)) >> level
     }
 
     /// Every kept mark after the first replaced, in each run of them in one block of `level`, by
@@ -68,11 +85,11 @@ impl FitMarks {
     /// lies within one run of the level below).
     fn thin(&mut self, level: u32) {
         let mut kept = 1;
+        let first = self.positions.first().copied().unwrap_or(0);
         for i in 1..self.marks.len() {
             let (mark, position) = (self.marks[i], self.positions[i]);
-            if kept > 1
-                && self.block(self.positions[kept - 1], level) == self.block(position, level)
-            {
+            let last = self.positions[kept - 1];
+            if kept > 1 && block(first, last, level) == block(first, position, level) {
                 kept -= 1;
             }
             self.marks[kept] = mark;
@@ -89,16 +106,31 @@ impl FitMarks {
         &self.marks
     }
 
-    /// How many positions one kept mark stands for: 1 while every mark is kept, else its block's
-    /// size.
+    /// Whether marks were left out (there were more than [`FIT_MARKS_MAX`]).
+    pub fn thinned(&self) -> bool {
+        self.level.is_some()
+    }
+
+    /// How many positions one kept mark stands for: 1 while every mark is kept or each
+    /// position's last stands for it (several marks a step), else its block's size.
     pub fn positions_per_point(&self) -> u64 {
-        self.level.map_or(1, |l| 1 << l)
+        self.level
+            .map_or(1, |l| 1u64.checked_shl(l).unwrap_or(u64::MAX))
     }
 
     /// Distinct positions of all the stage's marks on the clock, kept or not.
     pub fn distinct_positions(&self) -> usize {
-        self.distinct
+        self.distinct_positions.count()
     }
+}
+
+/// The block of `position` at `level`: blocks of 2^level positions from `first`, the first
+/// mark's (one block of every position at level 64).
+fn block(first: u64, position: u64, level: u32) -> u64 {
+    position
+        .saturating_sub(first)
+        .checked_shr(level)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -154,6 +186,28 @@ mod tests {
         assert_eq!(thinned.distinct_positions(), 3 * FIT_MARKS_MAX);
         let last = thinned.marks().len() - 1;
         assert_eq!(thinned.marks()[last] as usize, positions.len() - 1);
+        // The replayed steps' marks are blocks of their own after those of steps 8 192 on, not
+        // merged into the earlier blocks of the same steps.
+        let replayed = thinned
+            .marks()
+            .iter()
+            .filter(|&&m| m as usize >= 3 * FIT_MARKS_MAX)
+            .count();
+        assert_eq!(
+            replayed as u64,
+            FIT_MARKS_MAX as u64 / thinned.positions_per_point()
+        );
+    }
+
+    #[test]
+    fn steps_2_63_apart_are_one_block() {
+        // A corrupt trace's steps alternating across 2^63: at level 64, the first and the last.
+        let positions: Vec<u64> = (0..3 * FIT_MARKS_MAX as u64)
+            .map(|i| if i % 2 == 0 { i } else { u64::MAX - i })
+            .collect();
+        let thinned = kept(&positions);
+        assert_eq!(thinned.marks(), [0, 3 * FIT_MARKS_MAX as u32 - 1]);
+        assert_eq!(thinned.positions_per_point(), u64::MAX);
     }
 
     proptest! {
@@ -186,6 +240,16 @@ mod tests {
                 at_once.thin(level);
                 prop_assert_eq!(&folded.marks, &at_once.marks);
                 prop_assert_eq!(&folded.positions, &at_once.positions);
+                // The smallest level that keeps them under the bound: one less keeps more.
+                let mut below = FitMarks {
+                    marks: (0..positions.len() as u32).collect(),
+                    positions: positions.clone(),
+                    ..FitMarks::default()
+                };
+                if level > 0 {
+                    below.thin(level - 1);
+                }
+                prop_assert!(below.marks.len() > FIT_MARKS_MAX);
             } else {
                 prop_assert_eq!(folded.marks().len(), positions.len());
             }

@@ -135,6 +135,15 @@ fn held_from_long_step(points: &[StepPoint], at: usize, median_elements: u64) ->
 
 /// The input-driven peak, if the run has one.
 pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
+    input_peak_with(trace, values, &StageIndex::new(trace))
+}
+
+/// [`input_peak`] with the marks' stages already numbered (`stages`, of every mark).
+pub fn input_peak_with(
+    trace: &Trace,
+    values: &MarkValues,
+    stages: &StageIndex,
+) -> Option<InputPeak> {
     if trace.inputs.is_empty() {
         return None;
     }
@@ -146,7 +155,6 @@ pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
         values.primary()?
     };
     let column = values.column(metric);
-    let stages = StageIndex::new(trace);
     // The input each step of each sender was given (the hooks send a step's largest input at its
     // end when it differs from the last one sent): the last one sent at or before it.
     let mut sent: BTreeMap<(Option<u32>, u64), (u64, &str)> = BTreeMap::new();

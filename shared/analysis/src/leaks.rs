@@ -17,6 +17,7 @@ use serde::Serialize;
 
 pub use crate::clocks::Clock;
 use crate::fit::robust_line;
+use crate::fit_marks::FitMarks;
 use crate::marks::is_train;
 use crate::metrics::{
     MarkValues, MetricKey, counter_with_data, host_in_use, primary_metric, reserved_metric,
@@ -154,12 +155,13 @@ pub struct GrowthFit {
     pub points: usize,
     /// Marks dropped as outliers.
     pub points_dropped: usize,
-    /// Distinct steps among the marks used (of a stage thinned for its fit, see
-    /// [`crate::fit_marks`]: of all the stage's marks, each point standing for its block).
+    /// Distinct steps among the marks used; of a stage thinned for its fit (see
+    /// [`crate::fit_marks`]), the steps they stand for (`steps_per_point` each, no more than the
+    /// stage's steps).
     pub steps: usize,
     /// How many steps one point stands for: 1, unless the stage had more marks than
-    /// [`crate::fit_marks::FIT_MARKS_MAX`] and was fitted on the last of each block of this
-    /// many steps.
+    /// [`crate::fit_marks::FIT_MARKS_MAX`] over more steps and was fitted on the last of each
+    /// block of this many steps.
     pub steps_per_point: u64,
     /// First step used.
     pub first_step: u64,
@@ -342,12 +344,8 @@ pub fn leak_fits(
             if points.is_empty() {
                 continue;
             }
-            if let Some(mut fit) = fit_stage(trace, values, name, index, &points, context) {
+            if let Some(mut fit) = fit_stage(trace, values, name, index, &points, series, context) {
                 fit.clock = clock;
-                fit.steps_per_point = series.positions_per_point();
-                if fit.steps_per_point > 1 {
-                    fit.steps = series.distinct_positions();
-                }
                 let by_epoch = (clock == Clock::Step && !fit.is_leak)
                     .then(|| fit_epochs(trace, values, name, index, &points, context))
                     .flatten();
@@ -627,6 +625,7 @@ fn fit_stage(
     stage: &str,
     index: usize,
     points: &[Point],
+    series: &FitMarks,
     context: &FitContext<'_>,
 ) -> Option<GrowthFit> {
     let &FitContext {
@@ -648,7 +647,15 @@ fn fit_stage(
             .filter(|(_, k)| **k)
             .map(|(p, _)| p)
     };
-    let steps = distinct_steps(used().map(|p| p.step));
+    // Of a thinned stage, the steps the points used stand for (each its block's), no more than
+    // the stage has.
+    let steps_per_point = series.positions_per_point();
+    let steps = match series.thinned() {
+        false => distinct_steps(used().map(|p| p.step)),
+        true => (distinct_steps(used().map(|p| p.step)) as u64)
+            .saturating_mul(steps_per_point)
+            .min(series.distinct_positions() as u64) as usize,
+    };
     let first = used().min_by_key(|p| (p.step, p.t_us))?;
     let last = used().max_by_key(|p| (p.step, p.t_us))?;
     let line = robust.line;
@@ -756,7 +763,7 @@ fn fit_stage(
         points: line.points,
         points_dropped: robust.dropped,
         steps,
-        steps_per_point: 1,
+        steps_per_point,
         first_step: first.step,
         last_step: last.step,
         growth_bytes: growth.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
@@ -949,19 +956,11 @@ fn upper_median(values: &mut [f64]) -> Option<f64> {
     (!values.is_empty()).then(|| *values.select_nth_unstable_by(middle, f64::total_cmp).1)
 }
 
-/// Distinct values of a sequence that is non-decreasing in a normal run, in one pass: counts the
-/// values that exceed everything before them, which is exact for non-decreasing sequences and for
-/// restarts that replay earlier steps, and never over-counts.
+/// Distinct values of `steps` ([`crate::fit_marks::DistinctSteps`]).
 fn distinct_steps(steps: impl Iterator<Item = u64>) -> usize {
-    let mut highest: Option<u64> = None;
-    let mut count = 0;
-    for step in steps {
-        if highest.is_none_or(|h| step > h) {
-            highest = Some(step);
-            count += 1;
-        }
-    }
-    count
+    let mut distinct = crate::fit_marks::DistinctSteps::default();
+    steps.for_each(|step| distinct.see(step));
+    distinct.count()
 }
 
 /// The highest value of metric `index` at the training marks of the step of mark `mark`.
@@ -1085,6 +1084,7 @@ mod tests {
         // Blocks of four steps: the first step and each block's last (step 3, 7, … 9 999).
         assert_eq!(fit.steps_per_point, 4);
         assert_eq!((fit.points, fit.steps), (2_501, 10_000));
+        assert!(fit.is_leak);
         assert_eq!((fit.first_step, fit.last_step), (0, 9_999));
         assert!((fit.slope_bytes_per_step - leak as f64).abs() < 1.0);
         assert_eq!(fit.growth_bytes, (9_999 * leak) as i64);

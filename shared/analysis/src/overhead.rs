@@ -218,7 +218,9 @@ impl OutsideScan {
             reserved_metric: values.key(r),
             marks: all.both,
             median_bytes: counted_median(&all.outside, all.both) as i64,
-            max_bytes: all.max_bytes.map_or(i64::MIN, |m| m as i64),
+            max_bytes: all
+                .max_bytes
+                .map_or(i64::MIN, |m| i64::try_from(m).unwrap_or(i64::MAX)),
             median_process_bytes: counted_median(&all.process, all.both) as u64,
             median_reserved_bytes: counted_median(&all.reserved, all.both) as u64,
             largest_rise,

@@ -89,22 +89,31 @@ fn starts_eval(marks: &Marks, i: usize, first_train: usize) -> bool {
     marks[i].phase == Phase::Eval && (i < first_train || is_train(marks[i - 1].phase))
 }
 
-/// The eval whose first mark is `i`, measured with metric number `primary` (`leading`: before
-/// any training); with the mark after it (`eval_end`) and the next eval's first (`train_end`),
-/// or the number of marks where there is none.
+/// The eval whose first mark is `i`: the mark after it and the next eval's first (the number of
+/// marks where there is none).
+fn eval_bounds(marks: &Marks, i: usize) -> (usize, usize) {
+    let eval_end = (i..marks.len())
+        .find(|&j| marks[j].phase != Phase::Eval)
+        .unwrap_or(marks.len());
+    let train_end = (eval_end..marks.len())
+        .find(|&j| marks[j].phase == Phase::Eval)
+        .unwrap_or(marks.len());
+    (eval_end, train_end)
+}
+
+/// The eval whose first mark is `i` and whose bounds are `(eval_end, train_end)`
+/// ([`eval_bounds`]), measured with metric number `primary` (`leading`: before any training).
 fn transition_at(
     trace: &Trace,
     values: &MarkValues,
     primary: usize,
     i: usize,
+    (eval_end, train_end): (usize, usize),
     leading: bool,
-) -> (PhaseTransition, usize, usize) {
+) -> PhaseTransition {
     let column = values.column(primary);
     let marks = &trace.marks;
     let before = (!leading).then(|| i - 1);
-    let eval_end = (i..marks.len())
-        .find(|&j| marks[j].phase != Phase::Eval)
-        .unwrap_or(marks.len());
     let sampled_until = marks.get(eval_end).map_or(u64::MAX, |m| m.t_us);
     let eval_peak = column
         .range(i..eval_end)
@@ -130,9 +139,6 @@ fn transition_at(
         _ => None,
     };
     // The next training stretch: up to the next eval mark.
-    let train_end = (eval_end..marks.len())
-        .find(|&j| marks[j].phase == Phase::Eval)
-        .unwrap_or(marks.len());
     let exit = (eval_end < train_end).then_some(eval_end);
     let before_bytes = before.and_then(|b| column.get(b));
     // What an eval keeps is read floor to floor: the training stretch's floor before it
@@ -157,7 +163,7 @@ fn transition_at(
     };
     // After an eval before any training there is nothing to compare with.
     let after_bytes = before.and(after).and_then(|j| column.get(j));
-    let transition = PhaseTransition {
+    PhaseTransition {
         metric: values.key(primary),
         before_stage: before.map(|b| marks[b].name.as_ref().to_owned()),
         before_step: before.map(|b| marks[b].step),
@@ -178,8 +184,7 @@ fn transition_at(
         floor_before_step: kept.map(|k| k.floor_before_step),
         training_slope_bytes: kept.map(|k| k.slope_bytes),
         retained_bytes: kept.map(|k| k.retained_bytes),
-    };
-    (transition, eval_end, train_end)
+    }
 }
 
 /// [`phase_transitions`] and [`training_peak`] as a fold over the marks: `crate::Prepared` keeps
@@ -209,7 +214,8 @@ pub struct PhaseScan {
 /// Training's highest reading, counted up to a mark, with the evals' tails left out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct PeakCount {
-    peak: Option<u64>,
+    /// The highest reading at a training mark counted, outside the evals' tails.
+    peak_bytes: Option<u64>,
     tail: Option<EvalTail>,
     /// The marks before this one are counted.
     counted: usize,
@@ -224,7 +230,7 @@ impl PeakCount {
         let values = column.range(self.counted..until).iter();
         for (mark, value) in marks[self.counted..until].iter().zip(values) {
             if is_train(mark.phase) {
-                self.peak = self.peak.max(value);
+                self.peak_bytes = self.peak_bytes.max(value);
             }
         }
         self.counted = until;
@@ -241,7 +247,11 @@ impl PeakCount {
         exit: usize,
     ) {
         self.count_until(column, marks, entry);
-        let (Some(_), Some(before)) = (t.exit_t_us, self.peak) else {
+        // An eval before any training has no training before it to leave a tail above (its
+        // training marks may be counted already, up to the next eval: `PhaseScan::walk`).
+        let (Some(_), Some(before), false) =
+            (t.exit_t_us, self.peak_bytes, t.before_step.is_none())
+        else {
             return;
         };
         let exit = exit.max(self.counted);
@@ -308,14 +318,20 @@ impl PhaseScan {
                 i += 1;
                 continue;
             }
-            let (t, eval_end, train_end) =
-                transition_at(trace, values, primary, i, i < first_train);
+            let (eval_end, train_end) = eval_bounds(marks, i);
+            let leading = i < first_train;
             if let Some(settled) = settled {
                 if train_end >= marks.len() || train_end > settled {
+                    // Not for good yet. Before any training, an eval leaves training's peak as
+                    // it is: its marks are counted up to the next eval.
+                    if leading {
+                        self.peak.count_until(column, marks, train_end.min(settled));
+                    }
                     break;
                 }
                 self.read_until = train_end;
             }
+            let t = transition_at(trace, values, primary, i, (eval_end, train_end), leading);
             self.peak.count_eval(column, marks, &t, i, eval_end);
             self.done.push(t);
             i = eval_end.max(i + 1);
@@ -351,7 +367,7 @@ impl PhaseScan {
     ) -> (Vec<PhaseTransition>, Option<TrainingPeak>) {
         let mut all = self.clone();
         all.walk(trace, values, None);
-        let peak = all.peak.peak.map(|bytes| TrainingPeak {
+        let peak = all.peak.peak_bytes.map(|bytes| TrainingPeak {
             bytes,
             tail: all.peak.tail.filter(|t| t.bytes > bytes),
         });
@@ -479,7 +495,8 @@ fn kept_floor_to_floor(before: &[(usize, u64, u64)], after: &[(usize, u64, u64)]
         .flat_map(|side| side.windows(2))
         .filter(|w| w[1].1 > w[0].1)
         .map(|w| {
-            let delta = signed_delta(w[1].2, w[0].2) / (w[1].1 - w[0].1) as i64;
+            let steps = i64::try_from(w[1].1 - w[0].1).unwrap_or(i64::MAX);
+            let delta = signed_delta(w[1].2, w[0].2) / steps;
             delta as u64 ^ SIGN
         })
         .collect();
@@ -565,7 +582,11 @@ mod tests {
         scan.add(&trace, &values, trace.marks.len());
         assert_eq!(scan.report(&trace, &values), whole);
         assert_eq!(scan.done.len(), 5);
-        assert!(scan.marks() > 0 && scan.peak.counted <= trace.marks.len());
+        // The walk and training's peak wait at the last eval, the one the run ends in.
+        let last_eval = trace
+            .marks
+            .partition_point(|m| m.t_us < whole.0[5].entry_t_us);
+        assert_eq!((scan.from, scan.peak.counted), (last_eval, last_eval));
     }
 
     #[test]
