@@ -1,6 +1,6 @@
 """Measures `collector watch` on a long trace still being written (issue 43's numbers).
 
-The trace (e.g. a day at 100 Hz: `cargo run --release -p oomscope-analysis --example demo --
+The trace (e.g. a day at 100 Hz: `cargo run --release -p oomscope-words --example demo --
 --day day.oomt`) is copied to a scratch file up to its last PERCENT %, a watcher (`--plain`) is
 started on the copy and given time to read and analyse it, then the rest is appended in equal
 pieces, one about every second (at random moments, so that the writer does not lock onto the

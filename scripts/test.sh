@@ -30,6 +30,8 @@ cargo clippy -p oomscope-collector --all-targets --locked -- -D warnings
 
 step "clippy (wasm32: the shared crates, viewer)"
 cargo clippy -p oomscope-format -p oomscope-snapshot -p oomscope-analysis --lib --target wasm32-unknown-unknown --locked -- -D warnings
+# (apart: named with the others, cargo resolves proptest's getrandom for wasm32 without its feature)
+cargo clippy -p oomscope-words -p oomscope-report --lib --target wasm32-unknown-unknown --locked -- -D warnings
 cargo clippy -p oomscope-viewer --all-targets --target wasm32-unknown-unknown --locked -- -D warnings
 
 # The viewer's build below compiles the shared crates for wasm32 too (a separate dev build of
@@ -41,11 +43,12 @@ if [ -n "$(git status --porcelain -- viewer/dist)" ]; then
     echo "viewer/dist differs from what its sources build: run scripts/build-viewer.sh and commit viewer/dist" >&2
     exit 1
 fi
-# The report embeds the viewer: its budget is 600 KB gzipped (BENCHMARKS.md, issue 5).
+# The report embeds the viewer: its budget is 750 KB gzipped (BENCHMARKS.md; 600 KB from issue 5
+# until issue 58 raised it: what a user feels is the time to the first chart and verdict).
 viewer_gz=$(cat viewer/dist/index.html viewer/dist/oomscope-viewer.js viewer/dist/oomscope-viewer_bg.wasm | gzip -9 | wc -c)
-echo "viewer/dist: $viewer_gz bytes gzipped (budget 600000)" >&2
-if [ "$viewer_gz" -gt 600000 ]; then
-    echo "the viewer is over its 600 KB gzipped budget" >&2
+echo "viewer/dist: $viewer_gz bytes gzipped (budget 750000)" >&2
+if [ "$viewer_gz" -gt 750000 ]; then
+    echo "the viewer is over its 750 KB gzipped budget" >&2
     exit 1
 fi
 
@@ -54,17 +57,25 @@ fi
 browser_tmp=$(mktemp -d)
 trap 'rm -rf "$browser_tmp"' EXIT
 
+# The zoo first, on a machine nothing else has run on yet: its programs' memory is what the
+# analysis reads. Inside the workspace's run, after ~20 other test binaries, its copy-on-write
+# programs came out wrong in two full runs of 2026-12-07 (no growing worker read), and right
+# alone (three runs), beside a CPU hog and after the Slurm and tch tests; the cause is not found.
+step "the pattern zoo (collector/tests/zoo.rs), first"
+TMPDIR="$browser_tmp" cargo test -p oomscope-collector --locked $TCH --test zoo
+
 step "tests (tch instrumentation on CPU and end-to-end reports in chromium included)"
 # (PyTorch's compile cache stays where it was: torch.compile's test reuses it between runs.)
 TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchinductor_$(id -un)}" \
-    TMPDIR="$browser_tmp" cargo test --workspace --locked $TCH
+    TMPDIR="$browser_tmp" cargo test --workspace --locked $TCH -- --skip every_program_of_the_zoo_comes_out_right
 
 # The collector finds libtorch 2.11 by its RUNPATH; LD_LIBRARY_PATH (env.sh's 2.11) would hand the
 # newest torch's Python the old libraries.
 step "the zero-code tests again on the newest PyTorch on PyPI (2.15; the matrix in docs/pytorch.md)"
 env -u LD_LIBRARY_PATH OOMSCOPE_TORCH_VENV="$OOMSCOPE_TORCH_NEWEST_VENV" \
     cargo test -p oomscope-collector --locked $TCH \
-    --test python_hooks --test frameworks --test memory_breakdown --test diagnosis
+    --test python_hooks --test python_hooks_findings --test python_hooks_processes \
+    --test frameworks --test memory_breakdown --test diagnosis
 
 step "the Python wheel (maturin): built, installed into a fresh venv, recording an unmodified PyTorch program"
 bash scripts/test-wheel.sh

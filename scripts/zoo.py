@@ -160,17 +160,24 @@ def run_one(name, collector, python, out_dir):
     if ran.returncode != (137 if killed else expect.get("exit_code", 0)):
         return {"verdict": "wrong", "why": ["exit %d: %s" % (ran.returncode, ran.stderr[-400:])],
                 "seconds": took}
-    text = subprocess.run([collector, "summary", trace], capture_output=True, text=True).stdout
-    summary = json.loads(subprocess.run([collector, "summary", "--json", trace],
-                                        capture_output=True, text=True, check=True).stdout)
-    with open(truth_path) as f:
-        truth = json.load(f)
+    text, summary, truth = read_run(collector, trace, truth_path)
     verdict, why = judge(expect, truth, summary["analysis"], text)
     ratios, close = zoo_thresholds.measure(expect, truth, summary["analysis"])
     if close and verdict == "right":
         verdict = "partial"
     return {"verdict": verdict, "why": why + close, "seconds": took, "trace": trace,
+            "checks": zoo_thresholds.checked_by(name),
             "thresholds": ratios}
+
+
+def read_run(collector, trace, truth_path):
+    """A recorded program's summary (text and JSON) and what it measured of itself."""
+    text = subprocess.run([collector, "summary", trace], capture_output=True, text=True).stdout
+    summary = json.loads(subprocess.run([collector, "summary", "--json", trace],
+                                        capture_output=True, text=True, check=True).stdout)
+    with open(truth_path) as f:
+        truth = json.load(f)
+    return text, summary, truth
 
 
 def leak_rate(analysis, clock, label="slope_bytes_per_"):
@@ -202,15 +209,16 @@ def false_numbers(analysis, text):
     return out
 
 
+def findings_missed(expect, ids):
+    """What makes a run wrong by its finding ids: one it must have is missing, one it must not
+    have is there."""
+    wrong = ["no %s finding" % kind for kind in expect.get("findings", []) if kind not in ids]
+    return wrong + ["false finding: %s" % kind for kind in expect.get("absent", []) if kind in ids]
+
+
 def judge(expect, truth, analysis, text):
     ids = {f["id"] for f in analysis["findings"]}
-    wrong, partial = [], false_numbers(analysis, text)
-    for kind in expect.get("findings", []):
-        if kind not in ids:
-            wrong.append("no %s finding" % kind)
-    for kind in expect.get("absent", []):
-        if kind in ids:
-            wrong.append("false finding: %s" % kind)
+    wrong, partial = findings_missed(expect, ids), false_numbers(analysis, text)
     flat = " ".join(text.split())  # words wrapped across lines read as one line
     for w in expect.get("words", []):
         if w not in flat:

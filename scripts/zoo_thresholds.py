@@ -7,8 +7,24 @@ a program partial when one is too close; `collector/tests/zoo.rs` requires each 
 measured on at least one program. The programs each was set on are named in `calibrated_on`;
 the zoo's others are its check."""
 
+import json
+import os
+
 MARGIN = 1.1
 MIB = 1 << 20
+
+# Every threshold the analysis decides by, with the programs it was set on and those that check
+# it (`shared/analysis/thresholds.json`, held to the source by `shared/analysis/tests/
+# thresholds.rs`): a zoo program named in a threshold's `checked_on` checks it by coming out right.
+TABLE = json.load(open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "shared", "analysis", "thresholds.json")))["thresholds"]
+
+
+def checked_by(program):
+    """The thresholds a zoo program's verdict checks (its path in their `checked_on`)."""
+    path = "collector/tests/zoo/%s.py" % program
+    return sorted(t["name"] for t in TABLE
+                  if any(c.get("path") in (path, "collector/tests/zoo") for c in t["checked_on"]))
 
 # The analysis's values (a test holds the constants: `zoo.rs`).
 WORKERS_EXPLAIN_FRACTION = 0.6
@@ -20,12 +36,12 @@ THRESHOLDS = {
     "leak_floor": {
         "what": "leaks::MIN_GROWTH_BYTES / MIN_GROWTH_FRACTION_OF_LIMIT and their steady and "
                 "short-run variants: a fit's `min_leak_growth_bytes`",
-        "calibrated_on": ["leaks.rs's simulated runs", "train.py --leak list (python_hooks.rs)"],
+        "calibrated_on": ["leaks.rs's simulated runs", "train.py --leak list (python_hooks_findings.rs)"],
     },
     "workers_share": {
         "what": "workers::WORKERS_EXPLAIN_FRACTION: the forked workers' copies against the "
                 "host's growth",
-        "calibrated_on": ["cow_dataloader.py (python_hooks.rs; v1_10_cow_workers.oomt)",
+        "calibrated_on": ["cow_dataloader.py (python_hooks_findings.rs; v1_10_cow_workers.oomt)",
                           "cow_text_corpus.py (the zoo's first check found 0.7 too tight)"],
     },
     "eval_staircase": {
@@ -34,9 +50,9 @@ THRESHOLDS = {
                           "(frameworks.rs; v1_10_lightning_eval_creep.oomt)"],
     },
     "pss_settle": {
-        "what": "run::sampler::PSS_SETTLE: a changed tree read once it settled (every worker's "
+        "what": "run::pss::PSS_SETTLE: a changed tree read once it settled (every worker's "
                 "private memory read, in full)",
-        "calibrated_on": ["cow_dataloader.py (python_hooks.rs)"],
+        "calibrated_on": ["cow_dataloader.py (python_hooks_findings.rs)"],
     },
 }
 

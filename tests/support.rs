@@ -4,6 +4,9 @@
 //!
 //! The tests use the real binaries: `cargo test --workspace` builds `collector` (with the viewer
 //! embedded once `scripts/build-viewer.sh` has run) before any test starts.
+//!
+//! The browser tests are split into several targets (`browser_*.rs`, each a process of its own);
+//! what more than one of them uses is here (`TRAIN`, `ONE_BROWSER`) or in [`page`].
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -11,6 +14,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use thirtyfour::prelude::*;
+
+pub mod page;
 
 /// `target/<profile>`, where cargo put the collector next to this test binary's `deps/`.
 pub fn target_dir() -> PathBuf {
@@ -108,6 +113,46 @@ fn recording(script: &Path, args: &[&str], trace: &Path) -> Command {
     collector_command(&all)
 }
 
+/// A training loop that really holds host memory: activations in forward, freed after
+/// backward; `LEAK` MiB kept per step; eval every 10 steps; an OOM at the end when asked.
+pub const TRAIN: &str = r#"
+import sys, time, oomscope_probe as oom
+MIB = 1 << 20
+leak, crash = int(sys.argv[1]), sys.argv[2] == "oom"
+def resident(mib):
+    b = bytearray(mib * MIB)
+    b[::4096] = b"\x01" * (len(b) // 4096)
+    return b
+params = resident(24)
+oom.components(parameters_bytes=24 * MIB, gradients_bytes=24 * MIB, optimizer_state_bytes=48 * MIB)
+kept = []
+for step in range(30):
+    oom.step(step)
+    oom.mark("pre_forward", phase="train")
+    act = resident(40)
+    time.sleep(0.03)
+    oom.mark("post_forward")
+    if leak:
+        kept.append(resident(leak))
+    time.sleep(0.02)
+    del act
+    oom.mark("post_backward")
+    time.sleep(0.02)
+    oom.mark("post_optimizer_step")
+    if step % 10 == 9:
+        oom.phase("eval")
+        oom.mark("eval_forward", phase="eval")
+        time.sleep(0.02)
+        oom.phase("train")
+oom.note("checkpoint saved")
+time.sleep(0.05)
+if crash:
+    oom.mark("pre_forward", step=30, phase="train")
+    time.sleep(0.05)
+    print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.23 GiB is free.", file=sys.stderr)
+    sys.exit(1)
+"#;
+
 /// Starts recording `python3 script args...` into `trace` (`collector run`, readings every 5 ms),
 /// without waiting for it: the run's process.
 pub fn start_recording(script: &Path, args: &[&str], trace: &Path) -> Child {
@@ -116,6 +161,36 @@ pub fn start_recording(script: &Path, args: &[&str], trace: &Path) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("the collector starts")
+}
+
+/// What `collector watch --json` says of `trace` after following it for `for_ms`: its last line
+/// (one JSON object per refresh), parsed.
+pub fn watch_json(trace: &Path, for_ms: u64) -> serde_json::Value {
+    use std::io::BufRead as _;
+    let mut child = collector_command(&[
+        "watch",
+        "--json",
+        "--interval-ms",
+        "100",
+        trace.to_str().expect("utf-8 path"),
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("the collector starts");
+    let stdout = child.stdout.take().expect("piped");
+    let lines = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    std::thread::sleep(Duration::from_millis(for_ms));
+    let _ = child.kill();
+    let _ = child.wait();
+    let lines = lines.join().expect("read the lines");
+    let last = lines.last().expect("collector watch --json printed a line");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {last}"))
 }
 
 /// `collector serve ARGS --port 0` running (killed when dropped), and the address it printed.
@@ -221,6 +296,10 @@ pub fn summary_json(trace: &Path) -> serde_json::Value {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).expect("summary --json is JSON")
 }
+
+/// One browser at a time: the machine has two cores. Each test target is a process of its own
+/// with its own lock, and cargo runs the targets one after another.
+pub static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A headless chromium session; quits (or is killed with its process group) when done.
 #[derive(Debug)]
@@ -330,7 +409,7 @@ impl Browser {
 
     /// With `OOMSCOPE_SCREENSHOTS=DIR` set, scrolls `css` to the top of the window and saves the
     /// window as `DIR/NAME.png` (how the README's screenshots of interactive states are made:
-    /// `OOMSCOPE_SCREENSHOTS=docs/screenshots cargo test -p oomscope-e2e --test browser`).
+    /// `OOMSCOPE_SCREENSHOTS=docs/screenshots cargo test -p oomscope-e2e --tests`).
     pub async fn screenshot_if_asked(&self, css: &str, name: &str) {
         let Some(dir) = std::env::var_os("OOMSCOPE_SCREENSHOTS") else {
             return;

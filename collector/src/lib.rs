@@ -1,9 +1,10 @@
 //! # oomscope collector
 //!
 //! The native half of oomscope: `collector run -- CMD` records a program's GPU and host memory,
-//! stage marks and OOM errors into a trace (the format in `oomscope-format`, the analysis in `oomscope-analysis`), and
-//! `collector summary` / `collector export` read traces back, and `collector report` writes one
-//! self-contained HTML file with the browser viewer and a trace ([`report`]).
+//! stage marks and OOM errors into a trace (the format in `oomscope-format`, the analysis in
+//! `oomscope-analysis`, its words in `oomscope-words`); `summary`, `watch`, `serve`, `export`
+//! and `estimate` read traces back, and `collector report` writes one self-contained HTML file
+//! with the browser viewer and a trace ([`report`]).
 //!
 //! Programs that want to say where they are use the marker protocol
 //! ([`oomscope_format::protocol`]); Rust programs

@@ -15,7 +15,7 @@
 //!
 //! A report must stay small enough to attach (5 MB by default) and open at once (200 000 sample
 //! rows by default): when the trace's base64 would not fit, or it has more rows, the report
-//! embeds a copy with thinned sample rows (`oomscope_analysis::reduce`) and says so on the page;
+//! embeds a copy with thinned sample rows (`oomscope_report::reduce`) and says so on the page;
 //! marks, OOMs, notes and statistics are always complete.
 
 use std::borrow::Cow;
@@ -24,9 +24,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use oomscope_analysis::reduce;
-use oomscope_analysis::report_page::{DEFLATE, GLUE_END, pack};
 use oomscope_format::units::{format_bytes, format_count};
+use oomscope_report::page::{DEFLATE, GLUE_END, pack};
+use oomscope_report::reduce;
 use sha2::{Digest, Sha256};
 
 mod assets {
@@ -109,16 +109,16 @@ pub struct Embedded {
     /// File name shown in the page.
     pub name: String,
     /// The trace bytes (the file itself, or a thinned copy), deflated
-    /// (`oomscope_analysis::report_page::pack`).
+    /// (`oomscope_report::page::pack`).
     pub bytes: Vec<u8>,
     /// What the page says about the copy, when it is not the whole recording.
     pub notice: Option<String>,
     /// When sample rows were left out (a thinned copy), the limits that made it so ("to stay
     /// under 5 MB", "to open at once", or both).
     pub thinned: Option<String>,
-    /// The verdict of the embedded copy (`oomscope_analysis::render::verdict`, as text), which
+    /// The verdict of the embedded copy (`oomscope_words::verdict::Verdict::to_bytes`), which
     /// the page shows the moment it starts, before its own analysis of the same bytes replaces it.
-    pub verdict: Option<String>,
+    pub verdict: Option<Vec<u8>>,
 }
 
 /// Room left in a report for a trace element's tag and attributes: its name, notice and verdict,
@@ -317,7 +317,7 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
             .sum::<usize>(),
     );
     for (i, t) in traces.iter().enumerate() {
-        let id = oomscope_analysis::report_page::trace_element_id(i);
+        let id = oomscope_report::page::trace_element_id(i);
         elements.push_str(&format!(
             "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
              data-name=\""
@@ -331,7 +331,7 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
         }
         if let Some(v) = &t.verdict {
             elements.push_str(" data-verdict=\"");
-            elements.push_str(&STANDARD.encode(v.as_bytes()));
+            elements.push_str(&STANDARD.encode(v));
             elements.push('"');
         }
         elements.push('>');
@@ -339,7 +339,7 @@ pub fn render_with(viewer: &Viewer, traces: &[Embedded], snapshots: &[Embedded])
         elements.push_str("</script>\n");
     }
     for (i, snap) in snapshots.iter().enumerate() {
-        let id = oomscope_analysis::report_page::snapshot_element_id(i);
+        let id = oomscope_report::page::snapshot_element_id(i);
         elements.push_str(&format!(
             "<script id=\"{id}\" type=\"application/octet-stream\" data-encoding=\"{DEFLATE}\" \
              data-name=\"{}\">",
@@ -510,12 +510,12 @@ pub fn write_report(
 
 /// The verdict of a packed trace as the page's analysis will find it: worked out from the very
 /// bytes the page will read, by the same analysis.
-fn verdict_of(packed: &[u8]) -> Option<String> {
-    let bytes = oomscope_analysis::report_page::unpack(packed.to_vec(), Some(DEFLATE)).ok()?;
+fn verdict_of(packed: &[u8]) -> Option<Vec<u8>> {
+    let bytes = oomscope_report::page::unpack(packed.to_vec(), Some(DEFLATE)).ok()?;
     let trace = oomscope_format::decode(&bytes).ok()?.trace;
     let analysis =
         oomscope_analysis::analyze(&trace, &oomscope_analysis::AnalysisOptions::default());
-    Some(oomscope_analysis::render::verdict::verdict(&trace, &analysis).to_text())
+    Some(oomscope_words::verdict::verdict(&trace, &analysis).to_bytes())
 }
 
 /// The memory snapshots a trace says were saved next to it at an OOM (`collector run
@@ -576,7 +576,7 @@ mod tests {
             bytes: b"<img src=x onerror=alert(1)>".to_vec(),
             notice: Some("</script><script>alert(2)</script>".into()),
             thinned: Some("to open at once".into()),
-            verdict: Some("oomscope-verdict 1\nshort\t\"><script>alert(3)</script>\n".into()),
+            verdict: Some(b"\x02short\t\"><script>alert(3)</script>\n".to_vec()),
         };
         let html = render(&fake_viewer(), std::slice::from_ref(&t)).unwrap();
         assert!(!html.contains("alert"), "{html}");

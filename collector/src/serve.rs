@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use oomscope_analysis::report_page::{LIVE_ATTRIBUTE, trace_element_id};
+use oomscope_report::page::{LIVE_ATTRIBUTE, trace_element_id};
 
 use crate::report::{Network, Viewer, page};
 

@@ -7,8 +7,8 @@ use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_analysis::report_page::trace_in_report;
 use oomscope_format::{Decoded, decode};
+use oomscope_report::page::trace_in_report;
 
 /// A decoded trace and, when it came from a report holding a thinned copy, the report's notice.
 #[derive(Debug)]

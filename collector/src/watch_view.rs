@@ -5,11 +5,13 @@
 //!
 //! Drawing is a pure function of what the watcher knows ([`Pane`]s and the selected one), so it
 //! is tested by rendering into ratatui's test backend at moments of a real recorded run; the
-//! words are `oomscope_analysis::live`'s, the same `collector watch --json` and the line mode say.
+//! words are `oomscope_words::live`'s, the same `collector watch --json` and the line mode say.
 
 use oomscope_analysis::finding::Severity;
-use oomscope_analysis::live::{ALERT_SHARE, LiveChart, LiveState, leak, memory, place};
+use oomscope_analysis::live::{ALERT_SHARE, LiveChart, LiveState};
 use oomscope_format::units::{format_bytes, format_count, format_duration_us, format_percent};
+use oomscope_words::findings::text;
+use oomscope_words::live::{chart_title, leak, memory, place, warning};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -165,7 +167,7 @@ fn draw_pane(frame: &mut Frame, pane: &Pane, area: Rect) {
         .iter()
         .map(|a| {
             Line::styled(
-                format!("WARNING {a}"),
+                warning(a),
                 Style::new().fg(Color::Red).add_modifier(Modifier::BOLD),
             )
         })
@@ -199,7 +201,7 @@ fn draw_pane(frame: &mut Frame, pane: &Pane, area: Rect) {
                 };
                 Line::from(vec![
                     Span::styled(format!("{:<8}", f.severity.label()), Style::new().fg(color)),
-                    Span::raw(f.title.clone()),
+                    Span::raw(text(f).title),
                 ])
             })
             .collect()
@@ -223,14 +225,7 @@ fn draw_chart(frame: &mut Frame, chart: &LiveChart, area: Rect) {
     // A flat line still gets a band to sit in.
     let pad = ((high - low) / 20).max(1 << 20);
     let (y0, y1) = (low.saturating_sub(pad), high + pad);
-    let limit = chart
-        .limit_bytes
-        .map(|l| format!(", limit {}", format_bytes(l)))
-        .unwrap_or_default();
-    let title = format!(
-        " {} per {}, each {}'s highest{limit} ",
-        chart.metric, chart.per, chart.per
-    );
+    let title = format!(" {} ", chart_title(chart));
     let widget = Chart::new(vec![
         Dataset::default()
             .marker(Marker::Braille)

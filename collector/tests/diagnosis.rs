@@ -11,13 +11,24 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use oomscope_analysis::recommend::FindingKind;
-use oomscope_analysis::render;
+use oomscope_analysis::finding::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::units::MIB;
 use oomscope_format::{CounterKind, ExitStatus, Trace};
 use oomscope_testkit::Scratch;
+use oomscope_words as render;
+use oomscope_words::findings::FindingWords as _;
 use support::{COLLECTOR, python_path, read};
+
+/// A list of findings in words.
+fn worded(
+    findings: &[oomscope_analysis::finding::Finding],
+) -> Vec<oomscope_words::findings::Worded> {
+    findings
+        .iter()
+        .map(oomscope_words::findings::worded)
+        .collect()
+}
 
 /// A memory cgroup made for one test, removed when dropped.
 struct TestCgroup {
@@ -203,21 +214,25 @@ fn a_kernel_oom_kill_in_a_memory_cgroup_is_named_as_one() {
     let a = analyze(&t, &AnalysisOptions::default());
     let top = &a.findings[0];
     assert_eq!(
-        top.kind,
+        top.kind(),
         FindingKind::HostMemoryPressure,
         "{:#?}",
-        a.findings
+        worded(&a.findings)
     );
     assert_eq!(
-        top.title,
+        top.title(),
         "The program was killed by the kernel's OOM killer"
     );
     assert!(
-        top.explanation.contains("memory cgroup limit 400 MiB"),
+        top.explanation().contains("memory cgroup limit 400 MiB"),
         "{}",
-        top.explanation
+        top.explanation()
     );
-    assert!(!top.explanation.contains("probably"), "{}", top.explanation);
+    assert!(
+        !top.explanation().contains("probably"),
+        "{}",
+        top.explanation()
+    );
     let summary = render::summary::render(&t, &a);
     assert!(
         summary.contains("killed by signal 9: the kernel's OOM killer"),
@@ -263,15 +278,15 @@ sys.exit(1)
     let finding = a
         .findings
         .iter()
-        .find(|f| f.kind == FindingKind::HostMemoryPressure)
+        .find(|f| f.kind() == FindingKind::HostMemoryPressure)
         .unwrap();
     assert!(
-        finding.title.starts_with("A process of the program")
+        finding.title().starts_with("A process of the program")
             && finding
-                .title
+                .title()
                 .ends_with("was killed by the kernel's OOM killer"),
         "{}",
-        finding.title
+        finding.title()
     );
     // The program itself exited with code 1: nothing says it was killed.
     let summary = render::summary::render(&t, &a);
@@ -324,12 +339,12 @@ print("elapsed", time.monotonic() - start, flush=True)
     let leak = a
         .findings
         .iter()
-        .find(|f| f.kind == FindingKind::Leak)
+        .find(|f| f.kind() == FindingKind::Leak)
         .unwrap();
     assert!(
-        leak.title.contains("for the whole run (host.rss)"),
+        leak.title().contains("for the whole run (host.rss)"),
         "{}",
-        leak.title
+        leak.title()
     );
     let summary = render::summary::render(&t, &a);
     assert!(
@@ -434,10 +449,10 @@ fn libtorch_s_own_host_allocation_error_from_stderr_is_an_impossible_request() {
     assert_eq!(oom.requested_bytes, Some(1 << 50));
     let a = analyze(&t, &AnalysisOptions::default());
     assert_eq!(
-        a.findings[0].kind,
+        worded(&a.findings)[0].kind,
         FindingKind::ImpossibleRequest,
         "{:#?}",
-        a.findings
+        worded(&a.findings)
     );
     let summary = render::summary::render(&t, &a);
     assert!(!summary.contains("SIGKILL"), "{summary}");
@@ -495,7 +510,7 @@ for pid in pids:
         );
     }
     // The host memory's growth is the workers' copies: one finding, not a leak beside it.
-    let kinds: Vec<FindingKind> = a.findings.iter().map(|f| f.kind).collect();
+    let kinds: Vec<FindingKind> = worded(&a.findings).iter().map(|f| f.kind).collect();
     assert_eq!(
         kinds.first(),
         Some(&FindingKind::WorkerPrivateGrowth),
@@ -505,9 +520,9 @@ for pid in pids:
     let f = &a.findings[0];
     for pid in &workers {
         assert!(
-            f.explanation.contains(&pid.to_string()),
+            f.explanation().contains(&pid.to_string()),
             "{}",
-            f.explanation
+            f.explanation()
         );
     }
 }

@@ -13,12 +13,23 @@ mod support;
 
 use std::process::Output;
 
-use oomscope_analysis::recommend::{FindingKind, Severity};
-use oomscope_analysis::render::summary;
+use oomscope_analysis::finding::{FindingKind, Severity};
 use oomscope_analysis::{Analysis, AnalysisOptions, analyze};
 use oomscope_format::{Phase, Trace};
 use oomscope_testkit::Scratch;
+use oomscope_words::findings::FindingWords as _;
+use oomscope_words::summary;
 use support::{collector, read, stderr, torch_python};
+
+/// A list of findings in words.
+fn worded(
+    findings: &[oomscope_analysis::finding::Finding],
+) -> Vec<oomscope_words::findings::Worded> {
+    findings
+        .iter()
+        .map(oomscope_words::findings::worded)
+        .collect()
+}
 
 fn program(name: &str) -> String {
     format!(
@@ -105,7 +116,7 @@ fn assert_no_warnings(a: &Analysis) {
 }
 
 fn kinds(a: &Analysis) -> Vec<FindingKind> {
-    a.findings.iter().map(|f| f.kind).collect()
+    worded(&a.findings).iter().map(|f| f.kind).collect()
 }
 
 /// What the user reads: the summary text has no advice that contradicts the hooks' evidence.
@@ -152,23 +163,27 @@ fn lightning_validation_outputs_never_cleared_are_an_eval_staircase_not_a_leak()
     assert!(within >= 160 << 20, "{evals:#?}");
     let top = &a.findings[0];
     assert_eq!(
-        top.kind,
+        top.kind(),
         FindingKind::EvalRetainsMemory,
         "{:#?}",
-        a.findings
+        worded(&a.findings)
     );
     // The growth inside the evals is named as what stays when RSS showed it (an eval that reuses
     // freed heap first grows less: under the suite's load one run read 95.9 MiB inside the eval
     // the finding names, too little to say it accumulates), and the rise during it always.
     assert!(
-        top.explanation
+        top.explanation()
             .contains("what the eval collects batch by batch")
-            || top.explanation.contains("during the eval it rose"),
+            || top.explanation().contains("during the eval it rose"),
         "{}",
-        top.explanation
+        top.explanation()
     );
-    assert!(top.change.contains("validation_step_outputs"));
-    assert!(!kinds(&a).contains(&FindingKind::Leak), "{:#?}", a.findings);
+    assert!(top.change().contains("validation_step_outputs"));
+    assert!(
+        !kinds(&a).contains(&FindingKind::Leak),
+        "{:#?}",
+        worded(&a.findings)
+    );
     assert_no_no_grad_advice(&t, &a);
 }
 
@@ -222,13 +237,17 @@ fn a_trainer_whose_compute_metrics_keeps_predictions_keeps_memory_at_each_eval()
     }
     let top = &a.findings[0];
     assert_eq!(
-        top.kind,
+        top.kind(),
         FindingKind::EvalRetainsMemory,
         "{:#?}",
-        a.findings
+        worded(&a.findings)
     );
-    assert!(top.change.contains("compute_metrics"));
-    assert!(!kinds(&a).contains(&FindingKind::Leak), "{:#?}", a.findings);
+    assert!(top.change().contains("compute_metrics"));
+    assert!(
+        !kinds(&a).contains(&FindingKind::Leak),
+        "{:#?}",
+        worded(&a.findings)
+    );
     assert_no_no_grad_advice(&t, &a);
 }
 
@@ -291,6 +310,6 @@ fn accelerate_launch_with_two_processes_gives_two_ranks_and_nothing_to_change() 
     assert!(
         !kinds(&a).contains(&FindingKind::WorkerPrivateGrowth),
         "{:#?}",
-        a.findings
+        worded(&a.findings)
     );
 }

@@ -8,7 +8,18 @@ mod support;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::ComponentBreakdown;
 use oomscope_testkit::Scratch;
+use oomscope_words::findings::FindingWords as _;
 use support::{plain, record, run, stderr, torch_program as program, torch_python};
+
+/// A list of findings in words.
+fn worded(
+    findings: &[oomscope_analysis::finding::Finding],
+) -> Vec<oomscope_words::findings::Worded> {
+    findings
+        .iter()
+        .map(oomscope_words::findings::worded)
+        .collect()
+}
 
 /// The program's own count of a group of tensors.
 fn expected(json: &serde_json::Value, key: &str) -> u64 {
@@ -101,7 +112,7 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
 
         // The host peak of this CPU run carries it; the summary and the JSON say so.
         let a = analyze(&t, &AnalysisOptions::default());
-        let peak = oomscope_analysis::peaks::breakdown_peak(&a.peaks).expect("a peak");
+        let peak = oomscope_analysis::facts::breakdown_peak(&a.peaks).expect("a peak");
         assert_eq!(
             same_but_time(&peak.components.as_ref().unwrap().breakdown),
             *c
@@ -153,7 +164,7 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
             } else {
                 format!("{encoder} 513 KiB, {ema} 4.04 MiB")
             },
-            oomscope_analysis::render::breakdown::optimizer_label(optimizer)
+            oomscope_words::breakdown::optimizer_label(optimizer)
         );
         assert!(
             text.replace("\n    ", " ").contains(&line),
@@ -204,9 +215,10 @@ fn a_diffusion_loop_s_memory_is_named_by_model_and_category_as_torch_counts_it()
     }
 }
 
-/// The three leaks users write, each named by the hooks' two counts of live tensors: the list
+/// The four leaks users write, each named by the hooks' two counts of live tensors: the list
 /// that keeps every validation loss (and the graph behind it), a metric whose state is never
-/// reset, a running total summed without `.item()` — and a clean run counted never.
+/// reset, a running total summed without `.item()`, a function's mutable default that keeps
+/// what it is given — and a clean run counted never.
 #[test]
 fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() {
     let py = torch_python();
@@ -217,6 +229,11 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
             "keep .item() (or .detach()) instead of the tensor",
         ),
         ("metric", "list `preds`", "reset it after compute()"),
+        (
+            "default",
+            "list `log_outputs._seen`",
+            "and is never emptied",
+        ),
         (
             "total",
             "total_val",
@@ -267,14 +284,14 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
         let leak = a
             .findings
             .iter()
-            .find(|f| f.kind == oomscope_analysis::recommend::FindingKind::Leak)
+            .find(|f| f.kind() == oomscope_analysis::finding::FindingKind::Leak)
             .unwrap_or_else(|| panic!("{kind}: no leak finding\n{text}"));
         assert!(
-            leak.change
+            leak.change()
                 .starts_with("what grows, as counted in the program: ")
-                && leak.change.contains(advice),
+                && leak.change().contains(advice),
             "{kind}: {}",
-            leak.change
+            leak.change()
         );
     }
     // The same loop without a leak: memory flat, no count taken.
@@ -289,6 +306,46 @@ fn what_holds_a_leak_is_named_a_list_a_metric_s_state_a_running_total_s_graph() 
     let (out, t) = record(&s, &[], &[py.to_str().unwrap(), clean.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(t.held.is_empty(), "{:#?}", t.held);
+}
+
+/// A chat endpoint that never evicts a conversation: each conversation's cache is its own
+/// (key, value) tuples of one length, replaced at every turn, and the server is a local of
+/// `main` (no global names it). What retains every conversation's tensors is named — the dict
+/// of sessions, as the attribute of the server it is — not one conversation's tuple; its groups
+/// of several lengths are said once.
+#[test]
+fn what_keeps_every_conversation_s_cache_is_named_not_one_conversation_s_tuple() {
+    let py = torch_python();
+    let s = Scratch::new("held-sessions");
+    let cmd = [py.to_str().unwrap(), &program("kv_sessions.py")];
+    let (out, t) = record(&s, &[], &cmd);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!t.held.is_empty(), "no count taken");
+    // Nearly all of what grew (the request in flight, its input in the forward's arguments, is
+    // the rest).
+    let sessions: u64 = t
+        .held
+        .iter()
+        .filter(|h| &*h.holder == "dict `sessions` of the `Server` object")
+        .map(|h| h.bytes)
+        .sum();
+    let all: u64 = t.held.iter().map(|h| h.bytes).sum();
+    assert!(sessions * 10 >= all * 9, "{:#?}", t.held);
+    let a = analyze(&t, &AnalysisOptions::default());
+    let leak = a
+        .findings
+        .iter()
+        .find(|f| f.kind() == oomscope_analysis::finding::FindingKind::Leak)
+        .expect("a leak");
+    let change = leak.change().replace('\n', " ");
+    assert_eq!(
+        change
+            .matches("dict `sessions` of the `Server` object")
+            .count(),
+        1,
+        "{change}"
+    );
+    assert!(change.contains(" shapes ("), "{change}");
 }
 
 /// Memory only the garbage collector frees: each step's record refers to itself, and the
@@ -332,10 +389,14 @@ fn a_reference_cycle_saw_tooth_is_named_and_not_called_a_leak() {
         t.held
     );
     let a = analyze(&t, &AnalysisOptions::default());
-    let kinds: Vec<_> = a.findings.iter().map(|f| f.kind).collect();
-    use oomscope_analysis::recommend::FindingKind;
+    let kinds: Vec<_> = worded(&a.findings).iter().map(|f| f.kind).collect();
+    use oomscope_analysis::finding::FindingKind;
     assert!(kinds.contains(&FindingKind::ReferenceCycles), "{kinds:?}");
-    assert!(!kinds.contains(&FindingKind::Leak), "{:#?}", a.findings);
+    assert!(
+        !kinds.contains(&FindingKind::Leak),
+        "{:#?}",
+        worded(&a.findings)
+    );
 }
 
 /// A layer the program keeps but never runs and that holds no submodule (a lone embedding table

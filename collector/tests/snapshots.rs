@@ -100,7 +100,7 @@ fn snapshots_given_where_traces_go_and_damaged_ones_are_one_line() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let page = std::fs::read(&html).unwrap();
-    let embedded = oomscope_analysis::report_page::trace_in_report(&page)
+    let embedded = oomscope_report::page::trace_in_report(&page)
         .unwrap()
         .unwrap();
     assert_eq!(embedded.bytes, std::fs::read(&pickle).unwrap());

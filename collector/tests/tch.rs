@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use oomscope_analysis::recommend::FindingKind;
+use oomscope_analysis::finding::FindingKind;
 use oomscope_analysis::{AnalysisOptions, analyze};
 use oomscope_format::{Phase, Trace};
 
@@ -14,6 +14,16 @@ mod support;
 
 use oomscope_testkit::Scratch;
 use support::{collector, example, read, stderr};
+
+/// A list of findings in words.
+fn worded(
+    findings: &[oomscope_analysis::finding::Finding],
+) -> Vec<oomscope_words::findings::Worded> {
+    findings
+        .iter()
+        .map(oomscope_words::findings::worded)
+        .collect()
+}
 
 fn gpt() -> PathBuf {
     example("gpt")
@@ -108,8 +118,8 @@ fn a_planted_leak_is_found_within_20_percent_of_its_true_rate() {
     let leak = analysis
         .findings
         .iter()
-        .find(|f| f.kind == FindingKind::Leak);
-    assert!(leak.is_some(), "{:?}", analysis.findings);
+        .find(|f| f.kind() == FindingKind::Leak);
+    assert!(leak.is_some(), "{:?}", worded(&analysis.findings));
     let fits: Vec<f64> = analysis.leaks().map(|f| f.slope_bytes_per_step).collect();
     assert!(!fits.is_empty());
     for slope in &fits {

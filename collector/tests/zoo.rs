@@ -59,6 +59,34 @@ fn every_program_of_the_zoo_comes_out_right() {
         .filter(|(_, r)| r["verdict"] != "right" && r["verdict"] != "skipped")
         .map(|(name, r)| format!("{name}: {} ({})", r["verdict"], r["why"]))
         .collect();
+    // Every threshold `shared/analysis/thresholds.json` says a zoo program checks was checked:
+    // a program naming it came out right (not skipped).
+    let table: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("{root}/shared/analysis/thresholds.json")).unwrap(),
+    )
+    .unwrap();
+    for t in table["thresholds"].as_array().unwrap() {
+        let zoo_checks = t["checked_on"].as_array().unwrap().iter().any(|c| {
+            c["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("collector/tests/zoo"))
+        });
+        if !zoo_checks {
+            continue;
+        }
+        let name = &t["name"];
+        let checked = programs.values().any(|r| {
+            r["verdict"] == "right"
+                && r["checks"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|x| x == name))
+        });
+        assert!(
+            checked,
+            "no zoo program came out right checking {name}:\n{}",
+            not_right.join("\n")
+        );
+    }
     assert!(not_right.is_empty(), "{}", not_right.join("\n"));
 }
 
@@ -74,19 +102,19 @@ fn the_zoo_measures_the_analysis_s_own_thresholds() {
     for line in [
         format!(
             "WORKERS_EXPLAIN_FRACTION = {}",
-            oomscope_analysis::workers::WORKERS_EXPLAIN_FRACTION
+            oomscope_analysis::thresholds::WORKERS_EXPLAIN_FRACTION
         ),
         format!(
             "EVAL_STAIRCASE_MIN_BYTES = {} * MIB",
-            oomscope_analysis::recommend::EVAL_STAIRCASE_MIN_BYTES >> 20
+            oomscope_analysis::thresholds::EVAL_STAIRCASE_MIN_BYTES >> 20
         ),
         format!(
             "EVAL_STAIRCASE_REPEATS = {}",
-            oomscope_analysis::recommend::EVAL_STAIRCASE_REPEATS
+            oomscope_analysis::thresholds::EVAL_STAIRCASE_REPEATS
         ),
         format!(
             "MIN_R_SQUARED = {}",
-            oomscope_analysis::leaks::MIN_R_SQUARED
+            oomscope_analysis::thresholds::MIN_R_SQUARED
         ),
     ] {
         assert!(

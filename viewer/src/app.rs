@@ -12,6 +12,7 @@ use crate::load::Loaded;
 use crate::open;
 use crate::print::Printing;
 use crate::report::{Opened, Report};
+use crate::views::LivePanel;
 
 /// Where newly read files go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,19 +76,26 @@ pub fn App(
     // What the page says of the traces it follows: how the following goes, and where the run is
     // (its last mark; the verdict, the charts and the tables say the rest).
     let live_note = RwSignal::new(String::new());
+    let live_state = RwSignal::new(None);
     let following = !live.is_empty();
     // A file the user opened on a live page stays shown: the run is still followed (its note
     // goes on), but no longer replaces what the user chose to look at.
     let user_opened = RwSignal::new(false);
     if following {
         let wanted = move || !user_opened.get_untracked();
-        crate::live::follow(live, live_note, wanted, move |mut traces: Vec<Loaded>| {
-            if traces.len() > 1 {
-                job.set(Some(traces.into_iter().map(Arc::new).collect()));
-            } else if let Some(loaded) = traces.pop() {
-                primary.set(Some(Opened::analysed(loaded)));
-            }
-        });
+        crate::live::follow(
+            live,
+            live_note,
+            live_state,
+            wanted,
+            move |mut traces: Vec<Loaded>| {
+                if traces.len() > 1 {
+                    job.set(Some(traces.into_iter().map(Arc::new).collect()));
+                } else if let Some(loaded) = traces.pop() {
+                    primary.set(Some(Opened::analysed(loaded)));
+                }
+            },
+        );
     }
 
     let open_files = move |files: Vec<web_sys::File>, target: Target| {
@@ -167,21 +175,21 @@ pub fn App(
                 None => "oomscope viewer".to_owned(),
                 Some(o) => {
                     // The verdict in the tab, once the analysis is there.
-                    let short =
-                        o.analysis
-                            .get()
-                            .zip(o.loaded.trace.clone())
-                            .map(|(a, t)| oomscope_analysis::render::verdict::verdict(&t, &a).short)
-                            // The report's own verdict until then.
-                            .or_else(|| o.loaded.verdict.as_ref().map(|v| v.short.clone()))
-                            .or_else(|| {
-                                // A memory snapshot: its most severe finding.
-                                let s = o.loaded.snapshot.as_ref()?;
-                                Some(s.analysis.findings.first().map_or_else(
-                                    || "no problem found".to_owned(),
-                                    |f| f.title.clone(),
-                                ))
-                            });
+                    let short = o
+                        .analysis
+                        .get()
+                        .zip(o.loaded.trace.clone())
+                        .map(|(a, t)| oomscope_words::verdict::verdict(&t, &a).short)
+                        // The report's own verdict until then.
+                        .or_else(|| o.loaded.verdict.as_ref().map(|v| v.short.clone()))
+                        .or_else(|| {
+                            // A memory snapshot: its most severe finding.
+                            let s = o.loaded.snapshot.as_ref()?;
+                            Some(s.analysis.findings().first().map_or_else(
+                                || "no problem found".to_owned(),
+                                |f| oomscope_words::findings::snapshot_text(f).title,
+                            ))
+                        });
                     match short {
                         Some(s) => format!("{s} · {} · oomscope", o.loaded.name),
                         None => format!("oomscope: {}", o.loaded.name),
@@ -224,6 +232,7 @@ pub fn App(
                     _ => String::new(),
                 }}</span>
             </header>
+            {following.then(|| view! { <LivePanel state=live_state/> })}
             {move || match (job.get(), primary.get()) {
                 (Some(traces), _) => view! { <JobReport traces=traces/> }.into_any(),
                 (None, None) if following => view! {

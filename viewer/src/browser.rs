@@ -53,9 +53,12 @@ pub fn embedded_bytes(el: &web_sys::Element) -> Result<Vec<u8>, String> {
 
 /// An element's base64 `data-` attribute, as text.
 pub fn attribute(el: &web_sys::Element, name: &str) -> Option<String> {
-    el.get_attribute(name)
-        .and_then(|v| decode_base64(&v).ok())
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
+    attribute_bytes(el, name).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The bytes of a base64-encoded attribute (a report's verdict).
+pub fn attribute_bytes(el: &web_sys::Element, name: &str) -> Option<Vec<u8>> {
+    el.get_attribute(name).and_then(|v| decode_base64(&v).ok())
 }
 
 /// How far reading a snapshot has got, as the page's status says it.

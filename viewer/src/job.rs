@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 use oomscope_analysis::AnalysisOptions;
+use oomscope_analysis::facts::RankAnalysis;
 use oomscope_analysis::job::job_findings;
 use oomscope_analysis::job::{JobTrace, analyze_job};
-use oomscope_analysis::ranks::RankAnalysis;
-use oomscope_analysis::render::job::trace_about;
+use oomscope_words::job::trace_about;
 
 use crate::load::Loaded;
 use crate::report::{Opened, Report};
@@ -54,7 +54,7 @@ pub fn JobReport(traces: Vec<Arc<Loaded>>) -> impl IntoView {
     let analysed = move || match ranks.get() {
         None => view! { <p id="job-analysing" class="hint">"analysing the job…"</p> }.into_any(),
         Some(r) => {
-            let findings = job_findings(&r);
+            let findings = oomscope_words::json::job_findings_worded(&job_findings(&r));
             view! {
                 <Ranks ranks=r prefix="job-"/>
                 <Findings findings=findings id="job-findings"

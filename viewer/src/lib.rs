@@ -25,6 +25,8 @@ pub mod load;
 pub mod open;
 pub mod print;
 pub mod report;
+pub mod series;
+pub mod snapshot_wire;
 pub mod timeline;
 pub mod view_model;
 pub mod views;

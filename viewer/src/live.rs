@@ -1,18 +1,19 @@
 //! Traces followed while their runs record them: the page `collector serve` serves names each
-//! trace's address (`report_page::LIVE_ATTRIBUTE`) instead of holding its bytes. The page asks
-//! for the bytes from where it got to (the server answers at once when there are some, else
-//! after a wait), decodes only what was appended (`oomscope_format::Follower`), and shows the
-//! trace again (charts, verdict, analysis) when whole chunks were added, no more often than
-//! [`REFRESH_MS`], until the trace ends.
+//! trace's address (`page::LIVE_ATTRIBUTE`) instead of holding its bytes. The page asks for the
+//! bytes from where it got to (the server answers at once when there are some, else after a
+//! wait) and hands them to the analysis's live feed (`oomscope_analysis::live::LiveFeed`,
+//! the loop `collector watch` runs too, with the same throttle), and shows the trace again
+//! (charts, verdict, analysis, and a lone run's live state: its memory, alerts and leak) when
+//! whole chunks were added, no more often than [`REFRESH_MS`], until the trace ends.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use leptos::prelude::{RwSignal, Set as _};
-use oomscope_analysis::report_page::{LIVE_ATTRIBUTE, WAITING_HEADER, trace_element_id};
-use oomscope_analysis::{AnalysisOptions, Prepared, analyze_prepared};
-use oomscope_format::Follower;
+use oomscope_analysis::live::LiveFeed;
+use oomscope_analysis::live::LiveState;
+use oomscope_report::page::{LIVE_ATTRIBUTE, WAITING_HEADER, trace_element_id};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
@@ -58,36 +59,23 @@ pub fn sources() -> Vec<Source> {
 /// One followed trace.
 struct Followed {
     source: Source,
-    follower: Follower,
+    feed: LiveFeed,
     /// Bytes received (the next request's offset).
     offset: u64,
     failed: Option<String>,
-    /// What the last analysis read at the marks, brought up to the trace by the next.
-    prepared: Option<Prepared>,
 }
 
 impl Followed {
     /// What the page shows of it now: nothing before its first chunk. `analysed`: the page
-    /// shows this trace's report (it follows no other), which takes its analysis from here (a
-    /// job's page analyses the traces together, and the one the user picks when picked).
+    /// shows this trace's report (it follows no other), which takes its analysis from the feed
+    /// (a job's page analyses the traces together, and the one the user picks when picked).
     fn loaded(&mut self, analysed: bool) -> Option<Loaded> {
         let name = self.source.name.clone();
         if let Some(e) = &self.failed {
             return Some(Loaded::failed(name, e.clone()));
         }
-        let trace = self.follower.trace()?;
-        let analysis = analysed.then(|| {
-            let prepared = self.prepared.get_or_insert_with(|| Prepared::new(trace));
-            Arc::new(analyze_prepared(
-                trace,
-                &AnalysisOptions::default(),
-                prepared,
-            ))
-        });
-        // Nothing more will be appended.
-        if self.follower.ended() {
-            self.prepared = None;
-        }
+        let trace = self.feed.trace()?;
+        let analysis = analysed.then(|| self.feed.analysis().cloned()).flatten();
         Some(Loaded::followed(
             name,
             self.offset as usize,
@@ -105,6 +93,8 @@ struct Following {
     unshown: bool,
     /// A show is scheduled.
     scheduled: bool,
+    /// A show is scheduled for when a feed's analysis is due (none arrives with bytes).
+    analysis_scheduled: bool,
     /// What the last show took (the traces copied and analysed).
     cost_ms: f64,
     show: Rc<dyn Fn(Vec<Loaded>)>,
@@ -112,14 +102,18 @@ struct Following {
     /// opened): when not, a refresh sets only the note, and copies nothing.
     wanted: Rc<dyn Fn() -> bool>,
     note: RwSignal<String>,
+    /// A lone run's live state (its memory against its limits, the alerts, the leak).
+    state: RwSignal<Option<LiveState>>,
 }
 
 /// Follows `sources` until each ends, calling `show` with every trace as it stands (at most every
 /// [`REFRESH_MS`]; none before a trace's first chunk; only while `wanted` says the page shows
-/// them) and setting `note` to what the page says about the following.
+/// them), setting `note` to what the page says about the following and `state` to a lone run's
+/// live state.
 pub fn follow(
     sources: Vec<Source>,
     note: RwSignal<String>,
+    state: RwSignal<Option<LiveState>>,
     wanted: impl Fn() -> bool + 'static,
     show: impl Fn(Vec<Loaded>) + 'static,
 ) {
@@ -129,19 +123,20 @@ pub fn follow(
             .into_iter()
             .map(|source| Followed {
                 source,
-                follower: Follower::default(),
+                feed: LiveFeed::default(),
                 offset: 0,
                 failed: None,
-                prepared: None,
             })
             .collect(),
         shown_ms: f64::NEG_INFINITY,
         unshown: true,
         scheduled: false,
+        analysis_scheduled: false,
         cost_ms: 0.0,
         show: Rc::new(show),
         wanted: Rc::new(wanted),
         note,
+        state,
     }));
     note.set("live: following".to_owned());
     for i in 0..count {
@@ -175,16 +170,19 @@ fn received(state: &Rc<RefCell<Following>>, i: usize, bytes: &[u8], waiting: boo
         let mut s = state.borrow_mut();
         let note = s.note;
         let t = &mut s.traces[i];
-        let before = t.follower.chunks();
-        if let Err(e) = t.follower.push(bytes) {
-            t.failed = Some(format!("this is not a readable oomscope trace: {e}"));
-        }
+        let added = match t.feed.push(bytes) {
+            Ok(added) => added,
+            Err(e) => {
+                t.failed = Some(format!("this is not a readable oomscope trace: {e}"));
+                false
+            }
+        };
         t.offset += bytes.len() as u64;
         if waiting {
             note.set(format!("live: waiting for {} to appear", t.source.name));
         }
-        let changed = t.follower.chunks() > before || t.failed.is_some();
-        let done = t.failed.is_some() || t.follower.ended();
+        let changed = added || t.failed.is_some();
+        let done = t.failed.is_some() || t.feed.ended();
         s.unshown |= changed;
         done
     };
@@ -215,14 +213,17 @@ fn refresh(state: &Rc<RefCell<Following>>) {
         return;
     }
     let started_ms = now_ms();
-    let (loaded, text, show, note) = {
+    let (loaded, text, show, note, live) = {
         let mut s = state.borrow_mut();
         s.unshown = false;
         s.shown_ms = started_ms;
+        for t in s.traces.iter_mut().filter(|t| t.failed.is_none()) {
+            t.feed.refresh(&now_ms);
+        }
         let ended = s
             .traces
             .iter()
-            .all(|t| t.failed.is_some() || t.follower.ended());
+            .all(|t| t.failed.is_some() || t.feed.ended());
         let mut text = if ended {
             "live: ended"
         } else {
@@ -231,20 +232,60 @@ fn refresh(state: &Rc<RefCell<Following>>) {
         .to_owned();
         // Where a lone run is: its last mark.
         if let [one] = &s.traces[..]
-            && let Some(m) = one.follower.trace().and_then(|t| t.marks.last())
+            && let Some(m) = one.feed.trace().and_then(|t| t.marks.last())
         {
             text.push_str(&format!(" · step {} at {}", m.step, m.name));
         }
         let one = s.traces.len() == 1;
         let loaded =
             (s.wanted)().then(|| s.traces.iter_mut().filter_map(|t| t.loaded(one)).collect());
-        (loaded, text, s.show.clone(), s.note)
+        let live = match &s.traces[..] {
+            [one] => one.feed.state().cloned(),
+            _ => None,
+        };
+        (loaded, text, s.show.clone(), s.note, (s.state, live))
     };
     note.set(text);
+    live.0.set(live.1);
     if let Some(loaded) = loaded {
         show(loaded);
     }
     state.borrow_mut().cost_ms = now_ms() - started_ms;
+    show_analysis_when_due(state);
+}
+
+/// Schedules a show for when a feed's analysis, not due at the last one, is: a run that stops
+/// appending (paused, hung, between long steps) brings no bytes to refresh on, and its page would
+/// keep the analysis of an older part of it (the terminal's refresh runs on a clock).
+fn show_analysis_when_due(state: &Rc<RefCell<Following>>) {
+    let due_in_ms = {
+        let s = state.borrow();
+        if s.analysis_scheduled {
+            return;
+        }
+        let now = now_ms();
+        s.traces
+            .iter()
+            .filter(|t| t.failed.is_none())
+            .filter_map(|t| t.feed.analysis_due_in_ms(now))
+            .reduce(f64::min)
+    };
+    let Some(due_in_ms) = due_in_ms else {
+        return;
+    };
+    state.borrow_mut().analysis_scheduled = true;
+    let state = state.clone();
+    leptos::prelude::set_timeout(
+        move || {
+            {
+                let mut s = state.borrow_mut();
+                s.analysis_scheduled = false;
+                s.unshown = true;
+            }
+            refresh(&state);
+        },
+        std::time::Duration::from_millis(due_in_ms.max(REFRESH_MS).ceil() as u64),
+    );
 }
 
 /// The bytes at `address`, and whether the server said the file does not exist yet; `None` when

@@ -7,14 +7,14 @@
 
 use std::sync::Arc;
 
-use oomscope_analysis::render::verdict::Verdict;
-use oomscope_analysis::report_page::trace_in_report;
+use crate::snapshot_wire::Parts;
 use oomscope_analysis::snapshot::analysis::{SnapshotAnalysis, analyze_snapshot};
-use oomscope_analysis::snapshot::wire::Parts;
 use oomscope_analysis::{Analysis, AnalysisOptions, analyze};
 use oomscope_format::{Trace, decode};
+use oomscope_report::page::trace_in_report;
 use oomscope_snapshot::timeline::{StackedTimeline, stacked_by_site};
 use oomscope_snapshot::{Snapshot, SnapshotError, SnapshotParser, looks_like_pickle};
+use oomscope_words::verdict::Verdict;
 
 /// A PyTorch memory snapshot, read and analysed.
 #[derive(Debug)]

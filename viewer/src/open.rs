@@ -8,13 +8,14 @@ use std::rc::Rc;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use leptos::prelude::{RwSignal, Set as _};
-use oomscope_analysis::render::verdict::Verdict;
-use oomscope_analysis::report_page::trace_element_id;
+use oomscope_report::page::trace_element_id;
+use oomscope_words::verdict::Verdict;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::browser::{
-    attribute, document, embedded_bytes, read_slice, reading_progress, record_time, yield_to_page,
+    attribute, attribute_bytes, document, embedded_bytes, read_slice, reading_progress,
+    record_time, yield_to_page,
 };
 use crate::load::{Loaded, NamedSnapshot};
 
@@ -37,7 +38,7 @@ pub fn embedded_snapshots() -> (Vec<NamedSnapshot>, Vec<EmbeddedSnapshot>) {
         return (now, later);
     };
     for i in 0.. {
-        let id = oomscope_analysis::report_page::snapshot_element_id(i);
+        let id = oomscope_report::page::snapshot_element_id(i);
         let Some(el) = doc.get_element_by_id(&id) else {
             break;
         };
@@ -77,9 +78,9 @@ impl EmbeddedSnapshot {
 
     /// Read and analysed in the page, at once.
     fn read_here(self) -> Loaded {
-        match oomscope_analysis::report_page::unpack(self.bytes, self.encoding.as_deref()) {
+        match oomscope_report::page::unpack(self.bytes, self.encoding.as_deref()) {
             Ok(bytes) => Loaded::decode(self.name, &bytes, None),
-            Err(e) => Loaded::failed(self.name, e),
+            Err(e) => Loaded::failed(self.name, e.into()),
         }
     }
 }
@@ -113,7 +114,7 @@ pub fn embedded_snapshot() -> Option<EmbeddedSnapshot> {
         .collect();
     let head = STANDARD.decode(&head[..head.len() / 4 * 4]).ok()?;
     let encoding = el.get_attribute("data-encoding");
-    if !oomscope_analysis::report_page::holds_snapshot(&head, encoding.as_deref()) {
+    if !oomscope_report::page::holds_snapshot(&head, encoding.as_deref()) {
         return None;
     }
     EmbeddedSnapshot::of(&el)
@@ -160,13 +161,13 @@ fn embedded_trace(id: &str) -> Option<Loaded> {
     let notice = attr("data-notice");
     let encoding = el.get_attribute("data-encoding");
     let bytes = embedded_bytes(&el)
-        .and_then(|b| oomscope_analysis::report_page::unpack(b, encoding.as_deref()));
+        .and_then(|b| Ok(oomscope_report::page::unpack(b, encoding.as_deref())?));
     let mut loaded = match bytes {
         Ok(bytes) => Loaded::decode(name, &bytes, notice),
         Err(e) => Loaded::failed(name, e),
     };
     if loaded.trace.is_some() {
-        loaded.verdict = attr("data-verdict").and_then(|v| Verdict::from_text(&v));
+        loaded.verdict = attribute_bytes(&el, "data-verdict").and_then(|v| Verdict::from_bytes(&v));
     }
     Some(loaded)
 }

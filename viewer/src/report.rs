@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::render::verdict::Spotlight;
+use oomscope_analysis::facts::Spotlight;
 use oomscope_format::Trace;
 
 use crate::browser;
@@ -139,12 +139,13 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
         Some(view)
     };
     let analysed_trace = trace.clone();
-    let analysed = move || match analysis.get() {
+    let analysed = move || {
+        match analysis.get() {
         None => view! { <p id="analysing" class="hint">"analysing…"</p> }.into_any(),
         Some(a) => {
-            let spotlight = oomscope_analysis::render::verdict::spotlight(&analysed_trace, &a);
+            let spotlight = oomscope_analysis::facts::spotlight(&analysed_trace, &a);
             view! {
-                <Findings findings=a.findings.clone() id="findings"
+                <Findings findings=a.findings.iter().map(oomscope_words::findings::worded).collect() id="findings"
                     empty="Nothing to change: no rule found a problem in this trace."/>
                 <Ooms analysis=a.clone()/>
                 <AliveAtOom analysis=a.clone()/>
@@ -161,6 +162,7 @@ pub fn Report(opened: Opened, compare: RwSignal<Option<Opened>>) -> impl IntoVie
             }
         }
         .into_any(),
+    }
     };
     let verdict_trace = trace.clone();
     let early = loaded.verdict.clone();

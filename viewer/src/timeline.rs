@@ -11,9 +11,9 @@
 
 use std::sync::Arc;
 
+use crate::series::{BlockIndex, Bucket, decimate_indexed, decimate_points};
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_analysis::series::{BlockIndex, Bucket, decimate_indexed, decimate_points};
 use oomscope_format::units::{format_bytes, format_duration_us};
 use oomscope_format::{Phase, Trace};
 use plotters::element::DashedPathElement;

@@ -5,9 +5,9 @@
 //! formatted text (`data-*` attributes) so the browser tests compare exact figures with
 //! `collector summary --json`, not rounded strings.
 
-use oomscope_analysis::leaks::{LimitBasis, limit_of};
-use oomscope_analysis::marks::mark_at_or_before;
-use oomscope_analysis::metrics::MetricKey;
+use oomscope_analysis::facts::MetricKey;
+use oomscope_analysis::facts::mark_at_or_before;
+use oomscope_analysis::facts::{LimitBasis, limit_of};
 use oomscope_format::units::{format_bytes, format_duration_us, format_signed_bytes};
 use oomscope_format::{CounterId, CounterKind, Phase, Trace};
 
@@ -48,7 +48,7 @@ pub fn plotted_counters(trace: &Trace) -> Vec<Plotted> {
                 | CounterKind::HostAvailable
                 | CounterKind::ShmSize
         );
-        let has_data = oomscope_analysis::metrics::counter_has_data(trace, id);
+        let has_data = oomscope_analysis::facts::counter_has_data(trace, id);
         if shown && has_data {
             out.push(Plotted {
                 id,
@@ -227,7 +227,7 @@ impl YAxis {
 /// Stage names in first-appearance order, each with a palette index that never changes while
 /// panning or zooming (the legend and the bands share it).
 pub fn stage_colors(trace: &Trace) -> Vec<(String, usize)> {
-    oomscope_analysis::stages::stage_names(trace)
+    oomscope_analysis::facts::stage_names(trace)
         .into_iter()
         .enumerate()
         .map(|(i, name)| (name, (i + 3) % PALETTE.len()))
@@ -323,7 +323,7 @@ pub struct StepChartData {
     /// The metric drawn (the leak's, or the primary metric).
     pub metric: String,
     /// What the x axis counts: the leak's clock, or the run's.
-    pub clock: oomscope_analysis::clocks::Clock,
+    pub clock: oomscope_analysis::facts::Clock,
     /// One line per stage.
     pub stages: Vec<StageLine>,
     /// The leaking stage's fit: slope per position, intercept, first and last fitted position.
@@ -342,8 +342,8 @@ pub struct StepChartData {
 /// when the leak is kept at epoch ends): the headlined leak's metric and clock when there is one,
 /// else the primary metric; `None` with fewer than two positions on the clock.
 pub fn step_chart(trace: &Trace, analysis: &oomscope_analysis::Analysis) -> Option<StepChartData> {
-    use oomscope_analysis::clocks::{Clock, clock_rows};
-    use oomscope_analysis::metrics::primary_metric;
+    use oomscope_analysis::facts::primary_metric;
+    use oomscope_analysis::facts::{Clock, clock_rows};
     let leak = analysis.headline_leak();
     let (metric, clock) = match leak {
         Some(f) => (f.metric, f.clock),
@@ -611,7 +611,7 @@ mod tests {
     fn stage_colours_are_the_trace_s_not_the_window_s() {
         let t = run(0);
         let colors = stage_colors(&t);
-        let names = oomscope_analysis::stages::stage_names(&t);
+        let names = oomscope_analysis::facts::stage_names(&t);
         assert_eq!(colors.len(), names.len());
         // A window that starts at the third stage still colours the first stage the same.
         let spans = stage_spans(&t, t.marks[2].t_us, t.marks[12].t_us, 100).unwrap();
@@ -660,7 +660,7 @@ mod tests {
 
     #[test]
     fn the_chart_of_a_leak_kept_at_epoch_ends_counts_epochs_and_a_serving_loop_forwards() {
-        use oomscope_analysis::clocks::Clock;
+        use oomscope_analysis::facts::Clock;
         // Six epochs of ten steps, 2 GiB kept at each epoch's end: the fit is per epoch, and so
         // is the chart's axis (a per-epoch slope drawn over steps would climb 10 times too fast).
         let mut t = oomscope_testkit::run::Run {

@@ -1,6 +1,6 @@
 //! Reading a memory snapshot in a Web Worker, so that even a 1 GB pickle never stops the page:
 //! the worker reads, analyses and builds the stacked timelines, the page only shows progress and
-//! then takes the result a chunk at a time ([`oomscope_analysis::snapshot::wire`]).
+//! then takes the result a chunk at a time ([`crate::snapshot_wire`]).
 //!
 //! The worker runs the page's own code, so a report needs no second file and no network: the
 //! page makes it from its module script's text up to [`GLUE_END`] (wasm-bindgen's glue, made a
@@ -12,12 +12,12 @@
 //! ([`crate::browser`]: a picked file in slices, an embedded one at once); a worker that fails
 //! after it was ready is an error on the page, not a second read.
 
+use crate::snapshot_wire::{self as wire, Parts, Receiver};
 use futures::StreamExt as _;
 use futures::channel::mpsc;
 use leptos::prelude::{RwSignal, Set as _};
-use oomscope_analysis::report_page::GLUE_END;
 use oomscope_analysis::snapshot::analysis::analyze_snapshot;
-use oomscope_analysis::snapshot::wire::{self, Parts, Receiver};
+use oomscope_report::page::GLUE_END;
 use oomscope_snapshot::SnapshotParser;
 use wasm_bindgen::JsCast as _;
 use wasm_bindgen::JsValue;
@@ -307,7 +307,7 @@ fn answer(request: &JsValue, scope: &web_sys::DedicatedWorkerGlobalScope) -> Res
     } else {
         let bytes = js_sys::Uint8Array::new(&get(request, "bytes")).to_vec();
         let encoding = get(request, "encoding").as_string();
-        let bytes = oomscope_analysis::report_page::unpack(bytes, encoding.as_deref())?;
+        let bytes = oomscope_report::page::unpack(bytes, encoding.as_deref())?;
         let size = bytes.len() as u64;
         let next = move |at: u64| {
             let from = at.min(size) as usize;

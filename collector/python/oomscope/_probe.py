@@ -72,6 +72,11 @@ def _lookup(stats, path):
 _SLURM_STEP_ONLY_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")
 
 
+# The verbs whose `at` line carries the sender's memory, and those sent at once rather than
+# with the next batch (the run may end on them).
+_WITH_MEMORY = frozenset(("mark",))
+_URGENT = frozenset(("oom",))
+
 def _first_number(names):
     in_step = "SLURM_STEP_ID" in os.environ
     for name in names:
@@ -185,17 +190,20 @@ class Probe:
         return " pid=%d" % self._pid + ("" if self.rank is None else " rank=%d" % self.rank)
 
     def send(self, line):
-        """Sends raw protocol line(s), timed by an `at` line; never blocks, never raises."""
+        """Sends raw protocol line(s), timed by an `at` line; never blocks, never raises. What
+        the message's verb (its first word) is decides the rest: a mark's `at` carries this
+        process's memory, an OOM is sent at once (`_URGENT`)."""
         if not self.transport.enabled:
             return
         now = now_us()
+        verb = line.split(" ", 1)[0]
         if not self._announced:
             # Who this process is in the job, once, ahead of its first message (and after the
             # `at` that times both: a rank is known from its first mark on).
             self._announced = True
             line = self._process_line() + "\n" + line
-        self.transport.send(self._at_line(line.startswith("mark "), now) + "\n" + line, now,
-                            urgent=line.startswith("oom"))
+        self.transport.send(self._at_line(verb in _WITH_MEMORY, now) + "\n" + line, now,
+                            urgent=verb in _URGENT)
 
     def allocator_fields(self):
         """The CUDA caching allocator's statistics as mark fields ("" before CUDA is initialised:

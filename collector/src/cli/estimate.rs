@@ -280,7 +280,7 @@ pub fn estimate(args: &EstimateArgs) -> Result<i32> {
                 }
             ));
         }
-        oomscope_analysis::render::estimate::render_estimate(&e, &what)
+        oomscope_words::estimate::render_estimate(&e, &what)
     };
     write_stdout(out.as_bytes())?;
     Ok(0)

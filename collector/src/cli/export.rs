@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
-use oomscope_analysis::export::{to_chrome_json, to_csv};
+use oomscope_report::export::{to_chrome_json, to_csv};
 
 use crate::trace_file::{open_snapshot, read_trace};
 use crate::ui::write_stdout;
@@ -80,7 +80,7 @@ pub fn export(args: &ExportArgs) -> Result<i32> {
 /// A PyTorch memory snapshot's timeline: a row (or a counter event) per trace entry, written as
 /// it is replayed.
 fn snapshot(path: &Path, file: BufReader<File>, args: &ExportArgs) -> Result<i32> {
-    use oomscope_analysis::snapshot::export;
+    use oomscope_report::snapshot_export as export;
     use oomscope_snapshot::read_snapshot;
     let snap = read_snapshot(file).with_context(|| format!("cannot open {}", path.display()))?;
     for w in &snap.warnings {

@@ -20,7 +20,7 @@ pub struct ReportArgs {
     pub output: Option<PathBuf>,
     /// Largest report in megabytes (10^6 bytes); a larger trace is embedded with thinned
     /// samples. 0: no size limit.
-    #[arg(long, default_value_t = 5.0, value_name = "MB")]
+    #[arg(long, default_value_t = crate::report::DEFAULT_MAX_BYTES as f64 / 1e6, value_name = "MB")]
     pub max_size_mb: f64,
     /// About the most sample rows the report carries (a job's traces share them), so that it
     /// opens at once; a trace with more is embedded with thinned samples (each counter's extremes

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use oomscope_analysis::render;
 use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_words as render;
 
 use crate::gpu::GpuSelection;
 use crate::run::RunOptions;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_analysis::report_page::WAITING_HEADER;
+use oomscope_report::page::WAITING_HEADER;
 
 use crate::report::{Named, Viewer};
 use crate::serve::{Answer, Served, Site, random_token};

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use oomscope_analysis::job::{JobTrace, analyze_job};
-use oomscope_analysis::render;
 use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_words as render;
+use oomscope_words::json::{AnalysisJson, RanksJson, SnapshotAnalysisJson, job_findings_worded};
 use serde::Serialize;
 
 use crate::trace_file::{TraceFile, open_snapshot, read_trace, read_trace_file};
@@ -42,7 +43,7 @@ struct SummaryJson<'a> {
     trace: String,
     format_version: String,
     warnings: Vec<String>,
-    analysis: &'a oomscope_analysis::Analysis,
+    analysis: AnalysisJson<'a>,
 }
 
 pub fn summary(args: &SummaryArgs) -> Result<i32> {
@@ -100,7 +101,7 @@ pub fn summary(args: &SummaryArgs) -> Result<i32> {
                 decoded.trace.format_version.0, decoded.trace.format_version.1
             ),
             warnings: decoded.warnings.iter().map(ToString::to_string).collect(),
-            analysis: &analysis,
+            analysis: AnalysisJson::of(&analysis),
         };
         serde_json::to_string_pretty(&doc).context("encoding the summary as JSON failed")?
     } else {
@@ -160,8 +161,8 @@ fn collect(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> std::io::Result<()>
 struct JobJson<'a> {
     schema_version: u32,
     traces: Vec<String>,
-    ranks: &'a oomscope_analysis::ranks::RankAnalysis,
-    findings: Vec<oomscope_analysis::recommend::Finding>,
+    ranks: RanksJson<'a>,
+    findings: Vec<oomscope_words::findings::Worded>,
 }
 
 /// Several traces of one job, side by side.
@@ -184,8 +185,8 @@ fn job_summary(files: &[PathBuf], json: bool) -> Result<i32> {
         let doc = JobJson {
             schema_version: SUMMARY_SCHEMA_VERSION,
             traces: names,
-            ranks: &analysis,
-            findings: oomscope_analysis::job::job_findings(&analysis),
+            ranks: RanksJson::of(&analysis),
+            findings: job_findings_worded(&oomscope_analysis::job::job_findings(&analysis)),
         };
         serde_json::to_string_pretty(&doc).context("encoding the summary as JSON failed")?
     } else {
@@ -219,14 +220,14 @@ struct SnapshotJson<'a> {
     frames: usize,
     stacks: usize,
     warnings: &'a [String],
-    analysis: &'a oomscope_analysis::snapshot::analysis::SnapshotAnalysis,
+    analysis: SnapshotAnalysisJson<'a>,
 }
 
 /// `collector summary snap.pickle`: a PyTorch memory snapshot read in one streaming pass.
 fn snapshot_summary(path: &std::path::Path, file: BufReader<File>, json: bool) -> Result<i32> {
-    use oomscope_analysis::render::snapshot::render_snapshot;
     use oomscope_analysis::snapshot::analysis::analyze_snapshot;
     use oomscope_snapshot::read_snapshot;
+    use oomscope_words::snapshot::render_snapshot;
     let snap = read_snapshot(file).with_context(|| format!("cannot open {}", path.display()))?;
     let analysis = analyze_snapshot(&snap);
     let mut out = if json {
@@ -238,7 +239,7 @@ fn snapshot_summary(path: &std::path::Path, file: BufReader<File>, json: bool) -
             frames: snap.frames.len(),
             stacks: snap.stacks.len(),
             warnings: &snap.warnings,
-            analysis: &analysis,
+            analysis: SnapshotAnalysisJson::of(&analysis),
         })
         .context("encoding the summary as JSON failed")?
     } else {

@@ -6,15 +6,15 @@
 //! `--plain`, a line per trace that grew; `--json`, an object per trace per refresh.
 //!
 //! The following itself (the file read as it grows, the analysis no more than 1% of a core) is
-//! [`crate::live_trace`]'s.
+//! [`crate::live_trace`]'s; every word shown is `oomscope_words`'.
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use oomscope_analysis::live::{LiveState, line};
-use oomscope_analysis::{AnalysisOptions, analyze, render};
+use oomscope_analysis::{AnalysisOptions, analyze};
+use oomscope_words::live::{LiveJson, line};
 use serde::Serialize;
 
 use crate::live_trace::LiveTrace;
@@ -44,10 +44,10 @@ const STALE_AFTER: Duration = Duration::from_secs(10);
 
 /// One line of `--json`.
 #[derive(Serialize)]
-struct WatchJson<'a> {
+struct WatchJson {
     trace: String,
     #[serde(flatten)]
-    state: &'a LiveState,
+    state: LiveJson,
 }
 
 /// A trace being followed, and what was said of it.
@@ -59,7 +59,7 @@ struct Followed {
 
 impl Followed {
     fn following(&self) -> Following {
-        if self.live.follower.ended() {
+        if self.live.feed.ended() {
             Following::Ended
         } else if !self.live.found() {
             Following::Waiting
@@ -95,19 +95,21 @@ pub fn watch(args: &WatchArgs) -> Result<i32> {
         for f in followed.iter_mut().filter(|f| !f.done) {
             f.live.refresh(&mut buf)?;
             let fresh = f.live.take_fresh();
-            let Some(state) = &f.live.state else { continue };
+            let Some(state) = f.live.state() else {
+                continue;
+            };
             if fresh {
                 let text = if args.json {
                     serde_json::to_string(&WatchJson {
                         trace: f.live.path.display().to_string(),
-                        state,
+                        state: LiveJson::of(state),
                     })? + "\n"
                 } else {
                     format!("{}: {}\n", f.live.path.display(), line(state))
                 };
                 write_stdout(text.as_bytes())?;
             }
-            if f.live.follower.ended() {
+            if f.live.feed.ended() {
                 f.done = true;
                 if !args.json {
                     print_summary(f)?;
@@ -135,12 +137,18 @@ fn stale(f: &mut Followed) -> bool {
     now
 }
 
-/// The run is over: what `collector summary` says of it.
-fn print_summary(f: &mut Followed) -> Result<()> {
-    let follower = std::mem::take(&mut f.live.follower);
-    let decoded = follower.finish()?;
-    let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
-    let text = render::summary::render(&decoded.trace, &analysis);
+/// The run is over: what `collector summary` says of it (the feed's last analysis is of the whole
+/// trace, its end included).
+fn print_summary(f: &Followed) -> Result<()> {
+    let Some(trace) = f.live.feed.trace() else {
+        return Ok(());
+    };
+    let text = match f.live.feed.analysis() {
+        Some(analysis) => oomscope_words::summary::render(trace, analysis),
+        None => {
+            oomscope_words::summary::render(trace, &analyze(trace, &AnalysisOptions::default()))
+        }
+    };
     write_stdout(format!("{}:\n{text}", f.live.path.display()).as_bytes())
 }
 
@@ -162,7 +170,7 @@ fn watch_screen(followed: &mut [Followed], interval: Duration) -> Result<i32> {
                 }
                 next = Instant::now() + interval;
             }
-            if followed.iter().all(|f| f.live.follower.ended()) {
+            if followed.iter().all(|f| f.live.feed.ended()) {
                 return Ok(true);
             }
             let names: Vec<String> = followed
@@ -175,7 +183,7 @@ fn watch_screen(followed: &mut [Followed], interval: Duration) -> Result<i32> {
                 .map(|(f, name)| Pane {
                     name,
                     following: f.following(),
-                    state: f.live.state.as_ref(),
+                    state: f.live.state(),
                 })
                 .collect();
             terminal.draw(|frame| draw(frame, &panes, selected))?;
@@ -200,7 +208,7 @@ fn watch_screen(followed: &mut [Followed], interval: Duration) -> Result<i32> {
     })();
     ratatui::restore();
     if result? {
-        for f in followed.iter_mut() {
+        for f in followed.iter() {
             print_summary(f)?;
         }
     }

@@ -24,6 +24,7 @@ pub(crate) mod inbox;
 mod oom_kills;
 pub mod pane;
 pub(crate) mod processes;
+mod pss;
 pub mod python_hooks;
 pub(crate) mod recorder;
 pub mod recording;

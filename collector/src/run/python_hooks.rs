@@ -27,7 +27,7 @@ macro_rules! python_file {
 /// The files of the bootstrap directory: (path, contents). The `oomscope` package is the wheel's
 /// (the program can `import oomscope`, or `oomscope_probe`, its former name, without installing
 /// anything), and the hooks inside it are imported by `sitecustomize.py` once torch is.
-const FILES: [(&str, &str); 23] = [
+const FILES: [(&str, &str); 26] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
@@ -50,8 +50,11 @@ const FILES: [(&str, &str); 23] = [
     python_file!("oomscope/_hooks/inputs.py"),
     python_file!("oomscope/_hooks/memory.py"),
     python_file!("oomscope/_hooks/modules.py"),
+    python_file!("oomscope/_hooks/objects.py"),
     python_file!("oomscope/_hooks/oom.py"),
     python_file!("oomscope/_hooks/optimizer.py"),
+    python_file!("oomscope/_hooks/referrers.py"),
+    python_file!("oomscope/_hooks/retainer.py"),
     python_file!("oomscope/_hooks/save.py"),
     python_file!("oomscope/_hooks/state.py"),
 ];

@@ -267,6 +267,13 @@ impl Senders {
                 }
             }
             Message::Record(mut record, given) => {
+                // A host error the hooks saw is an OOM only when the one recogniser of OOM texts
+                // says so (the hooks send what might be one); it also reads the request.
+                if let Record::Oom(oom) = &mut record
+                    && !read_host_error(oom)
+                {
+                    return Ok(());
+                }
                 record.set_t_us(t_us);
                 self.attribute(w, state, &mut record, kernel_pid, t_us)?;
                 self.last = sender;
@@ -393,5 +400,22 @@ impl Context {
             | Record::MarkSampling(_)
             | Record::ProgramEnd(_) => {}
         }
+    }
+}
+
+/// A host error's OOM record as the hooks sent it (`source=host_error`, the error's line as its
+/// message): whether [`oomscope_analysis::oom_text::recognise_text`] takes the line for a host
+/// out-of-memory error (a device's the allocator's observer reports), and then its request when
+/// the record has none. Other OOM records pass.
+fn read_host_error(oom: &mut OomEvent) -> bool {
+    if oom.source != oomscope_format::OomSource::HostError {
+        return true;
+    }
+    match oomscope_analysis::oom_text::recognise_text(&oom.message) {
+        Some(text) if text.kind == oomscope_format::OomKind::Host => {
+            oom.requested_bytes = oom.requested_bytes.or(text.requested_bytes);
+            true
+        }
+        _ => false,
     }
 }

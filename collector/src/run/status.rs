@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use oomscope_analysis::live::{LiveState, leak};
+use oomscope_analysis::live::LiveState;
 use oomscope_format::units::format_bytes;
+use oomscope_words::live::{leak, warning};
 
 use super::pane::{LivePane, terminal_size};
 use super::shared_state::RunState;
@@ -98,7 +99,7 @@ pub fn status_loop(state: &RunState, terminal: &Arc<Mutex<Terminal>>, live: Opti
         if let Some(trace) = live.as_mut() {
             // A trace that cannot be followed leaves the plain status line: never an error here.
             let _ = trace.refresh(&mut buf);
-            if let Some(s) = &trace.state {
+            if let Some(s) = trace.state() {
                 text.push_str(&live_words(s));
             }
         }
@@ -132,12 +133,12 @@ fn pane_loop(
             name: &name,
             // The program has exited once the run stops: the last frame says so, even before
             // the recorder has written the trace's end.
-            following: if stopping || trace.state.as_ref().is_some_and(|s| s.ended) {
+            following: if stopping || trace.state().is_some_and(|s| s.ended) {
                 Following::Ended
             } else {
                 Following::Live
             },
-            state: trace.state.as_ref(),
+            state: trace.state(),
         };
         if let (Some(size), Ok(_term)) = (terminal_size(), terminal.lock()) {
             pane.draw(&view, size);
@@ -155,7 +156,7 @@ fn pane_loop(
 pub fn live_words(state: &LiveState) -> String {
     let mut words = String::new();
     for a in &state.alerts {
-        words.push_str(&format!(" | WARNING {a}"));
+        words.push_str(&format!(" | {}", warning(a)));
     }
     if let Some(l) = &state.leak {
         words.push_str(" | ");

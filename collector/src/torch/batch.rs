@@ -3,14 +3,14 @@
 //! Batch-size finders that only grow-until-OOM pick sizes that barely fit and then OOM later on a
 //! longer sequence or a fragmented cache (Lightning#20447, #21154). This search measures each
 //! trial's peak, fits `peak = fixed + batch × per_sample` through the trials that fit (the same
-//! fit `collector summary` makes from the trace, `oomscope_analysis::batch_fit`), and
+//! fit `collector summary` makes from the trace, `oomscope_analysis::facts::BatchFit`), and
 //! recommends the largest batch that stays within `(1 − margin)` of the memory limit.
 //!
 //! A trial's peak is the caching allocator's peak on CUDA (reset before each trial). On CPU it is
 //! the process's peak resident memory (`VmHWM`, reset through `/proc/self/clear_refs`), so a CPU
 //! search with [`BatchSearch::limit_bytes`] behaves like a device of that size.
 
-use oomscope_analysis::batch_fit::{TrialFit, fit_trials};
+use oomscope_analysis::facts::{TrialFit, fit_trials};
 use oomscope_format::{BatchTrial, Record, TrialOutcome};
 
 use super::allocator;
@@ -36,7 +36,7 @@ impl Default for BatchSearch {
         BatchSearch {
             start: 1,
             max: 1 << 16,
-            margin: oomscope_analysis::batch_fit::DEFAULT_BATCH_MARGIN,
+            margin: oomscope_analysis::thresholds::DEFAULT_BATCH_MARGIN,
             limit_bytes: None,
         }
     }

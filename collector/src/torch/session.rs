@@ -472,11 +472,10 @@ impl Session {
             .unwrap_or(&text)
             .trim()
             .to_owned();
-        let parsed = oomscope_analysis::oom_text::recognise(&first_line);
+        let parsed = oomscope_analysis::oom_text::recognise_text(&text);
         let requested_bytes = observed
             .map(|o| o.requested_bytes)
-            .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes))
-            .or_else(|| host_request_bytes(&first_line));
+            .or_else(|| parsed.as_ref().and_then(|p| p.requested_bytes));
         if observed.is_none() {
             let (step, stage) = self
                 .position
@@ -563,18 +562,10 @@ fn attach_observer_once() {
     });
 }
 
-/// libtorch's allocation-failure messages (CUDA and host).
+/// Whether libtorch's error text is an allocation failure (CUDA or host), by the one recogniser
+/// of out-of-memory texts the recorder and the analysis use.
 fn is_oom_message(text: &str) -> bool {
-    text.contains("out of memory")
-        || text.contains("OutOfMemoryError")
-        || text.contains("can't allocate memory")
-        || text.contains("not enough memory")
-}
-
-/// `DefaultCPUAllocator: can't allocate memory: you tried to allocate 123 bytes`.
-fn host_request_bytes(text: &str) -> Option<u64> {
-    let rest = &text[text.find("you tried to allocate ")? + "you tried to allocate ".len()..];
-    rest.split_whitespace().next()?.parse().ok()
+    oomscope_analysis::oom_text::recognise_text(text).is_some()
 }
 
 thread_local! {

@@ -1,11 +1,13 @@
-"""Three leaks users write (knows nothing about oomscope), one per `--kind`, in an otherwise
+"""Four leaks users write (knows nothing about oomscope), one per `--kind`, in an otherwise
 clean MLP loop with AdamW on CPU; each step also scores a held-out batch with autograd on, as
 loops that log a validation loss often do:
 - `list`: that loss appended to a list every step (`val_losses.append(val_loss)`), its autograd
   graph, and the activations the graph saved, kept with it;
 - `metric`: a metric object whose state (a list of detached outputs) is never reset;
 - `total`: the loss summed into a running total without `.item()` (`total_val += val_loss`),
-  which keeps every step's graph behind one tensor.
+  which keeps every step's graph behind one tensor;
+- `default`: the held-out outputs kept by a logging function's mutable default argument
+  (`def log_outputs(outputs, _seen=[])`), state that lives as long as the function.
 Prints the last loss."""
 
 import argparse
@@ -23,9 +25,14 @@ class Accuracy:
         self.preds.append(outputs.detach())
 
 
+def log_outputs(outputs, _seen=[]):
+    _seen.append(outputs.detach())
+    return len(_seen)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--kind", choices=["list", "metric", "total"], required=True)
+    p.add_argument("--kind", choices=["list", "metric", "total", "default"], required=True)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--width", type=int, default=1024)
@@ -51,6 +58,8 @@ def main():
             val_losses.append(val_loss)
         elif a.kind == "metric":
             metric.update(val_out)
+        elif a.kind == "default":
+            log_outputs(val_out)
         else:
             total_val += val_loss
     print("steps %d loss %.4f" % (a.steps, loss.item()))

@@ -1,13 +1,13 @@
-//! Analysis benchmarks: the full analysis and the chart decimation on the 1-hour 1 kHz workload
-//! (3.6 M rows × 6 counters, 10 000 steps × 5 stages with allocator snapshots).
+//! Analysis benchmarks: the full analysis and a live view's, on the 1-hour 1 kHz workload
+//! (3.6 M rows × 6 counters, 10 000 steps × 5 stages with allocator statistics).
 //!
 //! Run with `cargo bench -p oomscope-analysis --bench analysis`.
 
 use std::sync::LazyLock;
 
 use divan::{Bencher, black_box};
-use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared, series};
-use oomscope_format::{CounterKind, Follower, Trace, decode};
+use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
+use oomscope_format::{Follower, Trace, decode};
 use oomscope_testkit::synth::TrainingRun;
 
 fn main() {
@@ -47,47 +47,4 @@ fn analyze_hour_1khz_live(bencher: Bencher) {
     bencher
         .with_inputs(|| prepared.clone())
         .bench_local_refs(|p| analyze_prepared(black_box(trace), &AnalysisOptions::default(), p));
-}
-
-/// One chart redraw of the whole hour at 1 200 pixel buckets.
-#[divan::bench(sample_count = 20)]
-fn decimate_hour_to_1200_buckets(bencher: Bencher) {
-    let trace = &*HOUR;
-    let id = trace.counter(CounterKind::HostRss, None).unwrap();
-    let end = trace.duration_us();
-    bencher.bench(|| series::decimate(&trace.samples, id, 0, black_box(end), 1200));
-}
-
-/// The same redraw through the block index (what the viewer does).
-#[divan::bench(sample_count = 20)]
-fn decimate_hour_to_1200_buckets_indexed(bencher: Bencher) {
-    let trace = &*HOUR;
-    let id = trace.counter(CounterKind::HostRss, None).unwrap();
-    let index = series::BlockIndex::new(&trace.samples, id);
-    let end = trace.duration_us();
-    bencher.bench(|| series::decimate_indexed(&trace.samples, &index, 0, black_box(end), 1200));
-}
-
-/// Building the block index of one counter of the hour (once per trace and counter).
-#[divan::bench(sample_count = 10)]
-fn block_index_of_the_hour(bencher: Bencher) {
-    let trace = &*HOUR;
-    let id = trace.counter(CounterKind::HostRss, None).unwrap();
-    bencher.bench(|| series::BlockIndex::new(&trace.samples, black_box(id)));
-}
-
-/// A zoomed redraw: one minute of the hour at 1 200 buckets.
-#[divan::bench(sample_count = 50)]
-fn decimate_one_minute_to_1200_buckets(bencher: Bencher) {
-    let trace = &*HOUR;
-    let id = trace.counter(CounterKind::HostRss, None).unwrap();
-    bencher.bench(|| {
-        series::decimate(
-            &trace.samples,
-            id,
-            1_800_000_000,
-            black_box(1_860_000_000),
-            1200,
-        )
-    });
 }

@@ -1,17 +1,17 @@
 //! A live view's analysis of a long trace (BENCHMARKS.md, issue 43): the trace read up to its
 //! last 1%, what its marks read prepared (`Prepared`), then the rest appended in five pieces;
 //! after each, the live analysis (`analyze_prepared`: the kept preparation brought up to date),
-//! the live state a watcher shows of it (`live::analysed`: its chart and findings) and the whole
+//! the live state a watcher shows of it (`live::with_analysis`: its chart and findings) and the whole
 //! analysis (`analyze`) are timed in turn, and the two analyses and their live states checked to
 //! agree.
 //!
 //! `cargo run --release -p oomscope-analysis --example live_analysis -- TRACE`
-//! (the day: `cargo run --release -p oomscope-analysis --example demo -- --day day.oomt`)
+//! (the day: `cargo run --release -p oomscope-words --example demo -- --day day.oomt`)
 
 use std::time::Instant;
 
-use oomscope_analysis::live::{analysed, live_now, live_state};
-use oomscope_analysis::metrics::host_in_use;
+use oomscope_analysis::facts::host_in_use;
+use oomscope_analysis::live::{live_state, readings, with_analysis};
 use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
 use oomscope_format::Follower;
 
@@ -36,8 +36,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         live_ms.push(ms(start));
         // What a watcher shows of it: the readings now, the analysis's findings and its chart.
         let start = Instant::now();
-        let now = live_now(trace, host_in_use(trace));
-        let state = analysed(now, trace, &live, Some(&prepared));
+        let now = readings(trace, host_in_use(trace));
+        let state = with_analysis(now, trace, &live, Some(&prepared));
         state_ms.push(ms(start));
         let start = Instant::now();
         let whole = analyze(trace, &options);

@@ -235,41 +235,13 @@ struct Planned {
 fn main() {
     let args = Args::parse();
     let started = Instant::now();
-    // Plan: weights, then steps of 4 activations (freed) and now and then a kept tensor; about
-    // 130 bytes per entry at depth 25 (measured; real snapshots: 160-250).
-    let entries_wanted = (args.mb * MIB / (65 + args.depth as u64 * 5 / 2)) as usize;
-    let mut w = Workload {
-        plan: Vec::with_capacity(entries_wanted + 16),
-        stacks: Vec::new(),
-        live: HashMap::new(),
-        pool: HashMap::new(),
-        next: BASE,
-    };
-    w.alloc(512 * MIB, 30, "build_model");
-    w.alloc(1024 * MIB, 31, "build_optimizer");
-    let mut step = 0u64;
-    while w.plan.len() < entries_wanted {
-        let acts: Vec<u64> = (0..4)
-            .map(|i| w.alloc((64 + 16 * i) * MIB, 50 + i, "forward"))
-            .collect();
-        // Every 64th step keeps a small tensor: a slow leak.
-        if step.is_multiple_of(64) {
-            w.alloc(2 * MIB, 77, "train_step");
-        }
-        for a in acts {
-            w.free(a);
-        }
-        step += 1;
-    }
     let Workload {
         plan,
         stacks,
         live,
         pool,
         next,
-    } = w;
-    let used = next - BASE;
-
+    } = planned(&args);
     let file = BufWriter::with_capacity(1 << 20, File::create(&args.out).expect("create"));
     let mut p = Pickler {
         out: file,
@@ -296,8 +268,78 @@ fn main() {
         ids: HashMap::new(),
         stack_ids: vec![None; stacks.len()],
     };
-    // segments: one, its live blocks (their stacks written here first, as torch's are), and the
-    // free blocks the pool holds.
+    write_segments(&mut p, &mut frames, &stacks, &live, &pool, next);
+    write_traces(&mut p, &mut frames, &stacks, &plan);
+    p.key("allocator_settings");
+    p.op(b"}");
+    p.memoize();
+    p.op(b"(");
+    p.key("expandable_segments");
+    p.op(&[0x89]);
+    p.op(b"u");
+    p.op(b"u"); // the top dict
+    p.op(b".");
+    let written = p.written;
+    p.out.flush().expect("flush");
+    drop(p);
+    println!(
+        "wrote {}: {:.1} MiB, {} entries, {} allocations, {} unique frames, in {:.1} s",
+        args.out.display(),
+        written as f64 / MIB as f64,
+        plan.len(),
+        stacks.len(),
+        frames.ids.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if args.no_read {
+        return;
+    }
+    drop(plan);
+    read_back(&args, written);
+}
+
+/// The allocations and frees of the run: weights, then steps of 4 activations (freed) and now
+/// and then a kept tensor; about 130 bytes per entry at depth 25 (measured; real snapshots:
+/// 160-250).
+fn planned(args: &Args) -> Workload {
+    let entries_wanted = (args.mb * MIB / (65 + args.depth as u64 * 5 / 2)) as usize;
+    let mut w = Workload {
+        plan: Vec::with_capacity(entries_wanted + 16),
+        stacks: Vec::new(),
+        live: HashMap::new(),
+        pool: HashMap::new(),
+        next: BASE,
+    };
+    w.alloc(512 * MIB, 30, "build_model");
+    w.alloc(1024 * MIB, 31, "build_optimizer");
+    let mut step = 0u64;
+    while w.plan.len() < entries_wanted {
+        let acts: Vec<u64> = (0..4)
+            .map(|i| w.alloc((64 + 16 * i) * MIB, 50 + i, "forward"))
+            .collect();
+        // Every 64th step keeps a small tensor: a slow leak.
+        if step.is_multiple_of(64) {
+            w.alloc(2 * MIB, 77, "train_step");
+        }
+        for a in acts {
+            w.free(a);
+        }
+        step += 1;
+    }
+    w
+}
+
+/// `segments`: one, its live blocks (their stacks written here first, as torch's are), and the
+/// free blocks the pool holds.
+fn write_segments(
+    p: &mut Pickler<BufWriter<File>>,
+    frames: &mut Frames,
+    stacks: &[(u64, &'static str)],
+    live: &HashMap<u64, (u64, usize)>,
+    pool: &HashMap<u64, Vec<u64>>,
+    next: u64,
+) {
+    let used = next - BASE;
     p.key("segments");
     p.op(b"]");
     p.memoize();
@@ -351,7 +393,7 @@ fn main() {
         p.key("frames");
         match index {
             Some(i) => frames
-                .write_stack(&mut p, stacks[i])
+                .write_stack(p, stacks[i])
                 .map_or((), |id| frames.stack_ids[i] = Some(id)),
             None => {
                 p.op(b"]");
@@ -363,7 +405,15 @@ fn main() {
     p.op(b"e"); // blocks
     p.op(b"u"); // segment dict
     p.op(b"e"); // segments
-    // device_traces: one device, its entries appended in batches of 1 000 as CPython does.
+}
+
+/// `device_traces`: one device, its entries appended in batches of 1 000 as CPython does.
+fn write_traces(
+    p: &mut Pickler<BufWriter<File>>,
+    frames: &mut Frames,
+    stacks: &[(u64, &'static str)],
+    plan: &[Planned],
+) {
     p.key("device_traces");
     p.op(b"]");
     p.memoize();
@@ -397,7 +447,7 @@ fn main() {
             match frames.stack_ids[e.alloc] {
                 Some(id) => p.get(id),
                 None => {
-                    let id = frames.write_stack(&mut p, stacks[e.alloc]);
+                    let id = frames.write_stack(p, stacks[e.alloc]);
                     frames.stack_ids[e.alloc] = id;
                 }
             }
@@ -406,31 +456,10 @@ fn main() {
         p.op(b"e");
     }
     p.op(b"e"); // the outer list
-    p.key("allocator_settings");
-    p.op(b"}");
-    p.memoize();
-    p.op(b"(");
-    p.key("expandable_segments");
-    p.op(&[0x89]);
-    p.op(b"u");
-    p.op(b"u"); // the top dict
-    p.op(b".");
-    let written = p.written;
-    p.out.flush().expect("flush");
-    drop(p);
-    println!(
-        "wrote {}: {:.1} MiB, {} entries, {} allocations, {} unique frames, in {:.1} s",
-        args.out.display(),
-        written as f64 / MIB as f64,
-        plan.len(),
-        stacks.len(),
-        frames.ids.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if args.no_read {
-        return;
-    }
-    drop(plan);
+}
+
+/// Reads the file back and analyses it, timing each.
+fn read_back(args: &Args, written: u64) {
     let t = Instant::now();
     let snap = read_snapshot(File::open(&args.out).expect("open")).expect("reads");
     let read_s = t.elapsed().as_secs_f64();
@@ -445,6 +474,6 @@ fn main() {
         snap.stacks.len(),
         written as f64 / MIB as f64 / read_s,
         a.devices.first().map_or(0, |d| d.peak_active_bytes) as f64 / (1u64 << 30) as f64,
-        a.findings.len()
+        a.findings().len()
     );
 }

@@ -1,8 +1,8 @@
 //! What [`crate::analyze()`] returns ([`Analysis`]: the overview, every analysis's result and
 //! the findings) and the knobs it takes ([`AnalysisOptions`]): types only, so that the rules
-//! (`recommend`) and the text (`render`) can read an analysis without reaching the code that
+//! (`recommend`) and the words (`oomscope-words`) can read an analysis without reaching the code that
 //! makes one. Every type is `Serialize`: field names are the JSON contract (snake_case, units in
-//! the names).
+//! the names); what `summary --json` writes in words (the findings) the words crate adds.
 
 use serde::Serialize;
 
@@ -172,6 +172,9 @@ pub struct Analysis {
     pub training_peak: Option<TrainingPeak>,
     /// Out-of-memory events in context.
     pub ooms: Vec<OomContext>,
+    /// What each memory did along the run's unit, read from the readings alone
+    /// ([`crate::symptom`]).
+    pub symptoms: Vec<crate::symptom::Symptom>,
     /// What rose before the run's fatal OOM, when it died in an eval.
     pub run_up: Option<crate::run_up::RunUp>,
     /// The shared-memory tmpfs (`/dev/shm`) over the run, when sampled.
@@ -182,16 +185,20 @@ pub struct Analysis {
     /// The batch-size search, if one ran.
     pub batch_trials: Option<TrialSummary>,
     /// Ranks side by side, when the trace holds several (torchrun's workers under one
-    /// collector): each rank's stage table and findings, imbalance, the first failure.
+    /// collector): each rank's stage table and findings, imbalance, the first failure. (In
+    /// `summary --json` with the findings in words: the words crate writes it.)
+    #[serde(skip)]
     pub ranks: Option<ranks::RankAnalysis>,
-    /// What to change, most severe first.
+    /// What to change, most severe first. (In `summary --json` in words: the words crate writes
+    /// it.)
+    #[serde(skip)]
     pub findings: Vec<Finding>,
 }
 
 impl Analysis {
     /// The leak fits that are leaks.
     pub fn leaks(&self) -> impl Iterator<Item = &GrowthFit> {
-        self.leak_fits.iter().filter(|f| f.is_leak)
+        self.leak_fits.iter().filter(|f| f.is_leak())
     }
 
     /// The leak the `leak` finding headlines (see [`crate::leaks::headline_leak`]): what every

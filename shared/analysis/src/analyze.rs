@@ -7,10 +7,11 @@ use crate::analysis::{
     Analysis, AnalysisOptions, CounterPeak, DroppedSummary, ExitSummary, GpuSummary, MarksSampled,
     Overview,
 };
-use crate::marks::MarkSteps;
+use crate::mark_steps::MarkSteps;
 use crate::metrics::MarkValues;
 use crate::peaks::{Peak, PeakSource};
-use crate::prepared::Prepared;
+use crate::prepared::{Prepared, RankPrepared};
+use crate::rank_views::RankProcess;
 use crate::recommend::RuleContext;
 use crate::stages::StageTableOptions;
 use crate::{
@@ -21,16 +22,23 @@ use oomscope_format::Trace;
 
 /// [`analyze`] of a trace still being written, with what was read at its marks the last time
 /// (`prepared`, brought up to `trace` first): the same analysis, the marks' values read only
-/// for what was appended. A trace of several ranks is analysed as [`analyze`] does (the ranks'
-/// views are made anew; `prepared` is still brought up to the whole trace, for the live chart).
+/// for what was appended. A trace of several ranks keeps what was read of each rank's view and
+/// of the whole run's marks too (the views themselves are made anew: a view is the trace's
+/// columns selected, kept by no one between refreshes).
 pub fn analyze_prepared(
     trace: &Trace,
     options: &AnalysisOptions,
     prepared: &mut Prepared,
 ) -> Analysis {
     prepared.update(trace);
-    if prepared.ranks(trace).len() >= 2 {
-        return analyze(trace, options);
+    let ranks = prepared.ranks(trace);
+    if ranks.len() >= 2
+        && let Some(analysis) = {
+            let steps = prepared.steps().clone();
+            analyze_ranks(trace, options, &ranks, &steps, prepared.per_rank_mut())
+        }
+    {
+        return analysis;
     }
     analyze_one(trace, options, None, prepared)
 }
@@ -40,28 +48,52 @@ pub fn analyze_prepared(
 pub fn analyze(trace: &Trace, options: &AnalysisOptions) -> Analysis {
     let ranks = rank_views::ranks_of(trace);
     if ranks.len() >= 2
-        && let Some(marks) = rank_views::lowest_rank_marks(trace, &ranks)
+        && let Some(analysis) = analyze_ranks(
+            trace,
+            options,
+            &ranks,
+            &MarkSteps::new(trace),
+            &mut RankPrepared::default(),
+        )
     {
-        let whole = Trace {
-            marks,
-            ..trace.clone()
-        };
-        let mut compared = ranks::compare_ranks(ranks::summarize(trace, "", 0, &|view| {
-            rank_own(view, options)
-        }));
-        compared
-            .node_spikes
-            .extend(node::node_host_spike(trace, &ranks, "", 0));
-        let mut analysis = analyze_one(&whole, options, Some(compared), &Prepared::new(&whole));
-        // The overview counts what the trace holds: every rank's marks.
-        let (marks, steps) = (trace.marks.len(), MarkSteps::new(trace));
-        let o = &mut analysis.overview;
-        (o.marks, o.marked_steps) = (marks, steps.count());
-        o.steps = step_count(&steps, o.marks_sampled.as_ref());
-        (o.first_step, o.last_step) = (steps.first(), last_step(&steps, trace));
         return analysis;
     }
     analyze_one(trace, options, None, &Prepared::new(trace))
+}
+
+/// A trace of several ranks (`ranks`) analysed whole, with the lowest rank's marks, and rank by
+/// rank, each view read with what `kept` read of it before; `steps` are the distinct steps of
+/// all its marks. None without a lowest rank's marks.
+fn analyze_ranks(
+    trace: &Trace,
+    options: &AnalysisOptions,
+    ranks: &[RankProcess],
+    steps: &MarkSteps,
+    kept: &mut RankPrepared,
+) -> Option<Analysis> {
+    let marks = rank_views::lowest_rank_marks(trace, ranks)?;
+    let whole = Trace {
+        marks,
+        ..trace.clone()
+    };
+    let mut compared = ranks::compare_ranks(ranks::summarize(trace, "", 0, &mut |rank, view| {
+        analyze_one(view, options, None, kept.rank(rank, view)).into_rank_own()
+    }));
+    compared
+        .node_spikes
+        .extend(node::node_host_spike(trace, ranks, "", 0));
+    let mut analysis = analyze_one(
+        &whole,
+        options,
+        Some(compared),
+        kept.whole(&ranks[0], &whole),
+    );
+    // The overview counts what the trace holds: every rank's marks.
+    let o = &mut analysis.overview;
+    (o.marks, o.marked_steps) = (trace.marks.len(), steps.count());
+    o.steps = step_count(steps, o.marks_sampled.as_ref());
+    (o.first_step, o.last_step) = (steps.first(), last_step(steps, trace));
+    Some(analysis)
 }
 
 /// A rank's view analysed as any trace: what it adds to the rank's summary.
@@ -91,7 +123,7 @@ fn analyze_one(
     let primary_leaks = values.primary().is_some_and(|p| {
         leak_fits
             .iter()
-            .any(|f| f.is_leak && f.metric == values.key(p))
+            .any(|f| f.is_leak() && f.metric == values.key(p))
     });
     let batch_fit = batch_fit::batch_fit(trace, &peaks, options.batch_margin)
         .filter(|f| f.method == batch_fit::BatchFitMethod::Trials || !primary_leaks);
@@ -136,6 +168,7 @@ fn analyze_one(
         phase_transitions,
         training_peak,
         ooms,
+        symptoms: crate::symptom::symptoms(trace),
         run_up,
         shared_memory: shm::shared_memory(trace),
         batch_fit,
@@ -149,7 +182,6 @@ fn analyze_one(
     analysis.findings = recommend::findings(&RuleContext {
         trace,
         analysis: &analysis,
-        options,
     });
     analysis
 }
@@ -233,8 +265,8 @@ fn overview(trace: &Trace, values: &MarkValues, steps: &MarkSteps, peaks: &[Peak
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::finding::FindingKind;
     use crate::metrics::MetricKey;
-    use crate::recommend::FindingKind;
     use oomscope_format::units::{GIB, MIB};
     use oomscope_format::{Dropped, ExitStatus, Phase};
     use oomscope_testkit::run::Run;
@@ -312,7 +344,7 @@ mod tests {
             tuned
                 .findings
                 .iter()
-                .filter(|f| f.kind == FindingKind::Leak)
+                .filter(|f| f.kind() == FindingKind::Leak)
                 .count(),
             1
         );

@@ -59,6 +59,14 @@ pub struct BatchFit {
     pub accumulation_steps: Option<u64>,
 }
 
+impl BatchFit {
+    /// When the current batch does not fit: the current batch and the gradient accumulation
+    /// steps that keep it as the effective batch (a smaller batch is then the advice).
+    pub fn accumulation(&self) -> Option<(u64, u64)> {
+        Some((self.current_batch?, self.accumulation_steps?))
+    }
+}
+
 /// The outcome of a batch-size search.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TrialSummary {

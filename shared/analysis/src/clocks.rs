@@ -12,7 +12,7 @@ use crate::metrics::{MarkValues, MetricKey};
 use oomscope_format::Trace;
 
 /// What a fit counts along its x axis: a [`crate::leaks::GrowthFit`]'s `*_step` fields are in its units.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Clock {
     /// Training steps (the marks' step numbers).
@@ -329,6 +329,16 @@ pub fn clock_rows_last_of(
         });
     }
     rows
+}
+
+impl crate::fold::Fold for ClockMarks {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = ClockMarks::empty();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        ClockMarks::extend(self, input.trace, input.stages);
+    }
 }
 
 #[cfg(test)]

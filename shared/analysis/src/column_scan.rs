@@ -98,6 +98,20 @@ impl ColumnScan {
     }
 }
 
+impl crate::fold::Fold for ColumnScan {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = ColumnScan::default();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        self.add(input.values, input.settled);
+    }
+
+    fn stale(&self, changed: usize) -> bool {
+        crate::fold::values_changed(self.marks(), changed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -108,6 +108,7 @@ pub fn compare_stages(a: &Analysis, b: &Analysis) -> Option<(MetricKey, Vec<Stag
 
 /// What became of one finding between the first run (A, before) and the second (B, after).
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // a comparison holds a few dozen: boxing buys nothing
 pub enum FindingChange {
     /// Found in A only: the change between the runs removed it.
     Gone(Finding),
@@ -136,7 +137,7 @@ pub fn diff_findings(a: &Analysis, b: &Analysis) -> Vec<FindingChange> {
     let (a, mut b) = (problems(a), problems(b));
     let (mut gone, mut still) = (Vec::new(), Vec::new());
     for f in a {
-        match b.iter().position(|g| g.kind == f.kind) {
+        match b.iter().position(|g| g.kind() == f.kind()) {
             Some(i) => still.push(FindingChange::Still {
                 a: f,
                 b: b.remove(i),
@@ -252,7 +253,7 @@ mod tests {
         // The leak is gone, named first; nothing is new; the memory peak went down.
         let diff = diff_findings(&a, &b);
         assert!(
-            matches!(&diff[0], FindingChange::Gone(f) if f.kind == crate::recommend::FindingKind::Leak),
+            matches!(&diff[0], FindingChange::Gone(f) if f.kind() == crate::finding::FindingKind::Leak),
             "{diff:?}"
         );
         assert!(
@@ -261,12 +262,6 @@ mod tests {
         );
         let peak = memory_peaks(&a, &b).unwrap();
         assert!(peak.change_bytes().unwrap() < -(1 << 30), "{peak:?}");
-        let headline = crate::render::compare::compare_headline(&a, &b);
-        assert!(headline.starts_with("Leak gone; "), "{headline}");
-        assert!(
-            headline.contains(&format!("{} -", peak.metric)),
-            "{headline}"
-        );
 
         // Per step, aligned by step: the leaky run ends 49 steps × 64 MiB above the fixed one.
         let overlay = step_overlay(&leaky, &fixed).unwrap();
@@ -288,8 +283,7 @@ mod tests {
                 .all(|c| matches!(c, FindingChange::Still { .. })),
             "{diff:?}"
         );
-        let headline = crate::render::compare::compare_headline(&a, &a);
-        assert!(headline.starts_with("Leak still there"), "{headline}");
-        assert!(headline.contains(" 0 B ("), "{headline}");
+        let peak = memory_peaks(&a, &a).unwrap();
+        assert_eq!(peak.change_bytes(), Some(0));
     }
 }

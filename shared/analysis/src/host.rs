@@ -186,6 +186,16 @@ fn share(available: u64, rss: u64) -> f64 {
     }
 }
 
+impl crate::fold::Fold for HostScan {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = HostScan::default();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        HostScan::extend(self, input.trace);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

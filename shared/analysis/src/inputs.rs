@@ -6,12 +6,17 @@
 //! metric at its marks, and a line through (elements, peak) over the steps says what an input
 //! element costs. A peak step whose input is well above a median step's, and whose excess the
 //! line explains, is an input-driven peak — never a leak, and never "nothing to change".
+//!
+//! A program that never trains (a serving loop, a batch inference over images of many sizes) is
+//! read the same way on its forwards: each forward's highest reading, from the samples between
+//! its marks (its activations peak inside it), against the input the hooks sent for it.
 
 use crate::fit::least_squares;
 use crate::leaks::{LimitBasis, limit_of};
 use crate::marks::{StageIndex, is_train};
 use crate::metrics::{MarkValues, MetricKey, host_in_use};
 use crate::peaks::tensors_on_host;
+use crate::symptom::{Unit, block_len, unit_series, unit_series_of_marks};
 use oomscope_format::Trace;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -66,6 +71,14 @@ pub struct InputPeak {
     pub long_steps: Vec<LongInput>,
     /// The memory the metric runs into, when known, and what it is.
     pub limit: Option<(u64, LimitBasis)>,
+    /// The clock `step`, `steps` and `long_steps` count: training steps, or the forwards of a
+    /// program that never trains (a serving or inference loop, each forward's peak read from
+    /// the samples in it).
+    pub unit: Unit,
+    /// The repeats of the unit each point is: 1, or the forwards of a block when a loop made
+    /// more than [`crate::symptom::MAX_POINTS`] (each block its highest reading against its
+    /// largest input).
+    pub per_point: u64,
 }
 
 impl InputPeak {
@@ -134,6 +147,7 @@ fn held_from_long_step(points: &[StepPoint], at: usize, median_elements: u64) ->
 }
 
 /// The input-driven peak, if the run has one.
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn input_peak(trace: &Trace, values: &MarkValues) -> Option<InputPeak> {
     input_peak_with(trace, values, &StageIndex::new(trace))
 }
@@ -146,6 +160,9 @@ pub fn input_peak_with(
 ) -> Option<InputPeak> {
     if trace.inputs.is_empty() {
         return None;
+    }
+    if !trace.marks.iter().any(|m| is_train(m.phase)) {
+        return forward_peak(trace, values, stages);
     }
     // The memory the program's tensors are in: a CPU run on a GPU host reads the host's, not the
     // device's (other programs' memory).
@@ -196,6 +213,76 @@ pub fn input_peak_with(
             }),
         }
     }
+    judged(trace, values.key(metric), Unit::Step, &points, stages)
+}
+
+/// The input-driven peak of a program that never trains: each forward's highest reading (its
+/// repeat on the forward clock, `symptom::unit_series`: a forward's activations peak inside it,
+/// between its marks) against the input it was given (the last one sent before it ended; the
+/// hooks send an inference forward's input after it when it differs from the last one).
+fn forward_peak(trace: &Trace, values: &MarkValues, stages: &StageIndex) -> Option<InputPeak> {
+    let (metric, (unit, repeats)) = if tensors_on_host(trace) {
+        let id = host_in_use(trace)?;
+        (MetricKey::of_counter(trace, id), unit_series(trace, id)?)
+    } else {
+        (values.key(values.primary()?), unit_series_of_marks(trace)?)
+    };
+    if unit != Unit::Forward {
+        return None;
+    }
+    let stage = stages
+        .names()
+        .iter()
+        .position(|n| n == "pre_forward")
+        .unwrap_or(0);
+    // A point is a block of forwards past `MAX_POINTS`: its highest reading against the largest
+    // input it was given (the one in effect as it began, or one sent inside it).
+    let forwards = trace
+        .marks
+        .iter()
+        .filter(|m| &*m.name == "pre_forward")
+        .count();
+    let per_point = block_len(forwards) as u64;
+    let mut next = 0;
+    let mut current: Option<(u64, &str)> = None;
+    let mut points = Vec::with_capacity(repeats.len());
+    for p in &repeats {
+        let mut largest = current;
+        while next < trace.inputs.len() && trace.inputs[next].t_us < p.to_us {
+            let i = &trace.inputs[next];
+            current = Some((i.elements, i.shape.as_ref()));
+            if i.t_us >= p.from_us && largest.is_none_or(|(e, _)| i.elements > e) {
+                largest = current;
+            }
+            next += 1;
+        }
+        // One forward's own input is the last one sent before it ended (sent after it).
+        let given = if per_point > 1 { largest } else { current };
+        if let Some((elements, shape)) = given.or(current) {
+            points.push(StepPoint {
+                step: p.at,
+                peak_bytes: p.peak_bytes,
+                stage,
+                elements,
+                shape: shape.to_owned(),
+            });
+        }
+    }
+    let mut peak = judged(trace, metric, Unit::Forward, &points, stages)?;
+    peak.per_point = per_point;
+    Some(peak)
+}
+
+/// The input-driven peak among `points` (one per step or forward), if there is one: the highest
+/// (or the long one whose memory it still holds) with an input [`INPUT_PEAK_MIN_RATIO`] times a
+/// median one's, a rise the line through every point explains.
+fn judged(
+    trace: &Trace,
+    metric: MetricKey,
+    unit: Unit,
+    points: &[StepPoint],
+    stages: &StageIndex,
+) -> Option<InputPeak> {
     if points.len() < MIN_STEPS {
         return None;
     }
@@ -211,7 +298,7 @@ pub fn input_peak_with(
         .enumerate()
         .max_by_key(|(_, p)| (p.peak_bytes, p.elements, std::cmp::Reverse(p.step)))?;
     // ...or the long step whose memory it still holds.
-    let top = &points[held_from_long_step(&points, highest, median_elements)];
+    let top = &points[held_from_long_step(points, highest, median_elements)];
     let rise = top.peak_bytes.saturating_sub(median_peak);
     let ratio = top.elements as f64 / median_elements.max(1) as f64;
     if ratio < INPUT_PEAK_MIN_RATIO
@@ -244,7 +331,7 @@ pub fn input_peak_with(
         })
         .collect();
     Some(InputPeak {
-        metric: values.key(metric),
+        metric,
         step: top.step,
         stage: stages.names()[top.stage].clone(),
         peak_bytes: top.peak_bytes,
@@ -257,7 +344,9 @@ pub fn input_peak_with(
         intercept_bytes: line.intercept,
         steps: points.len(),
         long_steps,
-        limit: limit_of(trace, values.key(metric)),
+        limit: limit_of(trace, metric),
+        unit,
+        per_point: 1,
     })
 }
 
@@ -333,6 +422,52 @@ mod tests {
         let at = p.intercept_bytes + p.bytes_per_element * within as f64;
         assert!((at - 0.9 * p.limit.unwrap().0 as f64).abs() < 4.0 * MIB as f64);
         let _ = GIB;
+    }
+
+    #[test]
+    fn an_inference_loop_s_largest_input_is_its_peak_on_the_forward_clock() {
+        // A loop that never trains: every mark an eval one, the step never moving; forward 37
+        // gets 8x the pixels, and its activations (at post_forward) grow with them. The hooks
+        // send each forward's input after it, when it differs from the last one sent.
+        let mut trace = Run {
+            steps: 60,
+            stages: vec!["pre_forward", "post_forward"],
+            ..Run::default()
+        }
+        .build();
+        let per_pixel = 2 * MIB;
+        let pixels = |forward: u64| -> u64 { if forward == 37 { 8 * 512 } else { 512 } };
+        let mut sent: Vec<StepInput> = Vec::new();
+        trace.marks.edit(|m| {
+            let forward = m.step + 1;
+            if m.name.as_ref() == "post_forward" {
+                if let Some(s) = m.allocator.as_mut() {
+                    s.allocated_bytes += pixels(forward).saturating_sub(512) * per_pixel;
+                }
+                if sent.last().is_none_or(|i| i.elements != pixels(forward)) {
+                    sent.push(StepInput {
+                        t_us: m.t_us + 1,
+                        step: 0,
+                        elements: pixels(forward),
+                        shape: format!("1x{}", pixels(forward)).into(),
+                        pid: None,
+                    });
+                }
+            }
+            m.phase = oomscope_format::Phase::Eval;
+            m.step = 0;
+        });
+        trace.inputs = sent;
+        let values = MarkValues::new(&trace);
+        let p = input_peak(&trace, &values).expect("an input-driven peak");
+        assert_eq!((p.unit, p.step), (Unit::Forward, 37));
+        assert_eq!((p.elements, p.median_elements), (4096, 512));
+        assert_eq!(p.steps, 60);
+        assert_eq!(p.peak_bytes - p.median_peak_bytes, 3584 * 2 * MIB);
+        assert!((p.bytes_per_element - (2 * MIB) as f64).abs() < 1.0);
+        // The same loop given one size throughout has none.
+        trace.inputs.truncate(1);
+        assert_eq!(input_peak(&trace, &MarkValues::new(&trace)), None);
     }
 
     #[test]

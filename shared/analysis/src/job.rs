@@ -4,10 +4,11 @@
 
 use crate::analysis::AnalysisOptions;
 use crate::analyze::rank_own;
+use crate::finding::Finding;
 use crate::node::node_host_spike;
 use crate::rank_views::ranks_of;
 use crate::ranks::{RankAnalysis, compare_ranks, summarize};
-use crate::recommend::{Diagnose, Finding, FirstRankFailure, NodeHostSpikeRule, RankImbalance};
+use crate::recommend::{Diagnose, FirstRankFailure, NodeHostSpikeRule, RankImbalance};
 use oomscope_format::Trace;
 
 /// One trace of a job: where it came from and what it holds.
@@ -31,7 +32,11 @@ pub fn analyze_job(traces: &[JobTrace<'_>], options: &AnalysisOptions) -> RankAn
     let offset_us = |t: &JobTrace<'_>| t.trace.metadata.start_unix_ns.saturating_sub(start) / 1_000;
     let summaries = traces
         .iter()
-        .flat_map(|t| summarize(t.trace, t.source, offset_us(t), &|v| rank_own(v, options)))
+        .flat_map(|t| {
+            summarize(t.trace, t.source, offset_us(t), &mut |_, v| {
+                rank_own(v, options)
+            })
+        })
         .collect();
     let mut compared = compare_ranks(summaries);
     compared.node_spikes = traces
@@ -44,31 +49,50 @@ pub fn analyze_job(traces: &[JobTrace<'_>], options: &AnalysisOptions) -> RankAn
     compared
 }
 
+/// A finding of a job: one of the ranks side by side (`rank` `None`), or one rank's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobFinding {
+    /// The rank whose own finding it is.
+    pub rank: Option<u32>,
+    /// The finding.
+    pub finding: Finding,
+}
+
 /// The findings of ranks side by side, for a job's traces analysed together
-/// ([`analyze_job`]): which rank failed first, imbalance, then each
-/// rank's own findings with its rank in the title; most severe first.
-pub fn job_findings(r: &RankAnalysis) -> Vec<Finding> {
-    let mut out = Vec::new();
-    if let Some(f) = &r.first_failure {
-        out.push(FirstRankFailure.explain(&f));
-    }
-    if let Some(i) = r.imbalance.first() {
-        out.push(RankImbalance.explain(&i));
-    }
-    if let Some(s) = r.node_spikes.first() {
-        out.push(NodeHostSpikeRule.explain(&s));
-    }
-    for rank in &r.ranks {
-        for f in &rank.findings {
-            let mut f = f.clone();
-            f.title = format!("rank {}: {}", rank.rank, f.title);
-            out.push(f);
+/// ([`analyze_job`]): which rank failed first, imbalance, then each rank's own findings; most
+/// severe first.
+pub fn job_findings(r: &RankAnalysis) -> Vec<JobFinding> {
+    fn of<R: Diagnose>(rule: &R, d: R::Diagnosis) -> JobFinding {
+        JobFinding {
+            rank: None,
+            finding: Finding {
+                severity: rule.severity(&d),
+                evidence: rule.evidence(&d),
+                detail: R::detail(d),
+            },
         }
     }
+    let mut out = Vec::new();
+    if let Some(f) = &r.first_failure {
+        out.push(of(&FirstRankFailure, f.clone()));
+    }
+    if let Some(i) = r.imbalance.first() {
+        out.push(of(&RankImbalance, i.clone()));
+    }
+    if let Some(s) = r.node_spikes.first() {
+        out.push(of(&NodeHostSpikeRule, NodeHostSpikeRule::diagnose(s)));
+    }
+    for rank in &r.ranks {
+        out.extend(rank.findings.iter().map(|f| JobFinding {
+            rank: Some(rank.rank),
+            finding: f.clone(),
+        }));
+    }
     crate::sort::sort_by(&mut out, |a, b| {
-        b.severity
-            .cmp(&a.severity)
-            .then_with(|| a.kind.rank().cmp(&b.kind.rank()))
+        b.finding
+            .severity
+            .cmp(&a.finding.severity)
+            .then_with(|| a.finding.kind().rank().cmp(&b.finding.kind().rank()))
     });
     out
 }
@@ -120,7 +144,7 @@ mod tests {
             t.samples.push_row(i * 1_000, &[(CounterId(0), mib << 20)]);
         }
         let options = AnalysisOptions::default();
-        let summary = &summarize(&t, "", 5_000_000, &|v| rank_own(v, &options))[0];
+        let summary = &summarize(&t, "", 5_000_000, &mut |_, v| rank_own(v, &options))[0];
         let curve = summary.curve.as_ref().unwrap();
         assert!(!curve.device);
         assert!(curve.points.len() <= CURVE_POINTS && curve.points.len() >= CURVE_POINTS - 1);

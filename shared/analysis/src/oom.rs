@@ -148,7 +148,6 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
     // SIGKILL near the memory limit.
     for k in &trace.oom_kills {
         let mut c = context_at(trace, OomKind::Host, OomSource::HostKill, k.t_us, None);
-        c.event.message = crate::words::kill_sentence(k, 0);
         c.fatal = k.main_process || failed;
         c.kill = Some(k.clone());
         out.push(c);
@@ -159,8 +158,6 @@ pub fn oom_contexts(trace: &Trace) -> Vec<OomContext> {
         && !trace.ooms.iter().any(|o| o.source == OomSource::HostKill)
     {
         let mut c = context_at(trace, OomKind::Host, OomSource::HostKill, exit.t_us, None);
-        c.event.message =
-            "the process was killed (SIGKILL) while host memory was nearly exhausted".to_owned();
         c.fatal = true;
         out.push(c);
     }

@@ -99,6 +99,7 @@ pub fn process_gpu_at_mark(
 
 /// Measures memory outside the allocator; `None` without a mark where both values are known and
 /// the process reading is not stale.
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn outside_allocator(trace: &Trace, values: &MarkValues) -> Option<OutsideAllocator> {
     OutsideScan::default().report(trace, values)
 }
@@ -250,6 +251,20 @@ fn counted_median(counts: &HashMap<u64, usize>, n: usize) -> f64 {
     match (lower, upper) {
         (Some(lower), Some(upper)) => (lower + upper) / 2.0,
         (_, upper) => upper.unwrap_or(0.0),
+    }
+}
+
+impl crate::fold::Fold for OutsideScan {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = OutsideScan::default();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        self.add(input.trace, input.values, input.settled);
+    }
+
+    fn stale(&self, changed: usize) -> bool {
+        crate::fold::values_changed(self.marks(), changed)
     }
 }
 

@@ -223,35 +223,6 @@ pub enum OutsideMarks {
     },
 }
 
-impl Peak {
-    /// Where the peak happened, for a reader: ` at post_forward of step 3`, ` after the last mark
-    /// (222 ms after post_step of step 9)`, ` before the first mark (1.20 s before it)`, or empty.
-    /// Outside the marks no stage was running: setup, loading or a batch search before, teardown
-    /// or saving after, or code the program does not mark; the words do not guess which.
-    pub fn place(&self) -> String {
-        use oomscope_format::units::{format_count, format_duration_us};
-        match (&self.stage, &self.outside_marks) {
-            (Some(s), _) => format!(
-                " at {} of step {}{}",
-                s.stage,
-                format_count(s.step),
-                s.phase.suffix()
-            ),
-            (None, Some(OutsideMarks::BeforeFirstMark { before_us })) => format!(
-                " before the first mark ({} before it)",
-                format_duration_us(*before_us)
-            ),
-            (None, Some(OutsideMarks::AfterLastMark { last, after_us })) => format!(
-                " after the last mark ({} after {} of step {})",
-                format_duration_us(*after_us),
-                last.stage,
-                format_count(last.step)
-            ),
-            (None, None) => String::new(),
-        }
-    }
-}
-
 /// Where `t_us` lies against the marks: the stage running then, or outside the marked loop.
 ///
 /// After the last mark counts as outside only when the run then ended (an exit was recorded)
@@ -356,6 +327,7 @@ pub fn has_allocator_data(trace: &Trace) -> bool {
 /// Every peak: the allocator's (`peak_allocated`, `allocated`, `reserved`) when marks carry its
 /// statistics, then each memory-in-use counter with data, in declaration order. `several_ranks`:
 /// the trace holds two ranks or more ([`crate::rank_views::ranks_of`]).
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn peaks(trace: &Trace, values: &MarkValues, several_ranks: bool) -> Vec<Peak> {
     let columns = crate::column_scan::ColumnScan::new(trace, values);
     peaks_with(trace, values, several_ranks, &columns)
@@ -670,10 +642,6 @@ mod tests {
             (last.stage.as_str(), last.step, *after_us),
             ("post_optimizer_step", 3, 222_000)
         );
-        assert_eq!(
-            peak.place(),
-            " after the last mark (222 ms after post_optimizer_step of step 3)"
-        );
         // Before the first mark: setup.
         let trace = host_peak_outside(-40_000, ExitStatus::Code(0));
         let peak = host_peak(&trace);
@@ -681,18 +649,15 @@ mod tests {
             peak.outside_marks,
             Some(OutsideMarks::BeforeFirstMark { before_us: 40_000 })
         );
-        assert!(
-            peak.place()
-                .eq(" before the first mark (40.0 ms before it)"),
-            "{}",
-            peak.place()
-        );
         // Read within one sampling interval of the last mark: the last stage's reading.
         let mut trace = host_peak_outside(382, ExitStatus::Code(0));
         trace.metadata.sample_interval_us = 10_000;
         let peak = host_peak(&trace);
         assert_eq!(peak.outside_marks, None);
-        assert_eq!(peak.place(), " at post_optimizer_step of step 3");
+        assert_eq!(
+            peak.stage.as_ref().map(|s| (s.stage.as_str(), s.step)),
+            Some(("post_optimizer_step", 3))
+        );
         // A run killed after its last mark died in that stage: the stage keeps the peak.
         let trace = host_peak_outside(222_000, ExitStatus::Signal(9));
         let peak = host_peak(&trace);
@@ -838,12 +803,6 @@ mod tests {
         // Beside it: the allocator's 512 MiB cache and the 600 MiB CUDA context, exactly.
         assert_eq!(c.cached_bytes, Some(512 * MIB));
         assert_eq!(c.outside_allocator_bytes, Some(600 * MIB));
-        assert_eq!(
-            crate::render::breakdown::breakdown_line(peak).unwrap(),
-            "peak_allocated 28.0 GiB = weights 4.00 GiB + gradients 4.00 GiB + optimizer state \
-             8.00 GiB + activations 12.0 GiB; beside it on the GPU: the allocator's cache 512 MiB \
-             + outside the allocator 600 MiB (CUDA context, NCCL, other libraries)"
-        );
 
         // Reserved and NVML peaks carry components but no activations; the host peak neither.
         let reserved = peaks
@@ -1024,11 +983,5 @@ mod tests {
         let p = breakdown_peak(&all).expect("a host peak");
         let c = p.components.as_ref().unwrap();
         assert_eq!(c.forward_rise_bytes, Some(40 * MIB));
-        assert_eq!(
-            crate::render::breakdown::breakdown_line(p).unwrap(),
-            "host.rss 1.17 GiB = weights 10.0 MiB + the rest 1.16 GiB (activations, data, the \
-             interpreter and its libraries; a training forward adds 40.0 MiB to it, the \
-             activations kept for backward)"
-        );
     }
 }

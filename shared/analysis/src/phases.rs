@@ -79,6 +79,7 @@ pub struct PhaseTransition {
 pub const FLOOR_MARKS: usize = 3;
 
 /// Every train→eval→train transition, measured with the primary metric. Linear in the marks.
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn phase_transitions(trace: &Trace, values: &MarkValues) -> Vec<PhaseTransition> {
     PhaseScan::default().report(trace, values).0
 }
@@ -408,6 +409,7 @@ pub struct EvalTail {
 /// The most memory training itself held, leaving out each eval's tail ([`EvalTail`]): counted as
 /// training's, an eval that needs more than training would be measured against its own memory.
 /// `None` without a primary metric or a value at any training mark.
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn training_peak(trace: &Trace, values: &MarkValues) -> Option<TrainingPeak> {
     PhaseScan::default().report(trace, values).1
 }
@@ -542,6 +544,20 @@ fn sampled_peak(
     let start = times.partition_point(|t| t < from_us);
     let end = times.partition_point(|t| t < until_us);
     trace.samples.first_max(id, start..end).map(|(_, v)| v)
+}
+
+impl crate::fold::Fold for PhaseScan {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = PhaseScan::default();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        self.add(input.trace, input.values, input.settled);
+    }
+
+    fn stale(&self, changed: usize) -> bool {
+        crate::fold::values_changed(self.marks(), changed)
+    }
 }
 
 #[cfg(test)]

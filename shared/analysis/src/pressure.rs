@@ -128,6 +128,7 @@ impl Scan {
 }
 
 /// Measures allocator pressure; `None` when the trace has no allocator data.
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn pressure(trace: &Trace) -> Option<PressureReport> {
     let mut scan = PressureScan::default();
     scan.extend(trace);
@@ -280,6 +281,16 @@ impl PressureScan {
             allocator_ooms: self.ooms,
             first_retry: self.first_retry.and_then(|i| StageAt::of_mark(trace, i)),
         })
+    }
+}
+
+impl crate::fold::Fold for PressureScan {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = PressureScan::default();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        PressureScan::extend(self, input.trace);
     }
 }
 

@@ -218,6 +218,16 @@ pub fn lowest_rank_marks(trace: &Trace, ranks: &[RankProcess]) -> Option<Marks> 
     }))
 }
 
+impl crate::fold::Fold for MarkRanks {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = MarkRanks::default();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        MarkRanks::extend(self, input.trace);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,9 @@ use serde::Serialize;
 
 use crate::finding::Finding;
 use crate::leaks::GrowthFit;
+use crate::metrics::MetricKey;
 use crate::node::NodeHostSpike;
+pub use crate::rank_facts::{FirstFailure, RankFate, RankOom, StageImbalance};
 use crate::rank_views::{RankProcess, rank_view, ranks_of};
 use crate::stages::StageTable;
 use oomscope_format::{CounterId, CounterKind, ExitStatus, ProcessEnd, Trace};
@@ -62,7 +64,9 @@ pub struct RankSummary {
     pub ended_us: Option<u64>,
     /// Its stage table.
     pub stage_table: StageTable,
-    /// Its own findings (the same rules as a single run).
+    /// Its own findings (the same rules as a single run; in `summary --json` in words, which the
+    /// words crate adds).
+    #[serde(skip)]
     pub findings: Vec<Finding>,
     /// Its growth fits per stage (the fleet export's `fits` table; not in the summary's JSON).
     #[serde(skip)]
@@ -152,76 +156,6 @@ fn rank_curve(view: &Trace, offset_us: u64) -> Option<RankCurve> {
     })
 }
 
-/// A rank's first OOM.
-#[derive(Debug, Clone, Serialize)]
-pub struct RankOom {
-    /// When, on the job's clock.
-    pub t_us: u64,
-    /// Host memory (not device).
-    pub host: bool,
-    /// At which stage and step, when known.
-    pub stage: Option<String>,
-    /// Step.
-    pub step: Option<u64>,
-    /// The error's first line.
-    pub message: String,
-}
-
-/// The rank furthest above the others at one stage.
-#[derive(Debug, Clone, Serialize)]
-pub struct StageImbalance {
-    /// The stage.
-    pub stage: String,
-    /// What was compared (`host.rss`, `gpu0.process`, `allocated`).
-    pub metric: String,
-    /// The rank with the most.
-    pub rank: u32,
-    /// Its value (the stage's highest on that rank).
-    pub max_bytes: u64,
-    /// The median rank's value.
-    pub median_bytes: u64,
-    /// How many ranks were compared.
-    pub ranks: usize,
-    /// The group compared within, when the ranks named groups.
-    pub group: Option<String>,
-}
-
-impl StageImbalance {
-    /// What the rank holds beyond the median.
-    pub fn excess_bytes(&self) -> u64 {
-        self.max_bytes.saturating_sub(self.median_bytes)
-    }
-}
-
-/// What one of the other ranks did when the first one failed.
-#[derive(Debug, Clone, Serialize)]
-pub struct RankFate {
-    /// The rank.
-    pub rank: u32,
-    /// How it ended (its launcher's word), when known.
-    pub exit: Option<ExitStatus>,
-    /// Seconds between the failure and its last mark when it marked nothing after the failure
-    /// (it waited: in a collective, for the failed rank), else `None`.
-    pub idle_after_failure_us: Option<u64>,
-    /// It also ran out of memory.
-    pub oom: bool,
-}
-
-/// The first rank to fail on the common clock, and the others' fate.
-#[derive(Debug, Clone, Serialize)]
-pub struct FirstFailure {
-    /// The rank.
-    pub rank: u32,
-    /// When (job clock), when known.
-    pub t_us: Option<u64>,
-    /// What happened, in words (`out of host memory at post_forward of step 3`).
-    pub what: String,
-    /// The error line, when there is one.
-    pub message: Option<String>,
-    /// The other ranks.
-    pub others: Vec<RankFate>,
-}
-
 /// Ranks side by side.
 #[derive(Debug, Clone, Serialize)]
 pub struct RankAnalysis {
@@ -296,7 +230,7 @@ pub fn summarize(
     trace: &Trace,
     source: &str,
     offset_us: u64,
-    analyze: &dyn Fn(&Trace) -> RankOwn,
+    analyze: &mut dyn FnMut(&RankProcess, &Trace) -> RankOwn,
 ) -> Vec<RankSummary> {
     let mut ranks = ranks_of(trace);
     // A trace without ranks of its own is analysed whole as its one rank.
@@ -330,7 +264,7 @@ pub fn summarize(
                 view = rank_view(trace, rank);
                 &view
             };
-            summarize_view(trace, t, rank, source, offset_us, analyze(t))
+            summarize_view(trace, t, rank, source, offset_us, analyze(rank, t))
         })
         .collect()
 }
@@ -432,7 +366,7 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
     }
     // (group, stage, metric) → (rank, highest value at that stage): ranks are compared within
     // the group they named (a pipeline stage holds other layers than the next one by design).
-    type Cell = ((Option<String>, String, String), Vec<(u32, u64)>);
+    type Cell = ((Option<String>, String, MetricKey), Vec<(u32, u64)>);
     let mut cells: Vec<Cell> = Vec::new();
     for r in ranks {
         for row in &r.stage_table.rows {
@@ -440,7 +374,7 @@ fn imbalance(ranks: &[RankSummary]) -> Vec<StageImbalance> {
                 let Some(max) = m.max_bytes else {
                     continue;
                 };
-                let key = (r.group.clone(), row.stage.clone(), m.metric.label());
+                let key = (r.group.clone(), row.stage.clone(), m.metric);
                 match cells.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, values)) => values.push((r.rank, max)),
                     None => cells.push((key, vec![(r.rank, max)])),
@@ -495,20 +429,6 @@ fn first_failure(ranks: &[RankSummary]) -> Option<FirstFailure> {
         .map(|o| o.t_us)
         .or(first.ended_us)
         .or(first.last_mark_us);
-    let what = match (&first.oom, first.exit) {
-        (Some(oom), _) => {
-            let memory = if oom.host { "host" } else { "device" };
-            match (&oom.stage, oom.step) {
-                (Some(stage), Some(step)) => {
-                    format!("ran out of {memory} memory after {stage} of step {step}")
-                }
-                (Some(stage), None) => format!("ran out of {memory} memory after {stage}"),
-                _ => format!("ran out of {memory} memory"),
-            }
-        }
-        (None, Some(status)) => format!("ended with {}", status_words(status)),
-        (None, None) => "failed".to_owned(),
-    };
     let others = ranks
         .iter()
         .filter(|r| r.rank != first.rank)
@@ -525,32 +445,8 @@ fn first_failure(ranks: &[RankSummary]) -> Option<FirstFailure> {
     Some(FirstFailure {
         rank: first.rank,
         t_us,
-        what,
-        message: first.oom.as_ref().map(|o| o.message.clone()),
+        oom: first.oom.clone(),
+        exit: first.exit,
         others,
-    })
-}
-
-/// `exit code 1`, `SIGKILL`, `signal 40`.
-pub fn status_words(status: ExitStatus) -> String {
-    match status {
-        ExitStatus::Code(code) => format!("exit code {code}"),
-        ExitStatus::Signal(signal) => match signal_name(signal) {
-            Some(name) => name.to_owned(),
-            None => format!("signal {signal}"),
-        },
-    }
-}
-
-/// The name of a common signal.
-fn signal_name(signal: i32) -> Option<&'static str> {
-    Some(match signal {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        6 => "SIGABRT",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        15 => "SIGTERM",
-        _ => return None,
     })
 }

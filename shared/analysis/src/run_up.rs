@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::metrics::MetricKey;
 use crate::oom::OomContext;
 use crate::phases::PhaseTransition;
-use oomscope_format::{HeldClock, HeldTensors, OomKind, Phase, Trace};
+use oomscope_format::{HeldClock, HeldKind, HeldTensors, OomKind, Phase, Trace};
 
 /// The eval a run died in, and what it had added when it died.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -104,4 +104,15 @@ pub fn run_up(
             .rfind(|a| a.t_us <= t_us)
             .map(|a| a.enabled),
     })
+}
+/// The largest group the hooks counted growing over an eval's batches that a program's
+/// container holds (a list its outputs are appended to).
+pub fn eval_holder(held: &[HeldTensors]) -> Option<&HeldTensors> {
+    held.iter()
+        .filter(|h| {
+            h.clock == HeldClock::Eval
+                && matches!(h.kind, HeldKind::Tensors | HeldKind::Objects)
+                && !h.holder.is_empty()
+        })
+        .max_by_key(|h| h.bytes)
 }

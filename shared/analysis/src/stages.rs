@@ -300,6 +300,7 @@ impl StageSums {
 }
 
 /// The largest increase of the primary metric between any two consecutive marks.
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn largest_growth(trace: &Trace, values: &MarkValues) -> Option<Growth> {
     largest_growth_with(
         trace,
@@ -365,6 +366,20 @@ pub fn step_rows(trace: &Trace, metric: MetricKey) -> Vec<StepRow> {
         previous = value;
     }
     rows
+}
+
+impl crate::fold::Fold for StageSums {
+    fn clear(&mut self, input: &crate::fold::FoldInput<'_>) {
+        *self = StageSums::new(input.values, vec![None; input.values.keys().len()]);
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        self.add(input.trace, input.values, input.stages, input.settled);
+    }
+
+    fn stale(&self, changed: usize) -> bool {
+        crate::fold::values_changed(self.marks(), changed)
+    }
 }
 
 #[cfg(test)]

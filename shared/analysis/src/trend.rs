@@ -119,7 +119,7 @@ fn fitted_counters(trace: &Trace) -> Vec<CounterId> {
 }
 
 /// The sample rows the trends read (each slice's floor), so that a thinned copy of the trace
-/// ([`crate::reduce::thin_samples`]) keeps them and its analysis stays the same.
+/// (`oomscope_report::reduce::thin_samples`) keeps them and its analysis stays the same.
 pub fn rows_read(trace: &Trace) -> Vec<usize> {
     fitted_counters(trace)
         .into_iter()

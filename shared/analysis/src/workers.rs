@@ -48,7 +48,7 @@ pub const MAX_ONE_INTERVAL_SHARE: f64 = 0.75;
 /// a line through a copy that levelled off overstates the tree's rise (a hooked run's PSS rose
 /// 717 MiB by its fit while two workers copied 600 MiB).
 ///
-/// First set at 0.7 on `cow_dataloader.py` (python_hooks.rs, `v1_10_cow_workers.oomt`: 0.84).
+/// First set at 0.7 on `cow_dataloader.py` (python_hooks_findings.rs, `v1_10_cow_workers.oomt`: 0.84).
 /// Checked on the zoo's `cow_text_corpus.py`, a new shape, it held by too little (0.73 under the
 /// suite's load: 1.04 times it), so it was set again on both: 0.6 (the copies of forked workers
 /// never make all of a tree's growth: a line through a copy that levels off overstates it).
@@ -109,7 +109,7 @@ impl WorkerGrowth {
 /// the zoo's forked workers that cache decoded items (`spawn_workers.py --context fork`, 3
 /// workers: 1.00) against two that copy (`cow_text_corpus.py`, 3 workers, and `cow_records.py`,
 /// 2: 0.66–0.78); checked on `fork_worker_cache.py` and on `cow_dataloader.py`
-/// (python_hooks.rs), which must still be told as copies.
+/// (python_hooks_findings.rs), which must still be told as copies.
 pub const OWN_MEMORY_PSS_SHARE: f64 = 0.95;
 
 /// See [`OWN_MEMORY_PSS_SHARE`]: with more forked workers growing, their growth is told as
@@ -135,6 +135,7 @@ pub fn grow_their_own(workers: &[WorkerGrowth]) -> bool {
 /// that starts the training script as its child (`accelerate launch` on one process, a shell
 /// wrapper) the script's private memory grows as it loads torch and builds its model: its own
 /// memory, not pages copied from its parent.
+#[cfg(test)] // the batch form, the folds' oracle in the tests
 pub fn growing_workers(trace: &Trace) -> Vec<WorkerGrowth> {
     growing_workers_with(trace, &MarkingPids::new(trace))
 }
@@ -185,11 +186,20 @@ impl MarkingPids {
 
 /// [`growing_workers`] of `trace`, the processes that sent its marks read into `marking`.
 pub fn growing_workers_with(trace: &Trace, marking: &MarkingPids) -> Vec<WorkerGrowth> {
+    // The program itself and the job's ranks train, and so does a marking process whose parent
+    // does not mark (the script a launcher such as `accelerate launch --cpu` starts). A marking
+    // child of a marking process (a `multiprocessing.Pool` worker training a model of its own, a
+    // Hogwild trainer) is still a worker whose private memory is told as such. A marking process
+    // the recorder did not see start (no PROCESS record: an older trace, a sender outside the
+    // tree) counts as the program.
     let trains = |pid: u32| {
-        marking.contains(pid)
-            || trace.processes.iter().any(|p| {
-                p.pid == pid && matches!(p.role, ProcessRole::Rank | ProcessRole::Launcher)
-            })
+        let seen = trace.processes.iter().rev().find(|p| p.pid == pid);
+        let parent_marks = seen
+            .and_then(|p| p.parent_pid)
+            .is_some_and(|parent| marking.contains(parent));
+        pid == trace.metadata.pid
+            || seen.is_some_and(|p| matches!(p.role, ProcessRole::Rank | ProcessRole::Launcher))
+            || (marking.contains(pid) && (seen.is_none() || !parent_marks))
     };
     let end_us = crate::peaks::program_end_us(trace);
     let mut pids: Vec<u32> = trace.process_memory.iter().map(|p| p.pid).collect();
@@ -308,6 +318,16 @@ fn copied(readings: &[(u64, u64)]) -> bool {
         && rises
             .iter()
             .all(|&r| r as f64 <= MAX_ONE_INTERVAL_SHARE * growth as f64)
+}
+
+impl crate::fold::Fold for MarkingPids {
+    fn clear(&mut self, _: &crate::fold::FoldInput<'_>) {
+        *self = MarkingPids::default();
+    }
+
+    fn extend(&mut self, input: &crate::fold::FoldInput<'_>) {
+        MarkingPids::extend(self, input.trace);
+    }
 }
 
 #[cfg(test)]

@@ -7,10 +7,8 @@
 //! appearing, a counter taking another's place), each read as a follower reads a growing file,
 //! in pieces cut anywhere.
 
-mod support;
-
-use oomscope_analysis::live::{analysed, live_now, live_state};
-use oomscope_analysis::metrics::host_in_use;
+use oomscope_analysis::facts::host_in_use;
+use oomscope_analysis::live::{live_state, readings, with_analysis};
 use oomscope_analysis::{AnalysisOptions, Prepared, analyze, analyze_prepared};
 use oomscope_format::{
     AllocatorQuantity, AllocatorStats, CounterKind, Follower, Metadata, Phase, Record, StageMark,
@@ -36,27 +34,46 @@ fn follow_and_compare(name: &str, bytes: &[u8], pieces: usize) -> usize {
         };
         let kept = prepared.get_or_insert_with(|| Prepared::new(trace));
         let live = analyze_prepared(trace, &options, kept);
-        assert_eq!(
-            *kept,
-            Prepared::new(trace),
-            "{name}: what was kept of the marks after piece {i}"
+        // What was kept equals what one analysis of the trace so far reads (of a trace of
+        // several ranks, each rank's view's and the whole run's too).
+        let mut anew = Prepared::new(trace);
+        analyze_prepared(trace, &options, &mut anew);
+        assert!(
+            *kept == anew,
+            "{name}: what was kept of the marks after piece {i} differs: {}",
+            first_difference(&format!("{kept:?}"), &format!("{anew:?}"))
         );
         let whole = analyze(trace, &options);
-        assert_eq!(
-            serde_json::to_string(&live).unwrap(),
-            serde_json::to_string(&whole).unwrap(),
-            "{name}: the analysis after piece {i}"
+        // Every field, the findings' diagnoses and the ranks' own analyses included.
+        let (live_text, whole_text) = (format!("{live:?}"), format!("{whole:?}"));
+        assert!(
+            live_text == whole_text,
+            "{name}: the analysis after piece {i} differs: {}",
+            first_difference(&live_text, &whole_text)
         );
         // What a watcher shows: its chart read from the kept values.
-        let now = live_now(trace, host_in_use(trace));
+        let now = readings(trace, host_in_use(trace));
         assert_eq!(
-            analysed(now, trace, &live, Some(kept)),
+            with_analysis(now, trace, &live, Some(kept)),
             live_state(trace, &whole),
             "{name}: the live state after piece {i}"
         );
         compared += usize::from(!trace.marks.is_empty());
     }
     compared
+}
+
+/// Where two debug texts part: a few hundred characters of each from a little before.
+fn first_difference(kept: &str, anew: &str) -> String {
+    let at = kept
+        .bytes()
+        .zip(anew.bytes())
+        .position(|(a, b)| a != b)
+        .unwrap_or(kept.len().min(anew.len()));
+    let from = kept.floor_char_boundary(at.saturating_sub(300));
+    let around =
+        |s: &str| s[from.min(s.len())..s.ceil_char_boundary((at + 200).min(s.len()))].to_owned();
+    format!("\nkept: …{}…\nanew: …{}…", around(kept), around(anew))
 }
 
 #[test]
@@ -78,7 +95,7 @@ fn the_committed_traces_read_live_are_analysed_as_whole() {
     assert!(names.len() >= 30, "{names:?}");
     let mut with_marks = 0;
     for name in &names {
-        let bytes = support::data(name);
+        let bytes = oomscope_testkit::data::trace(name);
         with_marks += usize::from(follow_and_compare(name, &bytes, 7) > 0);
         // And a byte at a time through the first chunks (torn chunks, the header in pieces).
         let head = &bytes[..bytes.len().min(600)];
@@ -192,7 +209,96 @@ fn marks_written_before_the_readings_of_their_time_are_read_again() {
     assert!(refreshes >= 250, "{refreshes} refreshes had marks");
     let trace = oomscope_format::decode(&bytes).unwrap().trace;
     let leak = analyze(&trace, &AnalysisOptions::default());
-    assert!(leak.leak_fits.iter().any(|f| f.is_leak), "the planted leak");
+    assert!(
+        leak.leak_fits
+            .iter()
+            .any(oomscope_analysis::facts::GrowthFit::is_leak),
+        "the planted leak"
+    );
+}
+
+#[test]
+fn ranks_read_live_are_analysed_as_whole() {
+    // A node's ranks (each its own RSS and GPU memory) followed as they are written.
+    let node = oomscope_testkit::synth::NodeRun {
+        ranks: 3,
+        seconds: 90,
+        step_us: 500_000,
+        ..oomscope_testkit::synth::NodeRun::default()
+    };
+    let refreshes = follow_and_compare("a node's three ranks", &node.to_bytes(), 11);
+    assert!(refreshes >= 9, "{refreshes} refreshes had marks");
+
+    // Rank 1 and 2 start; rank 0, the lowest (whose marks the whole run reads), starts halfway;
+    // rank 2 is restarted under another pid later: each changes a view read before.
+    let mut w = writer();
+    let process = |t_us: u64, pid: u32, rank: u32| {
+        Record::Process(oomscope_format::ProcessInfo {
+            t_us,
+            pid,
+            parent_pid: None,
+            name: "python".into(),
+            role: oomscope_format::ProcessRole::Rank,
+            rank_from: oomscope_format::RankSource::Environment,
+            rank: Some(rank),
+            local_rank: Some(rank),
+            world_size: Some(3),
+            restart: Some(0),
+            group: None,
+            start: oomscope_format::StartMethod::Unknown,
+        })
+    };
+    let tree = w.declare_counter(CounterKind::HostRss, None).unwrap();
+    let mut own = Vec::new();
+    for pid in [10, 11, 12, 22] {
+        own.push((
+            pid,
+            w.declare_process_counter(CounterKind::PidRss, None, pid)
+                .unwrap(),
+        ));
+    }
+    let mut t_us = 0;
+    for step in 0..600u64 {
+        let alive: Vec<(u32, u32)> = [
+            (step >= 300).then_some((10, 0)),
+            Some((11, 1)),
+            Some(if step < 450 { (12, 2) } else { (22, 2) }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        for &(pid, rank) in &alive {
+            if step == 0 || (pid == 10 && step == 300) || (pid == 22 && step == 450) {
+                w.write(&process(t_us, pid, rank)).unwrap();
+            }
+            for (i, stage) in ["pre_forward", "post_forward"].iter().enumerate() {
+                w.write(&Record::Mark(StageMark {
+                    t_us: t_us + 1_000 * i as u64 + u64::from(rank),
+                    name: (*stage).into(),
+                    step,
+                    phase: Phase::Train,
+                    pid: Some(pid),
+                    rank: Some(rank),
+                    ..StageMark::default()
+                }))
+                .unwrap();
+            }
+        }
+        let row: Vec<_> = own
+            .iter()
+            .map(|&(pid, id)| (id, (1 << 30) + u64::from(pid) * step * (64 << 10)))
+            .chain([(tree, (4 << 30) + step * (1 << 20))])
+            .collect();
+        w.sample(t_us + 1_500, &row).unwrap();
+        w.flush().unwrap();
+        t_us += 10_000;
+    }
+    let bytes = w.finish(t_us).unwrap();
+    let refreshes = follow_and_compare("a rank late, a rank restarted", &bytes, 37);
+    assert!(refreshes >= 30, "{refreshes} refreshes had marks");
+    let trace = oomscope_format::decode(&bytes).unwrap().trace;
+    let ranks = analyze(&trace, &AnalysisOptions::default()).ranks.unwrap();
+    assert_eq!(ranks.ranks.len(), 3);
 }
 
 /// What [`written`] writes.

@@ -13,10 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The crates' source roots, from the workspace root, and their root files.
-const CRATES: [(&str, &[&str]); 7] = [
+const CRATES: [(&str, &[&str]); 9] = [
     ("shared/format/src", &["lib.rs"]),
     ("shared/snapshot/src", &["lib.rs"]),
     ("shared/analysis/src", &["lib.rs"]),
+    ("shared/words/src", &["lib.rs"]),
+    ("shared/report/src", &["lib.rs"]),
     ("shared/testkit/src", &["lib.rs"]),
     ("collector/src", &["lib.rs", "main.rs"]),
     ("collector/fake-nvml/src", &["lib.rs"]),
@@ -126,12 +128,19 @@ fn raw_string_len(rest: &[u8]) -> Option<usize> {
         .map(|p| body + p + close.len())
 }
 
-/// The code without test items: each `#[cfg(test)]` item (a module, a function, a `use`) is
-/// removed with its block.
+/// The code without test items: each `#[cfg(test)]` item (a module, a function, a `use`), or one
+/// under `#[cfg(all(test, …))]`, is removed with its block.
 fn without_tests(code: &str) -> String {
     let mut out = code.to_owned();
-    while let Some(at) = out.find("#[cfg(test)]") {
-        let after = at + "#[cfg(test)]".len();
+    loop {
+        let found = ["#[cfg(test)]", "#[cfg(all(test,"]
+            .iter()
+            .filter_map(|m| out.find(m))
+            .min();
+        let Some(at) = found else {
+            break;
+        };
+        let after = at + out[at..].find(']').map_or(0, |e| e + 1);
         let rest = &out[after..];
         let brace = rest.find('{');
         let semi = rest.find(';');
@@ -592,6 +601,8 @@ pub use child::Thing;
 fn g() { let _ = crate::x::y(); let s = "crate::in_a_string"; let c = '"'; other::z(); }
 #[cfg(test)]
 mod tests { use crate::only_in_tests; }
+#[cfg(all(test, not(target_arch = "wasm32")))]
+mod native_tests { use crate::only_in_native_tests; }
 "#;
     let dir = std::env::temp_dir().join(format!("oomscope-circles-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -57,6 +57,24 @@ enum Op {
     PidCounter(u64, u32, bool, u64),
 }
 
+impl Op {
+    /// The time since the operation before, every operation's first field.
+    fn dt(&self) -> u64 {
+        match self {
+            Op::Sample(dt, ..)
+            | Op::Mark(dt, ..)
+            | Op::Note(dt, ..)
+            | Op::Oom(dt, ..)
+            | Op::Trial(dt, ..)
+            | Op::Kill(dt, ..)
+            | Op::Process(dt, ..)
+            | Op::Identity(dt, ..)
+            | Op::End(dt, ..)
+            | Op::PidCounter(dt, ..) => *dt,
+        }
+    }
+}
+
 fn snapshot_strategy() -> impl Strategy<Value = AllocatorStats> {
     proptest::array::uniform8(any::<u64>()).prop_map(AllocatorStats::from_values)
 }
@@ -136,9 +154,9 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
         .collect();
     let mut t = 0u64;
     for op in ops {
+        t += op.dt();
         match op {
-            Op::Sample(dt, values) => {
-                t += dt;
+            Op::Sample(_, values) => {
                 let row: Vec<(CounterId, u64)> = ids
                     .iter()
                     .zip(values)
@@ -147,136 +165,7 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 w.sample(t, &row).unwrap();
                 expected.samples.push_row(t, &row);
             }
-            Op::Mark(dt, name, step, phase, snapshot, [pid, rank]) => {
-                t += dt;
-                let mark = Record::Mark(StageMark {
-                    t_us: t,
-                    name: STAGES[*name as usize].into(),
-                    step: *step,
-                    epoch: 0,
-                    phase: *phase,
-                    allocator: *snapshot,
-                    pid: *pid,
-                    rank: *rank,
-                });
-                w.write(&mark).unwrap();
-                expected.push(mark);
-            }
-            Op::Note(dt, text) => {
-                t += dt;
-                let note = Record::Note(Note {
-                    t_us: t,
-                    text: text.clone(),
-                });
-                w.write(&note).unwrap();
-                expected.push(note);
-            }
-            Op::Oom(dt, requested, message, [pid, rank], [allocated, reserved]) => {
-                t += dt;
-                let event = OomEvent {
-                    t_us: t,
-                    source: OomSource::Stderr,
-                    stage: None,
-                    step: Some(3),
-                    requested_bytes: *requested,
-                    device: Some(0),
-                    device_free_bytes: Some(1 << 20),
-                    device_total_bytes: None,
-                    message: message.clone(),
-                    pid: *pid,
-                    rank: *rank,
-                    allocated_bytes: *allocated,
-                    reserved_bytes: *reserved,
-                };
-                w.write(&Record::Oom(event.clone())).unwrap();
-                expected.ooms.push(event);
-            }
-            Op::Trial(dt, batch, fits) => {
-                t += dt;
-                let trial = BatchTrial {
-                    t_us: t,
-                    batch_size: *batch,
-                    outcome: if *fits {
-                        TrialOutcome::Fit
-                    } else {
-                        TrialOutcome::Oom
-                    },
-                    peak_bytes: fits.then_some(batch * 1000),
-                };
-                w.write(&Record::Trial(trial)).unwrap();
-                expected.batch_trials.push(trial);
-            }
-            Op::Kill(dt, pid, name, flags, rss, limit) => {
-                t += dt;
-                let kill = Record::OomKill(OomKill {
-                    t_us: t,
-                    pid: *pid,
-                    process: name.as_str().into(),
-                    main_process: flags & 1 != 0,
-                    from_kernel_log: flags & 2 != 0,
-                    from_cgroup_counter: flags & 4 != 0,
-                    global: flags & 8 != 0,
-                    rss_bytes: *rss,
-                    limit_bytes: *limit,
-                    cgroup: "/job/42".into(),
-                });
-                w.write(&kill).unwrap();
-                expected.push(kill);
-            }
-            Op::Process(dt, pid, private_bytes, pss_bytes) => {
-                t += dt;
-                let record = Record::ProcessMemory(ProcessMemory {
-                    t_us: t,
-                    pid: *pid,
-                    private_bytes: *private_bytes,
-                    pss_bytes: *pss_bytes,
-                });
-                w.write(&record).unwrap();
-                expected.push(record);
-            }
-            Op::Identity(dt, pid, parent_pid, role, [rank, local_rank, world_size, restart]) => {
-                t += dt;
-                let record = Record::Process(ProcessInfo {
-                    t_us: t,
-                    pid: *pid,
-                    parent_pid: *parent_pid,
-                    name: "pt_main_thread".into(),
-                    role: ProcessRole::from_code(*role),
-                    rank_from: RankSource::from_code(role % 3),
-                    rank: *rank,
-                    local_rank: *local_rank,
-                    world_size: *world_size,
-                    restart: *restart,
-                    // A group on some records (every other role code): old and new layouts both.
-                    group: (role % 2 == 1).then(|| format!("pp{}", role % 4).into()),
-                    // And a start method on some (every third code): with and without a group.
-                    start: StartMethod::from_code(role % 3),
-                });
-                w.write(&record).unwrap();
-                expected.push(record);
-            }
-            Op::End(dt, pid, rank, status, flags) => {
-                t += dt;
-                let record = Record::ProcessEnd(ProcessEnd {
-                    t_us: t,
-                    pid: *pid,
-                    rank: *rank,
-                    local_rank: rank.map(|r| r % 8),
-                    status: status.map(|v| {
-                        if flags & 4 != 0 {
-                            ExitStatus::Signal(v)
-                        } else {
-                            ExitStatus::Code(v)
-                        }
-                    }),
-                    first_failure: flags & 1 != 0,
-                    from_launcher: flags & 2 != 0,
-                });
-                w.write(&record).unwrap();
-                expected.push(record);
-            }
-            Op::PidCounter(dt, pid, gpu, value) => {
-                t += dt;
+            Op::PidCounter(_, pid, gpu, value) => {
                 let (kind, device) = if *gpu {
                     (CounterKind::PidGpu, Some(1))
                 } else {
@@ -287,6 +176,11 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
                 assert_eq!(id, id_expected);
                 w.sample(t, &[(id, *value)]).unwrap();
                 expected.samples.push_row(t, &[(id, *value)]);
+            }
+            _ => {
+                let record = record_of(op, t);
+                w.write(&record).unwrap();
+                expected.push(record);
             }
         }
     }
@@ -300,6 +194,109 @@ fn write_ops(ops: &[Op], options: WriterOptions) -> (Vec<u8>, Trace) {
     expected.end_us = Some(t + 1);
     let bytes = w.finish(t + 1).unwrap();
     (bytes, expected)
+}
+
+/// The record an operation writes at `t` (not a sample's: the writer takes those as rows).
+fn record_of(op: &Op, t: u64) -> Record {
+    match op {
+        Op::Mark(_, name, step, phase, snapshot, [pid, rank]) => Record::Mark(StageMark {
+            t_us: t,
+            name: STAGES[*name as usize].into(),
+            step: *step,
+            epoch: 0,
+            phase: *phase,
+            allocator: *snapshot,
+            pid: *pid,
+            rank: *rank,
+        }),
+        Op::Note(_, text) => Record::Note(Note {
+            t_us: t,
+            text: text.clone(),
+        }),
+        Op::Oom(_, requested, message, [pid, rank], [allocated, reserved]) => {
+            let event = OomEvent {
+                t_us: t,
+                source: OomSource::Stderr,
+                stage: None,
+                step: Some(3),
+                requested_bytes: *requested,
+                device: Some(0),
+                device_free_bytes: Some(1 << 20),
+                device_total_bytes: None,
+                message: message.clone(),
+                pid: *pid,
+                rank: *rank,
+                allocated_bytes: *allocated,
+                reserved_bytes: *reserved,
+            };
+            Record::Oom(event)
+        }
+        Op::Trial(_, batch, fits) => {
+            let trial = BatchTrial {
+                t_us: t,
+                batch_size: *batch,
+                outcome: if *fits {
+                    TrialOutcome::Fit
+                } else {
+                    TrialOutcome::Oom
+                },
+                peak_bytes: fits.then_some(batch * 1000),
+            };
+            Record::Trial(trial)
+        }
+        Op::Kill(_, pid, name, flags, rss, limit) => Record::OomKill(OomKill {
+            t_us: t,
+            pid: *pid,
+            process: name.as_str().into(),
+            main_process: flags & 1 != 0,
+            from_kernel_log: flags & 2 != 0,
+            from_cgroup_counter: flags & 4 != 0,
+            global: flags & 8 != 0,
+            rss_bytes: *rss,
+            limit_bytes: *limit,
+            cgroup: "/job/42".into(),
+        }),
+        Op::Process(_, pid, private_bytes, pss_bytes) => Record::ProcessMemory(ProcessMemory {
+            t_us: t,
+            pid: *pid,
+            private_bytes: *private_bytes,
+            pss_bytes: *pss_bytes,
+        }),
+        Op::Identity(_, pid, parent_pid, role, [rank, local_rank, world_size, restart]) => {
+            Record::Process(ProcessInfo {
+                t_us: t,
+                pid: *pid,
+                parent_pid: *parent_pid,
+                name: "pt_main_thread".into(),
+                role: ProcessRole::from_code(*role),
+                rank_from: RankSource::from_code(role % 3),
+                rank: *rank,
+                local_rank: *local_rank,
+                world_size: *world_size,
+                restart: *restart,
+                // A group on some records (every other role code): old and new layouts both.
+                group: (role % 2 == 1).then(|| format!("pp{}", role % 4).into()),
+                // And a start method on some (every third code): with and without a group.
+                start: StartMethod::from_code(role % 3),
+            })
+        }
+        Op::End(_, pid, rank, status, flags) => Record::ProcessEnd(ProcessEnd {
+            t_us: t,
+            pid: *pid,
+            rank: *rank,
+            local_rank: rank.map(|r| r % 8),
+            status: status.map(|v| {
+                if flags & 4 != 0 {
+                    ExitStatus::Signal(v)
+                } else {
+                    ExitStatus::Code(v)
+                }
+            }),
+            first_failure: flags & 1 != 0,
+            from_launcher: flags & 2 != 0,
+        }),
+        Op::Sample(..) | Op::PidCounter(..) => unreachable!("rows, not records"),
+    }
 }
 
 fn small_chunks() -> WriterOptions {

@@ -1,7 +1,7 @@
 //! Golden traces: files each format version wrote, committed and never rewritten
-//! (`examples/golden.rs` writes a new version's). Whatever the reader becomes, these must keep
+//! (`examples/golden/` writes a new version's). Whatever the reader becomes, these must keep
 //! decoding to the same facts; what the analysis reads from them is pinned in
-//! `shared/analysis/tests/golden.rs`.
+//! `shared/words/tests/golden.rs`.
 
 use oomscope_format::AllocatorQuantity;
 use oomscope_format::{

@@ -51,6 +51,6 @@ fn the_documented_grammar_names_every_verb_and_key() {
 
 #[test]
 fn the_module_grammar_names_every_verb_and_key() {
-    let module = include_str!("../src/protocol.rs");
-    check("protocol.rs", &grammar(module, "//! Version 1."));
+    let module = include_str!("../src/protocol/mod.rs");
+    check("protocol/mod.rs", &grammar(module, "//! Version 1."));
 }

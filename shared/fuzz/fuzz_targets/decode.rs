@@ -22,6 +22,6 @@ fuzz_target!(|data: &[u8]| {
             &decoded.trace,
             &oomscope_analysis::AnalysisOptions::default(),
         );
-        let _ = oomscope_analysis::render::summary::render(&decoded.trace, &analysis);
+        let _ = oomscope_words::summary::render(&decoded.trace, &analysis);
     }
 });

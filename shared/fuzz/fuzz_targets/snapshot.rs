@@ -8,6 +8,6 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok(snap) = oomscope_snapshot::read_snapshot(data) {
         let analysis = oomscope_analysis::snapshot::analysis::analyze_snapshot(&snap);
-        let _ = oomscope_analysis::render::snapshot::render_snapshot("fuzz", &snap, &analysis);
+        let _ = oomscope_words::snapshot::render_snapshot("fuzz", &snap, &analysis);
     }
 });

@@ -21,4 +21,4 @@ pub mod timeline;
 
 pub use model::{Action, Block, BlockState, Event, Frame, Segment, Snapshot, StackId};
 pub use reader::{SnapshotError, SnapshotParser, looks_like_pickle, read_snapshot};
-pub use sites::{Sites, site_of, stack_text, total};
+pub use sites::{NO_STACK, Sites, site_of, stack_text, total};

@@ -901,194 +901,238 @@ impl<R: Read> Machine<R> {
                     self.input.array::<8>()?;
                 }
                 b'.' => return self.pop(),
-                b'(' => self.marks.push(self.stack.len()),
-                b'}' => {
-                    let d = match self.spare_dict.take() {
-                        Some(d) => Value::Dict(d),
-                        None => Self::new_dict(Vec::new()),
-                    };
-                    self.stack.push(d);
-                }
-                b']' => {
-                    let l = self.new_list(Vec::new());
-                    self.stack.push(l);
-                }
-                b')' => self.stack.push(Value::Tuple(Rc::new(Tuple::default()))),
-                b'd' => {
-                    let items = self.pop_mark()?;
-                    if !items.len().is_multiple_of(2) {
-                        return Err(PickleErrorKind::Malformed("DICT with an odd count"));
-                    }
-                    self.stack.push(Self::new_dict(items));
-                }
-                b'l' => {
-                    let items = self.pop_mark()?;
-                    let l = self.new_list(items);
-                    self.stack.push(l);
-                }
-                b's' => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    self.set_items(vec![k, v])?;
-                }
-                b'u' => {
-                    let mark = self
-                        .marks
-                        .pop()
-                        .ok_or(PickleErrorKind::Malformed("no mark"))?
-                        .min(self.stack.len());
-                    if !(self.stack.len() - mark).is_multiple_of(2) {
-                        return Err(PickleErrorKind::Malformed("SETITEMS with an odd count"));
-                    }
-                    let Some(Value::Dict(dict)) = mark.checked_sub(1).map(|i| &self.stack[i])
-                    else {
-                        return Err(PickleErrorKind::Malformed(
-                            "SETITEM on something not a dict",
-                        ));
-                    };
-                    let dict = dict.clone();
-                    let mut items = dict.items.borrow_mut();
-                    if items.is_empty() {
-                        *items = self.stack.split_off(mark);
-                    } else {
-                        items.append(&mut self.stack.split_off(mark));
-                    }
-                }
-                b'a' => {
-                    // The item must lie above the last mark; the list is just below it.
-                    self.top()?;
-                    self.append(self.stack.len() - 1, visitor)?;
-                }
-                b'e' => {
-                    let mark = self
-                        .marks
-                        .pop()
-                        .ok_or(PickleErrorKind::Malformed("no mark"))?
-                        .min(self.stack.len());
-                    self.append(mark, visitor)?;
-                }
-                b't' => {
-                    let items = self.pop_mark()?;
-                    self.stack.push(Value::Tuple(Rc::new(Tuple(items))));
-                }
-                0x85..=0x87 => {
-                    let n = usize::from(op - 0x84);
-                    if self.stack.len() < n
-                        || self.marks.last().is_some_and(|m| *m > self.stack.len() - n)
-                    {
-                        return Err(PickleErrorKind::Malformed("TUPLE of missing values"));
-                    }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    self.stack.push(Value::Tuple(Rc::new(Tuple(items))));
-                }
-                0x94 => {
-                    let slot = u32::try_from(self.memo.slots.len())
-                        .map_err(|_| PickleErrorKind::Malformed("memo too large"))?;
-                    let v = self.top()?.clone();
-                    self.memo.put(slot, &v);
-                }
-                b'q' | b'r' => {
-                    let slot = if op == b'q' {
-                        u32::from(self.input.byte()?)
-                    } else {
-                        u32::from_le_bytes(self.input.array::<4>()?)
-                    };
-                    // Memo ids are sequential in practice (sparse in torch's C++ pickler only by
-                    // a little): a far jump is damage, not a reason to allocate a huge table.
-                    if slot == NO_SLOT || slot as usize > self.memo.slots.len() + (1 << 16) {
-                        return Err(PickleErrorKind::Malformed("memo slot out of range"));
-                    }
-                    let v = self.top()?.clone();
-                    self.memo.put(slot, &v);
-                }
-                b'h' | b'j' => {
-                    let slot = if op == b'h' {
-                        u32::from(self.input.byte()?)
-                    } else {
-                        u32::from_le_bytes(self.input.array::<4>()?)
-                    };
-                    let v = self
-                        .memo
-                        .get(slot)
-                        .ok_or(PickleErrorKind::Malformed(
-                            "reference to an empty memo slot",
-                        ))?
-                        .clone();
-                    self.stack.push(v);
-                }
-                // Strings and bytes, by the width of their length prefix.
-                0x8c | b'X' | 0x8d | b'C' | b'B' | 0x8e | 0x96 => {
-                    let len = match op {
-                        0x8c | b'C' => u64::from(self.input.byte()?),
-                        b'X' | b'B' => u64::from(u32::from_le_bytes(self.input.array::<4>()?)),
-                        _ => u64::from_le_bytes(self.input.array::<8>()?),
-                    };
-                    let text = matches!(op, 0x8c | b'X' | 0x8d);
-                    let v = self.input.with_bytes(len, |b| {
-                        if text {
-                            str_value(b)
-                        } else {
-                            Value::Bytes(Rc::new(b.to_vec()))
-                        }
-                    })?;
-                    self.stack.push(v);
-                }
-                b'J' => {
-                    let v = i32::from_le_bytes(self.input.array::<4>()?);
-                    self.stack.push(Value::Int(i64::from(v)));
-                }
-                b'K' => {
-                    let v = self.input.byte()?;
-                    self.stack.push(Value::Int(i64::from(v)));
-                }
-                b'M' => {
-                    let v = u16::from_le_bytes(self.input.array::<2>()?);
-                    self.stack.push(Value::Int(i64::from(v)));
-                }
-                0x8a => {
-                    let n = self.input.byte()?;
-                    let v = self.input.with_bytes(u64::from(n), long)??;
-                    self.stack.push(int_value(v));
-                }
-                0x8b => {
-                    let n = u32::from_le_bytes(self.input.array::<4>()?);
-                    if n > 64 {
-                        // Wider than any int this reader keeps: read it to say so.
-                        self.input.skip(u64::from(n))?;
-                        return Err(PickleErrorKind::IntTooLarge);
-                    }
-                    let v = self.input.with_bytes(u64::from(n), long)??;
-                    self.stack.push(int_value(v));
-                }
-                b'G' => {
-                    let v = f64::from_be_bytes(self.input.array::<8>()?);
-                    self.stack.push(Value::Float(v));
-                }
-                b'N' => self.stack.push(Value::None),
-                0x88 => self.stack.push(Value::Bool(true)),
-                0x89 => self.stack.push(Value::Bool(false)),
-                b'0' => {
-                    if self.marks.last() == Some(&self.stack.len()) {
-                        self.marks.pop();
-                    } else {
-                        self.pop()?;
-                    }
-                }
-                b'1' => {
-                    self.pop_mark()?;
-                }
-                b'2' => {
-                    let v = self.top()?.clone();
-                    self.stack.push(v);
-                }
-                _ => {
-                    return Err(match unsupported_name(op) {
-                        Some(name) => PickleErrorKind::Unsupported { opcode: op, name },
-                        None => PickleErrorKind::UnknownOpcode(op),
-                    });
-                }
+                b'('
+                | b'}'
+                | b']'
+                | b')'
+                | b'd'
+                | b'l'
+                | b's'
+                | b'u'
+                | b'a'
+                | b'e'
+                | b't'
+                | 0x85..=0x87
+                | b'0'
+                | b'1'
+                | b'2' => self.structure(op, visitor)?,
+                0x94 | b'q' | b'r' | b'h' | b'j' => self.memo_op(op)?,
+                _ => self.scalar(op)?,
             }
         }
+    }
+
+    /// The opcodes that build containers and move the stack: marks, dicts, lists, tuples, their
+    /// items, and popping or duplicating.
+    #[inline(always)]
+    fn structure<V: Visitor>(&mut self, op: u8, visitor: &mut V) -> Result<(), PickleErrorKind> {
+        match op {
+            b'(' => self.marks.push(self.stack.len()),
+            b'}' => {
+                let d = match self.spare_dict.take() {
+                    Some(d) => Value::Dict(d),
+                    None => Self::new_dict(Vec::new()),
+                };
+                self.stack.push(d);
+            }
+            b']' => {
+                let l = self.new_list(Vec::new());
+                self.stack.push(l);
+            }
+            b')' => self.stack.push(Value::Tuple(Rc::new(Tuple::default()))),
+            b'd' => {
+                let items = self.pop_mark()?;
+                if !items.len().is_multiple_of(2) {
+                    return Err(PickleErrorKind::Malformed("DICT with an odd count"));
+                }
+                self.stack.push(Self::new_dict(items));
+            }
+            b'l' => {
+                let items = self.pop_mark()?;
+                let l = self.new_list(items);
+                self.stack.push(l);
+            }
+            b's' => {
+                let v = self.pop()?;
+                let k = self.pop()?;
+                self.set_items(vec![k, v])?;
+            }
+            b'u' => {
+                let mark = self
+                    .marks
+                    .pop()
+                    .ok_or(PickleErrorKind::Malformed("no mark"))?
+                    .min(self.stack.len());
+                if !(self.stack.len() - mark).is_multiple_of(2) {
+                    return Err(PickleErrorKind::Malformed("SETITEMS with an odd count"));
+                }
+                let Some(Value::Dict(dict)) = mark.checked_sub(1).map(|i| &self.stack[i]) else {
+                    return Err(PickleErrorKind::Malformed(
+                        "SETITEM on something not a dict",
+                    ));
+                };
+                let dict = dict.clone();
+                let mut items = dict.items.borrow_mut();
+                if items.is_empty() {
+                    *items = self.stack.split_off(mark);
+                } else {
+                    items.append(&mut self.stack.split_off(mark));
+                }
+            }
+            b'a' => {
+                // The item must lie above the last mark; the list is just below it.
+                self.top()?;
+                self.append(self.stack.len() - 1, visitor)?;
+            }
+            b'e' => {
+                let mark = self
+                    .marks
+                    .pop()
+                    .ok_or(PickleErrorKind::Malformed("no mark"))?
+                    .min(self.stack.len());
+                self.append(mark, visitor)?;
+            }
+            b't' => {
+                let items = self.pop_mark()?;
+                self.stack.push(Value::Tuple(Rc::new(Tuple(items))));
+            }
+            0x85..=0x87 => {
+                let n = usize::from(op - 0x84);
+                if self.stack.len() < n
+                    || self.marks.last().is_some_and(|m| *m > self.stack.len() - n)
+                {
+                    return Err(PickleErrorKind::Malformed("TUPLE of missing values"));
+                }
+                let items = self.stack.split_off(self.stack.len() - n);
+                self.stack.push(Value::Tuple(Rc::new(Tuple(items))));
+            }
+            b'0' => {
+                if self.marks.last() == Some(&self.stack.len()) {
+                    self.marks.pop();
+                } else {
+                    self.pop()?;
+                }
+            }
+            b'1' => {
+                self.pop_mark()?;
+            }
+            b'2' => {
+                let v = self.top()?.clone();
+                self.stack.push(v);
+            }
+            _ => unreachable!("run hands over the structure opcodes only"),
+        }
+        Ok(())
+    }
+
+    /// The memo's opcodes: keeping the top of the stack in a slot, and fetching one.
+    #[inline(always)]
+    fn memo_op(&mut self, op: u8) -> Result<(), PickleErrorKind> {
+        match op {
+            0x94 => {
+                let slot = u32::try_from(self.memo.slots.len())
+                    .map_err(|_| PickleErrorKind::Malformed("memo too large"))?;
+                let v = self.top()?.clone();
+                self.memo.put(slot, &v);
+            }
+            b'q' | b'r' => {
+                let slot = if op == b'q' {
+                    u32::from(self.input.byte()?)
+                } else {
+                    u32::from_le_bytes(self.input.array::<4>()?)
+                };
+                // Memo ids are sequential in practice (sparse in torch's C++ pickler only by
+                // a little): a far jump is damage, not a reason to allocate a huge table.
+                if slot == NO_SLOT || slot as usize > self.memo.slots.len() + (1 << 16) {
+                    return Err(PickleErrorKind::Malformed("memo slot out of range"));
+                }
+                let v = self.top()?.clone();
+                self.memo.put(slot, &v);
+            }
+            b'h' | b'j' => {
+                let slot = if op == b'h' {
+                    u32::from(self.input.byte()?)
+                } else {
+                    u32::from_le_bytes(self.input.array::<4>()?)
+                };
+                let v = self
+                    .memo
+                    .get(slot)
+                    .ok_or(PickleErrorKind::Malformed(
+                        "reference to an empty memo slot",
+                    ))?
+                    .clone();
+                self.stack.push(v);
+            }
+            _ => unreachable!("run hands over the memo opcodes only"),
+        }
+        Ok(())
+    }
+
+    /// The opcodes that push one scalar (a string, bytes, an int, a float, a constant); any other
+    /// opcode is unsupported or unknown.
+    #[inline(always)]
+    fn scalar(&mut self, op: u8) -> Result<(), PickleErrorKind> {
+        match op {
+            // Strings and bytes, by the width of their length prefix.
+            0x8c | b'X' | 0x8d | b'C' | b'B' | 0x8e | 0x96 => {
+                let len = match op {
+                    0x8c | b'C' => u64::from(self.input.byte()?),
+                    b'X' | b'B' => u64::from(u32::from_le_bytes(self.input.array::<4>()?)),
+                    _ => u64::from_le_bytes(self.input.array::<8>()?),
+                };
+                let text = matches!(op, 0x8c | b'X' | 0x8d);
+                let v = self.input.with_bytes(len, |b| {
+                    if text {
+                        str_value(b)
+                    } else {
+                        Value::Bytes(Rc::new(b.to_vec()))
+                    }
+                })?;
+                self.stack.push(v);
+            }
+            b'J' => {
+                let v = i32::from_le_bytes(self.input.array::<4>()?);
+                self.stack.push(Value::Int(i64::from(v)));
+            }
+            b'K' => {
+                let v = self.input.byte()?;
+                self.stack.push(Value::Int(i64::from(v)));
+            }
+            b'M' => {
+                let v = u16::from_le_bytes(self.input.array::<2>()?);
+                self.stack.push(Value::Int(i64::from(v)));
+            }
+            0x8a => {
+                let n = self.input.byte()?;
+                let v = self.input.with_bytes(u64::from(n), long)??;
+                self.stack.push(int_value(v));
+            }
+            0x8b => {
+                let n = u32::from_le_bytes(self.input.array::<4>()?);
+                if n > 64 {
+                    // Wider than any int this reader keeps: read it to say so.
+                    self.input.skip(u64::from(n))?;
+                    return Err(PickleErrorKind::IntTooLarge);
+                }
+                let v = self.input.with_bytes(u64::from(n), long)??;
+                self.stack.push(int_value(v));
+            }
+            b'G' => {
+                let v = f64::from_be_bytes(self.input.array::<8>()?);
+                self.stack.push(Value::Float(v));
+            }
+            b'N' => self.stack.push(Value::None),
+            0x88 => self.stack.push(Value::Bool(true)),
+            0x89 => self.stack.push(Value::Bool(false)),
+            _ => {
+                return Err(match unsupported_name(op) {
+                    Some(name) => PickleErrorKind::Unsupported { opcode: op, name },
+                    None => PickleErrorKind::UnknownOpcode(op),
+                });
+            }
+        }
+        Ok(())
     }
 }
 

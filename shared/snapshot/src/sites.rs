@@ -5,6 +5,10 @@
 
 use crate::model::{Snapshot, StackId};
 
+/// The site of an allocation whose stack was not recorded (a snapshot taken without stacks, or
+/// a stack with no frames): what the analysis tells apart from a real site.
+pub const NO_STACK: &str = "(no stack recorded)";
+
 /// A sum that stops at `u64::MAX` (a damaged snapshot can hold any sizes).
 pub fn total(values: impl Iterator<Item = u64>) -> u64 {
     values.fold(0, u64::saturating_add)
@@ -14,14 +18,14 @@ pub fn total(values: impl Iterator<Item = u64>) -> u64 {
 /// hover).
 pub fn stack_text(snap: &Snapshot, stack: Option<StackId>) -> String {
     let Some(stack) = stack else {
-        return "(no stack recorded)".to_owned();
+        return NO_STACK.to_owned();
     };
     let lines: Vec<String> = snap
         .frames_of(stack)
         .map(|f| format!("{}:{} ({})", f.filename, f.line, f.name))
         .collect();
     if lines.is_empty() {
-        return "(no stack recorded)".to_owned();
+        return NO_STACK.to_owned();
     }
     lines.join("\n")
 }
@@ -29,11 +33,11 @@ pub fn stack_text(snap: &Snapshot, stack: Option<StackId>) -> String {
 /// `file:line (function)` of a stack's site (see the module docs).
 pub fn site_of(snap: &Snapshot, stack: Option<StackId>) -> String {
     let Some(stack) = stack else {
-        return "(no stack recorded)".to_owned();
+        return NO_STACK.to_owned();
     };
     let mut frames = snap.frames_of(stack).peekable();
     let Some(first) = frames.peek().copied() else {
-        return "(no stack recorded)".to_owned();
+        return NO_STACK.to_owned();
     };
     let user = snap.frames_of(stack).find(|f| is_user_frame(&f.filename));
     let f = user.unwrap_or(first);

@@ -9,8 +9,10 @@
 //!   `eval_retained_bytes`, `fragmentation_bytes`, `oom_at_step`, …) built directly as an
 //!   in-memory [`oomscope_format::Trace`] with exact numbers (no noise, no 2 MiB segments, no
 //!   writer), for the analysis's unit tests that assert bytes to the byte;
-//! - [`Scratch`]: a directory per test, removed when the test passes.
+//! - [`Scratch`]: a directory per test, removed when the test passes;
+//! - [`data`]: the committed traces and snapshots, found from any crate's tests.
 
+pub mod data;
 pub mod run;
 mod scratch;
 pub mod synth;

@@ -1,12 +1,12 @@
 //! What was alive at each OOM, by source line (`collector run --oom-snapshot`): the rows the
-//! zero-code hooks sent, worded by the same `oomscope_analysis::words` helpers the terminal uses.
+//! zero-code hooks sent, worded by the same `oomscope_words` helpers the terminal uses.
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::words::{source_line, tensor_count};
 use oomscope_format::units::{format_bytes, format_count, format_duration_us};
+use oomscope_words::phrases::{source_line, tensor_count};
 
 /// One table per OOM that has rows; nothing when none has.
 #[component]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::render::summary::{allocator_lines, titles};
+use oomscope_words::summary::{allocator_lines, titles};
 
 use super::parts::Lines;
 

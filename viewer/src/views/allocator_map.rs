@@ -51,7 +51,7 @@ fn shown(snap: &OpenSnapshot, device: u32) -> Vec<usize> {
     let mut shown: Vec<usize> = (0..segments.len())
         .filter(|i| segments[*i].device == device)
         .collect();
-    oomscope_analysis::sort::sort_by(&mut shown, |a, b| {
+    oomscope_analysis::sort_by(&mut shown, |a, b| {
         let (a, b) = (&segments[*a], &segments[*b]);
         b.total_size
             .cmp(&a.total_size)

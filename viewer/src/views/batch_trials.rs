@@ -5,7 +5,7 @@ use std::sync::Arc;
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::batch_fit::BatchFitMethod;
+use oomscope_analysis::facts::BatchFitMethod;
 use oomscope_format::units::{format_bytes, format_bytes_f64};
 use oomscope_format::{Trace, TrialOutcome};
 use plotters::prelude::*;
@@ -70,7 +70,7 @@ pub fn BatchTrials(trace: Arc<Trace>, analysis: Arc<Analysis>) -> impl IntoView 
 fn draw_trials(
     canvas: &web_sys::HtmlCanvasElement,
     trials: &[oomscope_format::BatchTrial],
-    fit: Option<&oomscope_analysis::batch_fit::BatchFit>,
+    fit: Option<&oomscope_analysis::facts::BatchFit>,
 ) -> Option<()> {
     let root = CanvasBackend::with_canvas_object(canvas.clone())?.into_drawing_area();
     root.fill(&WHITE).ok()?;

@@ -6,12 +6,10 @@ use std::sync::Arc;
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::peaks::breakdown_peak;
-use oomscope_analysis::render::breakdown::breakdown_line;
-use oomscope_analysis::render::estimate::{
-    AGAINST_ESTIMATE_TITLE, DIFFERS, against_estimate_heading,
-};
+use oomscope_analysis::facts::breakdown_peak;
 use oomscope_format::units::format_bytes;
+use oomscope_words::breakdown::breakdown_line;
+use oomscope_words::estimate::{AGAINST_ESTIMATE_TITLE, DIFFERS, against_estimate_heading};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
@@ -88,7 +86,7 @@ pub fn Breakdown(analysis: Arc<Analysis>) -> impl IntoView {
                 <td class="num">{format_bytes(*bytes)}</td></tr> }
         })
         .collect_view();
-    let stage = peak.place();
+    let stage = oomscope_words::phrases::peak_place(peak);
     // The same comparison the terminal summary ends with.
     let against = analysis.against_estimate.as_ref().map(|a| {
         let rows = a
@@ -106,7 +104,7 @@ pub fn Breakdown(analysis: Arc<Analysis>) -> impl IntoView {
         let why = a
             .parts
             .iter()
-            .filter_map(|p| p.why.as_ref().map(|w| view! { <li>{format!("{}: {w}", p.part)}</li> }))
+            .filter_map(|p| p.why.map(|w| view! { <li>{format!("{}: {}", p.part, oomscope_words::estimate::disagreement(w))}</li> }))
             .collect_view();
         view! {
             <div id="against-estimate">

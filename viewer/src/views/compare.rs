@@ -1,5 +1,5 @@
 //! Two traces side by side, before and after a fix: what became of each finding in one sentence
-//! and a line per finding (`oomscope_analysis::render::compare`'s words, as
+//! and a line per finding (`oomscope_words::compare`'s words, as
 //! `collector summary A --compare B` prints them), both runs' memory per step overlaid, then
 //! peaks and stages compared.
 
@@ -10,10 +10,10 @@ use oomscope_analysis::Analysis;
 use oomscope_analysis::compare::{
     FindingChange, compare_peaks, compare_stages, diff_findings, step_overlay,
 };
-use oomscope_analysis::render::compare::{compare_headline, compare_lines};
-use oomscope_analysis::render::summary::titles;
 use oomscope_format::Trace;
 use oomscope_format::units::format_signed_bytes_f64;
+use oomscope_words::compare::{compare_headline, compare_lines};
+use oomscope_words::summary::titles;
 
 use crate::view_model::{bytes_text, change_text};
 
@@ -32,9 +32,9 @@ pub fn Compare(
 ) -> impl IntoView {
     let headline = compare_headline(&a, &b);
     let kinds = diff_findings(&a, &b).into_iter().map(|c| match c {
-        FindingChange::Gone(f) => ("gone", f.kind.id()),
-        FindingChange::New(f) => ("new", f.kind.id()),
-        FindingChange::Still { b, .. } => ("still", b.kind.id()),
+        FindingChange::Gone(f) => ("gone", f.kind().id()),
+        FindingChange::New(f) => ("new", f.kind().id()),
+        FindingChange::Still { b, .. } => ("still", b.kind().id()),
     });
     let changes = compare_lines(&a, &b)
         .into_iter()

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::render::summary::{titles, transition_lines};
-use oomscope_analysis::render::verdict::Spotlight;
+use oomscope_analysis::facts::Spotlight;
+use oomscope_words::summary::{titles, transition_lines};
 
 /// One line per eval; nothing when the run had none.
 #[component]

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_analysis::export;
 use oomscope_format::Trace;
+use oomscope_report::export;
 
 use crate::browser;
 

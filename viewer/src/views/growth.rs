@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::render::summary::{
+use oomscope_words::summary::{
     held_line, largest_growth_line, leak_lines, time_trend_lines, titles,
 };
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::render::summary::{error_line, oom_line, titles};
+use oomscope_words::summary::{error_line, oom_line, titles};
 
 use super::snapshot::SnapshotReport;
 use crate::load::NamedSnapshot;

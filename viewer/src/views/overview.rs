@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_analysis::render::headline;
 use oomscope_format::units::{format_bytes, format_count, format_duration_us};
+use oomscope_words::headline;
 
 use crate::load::Loaded;
 

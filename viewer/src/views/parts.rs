@@ -10,7 +10,7 @@ pub(crate) fn opt_num<T: ToString>(v: Option<T>) -> String {
     v.map(|x| x.to_string()).unwrap_or_default()
 }
 
-/// A titled list of lines `oomscope_analysis::render::summary` words for the terminal too;
+/// A titled list of lines `oomscope_words::summary` words for the terminal too;
 /// nothing when empty.
 #[component]
 pub(crate) fn Lines(id: &'static str, title: &'static str, lines: Vec<String>) -> impl IntoView {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_analysis::ranks::{CurveScale, RankAnalysis, RankCurve};
+use oomscope_analysis::facts::{CurveScale, RankAnalysis, RankCurve};
 use oomscope_format::units::format_bytes;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;

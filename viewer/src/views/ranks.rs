@@ -1,14 +1,14 @@
 //! Ranks side by side (torchrun's workers under one collector, or a job's traces): the highest
 //! rank and the spread, a small chart per rank on one scale, a row per rank, the largest imbalance, and one rank's own stage table and
-//! findings, chosen with a selector. The sentences are `oomscope_analysis::render::ranks`'s, so
+//! findings, chosen with a selector. The sentences are `oomscope_words::ranks`'s, so
 //! the page and `collector summary` say the same.
 
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use oomscope_analysis::ranks::RankAnalysis;
-use oomscope_analysis::render::ranks::{node_of, rank_ended, rank_highest, rank_imbalance};
+use oomscope_analysis::facts::RankAnalysis;
 use oomscope_format::units::{format_bytes, format_count};
+use oomscope_words::ranks::{node_of, rank_ended, rank_highest, rank_imbalance};
 
 use super::findings::Findings;
 use super::parts::{opt_num, opt_text};
@@ -64,7 +64,7 @@ pub fn Ranks(ranks: Arc<RankAnalysis>, prefix: &'static str) -> impl IntoView {
         };
         Some(view! {
             <StageTable table=r.stage_table.clone() growth=None prefix=stages/>
-            <Findings findings=r.findings.clone() id=findings
+            <Findings findings=r.findings.iter().map(oomscope_words::findings::worded).collect() id=findings
                 empty="Nothing to change on this rank: no rule found a problem in its own records."/>
         })
     };

@@ -1,5 +1,5 @@
 //! A PyTorch memory snapshot: its findings first, then per GPU the facts `collector summary`
-//! prints (the same lines, from `oomscope_analysis::render::snapshot`), active memory over the
+//! prints (the same lines, from `oomscope_words::snapshot`), active memory over the
 //! recorded entries stacked by the sites that held the most (hover: the site's whole stack;
 //! click: what was alive at that moment, block by block), reserved memory over it, and what was
 //! alive at the peak and at the dump by first user frame, each row showing its full stack on
@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use leptos::html::Canvas;
 use leptos::prelude::*;
-use oomscope_analysis::render::snapshot::{about_line, alive_line, device_lines, titles};
 use oomscope_analysis::snapshot::analysis::{DeviceAnalysis, SiteBytes};
 use oomscope_format::units::{format_bytes, format_count, format_duration_us};
 use oomscope_snapshot::Snapshot;
@@ -17,6 +16,7 @@ use oomscope_snapshot::timeline::{
     AliveAt, StackedPoint, StackedTimeline, alive_at, entry_at, events_of,
 };
 use oomscope_snapshot::{site_of, stack_text};
+use oomscope_words::snapshot::{about_line, alive_line, device_lines, titles};
 use plotters::prelude::*;
 use plotters_canvas::CanvasBackend;
 
@@ -79,7 +79,7 @@ pub fn SnapshotReport(
             <p id=about_id class="hint">{about_line(&snap.snapshot, &snap.analysis)}</p>
             {snap.snapshot.warnings.iter().map(|w| view! { <div class="banner warn">{w.clone()}</div> }).collect_view()}
         </section>
-        <Findings findings=snap.analysis.findings.clone() id=findings_id
+        <Findings findings=snap.analysis.findings().iter().map(oomscope_words::findings::worded_snapshot).collect() id=findings_id
             empty="Nothing to change: no rule found a problem in this snapshot."/>
         {devices}
     }

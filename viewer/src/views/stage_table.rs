@@ -1,12 +1,12 @@
 //! The stage table: memory at each stage mark, per stage, for the shown metric.
 
 use leptos::prelude::*;
-use oomscope_analysis::stages::{Growth, StageTable as Table};
+use oomscope_analysis::facts::{Growth, StageTable as Table};
 use oomscope_format::units::{
     format_bytes, format_bytes_f64, format_count, format_signed_bytes, format_signed_bytes_f64,
 };
 
-use oomscope_analysis::render::verdict::Spotlight;
+use oomscope_analysis::facts::Spotlight;
 
 use super::parts::{opt_num, opt_text};
 
@@ -29,7 +29,7 @@ pub fn StageTable(
     if table.rows.is_empty() {
         return view! {
             <section id=section_id><h2>"Stages"</h2>
-            <p class="empty">{format!("No stage marks in this trace: {}.", oomscope_analysis::render::summary::NO_MARKS_HINT)}</p></section>
+            <p class="empty">{format!("No stage marks in this trace: {}.", oomscope_words::summary::NO_MARKS_HINT)}</p></section>
         }
         .into_any();
     }

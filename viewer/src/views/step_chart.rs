@@ -8,7 +8,7 @@ use std::sync::Arc;
 use leptos::html::Canvas;
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::clocks::Clock;
+use oomscope_analysis::facts::Clock;
 use oomscope_format::Trace;
 use oomscope_format::units::{format_bytes, format_count};
 use plotters::element::DashedPathElement;

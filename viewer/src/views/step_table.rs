@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::metrics::primary_metric;
-use oomscope_analysis::render::verdict::Spotlight;
-use oomscope_analysis::stages::{StepRow, step_rows};
+use oomscope_analysis::facts::Spotlight;
+use oomscope_analysis::facts::primary_metric;
+use oomscope_analysis::facts::{StepRow, step_rows};
 use oomscope_format::units::format_signed_bytes;
 use oomscope_format::{Phase, Trace};
 
@@ -51,7 +51,7 @@ pub fn StepTable(
     let Some(metric) = primary_metric(&trace) else {
         return ().into_any();
     };
-    let stages = oomscope_analysis::stages::stage_names(&trace);
+    let stages = oomscope_analysis::facts::stage_names(&trace);
     let rows = Arc::new(step_rows(&trace, metric));
     if rows.is_empty() {
         return ().into_any();

@@ -1,6 +1,6 @@
 //! The verdict strip the report opens with: one line per problem found (its size and the change
 //! to make first), or what "no problem found" rests on. The words are
-//! `oomscope_analysis::render::verdict`'s.
+//! `oomscope_words::verdict`'s.
 //!
 //! A report carries the verdict its collector worked out from the same bytes with the same code,
 //! so the strip says it the moment the page starts (`data-from="report"`); the page's own
@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 use oomscope_analysis::Analysis;
-use oomscope_analysis::render::verdict::verdict;
 use oomscope_format::Trace;
+use oomscope_words::verdict::verdict;
 
 use crate::browser;
 
@@ -21,7 +21,7 @@ use crate::browser;
 pub fn Verdict(
     trace: Arc<Trace>,
     analysis: Option<Arc<Analysis>>,
-    early: Option<oomscope_analysis::render::verdict::Verdict>,
+    early: Option<oomscope_words::verdict::Verdict>,
 ) -> impl IntoView {
     let (v, from) = match (analysis, early) {
         (Some(analysis), _) => (verdict(&trace, &analysis), "page"),
@@ -46,9 +46,9 @@ pub fn Verdict(
         None => view! {
             <ol class="verdict-lines">
                 {v.lines.into_iter().map(|l| view! {
-                    <li class=format!("verdict-line {}", l.severity.label()) data-id=l.id>
+                    <li class=format!("verdict-line {}", l.severity.label()) data-id=l.kind.id()>
                         <span class="severity">{l.severity.label()}</span>" "
-                        <strong>{l.said}</strong>". "
+                        <strong>{l.said()}</strong>". "
                         <span class="change">{l.change}</span>
                     </li>
                 }).collect_view()}

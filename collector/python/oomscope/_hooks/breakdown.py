@@ -16,7 +16,9 @@ How each part is found, and why that way:
   holding parameters or buffers (an EMA copy, a frozen VAE) are extras.
 - names: a variable or attribute that holds the model, found from the stack's frames outermost
   first: the frames' globals (the script's own names), one level into the objects they hold
-  (`trainer.model`, `self.ema`), and on Python 3.13+ the functions' locals too. Before 3.13,
+  (`trainer.model`, `self.ema`; what the program's own functions keep between calls, a mutable
+  default or a closure's cell, as `remember._seen`), and on Python 3.13+ the functions' locals
+  too. Before 3.13,
   reading a function frame's `f_locals` leaves a snapshot of its variables on the frame that keeps
   them alive (a tensor the loop has since dropped would not be freed), so locals are not read;
   a model only a function's locals name is named by class, and one with the trained model's
@@ -25,6 +27,7 @@ How each part is found, and why that way:
   flattened FSDP buffer, an optimizer state that aliases a parameter), on every device.
 """
 
+import collections
 import gc
 import itertools
 import sys
@@ -77,12 +80,18 @@ def named(torch, frame, wanted, objects=None):
             if objects is not None:
                 objects[id(obj)] = obj
 
-    def inside(name, value):
-        """One level into what a variable holds."""
+    def inside(name, value, home):
+        """One level into what a variable of the namespace `home` holds."""
         kind = type(value)  # never `isinstance`: see `_models`
         if issubclass(kind, (types.ModuleType, type)):
             return
-        if issubclass(kind, Module):
+        if issubclass(kind, types.FunctionType):
+            # The program's own function (made where it is named): what it keeps between calls,
+            # its mutable defaults (`def remember(x, _seen={})`) and what its closure holds.
+            if getattr(value, "__globals__", None) is not home:
+                return
+            items = {"%s.%s" % (name, k): v for k, v in _function_state(value).items()}
+        elif issubclass(kind, Module):
             items = dict(value.__dict__.get("_modules") or {})
             items.update((k, v) for k, v in value.__dict__.items() if not k.startswith("_"))
         elif issubclass(kind, dict):
@@ -99,6 +108,12 @@ def named(torch, frame, wanted, objects=None):
         for attr, inner in list(itertools.islice(items.items(), _MAX_ITEMS)):
             if isinstance(attr, str) and not attr.startswith("__"):
                 take(attr, inner)
+                # A queue (queue.Queue, its kin) keeps its items in a deque of its own: named as
+                # the program names the queue (`ckpt.queue`), read from its attributes only.
+                kept = getattr(inner, "__dict__", None)
+                kept = kept.get("queue") if type(kept) is dict else None
+                if type(kept) is collections.deque:
+                    take("%s.%s" % (name, attr), kept)
 
     read_locals = sys.version_info >= (3, 13)
     namespaces = []
@@ -120,10 +135,27 @@ def named(torch, frame, wanted, objects=None):
         for name, value in variables[:_MAX_ITEMS * 4]:
             if isinstance(name, str) and not name.startswith("__"):
                 try:
-                    inside(name, value)
+                    inside(name, value, namespace)
                 except Exception:  # an object whose attributes cannot be listed: skip it
                     pass
     return names
+
+
+def _function_state(fn):
+    """{name: value} of what a function keeps between calls: its defaults, by their parameters'
+    names, and its closure's cells, by the names it uses for them."""
+    code = fn.__code__
+    items = {}
+    defaults = fn.__defaults__ or ()
+    if defaults:
+        items.update(zip(code.co_varnames[:code.co_argcount][-len(defaults):], defaults))
+    items.update(fn.__kwdefaults__ or {})
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            items[name] = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            pass
+    return items
 
 
 def subclasses(cls):

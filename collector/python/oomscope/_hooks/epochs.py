@@ -9,7 +9,7 @@ Why not at every iteration: what an epoch keeps arrives once an epoch, flat in b
 leak watch's rising readings (`held.Watch`) never see it; a count once an epoch costs nothing.
 """
 
-from oomscope._hooks import held
+from oomscope._hooks import objects
 from oomscope._hooks.errors import interrupted, replace
 from oomscope._hooks.memory import program_frame
 from oomscope._hooks.state import S
@@ -51,11 +51,11 @@ def _count_containers():
     frame = program_frame()
     kept = None
     try:
-        kept = held.containers(S.torch, frame)
+        kept = objects.containers(S.torch, frame)
         last = memory.epoch_count
-        memory.epoch_count = (S.loop.step, held.keep_only_lengths(kept))
+        memory.epoch_count = (S.loop.step, objects.keep_only_lengths(kept))
         if last is not None:
-            rows = held.objects_grown(S.torch, last[1], kept, 1, tensors_counted=False)
+            rows = objects.objects_grown(S.torch, last[1], kept, 1, tensors_counted=False)
             for row in rows:
                 S.probe.held(row.kind, row.count, row.bytes, last[0], S.loop.step, row.device,
                              row.dtype, row.shape, row.grad_fn, row.holder, row.items, "epoch")

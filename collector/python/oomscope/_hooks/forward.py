@@ -28,7 +28,7 @@ import weakref
 from oomscope._hooks.backward import watch_backward
 from oomscope._hooks.emit import emit
 from oomscope._hooks.errors import interrupted
-from oomscope._hooks.inputs import take_input
+from oomscope._hooks.inputs import flush_input, take_input
 from oomscope._hooks.memory import at_eval_forward, at_inference_forward
 from oomscope._hooks.state import S
 
@@ -76,8 +76,8 @@ def _frozen(module):
     there is an eval before training (Lightning's sanity check) as far as anything yet known
     tells."""
     loop = S.loop
-    if not (loop.has_optimizer or loop.step or loop.backward_done):
-        return False  # no training yet: an inference program, or an eval before the first step
+    if not _trained_yet(loop):
+        return False  # an inference program, or an eval before the first step
     if loop.last_phase == "eval":
         return False  # inside an eval: the frozen encoder of an eval is eval
     if loop.train_forward_in_step:
@@ -106,6 +106,12 @@ def _trained(module):
         for group in getattr(opt, "param_groups", ()):
             held.update(id(p) for p in group["params"])
     return not held or any(id(p) in held for p in params)
+
+
+def _trained_yet(loop):
+    """Whether the program has trained yet (an optimizer made, a step taken, a backward run):
+    before, its forwards are an inference program's, its clock the forward."""
+    return loop.has_optimizer or loop.step or loop.backward_done
 
 
 def fw_pre(module, args, kwargs=None):
@@ -155,8 +161,10 @@ def fw_pre(module, args, kwargs=None):
                 loop.train_forward_in_step = True
                 loop.frozen_prefix, loop.frozen_seq = loop.frozen_seq, []
                 loop.train_loader = loop.last_loader  # its restarts are epochs (`epochs`)
-        if phase == "train":
-            # Before the mark: an iteration with a long input is marked (`budget`).
+        if phase == "train" or not _trained_yet(loop):
+            # Before the mark: an iteration with a long input is marked (`budget`). A program
+            # that has not trained (a serving or inference loop) sends each forward's own, after
+            # it (`fw_post`): its memory may follow the size of what it is given.
             inputs = S.inputs
             inputs.pending = True
             take_input(args)
@@ -165,7 +173,7 @@ def fw_pre(module, args, kwargs=None):
         emit("pre_forward", phase)
         if phase != "train":
             loop.evals += 1
-            if not (loop.has_optimizer or loop.step or loop.backward_done):
+            if not _trained_yet(loop):
                 # A program that has not trained: its leak watch, before the forward (after
                 # it, its output is still on its way to the program, held by the model's own
                 # containers).
@@ -202,8 +210,10 @@ def fw_post(module, args, output):
             emit("frozen_forward", "train")
         else:
             emit("post_forward", fwd.outer_phase)
-            # Backward is watched for its marks, and (no torch optimizer) to count the steps.
             loop = S.loop
+            if fwd.outer_phase != "train" and not _trained_yet(loop):
+                flush_input()  # an inference forward's input, sent after its mark
+            # Backward is watched for its marks, and (no torch optimizer) to count the steps.
             if fwd.outer_phase == "train" and (loop.marking or not loop.has_optimizer):
                 watch_backward(output)
         _saw_root(module)

@@ -5,18 +5,19 @@ holds them — what people find today by hand with `gc.get_objects()`.
 - Suspicion (`Watch`): the memory in use at an iteration's end (`memory_now`: the CUDA
   allocator's allocated bytes once CUDA is up, else glibc's bytes in use, else the RSS; read at
   iteration ends at least `READING_GAP_S` apart) rose at each of the last `RISES` readings and
-  by at least `MIN_RISE_BYTES` in all. Nothing else runs per step.
+  by at least `MIN_RISE_BYTES` in all; or, for a slow rise, the floor of those readings (the
+  lowest of each `FLOOR_READINGS`) did, its counts then farther apart. Nothing else runs per
+  step.
 - A count (`census`): every tensor `gc.get_objects()` returns, grouped by device, dtype, shape
   and the autograd node that made it; each storage counted once. Plus, for the tensors the
   program names (a variable, an attribute, one level in) that carry an autograd graph, the size
   of that graph: a running total summed without `.item()` keeps every step's graph behind one
   tensor, which a count of tensors never sees.
-- Containers (`containers`): the lists, dicts, sets and deques the program names (its module
-  globals and the stack's variables, one level in), by length, at the same two counts. One that
-  gained at least an item a step, of Python objects rather than tensors (a tokenizer's cache, a
-  list of results), is sent as an `objects` row with its new items' size sampled
-  (`_SAMPLE_ITEMS` of them, each one level in). Memory that grows as Python objects is named as
-  tensors are.
+- Containers (`objects`): the lists, dicts, sets and deques the program names (its module
+  globals and the stack's variables, one level in; a queue's deque), by length, at the same two
+  counts. One whose new items of Python objects (a tokenizer's cache, a list of results, a
+  profiler's windows) keep at least `_MIN_GROUP_BYTES`, however few, is sent as an `objects` row
+  with its new items' size sampled. Memory that grows as Python objects is named as tensors are.
 - Holders: for a group that grew, a few of its new tensors' referrers (`gc.get_referrers`): a
   list or dict, named as the program names it (`breakdown.named`), else by type and the object
   whose attribute it is. What a row is travels as a field (`Row.kind`: `tensors` a Python object
@@ -30,10 +31,12 @@ holds them — what people find today by hand with `gc.get_objects()`.
 import gc
 import os
 import sys
-from collections import deque, namedtuple
-from itertools import islice
+from collections import namedtuple
 
 from oomscope._hooks.breakdown import instances, named, subclasses
+from oomscope._hooks.referrers import Referrers
+from oomscope._hooks.retainer import CONTAINERS as _CONTAINERS
+from oomscope._hooks.retainer import attribute_of, attribute_owner, common
 
 RISES = 4  # consecutive rising iteration ends before a count
 # An eval's batches: 8 rising before a count, so that a short eval (a validation of 10 batches)
@@ -44,16 +47,27 @@ MIN_RISE_BYTES = 1 << 20  # over those rises
 APART = 8  # iterations between the two counts
 EVAL_APART = 4  # an eval's batches between its two counts
 COOLDOWN = 64  # iterations after a pair before the next suspicion (doubles each time)
+# A slow rise (a few KiB a step: a log of records, a cache, a profiler's events) never rises at
+# `RISES` readings in a row by `MIN_RISE_BYTES`: its floor does. The lowest reading of each
+# `FLOOR_READINGS` readings, rising at each of the last `FLOOR_RISES` by `MIN_RISE_BYTES` in all,
+# starts a pair too, its counts `FLOOR_APART` times farther apart (a slow rise needs the span
+# to show in a count).
+FLOOR_READINGS = 16
+FLOOR_RISES = 4
+FLOOR_APART = 4
 # Iteration ends read no more often than this (seconds): a loop of 4 ms steps paid ~10 us a
 # step for a reading at each (the call's Python, out of the CPU's caches by then).
 READING_GAP_S = 0.01
+# A reading's own time is at most this share of the time between readings: where glibc's count
+# is slow (~0.7 ms with many freed tensors, a serving loop's) readings come farther apart.
+READING_COST_SHARE = 0.005
 _MIN_GROUP_BYTES = 64 << 10  # a group's growth below this (and below one tensor a step) is noise
 _MAX_GROUPS = 8  # groups sent per pair
 _MAX_GRAPH_NODES = 200_000  # autograd nodes walked per named tensor
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _rss_bytes():
+def rss_bytes():
     try:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
@@ -101,7 +115,7 @@ def memory_now(torch, cuda=None):
     except Exception:
         pass
     in_use = _malloc_in_use()
-    return in_use if in_use is not None else _rss_bytes()
+    return in_use if in_use is not None else rss_bytes()
 
 
 class Watch:
@@ -121,11 +135,15 @@ class Watch:
         self.evals_seen = 0  # the hooks' eval count when the readings began
         self.next_reading_s = 0.0  # (time.monotonic) no reading before it (`READING_GAP_S`)
         self.training = True  # on the iterations' clock (False: an inference program's forwards)
+        self.floors = []  # the lowest reading of each of the last windows (`FLOOR_READINGS`)
+        self.window = None  # (readings, lowest) of the window being read
+        self.slow = False  # the pair under way was started by the floor: counted farther apart
 
-    def due(self, iteration, reading):
-        """'first', 'second' or None."""
+    def due(self, iteration, reading, floor=None):
+        """'first', 'second' or None; `floor`, what the floor reads (`reading` by default)."""
         if self.first is not None:
-            return "second" if iteration >= self.first[0] + self.apart else None
+            apart = self.apart * (FLOOR_APART if self.slow else 1)
+            return "second" if iteration >= self.first[0] + apart else None
         if iteration < self.quiet_until or reading is None:
             return None
         self.readings.append(reading)
@@ -133,12 +151,30 @@ class Watch:
         r = self.readings
         if len(r) == self.rises + 1 and all(b > a for a, b in zip(r, r[1:])) and \
                 r[-1] - r[0] >= MIN_RISE_BYTES:
+            self.slow = False
+            return "first"
+        floor = reading if floor is None else floor
+        n, low = self.window or (0, floor)
+        n, low = n + 1, min(low, floor)
+        self.window = (n, low)
+        if n < FLOOR_READINGS:
+            return None
+        self.window = None
+        self.floors.append(low)
+        del self.floors[:-(FLOOR_RISES + 1)]
+        f = self.floors
+        if len(f) == FLOOR_RISES + 1 and all(b > a for a, b in zip(f, f[1:])) and \
+                f[-1] - f[0] >= MIN_RISE_BYTES:
+            self.slow = True
+            self.floors = []
             return "first"
         return None
 
     def done(self, iteration):
         self.first = None
         self.readings = []
+        self.floors = []
+        self.window = None
         self.quiet_until = iteration + self.cooldown
         self.cooldown *= 2
 
@@ -215,20 +251,10 @@ def census(torch, frame):
 TENSORS, GRAPH, CYCLE, UNCONTAINED, OBJECTS = "tensors", "graph", "cycle", "uncontained", "objects"
 # One row of `grown`: `items` is the holder's length when it is a container, else None.
 Row = namedtuple("Row", "kind count bytes device dtype shape grad_fn holder items")
-_CONTAINERS = (list, dict, tuple, set)
 _MAX_CYCLE = 16  # objects followed back through referrers to tell a garbage cycle
 
 
-def _attribute_of(owner, value):
-    """The name of `owner`'s attribute that is `value`, or None."""
-    try:
-        attrs = vars(owner)
-    except TypeError:
-        return None
-    return next((k for k, v in attrs.items() if v is value), None)
-
-
-def _only_a_cycle(obj, ignore):
+def _only_a_cycle(obj, ignore, refs):
     """True when every object that refers to `obj`, followed back up to `_MAX_CYCLE` objects,
     is one of those objects (or an attribute dict of one): nothing the program reaches holds it,
     only a reference cycle, which the garbage collector frees when it next runs. (A running
@@ -238,7 +264,7 @@ def _only_a_cycle(obj, ignore):
     queue = [obj]
     while queue:
         o = queue.pop()
-        for r in gc.get_referrers(o):
+        for r in refs.of(o):
             if id(r) in ignore or id(r) in seen or r is queue:
                 continue
             if type(r) is dict and any(getattr(x, "__dict__", None) is r for x in seen.values()):
@@ -247,14 +273,14 @@ def _only_a_cycle(obj, ignore):
                 return False
             seen[id(r)] = r
             queue.append(r)
-    return len(seen) > 1 or any(r is obj for r in gc.get_referrers(obj))
+    return len(seen) > 1 or any(r is obj for r in refs.of(obj))
 
 
 _ENCLOSING_LEVELS = 3  # containers followed up from a tensor's own
 _MAX_ENCLOSING = 64  # containers looked at on the way
 
 
-def _enclosing(owners, ignore):
+def _enclosing(owners, ignore, refs):
     """{id: container} of the containers that hold the owners' containers, up to
     `_ENCLOSING_LEVELS` up, nearest first (bounded). Our own lists and dicts, which refer to
     the same objects, are never taken."""
@@ -263,8 +289,9 @@ def _enclosing(owners, ignore):
     for _ in range(_ENCLOSING_LEVELS):
         up = []
         ours = {id(found), id(level), id(up), id(owners), *map(id, owners), *ignore}
+        refs.fetch(level)  # the whole level in one scan
         for o in level:
-            for r in gc.get_referrers(o):
+            for r in refs.of(o):
                 if type(r) in _CONTAINERS and id(r) not in ours and id(r) not in found:
                     found[id(r)] = r
                     up.append(r)
@@ -274,19 +301,34 @@ def _enclosing(owners, ignore):
     return found
 
 
-def _holder(torch, frame, tensors, census_list):
+def _prefetch(refs, samples):
+    """What `_holder` will ask of `refs` for these tensors, asked at once: their referrers in one
+    scan, then each level of the containers above them (`_enclosing`) in one scan a level."""
+    refs.fetch(samples)
+    seen = set()
+    level = [r for t in samples for r in refs.of(t) if type(r) in _CONTAINERS]
+    for _ in range(_ENCLOSING_LEVELS):
+        level = [o for o in level if id(o) not in seen][:_MAX_ENCLOSING * _HOLDER_TRIES]
+        seen.update(map(id, level))
+        refs.fetch(level)
+        level = [r for o in level for r in refs.of(o) if type(r) in _CONTAINERS]
+    level = None
+
+
+def _holder(torch, frame, tensors, census_list, refs):
     """(kind, words, items, named) for what holds these tensors: the first container or object
     among their referrers, named as the program names it (`items`: a container's length;
     `named`: a name of the program's, a global or a local, says it); `CYCLE` when only a
     reference cycle holds it, `UNCONTAINED` when no Python container does. `census_list` is the
-    census's own list (a referrer of every tensor, not the program's)."""
+    census's own list (a referrer of every tensor, not the program's); `refs` answers who refers
+    to what (`Referrers`)."""
     ignore = {id(tensors), id(census_list)}
     owners = []
     for t in tensors:
-        for r in gc.get_referrers(t):
+        for r in refs.of(t):
             if id(r) in ignore:
                 continue
-            attr = None if type(r) in _CONTAINERS else _attribute_of(r, t)
+            attr = None if type(r) in _CONTAINERS else attribute_of(r, t)
             if type(r) in _CONTAINERS or attr is not None:
                 owners.append((r, attr))
         if owners:
@@ -296,7 +338,7 @@ def _holder(torch, frame, tensors, census_list):
     ids = {id(o) for o, _ in owners}
     # A container inside a container (a request's (key, value) tuple in a list): the ones that
     # hold it, a few levels up, may be what the program names.
-    outer = _enclosing(owners, ignore)
+    outer = _enclosing(owners, ignore, refs)
     ids.update(outer)
     names = named(torch, frame, lambda o: id(o) in ids)
     for o, attr in owners:
@@ -312,50 +354,82 @@ def _holder(torch, frame, tensors, census_list):
     o, attr = owners[0]
     if type(o) is dict:
         # The dict may be an object's attributes: name the object.
-        for owner in gc.get_referrers(o):
+        for owner in refs.of(o):
             if getattr(owner, "__dict__", None) is o:
-                o, attr = owner, _attribute_of(owner, tensors[0])
+                o, attr = owner, attribute_of(owner, tensors[0])
                 break
-    if attr is not None and _only_a_cycle(o, ignore):
+    if attr is not None and _only_a_cycle(o, ignore, refs):
         return CYCLE, "a `%s` object (attribute `%s`)" % (type(o).__name__, attr), None, False
     if attr is not None:
         return TENSORS, "attribute `%s` of a `%s` object" % (attr, type(o).__name__), None, False
-    for referrer in gc.get_referrers(o):
-        if id(referrer) in ignore:
-            continue
-        # The container is an object's attribute: held in the object's attribute dict, or (an
-        # object whose attributes Python keeps inline, 3.11 on) by the object itself.
-        if type(referrer) is dict:
-            owners_of = [x for x in gc.get_referrers(referrer)
-                         if getattr(x, "__dict__", None) is referrer]
-        else:
-            owners_of = [referrer]
-        for owner in owners_of:
-            name = _attribute_of(owner, o)
-            if name is not None:
-                return TENSORS, "%s `%s` of the `%s` object" % (
-                    type(o).__name__, name, type(owner).__name__), len(o), False
+    held_as = attribute_owner(o, ignore, refs)
+    if held_as is not None:
+        return TENSORS, "%s `%s` of the `%s` object" % (
+            type(o).__name__, held_as[1], type(held_as[0]).__name__), len(o), False
+    # A cache a function keeps (functools.lru_cache's, in C: no attribute holds it), named as
+    # the program names the function.
+    keepers = [r for r in refs.of(o)
+               if id(r) not in ignore and callable(r) and type(r) not in _CONTAINERS]
+    if keepers:
+        ids_of = {id(k) for k in keepers}
+        names = named(torch, frame, lambda x: id(x) in ids_of)
+        for k in keepers:
+            if id(k) in names:
+                return TENSORS, "the cache of `%s`" % names[id(k)], len(o), True
     return TENSORS, "a %s" % type(o).__name__, len(o), False
 
 
 _HOLDER_TRIES = 6  # new tensors of a group whose holders are looked for
 
 
-def _holder_of_group(torch, frame, tensors, new_ids):
+def _samples(tensors, new_ids):
+    """The places in `tensors` of a group's new tensors whose holders are looked for: a few,
+    spread over the group."""
+    places = [i for i, t in enumerate(tensors) if id(t) in new_ids]
+    return places[::max(1, len(places) // _HOLDER_TRIES)][:_HOLDER_TRIES]
+
+
+def _holder_of_group(torch, frame, tensors, places, refs):
     """What holds a group's new tensors: a few of them, spread over the group, each asked in
     turn (some may be a forward's output still on its way to the program, held by a container
     of its own for now), the first holder the program names winning; else the first found:
-    (kind, words, items). The
+    (kind, words, items, named). The
     tensors are reached by their place in `tensors` (the census's list, which `_holder` knows
     for ours): no other list of ours may refer to them."""
-    places = [i for i, t in enumerate(tensors) if id(t) in new_ids]
     first = None
-    for i in places[::max(1, len(places) // _HOLDER_TRIES)][:_HOLDER_TRIES]:
-        *found, named_by_program = _holder(torch, frame, [tensors[i]], tensors)
-        if named_by_program:
-            return tuple(found)
-        first = first or tuple(found)
-    return first or (UNCONTAINED, "", None)
+    for i in places:
+        found = _holder(torch, frame, [tensors[i]], tensors, refs)
+        if found[3]:
+            return found
+        first = first or found
+    return first or (UNCONTAINED, "", None, False)
+
+
+def _retainers(torch, frame, tensors, groups, holders, refs):
+    """`holders` ((kind, words, items, named) of each group) with the container that keeps the
+    new tensors of the most groups together (`retainer.common`) in place of a holder the program
+    does not name: named as the program names it, else as an object's attribute."""
+    if all(h[3] or h[0] != TENSORS for h in holders):
+        return holders
+    samples = [[tensors[i] for i in places] for *_, places in groups]
+    chosen = common(samples, refs)
+    samples = None
+    ids = {id(c) for c in chosen if c is not None}
+    names = named(torch, frame, lambda o: id(o) in ids) if ids else {}
+    ignore = {id(tensors), id(chosen)}
+    out = []
+    for holder, c in zip(holders, chosen):
+        if c is None or holder[3] or holder[0] != TENSORS:
+            out.append(holder)
+        elif id(c) in names:
+            out.append((TENSORS, "%s `%s`" % (type(c).__name__, names[id(c)]), len(c), True))
+        else:
+            held_as = attribute_owner(c, ignore, refs)
+            words = "a %s" % type(c).__name__ if held_as is None else "%s `%s` of the `%s` object" \
+                % (type(c).__name__, held_as[1], type(held_as[0]).__name__)
+            out.append((TENSORS, words, len(c), False))
+    chosen[:] = []
+    return out
 
 
 def grown(torch, frame, first, second, steps):
@@ -372,9 +446,16 @@ def grown(torch, frame, first, second, steps):
         out.append((db, dc, key, ids - ids0))
     out.sort(key=lambda row: (row[0], row[1]), reverse=True)
     result = []
-    for db, dc, key, new_ids in out[:_MAX_GROUPS]:
-        kind, holder, items = _holder_of_group(torch, frame, tensors, new_ids)
+    groups = [(db, dc, key, _samples(tensors, new_ids)) for db, dc, key, new_ids in
+              out[:_MAX_GROUPS]]
+    # Every group's sampled tensors in one scan of the collector's objects (`Referrers`).
+    refs = Referrers(ignore={id(tensors), id(groups)})
+    _prefetch(refs, [tensors[i] for *_, places in groups for i in places])
+    holders = [_holder_of_group(torch, frame, tensors, places, refs) for *_, places in groups]
+    holders = _retainers(torch, frame, tensors, groups, holders, refs)
+    for (db, dc, key, _), (kind, holder, items, _) in zip(groups, holders):
         result.append(Row(kind, dc, max(db, 0), *key, holder, items))
+    refs = None
     for name, (nodes, key) in graphs2.items():
         before = graphs1.get(name, (0, None))[0]
         # The same tensor's graph, grown (a running total); a new tensor with its own small
@@ -382,90 +463,3 @@ def grown(torch, frame, first, second, steps):
         if before and nodes - before >= steps:
             result.append(Row(GRAPH, nodes - before, 0, *key, name, None))
     return result
-
-
-_GROWING = (list, dict, set, deque)  # the containers a program keeps things in
-_SAMPLE_ITEMS = 16  # new items of a grown container whose size is measured
-_MAX_ITEM_PARTS = 256  # objects one level into an item that are measured
-
-
-def containers(torch, frame):
-    """{id: (name, type, length, size, container)} of the containers the program names (see
-    `breakdown.named`). The first count keeps no container: `keep_only_lengths` drops them."""
-    found = {}
-    names = named(torch, frame, lambda o: type(o) in _GROWING, found)
-    return {k: (names[k], type(o), len(o), sys.getsizeof(o), o) for k, o in found.items()}
-
-
-def keep_only_lengths(count):
-    """A container count without the containers (held until the second count only weakly: not
-    at all)."""
-    return {k: v[:4] for k, v in count.items()}
-
-
-def _size(obj, Tensor):
-    """`obj`'s bytes with the objects one level in (a list of ints, a dict's keys and values; a
-    tensor's storage), the first `_MAX_ITEM_PARTS` of them measured and the rest counted at
-    their mean."""
-    if isinstance(obj, Tensor):
-        return _storage_key(obj)[1]
-    size = sys.getsizeof(obj)
-    if isinstance(obj, (list, tuple, set, frozenset, deque)):
-        parts, whole = list(islice(obj, _MAX_ITEM_PARTS)), len(obj)
-    elif isinstance(obj, dict):  # an OrderedDict too (a state_dict)
-        parts = [p for kv in islice(obj.items(), _MAX_ITEM_PARTS // 2) for p in kv]
-        whole = 2 * len(obj)
-    else:
-        attrs = getattr(obj, "__dict__", None)
-        parts = list(islice(attrs.values(), _MAX_ITEM_PARTS)) if type(attrs) is dict else []
-        whole = len(parts)
-    if parts:
-        measured = sum(_storage_key(p)[1] if isinstance(p, Tensor) else sys.getsizeof(p)
-                       for p in parts)
-        size += measured * whole // len(parts)
-    return size
-
-
-def _new_items(container, gained):
-    """Up to `_SAMPLE_ITEMS` of the items a container gained last (a dict's newest keys with
-    their values; any of a set's)."""
-    n = min(gained, _SAMPLE_ITEMS)
-    kind = type(container)
-    if kind is dict:
-        return [(k, container[k]) for k in islice(reversed(container), n)]
-    if kind in (list, deque):
-        return [container[-1 - i] for i in range(n)]
-    return list(islice(container, n))
-
-
-def objects_grown(torch, first, second, steps, tensors_counted=True):
-    """[Row] for the containers that gained at least an item a step between two counts
-    (`containers` results), largest first; `dtype` says what the new items are (a dict's
-    values). With `tensors_counted` (the tensor groups were counted too, and their rows name
-    what holds them) a container whose new items are tensors is left to them."""
-    Tensor = torch.Tensor
-    out = []
-    for key, (name, kind, length, size, container) in second.items():
-        before = first.get(key)
-        if before is None or before[0] != name or before[1] is not kind:
-            continue
-        gained = length - before[2]
-        if gained < max(steps, 1):
-            continue
-        try:
-            items = _new_items(container, gained)
-        except Exception:  # changed while we looked, or a subclass that says no
-            continue
-        # A dict's item is (key, value): the value is what it keeps.
-        values = [item[1] if kind is dict else item for item in items]
-        if not values or (tensors_counted and any(isinstance(v, Tensor) for v in values)):
-            continue
-        per_item = sum(_size(item[0], Tensor) + _size(item[1], Tensor) if kind is dict
-                       else _size(item, Tensor) for item in items) / len(items)
-        nbytes = int(per_item * gained) + max(size - before[3], 0)
-        if nbytes < _MIN_GROUP_BYTES:
-            continue
-        out.append(Row(OBJECTS, gained, nbytes, "", type(values[0]).__name__, "", "",
-                       "%s `%s`" % (kind.__name__, name), length))
-    out.sort(key=lambda r: r.bytes, reverse=True)
-    return out[:_MAX_GROUPS]

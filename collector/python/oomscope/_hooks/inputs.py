@@ -1,6 +1,8 @@
 """The training step's input size: the first tensor its outermost training forwards were given,
 the largest of the step (micro-batches), sent at the step's end when it differs from the last one
 sent: a loop of fixed-size batches sends one record, a step among them with a longer batch two.
+A program that never trains (a serving or inference loop) sends each outermost forward's input
+after the forward (`forward.fw_post`), on the same terms: its clock is the forward.
 """
 
 from oomscope._hooks.budget import input_seen

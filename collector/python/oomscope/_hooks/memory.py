@@ -8,7 +8,7 @@ import gc
 import sys
 import time
 
-from oomscope._hooks import breakdown, held
+from oomscope._hooks import breakdown, held, objects
 from oomscope._hooks.budget import iteration_ended
 from oomscope._hooks.errors import interrupted, ours
 from oomscope._hooks.state import S
@@ -74,7 +74,13 @@ def at_iteration_end():
     iterations = S.loop.iterations
     now = time.monotonic()
     iteration_ended(now)
-    if iterations >= memory.breakdown_at and now >= memory.breakdown_not_before:
+    # The optimizers took parameters since the last breakdown (a parameter group added, layers
+    # unfrozen, an optimizer made): the model's state changed, measured at once. Two `len`s an
+    # optimizer: nothing a step would notice.
+    seen = tuple((len(o.param_groups), len(o.state)) for o in live_optimizers())
+    changed = memory.optimizers_seen is not None and seen != memory.optimizers_seen
+    if (iterations >= memory.breakdown_at or changed) and now >= memory.breakdown_not_before:
+        memory.optimizers_seen = seen
         memory.breakdown_at = iterations * 4
         start = now
         send_breakdown()
@@ -154,8 +160,11 @@ def at_eval_forward():
         # set_to_none at the end of a step left none; without it they stay), so that the
         # breakdown of a peak in the eval counts what is there; the next iteration's end sends
         # training's again.
-        if _send_moment(force=True):
+        start = time.monotonic()
+        if start >= memory.eval_moment_not_before and _send_moment(force=True):
             memory.eval_sent = True
+            memory.eval_moment_not_before = start + (time.monotonic() - start) * \
+                BREAKDOWN_COST_FACTOR
         memory.eval_watch = held.Watch(apart=held.EVAL_APART, gap_s=0.0, rises=held.EVAL_RISES)
         memory.eval_watch.training = False
         memory.eval_watch_step = loop.step
@@ -193,10 +202,29 @@ def _watch(watch, now, clock, position, label):
             # freed).
             watch.evals_seen = loop.evals
             watch.readings = []
-        if watch.first is None and now < watch.next_reading_s:
-            return  # (a rise is seen as well over several iterations as over one)
-        watch.next_reading_s = now + watch.gap_s
-        due = watch.due(clock, held.memory_now(S.torch, S.cuda.ready))
+        if watch.first is not None:
+            # A pair under way: its second count is due by the clock alone, no reading needed.
+            due = watch.due(clock, None)
+        elif now < watch.next_reading_s or (
+                now < S.memory.readings_paced_until and (label != "eval" or clock < 2)):
+            # (A rise is seen as well over several iterations as over one.) An eval reads each
+            # of its batches from the second on: its watch needs `EVAL_RISES` in a row inside
+            # one eval. Its first batch is paced like the rest: a loop whose every step runs one
+            # no-grad forward (an agent acting) begins a one-batch eval a step.
+            return
+        else:
+            started = time.thread_time()  # this thread's own CPU: ctypes lets others run
+            reading = held.memory_now(S.torch, S.cuda.ready)
+            # The floor's reading: the same on CUDA; on the host the resident bytes, which see
+            # the Python objects' own arenas (obtained with mmap, not malloc: glibc's count
+            # misses them).
+            floor = reading if S.cuda.ready else held.rss_bytes()
+            # Readings no more often than `READING_COST_SHARE` of the time allows: glibc's
+            # count walks its free lists, ~0.7 ms in a heap of many freed tensors.
+            took = time.thread_time() - started
+            watch.next_reading_s = now + watch.gap_s
+            S.memory.readings_paced_until = now + took / held.READING_COST_SHARE
+            due = watch.due(clock, reading, floor)
         if due is None:
             return
         # The program's frame, never one of ours: a local holding its own frame is a reference
@@ -224,11 +252,11 @@ def _count(watch, frame, clock, position, label, due, training, loop):
     count = kept = None
     try:
         count = held.census(S.torch, frame)
-        kept = held.containers(S.torch, frame)
+        kept = objects.containers(S.torch, frame)
         if due == "first":
             # Not the tensors or containers themselves; the evals so far, to tell one between
             # the counts.
-            watch.first = (clock, position, count[:2], loop.evals, held.keep_only_lengths(kept))
+            watch.first = (clock, position, count[:2], loop.evals, objects.keep_only_lengths(kept))
             del count, kept
             return
         iteration, step, first, evals, first_kept = watch.first
@@ -241,7 +269,7 @@ def _count(watch, frame, clock, position, label, due, training, loop):
         watch.done(clock)
         steps = clock - iteration
         rows = held.grown(S.torch, frame, first, count, steps)
-        rows += held.objects_grown(S.torch, first_kept, kept, steps)
+        rows += objects.objects_grown(S.torch, first_kept, kept, steps)
         del first, count, first_kept, kept
         for row in rows:
             S.probe.held(row.kind, row.count, row.bytes, step, position, row.device, row.dtype,

@@ -142,12 +142,15 @@ class Memory:
     __slots__ = ("breakdown_at", "breakdown_not_before", "breakdown_sent", "stage_breakdown_at",
                  "stage_sent", "oom_breakdown", "modules", "modules_prune_at", "registry",
                  "watch", "epoch_count", "eval_watch", "eval_watch_step", "eval_watch_base",
-                 "eval_sent")
+                 "eval_sent", "optimizers_seen", "readings_paced_until",
+                 "eval_moment_not_before")
 
     def __init__(self):
         self.breakdown_at = 1  # the iteration that measures the breakdown next (then x4)
         self.breakdown_not_before = 0.0  # ...and not before this time (`BREAKDOWN_COST_FACTOR`)
         self.breakdown_sent = None  # the last breakdown sent
+        # What the optimizers held at the last breakdown: (groups, parameters with state) each.
+        self.optimizers_seen = None
         self.stage_breakdown_at = None  # the iteration whose every stage sends what changed
         self.stage_sent = None  # (gradients, per-optimizer state) last sent in it
         self.oom_breakdown = False  # a breakdown was sent at an OOM
@@ -165,6 +168,12 @@ class Memory:
         self.eval_watch_step = None
         self.eval_watch_base = 0
         self.eval_sent = False  # a breakdown went out at an eval's start (`memory`)
+        # No watch reads memory before this time (`held.READING_COST_SHARE`): one pace for
+        # every watch, an eval's new one included.
+        self.readings_paced_until = 0.0
+        # No eval's start sends the moment's breakdown before this (`BREAKDOWN_COST_FACTOR`):
+        # a loop whose every step runs a no-grad forward (an agent acting) starts an eval a step.
+        self.eval_moment_not_before = 0.0
 
     def after_fork(self, watch):
         kept = (self.modules, self.registry)

@@ -196,12 +196,35 @@ pub struct Estimate {
     /// are known.
     pub max_batch_within_90_percent: Option<u64>,
     /// Warnings: over 90% of the GPU, activations unknown, a sequence longer than the model's.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<EstimateWarning>,
+}
+
+/// What an estimate warns of.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EstimateWarning {
+    /// The sequence is longer than the model's positions (`max_position_embeddings`).
+    LongerThanPositions {
+        /// The sequence length asked for.
+        seq_len: u64,
+        /// The model's positions.
+        max_positions: u64,
+    },
+    /// Activations are not included: neither a per-sample size nor a model config was given.
+    NoActivations,
+    /// The total is over [`WARN_FRACTION`] of the GPU: expect an out-of-memory error.
+    NearlyFull {
+        /// The total per GPU.
+        total_bytes: u64,
+        /// Its share of the GPU.
+        fraction: f64,
+        /// The GPU's memory.
+        gpu_bytes: u64,
+    },
 }
 
 /// Estimates the memory of a training step on one GPU.
 pub fn estimate(input: &EstimateInput) -> Estimate {
-    use oomscope_format::units::format_bytes;
     let precision = input.precision;
     let trainable = input
         .trainable_parameters
@@ -240,10 +263,10 @@ pub fn estimate(input: &EstimateInput) -> Estimate {
             checkpointing,
         } => {
             if let Some(max) = config.max_positions.filter(|m| seq_len > m) {
-                warnings.push(format!(
-                    "a sequence of {seq_len} tokens is longer than the model's \
-                     {max} positions (max_position_embeddings)"
-                ));
+                warnings.push(EstimateWarning::LongerThanPositions {
+                    seq_len: *seq_len,
+                    max_positions: max,
+                });
             }
             (
                 Some(config.activations_bytes(*seq_len, 1, compute, *checkpointing)),
@@ -273,22 +296,16 @@ pub fn estimate(input: &EstimateInput) -> Estimate {
         _ => None,
     };
     if activations_bytes.is_none() {
-        warnings.push(
-            "activations are not included: give --batch with --activation-bytes-per-sample \
-             (collector run measures them as the post_forward growth) or with --model-config \
-             and --seq-len"
-                .to_owned(),
-        );
+        warnings.push(EstimateWarning::NoActivations);
     }
     if let (Some(fraction), Some(gpu)) = (fraction_of_gpu, input.gpu_memory_bytes)
         && fraction > WARN_FRACTION
     {
-        warnings.push(format!(
-            "the total, {}, is {:.0}% of the GPU's {}: expect an out-of-memory error",
-            format_bytes(total_bytes),
-            fraction * 100.0,
-            format_bytes(gpu)
-        ));
+        warnings.push(EstimateWarning::NearlyFull {
+            total_bytes,
+            fraction,
+            gpu_bytes: gpu,
+        });
     }
     Estimate {
         parameters: input.parameters,
@@ -342,7 +359,7 @@ mod tests {
         assert!(
             e.warnings
                 .iter()
-                .any(|w| w.contains("expect an out-of-memory error"))
+                .any(|w| matches!(w, EstimateWarning::NearlyFull { .. }))
         );
         // Pure bf16: 8 B; fp32: 16 B; 8-bit AdamW in mixed precision: 2 + 2 + 4 + 2.03.
         assert_eq!(
@@ -439,10 +456,12 @@ mod tests {
             Some(config.activations_bytes(8192, 1, 2.0, true).round() as u64)
         );
         assert_eq!(e.logits_bytes, Some((6 * 8192 * 32000) as u64));
-        assert!(
-            e.warnings
-                .iter()
-                .any(|w| w.contains("longer than the model's 4096 positions"))
-        );
+        assert!(e.warnings.iter().any(|w| matches!(
+            w,
+            EstimateWarning::LongerThanPositions {
+                max_positions: 4096,
+                ..
+            }
+        )));
     }
 }

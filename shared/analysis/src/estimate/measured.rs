@@ -3,7 +3,7 @@
 //! trained, with the precision its parameters have and the optimizer it made. Where the two
 //! disagree is what a user planning the next run needs to know (state not made yet, frozen
 //! parameters without gradients, an optimizer that keeps more than two moments). Computed in the
-//! analysis, so the terminal and the report say the same (the rendering layer's `estimate`).
+//! analysis and said by the words crate (its `estimate`), so the terminal and the report agree.
 
 use oomscope_format::ComponentBreakdown;
 use oomscope_format::units::MIB;
@@ -28,7 +28,21 @@ pub struct Part {
     /// What the estimate says.
     pub estimated_bytes: u64,
     /// Why they differ, when they do and the reason is known.
-    pub why: Option<String>,
+    pub why: Option<Disagreement>,
+}
+
+/// Why a measured part differs from the estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disagreement {
+    /// Fewer gradients than trainable parameters: some had none when it was measured.
+    MissingGradients,
+    /// No optimizer state yet when it was measured: optimizers make it at their first step.
+    NoStateYet,
+    /// The optimizer keeps more than the estimate counts.
+    MoreState,
+    /// The optimizer keeps less than the estimate counts.
+    LessState,
 }
 
 impl Part {
@@ -118,29 +132,17 @@ pub fn against_estimate(c: &ComponentBreakdown) -> Option<AgainstEstimate> {
             part: "gradients",
             measured_bytes: c.gradients_bytes,
             estimated_bytes: e.gradients_bytes,
-            why: (c.gradients_bytes < e.gradients_bytes).then(|| {
-                "fewer gradients than trainable parameters: some had none when it was measured \
-                 (unused in the loss, or set to None)"
-                    .to_owned()
-            }),
+            why: (c.gradients_bytes < e.gradients_bytes).then_some(Disagreement::MissingGradients),
         },
     ];
     if optimizer.is_some() {
-        let why = if c.optimizer_state_bytes == 0 {
-            Some(
-                "no optimizer state yet when it was measured: optimizers make it at their first \
-                 step"
-                    .to_owned(),
-            )
+        let why = Some(if c.optimizer_state_bytes == 0 {
+            Disagreement::NoStateYet
         } else if c.optimizer_state_bytes > e.optimizer_bytes {
-            Some(
-                "the optimizer keeps more than the estimate counts (amsgrad's maximum, a step \
-                 count per tensor, state in another precision)"
-                    .to_owned(),
-            )
+            Disagreement::MoreState
         } else {
-            Some("the optimizer keeps less than the estimate counts (state for some parameters only, or in a lower precision)".to_owned())
-        };
+            Disagreement::LessState
+        });
         parts.push(Part {
             part: "optimizer state",
             measured_bytes: c.optimizer_state_bytes,
@@ -209,13 +211,7 @@ mod tests {
         let a = against_estimate(&adamw_breakdown(0)).unwrap();
         let state = a.parts.last().unwrap();
         assert!(!state.agrees());
-        assert!(
-            state
-                .why
-                .as_ref()
-                .unwrap()
-                .starts_with("no optimizer state yet")
-        );
+        assert_eq!(state.why, Some(Disagreement::NoStateYet));
         // A frozen half: the estimate knows it (--trainable), so gradients agree.
         let mut c = adamw_breakdown(4_000_000);
         c.gradients_bytes = 2_000_000;

@@ -30,7 +30,7 @@ mod safetensors;
 
 pub use calculator::*;
 
-pub use measured::{AgainstEstimate, Part, against_estimate};
+pub use measured::{AgainstEstimate, Disagreement, Part, against_estimate};
 
 pub use model_config::{ConfigError, Family, ModelConfig};
 pub use safetensors::{

@@ -53,6 +53,9 @@ pub enum SafetensorsError {
     /// The header is not the expected JSON.
     #[error("not a safetensors file: {0}")]
     BadHeader(String),
+    /// A tensor's data offsets lie outside the file.
+    #[error("not a safetensors file: tensor {0}: data offsets out of the file")]
+    OffsetsOutside(String),
 }
 
 /// Reads the header at the start of a safetensors file (`prefix` needs only the header, not the
@@ -95,9 +98,7 @@ pub fn parse_safetensors_header(
             .map_err(|e| SafetensorsError::BadHeader(format!("tensor {name}: {e}")))?;
         let [start, end] = entry.data_offsets;
         if start > end || end > data_len {
-            return Err(SafetensorsError::BadHeader(format!(
-                "tensor {name}: data offsets out of the file"
-            )));
+            return Err(SafetensorsError::OffsetsOutside(name.clone()));
         }
         let elements = entry.shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d));
         let elements = elements.ok_or_else(|| {
@@ -145,7 +146,7 @@ mod tests {
         let short_data = safetensors(header, 1000);
         assert!(matches!(
             parse_safetensors_header(&short_data, short_data.len() as u64),
-            Err(SafetensorsError::BadHeader(_))
+            Err(SafetensorsError::OffsetsOutside(_))
         ));
         let not_json = safetensors("{not json", 0);
         assert!(matches!(

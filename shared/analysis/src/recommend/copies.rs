@@ -3,11 +3,11 @@
 //! can move or shrink where the trained model cannot; a copy of the trained model is an EMA
 //! copy in all but name, and its usual cure differs from a frozen encoder's.
 
-use super::rule::{Diagnose, RuleContext, finding};
-use crate::finding::{Evidence, Finding, FindingKind, Severity};
-use crate::peaks::{Peak, PeakComponents, breakdown_peak};
-use oomscope_format::NamedBytes;
-use oomscope_format::units::{format_bytes, format_percent};
+use super::rule::{Diagnose, RuleContext, warning_if};
+use crate::finding::{
+    Detail, Evidence, EvidenceKey as K, FindingKind, Severity, UntrainedModel, UntrainedModels,
+};
+use crate::peaks::breakdown_peak;
 
 /// Untrained models at or above this share of the peak are worth moving or shrinking.
 pub const COPIES_MIN_SHARE: f64 = 0.20;
@@ -19,26 +19,14 @@ const COPY_TOLERANCE: f64 = 0.01;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ModelCopies;
 
-/// What [`ModelCopies`] detected.
-#[derive(Debug, Clone)]
-pub struct UntrainedModels<'a> {
-    /// The peak they are a share of.
-    pub peak: &'a Peak,
-    /// Its components.
-    pub components: &'a PeakComponents,
-    /// The untrained models, largest first, each marked true when it is the trained model's size.
-    pub models: Vec<(&'a NamedBytes, bool)>,
-    /// Their bytes over the peak, at least [`COPIES_MIN_SHARE`].
-    pub share: f64,
-}
-
 impl Diagnose for ModelCopies {
     const KIND: FindingKind = FindingKind::ModelCopies;
-    type Diagnosis<'a> = UntrainedModels<'a>;
+    type Diagnosis = UntrainedModels;
 
     /// Detection: the breakdown's untrained models (its extras) are at least
-    /// [`COPIES_MIN_SHARE`] of the peak it belongs to.
-    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+    /// [`COPIES_MIN_SHARE`] of the peak it belongs to. They press on memory (a warning) when
+    /// they hold twice that share of a device peak whose activations were measured.
+    fn detect(&self, ctx: &RuleContext<'_>) -> Option<UntrainedModels> {
         let peak = breakdown_peak(&ctx.analysis.peaks)?;
         let components = peak.components.as_ref()?;
         let b = &components.breakdown;
@@ -48,144 +36,39 @@ impl Diagnose for ModelCopies {
             return None;
         }
         let model = b.parameters_bytes.saturating_add(b.buffers_bytes) as f64;
-        let mut models: Vec<(&NamedBytes, bool)> = b
+        let mut models: Vec<UntrainedModel> = b
             .extras
             .iter()
-            .map(|e| {
-                let copy = model > 0.0 && (e.bytes as f64 - model).abs() <= COPY_TOLERANCE * model;
-                (e, copy)
+            .map(|e| UntrainedModel {
+                model: e.clone(),
+                copy: model > 0.0 && (e.bytes as f64 - model).abs() <= COPY_TOLERANCE * model,
             })
             .collect();
-        crate::sort::sort_by_key(&mut models, |(e, _)| std::cmp::Reverse(e.bytes));
+        crate::sort::sort_by_key(&mut models, |m| std::cmp::Reverse(m.model.bytes));
         Some(UntrainedModels {
-            peak,
-            components,
+            peak_bytes: peak.bytes,
+            metric: peak.metric,
             models,
             share,
+            pressed: !peak.measure.is_host()
+                && components.activations_basis.is_some()
+                && share >= 2.0 * COPIES_MIN_SHARE,
         })
     }
 
-    /// Wording.
-    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
-        let total: u64 = d.models.iter().map(|(e, _)| e.bytes).sum();
-        let named: Vec<String> = d
-            .models
-            .iter()
-            .map(|(e, copy)| {
-                let what = if *copy {
-                    "the size of the trained model"
-                } else {
-                    "not trained"
-                };
-                format!("{} {} ({what})", e.name, format_bytes(e.bytes))
-            })
-            .collect();
-        let explanation = format!(
-            "models that are not trained hold {} of the {} {} peak: {}; they need no gradients \
-             or optimizer state, so they can live elsewhere or in less space without touching \
-             training",
-            format_bytes(total),
-            format_bytes(d.peak.bytes),
-            d.peak.metric.label(),
-            named.join(", ")
-        );
-        let mut changes = Vec::new();
-        if let Some((copy, _)) = d.models.iter().find(|(_, copy)| *copy) {
-            changes.push(format!(
-                "{} is a full copy of the trained model (an EMA copy): keep it on the CPU and \
-                 update it every few steps, or in bfloat16 if it is float32 (halves it)",
-                copy.name
-            ));
-        }
-        if let Some((other, _)) = d.models.iter().find(|(_, copy)| !*copy) {
-            changes.push(format!(
-                "{} is not trained: bfloat16 halves it if it is float32, and if it only encodes \
-                 the inputs (a VAE, a text encoder) its outputs can be computed once before \
-                 training",
-                other.name
-            ));
-        }
-        let pressed = !d.peak.measure.is_host()
-            && d.components.activations_basis.is_some()
-            && d.share >= 2.0 * COPIES_MIN_SHARE;
-        finding(
-            self,
-            if pressed {
-                Severity::Warning
-            } else {
-                Severity::Info
-            },
-            format!(
-                "Untrained models hold {} of peak memory",
-                format_percent(d.share)
-            ),
-            explanation,
-            changes.join("; "),
-            vec![
-                Evidence::bytes("untrained_models_bytes", total as f64),
-                Evidence::bytes("peak_bytes", d.peak.bytes as f64),
-                Evidence::share("untrained_share", d.share),
-            ],
-        )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::test_support::find;
-    use super::*;
-    use oomscope_format::units::{GIB, MIB};
-    use oomscope_testkit::run::Run;
-
-    #[test]
-    fn an_ema_copy_and_a_frozen_encoder_are_named_with_their_cures() {
-        let mut trace = Run {
-            parameters_bytes: 2 * GIB,
-            grads_bytes: 2 * GIB,
-            optimizer_bytes: 4 * GIB,
-            activations_bytes: 2 * GIB,
-            ..Run::default()
-        }
-        .build();
-        for c in &mut trace.components {
-            c.extras = vec![
-                NamedBytes {
-                    name: "ema".into(),
-                    bytes: 2 * GIB,
-                },
-                NamedBytes {
-                    name: "vae".into(),
-                    bytes: 640 * MIB,
-                },
-            ];
-        }
-        let f = find(&trace, FindingKind::ModelCopies).expect("untrained models");
-        assert_eq!(
-            f.explanation,
-            "models that are not trained hold 2.62 GiB of the 10.0 GiB peak_allocated peak: ema \
-             2.00 GiB (the size of the trained model), vae 640 MiB (not trained); they need no \
-             gradients or optimizer state, so they can live elsewhere or in less space without \
-             touching training"
-        );
-        assert!(
-            f.change
-                .starts_with("ema is a full copy of the trained model")
-        );
-        assert!(
-            f.change
-                .contains("; vae is not trained: bfloat16 halves it")
-        );
+    fn severity(&self, d: &UntrainedModels) -> Severity {
+        warning_if(d.pressed)
     }
 
-    #[test]
-    fn a_small_copy_says_nothing() {
-        let mut trace = Run::default().build();
-        for c in &mut trace.components {
-            c.extras = vec![NamedBytes {
-                name: "ema".into(),
-                bytes: 64 * MIB,
-            }];
-        }
-        assert!(find(&trace, FindingKind::ModelCopies).is_none());
+    fn evidence(&self, d: &UntrainedModels) -> Vec<Evidence> {
+        vec![
+            Evidence::bytes(K::UntrainedModelsBytes, d.total_bytes() as f64),
+            Evidence::bytes(K::PeakBytes, d.peak_bytes as f64),
+            Evidence::share(K::UntrainedShare, d.share),
+        ]
+    }
+
+    fn detail(d: UntrainedModels) -> Detail {
+        Detail::ModelCopies(d)
     }
 }

@@ -3,14 +3,15 @@
 //! They share the memory model of [`crate::batch_fit`], so the batch the `oom` finding
 //! suggests is the batch `activations-dominate` and `batch-size` compute.
 
-use super::rule::{Diagnose, LoopPart, RuleContext, finding};
-use crate::batch_fit::{BatchFit, BatchFitMethod, TrialSummary};
-use crate::finding::{Evidence, Finding, FindingKind, Severity};
+use super::rule::{Diagnose, RuleContext, critical_if, warning_if};
+use crate::batch_fit::BatchFitMethod;
+use crate::finding::{
+    ActivationShare, BatchSearchResult, Detail, Evidence, EvidenceKey as K, FindingKind,
+    FollowsInput, LoopPart, OptimizerShare, OutOfGpuMemory, Severity, StateGrowth,
+};
 use crate::oom::OomContext;
 use crate::peaks::{ActivationsBasis, Peak, PeakComponents, memory_peak};
-use oomscope_format::OomKind;
-use oomscope_format::units::{format_bytes, format_bytes_f64, format_count, format_percent};
-use oomscope_format::{Phase, TrialOutcome};
+use oomscope_format::{OomKind, TrialOutcome};
 
 /// Activations at or above this share of the peak are what to shrink first.
 pub const ACTIVATIONS_MIN_SHARE: f64 = 0.5;
@@ -41,62 +42,16 @@ fn near_full(ctx: &RuleContext<'_>, peak: &Peak) -> bool {
         .is_some_and(|total| peak.bytes as f64 >= NEAR_FULL_FRACTION * total as f64)
 }
 
-/// " at post_forward of step 412" (or outside the marks) for a peak.
-fn where_peak(peak: &Peak) -> String {
-    peak.place()
-}
-
-/// "batch 24 fits with a 10% margin; to keep the effective batch of 32, run 2 accumulation steps
-/// of batch 16", or `None` when the current batch already fits.
-fn smaller_batch_advice(fit: &BatchFit) -> Option<String> {
-    let current = fit.current_batch?;
-    let steps = fit.accumulation_steps?;
-    let micro = current.div_ceil(steps);
-    let effective = if micro * steps == current {
-        format!("to keep the effective batch of {current}")
-    } else {
-        format!(
-            "for an effective batch of {} (now {current})",
-            micro * steps
-        )
-    };
-    Some(format!(
-        "batch {} fits with a {} margin; {effective}, run {steps} gradient accumulation steps of \
-         batch {micro}",
-        fit.max_batch,
-        format_percent(fit.margin),
-    ))
-}
-
 /// `oom`: the run ran out of GPU memory.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Oom;
 
-/// What [`Oom`] detected.
-#[derive(Debug, Clone, Copy)]
-pub struct OutOfGpuMemory<'a> {
-    /// The first GPU OOM, in context.
-    pub first: &'a OomContext,
-    /// GPU OOM events in all.
-    pub events: usize,
-    /// The part of the loop that was running then.
-    pub part: LoopPart,
-    /// The memory model's batch that fits, when it knows one.
-    pub fit: Option<&'a BatchFit>,
-    /// The optimizer's state at the peak, when the components are known.
-    pub optimizer_state_bytes: Option<u64>,
-    /// Batch-size trials that ran out of memory (a batch search probing the limit).
-    pub oom_trials: usize,
-    /// The eval the run died in and what it had added, when it died of this OOM in one.
-    pub run_up: Option<&'a crate::run_up::RunUp>,
-}
-
 impl Diagnose for Oom {
     const KIND: FindingKind = FindingKind::Oom;
-    type Diagnosis<'a> = OutOfGpuMemory<'a>;
+    type Diagnosis = OutOfGpuMemory;
 
     /// Detection: the first GPU OOM and where in the loop it struck; `None` without one.
-    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+    fn detect(&self, ctx: &RuleContext<'_>) -> Option<OutOfGpuMemory> {
         let gpu: Vec<&OomContext> = ctx
             .analysis
             .ooms
@@ -106,10 +61,10 @@ impl Diagnose for Oom {
         // The OOM the run died of explains the run; without one, the first the program survived.
         let first = gpu.iter().find(|o| o.fatal).or(gpu.first()).copied()?;
         Some(OutOfGpuMemory {
-            first,
+            first: first.clone(),
             events: gpu.len(),
             part: LoopPart::running(first.event.stage.as_deref(), first.next_stage.as_deref()),
-            fit: ctx.analysis.batch_fit.as_ref(),
+            fit: ctx.analysis.batch_fit.clone(),
             optimizer_state_bytes: peak_with_components(ctx)
                 .map(|(_, c)| c.breakdown.optimizer_state_bytes),
             oom_trials: ctx
@@ -121,198 +76,41 @@ impl Diagnose for Oom {
             run_up: ctx
                 .analysis
                 .run_up
-                .as_ref()
+                .clone()
                 .filter(|r| r.kind == OomKind::Gpu && first.fatal),
+            impossible: super::impossible::impossible(first).is_some(),
         })
     }
 
-    /// Wording.
-    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
-        let first = d.first;
-        let mut explanation = oom_explanation(first);
-        if d.events > 1 {
-            explanation.push_str(&format!(" ({} OOM events in all)", d.events));
-        }
-        if let Some(r) = d.run_up {
-            explanation.push_str("; ");
-            explanation.push_str(&super::run_up::fact(r));
-        }
-        let mut evidence = vec![Evidence::count("oom_events", d.events as f64)];
-        evidence.extend(first.event.step.map(|s| Evidence::count("step", s as f64)));
+    /// Critical when the run died of it; a warning when the program caught it and went on.
+    fn severity(&self, d: &OutOfGpuMemory) -> Severity {
+        critical_if(d.first.fatal)
+    }
+
+    fn evidence(&self, d: &OutOfGpuMemory) -> Vec<Evidence> {
+        let first = &d.first;
+        let mut evidence = vec![Evidence::count(K::OomEvents, d.events as f64)];
+        evidence.extend(first.event.step.map(|s| Evidence::count(K::Step, s as f64)));
         let optional_bytes = [
-            ("requested_bytes", first.event.requested_bytes),
-            ("device_free_bytes", first.event.device_free_bytes),
-            ("device_total_bytes", first.event.device_total_bytes),
-            ("allocated_bytes", first.allocated_bytes),
-            ("reserved_bytes", first.reserved_bytes),
+            (K::RequestedBytes, first.event.requested_bytes),
+            (K::DeviceFreeBytes, first.event.device_free_bytes),
+            (K::DeviceTotalBytes, first.event.device_total_bytes),
+            (K::AllocatedBytes, first.allocated_bytes),
+            (K::ReservedBytes, first.reserved_bytes),
         ];
         evidence.extend(
             optional_bytes
                 .iter()
-                .filter_map(|(l, v)| Some(Evidence::bytes(l, (*v)? as f64))),
+                .filter_map(|(k, v)| Some(Evidence::bytes(*k, (*v)? as f64))),
         );
         if let Some(s) = first.shortfall_bytes {
-            evidence.push(Evidence::bytes("shortfall_bytes", s as f64));
+            evidence.push(Evidence::bytes(K::ShortfallBytes, s as f64));
         }
-        let mut title = match first.event.step {
-            Some(step) => format!("Out of GPU memory at step {}", format_count(step)),
-            None => "Out of GPU memory".to_owned(),
-        };
-        if !first.fatal {
-            // Every OOM was survived: the program caught them (a cuDNN workspace fallback, a
-            // batch-size finder, a retry) and went on. Worth knowing, not the cause of a failure.
-            title.push_str(", caught by the program");
-            explanation.push_str(
-                "; the program caught it and went on (the run did not die of it): each caught OOM \
-                 costs a cache flush and a retry",
-            );
-            let change = if d.oom_trials > 0 {
-                format!(
-                    "nothing: these are the batch search's {} trial(s) that did not fit, probing \
-                     the limit on purpose (see the batch-size finding)",
-                    d.oom_trials
-                )
-            } else {
-                oom_change(d)
-            };
-            return finding(
-                self,
-                Severity::Warning,
-                title,
-                explanation,
-                change,
-                evidence,
-            );
-        }
-        finding(
-            self,
-            Severity::Critical,
-            title,
-            explanation,
-            oom_change(d),
-            evidence,
-        )
+        evidence
     }
-}
 
-/// Where the OOM happened, what was asked for and free, and what held the memory.
-fn oom_explanation(oom: &OomContext) -> String {
-    let mut where_ = match (&oom.event.stage, &oom.next_stage) {
-        (Some(stage), Some(next)) => format!(" between {stage} and {next}"),
-        (Some(stage), None) => format!(" after {stage}"),
-        _ => String::new(),
-    };
-    if let Some(step) = oom.event.step {
-        where_.push_str(&format!(" of step {}", format_count(step)));
-    }
-    if oom.phase == Some(Phase::Eval) {
-        where_.push_str(" (eval)");
-    }
-    let mut facts: Vec<String> = Vec::new();
-    match (oom.event.requested_bytes, oom.event.device_free_bytes) {
-        (Some(r), Some(f)) => {
-            let total = oom
-                .event
-                .device_total_bytes
-                .map_or_else(String::new, |t| format!(" of {}", format_bytes(t)));
-            let short = match oom.shortfall_bytes {
-                Some(s) if s > 0 => format!(", {} short", format_bytes(s.unsigned_abs())),
-                _ => ", at least what was asked for: the free memory was fragmented or taken by \
-                      another process"
-                    .to_owned(),
-            };
-            facts.push(format!(
-                "it asked for {} with {} free{total}{short}",
-                format_bytes(r),
-                format_bytes(f)
-            ));
-        }
-        (Some(r), None) => facts.push(format!("it asked for {}", format_bytes(r))),
-        _ => {}
-    }
-    match (
-        oom.allocated_bytes,
-        oom.reserved_bytes,
-        oom.process_gpu_bytes,
-    ) {
-        (Some(a), Some(r), _) => facts.push(format!(
-            "{} tensors held {} and the allocator {} reserved",
-            oom.allocator_mark_stage
-                .as_ref()
-                .map_or_else(|| "when it failed,".to_owned(), |s| format!("at {s},")),
-            format_bytes(a),
-            format_bytes(r)
-        )),
-        (_, _, Some(p)) => facts.push(format!("the process held {} on the GPU", format_bytes(p))),
-        _ => {}
-    }
-    if let Some(top) = oom.alive.first() {
-        facts.push(format!(
-            "of what was alive, most came from {}: {} in {}",
-            crate::words::source_line(top),
-            format_bytes(top.bytes),
-            crate::words::tensor_count(top.count)
-        ));
-    }
-    if let Some(c) = &oom.largest_component {
-        facts.push(format!(
-            "the largest model component is {} ({})",
-            c.name.replace('_', " "),
-            format_bytes(c.bytes)
-        ));
-    }
-    let mut explanation = format!("the run ran out of GPU memory{where_}");
-    if !facts.is_empty() {
-        explanation.push_str(": ");
-        explanation.push_str(&facts.join("; "));
-    }
-    explanation
-}
-
-/// What to change, by the part of the loop that ran out: eval, the optimizer step, or the
-/// forward/backward pass (the batch that fits, when the memory model knows it).
-fn oom_change(d: &OutOfGpuMemory<'_>) -> String {
-    if super::impossible::impossible(d.first).is_some() {
-        return "no batch size fits one request larger than the GPU: fix the shape that reaches \
-                it (see impossible-request)"
-            .to_owned();
-    }
-    if let Some(change) = d.run_up.and_then(super::run_up::change) {
-        return change;
-    }
-    if d.first.phase == Some(Phase::Eval) {
-        // Autograd known off in the eval: no advice to turn it off.
-        let no_grad = if d.run_up.and_then(|r| r.autograd) == Some(false) {
-            ""
-        } else {
-            "evaluate under torch.no_grad() (or torch.inference_mode()) with model.eval(), "
-        };
-        return format!("{no_grad}use a smaller eval batch, and move collected outputs to the CPU");
-    }
-    let fit_advice = d.fit.and_then(smaller_batch_advice);
-    match d.part {
-        LoopPart::Optimizer => {
-            let opt = d.optimizer_state_bytes.map_or_else(String::new, |b| {
-                format!(" (optimizer state is {})", format_bytes(b))
-            });
-            format!(
-                "the optimizer step ran out of memory{opt}: use an 8-bit or factored optimizer, \
-                 or shard its state across ranks (ZeRO / FSDP)"
-            )
-        }
-        LoopPart::Forward | LoopPart::Backward => match fit_advice {
-            Some(advice) => format!("{advice}; or enable activation checkpointing"),
-            None => "halve the batch size and use 2 gradient accumulation steps to keep the \
-                     effective batch, or enable activation checkpointing \
-                     (torch.utils.checkpoint) on the largest blocks"
-                .to_owned(),
-        },
-        LoopPart::Other => match fit_advice {
-            Some(advice) => format!("{advice}; see the other findings for what fills memory"),
-            None => "reduce the batch size (keeping the effective batch with gradient \
-                     accumulation); see the other findings for what fills memory"
-                .to_owned(),
-        },
+    fn detail(d: OutOfGpuMemory) -> Detail {
+        Detail::Oom(d)
     }
 }
 
@@ -320,28 +118,50 @@ fn oom_change(d: &OutOfGpuMemory<'_>) -> String {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ActivationsDominate;
 
-/// What [`ActivationsDominate`] detected.
-#[derive(Debug, Clone, Copy)]
-pub struct ActivationShare<'a> {
-    /// The memory peak.
-    pub peak: &'a Peak,
-    /// Its activations (peak minus the model's components, against the allocator's own numbers).
-    pub activations_bytes: u64,
-    /// `activations / peak`, at least [`ACTIVATIONS_MIN_SHARE`].
-    pub share: f64,
-    /// The memory model's batch that fits, when it knows one.
-    pub fit: Option<&'a BatchFit>,
-    /// The run pressed on memory: it hit a GPU OOM or peaked within [`NEAR_FULL_FRACTION`].
-    pub pressed: bool,
+/// A memory whose floor or peak followed the input's size (its symptom): activations scale
+/// with the input and the model's state does not, so they are what moves it; the peak is where
+/// the largest input was.
+fn following_the_input(ctx: &RuleContext<'_>) -> Option<ActivationShare> {
+    let (s, bytes_per_element, correlation) =
+        ctx.analysis.symptoms.iter().find_map(|s| match s.shape {
+            crate::symptom::Shape::FollowsInput {
+                bytes_per_element,
+                correlation,
+            } => Some((s, bytes_per_element, correlation)),
+            _ => None,
+        })?;
+    let peak = crate::peaks::breakdown_peak(&ctx.analysis.peaks)
+        .or_else(|| ctx.analysis.peaks.iter().find(|p| p.measure == s.metric))?;
+    let model = peak
+        .components
+        .as_ref()
+        .map_or(0, |c| c.breakdown.total_bytes());
+    // What the input moved: the floor's rise over the run, at the least.
+    let activations_bytes = s.levels.rise_bytes.max(0) as u64;
+    Some(ActivationShare {
+        peak: peak.clone(),
+        activations_bytes,
+        share: activations_bytes as f64 / peak.bytes.max(1) as f64,
+        fit: ctx.analysis.batch_fit.clone(),
+        pressed: activations_bytes > model && (had_gpu_oom(ctx) || near_full(ctx, peak)),
+        follows_input: Some(FollowsInput {
+            metric: s.metric,
+            bytes_per_element,
+            correlation,
+        }),
+    })
 }
 
 impl Diagnose for ActivationsDominate {
     const KIND: FindingKind = FindingKind::ActivationsDominate;
-    type Diagnosis<'a> = ActivationShare<'a>;
+    type Diagnosis = ActivationShare;
 
     /// Detection: activations are at least [`ACTIVATIONS_MIN_SHARE`] of the peak, measured
     /// against the allocator, with no leak of the primary metric inflating the remainder.
-    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+    fn detect(&self, ctx: &RuleContext<'_>) -> Option<ActivationShare> {
+        if let Some(d) = following_the_input(ctx) {
+            return Some(d);
+        }
         let (peak, components) = peak_with_components(ctx)?;
         // Only against the allocator's own numbers: a process-level remainder also holds the
         // cache and the CUDA context and would overstate activations.
@@ -357,85 +177,43 @@ impl Diagnose for ActivationsDominate {
         let activations_bytes = components.activations_bytes?;
         let share = activations_bytes as f64 / peak.bytes.max(1) as f64;
         (share >= ACTIVATIONS_MIN_SHARE).then(|| ActivationShare {
-            peak,
+            peak: peak.clone(),
             activations_bytes,
             share,
-            fit: ctx.analysis.batch_fit.as_ref(),
+            fit: ctx.analysis.batch_fit.clone(),
             pressed: had_gpu_oom(ctx) || near_full(ctx, peak),
+            follows_input: None,
         })
     }
 
-    /// Wording.
-    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
-        let (peak, activations, share, fit) = (d.peak, d.activations_bytes, d.share, d.fit);
-        let per_sample = fit.map_or_else(String::new, |f| {
-            let source = match f.method {
-                BatchFitMethod::Trials => " from the batch trials".to_owned(),
-                BatchFitMethod::Breakdown => f
-                    .current_batch
-                    .map_or_else(String::new, |b| format!(" at batch {b}")),
-            };
-            format!(
-                ", {} per sample{source}",
-                format_bytes_f64(f.per_sample_bytes)
-            )
-        });
-        let mut explanation = format!(
-            "activations are {} of the peak ({} of {}{}{per_sample})",
-            format_percent(share),
-            format_bytes(activations),
-            format_bytes(peak.bytes),
-            where_peak(peak),
-        );
-        let advice = fit.and_then(smaller_batch_advice);
-        match (fit, &advice) {
-            (_, Some(advice)) => explanation.push_str(&format!(": {advice}")),
-            (Some(f), None) => explanation.push_str(&format!(
-                ": up to batch {} fits with a {} margin",
-                f.max_batch,
-                format_percent(f.margin)
-            )),
-            (None, None) => {}
-        }
-        let change = match &advice {
-            Some(advice) => format!(
-                "{advice}; activation checkpointing (torch.utils.checkpoint) or bf16 autocast \
-                 shrink activations without changing the batch"
-            ),
-            None => "activations are the lever: activation checkpointing \
-                     (torch.utils.checkpoint) on the largest blocks, bf16 autocast, or a smaller \
-                     batch with gradient accumulation"
-                .to_owned(),
-        };
-        let severity = if d.pressed || advice.is_some() {
-            Severity::Warning
-        } else {
-            Severity::Info
-        };
+    /// A warning when memory was pressed or a smaller batch is the advice, else information.
+    fn severity(&self, d: &ActivationShare) -> Severity {
+        let smaller_batch = d.fit.as_ref().is_some_and(|f| f.accumulation().is_some());
+        warning_if(d.pressed || smaller_batch)
+    }
+
+    fn evidence(&self, d: &ActivationShare) -> Vec<Evidence> {
         let mut evidence = vec![
-            Evidence::bytes("activations_bytes", activations as f64),
-            Evidence::bytes("peak_bytes", peak.bytes as f64),
-            Evidence::share("activations_share", share),
+            Evidence::bytes(K::ActivationsBytes, d.activations_bytes as f64),
+            Evidence::bytes(K::PeakBytes, d.peak.bytes as f64),
+            Evidence::share(K::ActivationsShare, d.share),
         ];
-        if let Some(f) = fit {
-            evidence.push(Evidence::bytes("per_sample_bytes", f.per_sample_bytes));
-            evidence.push(Evidence::count("max_batch", f.max_batch as f64));
-            evidence.push(Evidence::share("margin", f.margin));
+        if let Some(f) = &d.fit {
+            evidence.push(Evidence::bytes(K::PerSampleBytes, f.per_sample_bytes));
+            evidence.push(Evidence::count(K::MaxBatch, f.max_batch as f64));
+            evidence.push(Evidence::share(K::Margin, f.margin));
             if let Some(b) = f.current_batch {
-                evidence.push(Evidence::count("current_batch", b as f64));
+                evidence.push(Evidence::count(K::CurrentBatch, b as f64));
             }
             if let Some(k) = f.accumulation_steps {
-                evidence.push(Evidence::count("accumulation_steps", k as f64));
+                evidence.push(Evidence::count(K::AccumulationSteps, k as f64));
             }
         }
-        finding(
-            self,
-            severity,
-            format!("Activations are {} of peak memory", format_percent(share)),
-            explanation,
-            change,
-            evidence,
-        )
+        evidence
+    }
+
+    fn detail(d: ActivationShare) -> Detail {
+        Detail::ActivationsDominate(d)
     }
 }
 
@@ -443,95 +221,71 @@ impl Diagnose for ActivationsDominate {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OptimizerStateHeavy;
 
-/// What [`OptimizerStateHeavy`] detected.
-#[derive(Debug, Clone, Copy)]
-pub struct OptimizerShare<'a> {
-    /// The memory peak.
-    pub peak: &'a Peak,
-    /// The components at the peak.
-    pub components: &'a PeakComponents,
-    /// `optimizer state / peak`, at least [`OPTIMIZER_MIN_SHARE`].
-    pub share: f64,
-    /// Ranks the state could be sharded across (more than one).
-    pub ranks: Option<u32>,
-    /// The run pressed on memory: it hit a GPU OOM or peaked within [`NEAR_FULL_FRACTION`].
-    pub pressed: bool,
-}
-
 impl Diagnose for OptimizerStateHeavy {
     const KIND: FindingKind = FindingKind::OptimizerStateHeavy;
-    type Diagnosis<'a> = OptimizerShare<'a>;
+    type Diagnosis = OptimizerShare;
 
-    /// Detection: the optimizer's state is at least [`OPTIMIZER_MIN_SHARE`] of the peak.
-    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
-        let (peak, components) = peak_with_components(ctx)?;
+    /// Detection: the optimizer's state is at least [`OPTIMIZER_MIN_SHARE`] of the peak, or
+    /// its growth made most of a memory's rise ([`crate::recommend::EXPLAINED_SHARE`]).
+    fn detect(&self, ctx: &RuleContext<'_>) -> Option<OptimizerShare> {
+        let grew_any = ctx.analysis.symptoms.iter().any(|s| {
+            s.parts
+                .iter()
+                .any(|p| p.kind == crate::symptom::PartKind::OptimizerState && p.bytes > 0)
+        });
+        // Against the device's peak; where the state grew with a memory's rise, against the
+        // peak of whichever memory has a breakdown (a CPU run's host).
+        let (peak, components) = peak_with_components(ctx).or_else(|| {
+            let p = crate::peaks::breakdown_peak(&ctx.analysis.peaks).filter(|_| grew_any)?;
+            Some((p, p.components.as_ref()?))
+        })?;
         let optimizer = components.breakdown.optimizer_state_bytes;
         let share = optimizer as f64 / peak.bytes.max(1) as f64;
-        (optimizer > 0 && share >= OPTIMIZER_MIN_SHARE).then(|| OptimizerShare {
-            peak,
-            components,
-            share,
-            ranks: ctx.trace.metadata.world_size.filter(|w| *w > 1),
-            pressed: had_gpu_oom(ctx) || near_full(ctx, peak),
+        let grew = ctx.analysis.symptoms.iter().find_map(|s| {
+            let rise = s.levels.rise_bytes;
+            let part = s
+                .parts
+                .iter()
+                .find(|p| p.kind == crate::symptom::PartKind::OptimizerState)?;
+            (rise > 0 && part.bytes as f64 >= super::explained::EXPLAINED_SHARE * rise as f64)
+                .then_some(StateGrowth {
+                    metric: s.metric,
+                    grew_bytes: part.bytes as u64,
+                    rise_bytes: rise as u64,
+                })
+        });
+        let device = !peak.measure.is_host();
+        (optimizer > 0 && ((device && share >= OPTIMIZER_MIN_SHARE) || grew.is_some())).then(|| {
+            OptimizerShare {
+                grew,
+                peak_bytes: peak.bytes,
+                optimizer_state_bytes: optimizer,
+                parameters_bytes: components.breakdown.parameters_bytes,
+                share,
+                // 8-bit moments take a quarter of fp32 ones.
+                estimated_saving_bytes: optimizer - optimizer / 4,
+                ranks: ctx.trace.metadata.world_size.filter(|w| *w > 1),
+                pressed: had_gpu_oom(ctx) || near_full(ctx, peak),
+            }
         })
     }
 
-    /// Wording.
-    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
-        let (peak, components, share) = (d.peak, d.components, d.share);
-        let optimizer = components.breakdown.optimizer_state_bytes;
-        let vs_params = if components.breakdown.parameters_bytes > 0 {
-            format!(
-                ", {:.1}× the parameters ({})",
-                optimizer as f64 / components.breakdown.parameters_bytes as f64,
-                format_bytes(components.breakdown.parameters_bytes)
-            )
-        } else {
-            String::new()
-        };
-        let explanation = format!(
-            "optimizer state is {} of the peak ({} of {}{vs_params})",
-            format_percent(share),
-            format_bytes(optimizer),
-            format_bytes(peak.bytes),
-        );
-        // 8-bit moments take a quarter of fp32 ones.
-        let saving = optimizer - optimizer / 4;
-        let mut change = format!(
-            "an 8-bit optimizer (e.g. bitsandbytes AdamW8bit) stores fp32 moments in a quarter \
-             of the space (saves about {}); a factored optimizer (Adafactor) keeps even less",
-            format_bytes(saving)
-        );
-        if let Some(world) = d.ranks {
-            change.push_str(&format!(
-                "; sharding the state across the {world} ranks (ZeRO-1 / FSDP) divides it by {world}"
-            ));
-        }
-        let severity = if d.pressed {
-            Severity::Warning
-        } else {
-            Severity::Info
-        };
-        finding(
-            self,
-            severity,
-            format!(
-                "Optimizer state is {} of peak memory",
-                format_percent(share)
-            ),
-            explanation,
-            change,
-            vec![
-                Evidence::bytes("optimizer_state_bytes", optimizer as f64),
-                Evidence::bytes(
-                    "parameters_bytes",
-                    components.breakdown.parameters_bytes as f64,
-                ),
-                Evidence::bytes("peak_bytes", peak.bytes as f64),
-                Evidence::share("optimizer_share", share),
-                Evidence::bytes("estimated_saving_bytes", saving as f64),
-            ],
-        )
+    fn severity(&self, d: &OptimizerShare) -> Severity {
+        warning_if(d.pressed)
+    }
+
+    fn evidence(&self, d: &OptimizerShare) -> Vec<Evidence> {
+        vec![
+            Evidence::bytes(K::OptimizerStateBytes, d.optimizer_state_bytes as f64),
+            Evidence::bytes(K::ParametersBytes, d.parameters_bytes as f64),
+            Evidence::bytes(K::PeakBytes, d.peak_bytes as f64),
+            Evidence::share(K::OptimizerShare, d.share),
+            Evidence::bytes(K::EstimatedSavingBytes, d.estimated_saving_bytes as f64),
+        ]
+    }
+
+    fn detail(d: OptimizerShare) -> Detail {
+        Detail::OptimizerStateHeavy(d)
     }
 }
 
@@ -539,196 +293,62 @@ impl Diagnose for OptimizerStateHeavy {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchSize;
 
-/// What [`BatchSize`] detected.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchSearchResult<'a> {
-    /// The trials, summarised.
-    pub trials: &'a TrialSummary,
-    /// The memory model fitted to them, when it could be.
-    pub fit: Option<&'a BatchFit>,
-}
-
 impl Diagnose for BatchSize {
     const KIND: FindingKind = FindingKind::BatchSize;
-    type Diagnosis<'a> = BatchSearchResult<'a>;
+    type Diagnosis = BatchSearchResult;
 
     /// Detection: a batch-size search ran; `None` otherwise.
-    fn detect<'a>(&self, ctx: &RuleContext<'a>) -> Option<Self::Diagnosis<'a>> {
+    fn detect(&self, ctx: &RuleContext<'_>) -> Option<BatchSearchResult> {
         Some(BatchSearchResult {
-            trials: ctx.analysis.batch_trials.as_ref()?,
+            trials: ctx.analysis.batch_trials.clone()?,
             fit: ctx
                 .analysis
                 .batch_fit
-                .as_ref()
+                .clone()
                 .filter(|f| f.method == BatchFitMethod::Trials),
         })
     }
 
-    /// Wording.
-    fn explain(&self, d: &Self::Diagnosis<'_>) -> Finding {
-        let (trials, fit) = (d.trials, d.fit);
-        let mut facts = vec![format!("the batch search ran {} trials", trials.trials)];
-        if let Some(b) = trials.largest_fit_batch {
-            let peak = trials
-                .largest_fit_peak_bytes
-                .map_or_else(String::new, |p| format!(" (peak {})", format_bytes(p)));
-            facts.push(format!("batch {b} fit{peak}"));
-        }
-        if let Some(b) = trials.smallest_oom_batch {
-            facts.push(format!("batch {b} ran out of memory"));
-        }
-        let mut explanation = facts.join(", ");
-        let mut evidence = vec![Evidence::count("trials", trials.trials as f64)];
+    /// A warning when no batch size fit.
+    fn severity(&self, d: &BatchSearchResult) -> Severity {
+        warning_if(d.trials.largest_fit_batch.is_none())
+    }
+
+    fn evidence(&self, d: &BatchSearchResult) -> Vec<Evidence> {
+        let trials = &d.trials;
+        let mut evidence = vec![Evidence::count(K::Trials, trials.trials as f64)];
         evidence.extend(
             trials
                 .largest_fit_batch
-                .map(|b| Evidence::count("largest_fit_batch", b as f64)),
+                .map(|b| Evidence::count(K::LargestFitBatch, b as f64)),
         );
         evidence.extend(
             trials
                 .smallest_oom_batch
-                .map(|b| Evidence::count("smallest_oom_batch", b as f64)),
+                .map(|b| Evidence::count(K::SmallestOomBatch, b as f64)),
         );
-        let change = match fit {
-            Some(f) => {
-                explanation.push_str(&format!(
-                    "; the fitted cost is {} per sample on top of {}, so batch {} fits with a {} \
-                     margin of the {} device",
-                    format_bytes_f64(f.per_sample_bytes),
-                    format_bytes_f64(f.fixed_bytes),
-                    f.max_batch,
-                    format_percent(f.margin),
-                    format_bytes(f.device_total_bytes),
-                ));
-                evidence.push(Evidence::bytes("per_sample_bytes", f.per_sample_bytes));
-                evidence.push(Evidence::bytes("fixed_bytes", f.fixed_bytes));
-                evidence.push(Evidence::count("max_batch", f.max_batch as f64));
-                evidence.push(Evidence::share("margin", f.margin));
-                let margin = format_percent(f.margin);
-                match trials.largest_fit_batch {
-                    Some(m) if f.max_batch > m => format!(
-                        "use batch {} (predicted; batch {m} is the largest measured to fit) and \
-                         keep the {margin} margin for longer inputs and the allocator cache",
-                        f.max_batch
-                    ),
-                    Some(m) if f.max_batch < m => format!(
-                        "use batch {}: batch {m} fit in the search but leaves less than the \
-                         {margin} margin, which longer inputs or a fuller cache can use up",
-                        f.max_batch
-                    ),
-                    _ => format!(
-                        "use batch {}; for a larger effective batch, add gradient accumulation",
-                        f.max_batch
-                    ),
-                }
-            }
-            None => match trials.largest_fit_batch {
-                Some(b) => format!(
-                    "use batch {b} or less (the largest measured to fit); for a larger effective \
-                     batch, add gradient accumulation"
-                ),
-                None => "no batch size fit: reduce memory first (activation checkpointing, bf16, \
-                         an 8-bit optimizer) and search again"
-                    .to_owned(),
-            },
-        };
-        let severity = if trials.largest_fit_batch.is_none() {
-            Severity::Warning
-        } else {
-            Severity::Info
-        };
-        let title = match trials.largest_fit_batch {
-            Some(b) => format!("Batch search: {b} is the largest batch that fit"),
-            None => "Batch search: no batch size fit".to_owned(),
-        };
-        finding(self, severity, title, explanation, change, evidence)
+        if let Some(f) = &d.fit {
+            evidence.push(Evidence::bytes(K::PerSampleBytes, f.per_sample_bytes));
+            evidence.push(Evidence::bytes(K::FixedBytes, f.fixed_bytes));
+            evidence.push(Evidence::count(K::MaxBatch, f.max_batch as f64));
+            evidence.push(Evidence::share(K::Margin, f.margin));
+        }
+        evidence
+    }
+
+    fn detail(d: BatchSearchResult) -> Detail {
+        Detail::BatchSize(d)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_support::{evidence, find, with_context};
+    use super::super::test_support::with_context;
     use super::*;
-    use oomscope_format::units::{GIB, MIB};
-    use oomscope_format::{BatchTrial, ExitStatus, ProcessExit, Trace, TrialOutcome};
     use oomscope_testkit::run::Run;
 
-    /// 8 GiB of model state and 16 GiB of activations at batch 32 on a 25 GiB GPU: the peak is
-    /// 96% of the device (24.5 GiB with cache and context) and batch 29 is the most that fits
-    /// with a 10% margin.
-    fn tight() -> Run {
-        Run {
-            parameters_bytes: 2 * GIB,
-            grads_bytes: 2 * GIB,
-            optimizer_bytes: 4 * GIB,
-            activations_bytes: 16 * GIB,
-            gpu_total_bytes: 25 * GIB,
-            fragmentation_bytes: 256 * MIB,
-            context_bytes: 256 * MIB,
-            ..Run::default()
-        }
-    }
-
     #[test]
-    fn oom_in_the_forward_pass() {
-        let trace = Run {
-            oom_at_step: Some(30),
-            ..Run::default()
-        }
-        .build();
-        let f = find(&trace, FindingKind::Oom).unwrap();
-        assert_eq!(f.severity, Severity::Critical);
-        assert_eq!(f.title, "Out of GPU memory at step 30");
-        assert!(
-            f.explanation.starts_with(
-                "the run ran out of GPU memory between pre_forward and post_forward of step 30: \
-                 it asked for 2.00 GiB with 50.9 GiB free of 80.0 GiB, at least what was asked for"
-            ),
-            "{}",
-            f.explanation
-        );
-        assert!(
-            f.explanation.contains(
-                "at pre_forward, tensors held 16.0 GiB and the allocator 28.5 GiB reserved"
-            )
-        );
-        assert!(
-            f.explanation
-                .contains("the largest model component is optimizer state (8.00 GiB)")
-        );
-        // The current batch fits the model, so the advice is the generic one.
-        assert!(f.change.starts_with("halve the batch size"), "{}", f.change);
-        assert_eq!(evidence(&f, "requested_bytes"), (2 * GIB) as f64);
-        assert_eq!(evidence(&f, "step"), 30.0);
-        assert!(evidence(&f, "shortfall_bytes") < 0.0);
-    }
-
-    #[test]
-    fn oom_names_the_batch_that_fits() {
-        let trace = Run {
-            oom_at_step: Some(30),
-            oom_requested_bytes: 2 * GIB + GIB / 2,
-            ..tight()
-        }
-        .build();
-        let f = find(&trace, FindingKind::Oom).unwrap();
-        assert!(
-            f.explanation.contains("2.00 GiB short"),
-            "{}",
-            f.explanation
-        );
-        assert!(
-            f.change.starts_with(
-                "batch 29 fits with a 10% margin; to keep the effective batch of 32, run 2 \
-                 gradient accumulation steps of batch 16"
-            ),
-            "{}",
-            f.change
-        );
-    }
-
-    #[test]
-    fn oom_in_the_optimizer_step_and_in_eval() {
+    fn the_optimizer_step_is_the_part_of_the_loop_that_ran_out() {
         let mut trace = Run {
             oom_at_step: Some(30),
             oom_knows_stage: true,
@@ -741,247 +361,5 @@ mod tests {
             (d.events, d.first.event.step, d.part)
         });
         assert_eq!((events, step, part), (1, Some(30), LoopPart::Optimizer));
-        let f = find(&trace, FindingKind::Oom).unwrap();
-        assert!(
-            f.explanation
-                .contains("between post_backward and post_optimizer_step of step 30")
-        );
-        assert!(
-            f.change
-                .contains("optimizer step ran out of memory (optimizer state is 8.00 GiB)")
-        );
-
-        let mut trace = Run {
-            oom_at_step: Some(30),
-            eval_every: Some(10),
-            ..Run::default()
-        }
-        .build();
-        let eval_mark = trace.marks.iter().find(|m| m.phase == Phase::Eval).unwrap();
-        trace.ooms[0].t_us = eval_mark.t_us + 1;
-        let f = find(&trace, FindingKind::Oom).unwrap();
-        assert!(f.explanation.contains("(eval)"), "{}", f.explanation);
-        assert!(f.change.contains("torch.no_grad()"));
-    }
-
-    #[test]
-    fn an_oom_in_an_eval_is_explained_by_what_the_eval_kept() {
-        let mut trace = Run {
-            oom_at_step: Some(30),
-            eval_every: Some(10),
-            ..Run::default()
-        }
-        .build();
-        let entry_us = trace
-            .marks
-            .iter()
-            .find(|m| m.phase == Phase::Eval)
-            .unwrap()
-            .t_us;
-        trace.ooms[0].t_us = entry_us + 1;
-        trace.held.push(oomscope_format::HeldTensors {
-            t_us: entry_us,
-            clock: oomscope_format::HeldClock::Eval,
-            from_step: 5,
-            to_step: 13,
-            device: "cuda:0".into(),
-            dtype: "float32".into(),
-            shape: "64x32768".into(),
-            count: 8,
-            bytes: 8 << 23,
-            holder: "list `all_logits`".into(),
-            items: Some(12),
-            ..oomscope_format::HeldTensors::default()
-        });
-        trace.eval_autograd.push(oomscope_format::EvalAutograd {
-            t_us: entry_us,
-            enabled: false,
-            pid: None,
-        });
-        let f = find(&trace, FindingKind::Oom).unwrap();
-        assert!(
-            f.explanation.contains(
-                "it died in the eval at step 9 (1 batch(es) in); counted at its batches 5 and 13, \
-                 list `all_logits` (12 items) gained 8 float32[64x32768] (8.00 MiB a batch)"
-            ),
-            "{}",
-            f.explanation
-        );
-        assert!(
-            f.change
-                .starts_with("the eval keeps every batch's results in list `all_logits`"),
-            "{}",
-            f.change
-        );
-        // Autograd was off in the eval, and the GPU ran out: no no_grad advice; the CPU is
-        // somewhere else to keep them.
-        assert!(!f.change.contains("no_grad") && f.change.contains(".cpu()"));
-        // A row on the steps' clock is not the eval's.
-        trace.held[0].clock = oomscope_format::HeldClock::Step;
-        let f = find(&trace, FindingKind::Oom).unwrap();
-        assert!(!f.explanation.contains("all_logits"), "{}", f.explanation);
-        assert!(!f.change.contains("no_grad") && !f.change.contains("all_logits"));
-    }
-
-    #[test]
-    fn no_oom_finding_without_a_gpu_oom() {
-        assert!(find(&Run::default().build(), FindingKind::Oom).is_none());
-        let host_kill = Run {
-            exit: Some(ProcessExit {
-                t_us: 1_000,
-                status: ExitStatus::Signal(9),
-                probable_host_oom: true,
-            }),
-            ..Run::default()
-        }
-        .build();
-        assert!(find(&host_kill, FindingKind::Oom).is_none());
-    }
-
-    #[test]
-    fn activations_dominate_with_room_to_spare() {
-        let trace = Run {
-            activations_bytes: 48 * GIB,
-            ..Run::default()
-        }
-        .build();
-        let f = find(&trace, FindingKind::ActivationsDominate).unwrap();
-        assert_eq!(f.severity, Severity::Info);
-        assert_eq!(
-            f.explanation,
-            "activations are 75% of the peak (48.0 GiB of 64.0 GiB at post_forward of step 0, \
-             1.50 GiB per sample at batch 32): up to batch 37 fits with a 10% margin"
-        );
-        assert_eq!(evidence(&f, "max_batch"), 37.0);
-    }
-
-    #[test]
-    fn activations_dominate_and_the_batch_is_too_big() {
-        let f = find(&tight().build(), FindingKind::ActivationsDominate).unwrap();
-        assert_eq!(f.severity, Severity::Warning);
-        assert!(
-            f.explanation.ends_with(
-                ": batch 29 fits with a 10% margin; to keep the effective batch of 32, run 2 \
-                 gradient accumulation steps of batch 16"
-            ),
-            "{}",
-            f.explanation
-        );
-        assert_eq!(evidence(&f, "accumulation_steps"), 2.0);
-        assert!((evidence(&f, "activations_share") - 16.0 / 24.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn leaked_memory_is_not_called_activations() {
-        // Leaked memory makes "peak − model state" 63% of the peak; the leak explains it.
-        let run = Run {
-            steps: 200,
-            leak_bytes_per_step: 80 * MIB,
-            ..Run::default()
-        };
-        let analysis = crate::analyze(&run.build(), &Default::default());
-        assert!(
-            analysis
-                .findings
-                .iter()
-                .any(|f| f.kind == FindingKind::Leak)
-        );
-        assert!(
-            analysis
-                .findings
-                .iter()
-                .all(|f| f.kind != FindingKind::ActivationsDominate)
-        );
-        assert!(analysis.batch_fit.is_none());
-    }
-
-    #[test]
-    fn activations_below_half_or_without_allocator_data_do_not_fire() {
-        // 12 of 28 GiB (43%).
-        assert!(find(&Run::default().build(), FindingKind::ActivationsDominate).is_none());
-        // Near miss: 15.5 of 31.5 GiB (49%).
-        let near = Run {
-            activations_bytes: 15 * GIB + GIB / 2,
-            ..Run::default()
-        };
-        assert!(find(&near.build(), FindingKind::ActivationsDominate).is_none());
-        // Process memory only: the remainder includes cache and context, so no claim is made.
-        let no_allocator = Run {
-            allocator_stats: false,
-            activations_bytes: 48 * GIB,
-            ..Run::default()
-        };
-        assert!(find(&no_allocator.build(), FindingKind::ActivationsDominate).is_none());
-    }
-
-    #[test]
-    fn optimizer_state_heavy() {
-        let mut trace = Run {
-            activations_bytes: 6 * GIB,
-            ..Run::default()
-        }
-        .build();
-        trace.metadata.world_size = Some(8);
-        let f = find(&trace, FindingKind::OptimizerStateHeavy).unwrap();
-        assert_eq!(f.severity, Severity::Info);
-        assert_eq!(
-            f.explanation,
-            "optimizer state is 36% of the peak (8.00 GiB of 22.0 GiB, 2.0× the parameters \
-             (4.00 GiB))"
-        );
-        assert!(f.change.contains("saves about 6.00 GiB"));
-        assert!(f.change.contains("across the 8 ranks"));
-        // 8 of 28 GiB (29%) is below the threshold; no breakdown, no finding.
-        assert!(find(&Run::default().build(), FindingKind::OptimizerStateHeavy).is_none());
-        let no_components = Run {
-            activations_bytes: 6 * GIB,
-            components: false,
-            ..Run::default()
-        };
-        assert!(find(&no_components.build(), FindingKind::OptimizerStateHeavy).is_none());
-    }
-
-    fn with_trials(trials: &[(u64, TrialOutcome, Option<u64>)]) -> Trace {
-        let mut trace = Run::default().build();
-        for (batch_size, outcome, peak_bytes) in trials {
-            trace.batch_trials.push(BatchTrial {
-                t_us: 0,
-                batch_size: *batch_size,
-                outcome: *outcome,
-                peak_bytes: *peak_bytes,
-            });
-        }
-        trace
-    }
-
-    #[test]
-    fn batch_search_results() {
-        let trace = with_trials(&[
-            (32, TrialOutcome::Fit, Some(32 * GIB)),
-            (64, TrialOutcome::Fit, Some(48 * GIB)),
-            (96, TrialOutcome::Fit, Some(64 * GIB)),
-            (128, TrialOutcome::Oom, None),
-        ]);
-        let f = find(&trace, FindingKind::BatchSize).unwrap();
-        assert_eq!(f.severity, Severity::Info);
-        assert_eq!(f.title, "Batch search: 96 is the largest batch that fit");
-        assert_eq!(
-            f.explanation,
-            "the batch search ran 4 trials, batch 96 fit (peak 64.0 GiB), batch 128 ran out of \
-             memory; the fitted cost is 512 MiB per sample on top of 16.0 GiB, so batch 112 fits \
-             with a 10% margin of the 80.0 GiB device"
-        );
-        assert!(f.change.starts_with("use batch 112 (predicted; batch 96"));
-        assert_eq!(evidence(&f, "smallest_oom_batch"), 128.0);
-    }
-
-    #[test]
-    fn batch_search_where_nothing_fit() {
-        let trace = with_trials(&[(8, TrialOutcome::Oom, None), (4, TrialOutcome::Oom, None)]);
-        let f = find(&trace, FindingKind::BatchSize).unwrap();
-        assert_eq!(f.severity, Severity::Warning);
-        assert!(f.explanation.contains("batch 4 ran out of memory"));
-        assert!(f.change.starts_with("no batch size fit"));
-        assert!(find(&Run::default().build(), FindingKind::BatchSize).is_none());
     }
 }

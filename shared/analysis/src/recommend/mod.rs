@@ -1,22 +1,22 @@
-//! Findings: what the measurements mean and what to change.
+//! Findings: what the measurements mean.
 //!
 //! Numbers alone leave the reader to do the diagnosis. Each [`Rule`] looks at the analysis for
 //! one specific pattern (the run died of OOM, activations dominate the peak, the allocator is
 //! fragmented, memory leaks per step, ...) and, only when the trace shows it, returns a
-//! [`Finding`] whose explanation quotes the measured numbers and whose change is concrete enough
-//! to try. Thresholds are named constants next to their rule, with the reasoning behind them.
-//! Rules never guess: no evidence in the trace, no finding.
+//! [`Finding`]: a typed diagnosis with every number its words will quote, how urgent it is, and
+//! the evidence a script reads. Thresholds are named constants next to their rule, with the
+//! reasoning behind them. Rules never guess: no evidence in the trace, no finding.
 //!
-//! Each rule is two steps (as tokio-console's warnings are): `detect` decides, from the
-//! analysis, whether the pattern is there and returns a typed diagnosis with the numbers
-//! (unit tests assert them); `explain` turns a diagnosis into the finding's words and evidence,
-//! the one place a rule's wording lives (the whole summary text of a set of traces is
-//! snapshot-tested in `tests/summary_text.rs`, so a wording change is a reviewed diff).
+//! Each rule is steps (as tokio-console's warnings are): `detect` decides, from the analysis,
+//! whether the pattern is there and returns the diagnosis (unit tests assert its numbers); its
+//! severity and evidence follow from the diagnosis alone. What a finding says is the words
+//! crate's (`oomscope-words`), from the same diagnosis.
 
 mod allocator;
 mod copies;
 mod cycles;
 mod eval;
+mod explained;
 mod growth;
 mod host;
 mod impossible;
@@ -25,14 +25,13 @@ mod memory;
 mod numerics;
 mod ranks;
 mod rule;
-mod run_up;
 
-pub use crate::finding::{Evidence, Finding, FindingKind, Severity, Unit};
-pub use rule::{Diagnose, LoopPart, Rule, RuleContext};
+pub use crate::finding::{Finding, Severity};
+pub use rule::{Diagnose, Rule, RuleContext};
 
 pub use allocator::{
-    EXPANDABLE_SEGMENTS_CHANGE, FRAGMENTATION_MIN_GAP_BYTES, FRAGMENTATION_MIN_GAP_FRACTION,
-    Fragmentation, OUTSIDE_ALLOCATOR_MIN_BYTES, OutsideAllocatorRule,
+    FRAGMENTATION_MIN_GAP_BYTES, FRAGMENTATION_MIN_GAP_FRACTION, Fragmentation,
+    OUTSIDE_ALLOCATOR_MIN_BYTES, OutsideAllocatorRule, fragmentation_min_gap_bytes,
 };
 pub use copies::{COPIES_MIN_SHARE, ModelCopies};
 pub use cycles::{CYCLES_MIN_FREED_BYTES, ReferenceCycles};
@@ -41,9 +40,10 @@ pub use eval::{
     EVAL_RETAIN_MIN_FRACTION_OF_JUMP, EVAL_STAIRCASE_MIN_BYTES, EVAL_STAIRCASE_REPEATS, EvalPeak,
     EvalRetainsMemory, eval_autograd,
 };
-pub use growth::{CRITICAL_RUNWAY_FACTOR, Leak};
+pub use explained::{EXPLAINED_SHARE, MODELS_KEPT_MIN_RISES, PARAMETERS_STILL_SHARE};
+pub use growth::{CRITICAL_RUNWAY_FACTOR, Leak, RISING_MIN_SHARE_OF_LEVEL, RISING_MIN_STAIRS};
 pub use host::{HOST_AVAILABLE_MIN_FRACTION, HostMemoryPressure, ShmPressure, WorkerPrivateGrowth};
-pub use impossible::{ImpossibleRequest, impossible};
+pub use impossible::ImpossibleRequest;
 pub use inputs::{INPUT_CAP_SHARE, InputPeakRule};
 pub use memory::{
     ACTIVATIONS_MIN_SHARE, ActivationsDominate, BatchSize, NEAR_FULL_FRACTION, OPTIMIZER_MIN_SHARE,
@@ -79,14 +79,14 @@ pub fn rules() -> Vec<Box<dyn Rule>> {
     ]
 }
 
-/// Runs every rule; findings most severe first, then by [`FindingKind::rank`], then by id.
+/// Runs every rule; findings most severe first, then by [`crate::finding::FindingKind::rank`], then by id.
 pub fn findings(ctx: &RuleContext<'_>) -> Vec<Finding> {
     let mut out: Vec<Finding> = rules().iter().filter_map(|r| r.check(ctx)).collect();
     crate::sort::sort_by(&mut out, |a, b| {
         b.severity
             .cmp(&a.severity)
-            .then_with(|| a.kind.rank().cmp(&b.kind.rank()))
-            .then_with(|| a.kind.id().cmp(b.kind.id()))
+            .then_with(|| a.kind().rank().cmp(&b.kind().rank()))
+            .then_with(|| a.kind().id().cmp(b.kind().id()))
     });
     out
 }
@@ -113,23 +113,7 @@ pub(crate) mod test_support {
         f(&RuleContext {
             trace,
             analysis: &analysis,
-            options: &options,
         })
-    }
-
-    /// The finding of `kind`, if it fired.
-    pub(crate) fn find(trace: &Trace, kind: FindingKind) -> Option<Finding> {
-        findings_of(trace).into_iter().find(|f| f.kind == kind)
-    }
-
-    /// The evidence value labelled `label`.
-    pub(crate) fn evidence(finding: &Finding, label: &str) -> f64 {
-        finding
-            .evidence
-            .iter()
-            .find(|e| e.label == label)
-            .unwrap_or_else(|| panic!("no evidence {label} in {finding:?}"))
-            .value
     }
 }
 
@@ -179,7 +163,7 @@ mod tests {
             assert!(
                 a.severity > b.severity
                     || (a.severity == b.severity
-                        && (a.kind.rank(), a.kind.id()) < (b.kind.rank(), b.kind.id()))
+                        && (a.kind().rank(), a.kind().id()) < (b.kind().rank(), b.kind().id()))
             );
         }
         assert_eq!(findings[0].severity, Severity::Critical);
@@ -189,46 +173,5 @@ mod tests {
     fn severity_orders_and_serializes_in_snake_case() {
         assert!(Severity::Info < Severity::Warning && Severity::Warning < Severity::Critical);
         assert_eq!(Severity::Critical.label(), "critical");
-    }
-
-    #[test]
-    fn loop_part_of_the_code_between_marks() {
-        use LoopPart::*;
-        assert_eq!(
-            LoopPart::running(Some("pre_forward"), Some("post_forward")),
-            Forward
-        );
-        assert_eq!(
-            LoopPart::running(Some("post_forward"), Some("post_backward")),
-            Backward
-        );
-        assert_eq!(
-            LoopPart::running(Some("post_backward"), Some("post_optimizer_step")),
-            Optimizer
-        );
-        assert_eq!(
-            LoopPart::running(Some("post_optimizer_step"), Some("pre_forward")),
-            Other
-        );
-        assert_eq!(LoopPart::running(Some("pre_forward"), None), Forward);
-        assert_eq!(LoopPart::running(Some("post_forward"), None), Other);
-        assert_eq!(LoopPart::running(None, None), Other);
-    }
-}
-
-#[cfg(test)]
-mod evidence_tests {
-    use super::Evidence;
-
-    #[test]
-    fn evidence_is_written_in_its_unit() {
-        assert_eq!(
-            Evidence::bytes("x", 1.5 * 1024.0 * 1024.0 * 1024.0).text(),
-            "1.50 GiB"
-        );
-        assert_eq!(Evidence::share("x", 0.375).text(), "37.5%");
-        assert_eq!(Evidence::count("x", 12.0).text(), "12");
-        assert_eq!(Evidence::number("x", 0.98765).text(), "0.988");
-        assert_eq!(Evidence::micros("x", 2_500_000.0).text(), "2.50 s");
     }
 }

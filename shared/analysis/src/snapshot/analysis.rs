@@ -1,7 +1,7 @@
 //! What a memory snapshot says: per device, active and reserved memory over the recorded
 //! entries, the peak and what was alive at it by allocation site, what is alive at the end
-//! (the `segments`), how fragmented the cache is, and each OOM — with findings worded and
-//! ranked like a trace's, from the same thresholds and the same advice.
+//! (the `segments`), how fragmented the cache is, and each OOM — with findings ranked like a
+//! trace's, from the same thresholds ([`snapshot_findings`]; their words are the words crate's).
 //!
 //! An allocation's site is its first user frame: the innermost frame outside torch, site- or
 //! dist-packages, Python's own `<…>` frames and C++ sources (frames are innermost first); a stack
@@ -13,13 +13,10 @@ use rustc_hash::FxHashMap as HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::recommend::{
-    EXPANDABLE_SEGMENTS_CHANGE, Evidence, FRAGMENTATION_MIN_GAP_BYTES,
-    FRAGMENTATION_MIN_GAP_FRACTION, Finding, FindingKind, Severity,
-};
-use oomscope_format::units::{format_bytes, format_count, format_percent};
+use crate::finding::{Diagnosed, Evidence, EvidenceKey as K, Finding, FindingKind, Severity};
+use crate::recommend::fragmentation_min_gap_bytes;
 use oomscope_snapshot::timeline::{replay, start};
-use oomscope_snapshot::{Action, BlockState, Sites, Snapshot, StackId, total};
+use oomscope_snapshot::{Action, BlockState, NO_STACK, Sites, Snapshot, StackId, total};
 
 /// Most points kept of a device's timeline (each the highest of its slice of entries).
 pub const TIMELINE_POINTS: usize = 2_000;
@@ -129,10 +126,99 @@ pub const KEPT_MIN_SPREAD_PERMILLE: u64 = 500;
 pub struct SnapshotAnalysis {
     /// Per device that has segments or entries.
     pub devices: Vec<DeviceAnalysis>,
-    /// Findings, most severe first.
-    pub findings: Vec<Finding>,
     /// `expandable_segments` was set.
     pub expandable_segments: bool,
+}
+
+impl SnapshotAnalysis {
+    /// Its findings, most severe first (every device's, from its analysis alone).
+    pub fn findings(&self) -> Vec<Finding<SnapshotDetail>> {
+        let mut findings = Vec::new();
+        for d in &self.devices {
+            findings.extend(findings_of(d, self.expandable_segments));
+        }
+        crate::sort::sort_by_key(&mut findings, |f| std::cmp::Reverse(f.severity));
+        findings
+    }
+}
+
+/// What a snapshot's rules found, per device.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SnapshotDetail {
+    /// The device's first OOM.
+    Oom(SnapshotOomFound),
+    /// A site kept memory across the recording (`leak`).
+    Kept {
+        /// The device.
+        device: u32,
+        /// The site.
+        site: KeptSite,
+    },
+    /// Free memory split between live blocks (`fragmentation`).
+    Fragmented(SnapshotFragmentation),
+}
+
+impl Diagnosed for SnapshotDetail {
+    fn kind(&self) -> FindingKind {
+        match self {
+            SnapshotDetail::Oom(_) => FindingKind::Oom,
+            SnapshotDetail::Kept { .. } => FindingKind::Leak,
+            SnapshotDetail::Fragmented(_) => FindingKind::Fragmentation,
+        }
+    }
+}
+
+/// A device's first OOM, and why its request failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotOomFound {
+    /// The device.
+    pub device: u32,
+    /// The OOM.
+    pub oom: SnapshotOom,
+    /// OOM entries on the device.
+    pub ooms: usize,
+    /// The largest holders at the peak that have a stack (at most three).
+    pub holders: Vec<SiteBytes>,
+    /// Why the request failed.
+    pub cause: OomCause,
+}
+
+/// Why a snapshot's OOM request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomCause {
+    /// The request alone was larger than all the process had (reserved + free on the device).
+    TooLarge,
+    /// The cache held enough free but in no block large enough (`expandable_segments` off).
+    Fragmented {
+        /// Free in the cache at the end.
+        free_cached_bytes: u64,
+        /// Its largest free block.
+        largest_free_block_bytes: u64,
+    },
+    /// Neither: memory was short.
+    Short,
+}
+
+/// A device's cache split into free pieces between live blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SnapshotFragmentation {
+    /// The device.
+    pub device: u32,
+    /// Free bytes inside segments still in use.
+    pub inactive_split_bytes: u64,
+    /// Reserved bytes.
+    pub reserved_bytes: u64,
+    /// The largest free block.
+    pub largest_free_block_bytes: u64,
+    /// `expandable_segments` was already set.
+    pub expandable: bool,
+}
+
+impl SnapshotFragmentation {
+    /// The split bytes' share of what is reserved.
+    pub fn share(&self) -> f64 {
+        self.inactive_split_bytes as f64 / self.reserved_bytes.max(1) as f64
+    }
 }
 
 /// Sums blocks by site, largest first; past [`TOP_SITES`] they go into one "other" row.
@@ -194,14 +280,8 @@ pub fn analyze_snapshot(snap: &Snapshot) -> SnapshotAnalysis {
         || snap
             .setting("PYTORCH_CUDA_ALLOC_CONF")
             .is_some_and(|v| v.contains("expandable_segments:True"));
-    let mut findings = Vec::new();
-    for d in &devices {
-        findings.extend(findings_of(d, expandable_segments));
-    }
-    crate::sort::sort_by_key(&mut findings, |f| std::cmp::Reverse(f.severity));
     SnapshotAnalysis {
         devices,
-        findings,
         expandable_segments,
     }
 }
@@ -296,7 +376,7 @@ fn device(snap: &Snapshot, names: &Sites, index: u32) -> DeviceAnalysis {
             let before = peak.saturating_sub(placed);
             if before > 0 {
                 sites.push(SiteBytes {
-                    site: "(allocated before the recorded window)".to_owned(),
+                    site: oomscope_snapshot::timeline::BEFORE_WINDOW.to_owned(),
                     bytes: before,
                     blocks: 0,
                     stack: None,
@@ -420,7 +500,8 @@ fn kept_sites(names: &Sites, events: &[oomscope_snapshot::Event]) -> Vec<KeptSit
     kept
 }
 
-fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
+/// A device's findings: its first OOM, the sites that kept memory, fragmentation.
+fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding<SnapshotDetail>> {
     let mut out = Vec::new();
     if let Some(o) = d.ooms.first() {
         let free_cached = d.reserved_bytes.saturating_sub(d.active_bytes);
@@ -430,143 +511,76 @@ fn findings_of(d: &DeviceAnalysis, expandable: bool) -> Vec<Finding> {
         let capacity = o
             .reserved_bytes
             .saturating_add(o.device_free_bytes.unwrap_or(0));
-        let mut facts = vec![format!(
-            "the request came from {}; {} were active and {} reserved when it failed",
-            o.site,
-            format_bytes(o.active_bytes),
-            format_bytes(o.reserved_bytes)
-        )];
-        let holders: Vec<String> = d
-            .at_peak
-            .iter()
-            .filter(|s| !s.site.starts_with("(no stack"))
-            .take(3)
-            .map(|s| format!("{} {}", s.site, format_bytes(s.bytes)))
-            .collect();
-        if !holders.is_empty() {
-            facts.push(format!(
-                "the largest holders at the peak: {}",
-                holders.join(", ")
-            ));
-        }
-        let change = if o.device_free_bytes.is_some() && o.requested_bytes > capacity {
-            facts.push(format!(
-                "the request alone is larger than all this process had ({} reserved + {} free)",
-                format_bytes(o.reserved_bytes),
-                format_bytes(o.device_free_bytes.unwrap_or(0))
-            ));
-            format!(
-                "check the shape of the tensor made at {}: no freeing elsewhere makes room for it",
-                o.site
-            )
+        let cause = if o.device_free_bytes.is_some() && o.requested_bytes > capacity {
+            OomCause::TooLarge
         } else if fragmented && !expandable {
-            facts.push(format!(
-                "the cache held {} free, but its largest free block is {}",
-                format_bytes(free_cached),
-                format_bytes(d.largest_free_block_bytes)
-            ));
-            EXPANDABLE_SEGMENTS_CHANGE.to_owned()
+            OomCause::Fragmented {
+                free_cached_bytes: free_cached,
+                largest_free_block_bytes: d.largest_free_block_bytes,
+            }
         } else {
-            format!(
-                "make room for the request at {}: a smaller batch or sequence, activation \
-                 checkpointing, or freeing what the largest holders keep",
-                o.site
-            )
+            OomCause::Short
         };
-        let free = o.device_free_bytes.map_or_else(String::new, |f| {
-            format!(" with {} free on the device", format_bytes(f))
-        });
         out.push(Finding {
-            kind: FindingKind::Oom,
             severity: Severity::Critical,
-            title: format!(
-                "Out of memory on GPU {}: a request of {} failed{free}",
-                d.device,
-                format_bytes(o.requested_bytes)
-            ),
-            explanation: facts.join("; "),
-            change,
             evidence: vec![
-                Evidence::bytes("requested_bytes", o.requested_bytes as f64),
-                Evidence::bytes("device_free_bytes", o.device_free_bytes.unwrap_or(0) as f64),
-                Evidence::bytes("active_bytes", o.active_bytes as f64),
-                Evidence::bytes("reserved_bytes", o.reserved_bytes as f64),
-                Evidence::bytes(
-                    "largest_free_block_bytes",
-                    d.largest_free_block_bytes as f64,
-                ),
-                Evidence::count("ooms", d.ooms.len() as f64),
+                Evidence::bytes(K::RequestedBytes, o.requested_bytes as f64),
+                Evidence::bytes(K::DeviceFreeBytes, o.device_free_bytes.unwrap_or(0) as f64),
+                Evidence::bytes(K::ActiveBytes, o.active_bytes as f64),
+                Evidence::bytes(K::ReservedBytes, o.reserved_bytes as f64),
+                Evidence::bytes(K::LargestFreeBlockBytes, d.largest_free_block_bytes as f64),
+                Evidence::count(K::Ooms, d.ooms.len() as f64),
             ],
+            detail: SnapshotDetail::Oom(SnapshotOomFound {
+                device: d.device,
+                oom: o.clone(),
+                ooms: d.ooms.len(),
+                holders: d
+                    .at_peak
+                    .iter()
+                    .filter(|s| s.site != NO_STACK)
+                    .take(3)
+                    .cloned()
+                    .collect(),
+                cause,
+            }),
         });
     }
     for k in &d.kept {
         out.push(Finding {
-            kind: FindingKind::Leak,
             severity: Severity::Warning,
-            title: format!(
-                "Memory kept across the recording at {}: {} in {} blocks, none freed",
-                k.site,
-                format_bytes(k.bytes),
-                format_count(k.blocks)
-            ),
-            explanation: format!(
-                "{} allocations at {} spread over {}% of the recording are all still live at its \
-                 end, while other sites' memory was freed and reused",
-                format_count(k.blocks),
-                k.site,
-                k.spread_permille / 10
-            ),
-            change: format!(
-                "look for tensors kept across steps at {}: a list that grows (losses, outputs), a \
-                 tensor stored without .detach() or .item(), a cache that is never cleared",
-                k.site
-            ),
             evidence: vec![
-                Evidence::bytes("kept_bytes", k.bytes as f64),
-                Evidence::count("kept_blocks", k.blocks as f64),
-                Evidence::share("spread_of_recording", k.spread_permille as f64 / 1000.0),
+                Evidence::bytes(K::KeptBytes, k.bytes as f64),
+                Evidence::count(K::KeptBlocks, k.blocks as f64),
+                Evidence::share(K::SpreadOfRecording, k.spread_permille as f64 / 1000.0),
             ],
+            detail: SnapshotDetail::Kept {
+                device: d.device,
+                site: k.clone(),
+            },
         });
     }
-    let min_gap = FRAGMENTATION_MIN_GAP_BYTES
-        .max((FRAGMENTATION_MIN_GAP_FRACTION * d.reserved_bytes as f64) as u64);
     // Fragmented: much free memory inside segments in use, and no free block near its size
     // (one large free block serves any request up to its size).
-    if d.inactive_split_bytes >= min_gap
+    if d.inactive_split_bytes >= fragmentation_min_gap_bytes(d.reserved_bytes)
         && d.largest_free_block_bytes.saturating_mul(2) < d.inactive_split_bytes
     {
-        let share = d.inactive_split_bytes as f64 / d.reserved_bytes.max(1) as f64;
+        let f = SnapshotFragmentation {
+            device: d.device,
+            inactive_split_bytes: d.inactive_split_bytes,
+            reserved_bytes: d.reserved_bytes,
+            largest_free_block_bytes: d.largest_free_block_bytes,
+            expandable,
+        };
         out.push(Finding {
-            kind: FindingKind::Fragmentation,
             severity: Severity::Warning,
-            title: format!(
-                "Allocator fragmentation on GPU {}: {} free inside segments still in use",
-                d.device,
-                format_bytes(d.inactive_split_bytes)
-            ),
-            explanation: format!(
-                "{} of the {} reserved is free but split between live blocks, so it can neither be \
-                 released nor serve a request larger than {}",
-                format_percent(share),
-                format_bytes(d.reserved_bytes),
-                format_bytes(d.largest_free_block_bytes)
-            ),
-            change: if expandable {
-                "expandable_segments is already on: pad varying input shapes to a few fixed sizes, \
-                 or set max_split_size_mb to keep large blocks from being split"
-                    .to_owned()
-            } else {
-                EXPANDABLE_SEGMENTS_CHANGE.to_owned()
-            },
             evidence: vec![
-                Evidence::bytes("inactive_split_bytes", d.inactive_split_bytes as f64),
-                Evidence::bytes("reserved_bytes", d.reserved_bytes as f64),
-                Evidence::share("inactive_split_fraction", share),
-                Evidence::bytes(
-                    "largest_free_block_bytes",
-                    d.largest_free_block_bytes as f64,
-                ),
+                Evidence::bytes(K::InactiveSplitBytes, d.inactive_split_bytes as f64),
+                Evidence::bytes(K::ReservedBytes, d.reserved_bytes as f64),
+                Evidence::share(K::InactiveSplitFraction, f.share()),
+                Evidence::bytes(K::LargestFreeBlockBytes, d.largest_free_block_bytes as f64),
             ],
+            detail: SnapshotDetail::Fragmented(f),
         });
     }
     out
@@ -677,6 +691,6 @@ mod tests {
         assert_eq!(d.largest_free_block_bytes, 424 * MIB);
         assert_eq!(d.timeline.last(), Some(&(4, 300 * MIB, 1024 * MIB)));
         // 424 MiB free of 1 GiB reserved: under the 1 GiB gap threshold, no fragmentation.
-        assert!(a.findings.is_empty(), "{:?}", a.findings);
+        assert!(a.findings().is_empty(), "{:?}", a.findings());
     }
 }

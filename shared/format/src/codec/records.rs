@@ -235,35 +235,34 @@ fn encode_mark(w: &mut impl RecordSink, m: &StageMark) -> Result<(), EncodeError
 }
 
 fn decode_mark(c: &mut Cursor<'_>, names: &Names) -> Result<StageMark, ReadError> {
-    let t_us = c.u64()?;
-    let name = names.read(c)?;
-    let step = c.u64()?;
-    let epoch = c.u32()?;
-    let phase = Phase::from_code(c.u8()?);
-    let allocator = if c.u8()? == 0 {
-        None
-    } else {
-        let mut values = [0u64; 8];
-        for v in &mut values {
-            *v = c.u64()?;
-        }
-        Some(AllocatorStats::from_values(values))
+    // Fields in the order they were written: a struct literal evaluates in source order.
+    let mut mark = StageMark {
+        t_us: c.u64()?,
+        name: names.read(c)?,
+        step: c.u64()?,
+        epoch: c.u32()?,
+        phase: Phase::from_code(c.u8()?),
+        allocator: decode_allocator(c)?,
+        pid: None,
+        rank: None,
     };
-    let (pid, rank) = if c.is_empty() {
-        (None, None)
-    } else {
-        (opt_u32(c)?, opt_u32(c)?)
-    };
-    Ok(StageMark {
-        t_us,
-        name,
-        step,
-        epoch,
-        phase,
-        allocator,
-        pid,
-        rank,
-    })
+    if !c.is_empty() {
+        mark.pid = opt_u32(c)?;
+        mark.rank = opt_u32(c)?;
+    }
+    Ok(mark)
+}
+
+/// A mark's allocator statistics: a flag, then the eight values when it is set.
+fn decode_allocator(c: &mut Cursor<'_>) -> Result<Option<AllocatorStats>, ReadError> {
+    if c.u8()? == 0 {
+        return Ok(None);
+    }
+    let mut values = [0u64; 8];
+    for v in &mut values {
+        *v = c.u64()?;
+    }
+    Ok(Some(AllocatorStats::from_values(values)))
 }
 
 // COMPONENTS: step, batch size?, parameters, buffers, gradients, optimizer state, extras
