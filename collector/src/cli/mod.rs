@@ -1,4 +1,4 @@
-//! The command line: `collector run | summary | watch | serve | export | report | estimate`. This module holds
+//! The command line: `collector run | attach | summary | watch | serve | export | report | estimate`. This module holds
 //! the top-level arguments and the dispatch; each command's arguments and body live in a module
 //! of their own.
 //!
@@ -6,6 +6,7 @@
 //! errors, as clap reports them; 1 otherwise; 127 when the program to run does not exist).
 //! `collector run` exits with the program's own code.
 
+mod attach;
 mod estimate;
 mod export;
 mod report;
@@ -17,6 +18,7 @@ mod watch;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+pub use attach::AttachArgs;
 pub use estimate::{EstimateArgs, OptimizerArg, PrecisionArg, ShardArg};
 pub use export::{ExportArgs, ExportFormat};
 pub use report::ReportArgs;
@@ -39,6 +41,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a program and record its GPU and host memory into a trace.
     Run(RunArgs),
+    /// Record a process that is already running (and the processes it starts) until it ends or Ctrl-C.
+    Attach(AttachArgs),
     /// Print the analysis of a trace: peaks, stage table, leaks, OOM context, recommendations.
     Summary(SummaryArgs),
     /// Follow traces while their runs record them: memory against its limits, warnings at 90%, leaks and when memory is full.
@@ -57,6 +61,7 @@ pub enum Command {
 pub fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Attach(args) => attach::attach(&args),
         Command::Summary(args) => summary::summary(&args),
         Command::Watch(args) => watch::watch(&args),
         Command::Serve(args) => serve::serve(&args),

@@ -88,8 +88,15 @@ pub fn run(args: RunArgs) -> Result<i32> {
         command: args.command,
     };
     let outcome = crate::run::run(&options)?;
+    print_outcome(&outcome, options.quiet);
+    Ok(outcome.exit_code)
+}
+
+/// The brief summary of the trace written (unless `quiet`) and its path, on stderr: the
+/// program's stdout stays exactly the program's.
+pub(super) fn print_outcome(outcome: &crate::run::RunOutcome, quiet: bool) {
     let mut report = String::new();
-    if !options.quiet {
+    if !quiet {
         match read_trace(&outcome.trace) {
             Ok(decoded) => {
                 let analysis = analyze(&decoded.trace, &AnalysisOptions::default());
@@ -106,13 +113,11 @@ pub fn run(args: RunArgs) -> Result<i32> {
         "oomscope: trace written to {}\n",
         outcome.trace.display()
     ));
-    // The summary goes to stderr: the program's stdout stays exactly the program's.
     let _ = std::io::stderr().write_all(report.as_bytes());
-    Ok(outcome.exit_code)
 }
 
 /// `oomscope-20261121-091500.oomt` (UTC).
-fn default_trace_name() -> PathBuf {
+pub(super) fn default_trace_name() -> PathBuf {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

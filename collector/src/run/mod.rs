@@ -18,6 +18,7 @@
 //! the recording with the child's exit. The collector's exit code is the child's (128 + signal
 //! when the child was killed).
 
+pub mod attach;
 mod child;
 pub(crate) mod event;
 pub(crate) mod inbox;
@@ -252,7 +253,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
     let kills = kill_watch.finish(&oom_kills::RunEnd {
         child_pid,
         tree_pids: &tree_pids,
-        status: exit_status,
+        status: Some(exit_status),
         t_us: exit_t_us,
         rss_bytes: state.host_rss.current(),
     });
@@ -266,7 +267,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         status: exit_status,
         probable_host_oom: host_kill.is_some() || kills.iter().any(|k| k.main_process),
     };
-    let trace = recording.finish(exit, host_kill, kills)?;
+    let trace = recording.finish(event::Ending::Exited(exit), host_kill, kills)?;
 
     let exit_code = match exit_status {
         ExitStatus::Code(code) => code,

@@ -32,8 +32,8 @@ pub struct RunEnd<'a> {
     pub child_pid: u32,
     /// Every process seen in its tree.
     pub tree_pids: &'a [u32],
-    /// How it ended.
-    pub status: ExitStatus,
+    /// How it ended (`None`: not known, the recorder is not its parent).
+    pub status: Option<ExitStatus>,
     /// When (trace time).
     pub t_us: u64,
     /// The tree's last sampled RSS.
@@ -96,7 +96,7 @@ impl KillWatch {
         if kills.is_empty() && rose > 0 {
             // The counter alone: the program itself when it died of SIGKILL, else another
             // process of its cgroup (a worker, most often).
-            let main_process = end.status == ExitStatus::Signal(libc::SIGKILL);
+            let main_process = end.status == Some(ExitStatus::Signal(libc::SIGKILL));
             kills.push(OomKill {
                 t_us: end.t_us,
                 pid: if main_process { end.child_pid } else { 0 },

@@ -18,7 +18,7 @@ use oomscope_format::{
     CounterId, Dropped, Name, OomEvent, Phase, ProcessInfo, Record, TraceWriter,
 };
 
-use super::event::Event;
+use super::event::{Ending, Event};
 use super::shared_state::{Pending, PidCounters, RunState};
 use oomscope_format::protocol::{self, Message};
 
@@ -89,11 +89,11 @@ pub fn record_loop(
         }
         match event {
             Ok(Event::Finish {
-                exit,
+                ending,
                 host_kill,
                 kills,
             }) => {
-                let t_us = exit.t_us;
+                let t_us = ending.t_us();
                 write_drops(&mut writer, state, t_us, &mut dropped_written)?;
                 for kill in kills {
                     writer.write(&Record::OomKill(kill))?;
@@ -101,7 +101,10 @@ pub fn record_loop(
                 if let Some(oom) = host_kill {
                     writer.write(&Record::Oom(oom))?;
                 }
-                writer.write(&Record::Exit(exit))?;
+                writer.write(&match ending {
+                    Ending::Exited(exit) => Record::Exit(exit),
+                    Ending::Watch(end) => Record::Attach(end),
+                })?;
                 writer.finish(t_us)?;
                 return Ok(());
             }
@@ -398,7 +401,8 @@ impl Context {
             | Record::EvalAutograd(_)
             | Record::SavedSnapshot(_)
             | Record::MarkSampling(_)
-            | Record::ProgramEnd(_) => {}
+            | Record::ProgramEnd(_)
+            | Record::Attach(_) => {}
         }
     }
 }

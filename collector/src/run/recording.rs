@@ -15,11 +15,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use oomscope_format::{
-    CounterId, CounterKind, GpuInfo, Metadata, OomEvent, ProcessExit, TraceWriter,
-};
+use oomscope_format::{CounterId, CounterKind, GpuInfo, Metadata, OomEvent, TraceWriter};
 
-use super::event::Event;
+use super::event::{Ending, Event};
 use super::inbox::MarkerSocket;
 use super::sampler::{self, Counters, GpuCounters, Sources};
 use super::shared_state::RunState;
@@ -174,12 +172,12 @@ impl Recording {
         self.gpus.as_ref()
     }
 
-    /// Stops the sampler, writes the exit (and a host OOM kill, when judged one), closes the
+    /// Stops the sampler, writes the ending (and a host OOM kill, when judged one), closes the
     /// trace and returns its path. Threads the caller started on [`Recording::state`] should be
     /// joined first; their messages are written before the exit.
     pub fn finish(
         self,
-        exit: ProcessExit,
+        ending: Ending,
         host_kill: Option<OomEvent>,
         kills: Vec<oomscope_format::OomKill>,
     ) -> Result<PathBuf> {
@@ -187,7 +185,7 @@ impl Recording {
         let _ = self.sampler.join();
         self.events
             .send(Event::Finish {
-                exit,
+                ending,
                 host_kill,
                 kills,
             })

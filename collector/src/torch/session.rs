@@ -514,7 +514,9 @@ impl Session {
             status: ExitStatus::Code(0),
             probable_host_oom: false,
         };
-        recording.finish(exit, None, Vec::new()).map(Some)
+        recording
+            .finish(crate::run::event::Ending::Exited(exit), None, Vec::new())
+            .map(Some)
     }
 }
 

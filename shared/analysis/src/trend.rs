@@ -74,6 +74,13 @@ pub struct TimeTrend {
     pub time_to_full_us: Option<u64>,
 }
 
+impl TimeTrend {
+    /// Whether the fit is as straight as a leak's must be ([`MIN_R_SQUARED`]).
+    pub fn straight(&self) -> bool {
+        self.r_squared >= MIN_R_SQUARED
+    }
+}
+
 /// The counters fitted, in order: per-process GPU memory, device used memory, host RSS.
 const FITTED: [CounterKind; 4] = [
     CounterKind::ProcessGpu,

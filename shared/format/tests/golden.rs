@@ -564,3 +564,27 @@ fn v1_13_shm() {
     assert_eq!(t.samples.value(used, rows - 1), Some(63 << 20));
     assert_eq!(t.samples.value(size, 3), Some(64 << 20));
 }
+
+#[test]
+fn v1_14_attached() {
+    // Recorded by `collector attach` on a Python program keeping 6 MiB every 100 ms, started
+    // without the collector half a second before (the program's own end, 13.8 s later).
+    let decoded = decode(&read("v1_14_attached.oomt")).unwrap();
+    assert!(decoded.warnings.is_empty(), "{:?}", decoded.warnings);
+    let t = decoded.trace;
+    let events: Vec<_> = t.attach.iter().map(|a| a.event).collect();
+    assert_eq!(
+        events,
+        [
+            oomscope_format::AttachEvent::Attached,
+            oomscope_format::AttachEvent::ProcessEnded
+        ]
+    );
+    let age = t.attach[0].process_age_us.unwrap();
+    assert!((400_000..700_000).contains(&age), "{age}");
+    assert_eq!(t.attach[1].process_age_us, None);
+    assert!(t.exit.is_none() && t.end_us.is_some() && !t.failed());
+    assert!(t.metadata.collector_version.ends_with("(attached)"));
+    assert!(t.marks.is_empty());
+    assert_eq!(t.samples.times_us().len(), 1383);
+}

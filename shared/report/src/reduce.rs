@@ -320,6 +320,7 @@ fn with_samples(trace: &Trace, samples: Samples) -> Trace {
         saved_snapshots: trace.saved_snapshots.clone(),
         mark_sampling: trace.mark_sampling.clone(),
         program_ends: trace.program_ends.clone(),
+        attach: trace.attach.clone(),
         end_us: trace.end_us,
     }
 }

@@ -5,11 +5,15 @@
 //! named a probable host OOM kill, the terminal did not). Both print these functions' sentences.
 
 use crate::phrases::kill_sentence;
-use oomscope_format::units::{format_bytes, format_count};
-use oomscope_format::{ExitStatus, Trace};
+use oomscope_format::units::{format_bytes, format_count, format_duration_us};
+use oomscope_format::{Attach, AttachEvent, ExitStatus, Trace};
 
-/// How the watched program ended and whether the recording finished cleanly.
+/// How the watched program ended and whether the recording finished cleanly; for a recorder
+/// attached to a running process (`collector attach`), when it attached and how its watch ended.
 pub fn ending(trace: &Trace) -> String {
+    if let Some(attached) = trace.attached() {
+        return attached_ending(trace, attached);
+    }
     let killed_by_kernel = trace.oom_kills.iter().any(|k| k.main_process);
     let exit = trace.exit.map(|e| match e.status {
         ExitStatus::Code(c) => format!("exited with code {c}"),
@@ -30,6 +34,32 @@ pub fn ending(trace: &Trace) -> String {
             format!("the recording ended abruptly ({CUT}): how the program ended is unknown")
         }
     }
+}
+
+/// An attached recorder's two facts: how far into its run the process was, and how the watch
+/// ended (never an exit status: only the process's parent can read it).
+fn attached_ending(trace: &Trace, attached: &Attach) -> String {
+    let since = match attached.process_age_us {
+        Some(age) => format!(
+            "attached to the running process {} after its start",
+            format_duration_us(age)
+        ),
+        None => "attached to the running process".to_owned(),
+    };
+    let killed_by_kernel = trace.oom_kills.iter().any(|k| k.main_process);
+    let end = match (trace.watch_end().map(|e| e.event), trace.end_us.is_some()) {
+        _ if killed_by_kernel => "it was killed by the kernel's OOM killer".to_owned(),
+        (Some(AttachEvent::ProcessEnded), _) => {
+            "it ended (its exit status is its parent's to read, not an attached recorder's)"
+                .to_owned()
+        }
+        (Some(AttachEvent::Detached), _) => "the recording was stopped while it went on".to_owned(),
+        (_, true) => "the recording stopped".to_owned(),
+        (_, false) => "the recording ended abruptly (the recorder crashed or was killed, or the \
+                       file is cut short)"
+            .to_owned(),
+    };
+    format!("{since}; {end}")
 }
 
 /// The first out-of-memory error in one sentence, when the run had one: what ran out, where in

@@ -182,6 +182,8 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
         .filter(|_| !trace.marks.is_empty())
     {
         line(out, &format!("  memory at marks is read as `{primary}`"));
+    } else if trace.marks.is_empty() && trace.attached().is_some() {
+        wrap(out, ATTACHED_HINT, 2, 4);
     } else if trace.marks.is_empty() {
         wrap(out, &format!("no stage marks: {NO_MARKS_HINT}"), 2, 4);
     }
@@ -209,6 +211,11 @@ fn overview(out: &mut String, trace: &Trace, analysis: &Analysis) {
 pub const NO_MARKS_HINT: &str = "for stages and steps, run a Python program under `collector \
 run` with the zero-code hooks (on unless --no-python-hooks), or mark stages yourself with \
 oomscope_probe.mark() or the Rust Probe; without marks, growth is judged over time";
+
+/// What a trace recorded from outside a running process can and cannot say.
+pub const ATTACHED_HINT: &str = "recorded from outside, with no stage marks: growth is judged \
+over time, and what memory did before the attach is not in the trace; for stages and steps, \
+run the program under `collector run`";
 
 fn peaks(out: &mut String, analysis: &Analysis) {
     if analysis.peaks.is_empty() {
@@ -469,11 +476,16 @@ pub fn time_trend_lines(analysis: &Analysis) -> Vec<String> {
                 format_duration_us(t.to_us),
                 format_signed_bytes(t.growth_bytes),
             );
-            text.push_str(match (t.is_leak, t.sustained) {
-                (true, _) => "; grows steadily",
-                (false, false) => "; levels off",
-                (false, true) => "; no steady growth",
-            });
+            match (t.is_leak, t.sustained) {
+                (true, _) => text.push_str("; grows steadily"),
+                (false, false) => text.push_str("; levels off"),
+                // A straight rise that added less than a leak must: say so, not "no growth".
+                (false, true) if t.straight() && t.growth_bytes > 0 => text.push_str(&format!(
+                    "; rises steadily, by less than the {} a leak is told at",
+                    format_bytes(t.min_leak_growth_bytes)
+                )),
+                (false, true) => text.push_str("; no steady growth"),
+            }
             if let Some(us) = t.time_to_full_us {
                 text.push_str(&format!("; full in about {}", format_duration_us(us)));
             }

@@ -240,3 +240,21 @@ fn v1_12_program_end() {
         "{text}"
     );
 }
+
+#[test]
+fn v1_14_attached() {
+    // `collector attach` on a program keeping 60 MiB/s: the leak over time, and the ending an
+    // attached recorder can say.
+    let t = decode(&read("v1_14_attached.oomt")).unwrap().trace;
+    let analysis = analyze(&t, &AnalysisOptions::default());
+    let trend = analysis.time_trends.iter().find(|t| t.is_leak).unwrap();
+    let mib_per_s = trend.slope_bytes_per_s / f64::from(1 << 20);
+    assert!((45.0..=60.0).contains(&mib_per_s), "{mib_per_s}");
+    let words = worded(&analysis.findings);
+    assert_eq!(words.len(), 1, "{words:?}");
+    assert_eq!(
+        oomscope_words::headline::ending(&t),
+        "attached to the running process 510 ms after its start; it ended (its exit status is \
+         its parent's to read, not an attached recorder's)"
+    );
+}

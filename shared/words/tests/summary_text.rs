@@ -34,6 +34,7 @@ fn golden_traces() {
             "v1_10_lightning_eval_creep",
             "v1_10_lightning_eval_creep.oomt",
         ),
+        ("v1_14_attached", "v1_14_attached.oomt"),
     ] {
         insta::assert_snapshot!(name, summary(&file(path)));
     }

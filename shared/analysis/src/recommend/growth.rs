@@ -54,8 +54,9 @@ fn held_on_host(h: &HeldTensors, ctx: &RuleContext<'_>) -> bool {
 }
 
 /// A rising floor that nothing measured explains is a `leak` only when its rise is at least this
-/// share of the floor's level at the start (see [`rising_floor`]).
-pub const RISING_MIN_SHARE_OF_LEVEL: f64 = 0.1;
+/// share of the floor's level at the start (see [`rising_floor`]). 0.1 until a clean Lightning run
+/// on PyTorch 2.15, in CI's loaded suite, drifted 100 MiB (11%) over its 80 steps (5% alone).
+pub const RISING_MIN_SHARE_OF_LEVEL: f64 = 0.2;
 
 /// A rising floor read as stairs is a `leak` nothing else explains only with this many stairs.
 pub const RISING_MIN_STAIRS: usize = 3;
@@ -173,17 +174,18 @@ impl Diagnose for Leak {
                         h.clock != HeldClock::Eval && h.t_us >= at.saturating_mul(1_000_000)
                     }
                 };
-                // Tensors kept one or more every step of a pair, wherever the pair was: the
-                // census saw the program keep them; the resident floor's bound is the allocator
-                // reusing what it freed.
-                let kept_each_step = h.kind == HeldKind::Tensors
+                let sized = matches!(h.kind, HeldKind::Tensors | HeldKind::Objects)
+                    && h.bytes >= HELD_MIN_BYTES;
+                // Tensors kept one or more every step of a pair, or the autograd graph behind a
+                // named tensor gaining nodes every step, wherever the pair was: the census saw
+                // the program keep them; the resident floor's bound is the allocator reusing
+                // what it freed (held_leaks.py --kind total: a graph's 768 KiB a step under a
+                // floor that stayed flat for the last 8 of 30 steps on PyTorch 2.15).
+                let kept_each_step = (h.kind == HeldKind::Tensors && sized || h.is_graph())
                     && h.clock == HeldClock::Step
                     && h.per_step() >= 1
                     && unit == symptom::Unit::Step;
-                (past || kept_each_step)
-                    && matches!(h.kind, HeldKind::Tensors | HeldKind::Objects)
-                    && h.bytes >= HELD_MIN_BYTES
-                    && held_on_host(h, ctx) == host
+                (past && sized || kept_each_step) && held_on_host(h, ctx) == host
             })
         };
         let no_leak = |host: bool| {

@@ -23,7 +23,7 @@ pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version written by this crate; a larger minor only adds record kinds, values of
 /// existing enumerations (which older readers keep as "other") or fields at the end of a body.
 /// `FORMAT.md` keeps the history (a test holds its title to this number).
-pub const FORMAT_MINOR: u16 = 13;
+pub const FORMAT_MINOR: u16 = 14;
 /// Header: magic (8), major (u16 LE), minor (u16 LE), reserved zero bytes (4).
 pub const HEADER_LEN: usize = 16;
 /// Every chunk starts with this sync word (`CHNK` in ASCII), so a reader can find the next chunk
@@ -97,6 +97,8 @@ pub mod tag {
     pub const MARK_SAMPLING: u8 = 0x19;
     /// A process's own code ended; its interpreter's shutdown follows (format v1.12).
     pub const PROGRAM_END: u8 = 0x1A;
+    /// A recorder attached to a running process, or its watch of one ended (format v1.14).
+    pub const ATTACH: u8 = 0x1B;
 
     /// A human name for a tag (used in warnings and drop accounting).
     pub fn name(tag: u8) -> &'static str {
@@ -127,6 +129,7 @@ pub mod tag {
             SAVED_SNAPSHOT => "saved_snapshot",
             MARK_SAMPLING => "mark_sampling",
             PROGRAM_END => "program_end",
+            ATTACH => "attach",
             _ => "unknown",
         }
     }

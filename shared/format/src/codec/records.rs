@@ -19,11 +19,12 @@ use std::sync::Arc;
 use super::tag;
 use crate::error::EncodeError;
 use crate::model::{
-    AliveSite, AllocatorStats, BatchTrial, ComponentBreakdown, Dropped, EvalAutograd, ExitStatus,
-    GcCollection, GpuInfo, GradientSummary, HeldClock, HeldKind, HeldTensors, MarkSampling,
-    Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource, Phase, ProcessEnd, ProcessExit,
-    ProcessInfo, ProcessMemory, ProcessRole, ProgramEnd, RankSource, Record, SavedSnapshot,
-    StageMark, StartMethod, StepInput, TensorStats, TrialOutcome,
+    AliveSite, AllocatorStats, Attach, AttachEvent, BatchTrial, ComponentBreakdown, Dropped,
+    EvalAutograd, ExitStatus, GcCollection, GpuInfo, GradientSummary, HeldClock, HeldKind,
+    HeldTensors, MarkSampling, Metadata, Name, NamedBytes, Note, OomEvent, OomKill, OomSource,
+    Phase, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory, ProcessRole, ProgramEnd,
+    RankSource, Record, SavedSnapshot, StageMark, StartMethod, StepInput, TensorStats,
+    TrialOutcome,
 };
 use crate::varint::{Cursor, ReadError, put_u64, zigzag};
 
@@ -63,6 +64,7 @@ pub(super) fn encode(w: &mut impl RecordSink, record: &Record) -> Result<(), Enc
         Record::SavedSnapshot(s) => encode_saved_snapshot(w, s),
         Record::MarkSampling(m) => encode_mark_sampling(w, m),
         Record::ProgramEnd(e) => encode_program_end(w, e),
+        Record::Attach(a) => encode_attach(w, a),
     }
 }
 
@@ -95,6 +97,7 @@ pub(super) fn decode(
         tag::SAVED_SNAPSHOT => Record::SavedSnapshot(decode_saved_snapshot(c, names)?),
         tag::MARK_SAMPLING => Record::MarkSampling(decode_mark_sampling(c)?),
         tag::PROGRAM_END => Record::ProgramEnd(decode_program_end(c)?),
+        tag::ATTACH => Record::Attach(decode_attach(c)?),
         _ => return Ok(None),
     }))
 }
@@ -937,6 +940,23 @@ fn decode_program_end(c: &mut Cursor<'_>) -> Result<ProgramEnd, ReadError> {
     Ok(ProgramEnd {
         t_us: c.u64()?,
         pid: opt_u32(c)?,
+    })
+}
+
+// ATTACH (v1.14): u8 event, opt process_age_us.
+
+fn encode_attach(w: &mut impl RecordSink, a: &Attach) -> Result<(), EncodeError> {
+    let b = w.begin(a.t_us);
+    b.push(a.event.code());
+    put_opt_u64(b, a.process_age_us);
+    w.end(tag::ATTACH)
+}
+
+fn decode_attach(c: &mut Cursor<'_>) -> Result<Attach, ReadError> {
+    Ok(Attach {
+        t_us: c.u64()?,
+        event: AttachEvent::from_code(c.u8()?),
+        process_age_us: opt_u64(c)?,
     })
 }
 

@@ -26,8 +26,8 @@ pub use name::Name;
 pub use oom::{AliveSite, BatchTrial, OomEvent, OomKill, OomKind, OomSource, TrialOutcome};
 pub use packed::{Column, ColumnIter, MISSING, PackedColumn};
 pub use process::{
-    ExitStatus, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory, ProcessRole, RankSource,
-    StartMethod,
+    Attach, AttachEvent, ExitStatus, ProcessEnd, ProcessExit, ProcessInfo, ProcessMemory,
+    ProcessRole, RankSource, StartMethod,
 };
 pub use samples::{CounterId, Samples};
 
@@ -275,6 +275,8 @@ pub enum Record {
     MarkSampling(MarkSampling),
     /// The program's own code ended; the interpreter's shutdown follows (format v1.12).
     ProgramEnd(ProgramEnd),
+    /// A recorder attached to a running process, or its watch of one ended (format v1.14).
+    Attach(Attach),
 }
 
 impl Record {
@@ -311,6 +313,7 @@ impl Record {
             Record::SavedSnapshot(r) => &r.t_us,
             Record::MarkSampling(r) => &r.t_us,
             Record::ProgramEnd(r) => &r.t_us,
+            Record::Attach(r) => &r.t_us,
         }
     }
 
@@ -337,6 +340,7 @@ impl Record {
             Record::SavedSnapshot(r) => &mut r.t_us,
             Record::MarkSampling(r) => &mut r.t_us,
             Record::ProgramEnd(r) => &mut r.t_us,
+            Record::Attach(r) => &mut r.t_us,
         }
     }
 }
@@ -394,14 +398,35 @@ pub struct Trace {
     pub mark_sampling: Vec<MarkSampling>,
     /// When each process's own code ended (its interpreter's shutdown followed).
     pub program_ends: Vec<ProgramEnd>,
+    /// A recorder that attached to a running process: when, and how its watch ended.
+    pub attach: Vec<Attach>,
     /// Time of the end record; `None` when the recorder never finished (crash, kill, truncation).
     pub end_us: Option<u64>,
 }
 
 impl Trace {
-    /// Whether the program failed: a non-zero exit, a signal, or no recorded end.
+    /// Whether the program failed: a non-zero exit, a signal, or no recorded end. An attached
+    /// recorder's watch that ended ([`Trace::watch_end`]) knows no exit status: no failure.
     pub fn failed(&self) -> bool {
-        self.exit.is_none_or(|e| e.status != ExitStatus::Code(0))
+        match self.exit {
+            Some(e) => e.status != ExitStatus::Code(0),
+            None => self.watch_end().is_none(),
+        }
+    }
+
+    /// Whether a recorder attached to the process after it started (`collector attach`).
+    pub fn attached(&self) -> Option<&Attach> {
+        self.attach
+            .iter()
+            .find(|a| a.event == AttachEvent::Attached)
+    }
+
+    /// How an attached recorder's watch ended: the process ended, or the recorder stopped.
+    pub fn watch_end(&self) -> Option<&Attach> {
+        self.attach
+            .iter()
+            .rev()
+            .find(|a| matches!(a.event, AttachEvent::ProcessEnded | AttachEvent::Detached))
     }
 
     /// Adds a record to the list of its kind (an exit replaces an earlier one).
@@ -434,6 +459,7 @@ impl Trace {
             Record::SavedSnapshot(r) => add(&mut self.saved_snapshots, r),
             Record::MarkSampling(r) => add(&mut self.mark_sampling, r),
             Record::ProgramEnd(r) => add(&mut self.program_ends, r),
+            Record::Attach(r) => add(&mut self.attach, r),
         }
     }
 
@@ -475,6 +501,7 @@ impl Trace {
             list(&self.saved_snapshots, Record::SavedSnapshot),
             list(&self.mark_sampling, Record::MarkSampling),
             list(&self.program_ends, Record::ProgramEnd),
+            list(&self.attach, Record::Attach),
         ];
         std::iter::from_fn(move || {
             let (_, first) = lists

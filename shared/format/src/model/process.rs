@@ -27,6 +27,60 @@ pub struct ProcessExit {
     pub probable_host_oom: bool,
 }
 
+/// What happened between a recorder and a process it did not start (`collector attach PID`): it
+/// began watching a process already running, the process ended, or the recorder stopped while
+/// the process went on. Codes are part of the format (v1.14).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachEvent {
+    /// The recorder began watching the metadata's process, which was already running: what its
+    /// memory did before is not in the trace.
+    #[default]
+    Attached,
+    /// The process ended; a recorder that is not its parent cannot read its exit status.
+    ProcessEnded,
+    /// The recorder stopped (Ctrl-C, a signal) and the process went on.
+    Detached,
+    /// A code this reader does not know (a newer writer's); kept.
+    Other(u8),
+}
+
+impl AttachEvent {
+    /// The code written to the trace.
+    pub fn code(self) -> u8 {
+        match self {
+            AttachEvent::Attached => 1,
+            AttachEvent::ProcessEnded => 2,
+            AttachEvent::Detached => 3,
+            AttachEvent::Other(code) => code,
+        }
+    }
+
+    /// The event for a code.
+    pub fn from_code(code: u8) -> AttachEvent {
+        match code {
+            1 => AttachEvent::Attached,
+            2 => AttachEvent::ProcessEnded,
+            3 => AttachEvent::Detached,
+            other => AttachEvent::Other(other),
+        }
+    }
+}
+
+/// One [`AttachEvent`]: the first record of an attached trace says when the recorder attached
+/// and how long the process had run by then; its last says how the watch ended (in place of an
+/// [`ProcessExit`], which only a parent can know). Added in format v1.14.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Attach {
+    /// When.
+    pub t_us: u64,
+    /// What happened.
+    pub event: AttachEvent,
+    /// For [`AttachEvent::Attached`]: how long the process had been running (from its start time
+    /// in `/proc/PID/stat`), when known.
+    pub process_age_us: Option<u64>,
+}
+
 /// One process of the watched tree other than the program itself (a DataLoader worker, a rank
 /// under a launcher), as the kernel accounts its memory: what only it uses and its proportional
 /// share. The collector writes one per such process at every PSS reading (about once a second),

@@ -102,7 +102,8 @@ pub fn format(out: &mut String, message: &Message) {
                 | Record::Dropped(_)
                 | Record::OomKill(_)
                 | Record::ProcessMemory(_)
-                | Record::ProcessEnd(_) => {}
+                | Record::ProcessEnd(_)
+                | Record::Attach(_) => {}
             }
         }
     }

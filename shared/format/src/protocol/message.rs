@@ -84,7 +84,8 @@ pub fn verb_of(record: &Record) -> Option<&'static str> {
         | Record::Dropped(_)
         | Record::OomKill(_)
         | Record::ProcessMemory(_)
-        | Record::ProcessEnd(_) => {
+        | Record::ProcessEnd(_)
+        | Record::Attach(_) => {
             return None;
         }
     })

@@ -1,0 +1,52 @@
+//! `collector attach PID`: arguments, and what is printed when the watch ends.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::gpu::GpuSelection;
+use crate::run::attach::AttachOptions;
+
+/// `collector attach`.
+#[derive(Debug, clap::Args)]
+pub struct AttachArgs {
+    /// The running process to record, with the processes it starts (its children as they come
+    /// and go). It is not changed: no hooks are loaded into it, so its memory is read from
+    /// outside and the trace's clock is time.
+    pub pid: u32,
+    /// Trace file to write [default: oomscope-YYYYMMDD-HHMMSS.oomt in the current directory].
+    #[arg(short, long)]
+    pub out: Option<PathBuf>,
+    /// Sampling interval of GPU and host memory, in milliseconds (1 = 1 kHz).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub interval_ms: u64,
+    /// Interval of the per-process GPU memory query, in milliseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub process_interval_ms: u64,
+    /// GPUs to watch: `all` or indices such as `0,2`.
+    #[arg(long, default_value = "all")]
+    pub gpus: GpuSelection,
+    /// No summary; only the trace path is printed.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// Records until the process ends or Ctrl-C (which stops the recording, not the process), then
+/// prints the summary as `collector run` does.
+pub fn attach(args: &AttachArgs) -> Result<i32> {
+    let options = AttachOptions {
+        pid: args.pid,
+        out: args
+            .out
+            .clone()
+            .unwrap_or_else(super::run::default_trace_name),
+        interval: Duration::from_millis(args.interval_ms),
+        process_interval: Duration::from_millis(args.process_interval_ms),
+        gpus: args.gpus.clone(),
+        announce: !args.quiet,
+    };
+    let outcome = crate::run::attach::attach(&options)?;
+    super::run::print_outcome(&outcome, args.quiet);
+    Ok(outcome.exit_code)
+}
