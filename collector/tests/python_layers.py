@@ -1,6 +1,7 @@
 """The Python side's layers, read with `ast` (run by `collector/tests/python_layers.rs`; any
 Python 3.8+, no torch): the package `collector/python/oomscope` imports one way, the hooks ->
-the probe -> the transport, and the public module is the program's door to the probe alone; no
+the probe -> the transport, the public module is the program's door to the probe (and to the
+notebook extension, which sits above the hooks and the probe, imported only when IPython loads it); no
 import circle among the hooks' modules; nothing reaches a module of ours through `sys.modules`
 or loads one by path (`importlib`), so every arrow is an import a reader can see; no file past
 `MAX_LINES`. Prints each module's lines; exits 1 with one line per broken rule.
@@ -17,7 +18,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
 ALLOWED = {
     "oomscope._transport": (),
     "oomscope._probe": ("oomscope._transport",),
-    "oomscope": ("oomscope._probe",),
+    "oomscope": ("oomscope._probe", "oomscope._notebook"),
+    "oomscope._notebook": ("oomscope._probe", "oomscope._hooks"),
     "oomscope._hooks.": ("oomscope._probe", "oomscope._hooks."),
     "oomscope_probe": ("oomscope",),
     "sitecustomize": ("oomscope", "oomscope._hooks"),

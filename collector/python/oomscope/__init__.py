@@ -86,3 +86,18 @@ def trial(*args, **kwargs):
 def oom(message="", **kwargs):
     """An OOM the program caught (`Probe.oom`)."""
     _default_probe().oom(message, **kwargs)
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext oomscope` in a Jupyter kernel: records the kernel's memory from now on
+    (`oomscope._notebook`; IPython is only imported here)."""
+    from oomscope import _notebook
+
+    _notebook.load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    """`%unload_ext oomscope`: stops the recording and takes the hooks off the kernel's path."""
+    from oomscope import _notebook
+
+    _notebook.unload(ipython)

@@ -436,3 +436,18 @@ def default_probe():
     if _default is None:
         _default = Probe()
     return _default
+
+
+def connect(path):
+    """Makes this process's probe send to the collector at `path` from now on, or to none with
+    `path=None`: a collector attached after the process started (the IPython extension's) rather
+    than one that started it. The probe it replaces is flushed and closed. Returns the new probe."""
+    global _default
+    old, _default = _default, Probe(path or "")
+    if old is not None and old.enabled:
+        try:
+            old.flush()
+            old.transport.close()
+        except BaseException:
+            pass
+    return _default

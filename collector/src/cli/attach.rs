@@ -30,6 +30,11 @@ pub struct AttachArgs {
     /// No summary; only the trace path is printed.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Take marks from the process: bind a marker socket and write its path to this file, for
+    /// the process to send to (`OOMSCOPE_SOCKET`). The IPython extension (`%load_ext oomscope`)
+    /// starts the collector so.
+    #[arg(long, value_name = "FILE")]
+    pub socket_file: Option<PathBuf>,
 }
 
 /// Records until the process ends or Ctrl-C (which stops the recording, not the process), then
@@ -45,6 +50,7 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
         process_interval: Duration::from_millis(args.process_interval_ms),
         gpus: args.gpus.clone(),
         announce: !args.quiet,
+        socket_file: args.socket_file.clone(),
     };
     let outcome = crate::run::attach::attach(&options)?;
     super::run::print_outcome(&outcome, args.quiet);

@@ -8,7 +8,7 @@
 //! against a reused pid), and ends with a second ATTACH record in place of an exit: the process
 //! ended, or the recorder was stopped (Ctrl-C, SIGTERM, SIGHUP) while the process goes on,
 //! untouched. Everything in between (the sampler, the process tree and its GPU memory, the
-//! kernel's OOM kills) is `collector run`'s.
+//! kernel's OOM kills, and with `--socket-file` the marks the process sends) is `collector run`'s.
 
 use std::fs::File;
 use std::sync::Arc;
@@ -41,6 +41,9 @@ pub struct AttachOptions {
     pub gpus: GpuSelection,
     /// Say on stderr what is being recorded, once the process is found.
     pub announce: bool,
+    /// Take marks too: bind a marker socket and write its path to this file (what the IPython
+    /// extension, inside the process, reads to send its cells' marks and the hooks' messages).
+    pub socket_file: Option<std::path::PathBuf>,
 }
 
 /// The process as `/proc/PID/stat` says it: its start time (clock ticks after boot) tells it
@@ -91,26 +94,31 @@ fn check(pid: u32) -> Result<Stat> {
     };
     // Its memory map's totals need the right to read its memory (ptrace's read access): another
     // user's process is refused here rather than recorded as empty.
-    if let Err(e) = File::open(format!("/proc/{pid}/smaps_rollup")) {
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            // SAFETY: geteuid has no preconditions.
-            let me = unsafe { libc::geteuid() };
-            let owner = std::fs::metadata(format!("/proc/{pid}"))
-                .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-                .ok();
-            return Err(match owner {
-                Some(uid) if uid != me => anyhow!(
-                    "cannot attach to pid {pid}: it is user {uid}'s process and this is user \
-                     {me} (run collector attach as that user, or as root)"
-                ),
-                _ => anyhow!(
-                    "cannot attach to pid {pid}: not allowed to read its memory (ptrace access; \
-                     see /proc/sys/kernel/yama/ptrace_scope)"
-                ),
-            });
-        }
+    if let Err(e) = File::open(format!("/proc/{pid}/smaps_rollup"))
+        && e.kind() == std::io::ErrorKind::PermissionDenied
+    {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let owner = std::fs::metadata(format!("/proc/{pid}"))
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .ok();
+        return Err(refusal(pid, owner, me));
     }
     Ok(stat)
+}
+
+/// Why a process whose memory cannot be read is refused: another user's, or ptrace's rules.
+fn refusal(pid: u32, owner: Option<u32>, me: u32) -> anyhow::Error {
+    match owner {
+        Some(uid) if uid != me => anyhow!(
+            "cannot attach to pid {pid}: it is user {uid}'s process and this is user {me} (run \
+             collector attach as that user, or as root)"
+        ),
+        _ => anyhow!(
+            "cannot attach to pid {pid}: not allowed to read its memory (ptrace access; see \
+             /proc/sys/kernel/yama/ptrace_scope)"
+        ),
+    }
 }
 
 /// The signal that asked the recorder to stop (0: none yet).
@@ -168,6 +176,18 @@ pub fn attach(options: &AttachOptions) -> Result<RunOutcome> {
         }
     };
     install_stop_handlers();
+    let socket = match &options.socket_file {
+        Some(file) => {
+            let socket = super::inbox::MarkerSocket::bind()?;
+            // Written whole, then renamed: the reader never sees half a path.
+            let partial = file.with_extension("partial");
+            std::fs::write(&partial, socket.path().as_os_str().as_encoded_bytes())
+                .and_then(|()| std::fs::rename(&partial, file))
+                .with_context(|| format!("cannot write the socket's path to {}", file.display()))?;
+            Some(socket)
+        }
+        None => None,
+    };
     if options.announce {
         crate::ui::info(&format!(
             "recording pid {pid} into {} until it ends (Ctrl-C stops the recording, not the \
@@ -183,7 +203,7 @@ pub fn attach(options: &AttachOptions) -> Result<RunOutcome> {
         command: command_of(pid),
         interval: options.interval,
         writer: " (attached)",
-        socket: None,
+        socket,
         extra: None,
     })?;
     let state = Arc::clone(recording.state());
@@ -260,6 +280,20 @@ mod tests {
         assert!(stat(1 << 23).is_none());
         let e = check(1 << 23).unwrap_err().to_string();
         assert_eq!(e, format!("no running process has pid {}", 1 << 23));
+    }
+
+    #[test]
+    fn another_user_s_process_is_refused_naming_both_users() {
+        assert_eq!(
+            refusal(7, Some(0), 1000).to_string(),
+            "cannot attach to pid 7: it is user 0's process and this is user 1000 (run collector \
+             attach as that user, or as root)"
+        );
+        assert!(
+            refusal(7, Some(1000), 1000)
+                .to_string()
+                .contains("ptrace access")
+        );
     }
 
     #[test]

@@ -55,8 +55,8 @@ fn attached_ending(trace: &Trace, attached: &Attach) -> String {
         }
         (Some(AttachEvent::Detached), _) => "the recording was stopped while it went on".to_owned(),
         (_, true) => "the recording stopped".to_owned(),
-        (_, false) => "the recording ended abruptly (the recorder crashed or was killed, or the \
-                       file is cut short)"
+        (_, false) => "no end recorded yet: the recording goes on (a trace read while it is \
+                       written), or its recorder was killed"
             .to_owned(),
     };
     format!("{since}; {end}")

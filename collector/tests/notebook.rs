@@ -1,0 +1,167 @@
+//! `%load_ext oomscope` in a real Jupyter kernel (ipykernel 7.1, driven headless by
+//! jupyter_client, `tests/notebook/drive.py`): the collector attaches to the kernel, each cell run
+//! is marked, training steps inside a cell are marked by the zero-code hooks installed after
+//! the cell that imported torch, `%oomscope` prints the analysis so far, and `%unload_ext`
+//! detaches, the kernel going on with its results unchanged.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use oomscope_format::{AttachEvent, CounterKind, Trace};
+use oomscope_testkit::Scratch;
+use support::{COLLECTOR, read, torch_python};
+
+/// Runs `cells` in a fresh kernel started in `dir`; each cell's output, in order.
+fn kernel(dir: &Path, cells: &[&str]) -> Vec<String> {
+    let file = dir.join("cells.json");
+    std::fs::write(&file, serde_json::to_string(cells).unwrap()).unwrap();
+    let drive = format!("{}/tests/notebook/drive.py", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(torch_python())
+        .arg(drive)
+        .arg(dir)
+        .arg(&file)
+        // The kernel imports the package from the source tree, as a wheel would install it,
+        // and finds the collector cargo built.
+        .env("PYTHONPATH", support::python_path())
+        .env("OOMSCOPE_COLLECTOR", COLLECTOR)
+        .env("OOMSCOPE_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .env("OMP_NUM_THREADS", "1")
+        .env_remove("OOMSCOPE_SOCKET")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let outputs: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["out"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(outputs.len(), cells.len(), "{outputs:#?}");
+    outputs
+}
+
+/// The cells of the notebook, without the extension's: the kernel's own measurement of what the
+/// 96 MiB cell added to its resident memory, and a few deterministic training steps.
+const RSS: &str = "import os\ndef rss():\n    return int(open('/proc/self/statm').read().split()[1]) \
+                   * os.sysconf('SC_PAGE_SIZE')\nkeep = []";
+const GROW: &str =
+    "before = rss()\nkeep.append(bytearray(b'x' * (96 << 20)))\nprint('grew', rss() - before)";
+const MODEL: &str = "import torch\ntorch.manual_seed(0)\nm = torch.nn.Linear(256, 256)\n\
+                     opt = torch.optim.SGD(m.parameters(), lr=0.1)";
+const TRAIN: &str = "for s in range(12):\n    loss = m(torch.randn(32, 256)).pow(2).mean()\n    \
+                     loss.backward(); opt.step(); opt.zero_grad()\nprint('loss %.6f' % loss.item())";
+const AFTER: &str = "print('after', len(keep))";
+
+/// The host RSS at the last reading at or before `t_us` (`before`), else at the first at or
+/// after it: a cell's memory is read before its first mark and after its last, never while it
+/// runs.
+fn rss_at(t: &Trace, t_us: u64, before: bool) -> u64 {
+    let rss = t.counter(CounterKind::HostRss, None).unwrap();
+    if before {
+        return t.samples.value_at(rss, t_us).unwrap();
+    }
+    let times = t.samples.times_us();
+    let row = times.partition_point(|x| x < t_us).min(times.len() - 1);
+    t.samples.value(rss, row).unwrap()
+}
+
+#[test]
+fn a_kernel_loaded_with_the_extension_is_recorded_cell_by_cell_and_left_unchanged() {
+    let s = Scratch::new("notebook");
+    let out = kernel(
+        s.dir(),
+        &[
+            "%load_ext oomscope",
+            RSS,
+            GROW,
+            MODEL,
+            TRAIN,
+            "%oomscope",
+            "%unload_ext oomscope",
+            AFTER,
+        ],
+    );
+    assert!(
+        out[0].starts_with("oomscope: recording this kernel (pid "),
+        "{out:#?}"
+    );
+    let trace = out[0]
+        .split(" into ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap()
+        .to_owned();
+    let grew: u64 = out[2]
+        .trim()
+        .strip_prefix("grew ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(grew >= 90 << 20, "{grew}");
+
+    // `%oomscope`: the analysis so far, in `collector summary`'s words.
+    let summary = out[5].replace("\n    ", " ");
+    for want in [
+        "attached to the running process",
+        "no end recorded yet: the recording goes on",
+        "12 steps (0-11)",
+        "pre_cell",
+        "post_cell",
+        "post_optimizer_step",
+    ] {
+        assert!(summary.contains(want), "{want}: {summary}");
+    }
+    assert!(!summary.contains("warning:"), "{summary}");
+    assert!(
+        out[6].starts_with("oomscope: stopped recording; the trace is "),
+        "{}",
+        out[6]
+    );
+    // The kernel goes on.
+    assert_eq!(out[7], "after 1\n");
+
+    let t = read(Path::new(&trace)).trace;
+    let events: Vec<_> = t.attach.iter().map(|a| a.event).collect();
+    assert_eq!(events, [AttachEvent::Attached, AttachEvent::Detached]);
+    assert!(t.metadata.command.iter().any(|a| a.contains("ipykernel")));
+    // Every cell run while loaded is two marks; the 96 MiB cell's are named by its note.
+    let cells = |stage: &str| t.marks.iter().filter(|m| m.name.as_ref() == stage).count();
+    assert!(
+        cells("pre_cell") >= 5 && cells("post_cell") >= 5,
+        "{:?}",
+        t.notes
+    );
+    let note = t
+        .notes
+        .iter()
+        .find(|n| n.text.starts_with("cell [") && n.text.ends_with("]: before = rss()"))
+        .unwrap_or_else(|| panic!("{:?}", t.notes));
+    let pre = t
+        .marks
+        .iter()
+        .find(|m| m.t_us >= note.t_us && m.name.as_ref() == "pre_cell")
+        .unwrap();
+    let post = t
+        .marks
+        .iter()
+        .find(|m| m.t_us > pre.t_us && m.name.as_ref() == "post_cell")
+        .unwrap();
+    // What the trace read across the cell against what the kernel measured itself.
+    let traced = rss_at(&t, post.t_us, false) as f64 - rss_at(&t, pre.t_us, true) as f64;
+    assert!(
+        (traced - grew as f64).abs() <= 0.15 * grew as f64,
+        "traced {traced} against the kernel's own {grew}"
+    );
+
+    // The same cells without the extension: the same results.
+    let plain = kernel(s.dir(), &[RSS, GROW, MODEL, TRAIN, AFTER]);
+    assert_eq!(plain[3], out[4]);
+    assert!(out[4].starts_with("loss "), "{}", out[4]);
+}
