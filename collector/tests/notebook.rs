@@ -165,3 +165,51 @@ fn a_kernel_loaded_with_the_extension_is_recorded_cell_by_cell_and_left_unchange
     assert_eq!(plain[3], out[4]);
     assert!(out[4].starts_with("loss "), "{}", out[4]);
 }
+
+/// After an error, the traceback Python and IPython keep holds its frames' variables: said with
+/// how much (by frame and variable), and `%oomscope release` gives it back, measured by the
+/// kernel itself (where `gc.collect()` alone frees nothing).
+#[test]
+fn an_error_s_traceback_is_said_to_keep_its_frames_memory_and_released_without_a_restart() {
+    let s = Scratch::new("notebook-traceback");
+    let build = "def build():\n    big = torch.ones(50 << 20)\n    acts = [torch.ones(4 << 20) for \
+                 _ in range(4)]\n    raise MemoryError('planted')\nbuild()";
+    let out = kernel(
+        s.dir(),
+        &[
+            "%load_ext oomscope",
+            &format!("{RSS}\nimport torch\nbase = rss()"),
+            build,
+            "import gc; gc.collect(); print(rss() - base)",
+            "%oomscope release",
+            "print(rss() - base)",
+            "%unload_ext oomscope",
+        ],
+    );
+    // 200 MiB in `big`, 4 × 16 MiB in the list `acts`: 264 MiB, as the frames hold them.
+    assert!(
+        out[2].starts_with("ERROR MemoryError: planted\n"),
+        "{}",
+        out[2]
+    );
+    assert!(
+        out[2].contains(
+            "oomscope: the last error's traceback keeps 264 MiB alive in its frames' variables: \
+             `big` in build() (float32[52428800], 200 MiB), `acts` in build() (list of 4, 64 MiB)"
+        ) && out[2].contains("`%oomscope release` frees it without restarting the kernel"),
+        "{}",
+        out[2]
+    );
+    let mib = |text: &str| text.trim().parse::<i64>().unwrap() >> 20;
+    // A collection alone frees nothing: the references are Python's and IPython's.
+    assert!(mib(&out[3]) >= 250, "{}", out[3]);
+    assert!(
+        out[4].starts_with(
+            "oomscope: released the last error (its traceback kept 264 MiB): host RSS "
+        ),
+        "{}",
+        out[4]
+    );
+    // The memory is back.
+    assert!(mib(&out[5]) < 32, "{}", out[5]);
+}

@@ -28,7 +28,10 @@ import sys
 import tempfile
 import time
 
-from oomscope import _probe
+from oomscope import _probe, _traceback
+
+# A traceback that keeps less is not worth a word (a frame's small tensors, an index).
+KEPT_MIN_BYTES = 1 << 20
 
 # How long to wait for the collector's socket, and for it to close its trace at unload.
 START_S = 15.0
@@ -60,6 +63,14 @@ class _Session:
         _probe.default_probe().mark("post_cell")
         if self.hooks is None and "torch" in sys.modules:
             self.hooks = _install_hooks(sys.modules["torch"])
+        error = getattr(result, "error_in_exec", None)
+        if error is not None:
+            try:
+                rows, total = _traceback.kept(error)
+            except Exception:
+                return
+            if total >= KEPT_MIN_BYTES:
+                print(_traceback.words(rows, total))
 
 
 _session = None
@@ -128,8 +139,48 @@ def load(ipython):
           "did" % (os.getpid(), trace))
 
 
+def _memory():
+    """(host RSS, CUDA allocated or None) of this kernel now."""
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    torch = sys.modules.get("torch")
+    cuda = None
+    if torch is not None and torch.cuda.is_initialized():
+        cuda = torch.cuda.memory_allocated()
+    return rss, cuda
+
+
+def _release():
+    """`%oomscope release`: drops what keeps the last error's traceback, collects, gives the
+    CUDA cache back, and says what came back, measured."""
+    import gc
+
+    ipython = _session.ipython if _session is not None else None
+    error = _traceback.last_exception(ipython)
+    kept = _traceback.kept(error)[1] if error is not None else 0
+    del error
+    before = _memory()
+    _traceback.release(ipython)
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    after = _memory()
+    said = "host RSS %s -> %s" % (_traceback.format_bytes(before[0]),
+                                  _traceback.format_bytes(after[0]))
+    if before[1] is not None:
+        said += ", CUDA allocated %s -> %s" % (_traceback.format_bytes(before[1]),
+                                               _traceback.format_bytes(after[1]))
+    print("oomscope: released the last error (its traceback kept %s): %s" % (
+        _traceback.format_bytes(kept), said))
+
+
 def _magic(line=""):
-    """`%oomscope`: the analysis of the kernel's memory so far, in `collector summary`'s words."""
+    """`%oomscope`: the analysis of the kernel's memory so far, in `collector summary`'s words;
+    `%oomscope release`: free what the last error's traceback keeps."""
+    if line.strip() == "release":
+        _release()
+        return
     if _session is None:
         print("oomscope: not recording (run `%load_ext oomscope`)")
         return

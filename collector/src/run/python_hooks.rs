@@ -27,7 +27,7 @@ macro_rules! python_file {
 /// The files of the bootstrap directory: (path, contents). The `oomscope` package is the wheel's
 /// (the program can `import oomscope`, or `oomscope_probe`, its former name, without installing
 /// anything), and the hooks inside it are imported by `sitecustomize.py` once torch is.
-const FILES: [(&str, &str); 27] = [
+const FILES: [(&str, &str); 28] = [
     (
         "sitecustomize.py",
         include_str!("../../python/boot/sitecustomize.py"),
@@ -35,6 +35,7 @@ const FILES: [(&str, &str); 27] = [
     python_file!("oomscope_probe.py"),
     python_file!("oomscope/__init__.py"),
     python_file!("oomscope/_notebook.py"),
+    python_file!("oomscope/_traceback.py"),
     python_file!("oomscope/_probe.py"),
     python_file!("oomscope/_transport.py"),
     python_file!("oomscope/_hooks/__init__.py"),

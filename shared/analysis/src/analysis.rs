@@ -123,6 +123,9 @@ pub struct Overview {
     pub exit: Option<ExitSummary>,
     /// The recorder wrote its end record (false: crash, kill or truncation).
     pub ended_cleanly: bool,
+    /// A recorder that attached to the process while it ran (`collector attach`): when, how long
+    /// the process had run, and how the watch ended; empty for a recorder that started it.
+    pub attach: Vec<oomscope_format::Attach>,
     /// Dropped records per tag.
     pub dropped: Vec<DroppedSummary>,
     /// All dropped records.

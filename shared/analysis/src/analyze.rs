@@ -249,6 +249,7 @@ fn overview(trace: &Trace, values: &MarkValues, steps: &MarkSteps, peaks: &[Peak
             probable_host_oom: e.probable_host_oom,
         }),
         ended_cleanly: trace.end_us.is_some(),
+        attach: trace.attach.clone(),
         dropped_total: dropped.iter().map(|d| d.count).fold(0, u64::saturating_add),
         dropped,
         counter_peaks: peaks
