@@ -1,11 +1,9 @@
 //! `collector attach PID`: arguments, and what is printed when the watch ends.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::gpu::GpuSelection;
 use crate::run::attach::AttachOptions;
 
 /// `collector attach`.
@@ -18,15 +16,9 @@ pub struct AttachArgs {
     /// Trace file to write [default: oomscope-YYYYMMDD-HHMMSS.oomt in the current directory].
     #[arg(short, long)]
     pub out: Option<PathBuf>,
-    /// Sampling interval of GPU and host memory, in milliseconds (1 = 1 kHz).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub interval_ms: u64,
-    /// Interval of the per-process GPU memory query, in milliseconds.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
-    pub process_interval_ms: u64,
-    /// GPUs to watch: `all` or indices such as `0,2`.
-    #[arg(long, default_value = "all")]
-    pub gpus: GpuSelection,
+    /// What is sampled, and how often.
+    #[command(flatten)]
+    pub sampling: super::run::SamplingArgs,
     /// No summary; only the trace path is printed.
     #[arg(short, long)]
     pub quiet: bool,
@@ -46,9 +38,9 @@ pub fn attach(args: &AttachArgs) -> Result<i32> {
             .out
             .clone()
             .unwrap_or_else(super::run::default_trace_name),
-        interval: Duration::from_millis(args.interval_ms),
-        process_interval: Duration::from_millis(args.process_interval_ms),
-        gpus: args.gpus.clone(),
+        interval: args.sampling.interval(),
+        process_interval: args.sampling.process_interval(),
+        gpus: args.sampling.gpus.clone(),
         announce: !args.quiet,
         socket_file: args.socket_file.clone(),
     };

@@ -13,6 +13,33 @@ use crate::gpu::GpuSelection;
 use crate::run::RunOptions;
 use crate::trace_file::read_trace;
 
+/// How often memory is read, and which GPUs: `collector run`'s and `collector attach`'s.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SamplingArgs {
+    /// Sampling interval of GPU and host memory, in milliseconds (1 = 1 kHz).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub interval_ms: u64,
+    /// Interval of the per-process GPU memory query, in milliseconds. That NVML query takes the
+    /// driver's global lock, so it runs far less often than the sampler.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub process_interval_ms: u64,
+    /// GPUs to watch: `all` or indices such as `0,2`.
+    #[arg(long, default_value = "all")]
+    pub gpus: GpuSelection,
+}
+
+impl SamplingArgs {
+    /// The sampler's interval.
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms)
+    }
+
+    /// The process tree's and per-process GPU query's interval.
+    pub fn process_interval(&self) -> Duration {
+        Duration::from_millis(self.process_interval_ms)
+    }
+}
+
 /// `collector run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -24,16 +51,9 @@ pub struct RunArgs {
     /// path that already exists (another rank's file) is refused, never overwritten.
     #[arg(short, long)]
     pub out: Option<PathBuf>,
-    /// Sampling interval of GPU and host memory, in milliseconds (1 = 1 kHz).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub interval_ms: u64,
-    /// Interval of the per-process GPU memory query, in milliseconds. That NVML query takes the
-    /// driver's global lock, so it runs far less often than the sampler.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
-    pub process_interval_ms: u64,
-    /// GPUs to watch: `all` or indices such as `0,2`.
-    #[arg(long, default_value = "all")]
-    pub gpus: GpuSelection,
+    /// What is sampled, and how often.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
     /// No live status line and no summary; only the trace path is printed.
     #[arg(short, long)]
     pub quiet: bool,
@@ -77,9 +97,9 @@ pub fn run(args: RunArgs) -> Result<i32> {
     let options = RunOptions {
         out,
         exclusive,
-        interval: Duration::from_millis(args.interval_ms),
-        process_interval: Duration::from_millis(args.process_interval_ms),
-        gpus: args.gpus,
+        interval: args.sampling.interval(),
+        process_interval: args.sampling.process_interval(),
+        gpus: args.sampling.gpus,
         quiet: args.quiet,
         live: args.live,
         host_limit_bytes: args.host_limit_bytes,

@@ -21,7 +21,7 @@ use oomscope_format::{Attach, AttachEvent, Record};
 use super::event::{Ending, Event};
 use super::recording::{self, Recording, spawn};
 use super::{RunOutcome, oom_kills, sampler};
-use crate::gpu::{GpuSelection, Gpus};
+use crate::gpu::GpuSelection;
 
 /// How often the watch looks for the process's end.
 const WATCH_EVERY: Duration = Duration::from_millis(50);
@@ -161,20 +161,7 @@ pub fn attach(options: &AttachOptions) -> Result<RunOutcome> {
     let first = check(pid)?;
     let file = File::create(&options.out)
         .with_context(|| format!("cannot write the trace to {}", options.out.display()))?;
-    let gpus = match Gpus::open(&options.gpus) {
-        Ok(gpus) => Some(gpus),
-        Err(e) if options.gpus == GpuSelection::All => {
-            crate::ui::warning(&format!(
-                "{e} ({}); recording host memory only",
-                e.root_cause()
-            ));
-            None
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&options.out);
-            return Err(e);
-        }
-    };
+    let gpus = super::open_gpus(&options.gpus, &options.out)?;
     install_stop_handlers();
     let socket = match &options.socket_file {
         Some(file) => {

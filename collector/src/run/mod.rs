@@ -122,20 +122,7 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
                 .with_context(|| format!("cannot write the trace to {}", options.out.display()))?
         };
 
-    let gpus = match Gpus::open(&options.gpus) {
-        Ok(gpus) => Some(gpus),
-        Err(e) if options.gpus == GpuSelection::All => {
-            crate::ui::warning(&format!(
-                "{e} ({}); recording host memory only",
-                e.root_cause()
-            ));
-            None
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&options.out);
-            return Err(e);
-        }
-    };
+    let gpus = open_gpus(&options.gpus, &options.out)?;
     let socket = inbox::MarkerSocket::bind()?;
 
     let mut command = Command::new(program);
@@ -274,6 +261,25 @@ pub fn run(options: &RunOptions) -> Result<RunOutcome> {
         ExitStatus::Signal(signal) => 128 + signal,
     };
     Ok(RunOutcome { exit_code, trace })
+}
+
+/// The GPUs to watch: with `all` and no NVML, a warning and host memory only; a named GPU that
+/// cannot be opened is an error, and the trace file already made is removed.
+pub(crate) fn open_gpus(selection: &GpuSelection, out: &std::path::Path) -> Result<Option<Gpus>> {
+    match Gpus::open(selection) {
+        Ok(gpus) => Ok(Some(gpus)),
+        Err(e) if *selection == GpuSelection::All => {
+            crate::ui::warning(&format!(
+                "{e} ({}); recording host memory only",
+                e.root_cause()
+            ));
+            Ok(None)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(out);
+            Err(e)
+        }
+    }
 }
 
 /// The program could not be started. Exits like a shell would: 127 when it does not exist,
