@@ -59,17 +59,10 @@ const TRAIN: &str = "for s in range(12):\n    loss = m(torch.randn(32, 256)).pow
                      loss.backward(); opt.step(); opt.zero_grad()\nprint('loss %.6f' % loss.item())";
 const AFTER: &str = "print('after', len(keep))";
 
-/// The host RSS at the last reading at or before `t_us` (`before`), else at the first at or
-/// after it: a cell's memory is read before its first mark and after its last, never while it
-/// runs.
-fn rss_at(t: &Trace, t_us: u64, before: bool) -> u64 {
+/// The host RSS at the last reading at or before `t_us`.
+fn rss_at(t: &Trace, t_us: u64) -> u64 {
     let rss = t.counter(CounterKind::HostRss, None).unwrap();
-    if before {
-        return t.samples.value_at(rss, t_us).unwrap();
-    }
-    let times = t.samples.times_us();
-    let row = times.partition_point(|x| x < t_us).min(times.len() - 1);
-    t.samples.value(rss, row).unwrap()
+    t.samples.value_at(rss, t_us).unwrap()
 }
 
 #[test]
@@ -86,6 +79,10 @@ fn a_kernel_loaded_with_the_extension_is_recorded_cell_by_cell_and_left_unchange
             "%oomscope",
             "%unload_ext oomscope",
             AFTER,
+            // Loaded again: a second trace, the hooks installed the first time resumed.
+            "%load_ext oomscope",
+            TRAIN,
+            "%unload_ext oomscope",
         ],
     );
     assert!(
@@ -153,12 +150,35 @@ fn a_kernel_loaded_with_the_extension_is_recorded_cell_by_cell_and_left_unchange
         .iter()
         .find(|m| m.t_us > pre.t_us && m.name.as_ref() == "post_cell")
         .unwrap();
-    // What the trace read across the cell against what the kernel measured itself.
-    let traced = rss_at(&t, post.t_us, false) as f64 - rss_at(&t, pre.t_us, true) as f64;
+    // What the trace read across the cell (before its first mark, and at the next cell's first,
+    // when the kernel is between cells) against what the kernel measured itself.
+    let next = t
+        .marks
+        .iter()
+        .find(|m| m.t_us > post.t_us && m.name.as_ref() == "pre_cell")
+        .unwrap();
+    let traced = rss_at(&t, next.t_us) as f64 - rss_at(&t, pre.t_us) as f64;
     assert!(
         (traced - grew as f64).abs() <= 0.15 * grew as f64,
         "traced {traced} against the kernel's own {grew}"
     );
+
+    // The second recording is a file of its own, its steps marked by the resumed hooks.
+    let again = out[8]
+        .split(" into ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap()
+        .to_owned();
+    assert!(again.ends_with("-2.oomt") && again != trace, "{again}");
+    let t2 = read(Path::new(&again)).trace;
+    let steps = t2
+        .marks
+        .iter()
+        .filter(|m| m.name.as_ref() == "post_optimizer_step")
+        .count();
+    assert_eq!(steps, 12, "{:?}", t2.marks.len());
+    assert_eq!(read(Path::new(&trace)).trace.attach.len(), 2);
 
     // The same cells without the extension: the same results.
     let plain = kernel(s.dir(), &[RSS, GROW, MODEL, TRAIN, AFTER]);

@@ -17,7 +17,8 @@ off its events; the kernel's results are unchanged.
 
 Where the collector is: `OOMSCOPE_COLLECTOR`, else `collector` on the PATH (the wheel installs
 it there). The trace goes to `OOMSCOPE_TRACE`, else `oomscope-kernel-PID.oomt` in the kernel's
-working directory.
+working directory; loaded again, to `…-2.oomt` and on (an earlier recording is never overwritten),
+and the hooks installed the first time are resumed.
 """
 
 import os
@@ -50,41 +51,56 @@ class _Session:
         self.hooks = None  # oomscope._hooks once installed here
         self.cells = 0
 
+    # IPython prints a callback's exception under the cell: ours never raise.
+
     def pre_run_cell(self, info=None):
-        count = self.ipython.execution_count
-        source = getattr(info, "raw_cell", "") or ""
-        first = next((line.strip() for line in source.splitlines() if line.strip()), "")
-        probe = _probe.default_probe()
-        probe.note("cell [%d]: %s" % (count, first[:120]))
-        probe.mark("pre_cell")
+        try:
+            count = self.ipython.execution_count
+            source = getattr(info, "raw_cell", "") or ""
+            first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+            probe = _probe.default_probe()
+            probe.note("cell [%d]: %s" % (count, first[:120]))
+            probe.mark("pre_cell")
+        except Exception:
+            pass
 
     def post_run_cell(self, result=None):
-        self.cells += 1
-        _probe.default_probe().mark("post_cell")
-        if self.hooks is None and "torch" in sys.modules:
-            self.hooks = _install_hooks(sys.modules["torch"])
-        error = getattr(result, "error_in_exec", None)
-        if error is not None:
-            try:
-                rows, total = _traceback.kept(error)
-            except Exception:
+        try:
+            self.cells += 1
+            _probe.default_probe().mark("post_cell")
+            if self.hooks is None and "torch" in sys.modules:
+                self.hooks = _install_hooks(sys.modules["torch"])
+            error = getattr(result, "error_in_exec", None)
+            if error is None:
                 return
+            rows, total = _traceback.kept(error)
             if total >= KEPT_MIN_BYTES:
                 print(_traceback.words(rows, total))
+        except Exception:
+            pass
 
 
 _session = None
 
 
+_installed = None  # oomscope._hooks once installed in this kernel (a reload resumes them)
+
+
 def _install_hooks(torch):
     """The zero-code hooks, in this process, once torch is imported (as the bootstrap of
-    `collector run` installs them after `import torch`)."""
+    `collector run` installs them after `import torch`); loaded again after an unload, the
+    hooks installed then are resumed, sending to the new collector."""
+    global _installed
     try:
         from oomscope import _hooks
 
-        _hooks.install(torch)
+        if _installed is None:
+            _hooks.install(torch)
+            _installed = _hooks
+        else:
+            _hooks.resume_with(_probe.default_probe())
         return _hooks
-    except BaseException:
+    except Exception:
         return False  # marks of cells only
 
 
@@ -96,6 +112,17 @@ def _find_collector():
     return found
 
 
+def _new_path(path):
+    """`path`, or `NAME-2.oomt`, `NAME-3.oomt`, ... when it exists: loaded again, the extension
+    never overwrites an earlier recording of the kernel."""
+    stem, ext = os.path.splitext(path)
+    n = 1
+    while os.path.exists(path):
+        n += 1
+        path = "%s-%d%s" % (stem, n, ext)
+    return path
+
+
 def load(ipython):
     global _session
     if _session is not None:
@@ -105,8 +132,8 @@ def load(ipython):
         print("oomscope: this kernel already runs under `collector run`: its recording goes on")
         return
     collector = _find_collector()
-    trace = os.path.abspath(os.environ.get("OOMSCOPE_TRACE")
-                            or "oomscope-kernel-%d.oomt" % os.getpid())
+    trace = _new_path(os.path.abspath(os.environ.get("OOMSCOPE_TRACE")
+                                      or "oomscope-kernel-%d.oomt" % os.getpid()))
     socket_dir = tempfile.mkdtemp(prefix="oomscope-notebook-")
     socket_file = os.path.join(socket_dir, "socket")
     process = subprocess.Popen(

@@ -304,6 +304,11 @@ mod tests {
             .unwrap();
         let pid = child.id();
         let before = stat(pid).unwrap();
+        // Between its fork and its exec the child's command line is not yet `sleep`'s.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while command_of(pid) != ["sleep", "5"] && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(command_of(pid), ["sleep", "5"]);
         child.kill().unwrap();
         // Killed and not yet reaped: a zombie, which the watch reads as ended.

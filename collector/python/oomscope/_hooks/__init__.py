@@ -108,6 +108,13 @@ def pause():
     S.paused = True
 
 
+def resume_with(probe):
+    """`resume()`, sending through `probe` from now on (the notebook extension loaded again: a
+    new collector attached to the same process)."""
+    S.probe = probe
+    resume()
+
+
 def resume():
     """Undoes `pause()`: back to hooks on the roots, or to the search when none is known yet."""
     S.paused = False
