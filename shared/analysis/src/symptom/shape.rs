@@ -233,7 +233,7 @@ pub fn read_shape(points: &[UnitPoint], inputs: &[Option<u64>]) -> Option<(Shape
         ));
     }
     let climbed = match (stairs.first(), stairs.last()) {
-        (Some(a), Some(b)) => (b.at - a.at) as f64 / span,
+        (Some(a), Some(b)) => b.at.saturating_sub(a.at) as f64 / span,
         _ => 0.0,
     };
     if stairs.len() >= 2
@@ -319,7 +319,7 @@ fn stairs_of(points: &[UnitPoint], y: &[f64], noise: f64) -> Vec<Stair> {
         if s > stair_min && steep >= STAIR_STEEP_SHARE * s && largest && stays {
             if stairs
                 .last()
-                .is_some_and(|last| points[i].at - last.at < m as u64)
+                .is_some_and(|last| points[i].at.saturating_sub(last.at) < m as u64)
             {
                 continue;
             }
@@ -342,7 +342,7 @@ fn regular_to_the_end(stairs: &[Stair], first_at: u64, last_at: u64) -> Option<u
     // deviation, not its mean and deviation.
     let gaps: Vec<f64> = stairs
         .windows(2)
-        .map(|w| (w[1].at - w[0].at) as f64)
+        .map(|w| w[1].at.saturating_sub(w[0].at) as f64)
         .collect();
     let every = median(&gaps);
     let spread = median(&gaps.iter().map(|g| (g - every).abs()).collect::<Vec<_>>());
